@@ -1,0 +1,81 @@
+// common.cuh: shared device helpers for driverlevel's kernels.
+//
+// Only <cuda_bf16.h> is included (NVRTC ships no C++ standard headers here), so
+// the fixed-width types are spelled out below. Inline PTX wrappers cover the
+// sm_80+ instructions the kernels use: cp.async (16-byte global->shared copies,
+// zero-filling), ldmatrix, mma.sync m16n8k16 bf16 with fp32 accumulation, and
+// named barriers. All of them exist on sm_80 ... sm_120.
+#pragma once
+#include <cuda_bf16.h>
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef int i32;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+typedef __nv_bfloat16 bf16;
+
+#define DL_DEVICE __device__ __forceinline__
+
+#ifndef DL_SMEM_LIMIT
+#define DL_SMEM_LIMIT 101376
+#endif
+
+// Compile-time check that a params struct matches its ctypes mirror: the
+// launcher passes -DDL_OFF_<field>=<offset> for every field and -DDL_SIZEOF_<T>.
+#define DL_CHECK_OFFSET(T, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##f, #T "." #f " offset differs from its ctypes mirror")
+
+namespace dl {
+
+#define DL_NEG_INF __int_as_float(0xff800000u)
+
+DL_DEVICE u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+
+// 16-byte async copy global -> shared; copies `src_bytes` (0 or 16) and zero-fills the rest.
+DL_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+DL_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+DL_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+DL_DEVICE void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+DL_DEVICE void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// D = A(16x16, row) * B(16x8, col) + D, bf16 inputs, fp32 accumulators.
+DL_DEVICE void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+DL_DEVICE u32 pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<u32*>(&v);
+}
+
+// Barrier among `count` threads (a multiple of 32) using hardware barrier `id` (1..15).
+DL_DEVICE void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+DL_DEVICE float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+DL_DEVICE float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+}  // namespace dl

@@ -1,0 +1,32 @@
+"""driverlevel: verify attention for MLA draft trees and the DDTree decode loop as CUDA graphs.
+
+Kernels in ``cu/`` are compiled by NVRTC to cubin for the GPU's exact
+architecture, launched through the CUDA driver API (``cuda.bindings``), and
+captured into CUDA graphs over preallocated workspace pools. No PyTorch at run
+time.
+
+The public API is re-exported here; everything else is private.
+"""
+
+from ._array import DeviceArray, as_device_array
+from ._compile import Cubin, KernelResources, compile_file, compile_source, kernel_sources, nvrtc_version
+from ._device import Device, DeviceProperties, device_count, driver_version
+from ._dtypes import bfloat16
+from ._errors import CaptureError, CudaError, DriverUnavailableError, GraphUpdateError, NvrtcError, PoolExhaustedError
+from ._graph import Graph, GraphExec, KernelNodeInfo, capture
+from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool
+from ._module import Kernel, Module, PreparedLaunch, load_module
+from ._stream import Event, Stream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Device", "DeviceProperties", "device_count", "driver_version",
+    "Stream", "Event",
+    "DeviceArray", "as_device_array", "bfloat16",
+    "DeviceBuffer", "PinnedHostBuffer", "WorkspacePool",
+    "Cubin", "KernelResources", "compile_file", "compile_source", "kernel_sources", "nvrtc_version",
+    "Module", "Kernel", "PreparedLaunch", "load_module",
+    "capture", "Graph", "GraphExec", "KernelNodeInfo",
+    "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
+]

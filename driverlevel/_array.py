@@ -1,0 +1,445 @@
+"""A small typed view of device memory, and zero-copy exchange with other libraries.
+
+:class:`DeviceArray` is ``(pointer, shape, dtype, strides, device)`` plus an owner
+that keeps the memory alive. It exports ``__cuda_array_interface__`` (version 3)
+and DLPack (``__dlpack__`` / ``__dlpack_device__``), and :func:`as_device_array`
+accepts any object exporting either protocol (CuPy, PyTorch, JAX, Numba) without
+copying.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+from cuda.bindings import driver
+
+from ._capture_guard import ensure_not_capturing
+from ._dtypes import as_dtype, bfloat16, storage_dtype
+from ._errors import check
+
+__all__ = ["DeviceArray", "as_device_array"]
+
+
+def _c_strides(shape, itemsize):
+    strides = []
+    acc = itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    """A typed, strided view of device memory.
+
+    Parameters
+    ----------
+    ptr : int
+        Device address of element ``[0, ..., 0]``.
+    shape : tuple of int
+    dtype : numpy dtype or :data:`driverlevel.bfloat16`
+    device : Device
+    strides : tuple of int, optional
+        Byte strides; C-contiguous when omitted.
+    owner : object, optional
+        Kept alive as long as this view (a buffer, a pool, a foreign array).
+    readonly : bool
+        Exported as read-only through the array protocols.
+    """
+
+    __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
+
+    def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, readonly=False):
+        self.ptr = int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = as_dtype(dtype)
+        self.strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(self.shape, self.dtype.itemsize)
+        self.device = device
+        self.owner = owner
+        self.readonly = readonly
+
+    # -- geometry -------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        if self.size <= 1:
+            return True
+        want = _c_strides(self.shape, self.itemsize)
+        return all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want))
+
+    def reshape(self, *shape) -> "DeviceArray":
+        """A C-contiguous view with a new shape (same number of elements)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if not self.is_c_contiguous:
+            raise ValueError("reshape needs a C-contiguous array")
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} into {tuple(shape)}")
+        return DeviceArray(self.ptr, shape, self.dtype, self.device, owner=self, readonly=self.readonly)
+
+    def view(self, dtype) -> "DeviceArray":
+        """Reinterpret a C-contiguous array as another dtype of the same item size."""
+        dt = as_dtype(dtype)
+        if dt.itemsize != self.itemsize or not self.is_c_contiguous:
+            raise ValueError(f"view({dt}) needs a C-contiguous array of item size {dt.itemsize}")
+        return DeviceArray(self.ptr, self.shape, dt, self.device, owner=self, readonly=self.readonly)
+
+    def __getitem__(self, idx) -> "DeviceArray":
+        """Basic indexing on the first axis only (an int or a step-1 slice)."""
+        n = self.shape[0] if self.shape else 0
+        if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+            i = int(idx) + (n if idx < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"index {idx} out of range for axis 0 of size {n}")
+            return DeviceArray(self.ptr + i * self.strides[0], self.shape[1:], self.dtype, self.device,
+                               self.strides[1:], owner=self, readonly=self.readonly)
+        if isinstance(idx, slice):
+            start, stop, step = idx.indices(n)
+            if step != 1:
+                raise IndexError("only step-1 slices are supported")
+            stop = max(stop, start)
+            return DeviceArray(self.ptr + start * self.strides[0], (stop - start,) + self.shape[1:], self.dtype,
+                               self.device, self.strides, owner=self, readonly=self.readonly)
+        raise IndexError("DeviceArray supports only an int or a slice on the first axis")
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype.name}, device={self.device.ordinal})"
+
+    # -- host transfers (not capture-safe) and device-side fills (capture-safe) ----------
+    def _require_contiguous(self, what):
+        if not self.is_c_contiguous:
+            raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
+
+    def copy_from_host(self, src, stream=None) -> "DeviceArray":
+        """Copy a host array into this device array (synchronous unless ``stream`` is given).
+
+        ``src`` must have this array's shape and a matching dtype (for bfloat16,
+        uint16 bit patterns). Not capture-safe: raises :class:`CaptureError` while
+        a capture is active, because a copy from pageable host memory cannot be
+        recorded into a graph.
+
+        Raises
+        ------
+        ValueError, TypeError
+            On a shape or dtype mismatch.
+        """
+        self._require_contiguous("copy_from_host")
+        a = np.ascontiguousarray(src)
+        want = storage_dtype(self.dtype)
+        if a.dtype != want:
+            raise TypeError(f"copy_from_host: expected host dtype {want} for a {self.dtype.name} array, got {a.dtype}")
+        if a.shape != self.shape:
+            raise ValueError(f"copy_from_host: expected shape {self.shape}, got {a.shape}")
+        ensure_not_capturing("DeviceArray.copy_from_host()", stream)
+        if a.nbytes == 0:
+            return self
+        self.device.set_current()
+        if stream is None:
+            check("cuMemcpyHtoD", driver.cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes))
+        else:
+            check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(self.ptr, a.ctypes.data, a.nbytes, stream.handle))
+            stream.synchronize()  # the pageable source may be freed right after we return
+        return self
+
+    def to_numpy(self, stream=None) -> np.ndarray:
+        """Copy to a new host array (bfloat16 comes back as uint16 bit patterns).
+
+        Waits for ``stream`` first when given. Not capture-safe.
+        """
+        self._require_contiguous("to_numpy")
+        ensure_not_capturing("DeviceArray.to_numpy() (a device-to-host copy)", stream)
+        out = np.empty(self.shape, dtype=storage_dtype(self.dtype))
+        if out.nbytes == 0:
+            return out
+        self.device.set_current()
+        if stream is not None:
+            stream.synchronize()
+        check("cuMemcpyDtoH", driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        return out
+
+    def copy_from(self, src: "DeviceArray", stream) -> "DeviceArray":
+        """Device-to-device copy from ``src`` (same nbytes), queued on ``stream``. Capture-safe."""
+        self._require_contiguous("copy_from")
+        src = as_device_array(src)
+        if src.nbytes != self.nbytes or not src.is_c_contiguous:
+            raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
+        if self.nbytes:
+            check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
+        return self
+
+    def fill_bytes(self, value: int, stream) -> "DeviceArray":
+        """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node)."""
+        self._require_contiguous("fill_bytes")
+        if self.nbytes:
+            check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
+        return self
+
+    def fill_u32(self, word: int, stream) -> "DeviceArray":
+        """Set every 32-bit word to ``word`` (e.g. ``0x7FC00000`` poisons fp32 with NaN). Capture-safe."""
+        self._require_contiguous("fill_u32")
+        if self.nbytes % 4:
+            raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")
+        if self.nbytes:
+            check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4, stream.handle))
+        return self
+
+    # -- __cuda_array_interface__ ---------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.dtype is bfloat16:
+            raise TypeError("bfloat16 has no __cuda_array_interface__ typestr; use DLPack or view('uint16')")
+        strides = None if self.is_c_contiguous else self.strides
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, self.readonly),
+            "version": 3,
+            "strides": strides,
+        }
+
+    # -- DLPack ----------------------------------------------------------------------------
+    def __dlpack_device__(self):
+        return (_kDLCUDA, self.device.ordinal)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (legacy ``DLManagedTensor``). No copy, no synchronization.
+
+        driverlevel queues work on explicit streams, so the consumer is responsible for
+        ordering; ``stream`` is accepted for protocol compatibility.
+        """
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__ does not copy")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"cannot export to DLPack device {dl_device}")
+        return _export_dlpack(self)
+
+
+# ------------------------------------------------------------------------------------------
+# DLPack structures (dlpack.h, v0.8 legacy ABI)
+_kDLCUDA = 2
+_kDLCUDAHost = 3
+_kDLCUDAManaged = 13
+_kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat, _kDLBool = 0, 1, 2, 4, 6
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_SetName = ctypes.pythonapi.PyCapsule_SetName
+_PyCapsule_SetName.restype = ctypes.c_int
+_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# Exported tensors alive in some consumer: address of the DLManagedTensor -> keep-alive tuple.
+_exported: dict[int, tuple] = {}
+
+
+@_DELETER
+def _dl_deleter(mt_ptr):
+    _exported.pop(ctypes.cast(mt_ptr, ctypes.c_void_p).value, None)
+
+
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@_CAPSULE_DESTRUCTOR
+def _capsule_destructor(capsule_ptr):
+    # Called when the capsule dies. If no consumer renamed it to "used_dltensor",
+    # the tensor was never taken and we delete it ourselves.
+    capsule = ctypes.cast(capsule_ptr, ctypes.py_object).value
+    if _PyCapsule_IsValid(capsule, b"dltensor"):
+        addr = _PyCapsule_GetPointer(capsule, b"dltensor")
+        _exported.pop(addr, None)
+
+
+def _dl_dtype(dt) -> _DLDataType:
+    if dt is bfloat16:
+        return _DLDataType(_kDLBfloat, 16, 1)
+    code = {"i": _kDLInt, "u": _kDLUInt, "f": _kDLFloat, "b": _kDLBool}.get(dt.kind)
+    if code is None:
+        raise BufferError(f"dtype {dt} has no DLPack equivalent")
+    return _DLDataType(code, dt.itemsize * 8, 1)
+
+
+def _export_dlpack(arr: DeviceArray):
+    nd = arr.ndim
+    shape = (ctypes.c_int64 * max(nd, 1))(*arr.shape)
+    strides = (ctypes.c_int64 * max(nd, 1))(*[s // arr.itemsize for s in arr.strides])
+    if any(s % arr.itemsize for s in arr.strides):
+        raise BufferError("DLPack needs strides that are a multiple of the item size")
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = arr.ptr
+    mt.dl_tensor.device = _DLDevice(_kDLCUDA, arr.device.ordinal)
+    mt.dl_tensor.ndim = nd
+    mt.dl_tensor.dtype = _dl_dtype(arr.dtype)
+    mt.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    mt.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    mt.dl_tensor.byte_offset = 0
+    mt.manager_ctx = None
+    mt.deleter = _dl_deleter
+    addr = ctypes.addressof(mt)
+    _exported[addr] = (mt, shape, strides, arr)
+    return _PyCapsule_New(addr, b"dltensor", ctypes.cast(_CAPSULE_DESTRUCTOR, ctypes.c_void_p))
+
+
+class _ImportedDLPack:
+    """Owns a consumed DLPack tensor and calls its deleter when dropped."""
+
+    def __init__(self, capsule, mt_addr):
+        self._capsule = capsule
+        self._mt = ctypes.cast(mt_addr, ctypes.POINTER(_DLManagedTensor))
+
+    def __del__(self):
+        try:
+            deleter = self._mt.contents.deleter
+            if deleter:
+                deleter(self._mt)
+        except Exception:
+            pass
+
+
+def _from_dlpack(obj, device):
+    from ._device import Device
+
+    dev_type, dev_id = obj.__dlpack_device__()
+    if int(dev_type) not in (_kDLCUDA, _kDLCUDAManaged, _kDLCUDAHost):
+        raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}, not CUDA")
+    try:
+        capsule = obj.__dlpack__(stream=None)
+    except TypeError:
+        capsule = obj.__dlpack__()
+    if not _PyCapsule_IsValid(capsule, b"dltensor"):
+        raise TypeError("only legacy 'dltensor' DLPack capsules are supported")
+    addr = _PyCapsule_GetPointer(capsule, b"dltensor")
+    _PyCapsule_SetName(capsule, b"used_dltensor")
+    owner = _ImportedDLPack(capsule, addr)
+    t = owner._mt.contents.dl_tensor
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    if lanes != 1:
+        raise TypeError("vector DLPack dtypes are not supported")
+    if code == _kDLBfloat and bits == 16:
+        dt = bfloat16
+    else:
+        kind = {_kDLInt: "i", _kDLUInt: "u", _kDLFloat: "f", _kDLBool: "b"}.get(code)
+        if kind is None:
+            raise TypeError(f"unsupported DLPack dtype code {code}")
+        dt = np.dtype("?") if kind == "b" else np.dtype(f"{kind}{bits // 8}")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    if t.strides:
+        strides = tuple(t.strides[i] * dt.itemsize for i in range(t.ndim))
+    else:
+        strides = None
+    dev = device if device is not None else Device(int(dev_id))
+    return DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dt, dev, strides, owner=owner)
+
+
+def _from_cai(obj, device):
+    from ._device import Device
+
+    cai = obj.__cuda_array_interface__
+    ptr, readonly = cai["data"]
+    dt = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    # The stream in v3 is the producer's; the consumer would synchronize with it.
+    # driverlevel does not synchronize implicitly; order your streams explicitly.
+    if device is None:
+        device = _device_of_pointer(int(ptr)) if ptr else Device(0)
+    return DeviceArray(int(ptr or 0), shape, dt, device, strides, owner=obj, readonly=bool(readonly))
+
+
+def _device_of_pointer(ptr: int):
+    from ._device import Device
+
+    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    ordinal = check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr))
+    return Device(int(ordinal))
+
+
+def as_device_array(obj, device=None) -> DeviceArray:
+    """View ``obj`` as a :class:`DeviceArray` without copying.
+
+    Parameters
+    ----------
+    obj : DeviceArray, or any object with ``__cuda_array_interface__`` or ``__dlpack__``
+        CuPy, PyTorch, JAX, Numba arrays, our buffers.
+    device : Device, optional
+        The device the memory is on (read from the pointer when omitted).
+
+    Raises
+    ------
+    TypeError
+        If ``obj`` exports neither protocol or lives in host memory.
+    """
+    if isinstance(obj, DeviceArray):
+        return obj
+    as_arr = getattr(type(obj), "as_array", None)
+    if as_arr is not None:  # our own buffers
+        return obj.as_array()
+    try:
+        obj.__cuda_array_interface__
+        has_cai = True
+    except (AttributeError, TypeError, RuntimeError):  # e.g. torch bfloat16 refuses CAI
+        has_cai = False
+    if has_cai:
+        return _from_cai(obj, device)
+    if hasattr(obj, "__dlpack__"):
+        return _from_dlpack(obj, device)
+    if isinstance(obj, np.ndarray):
+        raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
+    raise TypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")

@@ -1,0 +1,437 @@
+"""NVRTC compilation of the kernels in ``cu/`` to cubin, with an on-disk cache.
+
+Kernels are compiled for one exact architecture (``sm_80`` … ``sm_120``) to cubin
+(SASS); PTX is never handed to the driver, so a newer NVRTC works with an older
+13.x driver. The ptxas resource report (registers, shared memory, stack, spills)
+is parsed from the compile log and kept with the cubin.
+
+Cache
+-----
+Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
+or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` disables the disk cache. The
+key hashes the source, every local header it includes (recursively), the options
+and defines, the architecture, the NVRTC version and the package version. Writes
+are atomic (temporary file + rename); an entry whose checksum or length does not
+match is recompiled and rewritten, never loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuda.bindings import nvrtc
+
+from ._errors import NvrtcError, check_nvrtc
+
+__all__ = [
+    "Cubin",
+    "KernelResources",
+    "SUPPORTED_ARCHS",
+    "MAX_SHARED_PER_BLOCK",
+    "compile_file",
+    "compile_source",
+    "kernel_source_dir",
+    "kernel_sources",
+    "nvrtc_version",
+    "normalize_arch",
+    "cache_dir",
+]
+
+SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
+
+#: Opt-in shared memory per block, bytes, by architecture (CUDA C Programming Guide,
+#: "Technical Specifications per Compute Capability").
+MAX_SHARED_PER_BLOCK = {
+    "sm_80": 166_912,
+    "sm_86": 101_376,
+    "sm_87": 166_912,
+    "sm_89": 101_376,
+    "sm_90": 232_448,
+    "sm_100": 232_448,
+    "sm_103": 232_448,
+    "sm_120": 101_376,
+    "sm_121": 101_376,
+}
+
+_MAGIC = b"DLCUBIN1"
+_PACKAGE_VERSION = "0.1.0"
+_mem_cache: dict[str, "Cubin"] = {}
+_mem_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """ptxas's resource report for one kernel.
+
+    Attributes
+    ----------
+    registers : int
+        Registers per thread.
+    shared_bytes : int
+        Static shared memory per block, bytes (dynamic shared memory is the launcher's).
+    stack_bytes : int
+        Stack frame per thread, bytes.
+    spill_store_bytes, spill_load_bytes : int
+        Register spill traffic, bytes per thread (0 for a healthy kernel).
+    """
+
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+    @property
+    def spills(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+
+@dataclass
+class Cubin:
+    """A compiled cubin and what is known about it.
+
+    Attributes
+    ----------
+    data : bytes
+        The cubin (ELF with SASS for :attr:`arch`).
+    arch : str
+    source_name : str
+    options : tuple of str
+    resources : dict of str to KernelResources
+        Per kernel (entry) name.
+    log : str
+        NVRTC's log of the compile that produced it.
+    cache_hit : bool
+        True if read from the disk (or in-process) cache instead of compiled.
+    key : str
+        The cache key (hex sha256).
+    """
+
+    data: bytes
+    arch: str
+    source_name: str
+    options: tuple
+    resources: dict = field(default_factory=dict)
+    log: str = ""
+    cache_hit: bool = False
+    key: str = ""
+
+
+def kernel_source_dir() -> Path:
+    """Directory holding the kernel sources (``cu/``), in a wheel or a checkout.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the sources cannot be found (a broken install).
+    """
+    try:
+        from importlib.resources import files
+
+        d = files("driverlevel.cu")
+        p = Path(str(d))
+        if (p / "common.cuh").is_file():
+            return p
+    except (ModuleNotFoundError, TypeError):
+        pass
+    p = Path(__file__).resolve().parent.parent / "cu"
+    if (p / "common.cuh").is_file():
+        return p
+    raise FileNotFoundError("driverlevel's kernel sources (cu/*.cu) were not found next to the package")
+
+
+def kernel_sources() -> list[str]:
+    """File names of every kernel source (``*.cu``) shipped with the package."""
+    return sorted(p.name for p in kernel_source_dir().glob("*.cu"))
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """``(major, minor)`` of the NVRTC library in use."""
+    major, minor = check_nvrtc("nvrtcVersion", nvrtc.nvrtcVersion())
+    return int(major), int(minor)
+
+
+def normalize_arch(arch) -> str:
+    """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90``, ``(9, 0)`` or a Device.
+
+    Raises
+    ------
+    ValueError
+        For a malformed architecture or one older than sm_80.
+    """
+    if hasattr(arch, "arch") and not isinstance(arch, str):
+        arch = arch.arch
+    if isinstance(arch, tuple):
+        arch = f"sm_{arch[0]}{arch[1]}"
+    s = str(arch).strip().lower()
+    if s.isdigit():
+        s = "sm_" + s
+    m = re.fullmatch(r"sm_(\d+)a?", s)
+    if not m or int(m.group(1)) < 80:
+        raise ValueError(f"unsupported architecture {arch!r}: expected sm_80 or newer, e.g. one of {', '.join(SUPPORTED_ARCHS)}")
+    return s
+
+
+def cache_dir() -> Path | None:
+    """The disk cache directory, or None when ``DRIVERLEVEL_CACHE=0`` disables it."""
+    if os.environ.get("DRIVERLEVEL_CACHE", "1").lower() in ("0", "off", "false", "no"):
+        return None
+    d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
+    if d:
+        return Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "driverlevel"
+
+
+def include_dirs() -> list[str]:
+    """Include directories: ``cu/`` and the CUDA runtime headers (found with cuda.pathfinder)."""
+    dirs = [str(kernel_source_dir())]
+    cuda_inc = None
+    try:
+        import cuda.pathfinder as pf
+
+        cuda_inc = pf.find_nvidia_header_directory("cudart")
+    except Exception:
+        cuda_inc = None
+    if not cuda_inc:
+        for env in ("CUDA_HOME", "CUDA_PATH"):
+            if os.environ.get(env) and os.path.isfile(os.path.join(os.environ[env], "include", "cuda_bf16.h")):
+                cuda_inc = os.path.join(os.environ[env], "include")
+                break
+    if cuda_inc:
+        dirs.append(str(cuda_inc))
+    return dirs
+
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def _local_headers(source: str, search: list[Path], seen=None) -> dict[str, str]:
+    """Contents of every ``#include "x"`` found (recursively) in ``search``."""
+    seen = {} if seen is None else seen
+    for name in _INCLUDE_RE.findall(source):
+        if name in seen:
+            continue
+        for d in search:
+            p = d / name
+            if p.is_file():
+                text = p.read_text()
+                seen[name] = text
+                _local_headers(text, search, seen)
+                break
+    return seen
+
+
+_ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PROPS_RE = re.compile(r"Function properties for (\S+)")
+_STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_resource_report(log: str) -> dict[str, KernelResources]:
+    """Parse ptxas ``-v`` output into ``{kernel_name: KernelResources}``."""
+    res: dict[str, dict] = {}
+    entry = None
+    props_for = None
+    for line in log.splitlines():
+        m = _ENTRY_RE.search(line)
+        if m:
+            entry = m.group(1)
+            res.setdefault(entry, {})
+            continue
+        m = _PROPS_RE.search(line)
+        if m:
+            props_for = m.group(1)
+            continue
+        m = _STACK_RE.search(line)
+        if m and props_for in res:
+            r = res[props_for]
+            r["stack_bytes"], r["spill_store_bytes"], r["spill_load_bytes"] = (int(g) for g in m.groups())
+            continue
+        m = _USED_RE.search(line)
+        if m and entry is not None:
+            r = res[entry]
+            r["registers"] = int(m.group(1))
+            r["shared_bytes"] = int(m.group(2) or 0)
+    return {k: KernelResources(**v) for k, v in res.items()}
+
+
+def _options(arch: str, defines: dict, extra) -> list[str]:
+    opts = [
+        f"--gpu-architecture={arch}",
+        "--std=c++17",
+        "-Xptxas=-v",
+        "--device-as-default-execution-space",
+        f"-DDL_SMEM_LIMIT={MAX_SHARED_PER_BLOCK.get(arch, 101_376)}",
+    ]
+    for k in sorted(defines or {}):
+        v = defines[k]
+        if isinstance(v, bool):
+            v = int(v)
+        opts.append(f"-D{k}={v}")
+    opts.extend(extra or ())
+    return opts
+
+
+def _cache_key(source, name, headers, options, arch, include) -> str:
+    h = hashlib.sha256()
+    for part in (_PACKAGE_VERSION, repr(nvrtc_version()), arch, name, source, "\0".join(options), "\0".join(include)):
+        h.update(part.encode())
+        h.update(b"\0\1")
+    for hname in sorted(headers):
+        h.update(hname.encode())
+        h.update(headers[hname].encode())
+    return h.hexdigest()
+
+
+def _read_entry(path: Path, key: str):
+    """Load a cache entry, or None if it is missing, truncated or corrupt."""
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        if blob[:8] != _MAGIC:
+            return None
+        (hlen,) = struct.unpack_from("<Q", blob, 8)
+        header = json.loads(blob[16:16 + hlen].decode())
+        data = blob[16 + hlen:]
+        if header.get("key") != key or len(data) != header["cubin_bytes"]:
+            return None
+        if hashlib.sha256(data).hexdigest() != header["cubin_sha256"]:
+            return None
+        resources = {k: KernelResources(**v) for k, v in header["resources"].items()}
+        return Cubin(data, header["arch"], header["source_name"], tuple(header["options"]),
+                     resources, header.get("log", ""), True, key)
+    except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
+        return None
+
+
+def _write_entry(path: Path, cub: Cubin) -> None:
+    header = {
+        "key": cub.key, "arch": cub.arch, "source_name": cub.source_name, "options": list(cub.options),
+        "resources": {k: v.__dict__ for k, v in cub.resources.items()}, "log": cub.log,
+        "cubin_bytes": len(cub.data), "cubin_sha256": hashlib.sha256(cub.data).hexdigest(),
+    }
+    hb = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + struct.pack("<Q", len(hb)) + hb + cub.data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def compile_source(source: str, name: str, arch, defines: dict | None = None, extra_options=(),
+                   use_cache: bool = True) -> Cubin:
+    """Compile CUDA C++ ``source`` to a cubin for ``arch``.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C++ text; kernels should be ``extern "C"`` so their names are plain.
+    name : str
+        File name used in diagnostics and the cache key, e.g. ``"verify_attention.cu"``.
+    arch : str, tuple, int or Device
+        Target architecture, e.g. ``"sm_120"``.
+    defines : dict, optional
+        Compile-time constants, passed as ``-DNAME=VALUE``.
+    extra_options : sequence of str
+        More NVRTC options.
+    use_cache : bool
+        Use the in-process and disk caches (default True).
+
+    Returns
+    -------
+    Cubin
+
+    Raises
+    ------
+    NvrtcError
+        On a compile error; the message holds the full NVRTC log.
+    ValueError
+        For an unsupported architecture.
+    """
+    arch = normalize_arch(arch)
+    include = include_dirs()
+    options = _options(arch, defines or {}, extra_options)
+    options_all = options + [f"-I{d}" for d in include]
+    headers = _local_headers(source, [Path(d) for d in include[:1]])
+    key = _cache_key(source, name, headers, options, arch, [])
+    if use_cache:
+        with _mem_lock:
+            hit = _mem_cache.get(key)
+        if hit is not None:
+            return hit
+        cdir = cache_dir()
+        if cdir is not None:
+            entry = _read_entry(cdir / f"{key}.cubin", key)
+            if entry is not None:
+                with _mem_lock:
+                    _mem_cache[key] = entry
+                return entry
+    cub = _nvrtc_compile(source, name, arch, options_all)
+    cub.options = tuple(options)
+    cub.key = key
+    if use_cache:
+        with _mem_lock:
+            _mem_cache[key] = cub
+        cdir = cache_dir()
+        if cdir is not None:
+            try:
+                _write_entry(cdir / f"{key}.cubin", cub)
+            except OSError as exc:  # an unwritable cache must not break compilation
+                import warnings
+
+                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning)
+    return cub
+
+
+def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cubin:
+    prog = check_nvrtc("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
+                       arch=arch, source_name=name)
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        from ._errors import program_log
+
+        log = program_log(prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise NvrtcError("nvrtcCompileProgram", nvrtc.nvrtcResult(err).name, log, options, arch, name)
+        size = check_nvrtc("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog), prog, options, arch, name)
+        if not size:
+            raise NvrtcError("nvrtcGetCUBINSize", "EMPTY_CUBIN",
+                             "NVRTC produced no cubin (a virtual compute_XX target?)", options, arch, name)
+        buf = b" " * size
+        check_nvrtc("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, buf), prog, options, arch, name)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return Cubin(bytes(buf), arch, name, tuple(options), parse_resource_report(log), log, False, "")
+
+
+def compile_file(filename: str, arch, defines: dict | None = None, extra_options=(), use_cache: bool = True) -> Cubin:
+    """Compile the kernel source ``cu/<filename>`` for ``arch``; see :func:`compile_source`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``filename`` is not one of :func:`kernel_sources`.
+    """
+    path = kernel_source_dir() / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel source {filename!r} in {kernel_source_dir()} (have: {', '.join(kernel_sources())})")
+    return compile_source(path.read_text(), filename, arch, defines, extra_options, use_cache)

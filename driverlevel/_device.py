@@ -1,0 +1,268 @@
+"""CUDA devices and their primary contexts, through the driver API.
+
+A :class:`Device` is a process-wide singleton per ordinal (``Device(0) is
+Device(0)``). It retains the device's primary context once and makes it current
+in whichever thread calls into it (:meth:`Device.set_current`), so objects may be
+used from any thread and no code assumes device 0.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+
+from cuda.bindings import driver
+
+from ._errors import DriverUnavailableError, check
+
+__all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init_driver"]
+
+_init_lock = threading.Lock()
+_initialized = False
+_tls = threading.local()
+
+
+def init_driver() -> None:
+    """Load the CUDA driver library and call ``cuInit`` once per process.
+
+    Raises
+    ------
+    DriverUnavailableError
+        If the driver library is missing or reports no device.
+    """
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        try:
+            (err,) = driver.cuInit(0)
+        except Exception as exc:  # the driver library (libcuda) could not be loaded
+            raise DriverUnavailableError(
+                "cuInit", int(driver.CUresult.CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
+                f"the NVIDIA driver library could not be loaded ({exc})",
+            ) from exc
+        check("cuInit", (err,))
+        _initialized = True
+
+
+def driver_version() -> tuple[int, int]:
+    """The CUDA version the installed driver supports, as ``(major, minor)``."""
+    init_driver()
+    v = check("cuDriverGetVersion", driver.cuDriverGetVersion())
+    return v // 1000, (v % 1000) // 10
+
+
+def device_count() -> int:
+    """Number of CUDA devices visible to this process (0 if there is no driver)."""
+    try:
+        init_driver()
+    except DriverUnavailableError:
+        return 0
+    return int(check("cuDeviceGetCount", driver.cuDeviceGetCount()))
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """Static properties of a device.
+
+    Attributes
+    ----------
+    name : str
+    compute_capability : tuple of int
+        ``(major, minor)``, e.g. ``(9, 0)`` for an H200.
+    sm_count : int
+        Number of multiprocessors.
+    max_shared_memory_per_block_optin : int
+        Bytes of shared memory a block may use after opting in (dynamic limit).
+    max_shared_memory_per_block : int
+        Bytes of shared memory a block may use without opting in (48 KB).
+    l2_cache_bytes : int
+    total_memory_bytes : int
+    """
+
+    name: str
+    compute_capability: tuple
+    sm_count: int
+    max_shared_memory_per_block_optin: int
+    max_shared_memory_per_block: int
+    l2_cache_bytes: int
+    total_memory_bytes: int
+
+    @property
+    def arch(self) -> str:
+        """The NVRTC architecture name, e.g. ``"sm_90"``."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+
+def _attr(dev, attr) -> int:
+    return int(check("cuDeviceGetAttribute", driver.cuDeviceGetAttribute(attr, dev), attr.name))
+
+
+def _release_primary(dev_handle):
+    try:
+        driver.cuDevicePrimaryCtxRelease(dev_handle)
+    except Exception:  # interpreter shutdown: the bindings may be gone already
+        pass
+
+
+class Device:
+    """A CUDA device (by ordinal) and its retained primary context.
+
+    ``Device(ordinal)`` returns the one object of that ordinal for the process.
+
+    Parameters
+    ----------
+    ordinal : int
+        Device ordinal in ``[0, device_count())``, as CUDA enumerates them
+        (after ``CUDA_VISIBLE_DEVICES``).
+
+    Raises
+    ------
+    DriverUnavailableError
+        No driver or no device.
+    ValueError
+        ``ordinal`` out of range.
+    """
+
+    _instances: dict = {}
+    _lock = threading.Lock()
+
+    def __new__(cls, ordinal: int = 0):
+        if isinstance(ordinal, Device):
+            return ordinal
+        if not isinstance(ordinal, int) or isinstance(ordinal, bool):
+            raise TypeError(f"Device ordinal must be an int, got {type(ordinal).__name__}")
+        with cls._lock:
+            inst = cls._instances.get(ordinal)
+            if inst is not None:
+                return inst
+            init_driver()
+            n = int(check("cuDeviceGetCount", driver.cuDeviceGetCount()))
+            if n == 0:
+                raise DriverUnavailableError("cuDeviceGetCount", int(driver.CUresult.CUDA_ERROR_NO_DEVICE),
+                                             "CUDA_ERROR_NO_DEVICE", "no CUDA device is visible")
+            if not 0 <= ordinal < n:
+                raise ValueError(f"device ordinal {ordinal} out of range: {n} device(s) visible")
+            inst = super().__new__(cls)
+            inst._init(ordinal)
+            cls._instances[ordinal] = inst
+            return inst
+
+    def _init(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self._dev = check("cuDeviceGet", driver.cuDeviceGet(ordinal))
+        self._ctx = check("cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(self._dev))
+        self._ctx_int = int(self._ctx)
+        self._finalizer = weakref.finalize(self, _release_primary, self._dev)
+        self._props = None
+
+    # -- context -----------------------------------------------------------
+    def set_current(self) -> None:
+        """Make this device's primary context current in the calling thread.
+
+        Cheap when it already is (a thread-local check, no driver call).
+        """
+        if getattr(_tls, "ctx", None) != self._ctx_int:
+            check("cuCtxSetCurrent", driver.cuCtxSetCurrent(self._ctx))
+            _tls.ctx = self._ctx_int
+
+    @property
+    def context(self):
+        """The retained primary ``CUcontext``."""
+        return self._ctx
+
+    def synchronize(self) -> None:
+        """Wait for all work on this device (not capture-safe)."""
+        from ._capture_guard import ensure_not_capturing
+
+        ensure_not_capturing("Device.synchronize()")
+        self.set_current()
+        check("cuCtxSynchronize", driver.cuCtxSynchronize())
+
+    # -- properties --------------------------------------------------------
+    @property
+    def properties(self) -> DeviceProperties:
+        """:class:`DeviceProperties` of this device (read once)."""
+        if self._props is None:
+            A = driver.CUdevice_attribute
+            name = check("cuDeviceGetName", driver.cuDeviceGetName(256, self._dev))
+            name = name.split(b"\x00", 1)[0].decode()
+            total = int(check("cuDeviceTotalMem", driver.cuDeviceTotalMem(self._dev)))
+            self._props = DeviceProperties(
+                name=name,
+                compute_capability=(
+                    _attr(self._dev, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                    _attr(self._dev, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+                ),
+                sm_count=_attr(self._dev, A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                max_shared_memory_per_block_optin=_attr(
+                    self._dev, A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                max_shared_memory_per_block=_attr(self._dev, A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+                l2_cache_bytes=_attr(self._dev, A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+                total_memory_bytes=total,
+            )
+        return self._props
+
+    @property
+    def name(self) -> str:
+        return self.properties.name
+
+    @property
+    def compute_capability(self) -> tuple:
+        return self.properties.compute_capability
+
+    @property
+    def arch(self) -> str:
+        """NVRTC architecture of this device, e.g. ``"sm_90"``."""
+        return self.properties.arch
+
+    @property
+    def sm_count(self) -> int:
+        return self.properties.sm_count
+
+    def mem_info(self) -> tuple[int, int]:
+        """``(free_bytes, total_bytes)`` of device memory right now."""
+        self.set_current()
+        free, total = check("cuMemGetInfo", driver.cuMemGetInfo())
+        return int(free), int(total)
+
+    # -- factories -----------------------------------------------------------
+    def create_stream(self, *, non_blocking: bool = True, priority: int = 0):
+        """Create a :class:`~driverlevel.Stream` on this device."""
+        from ._stream import Stream
+
+        return Stream._create(self, non_blocking=non_blocking, priority=priority)
+
+    def create_event(self, *, timing: bool = True):
+        """Create a :class:`~driverlevel.Event` on this device."""
+        from ._stream import Event
+
+        return Event._create(self, timing=timing)
+
+    def __repr__(self) -> str:
+        return f"Device({self.ordinal})"
+
+    def __reduce__(self):
+        return (Device, (self.ordinal,))
+
+
+def current_device_or_none():
+    """The :class:`Device` whose context is current in this thread, or None."""
+    ctx = getattr(_tls, "ctx", None)
+    for d in list(Device._instances.values()):
+        if d._ctx_int == ctx:
+            return d
+    return None
+
+
+def _check_device_arg(device) -> "Device":
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return Device(device)
+    raise TypeError(f"device must be a driverlevel.Device or an int ordinal, got {type(device).__name__}")
+

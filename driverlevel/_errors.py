@@ -1,0 +1,193 @@
+"""Errors raised by driverlevel, and the one place that checks driver results.
+
+Every call into ``cuda.bindings.driver`` or ``cuda.bindings.nvrtc`` goes through
+:func:`check` (driver) or :func:`check_nvrtc` (NVRTC), which raise an exception
+naming the failing call and the CUDA error instead of returning a status code.
+"""
+
+from __future__ import annotations
+
+from cuda.bindings import driver, nvrtc
+
+__all__ = [
+    "CudaError",
+    "DriverUnavailableError",
+    "NvrtcError",
+    "CaptureError",
+    "GraphUpdateError",
+    "PoolExhaustedError",
+    "check",
+    "check_nvrtc",
+]
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed.
+
+    Attributes
+    ----------
+    call : str
+        The driver function that failed, e.g. ``"cuMemAlloc"``.
+    code : int
+        The numeric ``CUresult``.
+    name : str
+        The error's name, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``.
+    """
+
+    def __init__(self, call: str, code: int, name: str, description: str = "", detail: str = ""):
+        self.call = call
+        self.code = int(code)
+        self.name = name
+        self.description = description
+        msg = f"{call} failed: {name} ({self.code})"
+        if description:
+            msg += f": {description}"
+        if detail:
+            msg += f" [{detail}]"
+        super().__init__(msg)
+
+
+class DriverUnavailableError(CudaError):
+    """No CUDA driver library, or no CUDA device, on this machine."""
+
+
+class NvrtcError(RuntimeError):
+    """NVRTC failed to compile a kernel source; carries the full compile log.
+
+    Attributes
+    ----------
+    call : str
+        The NVRTC function that failed.
+    name : str
+        The ``nvrtcResult`` name.
+    log : str
+        NVRTC's program log (compiler diagnostics), possibly empty.
+    options : list of str
+        The options given to NVRTC.
+    arch : str or None
+        The target architecture, e.g. ``"sm_120"``.
+    source_name : str or None
+        The file name of the source being compiled.
+    """
+
+    def __init__(self, call, name, log="", options=(), arch=None, source_name=None):
+        self.call = call
+        self.name = name
+        self.log = log
+        self.options = list(options)
+        self.arch = arch
+        self.source_name = source_name
+        head = f"{call} failed: {name}"
+        if source_name:
+            head += f" while compiling {source_name}"
+        if arch:
+            head += f" for {arch}"
+        body = f"\noptions: {' '.join(self.options)}" if self.options else ""
+        if log:
+            body += f"\n--- NVRTC log ---\n{log.rstrip()}"
+        super().__init__(head + body)
+
+
+class CaptureError(RuntimeError):
+    """An operation would break (or has broken) a CUDA stream capture."""
+
+
+class GraphUpdateError(CudaError):
+    """``cuGraphExecUpdate`` refused the new graph (e.g. its topology changed)."""
+
+
+class PoolExhaustedError(MemoryError):
+    """A :class:`~driverlevel.WorkspacePool` has no room for a requested carve-out."""
+
+
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
+_NVRTC_SUCCESS = nvrtc.nvrtcResult.NVRTC_SUCCESS
+
+
+def _error_strings(code) -> tuple[str, str]:
+    try:
+        name = driver.CUresult(code).name
+    except ValueError:
+        name = f"CUresult({int(code)})"
+    desc = ""
+    try:
+        err, text = driver.cuGetErrorString(code)
+        if err == _SUCCESS and text:
+            desc = text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # the driver library itself may be missing
+        desc = ""
+    return name, desc
+
+
+def raise_cuda(call: str, code, detail: str = "", cls=CudaError):
+    """Raise ``cls`` for a failed driver call ``call`` with result ``code``."""
+    name, desc = _error_strings(code)
+    if cls is CudaError and int(code) in (
+        int(driver.CUresult.CUDA_ERROR_NO_DEVICE),
+        int(driver.CUresult.CUDA_ERROR_INSUFFICIENT_DRIVER),
+    ):
+        cls = DriverUnavailableError
+    raise cls(call, int(code), name, desc, detail)
+
+
+def check(call: str, ret, detail: str = ""):
+    """Check the tuple a ``cuda.bindings.driver`` function returned.
+
+    Parameters
+    ----------
+    call : str
+        Name of the driver function, used in the error message.
+    ret : tuple
+        ``(CUresult, *values)`` as returned by cuda.bindings.
+    detail : str, optional
+        Extra context for the message (sizes, names).
+
+    Returns
+    -------
+    None, the single value, or a tuple of the values after the status.
+
+    Raises
+    ------
+    CudaError
+        If the status is not ``CUDA_SUCCESS``.
+    """
+    if isinstance(ret, tuple):
+        status = ret[0]
+        values = ret[1:]
+    else:
+        status, values = ret, ()
+    if status != _SUCCESS:
+        raise_cuda(call, status, detail)
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return values
+
+
+def check_nvrtc(call: str, ret, prog=None, options=(), arch=None, source_name=None):
+    """Check the tuple an NVRTC function returned; attach the program log on failure."""
+    if isinstance(ret, tuple):
+        status, values = ret[0], ret[1:]
+    else:
+        status, values = ret, ()
+    if status != _NVRTC_SUCCESS:
+        log = program_log(prog) if prog is not None else ""
+        raise NvrtcError(call, nvrtc.nvrtcResult(status).name, log, options, arch, source_name)
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return values
+
+
+def program_log(prog) -> str:
+    """Return NVRTC's log for ``prog`` as text (empty if unavailable)."""
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    if err != _NVRTC_SUCCESS or size <= 1:
+        return ""
+    buf = b" " * size
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+    if err != _NVRTC_SUCCESS:
+        return ""
+    return buf.rstrip(b"\x00").decode(errors="replace")

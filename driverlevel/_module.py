@@ -1,0 +1,254 @@
+"""Loading cubins and launching kernels, with arguments packed once.
+
+Arguments are typed explicitly: device arrays and buffers become 64-bit
+pointers, numpy scalars (``np.int32``, ``np.int64``, ``np.uint32``,
+``np.uint64``, ``np.float32``) and ctypes scalars keep their type, and a
+``ctypes.Structure`` is passed by value (the ``__grid_constant__`` params struct
+of our kernels). Plain Python ``int``/``float``/``bool`` are refused: their C
+type would be a guess.
+
+:meth:`Kernel.prepare` packs the arguments once into a :class:`PreparedLaunch`
+whose :meth:`~PreparedLaunch.launch` is a single ``cuLaunchKernel`` call (the hot
+path); :meth:`PreparedLaunch.set_arg` updates one argument in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+
+import numpy as np
+from cuda.bindings import driver
+
+from ._array import DeviceArray, as_device_array
+from ._errors import check
+
+__all__ = ["Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines"]
+
+_module_cache: dict = {}
+_module_lock = threading.Lock()
+
+_NP_TO_CTYPES = {
+    np.dtype(np.int8): ctypes.c_int8,
+    np.dtype(np.uint8): ctypes.c_uint8,
+    np.dtype(np.int16): ctypes.c_int16,
+    np.dtype(np.uint16): ctypes.c_uint16,
+    np.dtype(np.int32): ctypes.c_int32,
+    np.dtype(np.uint32): ctypes.c_uint32,
+    np.dtype(np.int64): ctypes.c_int64,
+    np.dtype(np.uint64): ctypes.c_uint64,
+    np.dtype(np.float32): ctypes.c_float,
+    np.dtype(np.float64): ctypes.c_double,
+}
+
+
+def _unload(handle, ctx):
+    try:
+        driver.cuCtxPushCurrent(ctx)
+        driver.cuModuleUnload(handle)
+        driver.cuCtxPopCurrent()
+    except Exception:
+        pass
+
+
+class Module:
+    """A loaded cubin (``CUmodule``) on one device. Create with :func:`load_module`."""
+
+    def __init__(self, *a, **k):
+        raise RuntimeError("Module has no public constructor: use driverlevel.load_module(device, cubin)")
+
+    @classmethod
+    def _load(cls, device, cubin):
+        self = object.__new__(cls)
+        device.set_current()
+        data = cubin.data
+        if not data.startswith(b"\x7fELF"):
+            raise ValueError("refusing to load a non-cubin image (driverlevel never hands PTX to the driver)")
+        self._handle = check("cuModuleLoadData", driver.cuModuleLoadData(data), f"{cubin.source_name} for {cubin.arch}")
+        self.device = device
+        self.cubin = cubin
+        self._kernels: dict[str, Kernel] = {}
+        self._finalizer = weakref.finalize(self, _unload, self._handle, device.context)
+        return self
+
+    def kernel(self, name: str) -> "Kernel":
+        """The kernel ``name`` (an ``extern "C"`` entry point).
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_NOT_FOUND`` if the cubin has no such kernel.
+        """
+        k = self._kernels.get(name)
+        if k is None:
+            self.device.set_current()
+            func = check("cuModuleGetFunction", driver.cuModuleGetFunction(self._handle, name.encode()),
+                         f"kernel {name!r} in {self.cubin.source_name}")
+            k = Kernel._create(self, name, func)
+            self._kernels[name] = k
+        return k
+
+
+def load_module(device, cubin) -> Module:
+    """Load ``cubin`` (a :class:`~driverlevel.Cubin`) on ``device``; cached per (device, cubin key)."""
+    from ._device import _check_device_arg
+
+    device = _check_device_arg(device)
+    if cubin.arch != device.arch:
+        raise ValueError(f"cubin was compiled for {cubin.arch} but {device!r} is {device.arch}")
+    key = (device.ordinal, cubin.key or id(cubin))
+    with _module_lock:
+        mod = _module_cache.get(key)
+        if mod is None:
+            mod = Module._load(device, cubin)
+            if cubin.key:
+                _module_cache[key] = mod
+    return mod
+
+
+def _pack_one(value):
+    """Return ``(ctypes object, pointer-or-None)`` for one kernel argument."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("bool kernel arguments are ambiguous: pass np.int32(0/1) or np.uint8")
+    if isinstance(value, (int, float)):
+        raise TypeError(f"plain Python {type(value).__name__} {value!r} has no C type: "
+                        f"wrap it as np.int32 / np.int64 / np.float32, or pass a DeviceArray for a pointer")
+    if isinstance(value, ctypes.Structure):
+        return value, None
+    if isinstance(value, ctypes._SimpleCData):
+        return value, None
+    if isinstance(value, np.generic):
+        ct = _NP_TO_CTYPES.get(value.dtype)
+        if ct is None:
+            raise TypeError(f"unsupported scalar kernel argument dtype {value.dtype}")
+        return ct(value.item()), None
+    if value is None:
+        return ctypes.c_uint64(0), 0
+    if isinstance(value, DeviceArray):
+        return ctypes.c_uint64(value.ptr), value.ptr
+    ptr = getattr(value, "ptr", None)
+    if isinstance(ptr, int) and hasattr(value, "nbytes"):
+        return ctypes.c_uint64(ptr), ptr
+    arr = as_device_array(value)
+    return ctypes.c_uint64(arr.ptr), arr.ptr
+
+
+class PreparedLaunch:
+    """A kernel launch whose configuration and arguments are packed once.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    grid, block : tuple of 3 int
+    shared_mem : int
+        Dynamic shared memory per block, bytes.
+    """
+
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "_values", "_argv", "_argv_addr", "_keep", "_func", "_ctx_dev", "__weakref__")
+
+    def __init__(self, kernel, grid, block, shared_mem, args):
+        self.kernel = kernel
+        self.grid = _dim3(grid, "grid")
+        self.block = _dim3(block, "block")
+        self.shared_mem = int(shared_mem)
+        kernel._ensure_shared(self.shared_mem)
+        packed = [_pack_one(a) for a in args]
+        self._values = [p[0] for p in packed]
+        self._keep = list(args)  # keep arrays (and their owners) alive with the launch
+        self._argv = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(v) for v in self._values])
+        self._argv_addr = ctypes.addressof(self._argv)
+        self._func = kernel._func
+        self._ctx_dev = kernel.module.device
+
+    def set_arg(self, index: int, value) -> None:
+        """Replace argument ``index`` in place (same C type as before)."""
+        new, _ = _pack_one(value)
+        old = self._values[index]
+        if type(new) is not type(old):
+            raise TypeError(f"argument {index} was {type(old).__name__}, cannot become {type(new).__name__}")
+        ctypes.memmove(ctypes.addressof(old), ctypes.addressof(new), ctypes.sizeof(old))
+        self._keep[index] = value
+
+    def launch(self, stream) -> None:
+        """Queue the kernel on ``stream`` (capture-safe)."""
+        self._ctx_dev.set_current()
+        g, b = self.grid, self.block
+        (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                       stream.handle, self._argv_addr, 0)
+        if err:
+            check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
+        cap = stream._capture
+        if cap is not None:
+            cap._keep(self)
+
+
+def _dim3(d, what):
+    if isinstance(d, (int, np.integer)):
+        d = (int(d),)
+    d = tuple(int(x) for x in d) + (1,) * (3 - len(d))
+    if len(d) != 3 or any(x < 1 for x in d):
+        raise ValueError(f"{what} must be 1 to 3 positive ints, got {d}")
+    return d
+
+
+class Kernel:
+    """A kernel in a loaded :class:`Module`; holds its module alive."""
+
+    def __init__(self, *a, **k):
+        raise RuntimeError("Kernel has no public constructor: use Module.kernel(name)")
+
+    @classmethod
+    def _create(cls, module, name, func):
+        self = object.__new__(cls)
+        self.module = module
+        self.name = name
+        self._func = func
+        self._max_dynamic_shared = 48 * 1024
+        return self
+
+    @property
+    def resources(self):
+        """ptxas's :class:`~driverlevel.KernelResources` for this kernel (or None)."""
+        return self.module.cubin.resources.get(self.name)
+
+    def attribute(self, attr) -> int:
+        """A ``CUfunction_attribute`` value, e.g. ``NUM_REGS``."""
+        return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
+
+    def _ensure_shared(self, nbytes: int) -> None:
+        if nbytes > self._max_dynamic_shared:
+            dev = self.module.device
+            limit = dev.properties.max_shared_memory_per_block_optin
+            static = self.attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            if nbytes + static > limit:
+                raise ValueError(f"{self.name}: {nbytes} B dynamic + {static} B static shared memory exceeds "
+                                 f"the device's {limit} B per block")
+            dev.set_current()
+            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
+                self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
+            self._max_dynamic_shared = nbytes
+
+    def prepare(self, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
+        """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`."""
+        return PreparedLaunch(self, grid, block, shared_mem, args)
+
+    def launch(self, stream, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
+        """Pack and queue one launch on ``stream``; returns the prepared launch for reuse."""
+        p = PreparedLaunch(self, grid, block, shared_mem, args)
+        p.launch(stream)
+        return p
+
+    def __repr__(self):
+        return f"<Kernel {self.name} from {self.module.cubin.source_name} ({self.module.cubin.arch})>"
+
+
+def struct_layout_defines(struct_cls, sizeof_name: str = "DL_SIZEOF_PARAMS") -> dict:
+    """Defines ``DL_OFF_<field>`` and ``sizeof_name`` describing a ctypes params struct.
+
+    Passed to NVRTC so that ``DL_CHECK_OFFSET`` static_asserts in the kernel source
+    fail the compile when the C struct and its ctypes mirror drift apart.
+    """
+    d = {f"DL_OFF_{name}": getattr(struct_cls, name).offset for name, *_ in struct_cls._fields_}
+    d[sizeof_name] = ctypes.sizeof(struct_cls)
+    return d

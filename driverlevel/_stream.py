@@ -1,0 +1,151 @@
+"""CUDA streams and events (driver API)."""
+
+from __future__ import annotations
+
+import weakref
+
+from cuda.bindings import driver
+
+from ._capture_guard import ensure_not_capturing, stream_is_capturing
+from ._errors import check
+
+__all__ = ["Stream", "Event"]
+
+
+def _destroy_stream(handle):
+    try:
+        driver.cuStreamDestroy(handle)
+    except Exception:
+        pass
+
+
+def _destroy_event(handle):
+    try:
+        driver.cuEventDestroy(handle)
+    except Exception:
+        pass
+
+
+class Stream:
+    """A CUDA stream owned by driverlevel, or a borrowed foreign one.
+
+    Create with :meth:`Device.create_stream` or borrow an existing handle with
+    :meth:`Stream.from_handle` (a borrowed stream is never destroyed by us).
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Stream has no public constructor: use Device.create_stream() or Stream.from_handle()")
+
+    @classmethod
+    def _create(cls, device, non_blocking=True, priority=0):
+        self = object.__new__(cls)
+        device.set_current()
+        flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else driver.CUstream_flags.CU_STREAM_DEFAULT
+        self._handle = check("cuStreamCreateWithPriority", driver.cuStreamCreateWithPriority(flags, priority))
+        self.device = device
+        self._capture = None  # the CaptureSession recording this stream, if any
+        self._finalizer = weakref.finalize(self, _destroy_stream, self._handle)
+        return self
+
+    @classmethod
+    def from_handle(cls, handle, device):
+        """Borrow a foreign stream (an int address or a ``CUstream``); it is not destroyed by us.
+
+        Parameters
+        ----------
+        handle : int or CUstream
+            e.g. ``torch.cuda.current_stream().cuda_stream`` or CuPy's ``stream.ptr``.
+        device : Device
+            The device the stream belongs to.
+        """
+        self = object.__new__(cls)
+        self._handle = handle if isinstance(handle, driver.CUstream) else driver.CUstream(int(handle))
+        self.device = device
+        self._capture = None
+        self._finalizer = None
+        return self
+
+    @property
+    def handle(self):
+        """The ``CUstream``."""
+        return self._handle
+
+    def __int__(self) -> int:
+        return int(self._handle)
+
+    def is_capturing(self) -> bool:
+        """True while this stream is being captured into a graph."""
+        return stream_is_capturing(self)
+
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this stream is done.
+
+        Raises
+        ------
+        CaptureError
+            If a capture is active (synchronizing would invalidate it).
+        """
+        ensure_not_capturing("Stream.synchronize()", self)
+        self.device.set_current()
+        check("cuStreamSynchronize", driver.cuStreamSynchronize(self._handle))
+
+    def wait(self, event: "Event") -> None:
+        """Make future work on this stream wait for ``event`` (capture-safe)."""
+        check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
+
+    def close(self) -> None:
+        """Destroy the stream now (idempotent; borrowed streams are left alone)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<Stream 0x{int(self._handle):x} on {self.device!r}>"
+
+
+class Event:
+    """A CUDA event; with ``timing=True`` it can measure elapsed time."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Event has no public constructor: use Device.create_event()")
+
+    @classmethod
+    def _create(cls, device, timing=True):
+        self = object.__new__(cls)
+        device.set_current()
+        flags = driver.CUevent_flags.CU_EVENT_DEFAULT if timing else driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        self._handle = check("cuEventCreate", driver.cuEventCreate(flags))
+        self.device = device
+        self.timing = timing
+        self._finalizer = weakref.finalize(self, _destroy_event, self._handle)
+        return self
+
+    @property
+    def handle(self):
+        return self._handle
+
+    def record(self, stream: Stream) -> "Event":
+        """Record the event on ``stream`` (capture-safe: becomes an event-record node)."""
+        check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
+        return self
+
+    def synchronize(self) -> None:
+        """Block the host until the event has completed (not capture-safe)."""
+        ensure_not_capturing("Event.synchronize()")
+        check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
+
+    def query(self) -> bool:
+        """True if all work before the event's record has completed."""
+        (err,) = driver.cuEventQuery(self._handle)
+        if err == driver.CUresult.CUDA_SUCCESS:
+            return True
+        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check("cuEventQuery", (err,))
+        return False
+
+    def elapsed_ms(self, end: "Event") -> float:
+        """Milliseconds between this event and ``end`` (both recorded and completed)."""
+        return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
+
+    def close(self) -> None:
+        self._finalizer()

@@ -1,0 +1,408 @@
+"""Verify attention for MLA draft trees: the plan that sizes, validates and launches.
+
+Pairs with ``cu/verify_attention.cu`` (kernels ``verify_attn_partial`` and
+``verify_attn_merge``). Built once per shape class, like flashinfer's plan and
+FlashMLA's scheduler metadata, but with no host work per step: everything that
+varies per step (lengths, slots, the tree mask) is read by the kernels from
+device memory, so :meth:`VerifyAttention.run` is capture-safe and one captured
+graph serves every step.
+
+MLA, absorbed form (DeepSeek-V2/V3, Kimi K2): one latent KV head shared by all
+query heads; a cache row is 576 bf16 (512 ``c_kv`` + 64 ``k_pe``); scores use all
+576 columns, values are the first 512. Paged KV with page size 1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._array import DeviceArray, as_device_array
+from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._device import _check_device_arg
+from ._mask import MaskFormat, bitmask_words, parse_mask_format
+from ._memory import WorkspacePool
+from ._module import load_module, struct_layout_defines
+from ._workspace_formula import partial_workspace_bytes
+
+__all__ = ["VerifyAttention", "VerifyMetadata", "tile_config", "DEFAULT_SM_SCALE"]
+
+QK_DIM = 576
+V_DIM = 512
+#: DeepSeek-style models: qk_nope 128 + rope 64 -> 1/sqrt(192).
+DEFAULT_SM_SCALE = 1.0 / math.sqrt(192.0)
+_ROW_BYTES = QK_DIM * 2 + 16
+_MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
+_MERGE_ROWS = 8  # rows (warps) per merge CTA
+MAX_SPLITS = 1024
+
+
+class _Params(ctypes.Structure):
+    """ctypes mirror of ``VerifyAttnParams`` in cu/verify_attention.cu (checked at compile time)."""
+
+    _fields_ = [
+        ("q", ctypes.c_uint64),
+        ("kv_cache", ctypes.c_uint64),
+        ("qo_indptr", ctypes.c_uint64),
+        ("kv_indptr", ctypes.c_uint64),
+        ("kv_indices", ctypes.c_uint64),
+        ("out_cache_loc", ctypes.c_uint64),
+        ("mask", ctypes.c_uint64),
+        ("mask_indptr", ctypes.c_uint64),
+        ("out", ctypes.c_uint64),
+        ("lse", ctypes.c_uint64),
+        ("o_part", ctypes.c_uint64),
+        ("lse_part", ctypes.c_uint64),
+        ("scale_log2", ctypes.c_float),
+        ("num_heads", ctypes.c_int32),
+        ("batch_size", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("mask_mode", ctypes.c_int32),
+        ("mask_words", ctypes.c_int32),
+    ]
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Compile-time tile shape of ``verify_attn_partial``.
+
+    Attributes
+    ----------
+    rows : int
+        Rows (draft token x head pairs) per CTA, M.
+    csplit : int
+        Warps sharing 16 rows (each takes 1/csplit of the contraction and of the value columns).
+    keys : int
+        Keys per shared-memory tile, N.
+    stages : int
+        K tiles in flight (cp.async pipeline depth).
+    """
+
+    rows: int
+    csplit: int
+    keys: int
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return (self.rows // 16) * self.csplit * 32
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory per CTA, bytes (Q tile + K stages + S exchange)."""
+        warps = self.threads // 32
+        x = 2 * warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
+        return self.rows * _ROW_BYTES + self.stages * self.keys * _ROW_BYTES + x
+
+    def defines(self) -> dict:
+        return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages}
+
+
+_CONFIGS = (
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 182,272 B: sm_90, sm_100
+    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 128,512 B: sm_80
+    TileConfig(rows=32, csplit=4, keys=16, stages=2),   #  91,136 B: sm_86, sm_89, sm_120
+)
+
+
+def tile_config(arch) -> TileConfig:
+    """The largest tile configuration whose shared memory fits ``arch``'s per-block limit."""
+    arch = normalize_arch(arch)
+    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    for cfg in _CONFIGS:
+        if cfg.shared_bytes <= limit:
+            return cfg
+    raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
+
+
+@dataclass
+class VerifyMetadata:
+    """SGLang-style metadata of one verify call, device arrays in their native dtypes.
+
+    Attributes
+    ----------
+    qo_indptr : int64 ``[bs + 1]``
+        Draft-token offsets; request ``b`` owns q rows ``qo_indptr[b] : qo_indptr[b+1]``.
+    kv_indptr : int32 ``[bs + 1]``
+        Offsets into ``kv_indices`` of each request's committed prefix.
+    kv_indices : int64 ``[>= kv_indptr[bs]]``
+        Cache slot of every prefix token.
+    out_cache_loc : int64 ``[total_q]``
+        Cache slot holding each draft token's own K/V (already written).
+    custom_mask : uint8/bool (FULL, QLEN_ONLY) flat, uint32 ``[total_q, mask_words]`` (BITMASK), or None (CAUSAL)
+    mask_indptr : int64 ``[bs + 1]`` or None
+        Offsets into ``custom_mask`` (FULL, QLEN_ONLY only).
+    """
+
+    qo_indptr: object
+    kv_indptr: object
+    kv_indices: object
+    out_cache_loc: object
+    custom_mask: object = None
+    mask_indptr: object = None
+
+
+def _arr(name, x, device) -> DeviceArray:
+    if x is None:
+        raise TypeError(f"{name} is required")
+    try:
+        a = as_device_array(x, device)
+    except TypeError as exc:
+        raise TypeError(f"{name}: {exc}") from None
+    if a.device.ordinal != device.ordinal:
+        raise ValueError(f"{name} is on device {a.device.ordinal}, the plan on device {device.ordinal}")
+    if not a.is_c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    return a
+
+
+def _dtype_is(a: DeviceArray, *names) -> bool:
+    return a.dtype.name in names
+
+
+def _need_dtype(name, a, *names):
+    if not _dtype_is(a, *names):
+        raise TypeError(f"{name} must have dtype {' or '.join(names)}, got {a.dtype.name}")
+
+
+def _need_shape(name, a, shape):
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
+
+
+class VerifyAttention:
+    """A verify-attention plan: fixed maxima, grid and workspace; capture-safe :meth:`run`.
+
+    Parameters
+    ----------
+    device : Device or int
+    num_heads : int
+        Query heads (any number >= 1; all share the one latent KV head).
+    max_batch : int
+        Largest number of requests in one call.
+    max_q : int
+        Largest number of draft tokens of one request (the tree size, root included).
+    num_splits : int
+        Splits of each request's keys across CTAs (fixed; baked into a captured grid).
+        Short requests use fewer; idle CTAs exit at once.
+    sm_scale : float
+        Softmax scale (default ``1/sqrt(192)``, DeepSeek-style).
+    mask_format : {"bitmask", "full", "qlen_only", "causal"}
+        How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
+    qk_dim, v_dim : int
+        Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``.
+    pool : WorkspacePool, optional
+        Pool to carve the workspace from (a private one is allocated otherwise).
+    name : str
+        Prefix of the carve-out names in ``pool``.
+    arch : str, optional
+        Compile for this architecture instead of the device's (must match to run).
+
+    Workspace
+    ---------
+    ``workspace_bytes = max_batch * max_q * num_heads * num_splits * (512 + 1) * 4``
+    (fp32 partial outputs and LSE per row and split; see
+    :func:`driverlevel._workspace_formula.partial_workspace_bytes`). With 9 heads,
+    256 draft tokens, batch 8: 2.42 GB at 64 splits, 605 MB at 16.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For out-of-range parameters.
+    NvrtcError, CudaError
+        If the kernels cannot be compiled or loaded.
+
+    Example
+    -------
+    >>> plan = VerifyAttention(dev, 9, max_batch=8, max_q=256, num_splits=16)  # doctest: +SKIP
+    >>> plan.run(stream, q, kv_cache, meta, out, lse)                           # doctest: +SKIP
+    """
+
+    def __init__(self, device, num_heads: int, *, max_batch: int, max_q: int, num_splits: int,
+                 sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
+                 v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
+                 arch=None):
+        self.device = _check_device_arg(device)
+        for pname, v in (("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q), ("num_splits", num_splits)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+        if num_splits > MAX_SPLITS:
+            raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
+        if qk_dim != QK_DIM or v_dim != V_DIM:
+            raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
+        if not (isinstance(sm_scale, (float, int)) and math.isfinite(sm_scale) and sm_scale > 0):
+            raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
+        self.num_heads = int(num_heads)
+        self.max_batch = int(max_batch)
+        self.max_q = int(max_q)
+        self.num_splits = int(num_splits)
+        self.sm_scale = float(sm_scale)
+        self.mask_format = parse_mask_format(mask_format)
+        self.mask_words = bitmask_words(self.max_q)
+        self.arch = normalize_arch(arch or self.device.arch)
+        self.config = tile_config(self.arch)
+        self.rows_cap = self.max_batch * self.max_q * self.num_heads
+        if self.rows_cap * self.num_splits * V_DIM >= 2**62:
+            raise ValueError("workspace too large")
+
+        defines = dict(self.config.defines())
+        defines.update(struct_layout_defines(_Params))
+        self.cubin = compile_file("verify_attention.cu", self.arch, defines)
+        self._module = load_module(self.device, self.cubin)
+        self._partial = self._module.kernel("verify_attn_partial")
+        self._merge = self._module.kernel("verify_attn_merge")
+        self.grid_partial = (math.ceil(self.max_q * self.num_heads / self.config.rows), self.num_splits, self.max_batch)
+        self.grid_merge = (math.ceil(self.max_q * self.num_heads / _MERGE_ROWS), self.max_batch, 1)
+
+        if pool is None:
+            pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 2 * WorkspacePool.DEFAULT_ALIGNMENT,
+                                          label=name)
+        self.pool = pool
+        self.o_part = pool.carve(f"{name}.o_part", (self.rows_cap, self.num_splits, V_DIM), np.float32)
+        self.lse_part = pool.carve(f"{name}.lse_part", (self.rows_cap, self.num_splits), np.float32)
+        self._cached_key = None
+        self._launches = None
+
+    # -- sizes --------------------------------------------------------------------------
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of split-KV workspace (fp32 partial outputs + LSE), by the published formula."""
+        return partial_workspace_bytes(self.max_batch, self.max_q, self.num_heads, self.num_splits, V_DIM, 4)
+
+    @staticmethod
+    def workspace_bytes_for(max_batch, max_q, num_heads, num_splits) -> int:
+        """:attr:`workspace_bytes` of a plan with these maxima, without building one."""
+        return partial_workspace_bytes(max_batch, max_q, num_heads, num_splits, V_DIM, 4)
+
+    # -- validation ---------------------------------------------------------------------
+    def _validate(self, q, kv_cache, metadata, out, lse):
+        dev = self.device
+        H = self.num_heads
+        q = _arr("q", q, dev)
+        _need_dtype("q", q, "bfloat16", "uint16")
+        if q.ndim != 3 or q.shape[1:] != (H, QK_DIM):
+            raise ValueError(f"q must have shape [total_q, {H}, {QK_DIM}], got {q.shape}")
+        total_q = q.shape[0]
+        if total_q < 1:
+            raise ValueError("q has no rows (total_q = 0)")
+        if total_q > self.max_batch * self.max_q:
+            raise ValueError(f"q has {total_q} draft tokens, more than max_batch*max_q = {self.max_batch * self.max_q}")
+        kv = _arr("kv_cache", kv_cache, dev)
+        _need_dtype("kv_cache", kv, "bfloat16", "uint16")
+        if kv.ndim == 3 and kv.shape[1] == 1:
+            kv = kv.reshape(kv.shape[0], kv.shape[2])
+        if kv.ndim != 2 or kv.shape[1] != QK_DIM:
+            raise ValueError(f"kv_cache must have shape [num_slots, {QK_DIM}] (or [num_slots, 1, {QK_DIM}]), got {kv.shape}")
+        m = metadata
+        get = (lambda k: m.get(k)) if isinstance(m, dict) else (lambda k: getattr(m, k, None))
+        qo = _arr("qo_indptr", get("qo_indptr"), dev)
+        _need_dtype("qo_indptr", qo, "int64")
+        if qo.ndim != 1 or not 2 <= qo.shape[0] <= self.max_batch + 1:
+            raise ValueError(f"qo_indptr must have shape [bs + 1] with 1 <= bs <= max_batch={self.max_batch}, got {qo.shape}")
+        bs = qo.shape[0] - 1
+        kvp = _arr("kv_indptr", get("kv_indptr"), dev)
+        _need_dtype("kv_indptr", kvp, "int32")
+        if kvp.shape != qo.shape:
+            raise ValueError(f"kv_indptr must have the same length as qo_indptr ({bs + 1}), got {kvp.shape}")
+        kvi = _arr("kv_indices", get("kv_indices"), dev)
+        _need_dtype("kv_indices", kvi, "int64")
+        if kvi.ndim != 1:
+            raise ValueError(f"kv_indices must be 1-D, got {kvi.shape}")
+        loc = _arr("out_cache_loc", get("out_cache_loc"), dev)
+        _need_dtype("out_cache_loc", loc, "int64")
+        _need_shape("out_cache_loc", loc, (total_q,))
+        fmt = self.mask_format
+        mask = get("custom_mask")
+        if mask is None:
+            mask = get("mask")
+        mask_indptr = get("mask_indptr")
+        mask_a = mip = None
+        if fmt is MaskFormat.CAUSAL:
+            if mask is not None:
+                raise ValueError("this plan's mask_format is 'causal': pass no custom_mask")
+        elif fmt is MaskFormat.BITMASK:
+            mask_a = _arr("custom_mask", mask, dev)
+            _need_dtype("custom_mask", mask_a, "uint32", "int32")
+            _need_shape("custom_mask", mask_a, (total_q, self.mask_words))
+        else:
+            mask_a = _arr("custom_mask", mask, dev)
+            _need_dtype("custom_mask", mask_a, "uint8", "bool", "int8")
+            if mask_a.ndim != 1:
+                raise ValueError(f"custom_mask ({fmt.value}) must be 1-D, got {mask_a.shape}")
+            mip = _arr("mask_indptr", mask_indptr, dev)
+            _need_dtype("mask_indptr", mip, "int64")
+            if mip.shape != qo.shape:
+                raise ValueError(f"mask_indptr must have the same length as qo_indptr ({bs + 1}), got {mip.shape}")
+        o = _arr("out", out, dev)
+        _need_dtype("out", o, "bfloat16", "uint16")
+        _need_shape("out", o, (total_q, H, V_DIM))
+        lse_a = None
+        if lse is not None:
+            lse_a = _arr("lse", lse, dev)
+            _need_dtype("lse", lse_a, "float32")
+            _need_shape("lse", lse_a, (total_q, H))
+        return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
+
+    # -- run ------------------------------------------------------------------------------
+    def run(self, stream, q, kv_cache, metadata, out, lse=None) -> None:
+        """Compute the verify attention of one step on ``stream`` (capture-safe).
+
+        Parameters
+        ----------
+        stream : Stream
+        q : bf16 ``[total_q, num_heads, 576]``
+            Absorbed queries; row ``(t, h)``. DeviceArray or any CAI/DLPack array
+            (bf16, or uint16 holding bf16 bit patterns).
+        kv_cache : bf16 ``[num_slots, 576]``
+            The paged latent cache (page size 1); V is its first 512 columns.
+        metadata : VerifyMetadata or dict
+            ``qo_indptr``, ``kv_indptr``, ``kv_indices``, ``out_cache_loc``,
+            ``custom_mask``, ``mask_indptr`` (see :class:`VerifyMetadata`).
+            ``bs = len(qo_indptr) - 1 <= max_batch``; each request must have at most
+            ``max_q`` draft tokens (rows past that are not computed).
+        out : bf16 ``[total_q, num_heads, 512]``
+        lse : float32 ``[total_q, num_heads]``, optional
+            Natural-log log-sum-exp of each row's scaled scores.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument.
+        """
+        q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
+        key = (q.ptr, kv.ptr, qo.ptr, kvp.ptr, kvi.ptr, loc.ptr, mask_a.ptr if mask_a else 0,
+               mip.ptr if mip else 0, o.ptr, lse_a.ptr if lse_a else 0, bs)
+        if key != self._cached_key:
+            p = _Params()
+            p.q, p.kv_cache, p.qo_indptr, p.kv_indptr = q.ptr, kv.ptr, qo.ptr, kvp.ptr
+            p.kv_indices, p.out_cache_loc = kvi.ptr, loc.ptr
+            p.mask = mask_a.ptr if mask_a is not None else 0
+            p.mask_indptr = mip.ptr if mip is not None else 0
+            p.out = o.ptr
+            p.lse = lse_a.ptr if lse_a is not None else 0
+            p.o_part, p.lse_part = self.o_part.ptr, self.lse_part.ptr
+            p.scale_log2 = self.sm_scale * math.log2(math.e)
+            p.num_heads, p.batch_size, p.num_splits = self.num_heads, bs, self.num_splits
+            p.mask_mode = _MASK_MODE[self.mask_format]
+            p.mask_words = self.mask_words
+            keep = (q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a)
+            partial = self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes)
+            launches = [partial]
+            if self.num_splits > 1:
+                launches.append(self._merge.prepare(self.grid_merge, 256, [p]))
+            for ln in launches:
+                ln._keep.append(keep)
+            self._launches = launches
+            self._cached_key = key
+        for ln in self._launches:
+            ln.launch(stream)
+
+    def __repr__(self):
+        c = self.config
+        return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
+                f"splits={self.num_splits} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
+                f"C={c.csplit} smem={c.shared_bytes} B workspace={self.workspace_bytes} B>")
+

@@ -1,0 +1,535 @@
+"""CPU tests of the float64 verify-attention reference, the tree/mask helpers and
+the published workspace formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from driverlevel._mask import MaskFormat, bitmask_words, parse_mask_format
+from driverlevel._workspace_formula import partial_workspace_bytes
+from driverlevel.reference import attention as ref_attention
+from driverlevel.reference.attention import (
+    bf16_to_f32,
+    draft_visibility,
+    f32_to_bf16,
+    round_to_bf16,
+    verify_attention_bruteforce,
+    verify_attention_reference,
+)
+from driverlevel.reference.trees import (
+    ancestor_visibility,
+    build_bitmask,
+    build_full_mask,
+    build_mask,
+    build_qlen_only_mask,
+    chain_tree,
+    check_parents,
+    make_metadata,
+    mask_indptr_for,
+    random_tree,
+    star_tree,
+)
+
+ALL_FORMATS = [f.value for f in MaskFormat]
+TREE_FORMATS = ["full", "qlen_only", "bitmask"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _case(rng, prefix_lens, q_lens, num_heads, head_dim, v_dim, trees=None, spare_slots=7):
+    """Random inputs (never zero, unused slots NaN) plus metadata and trees."""
+    md = make_metadata(prefix_lens, q_lens, sum(prefix_lens) + sum(q_lens) + spare_slots, rng)
+    if trees is None:
+        trees = [random_tree(n, rng) for n in q_lens]
+    q = rng.uniform(0.5, 1.5, (md.total_q, num_heads, head_dim)) * rng.choice([-1.0, 1.0], (md.total_q, num_heads, head_dim))
+    kv = np.full((md.num_slots, head_dim), np.nan)
+    used = np.concatenate([md.kv_indices, md.out_cache_loc])
+    kv[used] = rng.uniform(0.5, 1.5, (used.size, head_dim)) * rng.choice([-1.0, 1.0], (used.size, head_dim))
+    return md, trees, q, kv
+
+
+def _run(fn, md, trees, q, kv, fmt, sm_scale, v_dim, words=None):
+    mask, mask_indptr = build_mask(trees, md.prefix_lens, fmt, words)
+    return fn(q, kv, md.qo_indptr, md.kv_indptr, md.kv_indices, md.out_cache_loc,
+              mask, fmt, sm_scale, v_dim, mask_indptr=mask_indptr)
+
+
+# --------------------------------------------------------------------------- workspace
+
+
+def test_workspace_formula_seed_numbers():
+    # rows = 8 * 256 * 9 = 18,432; per (row, split) 512 outputs + 1 lse, fp32.
+    assert partial_workspace_bytes(8, 256, 9, 64) == 2_420_637_696
+    assert partial_workspace_bytes(8, 256, 9, 16) == 605_159_424
+    assert partial_workspace_bytes(8, 256, 9, 64, v_dim=512, partial_dtype_bytes=4) == 18_432 * 64 * 513 * 4
+    assert partial_workspace_bytes(1, 1, 1, 1, v_dim=1, partial_dtype_bytes=2) == 4
+    assert partial_workspace_bytes(np.int64(8), 256, 9, 16) == 605_159_424
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_workspace_formula_rejects(bad, exc):
+    with pytest.raises(exc, match="num_splits"):
+        partial_workspace_bytes(8, 256, 9, bad)
+
+
+# --------------------------------------------------------------------------- bf16
+
+
+def test_bf16_known_patterns():
+    vals = np.array([1.0, -2.0, 0.0, np.inf, -np.inf], dtype=np.float32)
+    assert f32_to_bf16(vals).tolist() == [0x3F80, 0xC000, 0x0000, 0x7F80, 0xFF80]
+    # 1 + 2^-8 is half way between 1 and 1 + 2^-7: ties to even -> 1.0.
+    assert f32_to_bf16(np.float32(1 + 2**-8)) == 0x3F80
+    # 1 + 3*2^-8 is half way between 1 + 2^-7 (odd) and 1 + 2^-6 (even) -> up.
+    assert f32_to_bf16(np.float32(1 + 3 * 2**-8)) == 0x3F82
+    # just above half way rounds up
+    assert f32_to_bf16(np.float32(1 + 2**-8 + 2**-20)) == 0x3F81
+    # largest float32 rounds past bf16's largest finite value to inf
+    assert f32_to_bf16(np.finfo(np.float32).max) == 0x7F80
+    nan = f32_to_bf16(np.array([np.nan, -np.nan], dtype=np.float32))
+    assert np.isnan(bf16_to_f32(nan)).all()
+    assert f32_to_bf16(np.float32(2.5)).dtype == np.uint16
+
+
+def test_bf16_round_trip_every_pattern():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    f = bf16_to_f32(bits)
+    assert f.dtype == np.float32
+    back = f32_to_bf16(f)
+    finite_or_inf = ~np.isnan(f)
+    np.testing.assert_array_equal(back[finite_or_inf], bits[finite_or_inf])
+    assert np.isnan(bf16_to_f32(back[~finite_or_inf])).all()
+
+
+def test_round_to_bf16_is_nearest():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(10_000).astype(np.float32)
+    r = round_to_bf16(x).astype(np.float64)
+    bits = f32_to_bf16(x)
+    lo = bf16_to_f32(bits - 1).astype(np.float64)
+    hi = bf16_to_f32(bits + 1).astype(np.float64)
+    err = np.abs(r - x)
+    assert (err <= np.abs(lo - x)).all() and (err <= np.abs(hi - x)).all()
+    assert (err <= np.abs(x) * 2.0**-8).all()
+
+
+def test_bf16_inputs_as_uint16_match_float32():
+    rng = np.random.default_rng(2)
+    md, trees, q, kv = _case(rng, [5, 0], [3, 4], 2, 8, 6)
+    qb, kvb = f32_to_bf16(q), f32_to_bf16(np.nan_to_num(kv, nan=0.0))
+    a = _run(verify_attention_reference, md, trees, qb, kvb, "full", 0.3, 6)
+    b = _run(verify_attention_reference, md, trees, bf16_to_f32(qb), bf16_to_f32(kvb), "full", 0.3, 6)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_bf16_to_f32_rejects_float():
+    with pytest.raises(TypeError, match="uint16"):
+        bf16_to_f32(np.zeros(3, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def test_tree_shapes():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 64, 256):
+        p = random_tree(n, rng)
+        assert p.dtype == np.int64 and p.shape == (n,) and p[0] == -1
+        assert (p[1:] >= 0).all() and (p[1:] < np.arange(1, n)).all()
+        check_parents(p)
+    assert chain_tree(4).tolist() == [-1, 0, 1, 2]
+    assert star_tree(4).tolist() == [-1, 0, 0, 0]
+    assert chain_tree(1).tolist() == star_tree(1).tolist() == [-1]
+
+
+def test_ancestor_visibility_hand_tree():
+    #      0
+    #     / \
+    #    1   2
+    #    |
+    #    3
+    vis = ancestor_visibility([-1, 0, 0, 1])
+    assert vis.astype(int).tolist() == [
+        [1, 0, 0, 0],
+        [1, 1, 0, 0],
+        [1, 0, 1, 0],
+        [1, 1, 0, 1],
+    ]
+    np.testing.assert_array_equal(ancestor_visibility(chain_tree(5)), np.tril(np.ones((5, 5), bool)))
+    star = ancestor_visibility(star_tree(5))
+    np.testing.assert_array_equal(star, np.eye(5, dtype=bool) | (np.arange(5)[None, :] == 0))
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ([0, 0], r"parents\[0\] must be -1"),
+    ([-1, 1], r"parents\[1\] must be in \[0, 1\)"),
+    ([-1, 0, -1], r"parents\[2\] must be in \[0, 2\)"),
+    ([], "at least one node"),
+])
+def test_check_parents_rejects(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        check_parents(np.array(bad, dtype=np.int64))
+
+
+def test_check_parents_rejects_float():
+    with pytest.raises(TypeError, match="integer"):
+        check_parents(np.array([-1.0, 0.0]))
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def test_mask_builders_round_trip():
+    rng = np.random.default_rng(4)
+    q_lens = [1, 2, 31, 32, 33, 70]
+    prefix_lens = [0, 3, 1, 0, 9, 2]
+    trees = [random_tree(n, rng) for n in q_lens]
+    trees[2] = star_tree(31)
+    trees[3] = chain_tree(32)
+    md = make_metadata(prefix_lens, q_lens, 500, rng)
+    expect = [ancestor_visibility(t) for t in trees]
+
+    full, full_ptr = build_full_mask(trees, prefix_lens)
+    qlen, qlen_ptr = build_qlen_only_mask(trees)
+    words = bitmask_words(max(q_lens))
+    bits = build_bitmask(trees, words)
+    assert full.dtype == qlen.dtype == np.uint8 and bits.dtype == np.uint32
+    assert full_ptr.dtype == qlen_ptr.dtype == np.int64
+    assert bits.shape == (sum(q_lens), 3)
+    assert full.shape == (sum(q * (p + q) for p, q in zip(prefix_lens, q_lens)),)
+    assert qlen.shape == (sum(q * q for q in q_lens),)
+    np.testing.assert_array_equal(full_ptr, mask_indptr_for(prefix_lens, q_lens, "full"))
+    np.testing.assert_array_equal(full_ptr, md.mask_indptr)
+
+    decoded = {
+        "full": draft_visibility(full, "full", md.qo_indptr, md.kv_indptr, mask_indptr=full_ptr),
+        "qlen_only": draft_visibility(qlen, "qlen_only", md.qo_indptr, md.kv_indptr, mask_indptr=qlen_ptr),
+        "bitmask": draft_visibility(bits, "bitmask", md.qo_indptr, md.kv_indptr),
+        "full_packed": draft_visibility(full, "full", md.qo_indptr, md.kv_indptr),
+    }
+    for name, vis in decoded.items():
+        assert len(vis) == len(trees), name
+        for b in range(len(trees)):
+            np.testing.assert_array_equal(vis[b], expect[b], err_msg=f"{name} request {b}")
+    # bool is the same byte as uint8 for the SGLang layouts
+    vis_bool = draft_visibility(full.astype(bool), "full", md.qo_indptr, md.kv_indptr)
+    for b in range(len(trees)):
+        np.testing.assert_array_equal(vis_bool[b], expect[b])
+    # chain trees: causal decodes to the same visibility as the tree masks
+    chains = [chain_tree(n) for n in q_lens]
+    causal = draft_visibility(None, "causal", md.qo_indptr, md.kv_indptr)
+    assert build_mask(chains, prefix_lens, "causal") == (None, None)
+    for b, c in enumerate(chains):
+        np.testing.assert_array_equal(causal[b], ancestor_visibility(c))
+
+
+def test_bitmask_bit_order():
+    # request 0: chain of 3; request 1: star of 2. Row t, bit j = draft token j.
+    bits = build_bitmask([chain_tree(3), star_tree(2)], 1)
+    assert bits[:, 0].tolist() == [0b001, 0b011, 0b111, 0b01, 0b11]
+    wide = build_bitmask([chain_tree(40)], 2)
+    assert wide[39].tolist() == [0xFFFFFFFF, 0xFF]
+    with pytest.raises(ValueError, match="more than words_per_token"):
+        build_bitmask([chain_tree(33)], 1)
+
+
+def test_build_mask_causal_needs_chain():
+    with pytest.raises(ValueError, match="not a chain"):
+        build_mask([star_tree(3)], [0], "causal")
+
+
+def test_mask_format_parsing():
+    assert parse_mask_format("FULL") is MaskFormat.FULL
+    assert parse_mask_format(MaskFormat.BITMASK) is MaskFormat.BITMASK
+    assert MaskFormat.QLEN_ONLY == "qlen_only" and str(MaskFormat.CAUSAL) == "causal"
+    assert bitmask_words(1) == 1 and bitmask_words(32) == 1 and bitmask_words(33) == 2 and bitmask_words(256) == 8
+    with pytest.raises(ValueError, match="mask_format must be one of"):
+        parse_mask_format("tree")
+    with pytest.raises(TypeError, match="mask_format"):
+        parse_mask_format(3)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def test_make_metadata_dtypes_and_slots():
+    rng = np.random.default_rng(5)
+    md = make_metadata([4, 0, 7], [3, 1, 5], 64, rng)
+    assert md.qo_indptr.dtype == np.int64 and md.qo_indptr.tolist() == [0, 3, 4, 9]
+    assert md.kv_indptr.dtype == np.int32 and md.kv_indptr.tolist() == [0, 4, 4, 11]
+    assert md.kv_indices.dtype == np.int64 and md.kv_indices.shape == (11,)
+    assert md.out_cache_loc.dtype == np.int64 and md.out_cache_loc.shape == (9,)
+    assert md.mask_indptr.dtype == np.int64
+    assert md.mask_indptr.tolist() == [0, 3 * 7, 3 * 7 + 1, 3 * 7 + 1 + 5 * 12]
+    slots = np.concatenate([md.kv_indices, md.out_cache_loc])
+    assert len(set(slots.tolist())) == slots.size and slots.min() >= 0 and slots.max() < 64
+    assert md.batch_size == 3 and md.total_q == 9 and md.max_q == 5
+    qlen = make_metadata([4, 0, 7], [3, 1, 5], 64, rng, mask_format="qlen_only")
+    assert qlen.mask_indptr.tolist() == [0, 9, 10, 35]
+    for arr in (md.qo_indptr, md.kv_indptr, md.kv_indices, md.out_cache_loc, md.mask_indptr):
+        assert arr.flags.c_contiguous
+
+
+def test_make_metadata_rejects():
+    rng = np.random.default_rng(6)
+    with pytest.raises(ValueError, match="num_slots must be >= "):
+        make_metadata([4], [3], 6, rng)
+    with pytest.raises(ValueError, match="q_lens must be >= 1"):
+        make_metadata([4], [0], 60, rng)
+    with pytest.raises(ValueError, match="same length"):
+        make_metadata([4, 1], [3], 60, rng)
+    with pytest.raises(TypeError, match="prefix_lens"):
+        make_metadata([4.0], [3], 60, rng)
+
+
+# --------------------------------------------------------------------------- reference vs brute force
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reference_matches_bruteforce(fmt, seed):
+    rng = np.random.default_rng(100 + seed)
+    prefix_lens = [0, 3, 5, 1]
+    q_lens = [1, 4, 7, 3]
+    trees = [chain_tree(n) for n in q_lens] if fmt == "causal" else None
+    md, trees, q, kv = _case(rng, prefix_lens, q_lens, 3, 10, 6, trees)
+    sm = 1.0 / math.sqrt(10)
+    out, lse = _run(verify_attention_reference, md, trees, q, kv, fmt, sm, 6)
+    bout, blse = _run(verify_attention_bruteforce, md, trees, q, kv, fmt, sm, 6)
+    assert out.shape == (md.total_q, 3, 6) and lse.shape == (md.total_q, 3)
+    assert out.dtype == lse.dtype == np.float64
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    np.testing.assert_allclose(out, bout, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse, blse, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["full", "qlen_only"])
+def test_reference_honours_mask_indptr_with_gaps(fmt):
+    # Blocks placed with padding between them, padding poisoned with ones
+    # (which would reveal hidden tokens if read) — both versions must use mask_indptr.
+    rng = np.random.default_rng(7)
+    prefix_lens, q_lens = [2, 4], [5, 6]
+    md, trees, q, kv = _case(rng, prefix_lens, q_lens, 2, 6, 4)
+    packed, ptr = build_mask(trees, prefix_lens, fmt)
+    gap = 5
+    sizes = np.diff(ptr)
+    gapped = np.ones(packed.size + gap * len(sizes), dtype=np.uint8)
+    gptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    for b, s in enumerate(sizes):
+        gptr[b] = ptr[b] + gap * (b + 1)
+        gapped[gptr[b]:gptr[b] + s] = packed[ptr[b]:ptr[b] + s]
+    gptr[-1] = gapped.size
+    args = (q, kv, md.qo_indptr, md.kv_indptr, md.kv_indices, md.out_cache_loc)
+    want = verify_attention_reference(*args, packed, fmt, 0.4, 4, mask_indptr=ptr)
+    for fn in (verify_attention_reference, verify_attention_bruteforce):
+        got = fn(*args, gapped, fmt, 0.4, 4, mask_indptr=gptr)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+
+
+def test_reference_mla_dims_9_heads():
+    # The real shapes: head_dim 576 (512 latent + 64 rope), v_dim 512, 9 heads.
+    rng = np.random.default_rng(8)
+    md, trees, q, kv = _case(rng, [6, 2], [4, 3], 9, 576, 512)
+    sm = 1.0 / math.sqrt(192)
+    for fmt in ("full", "bitmask"):
+        out, lse = _run(verify_attention_reference, md, trees, q, kv, fmt, sm, 512)
+        bout, blse = _run(verify_attention_bruteforce, md, trees, q, kv, fmt, sm, 512)
+        assert out.shape == (7, 9, 512)
+        np.testing.assert_allclose(out, bout, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(lse, blse, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("trees_kind", ["random", "chain", "star"])
+def test_all_formats_equal_on_same_tree(trees_kind):
+    rng = np.random.default_rng(9)
+    prefix_lens, q_lens = [3, 0, 8], [6, 5, 40]
+    make = {"random": lambda n: random_tree(n, rng), "chain": chain_tree, "star": star_tree}[trees_kind]
+    trees = [make(n) for n in q_lens]
+    md, trees, q, kv = _case(rng, prefix_lens, q_lens, 2, 12, 8, trees)
+    formats = ALL_FORMATS if trees_kind == "chain" else TREE_FORMATS
+    results = {f: _run(verify_attention_reference, md, trees, q, kv, f, 0.25, 8) for f in formats}
+    # a wider bitmask than needed (the plan's max_q may exceed this batch's)
+    results["bitmask_wide"] = _run(verify_attention_reference, md, trees, q, kv, "bitmask", 0.25, 8, words=4)
+    first = results["full"]
+    for f, (o, l) in results.items():
+        np.testing.assert_array_equal(o, first[0], err_msg=f)
+        np.testing.assert_array_equal(l, first[1], err_msg=f)
+
+
+def test_hand_worked_tree():
+    # One request, prefix of 1 slot, 3 draft tokens: node 0 the root, nodes 1
+    # and 2 its children (siblings, so neither sees the other). One head,
+    # head_dim 2, v_dim 1, so each cache row is [value, key_extra] and
+    # score = sm_scale * (q0 * value + q1 * key_extra). With q = [0, 2] and
+    # sm_scale = 0.5 the score of a key is just its key_extra.
+    #
+    #   slot 5 (prefix)        [10, 0   ]  score 0     weight e^0     = 1
+    #   slot 2 (draft token 0) [20, ln 2]  score ln 2  weight e^ln2   = 2
+    #   slot 0 (draft token 1) [999, 5  ]  score 5     weight e^5
+    #   slot 4 (draft token 2) [40, ln 3]  score ln 3  weight e^ln3   = 3
+    #   slots 1, 3: NaN (never read)
+    #
+    # token 0 sees prefix, token 0:          out = (1*10 + 2*20) / 3 = 50/3,
+    #                                        lse = ln 3
+    # token 1 sees prefix, tokens 0 and 1:   out = (10 + 40 + 999 e^5) / (3 + e^5),
+    #                                        lse = ln(3 + e^5)
+    # token 2 sees prefix, tokens 0 and 2 (not its sibling 1, whose 999 would dominate):
+    #                                        out = (1*10 + 2*20 + 3*40) / 6 = 170/6 = 85/3 = 28.333...,
+    #                                        lse = ln 6
+    kv = np.full((6, 2), np.nan)
+    kv[5] = [10.0, 0.0]
+    kv[2] = [20.0, math.log(2.0)]
+    kv[0] = [999.0, 5.0]
+    kv[4] = [40.0, math.log(3.0)]
+    q = np.tile(np.array([0.0, 2.0]), (3, 1, 1))  # [3 tokens, 1 head, 2]
+    qo_indptr = np.array([0, 3], dtype=np.int64)
+    kv_indptr = np.array([0, 1], dtype=np.int32)
+    kv_indices = np.array([5], dtype=np.int64)
+    out_cache_loc = np.array([2, 0, 4], dtype=np.int64)
+    # FULL block, 3 x (1 + 3): prefix column, then draft tokens 0..2
+    full = np.array([1, 1, 0, 0,
+                     1, 1, 1, 0,
+                     1, 1, 0, 1], dtype=np.uint8)
+    built, ptr = build_full_mask([[-1, 0, 0]], [1])
+    np.testing.assert_array_equal(built, full)
+    assert ptr.tolist() == [0, 12]
+
+    e5 = math.exp(5.0)
+    want_out = np.array([50 / 3, (50 + 999 * e5) / (3 + e5), 85 / 3]).reshape(3, 1, 1)
+    want_lse = np.array([math.log(3), math.log(3 + e5), math.log(6)]).reshape(3, 1)
+    masks = {
+        "full": (full, ptr),
+        "qlen_only": build_qlen_only_mask([[-1, 0, 0]]),
+        "bitmask": (np.array([[0b001], [0b011], [0b101]], dtype=np.uint32), None),
+    }
+    for fmt, (mask, mptr) in masks.items():
+        for fn in (verify_attention_reference, verify_attention_bruteforce):
+            out, lse = fn(q, kv, qo_indptr, kv_indptr, kv_indices, out_cache_loc,
+                          mask, fmt, 0.5, v_dim=1, mask_indptr=mptr)
+            np.testing.assert_allclose(out, want_out, rtol=1e-13, err_msg=f"{fmt} {fn.__name__}")
+            np.testing.assert_allclose(lse, want_lse, rtol=1e-13, err_msg=f"{fmt} {fn.__name__}")
+    assert abs(out[2, 0, 0] - 28.333333333333332) < 1e-12
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_prefix_length_zero(fmt):
+    rng = np.random.default_rng(10)
+    q_lens = [5, 1, 9]
+    trees = [chain_tree(n) for n in q_lens] if fmt == "causal" else None
+    md, trees, q, kv = _case(rng, [0, 0, 0], q_lens, 2, 8, 5, trees)
+    assert md.kv_indices.size == 0
+    out, lse = _run(verify_attention_reference, md, trees, q, kv, fmt, 0.35, 5)
+    bout, blse = _run(verify_attention_bruteforce, md, trees, q, kv, fmt, 0.35, 5)
+    np.testing.assert_allclose(out, bout, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse, blse, rtol=1e-12, atol=1e-12)
+    # the root sees only itself: its output is its own value row, lse its own score
+    root = md.out_cache_loc[0]
+    np.testing.assert_allclose(out[0], np.broadcast_to(kv[root, :5], (2, 5)), rtol=1e-14)
+    np.testing.assert_allclose(lse[0], 0.35 * q[0] @ kv[root], rtol=1e-14)
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_q_len_one(fmt):
+    rng = np.random.default_rng(11)
+    md, trees, q, kv = _case(rng, [17, 0, 3], [1, 1, 1], 4, 8, 8, [chain_tree(1)] * 3)
+    out, lse = _run(verify_attention_reference, md, trees, q, kv, fmt, 0.2, 8)
+    # plain softmax attention over prefix + self, computed directly
+    for b in range(3):
+        t = int(md.qo_indptr[b])
+        slots = np.concatenate([md.kv_indices[md.kv_indptr[b]:md.kv_indptr[b + 1]], md.out_cache_loc[t:t + 1]])
+        s = 0.2 * q[t] @ kv[slots].T                     # [H, keys]
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(out[t], (w / w.sum(axis=1, keepdims=True)) @ kv[slots], rtol=1e-12)
+        np.testing.assert_allclose(lse[t], np.log(np.exp(s).sum(axis=1)), rtol=1e-12)
+
+
+def test_large_scores_do_not_overflow():
+    rng = np.random.default_rng(12)
+    md, trees, q, kv = _case(rng, [4, 2], [3, 5], 2, 16, 8)
+    out, lse = _run(verify_attention_reference, md, trees, 100.0 * q, kv, "full", 10.0, 8)
+    bout, blse = _run(verify_attention_bruteforce, md, trees, 100.0 * q, kv, "full", 10.0, 8)
+    assert np.isfinite(out).all() and np.isfinite(lse).all() and lse.max() > 1000
+    np.testing.assert_allclose(out, bout, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(lse, blse, rtol=1e-12)
+
+
+def test_row_with_no_visible_key():
+    # prefix 0 and a QLEN_ONLY mask that hides token 1 from everything
+    rng = np.random.default_rng(13)
+    md, trees, q, kv = _case(rng, [0], [2], 1, 4, 2, [chain_tree(2)])
+    mask = np.array([1, 0,
+                     0, 0], dtype=np.uint8)
+    for fn in (verify_attention_reference, verify_attention_bruteforce):
+        out, lse = fn(q, kv, md.qo_indptr, md.kv_indptr, md.kv_indices, md.out_cache_loc,
+                      mask, "qlen_only", 1.0, 2)
+        assert np.isfinite(lse[0]).all()
+        assert (out[1] == 0).all() and np.isneginf(lse[1]).all()
+
+
+def test_chunked_equals_unchunked(monkeypatch):
+    rng = np.random.default_rng(14)
+    md, trees, q, kv = _case(rng, [30, 5], [20, 33], 3, 8, 8)
+    want = _run(verify_attention_reference, md, trees, q, kv, "bitmask", 0.3, 8)
+    monkeypatch.setattr(ref_attention, "_CHUNK_ELEMENTS", 1)  # one draft token per chunk
+    got = _run(verify_attention_reference, md, trees, q, kv, "bitmask", 0.3, 8)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
+
+
+# --------------------------------------------------------------------------- input errors
+
+
+def _small():
+    rng = np.random.default_rng(15)
+    md, trees, q, kv = _case(rng, [3, 2], [3, 2], 2, 4, 4)
+    mask, ptr = build_full_mask(trees, md.prefix_lens)
+    kw = dict(q=q, kv_cache=kv, qo_indptr=md.qo_indptr, kv_indptr=md.kv_indptr,
+              kv_indices=md.kv_indices, out_cache_loc=md.out_cache_loc, mask=mask,
+              mask_format="full", sm_scale=0.5, v_dim=4, mask_indptr=ptr)
+    return kw, md, trees
+
+
+def test_errors_name_the_argument():
+    kw, md, trees = _small()
+    verify_attention_reference(**kw)  # the unmodified case is valid
+
+    def fails(exc, match, **change):
+        with pytest.raises(exc, match=match):
+            verify_attention_reference(**{**kw, **change})
+
+    fails(ValueError, "mask_format must be one of", mask_format="tree")
+    fails(TypeError, "q must be a float array", q=kw["q"].astype(np.int32))
+    fails(ValueError, r"q must be \[total_q", q=kw["q"][:, 0])
+    fails(ValueError, r"kv_cache.shape\[1\]", kv_cache=kw["kv_cache"][:, :3])
+    fails(ValueError, "v_dim must be in", v_dim=5)
+    fails(TypeError, "sm_scale", sm_scale="0.5")
+    fails(ValueError, "sm_scale must be finite", sm_scale=float("nan"))
+    fails(ValueError, r"qo_indptr\[-1\] must equal q.shape\[0\]", qo_indptr=np.array([0, 3, 4]))
+    fails(ValueError, "kv_indptr must have length 3", kv_indptr=md.kv_indptr[:2])
+    fails(ValueError, "kv_indptr must be non-decreasing", kv_indptr=np.array([0, 3, 2], dtype=np.int32))
+    fails(TypeError, "kv_indices must be an integer array", kv_indices=md.kv_indices.astype(np.float64))
+    fails(ValueError, r"exceeds len\(kv_indices\)", kv_indices=md.kv_indices[:4])
+    fails(ValueError, "out_cache_loc must have length 5", out_cache_loc=md.out_cache_loc[:4])
+    bad_slots = md.out_cache_loc.copy()
+    bad_slots[2] = kw["kv_cache"].shape[0]
+    fails(ValueError, "out_cache_loc holds slot", out_cache_loc=bad_slots)
+    fails(TypeError, "mask must be uint8 or bool", mask=kw["mask"].astype(np.int32))
+    fails(ValueError, "lies outside the mask", mask=kw["mask"][:-1])
+    zero_prefix = kw["mask"].copy()
+    zero_prefix[0] = 0
+    fails(ValueError, "prefix columns", mask=zero_prefix)
+    fails(TypeError, "needs a mask buffer", mask=None)
+    fails(TypeError, "must be None for mask_format 'causal'", mask_format="causal")
+
+    bits = build_bitmask(trees, 1)
+    fails(TypeError, "mask must be uint32", mask=bits.astype(np.int64), mask_format="bitmask")
+    stray = bits.copy()
+    stray[0, 0] |= np.uint32(1 << 3)  # request 0 has 3 draft tokens: bit 3 is past the end
+    fails(ValueError, "bits set at or past bit 3", mask=stray, mask_format="bitmask")
+    fails(ValueError, r"\[total_q = 5, n_words\]", mask=bits[:4], mask_format="bitmask")
