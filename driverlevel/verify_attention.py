@@ -28,7 +28,7 @@ from ._memory import WorkspacePool
 from ._module import load_module, struct_layout_defines
 from ._workspace_formula import partial_workspace_bytes
 
-__all__ = ["VerifyAttention", "VerifyMetadata", "tile_config", "DEFAULT_SM_SCALE"]
+__all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "DEFAULT_SM_SCALE"]
 
 QK_DIM = 576
 V_DIM = 512
@@ -200,6 +200,9 @@ class VerifyAttention:
         Prefix of the carve-out names in ``pool``.
     arch : str, optional
         Compile for this architecture instead of the device's (must match to run).
+    tile : TileConfig, optional
+        Override the tile configuration chosen by :func:`tile_config` (e.g. to run
+        the sm_120 configuration on a GPU with more shared memory).
 
     Workspace
     ---------
@@ -224,7 +227,7 @@ class VerifyAttention:
     def __init__(self, device, num_heads: int, *, max_batch: int, max_q: int, num_splits: int,
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
-                 arch=None):
+                 arch=None, tile: TileConfig | None = None):
         self.device = _check_device_arg(device)
         for pname, v in (("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q), ("num_splits", num_splits)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
@@ -243,7 +246,10 @@ class VerifyAttention:
         self.mask_format = parse_mask_format(mask_format)
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
-        self.config = tile_config(self.arch)
+        self.config = tile if tile is not None else tile_config(self.arch)
+        if self.config.shared_bytes > MAX_SHARED_PER_BLOCK.get(self.arch, 101_376):
+            raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
+                             f"more than {self.arch} allows")
         self.rows_cap = self.max_batch * self.max_q * self.num_heads
         if self.rows_cap * self.num_splits * V_DIM >= 2**62:
             raise ValueError("workspace too large")
