@@ -187,6 +187,7 @@ class DeviceArray:
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
         if self.nbytes:
+            self.device.set_current()
             check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
         return self
 
@@ -194,6 +195,7 @@ class DeviceArray:
         """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node)."""
         self._require_contiguous("fill_bytes")
         if self.nbytes:
+            self.device.set_current()
             check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
         return self
 
@@ -203,6 +205,7 @@ class DeviceArray:
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")
         if self.nbytes:
+            self.device.set_current()
             check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4, stream.handle))
         return self
 
@@ -272,18 +275,24 @@ class _DLManagedTensor(ctypes.Structure):
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
 _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_PyCapsule_SetName = ctypes.pythonapi.PyCapsule_SetName
-_PyCapsule_SetName.restype = ctypes.c_int
-_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# Private prototypes of the capsule API (ctypes.pythonapi's shared function objects are
+# left alone: other libraries set their own argtypes on them).
+_DLTENSOR = b"dltensor"
+_USED_DLTENSOR = b"used_dltensor"
+_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+_PyCapsule_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_PyCapsule_IsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_PyCapsule_SetName = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi))
+# The same two calls on a raw PyObject* address: the capsule destructor runs while the
+# capsule's reference count is already 0, so it must never make a Python reference to it.
+_PyCapsule_IsValid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_PyCapsule_GetPointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
 
 # Exported tensors alive in some consumer: address of the DLManagedTensor -> keep-alive tuple.
 _exported: dict[int, tuple] = {}
@@ -301,10 +310,12 @@ _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _capsule_destructor(capsule_ptr):
     # Called when the capsule dies. If no consumer renamed it to "used_dltensor",
     # the tensor was never taken and we delete it ourselves.
-    capsule = ctypes.cast(capsule_ptr, ctypes.py_object).value
-    if _PyCapsule_IsValid(capsule, b"dltensor"):
-        addr = _PyCapsule_GetPointer(capsule, b"dltensor")
+    if _PyCapsule_IsValid_raw(capsule_ptr, _DLTENSOR):
+        addr = _PyCapsule_GetPointer_raw(capsule_ptr, _DLTENSOR)
         _exported.pop(addr, None)
+
+
+_CAPSULE_DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
 
 
 def _dl_dtype(dt) -> _DLDataType:
@@ -318,10 +329,10 @@ def _dl_dtype(dt) -> _DLDataType:
 
 def _export_dlpack(arr: DeviceArray):
     nd = arr.ndim
-    shape = (ctypes.c_int64 * max(nd, 1))(*arr.shape)
-    strides = (ctypes.c_int64 * max(nd, 1))(*[s // arr.itemsize for s in arr.strides])
     if any(s % arr.itemsize for s in arr.strides):
         raise BufferError("DLPack needs strides that are a multiple of the item size")
+    shape = (ctypes.c_int64 * max(nd, 1))(*arr.shape)
+    strides = (ctypes.c_int64 * max(nd, 1))(*[s // arr.itemsize for s in arr.strides])
     mt = _DLManagedTensor()
     mt.dl_tensor.data = arr.ptr
     mt.dl_tensor.device = _DLDevice(_kDLCUDA, arr.device.ordinal)
@@ -334,7 +345,7 @@ def _export_dlpack(arr: DeviceArray):
     mt.deleter = _dl_deleter
     addr = ctypes.addressof(mt)
     _exported[addr] = (mt, shape, strides, arr)
-    return _PyCapsule_New(addr, b"dltensor", ctypes.cast(_CAPSULE_DESTRUCTOR, ctypes.c_void_p))
+    return _PyCapsule_New(addr, _DLTENSOR, _CAPSULE_DESTRUCTOR_ADDR)
 
 
 class _ImportedDLPack:
@@ -363,10 +374,10 @@ def _from_dlpack(obj, device):
         capsule = obj.__dlpack__(stream=None)
     except TypeError:
         capsule = obj.__dlpack__()
-    if not _PyCapsule_IsValid(capsule, b"dltensor"):
+    if not _PyCapsule_IsValid(capsule, _DLTENSOR):
         raise TypeError("only legacy 'dltensor' DLPack capsules are supported")
-    addr = _PyCapsule_GetPointer(capsule, b"dltensor")
-    _PyCapsule_SetName(capsule, b"used_dltensor")
+    addr = _PyCapsule_GetPointer(capsule, _DLTENSOR)
+    _PyCapsule_SetName(capsule, _USED_DLTENSOR)
     owner = _ImportedDLPack(capsule, addr)
     t = owner._mt.contents.dl_tensor
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
@@ -404,8 +415,9 @@ def _from_cai(obj, device):
 
 
 def _device_of_pointer(ptr: int):
-    from ._device import Device
+    from ._device import Device, init_driver
 
+    init_driver()
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     ordinal = check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr))
     return Device(int(ordinal))
@@ -436,6 +448,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
         has_cai = True
     except (AttributeError, TypeError, RuntimeError):  # e.g. torch bfloat16 refuses CAI
         has_cai = False
+    if has_cai and np.dtype(obj.__cuda_array_interface__["typestr"]).kind == "V" and hasattr(obj, "__dlpack__"):
+        has_cai = False  # e.g. torch exports bfloat16 as an opaque '<V2': DLPack names the type
     if has_cai:
         return _from_cai(obj, device)
     if hasattr(obj, "__dlpack__"):

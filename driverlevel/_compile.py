@@ -24,7 +24,7 @@ import re
 import struct
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuda.bindings import nvrtc
@@ -133,18 +133,19 @@ def kernel_source_dir() -> Path:
     FileNotFoundError
         If the sources cannot be found (a broken install).
     """
-    try:
-        from importlib.resources import files
-
-        d = files("driverlevel.cu")
-        p = Path(str(d))
+    here = Path(__file__).resolve().parent
+    # A wheel installs them as driverlevel/cu/; a checkout (plain or editable) has them in cu/.
+    for p in (here / "cu", here.parent / "cu"):
         if (p / "common.cuh").is_file():
             return p
-    except (ModuleNotFoundError, TypeError):
+    try:  # any other loader that maps the driverlevel.cu package somewhere else
+        from importlib.resources import files
+
+        p = Path(str(files("driverlevel.cu").joinpath("common.cuh"))).parent
+        if (p / "common.cuh").is_file():
+            return p
+    except (ModuleNotFoundError, TypeError, ValueError):
         pass
-    p = Path(__file__).resolve().parent.parent / "cu"
-    if (p / "common.cuh").is_file():
-        return p
     raise FileNotFoundError("driverlevel's kernel sources (cu/*.cu) were not found next to the package")
 
 
@@ -191,9 +192,10 @@ def cache_dir() -> Path | None:
     return Path(base) / "driverlevel"
 
 
-def include_dirs() -> list[str]:
-    """Include directories: ``cu/`` and the CUDA runtime headers (found with cuda.pathfinder)."""
-    dirs = [str(kernel_source_dir())]
+def include_dirs(extra=()) -> list[str]:
+    """Include directories: ``extra`` (searched first), ``cu/``, then the CUDA runtime headers
+    (found with cuda.pathfinder)."""
+    dirs = [str(Path(d)) for d in extra] + [str(kernel_source_dir())]
     cuda_inc = None
     try:
         import cuda.pathfinder as pf
@@ -209,6 +211,15 @@ def include_dirs() -> list[str]:
     if cuda_inc:
         dirs.append(str(cuda_inc))
     return dirs
+
+
+_include_dirs = include_dirs
+
+
+def _clear_memory_cache() -> None:
+    """Forget the in-process cubin cache (as a new process would); the disk cache stays."""
+    with _mem_lock:
+        _mem_cache.clear()
 
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
@@ -337,7 +348,7 @@ def _write_entry(path: Path, cub: Cubin) -> None:
 
 
 def compile_source(source: str, name: str, arch, defines: dict | None = None, extra_options=(),
-                   use_cache: bool = True) -> Cubin:
+                   use_cache: bool = True, include_dirs: tuple = ()) -> Cubin:
     """Compile CUDA C++ ``source`` to a cubin for ``arch``.
 
     Parameters
@@ -354,10 +365,14 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         More NVRTC options.
     use_cache : bool
         Use the in-process and disk caches (default True).
+    include_dirs : sequence of str or Path
+        More directories searched for ``#include "..."`` before ``cu/``; the headers
+        found there are part of the cache key like those of ``cu/``.
 
     Returns
     -------
     Cubin
+        ``cache_hit`` is True when this call compiled nothing (disk or in-process cache).
 
     Raises
     ------
@@ -366,17 +381,19 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     ValueError
         For an unsupported architecture.
     """
+    extra_include = tuple(include_dirs)
     arch = normalize_arch(arch)
-    include = include_dirs()
+    local = _include_dirs(extra_include)  # the parameter shadows the module function
     options = _options(arch, defines or {}, extra_options)
-    options_all = options + [f"-I{d}" for d in include]
-    headers = _local_headers(source, [Path(d) for d in include[:1]])
+    options_all = options + [f"-I{d}" for d in local]
+    n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
+    headers = _local_headers(source, [Path(d) for d in local[:n_local]])
     key = _cache_key(source, name, headers, options, arch, [])
     if use_cache:
         with _mem_lock:
             hit = _mem_cache.get(key)
         if hit is not None:
-            return hit
+            return replace(hit, cache_hit=True)
         cdir = cache_dir()
         if cdir is not None:
             entry = _read_entry(cdir / f"{key}.cubin", key)

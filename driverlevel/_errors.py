@@ -125,6 +125,9 @@ def raise_cuda(call: str, code, detail: str = "", cls=CudaError):
     if cls is CudaError and int(code) in (
         int(driver.CUresult.CUDA_ERROR_NO_DEVICE),
         int(driver.CUresult.CUDA_ERROR_INSUFFICIENT_DRIVER),
+        int(driver.CUresult.CUDA_ERROR_STUB_LIBRARY),  # libcuda.so stub of a toolkit, no real driver
+        int(driver.CUresult.CUDA_ERROR_SYSTEM_DRIVER_MISMATCH),
+        int(driver.CUresult.CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE),
     ):
         cls = DriverUnavailableError
     raise cls(call, int(code), name, desc, detail)

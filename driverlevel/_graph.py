@@ -204,7 +204,7 @@ class Graph:
         return self._handle
 
     def _nodes(self):
-        _, _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, 0))
+        _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, 0))
         if not n:
             return []
         nodes, _ = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, n))
@@ -291,6 +291,11 @@ class GraphExec:
         self._finalizer = weakref.finalize(self, _destroy_exec, handle)
         return self
 
+    @property
+    def handle(self):
+        """The ``CUgraphExec``."""
+        return self._handle
+
     def launch(self, stream) -> None:
         """Replay the graph on ``stream`` (one ``cuGraphLaunch``; the hot path)."""
         self.device.set_current()
@@ -302,6 +307,7 @@ class GraphExec:
 
     def upload(self, stream) -> None:
         """Upload the executable graph's resources ahead of the first launch."""
+        self.device.set_current()
         check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
 
     def update(self, graph: Graph) -> None:

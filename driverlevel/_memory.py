@@ -40,6 +40,14 @@ def _register(obj) -> None:
         _registry[id(obj)] = obj
 
 
+def _is_live(obj) -> bool:
+    """False once the allocation was closed (its address range may belong to a newer one)."""
+    fin = getattr(obj, "_finalizer", None)
+    if fin is None:
+        fin = getattr(getattr(obj, "_buffer", None), "_finalizer", None)
+    return fin is None or fin.alive
+
+
 def lookup_pointer(ptr: int):
     """Find the registered allocation that contains device address ``ptr``.
 
@@ -51,7 +59,7 @@ def lookup_pointer(ptr: int):
     """
     ptr = int(ptr)
     with _reg_lock:
-        objs = list(_registry.values())
+        objs = [o for o in _registry.values() if _is_live(o)]
     hits = [o for o in objs if o._range()[0] <= ptr < o._range()[0] + o._range()[1]]
     if not hits:
         return None

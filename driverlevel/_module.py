@@ -111,6 +111,12 @@ def _pack_one(value):
     """Return ``(ctypes object, pointer-or-None)`` for one kernel argument."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError("bool kernel arguments are ambiguous: pass np.int32(0/1) or np.uint8")
+    # numpy scalars first: np.float64 is a subclass of Python float.
+    if isinstance(value, np.generic):
+        ct = _NP_TO_CTYPES.get(value.dtype)
+        if ct is None:
+            raise TypeError(f"unsupported scalar kernel argument dtype {value.dtype}")
+        return ct(value.item()), None
     if isinstance(value, (int, float)):
         raise TypeError(f"plain Python {type(value).__name__} {value!r} has no C type: "
                         f"wrap it as np.int32 / np.int64 / np.float32, or pass a DeviceArray for a pointer")
@@ -118,11 +124,6 @@ def _pack_one(value):
         return value, None
     if isinstance(value, ctypes._SimpleCData):
         return value, None
-    if isinstance(value, np.generic):
-        ct = _NP_TO_CTYPES.get(value.dtype)
-        if ct is None:
-            raise TypeError(f"unsupported scalar kernel argument dtype {value.dtype}")
-        return ct(value.item()), None
     if value is None:
         return ctypes.c_uint64(0), 0
     if isinstance(value, DeviceArray):

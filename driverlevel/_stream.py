@@ -91,6 +91,7 @@ class Stream:
 
     def wait(self, event: "Event") -> None:
         """Make future work on this stream wait for ``event`` (capture-safe)."""
+        self.device.set_current()
         check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
 
     def close(self) -> None:
@@ -125,6 +126,7 @@ class Event:
 
     def record(self, stream: Stream) -> "Event":
         """Record the event on ``stream`` (capture-safe: becomes an event-record node)."""
+        self.device.set_current()
         check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
         return self
 

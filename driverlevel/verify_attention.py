@@ -28,7 +28,7 @@ from ._memory import WorkspacePool
 from ._module import load_module, struct_layout_defines
 from ._workspace_formula import partial_workspace_bytes
 
-__all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "DEFAULT_SM_SCALE"]
+__all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "suggest_num_splits", "DEFAULT_SM_SCALE"]
 
 QK_DIM = 576
 V_DIM = 512
@@ -103,19 +103,55 @@ class TileConfig:
 
 _CONFIGS = (
     TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 182,272 B: sm_90, sm_100
+    TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 155,392 B: sm_90, sm_100 (row counts like 9 heads x 16 tokens)
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 128,512 B: sm_80
     TileConfig(rows=32, csplit=4, keys=16, stages=2),   #  91,136 B: sm_86, sm_89, sm_120
 )
 
 
-def tile_config(arch) -> TileConfig:
-    """The largest tile configuration whose shared memory fits ``arch``'s per-block limit."""
+def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
+    """The tile configuration for ``arch``.
+
+    Among the configurations whose shared memory fits the architecture's per-block
+    limit and that use its largest key tile, the one that pads ``rows_per_request``
+    (``max_q * num_heads``) the least; ties go to the larger row tile (less L2 traffic).
+
+    Raises
+    ------
+    ValueError
+        If no configuration fits.
+    """
     arch = normalize_arch(arch)
     limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
-    for cfg in _CONFIGS:
-        if cfg.shared_bytes <= limit:
-            return cfg
-    raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
+    fits = [c for c in _CONFIGS if c.shared_bytes <= limit]
+    if not fits:
+        raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
+    best = fits[0]
+    fits = [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
+    if rows_per_request:
+        return min(fits, key=lambda c: (math.ceil(rows_per_request / c.rows) * c.rows, -c.rows))
+    return best
+
+
+def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_len: int, max_splits: int = 64) -> int:
+    """A ``num_splits`` that fills the GPU for requests of about ``kv_len`` prefix tokens.
+
+    Models the partial kernel's time as (waves of CTAs) x (key tiles per split) and
+    returns the smallest split count reaching the minimum, at most ``max_splits``.
+    """
+    device = _check_device_arg(device)
+    cfg = tile_config(device.arch, max_q * num_heads)
+    row_tiles = math.ceil(max_q * num_heads / cfg.rows) * max_batch
+    key_tiles = max(1, math.ceil((kv_len + max_q) / cfg.keys))
+    sms = device.sm_count
+    best, best_cost = 1, None
+    for s in range(1, max_splits + 1):
+        per = math.ceil(key_tiles / s)
+        active = math.ceil(key_tiles / per)
+        cost = math.ceil(row_tiles * active / sms) * per
+        if best_cost is None or cost < best_cost * 0.97:
+            best, best_cost = s, cost
+    return best
 
 
 @dataclass
@@ -246,7 +282,7 @@ class VerifyAttention:
         self.mask_format = parse_mask_format(mask_format)
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
-        self.config = tile if tile is not None else tile_config(self.arch)
+        self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
         if self.config.shared_bytes > MAX_SHARED_PER_BLOCK.get(self.arch, 101_376):
             raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
                              f"more than {self.arch} allows")

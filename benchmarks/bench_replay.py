@@ -1,0 +1,36 @@
+"""Graph-replay latency benchmark (same code as ``driverlevel bench replay``).
+
+Host µs per replay of a graph of 1, 10 and 50 trivial kernels through driverlevel,
+through a bare ``cuGraphLaunch`` loop on the same exec, through
+``torch.cuda.CUDAGraph.replay()`` (if torch is installed) and as eager launches.
+See :mod:`driverlevel.bench_replay`.
+
+Usage: python benchmarks/bench_replay.py [--nodes 1,10,50] [--replays 10000] [--repeats 5]
+                                         [--device 0] [--no-torch] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    from driverlevel.bench_replay import main_from_options
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph")
+    ap.add_argument("--replays", type=int, default=10_000, help="calls per variant and repetition (>= 100)")
+    ap.add_argument("--repeats", type=int, default=5, help="repetitions; medians are reported")
+    ap.add_argument("--device", type=int, default=0, help="GPU ordinal")
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout)")
+    a = ap.parse_args(argv)
+    counts = [int(x) for x in a.nodes.split(",") if x.strip()]
+    if not counts or min(counts) < 1 or a.replays < 100 or a.repeats < 1:
+        ap.error("--nodes needs positive ints, --replays >= 100, --repeats >= 1")
+    return main_from_options(counts, a.replays, a.repeats, a.device, not a.no_torch, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The ``driverlevel`` command line: ``info``, ``compile``, ``capture-demo`` and ``bench``.
+
+``info`` and ``compile`` work on a machine without a GPU (``compile`` needs only
+NVRTC). ``bench`` is a group: ``bench replay`` lives here, other benchmarks add
+their own subcommands to :data:`bench`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from . import __version__
+from ._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file, kernel_sources, normalize_arch, nvrtc_version
+from ._device import Device, device_count, driver_version
+from ._errors import CudaError, NvrtcError
+from ._module import struct_layout_defines
+
+__all__ = ["main", "bench", "compile_plan"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="driverlevel")
+def main():
+    """driverlevel: MLA verify attention for draft trees and the DDTree decode loop as CUDA graphs.
+
+    Kernels are compiled by NVRTC to cubin for the GPU's exact architecture and
+    launched through the CUDA driver API; no PyTorch at run time.
+    """
+
+
+# -- info --------------------------------------------------------------------------------
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+@main.command()
+def info():
+    """Driver and NVRTC versions, and each GPU's name, compute capability, SMs,
+    shared memory, L2 and memory.
+
+    Without a GPU or an NVIDIA driver it says so in one sentence and exits 0.
+    """
+    click.echo(f"driverlevel {__version__}")
+    try:
+        major, minor = nvrtc_version()
+        click.echo(f"NVRTC {major}.{minor} (kernels compile to cubin for {', '.join(SUPPORTED_ARCHS)})")
+    except Exception as exc:  # NVRTC missing: still report the driver side
+        click.echo(f"NVRTC unavailable: {exc}")
+    try:
+        n = device_count()
+        drv = driver_version() if n else None
+    except CudaError as exc:
+        n, drv = 0, None
+        reason = f" ({exc.name})"
+    else:
+        reason = ""
+    if n == 0:
+        click.echo(f"No NVIDIA GPU is usable on this machine{reason}: there is no CUDA driver or no device, "
+                   f"so only `driverlevel compile` will work here.")
+        return
+    click.echo(f"CUDA driver supports CUDA {drv[0]}.{drv[1]}; {n} GPU(s):")
+    for i in range(n):
+        dev = Device(i)
+        p = dev.properties
+        free, total = dev.mem_info()
+        click.echo(
+            f"  [{i}] {p.name}: compute capability {p.compute_capability[0]}.{p.compute_capability[1]} ({p.arch}), "
+            f"{p.sm_count} SMs, shared memory per block {p.max_shared_memory_per_block_optin:,} B opt-in "
+            f"({p.max_shared_memory_per_block:,} B default), L2 {_mib(p.l2_cache_bytes)}, "
+            f"memory {_mib(free)} free of {_mib(total)}"
+        )
+
+
+# -- compile -----------------------------------------------------------------------------
+def _paired_module(filename: str):
+    """The Python module paired with ``cu/<stem>.cu`` (``driverlevel.<stem>``), or None."""
+    name = f"driverlevel.{filename.rsplit('.', 1)[0]}"
+    if importlib.util.find_spec(name) is None:
+        return None
+    return importlib.import_module(name)
+
+
+def compile_plan(filename: str, arch: str):
+    """``(defines, dynamic_shared)`` with which ``filename`` is compiled and launched for ``arch``.
+
+    ``defines`` comes from the paired module's ``compile_defines(arch)`` and
+    ``dynamic_shared`` (``{kernel: bytes}``, possibly empty) from its
+    ``dynamic_shared_bytes(arch)``. ``verify_attention.cu`` without such hooks is
+    compiled exactly as :class:`~driverlevel.verify_attention.VerifyAttention` does.
+    """
+    mod = _paired_module(filename)
+    defines, dynamic = {}, {}
+    if mod is not None and hasattr(mod, "compile_defines"):
+        defines = dict(mod.compile_defines(arch))
+    elif filename == "verify_attention.cu" and mod is not None:
+        cfg = mod.tile_config(arch)
+        defines = dict(cfg.defines())
+        defines.update(struct_layout_defines(mod._Params))
+        dynamic = {"verify_attn_partial": cfg.shared_bytes}
+    if mod is not None and hasattr(mod, "dynamic_shared_bytes"):
+        dynamic = dict(mod.dynamic_shared_bytes(arch))
+    return defines, dynamic
+
+
+_COLUMNS = ("file", "kernel", "arch", "regs", "static smem", "dynamic smem", "stack", "spill B", "cache", "")
+
+
+def _table(rows) -> str:
+    widths = [max(len(str(r[i])) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
+    right = {3, 4, 5, 6, 7}
+
+    def fmt(r):
+        return "  ".join((str(v).rjust(w) if i in right else str(v).ljust(w))
+                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([fmt(_COLUMNS), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def _default_arch() -> str:
+    try:
+        if device_count():
+            return Device(0).arch
+    except CudaError:
+        pass
+    return "sm_120"
+
+
+@main.command("compile")
+@click.option("--arch", "arch_opt", default=None, metavar="sm_XX|all",
+              help="Target architecture (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) or 'all'. "
+                   "Default: GPU 0's, or sm_120 without a GPU.")
+@click.option("--kernel", "kernels", multiple=True, metavar="FILE",
+              help="Kernel source in cu/ to compile (repeatable). Default: every .cu file.")
+def compile_cmd(arch_opt, kernels):
+    """Compile every kernel source in cu/ with NVRTC and print a resource table.
+
+    Columns: registers per thread, static and dynamic shared memory per block
+    (bytes; dynamic where the launcher fixes it), stack frame, spill bytes
+    (stores + loads) and whether the cubin came from the cache. Needs no GPU.
+    Exits 1 if any kernel fails to compile, spills, or needs more shared memory
+    than the architecture allows per block.
+    """
+    if arch_opt is None:
+        archs = [_default_arch()]
+    elif arch_opt.strip().lower() == "all":
+        archs = list(SUPPORTED_ARCHS)
+    else:
+        try:
+            archs = [normalize_arch(a) for a in arch_opt.split(",")]
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--arch") from exc
+    available = kernel_sources()
+    files = list(kernels) or available
+    for f in files:
+        if f not in available:
+            raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
+                                     param_hint="--kernel")
+    rows, problems = [], []
+    for f in files:
+        for arch in archs:
+            try:
+                defines, dynamic = compile_plan(f, arch)
+            except Exception as exc:  # a broken paired module must not hide the other files
+                problems.append(f"{f} ({arch}): its compile defines could not be computed: {exc!r}")
+                continue
+            try:
+                cub = compile_file(f, arch, defines)
+            except NvrtcError as exc:
+                problems.append(f"{f} ({arch}) failed to compile:\n{exc}")
+                continue
+            limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+            for kname in sorted(cub.resources):
+                r = cub.resources[kname]
+                dyn = dynamic.get(kname)
+                flags = []
+                if r.spills:
+                    flags.append("SPILLS")
+                    problems.append(f"{f}:{kname} ({arch}) spills {r.spill_store_bytes} B stored, "
+                                    f"{r.spill_load_bytes} B loaded per thread")
+                if r.shared_bytes + (dyn or 0) > limit:
+                    flags.append("SMEM>LIMIT")
+                    problems.append(f"{f}:{kname} ({arch}) needs {r.shared_bytes + (dyn or 0):,} B of shared memory "
+                                    f"per block, over the {limit:,} B limit")
+                rows.append((f, kname, arch, r.registers, f"{r.shared_bytes:,}",
+                             "-" if dyn is None else f"{dyn:,}", r.stack_bytes, r.spills,
+                             "hit" if cub.cache_hit else "compiled", " ".join(flags)))
+    if rows:
+        click.echo(_table(rows))
+    for p in problems:
+        click.echo(p, err=True)
+    if problems:
+        sys.exit(1)
+
+
+# -- capture-demo (placeholder until driverlevel.demo_cli exists) --------------------------
+@main.command("capture-demo", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def capture_demo(ctx):
+    """Run the DDTree decode demo captured as one CUDA graph (needs a GPU).
+
+    Delegates to ``driverlevel.demo_cli.run(args) -> int`` with the remaining
+    command-line arguments.
+    """
+    if importlib.util.find_spec("driverlevel.demo_cli") is None:
+        click.echo("driverlevel capture-demo is not available in this version yet "
+                   "(driverlevel.demo_cli is missing).", err=True)
+        sys.exit(2)
+    from . import demo_cli
+
+    sys.exit(int(demo_cli.run(list(ctx.args)) or 0))
+
+
+# -- bench -------------------------------------------------------------------------------
+@main.group()
+def bench():
+    """Benchmarks (need a GPU): medians and ratios measured side by side in one run."""
+
+
+@bench.command("replay")
+@click.option("--nodes", default="1,10,50", show_default=True, help="Comma-separated kernel counts per graph.")
+@click.option("--replays", default=10_000, show_default=True, type=click.IntRange(100),
+              help="Replays (and eager steps) per variant and repetition.")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(1), help="Repetitions; medians are reported.")
+@click.option("--device", "ordinal", default=0, show_default=True, type=click.IntRange(0), help="GPU ordinal.")
+@click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout).")
+def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
+    """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches."""
+    from . import bench_replay as br
+
+    try:
+        counts = [int(x) for x in nodes.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"expected comma-separated ints, got {nodes!r}", param_hint="--nodes") from exc
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"expected positive ints, got {nodes!r}", param_hint="--nodes")
+    sys.exit(br.main_from_options(counts, replays, repeats, ordinal, not no_torch, json_path))
+
+
+if __name__ == "__main__":
+    main()

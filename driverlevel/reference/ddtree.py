@@ -1,0 +1,696 @@
+"""Numpy reference of DDTree's tree build, tree compile, greedy accept and KV commit.
+
+DDTree (Ringel & Romano 2026, arXiv 2604.12989) turns the drafter's per-depth
+distributions into a draft tree by best-first search, verifies the whole tree in
+one target forward, and keeps the longest path the target agrees with. This
+module is the host-side definition the GPU kernels of ``cu/ddtree.cu`` are
+checked against, node for node and bit for bit.
+
+Tree build (per request)
+------------------------
+Inputs: the drafter's logits ``[depth_limit, vocab]`` (row ``d`` is depth
+``d + 1``), the root token (node 0) and a ``budget`` = the most nodes *besides*
+the root. ``K = min(budget, vocab)``.
+
+1. Per depth row, the top-``K`` tokens by logit, descending; equal logits are
+   ordered by the lower token id first (torch.topk leaves ties unspecified; this
+   is our definition). Log-probabilities ``lp = logit - lse`` in float32, where
+   ``lse`` is the row's log-sum-exp rounded to float32 (:func:`topk_logprobs`).
+2. Best-first search with Python's ``heapq`` exactly as the reference does it.
+   Heap entries are ``(-logw, ranks, parent, depth, rank, logw)``; ``logw`` is a
+   Python float (float64) summed from the float32 ``lp``; ``ranks`` is the tuple
+   of ranks along the path, which breaks ties in ``-logw`` lexicographically
+   (a prefix before its extensions). The first entry is
+   ``(lp[0][0], (0,), parent 0, depth 1, rank 0)``. While the heap is not empty
+   and fewer than ``budget`` nodes were taken: pop; the popped entry becomes
+   node ``n = taken + 1`` with token ``top_ids[depth-1][rank]``; push its next
+   sibling when ``rank + 1 < K`` with
+   ``logw - lp[depth-1][rank] + lp[depth-1][rank+1]`` (left to right, float64)
+   and ranks ``ranks[:-1] + (rank+1,)``; push its first child when
+   ``depth < depth_limit`` with ``logw + lp[depth][0]``, ranks ``ranks + (0,)``
+   and parent ``n``.
+3. Node ``i`` sees itself and its ancestors; the root sees itself. Visibility is
+   kept as uint32 words per node: bit ``j`` of word ``w`` is node ``32*w + j``,
+   ``n_words = ceil((budget + 1) / 32)``.
+
+Tree compile, slots and the free-slot pool
+------------------------------------------
+The root is the last committed token: its KV is *not* yet in the cache (the
+reference verifies it with the tree; its past length excludes it). So every
+node, the root included, gets a fresh cache slot, and the root sits at position
+``committed_len`` (the number of tokens whose KV is cached); node ``i`` at
+``committed_len + depth[i]``.
+
+Slots come from a **free-slot pool**: a stack ``slots`` (int64
+``[capacity]``) whose first ``count`` entries are free slot ids, and ``count``
+(an int64 scalar on the device). Compile takes the top ``T = sum(q_len)``
+entries without changing ``count``: ``alloc_base = count - T``, and node ``i``
+of request ``b`` gets ``slots[alloc_base + qo_indptr[b] + i]``. Commit pushes
+the rejected slots back starting at ``alloc_base`` (request by request, node by
+node) and sets ``count = alloc_base + rejected``. Between compile and commit
+nobody else may use the pool. If ``T > count`` compile sets
+:data:`STATUS_POOL_EXHAUSTED`, hands out slot ``-1`` everywhere, and commit then
+changes nothing.
+
+Greedy accept and stop tokens
+-----------------------------
+``posterior[i]`` is the target's argmax at node ``i`` (the first index of the
+maximum). From ``cur = 0``: while some child ``j`` of ``cur`` has
+``token[j] == posterior[cur]`` (sibling tokens are distinct, so at most one),
+step to it and accept it. Then the bonus token is ``posterior[cur]``.
+
+* The root is always accepted for an active request; an inactive request
+  accepts nothing (count 0, no bonus) and keeps its state.
+* **Stop tokens.** When a newly accepted node's token is a stop token of its
+  request, acceptance ends right after it, no bonus token is produced, and the
+  request finishes. If the bonus token itself is a stop token it is still
+  emitted and the request finishes. A finished request becomes inactive.
+* **Context room.** At most ``max_context - committed_len`` nodes can be
+  committed (the root included). A longer accepted path is cut to that length,
+  the request finishes without a bonus, and :data:`STATUS_CONTEXT_FULL` is set.
+* Emitted tokens = the accepted non-root tokens, then the bonus if any. For an
+  active request that stays active, the bonus becomes the next root token.
+
+Commit
+------
+Paged (primary): append the accepted nodes' slots to the request's row of
+``req_to_token`` at positions ``committed_len ..``, advance ``committed_len`` by
+the accepted count, return every other slot of the request to the pool. No KV
+moves. Dense: in a cache with a contiguous window per request, move the rows of
+the accepted nodes (at ``committed_len + node``) to the front of the window
+(``committed_len + i``), then advance ``committed_len``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from driverlevel._mask import BITMASK_WORD_BITS
+from driverlevel.reference.trees import ancestor_visibility
+
+__all__ = [
+    "STATUS_POOL_EXHAUSTED",
+    "STATUS_CONTEXT_FULL",
+    "STATUS_KV_CAPACITY",
+    "STATUS_MASK_CAPACITY",
+    "RECORD_HEADER",
+    "mask_words",
+    "topk_logprobs",
+    "Tree",
+    "TreeBatch",
+    "build_tree_from_topk",
+    "build_tree",
+    "ancestor_masks",
+    "SlotPool",
+    "CompiledStep",
+    "compile_tree",
+    "AcceptResult",
+    "greedy_accept",
+    "accept_records",
+    "commit_paged",
+    "commit_dense",
+]
+
+#: ``status`` bit: the pool had fewer free slots than the step's draft tokens.
+STATUS_POOL_EXHAUSTED = 1
+#: ``status`` bit: a request's tree does not fit ``max_context`` (acceptance was cut).
+STATUS_CONTEXT_FULL = 2
+#: ``status`` bit: ``kv_indices`` is too small for the step's prefixes (not written).
+STATUS_KV_CAPACITY = 4
+#: ``status`` bit: a SGLang mask buffer is too small for the step (not written).
+STATUS_MASK_CAPACITY = 8
+
+#: int32 fields before the emitted tokens in an accept record:
+#: ``[accepted_count, num_emitted, bonus_token, finished]``.
+RECORD_HEADER = 4
+
+
+def mask_words(budget: int) -> int:
+    """uint32 words per node of the ancestor bitmask: ``ceil((budget + 1) / 32)``."""
+    return -(-(int(budget) + 1) // BITMASK_WORD_BITS)
+
+
+# --------------------------------------------------------------------------- top-K
+
+
+def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-``k`` tokens and their log-probabilities for every depth row.
+
+    Parameters
+    ----------
+    logits : array_like of float
+        ``[depth_limit, vocab]`` drafter logits (float32, or anything that
+        converts to float32 exactly, e.g. bf16 widened with
+        :func:`driverlevel._dtypes.bf16_bits_to_f32`). Must be finite.
+    k : int
+        ``1 <= k <= vocab``.
+
+    Returns
+    -------
+    ids : numpy.ndarray
+        int32 ``[depth_limit, k]``, by logit descending, equal logits by lower id.
+    lp : numpy.ndarray
+        float32 ``[depth_limit, k]``: ``float32(logit - lse)`` (a float32 subtraction).
+    lse : numpy.ndarray
+        float32 ``[depth_limit]``: ``m + log(sum(exp(x - m)))`` computed in float64
+        (``m`` the row maximum), rounded to float32.
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, ``k`` out of range, or non-finite logits.
+    """
+    x = np.asarray(logits, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"logits must be [depth_limit, vocab], got shape {x.shape}")
+    if not 1 <= k <= x.shape[1]:
+        raise ValueError(f"k must be in [1, vocab={x.shape[1]}], got {k}")
+    if not np.isfinite(x).all():
+        raise ValueError("logits must be finite")
+    x = x + np.float32(0.0)  # -0.0 -> +0.0, so that equal values are ordered by id only
+    order = np.argsort(-x, axis=1, kind="stable")[:, :k]  # stable: equal logits keep id order
+    x64 = x.astype(np.float64)
+    m = x64.max(axis=1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(x64 - m).sum(axis=1))).astype(np.float32)
+    top = np.take_along_axis(x, order, axis=1)
+    lp = (top - lse[:, None]).astype(np.float32)
+    return order.astype(np.int32), lp, lse
+
+
+# --------------------------------------------------------------------------- tree build
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """One request's draft tree, nodes in pop order (root first).
+
+    Attributes
+    ----------
+    tokens, depths, parents, ranks : numpy.ndarray
+        int32 ``[n]``; the root has depth 0, parent -1 and rank -1.
+    keys : numpy.ndarray
+        float64 ``[n]``: each node's path log-probability ``logw`` (root 0.0).
+    """
+
+    tokens: np.ndarray
+    depths: np.ndarray
+    parents: np.ndarray
+    ranks: np.ndarray
+    keys: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def build_tree_from_topk(root_token: int, top_ids: np.ndarray, top_lp: np.ndarray, budget: int) -> Tree:
+    """Best-first tree build from per-depth top-K lists, with ``heapq`` as the reference.
+
+    Parameters
+    ----------
+    root_token : int
+    top_ids : numpy.ndarray
+        int ``[depth_limit, >= K]`` token ids by rank.
+    top_lp : numpy.ndarray
+        float32 ``[depth_limit, >= K]`` log-probabilities by rank (non-increasing).
+    budget : int
+        Most nodes besides the root (>= 0). ``K = min(budget, top_ids.shape[1])``.
+
+    Returns
+    -------
+    Tree
+    """
+    depth_limit = top_lp.shape[0]
+    k = min(int(budget), top_lp.shape[1])
+    lp = [[float(v) for v in row[:k]] for row in np.asarray(top_lp, dtype=np.float32)]
+    tokens, depths, parents, ranks, keys = [int(root_token)], [0], [-1], [-1], [0.0]
+    heap = []
+    if k > 0 and depth_limit > 0:
+        heap.append((-lp[0][0], (0,), 0, 1, 0, lp[0][0]))
+    while heap and len(tokens) - 1 < budget:
+        _, path, parent, depth, rank, logw = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(int(top_ids[depth - 1][rank]))
+        depths.append(depth)
+        parents.append(parent)
+        ranks.append(rank)
+        keys.append(logw)
+        if rank + 1 < k:
+            sib = logw - lp[depth - 1][rank] + lp[depth - 1][rank + 1]
+            heapq.heappush(heap, (-sib, path[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
+        if depth < depth_limit:
+            child = logw + lp[depth][0]
+            heapq.heappush(heap, (-child, path + (0,), node, depth + 1, 0, child))
+    i32 = lambda v: np.asarray(v, dtype=np.int32)  # noqa: E731
+    return Tree(i32(tokens), i32(depths), i32(parents), i32(ranks), np.asarray(keys, dtype=np.float64))
+
+
+def ancestor_masks(parents: object, n_words: int) -> np.ndarray:
+    """Ancestor-and-self bitmask words of a tree.
+
+    Parameters
+    ----------
+    parents : array_like of int
+        ``[n]`` with ``parents[0] == -1`` and ``parents[i] < i``.
+    n_words : int
+        Words per node (``>= ceil(n / 32)``).
+
+    Returns
+    -------
+    numpy.ndarray
+        uint32 ``[n, n_words]``; bit ``j`` of word ``w`` of row ``i`` is set iff node
+        ``32*w + j`` is ``i`` or an ancestor of ``i``.
+    """
+    vis = ancestor_visibility(np.asarray(parents, dtype=np.int64))
+    n = vis.shape[0]
+    if n > n_words * BITMASK_WORD_BITS:
+        raise ValueError(f"{n} nodes need more than n_words={n_words} words")
+    wide = np.zeros((n, n_words * BITMASK_WORD_BITS), dtype=np.uint64)
+    wide[:, :n] = vis
+    weights = np.left_shift(np.uint64(1), np.arange(BITMASK_WORD_BITS, dtype=np.uint64))
+    return (wide.reshape(n, n_words, BITMASK_WORD_BITS) * weights).sum(axis=2).astype(np.uint32)
+
+
+@dataclasses.dataclass
+class TreeBatch:
+    """Draft trees of a batch, padded to the plan's maxima (what the GPU writes).
+
+    Attributes
+    ----------
+    tokens, depths, parents : numpy.ndarray
+        int32 ``[bs, budget + 1]``; entries at or past ``node_counts[b]`` are -1.
+    node_counts : numpy.ndarray
+        int32 ``[bs]``: nodes of request ``b``, root included; 0 when inactive.
+    masks : numpy.ndarray
+        uint32 ``[bs, budget + 1, n_words]`` ancestor bitmasks (0 past the count).
+    top_ids, top_lp : numpy.ndarray
+        int32 / float32 ``[bs, depth_limit, K]`` (zeros for inactive requests).
+    budget : int
+        The plan's budget (row width minus one).
+    """
+
+    tokens: np.ndarray
+    depths: np.ndarray
+    parents: np.ndarray
+    node_counts: np.ndarray
+    masks: np.ndarray
+    top_ids: np.ndarray
+    top_lp: np.ndarray
+    budget: int
+
+    def tree(self, b: int) -> Tree:
+        """Request ``b``'s tree, unpadded (ranks and keys are not kept: -1 and NaN)."""
+        n = int(self.node_counts[b])
+        return Tree(self.tokens[b, :n].copy(), self.depths[b, :n].copy(), self.parents[b, :n].copy(),
+                    np.full(n, -1, np.int32), np.full(n, np.nan))
+
+
+def build_tree(root_tokens: object, logits: object, budget: int, budgets: object = None,
+               active: object = None, top: tuple | None = None) -> TreeBatch:
+    """Tree build for a batch of requests.
+
+    Parameters
+    ----------
+    root_tokens : array_like of int
+        ``[bs]``.
+    logits : array_like of float
+        ``[bs, depth_limit, vocab]`` (float32 values; see :func:`topk_logprobs`).
+    budget : int
+        The plan's budget (>= 0): the arrays' width is ``budget + 1``, and
+        ``K = min(budget, vocab)`` tokens are kept per depth.
+    budgets : array_like of int, optional
+        ``[bs]`` per-request budgets, each clamped to ``[0, budget]`` (default: ``budget``).
+    active : array_like of bool, optional
+        ``[bs]``; inactive requests get no nodes (default: all active).
+    top : (ids, lp), optional
+        Precomputed top-K per request ``[bs, depth_limit, >= K]`` to build from
+        instead of ``logits`` (e.g. the GPU's, to check the heap on its own).
+
+    Returns
+    -------
+    TreeBatch
+    """
+    roots = np.asarray(root_tokens).astype(np.int64)
+    bs = roots.shape[0]
+    budget = int(budget)
+    if top is None:
+        x = np.asarray(logits, dtype=np.float32)
+        depth_limit, vocab = x.shape[1], x.shape[2]
+    else:
+        depth_limit, vocab = top[0].shape[1], None
+    k = min(budget, vocab) if vocab is not None else min(budget, top[0].shape[2])
+    per = np.full(bs, budget, np.int64) if budgets is None else np.clip(np.asarray(budgets).astype(np.int64), 0, budget)
+    act = np.ones(bs, bool) if active is None else np.asarray(active).astype(bool)
+    words = mask_words(budget)
+    out = TreeBatch(
+        tokens=np.full((bs, budget + 1), -1, np.int32), depths=np.full((bs, budget + 1), -1, np.int32),
+        parents=np.full((bs, budget + 1), -1, np.int32), node_counts=np.zeros(bs, np.int32),
+        masks=np.zeros((bs, budget + 1, words), np.uint32),
+        top_ids=np.zeros((bs, depth_limit, k), np.int32), top_lp=np.zeros((bs, depth_limit, k), np.float32),
+        budget=budget)
+    for b in range(bs):
+        if not act[b]:
+            continue
+        if top is None:
+            ids, lp, _ = topk_logprobs(x[b], max(k, 1))
+            ids, lp = ids[:, :k], lp[:, :k]
+        else:
+            ids, lp = np.asarray(top[0][b])[:, :k], np.asarray(top[1][b], dtype=np.float32)[:, :k]
+        out.top_ids[b], out.top_lp[b] = ids, lp
+        t = build_tree_from_topk(int(roots[b]), ids, lp, int(per[b]))
+        n = t.num_nodes
+        out.tokens[b, :n], out.depths[b, :n], out.parents[b, :n] = t.tokens, t.depths, t.parents
+        out.node_counts[b] = n
+        out.masks[b, :n] = ancestor_masks(t.parents, words)
+    return out
+
+
+# --------------------------------------------------------------------------- compile
+
+
+@dataclasses.dataclass
+class SlotPool:
+    """The free-slot pool: a stack of free KV slot ids and its count.
+
+    Attributes
+    ----------
+    slots : numpy.ndarray
+        int64 ``[capacity]``; ``slots[:count]`` are the free slots, the top at ``count - 1``.
+    count : int
+    """
+
+    slots: np.ndarray
+    count: int
+
+    def free_set(self) -> set:
+        return set(int(s) for s in self.slots[: self.count])
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """Verify inputs and metadata of one step (SGLang layouts, native dtypes).
+
+    Attributes
+    ----------
+    q_lens, prefix_lens : int64 ``[bs]``
+        Draft tokens (= nodes) and cached prefix length per request (0 when inactive).
+    input_ids : int32 ``[total_q]``
+        Node tokens, root first, request by request.
+    positions : int64 ``[total_q]``
+        ``committed_len + depth``.
+    out_cache_loc : int64 ``[total_q]``
+        Fresh slot per node (-1 when the pool was exhausted).
+    qo_indptr : int64 ``[bs + 1]``; kv_indptr : int32 ``[bs + 1]``; kv_indices : int64 ``[sum(prefix)]``
+    bitmask : uint32 ``[total_q, n_words]``
+        Ancestor bitmask per draft token (driverlevel's packed mask).
+    full_mask, full_indptr, qlen_mask, qlen_indptr :
+        SGLang FULL (``q × (prefix + q)`` per request, prefix columns all ones) and
+        QLEN_ONLY (``q × q``) uint8 masks with their int64 ``[bs + 1]`` indptrs.
+    alloc_base, alloc_total : int
+        Where the step's slots start in the pool stack, and how many.
+    status : int
+        ``STATUS_*`` bits.
+    """
+
+    q_lens: np.ndarray
+    prefix_lens: np.ndarray
+    input_ids: np.ndarray
+    positions: np.ndarray
+    out_cache_loc: np.ndarray
+    qo_indptr: np.ndarray
+    kv_indptr: np.ndarray
+    kv_indices: np.ndarray
+    bitmask: np.ndarray
+    full_mask: np.ndarray
+    full_indptr: np.ndarray
+    qlen_mask: np.ndarray
+    qlen_indptr: np.ndarray
+    alloc_base: int
+    alloc_total: int
+    status: int
+
+
+def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
+    out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out.astype(dtype)
+
+
+def compile_tree(trees: TreeBatch, committed_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
+                 pool: SlotPool) -> CompiledStep:
+    """Verify inputs, metadata and masks of one step (the pool's count is left unchanged).
+
+    Parameters
+    ----------
+    trees : TreeBatch
+    committed_lens : array_like of int
+        ``[bs]`` tokens whose KV is cached (the root's position).
+    req_pool_indices : array_like of int
+        ``[bs]`` row of ``req_to_token`` of each request.
+    req_to_token : numpy.ndarray
+        int32/int64 ``[max_reqs, max_context]`` slot id of each cached position.
+    pool : SlotPool
+
+    Returns
+    -------
+    CompiledStep
+    """
+    bs = trees.node_counts.shape[0]
+    q = trees.node_counts.astype(np.int64)
+    committed = np.asarray(committed_lens).astype(np.int64)
+    rows = np.asarray(req_pool_indices).astype(np.int64)
+    prefix = np.where(q > 0, committed, 0)
+    qo = _indptr(q)
+    total = int(qo[-1])
+    status = 0
+    max_context = req_to_token.shape[1]
+    if np.any((q > 0) & (committed + q > max_context)):
+        status |= STATUS_CONTEXT_FULL
+    if total > pool.count:
+        status |= STATUS_POOL_EXHAUSTED
+        base = pool.count
+        loc = np.full(total, -1, np.int64)
+    else:
+        base = pool.count - total
+        loc = pool.slots[base:base + total].astype(np.int64).copy()
+    ids = np.concatenate([trees.tokens[b, :q[b]] for b in range(bs)]).astype(np.int32) if total else np.zeros(0, np.int32)
+    pos = np.concatenate([committed[b] + trees.depths[b, :q[b]] for b in range(bs)]).astype(np.int64) \
+        if total else np.zeros(0, np.int64)
+    words = trees.masks.shape[2]
+    bitmask = np.concatenate([trees.masks[b, :q[b]] for b in range(bs)]) if total else np.zeros((0, words), np.uint32)
+    kv_indices = np.concatenate([req_to_token[rows[b], :prefix[b]] for b in range(bs)]).astype(np.int64) \
+        if prefix.sum() else np.zeros(0, np.int64)
+    full, qlen = [], []
+    for b in range(bs):
+        n = int(q[b])
+        if n == 0:
+            continue
+        vis = ancestor_visibility(trees.parents[b, :n].astype(np.int64)).astype(np.uint8)
+        block = np.ones((n, int(prefix[b]) + n), np.uint8)
+        block[:, int(prefix[b]):] = vis
+        full.append(block.ravel())
+        qlen.append(vis.ravel())
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.uint8)  # noqa: E731
+    return CompiledStep(
+        q_lens=q, prefix_lens=prefix, input_ids=ids, positions=pos, out_cache_loc=loc, qo_indptr=qo,
+        kv_indptr=_indptr(prefix, np.int32), kv_indices=kv_indices, bitmask=bitmask,
+        full_mask=cat(full), full_indptr=_indptr(q * (prefix + q)), qlen_mask=cat(qlen), qlen_indptr=_indptr(q * q),
+        alloc_base=int(base), alloc_total=total, status=status)
+
+
+# --------------------------------------------------------------------------- accept
+
+
+@dataclasses.dataclass
+class AcceptResult:
+    """Greedy acceptance of one step.
+
+    Attributes
+    ----------
+    accepted_nodes : int32 ``[bs, depth_limit + 1]``
+        Accepted node indices, root first (-1 past the count).
+    accepted_count : int32 ``[bs]``
+        Root included; 0 for an inactive request.
+    bonus : int32 ``[bs]``
+        The target's token after the accepted path, or -1 (none).
+    finished : uint8 ``[bs]``
+        1 when a stop token was emitted or the context is full.
+    emitted : int32 ``[bs, depth_limit + 1]``; num_emitted : int32 ``[bs]``
+        Tokens produced this step: accepted non-root tokens, then the bonus.
+    active : uint8 ``[bs]``
+        Active flags after the step (``active and not finished``).
+    root_tokens : int32 ``[bs]``
+        Next roots: the bonus where the request stays active, else unchanged.
+    posterior : int32 ``[total_q]``
+        The target's argmax per node.
+    status : int
+        :data:`STATUS_CONTEXT_FULL` if some acceptance was cut.
+    """
+
+    accepted_nodes: np.ndarray
+    accepted_count: np.ndarray
+    bonus: np.ndarray
+    finished: np.ndarray
+    emitted: np.ndarray
+    num_emitted: np.ndarray
+    active: np.ndarray
+    root_tokens: np.ndarray
+    posterior: np.ndarray
+    status: int
+
+
+def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: object, committed_lens: object,
+                  max_context: int, depth_limit: int, root_tokens: object = None,
+                  stop_tokens: object = None) -> AcceptResult:
+    """Temperature-0 acceptance of every request's tree.
+
+    Parameters
+    ----------
+    trees : TreeBatch
+    qo_indptr : array_like of int
+        ``[bs + 1]`` rows of request ``b`` in ``target``.
+    target : array_like
+        float ``[total_q, vocab]`` target logits (argmax taken here, first index on
+        ties) or int ``[total_q]`` target tokens.
+    active : array_like of bool
+        ``[bs]`` active flags at accept time.
+    committed_lens : array_like of int
+        ``[bs]`` (limits acceptance to ``max_context - committed_len`` nodes).
+    max_context : int
+    depth_limit : int
+        Width of the accepted arrays is ``depth_limit + 1``.
+    root_tokens : array_like of int, optional
+        ``[bs]`` current roots (default -1); the result's ``root_tokens`` updates them.
+    stop_tokens : array_like of int, optional
+        ``[bs, n_stop]`` per-request stop tokens, -1 padded.
+
+    Returns
+    -------
+    AcceptResult
+    """
+    qo = np.asarray(qo_indptr).astype(np.int64)
+    bs = qo.shape[0] - 1
+    tgt = np.asarray(target)
+    post = (np.argmax(tgt, axis=1) if tgt.ndim == 2 else tgt).astype(np.int32)
+    act = np.asarray(active).astype(bool)
+    committed = np.asarray(committed_lens).astype(np.int64)
+    stops = np.full((bs, 0), -1) if stop_tokens is None else np.asarray(stop_tokens).astype(np.int64)
+    width = depth_limit + 1
+    res = AcceptResult(
+        accepted_nodes=np.full((bs, width), -1, np.int32), accepted_count=np.zeros(bs, np.int32),
+        bonus=np.full(bs, -1, np.int32), finished=np.zeros(bs, np.uint8),
+        emitted=np.full((bs, width), -1, np.int32), num_emitted=np.zeros(bs, np.int32),
+        active=act.astype(np.uint8),
+        root_tokens=(np.full(bs, -1, np.int32) if root_tokens is None else np.asarray(root_tokens).astype(np.int32).copy()),
+        posterior=post, status=0)
+    for b in range(bs):
+        n = int(qo[b + 1] - qo[b])
+        if not act[b] or n == 0:
+            continue
+        is_stop = lambda t: t >= 0 and bool(np.any(stops[b] == t))  # noqa: E731,B023
+        par, tok, p = trees.parents[b, :n], trees.tokens[b, :n], post[qo[b]:qo[b] + n]
+        cur, path, finished = 0, [0], False
+        while True:
+            kids = np.flatnonzero((par == cur) & (tok == p[cur]))
+            if kids.size == 0:
+                break
+            cur = int(kids[0])
+            path.append(cur)
+            if is_stop(int(tok[cur])):
+                finished = True
+                break
+        bonus = -1 if finished else int(p[cur])
+        room = int(max_context - committed[b])
+        if len(path) > room:
+            path = path[:max(room, 0)]
+            finished, bonus = True, -1
+            res.status |= STATUS_CONTEXT_FULL
+        if bonus >= 0 and is_stop(bonus):
+            finished = True
+        a = len(path)
+        res.accepted_nodes[b, :a] = path
+        res.accepted_count[b] = a
+        res.bonus[b] = bonus
+        res.finished[b] = finished
+        out = [int(tok[i]) for i in path[1:]] + ([bonus] if bonus >= 0 else [])
+        res.emitted[b, :len(out)] = out
+        res.num_emitted[b] = len(out)
+        res.active[b] = 0 if finished else 1
+        if not finished:
+            res.root_tokens[b] = bonus
+    return res
+
+
+def accept_records(res: AcceptResult) -> np.ndarray:
+    """The accept records mirrored to host memory: int32 ``[bs, RECORD_HEADER + depth_limit + 1]``.
+
+    Row ``b`` is ``[accepted_count, num_emitted, bonus, finished, emitted...]`` with the
+    emitted tokens -1 padded.
+    """
+    head = np.stack([res.accepted_count, res.num_emitted, res.bonus, res.finished.astype(np.int32)], axis=1)
+    return np.concatenate([head, res.emitted], axis=1).astype(np.int32)
+
+
+# --------------------------------------------------------------------------- commit
+
+
+def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object, req_to_token: np.ndarray,
+                 committed_lens: np.ndarray, pool: SlotPool) -> None:
+    """Keep the accepted nodes' KV (append their slots) and free the rest; in place.
+
+    Parameters
+    ----------
+    step : CompiledStep
+    res : AcceptResult
+    req_pool_indices : array_like of int
+        ``[bs]``.
+    req_to_token : numpy.ndarray
+        ``[max_reqs, max_context]``; updated.
+    committed_lens : numpy.ndarray
+        int ``[bs]``; advanced by the accepted counts.
+    pool : SlotPool
+        Rejected slots are pushed back from ``step.alloc_base``; ``count`` becomes
+        ``alloc_base + rejected``. Nothing changes if the pool was exhausted.
+    """
+    if step.status & STATUS_POOL_EXHAUSTED:
+        return
+    rows = np.asarray(req_pool_indices).astype(np.int64)
+    top = step.alloc_base
+    for b in range(step.q_lens.shape[0]):
+        n = int(step.q_lens[b])
+        a = int(res.accepted_count[b])
+        acc = res.accepted_nodes[b, :a]
+        slots = step.out_cache_loc[step.qo_indptr[b]:step.qo_indptr[b] + n]
+        c = int(committed_lens[b])
+        req_to_token[rows[b], c:c + a] = slots[acc]
+        committed_lens[b] = c + a
+        keep = np.zeros(n, bool)
+        keep[acc] = True
+        rejected = slots[~keep]
+        pool.slots[top:top + rejected.shape[0]] = rejected
+        top += rejected.shape[0]
+    pool.count = top
+
+
+def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarray) -> None:
+    """Move accepted rows to the front of each request's appended window; in place.
+
+    Parameters
+    ----------
+    cache : numpy.ndarray
+        ``[num_layers, bs, max_context, ...]``; request ``b``'s node ``i`` sits at
+        position ``committed_lens[b] + i`` of every layer.
+    res : AcceptResult
+    committed_lens : numpy.ndarray
+        int ``[bs]``; advanced by the accepted counts.
+    """
+    for b in range(committed_lens.shape[0]):
+        a = int(res.accepted_count[b])
+        c = int(committed_lens[b])
+        for i, node in enumerate(res.accepted_nodes[b, :a]):
+            if node != i:  # node >= i, increasing: ascending order never overwrites a source
+                cache[:, b, c + i] = cache[:, b, c + int(node)]
+        committed_lens[b] = c + a
