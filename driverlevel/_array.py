@@ -440,6 +440,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
     """
     if isinstance(obj, DeviceArray):
         return obj
+    if isinstance(obj, np.ndarray):
+        raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
     as_arr = getattr(type(obj), "as_array", None)
     if as_arr is not None:  # our own buffers
         return obj.as_array()
@@ -454,6 +456,4 @@ def as_device_array(obj, device=None) -> DeviceArray:
         return _from_cai(obj, device)
     if hasattr(obj, "__dlpack__"):
         return _from_dlpack(obj, device)
-    if isinstance(obj, np.ndarray):
-        raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
     raise TypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")

@@ -1,0 +1,408 @@
+"""CPU tests of the DDTree numpy reference: tree build against brute force, top-K order,
+accept and commit on hand-worked trees, and slot-pool conservation over random rounds."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from driverlevel.reference import ddtree as ref
+from driverlevel.reference.ddtree import (
+    STATUS_CONTEXT_FULL,
+    STATUS_POOL_EXHAUSTED,
+    SlotPool,
+    TreeBatch,
+    ancestor_masks,
+    build_tree,
+    build_tree_from_topk,
+    commit_dense,
+    commit_paged,
+    compile_tree,
+    greedy_accept,
+    topk_logprobs,
+)
+from driverlevel.reference.trees import ancestor_visibility
+
+# --------------------------------------------------------------------------- brute force
+
+
+def _pusher_keys(lp: np.ndarray, k: int, depth_limit: int) -> dict:
+    """Key of every path (ranks tuple) of depth <= depth_limit, ranks < k, formed as the
+    reference forms it: from the previous sibling, or from the parent for rank 0."""
+    lpf = [[float(v) for v in row[:k]] for row in lp]
+    keys = {}
+    for d in range(1, depth_limit + 1):
+        for path in itertools.product(range(k), repeat=d):
+            r = path[-1]
+            if r > 0:
+                keys[path] = keys[path[:-1] + (r - 1,)] - lpf[d - 1][r - 1] + lpf[d - 1][r]
+            elif d == 1:
+                keys[path] = lpf[0][0]
+            else:
+                keys[path] = keys[path[:-1]] + lpf[d - 1][0]
+    return keys
+
+
+def _pusher(path: tuple):
+    if path[-1] > 0:
+        return path[:-1] + (path[-1] - 1,)
+    return path[:-1] if len(path) > 1 else None
+
+
+def _scan_build(root: int, ids: np.ndarray, lp: np.ndarray, budget: int):
+    """Best-first selection without a heap: scan every enumerated path each step."""
+    depth_limit = lp.shape[0]
+    k = min(budget, lp.shape[1])
+    keys = _pusher_keys(lp, k, depth_limit) if k else {}
+    chosen, index = [], {(): 0}
+    while len(chosen) < budget:
+        ready = [p for p in keys if p not in index and (_pusher(p) is None or _pusher(p) in index)]
+        if not ready:
+            break
+        best = min(ready, key=lambda p: (-keys[p], p))
+        index[best] = len(chosen) + 1
+        chosen.append(best)
+    tokens = [root] + [int(ids[len(p) - 1][p[-1]]) for p in chosen]
+    parents = [-1] + [index[p[:-1]] for p in chosen]
+    depths = [0] + [len(p) for p in chosen]
+    return np.array(tokens), np.array(parents), np.array(depths), chosen, keys
+
+
+def _assert_tree(t, tokens, parents, depths):
+    np.testing.assert_array_equal(t.tokens, tokens)
+    np.testing.assert_array_equal(t.parents, parents)
+    np.testing.assert_array_equal(t.depths, depths)
+
+
+# --------------------------------------------------------------------------- top-K
+
+
+def test_topk_orders_ties_by_lower_id():
+    x = np.array([[1.0, 3.0, 3.0, 2.0, 3.0, -0.0, 0.0]], np.float32)
+    ids, lp, lse = topk_logprobs(x, 7)
+    assert ids[0].tolist() == [1, 2, 4, 3, 0, 5, 6]
+    want_lse = np.float32(np.log(np.exp(x.astype(np.float64)).sum()))
+    assert lse[0] == want_lse
+    np.testing.assert_array_equal(lp[0], x[0][ids[0]] - want_lse)
+    assert lp.dtype == np.float32 and ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_topk_matches_sorted_python(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-4, 4, (3, 40)).astype(np.float32) / 2  # many exact ties
+    ids, lp, _ = topk_logprobs(x, 17)
+    for d in range(3):
+        want = sorted(range(40), key=lambda i: (-x[d, i], i))[:17]
+        assert ids[d].tolist() == want
+        assert np.all(np.diff(lp[d]) <= 0)
+
+
+def test_topk_rejects_bad_input():
+    with pytest.raises(ValueError, match="finite"):
+        topk_logprobs(np.array([[0.0, np.nan]]), 1)
+    with pytest.raises(ValueError, match="k must be"):
+        topk_logprobs(np.zeros((2, 3)), 4)
+    with pytest.raises(ValueError, match="depth_limit, vocab"):
+        topk_logprobs(np.zeros(3), 1)
+
+
+# --------------------------------------------------------------------------- tree build
+
+
+@pytest.mark.parametrize("vocab,depth_limit,budget,seed", [
+    (3, 3, 5, 0), (3, 3, 39, 1), (4, 3, 12, 2), (4, 2, 20, 3), (5, 3, 30, 4), (2, 4, 30, 5), (6, 1, 4, 6),
+    (4, 4, 3, 7), (3, 2, 0, 8),
+])
+def test_build_matches_scan_on_random_logits(vocab, depth_limit, budget, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((depth_limit, vocab)).astype(np.float32) * 2
+    k = min(budget, vocab)
+    ids, lp, _ = topk_logprobs(x, max(k, 1))
+    t = build_tree_from_topk(9, ids, lp, budget)
+    tokens, parents, depths, _, _ = _scan_build(9, ids, lp, budget)
+    _assert_tree(t, tokens, parents, depths)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_build_matches_scan_with_tied_logits(seed):
+    rng = np.random.default_rng(100 + seed)
+    x = rng.integers(-2, 2, (3, 5)).astype(np.float32)  # repeated values in every row
+    ids, lp, _ = topk_logprobs(x, 5)
+    t = build_tree_from_topk(1, ids, lp, 40)
+    tokens, parents, depths, _, _ = _scan_build(1, ids, lp, 40)
+    _assert_tree(t, tokens, parents, depths)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_build_is_the_best_prefix_closed_set_with_exact_keys(seed):
+    """With dyadic log-probs every key is exact, so the pop order must be the sort of ALL
+    paths by (key desc, ranks asc), truncated to the budget: the budget best paths."""
+    rng = np.random.default_rng(200 + seed)
+    depth_limit, vocab, budget = 3, 4, 25
+    lp = -np.sort(rng.integers(0, 6, (depth_limit, vocab)), axis=1).astype(np.float32) / 4  # ties, exact
+    ids = np.tile(np.arange(vocab, dtype=np.int32), (depth_limit, 1))
+    t = build_tree_from_topk(0, ids, lp, budget)
+    paths = [p for d in range(1, depth_limit + 1) for p in itertools.product(range(vocab), repeat=d)]
+    exact = {p: sum(float(lp[i][r]) for i, r in enumerate(p)) for p in paths}
+    best = sorted(paths, key=lambda p: (-exact[p], p))[:budget]
+    index = {(): 0, **{p: i + 1 for i, p in enumerate(best)}}
+    assert all(p[:-1] in index for p in best)  # prefix-closed
+    _assert_tree(t, [0] + [p[-1] for p in best], [-1] + [index[p[:-1]] for p in best], [0] + [len(p) for p in best])
+    np.testing.assert_array_equal(t.keys[1:], [exact[p] for p in best])
+
+
+def test_build_hand_worked():
+    # depth 1: lp [-0.5, -1, -3], depth 2: [-0.25, -2, -4]
+    lp = np.array([[-0.5, -1.0, -3.0], [-0.25, -2.0, -4.0]], np.float32)
+    ids = np.array([[10, 11, 12], [20, 21, 22]], np.int32)
+    t = build_tree_from_topk(7, ids, lp, 4)
+    # pops: (0,) -0.5; (0,0) -0.75; (1,) -1; (1,0) -1.25
+    _assert_tree(t, [7, 10, 20, 11, 20], [-1, 0, 1, 0, 3], [0, 1, 2, 1, 2])
+    np.testing.assert_array_equal(t.keys, [0.0, -0.5, -0.75, -1.0, -1.25])
+
+
+def test_build_budget_larger_than_tree_and_zero_budget():
+    lp = np.log(np.array([[0.5, 0.5]], np.float32))
+    ids = np.array([[3, 4]], np.int32)
+    t = build_tree_from_topk(1, ids, lp, 10)  # only 2 paths exist
+    _assert_tree(t, [1, 3, 4], [-1, 0, 0], [0, 1, 1])
+    t0 = build_tree_from_topk(1, ids, lp, 0)
+    _assert_tree(t0, [1], [-1], [0])
+
+
+def test_build_tree_batch_padding_inactive_and_budgets():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 2, 6)).astype(np.float32)
+    tb = build_tree([1, 2, 3], x, 5, budgets=[5, 2, 5], active=[1, 1, 0])
+    assert tb.node_counts.tolist() == [6, 3, 0]
+    assert tb.tokens.shape == (3, 6) and tb.masks.shape == (3, 6, 1)
+    assert (tb.tokens[1, 3:] == -1).all() and (tb.parents[2] == -1).all() and (tb.masks[2] == 0).all()
+    for b in range(2):
+        n = tb.node_counts[b]
+        np.testing.assert_array_equal(tb.masks[b, :n], ancestor_masks(tb.parents[b, :n], 1))
+    # the budget-2 request is the budget-5 tree's first two pops (same logits)
+    one = build_tree([2], x[1:2], 5)
+    np.testing.assert_array_equal(tb.tokens[1, :3], one.tokens[0, :3])
+
+
+def test_ancestor_masks_multiword():
+    par = np.array([-1] + list(range(0, 39)))  # a chain of 40 nodes
+    m = ancestor_masks(par, 2)
+    assert m[39, 0] == 0xFFFFFFFF and m[39, 1] == 0xFF
+    assert m[0].tolist() == [1, 0]
+    vis = ancestor_visibility(par)
+    bits = np.unpackbits(m.view(np.uint8), bitorder="little").reshape(40, 64)[:, :40]
+    np.testing.assert_array_equal(bits.astype(bool), vis)
+
+
+# --------------------------------------------------------------------------- accept / commit
+
+# node:      0    1   2   3   4   5
+# token:   100   10  11  20  21  30
+# parent:   -1    0   0   1   1   3
+HAND_TOKENS = [100, 10, 11, 20, 21, 30]
+HAND_PARENTS = [-1, 0, 0, 1, 1, 3]
+HAND_DEPTHS = [0, 1, 1, 2, 2, 3]
+
+
+def _batch(trees, budget=8):
+    """A TreeBatch from [(tokens, parents, depths)]."""
+    bs = len(trees)
+    words = ref.mask_words(budget)
+    tb = TreeBatch(np.full((bs, budget + 1), -1, np.int32), np.full((bs, budget + 1), -1, np.int32),
+                   np.full((bs, budget + 1), -1, np.int32), np.zeros(bs, np.int32),
+                   np.zeros((bs, budget + 1, words), np.uint32), np.zeros((bs, 1, 1), np.int32),
+                   np.zeros((bs, 1, 1), np.float32), budget)
+    for b, (tok, par, dep) in enumerate(trees):
+        n = len(tok)
+        tb.tokens[b, :n], tb.parents[b, :n], tb.depths[b, :n] = tok, par, dep
+        tb.node_counts[b] = n
+        tb.masks[b, :n] = ancestor_masks(par, words)
+    return tb
+
+
+def _accept_one(post, stop=None, committed=0, max_context=100, active=True):
+    tb = _batch([(HAND_TOKENS, HAND_PARENTS, HAND_DEPTHS)])
+    stops = None if stop is None else np.array([stop])
+    return greedy_accept(tb, [0, 6], np.array(post), [active], [committed], max_context, 3,
+                         root_tokens=[100], stop_tokens=stops)
+
+
+def test_accept_nothing_beyond_root():
+    r = _accept_one([99, 0, 0, 0, 0, 0])
+    assert r.accepted_count[0] == 1 and r.accepted_nodes[0, :1].tolist() == [0]
+    assert r.bonus[0] == 99 and r.emitted[0, :1].tolist() == [99] and r.num_emitted[0] == 1
+    assert r.root_tokens[0] == 99 and r.active[0] == 1 and r.finished[0] == 0
+
+
+def test_accept_whole_branch_and_bonus():
+    r = _accept_one([10, 20, 0, 30, 0, 77])
+    assert r.accepted_nodes[0].tolist() == [0, 1, 3, 5]
+    assert r.bonus[0] == 77 and r.emitted[0].tolist() == [10, 20, 30, 77]
+
+
+def test_accept_second_sibling_then_bonus():
+    r = _accept_one([11, 0, 55, 0, 0, 0])
+    assert r.accepted_nodes[0, :2].tolist() == [0, 2] and r.accepted_count[0] == 2
+    assert r.bonus[0] == 55 and r.emitted[0, :2].tolist() == [11, 55]
+
+
+def test_accept_from_logits_takes_first_max():
+    logits = np.zeros((6, 40), np.float32)
+    logits[0, [10, 11]] = 5.0  # tie: token 10 (first index) wins
+    logits[1, 21] = 1.0
+    r = _accept_one(logits)
+    assert r.posterior[:2].tolist() == [10, 21]
+    assert r.accepted_nodes[0, :3].tolist() == [0, 1, 4] and r.bonus[0] == 0
+
+
+def test_accept_stop_token_in_the_middle():
+    r = _accept_one([10, 20, 0, 30, 0, 77], stop=[20, -1])
+    assert r.accepted_nodes[0, :3].tolist() == [0, 1, 3] and r.accepted_count[0] == 3
+    assert r.bonus[0] == -1 and r.finished[0] == 1 and r.active[0] == 0
+    assert r.emitted[0].tolist() == [10, 20, -1, -1] and r.num_emitted[0] == 2
+    assert r.root_tokens[0] == 100  # unchanged: the request is finished
+
+
+def test_accept_stop_bonus_is_emitted():
+    r = _accept_one([10, 21, 0, 0, 0, 0], stop=[5, 21])  # 21 is accepted (node 4)
+    assert r.accepted_nodes[0, :3].tolist() == [0, 1, 4] and r.finished[0] == 1
+    r = _accept_one([10, 66, 0, 0, 0, 0], stop=[66])  # the bonus is a stop token
+    assert r.accepted_nodes[0, :2].tolist() == [0, 1] and r.bonus[0] == 66
+    assert r.emitted[0, :2].tolist() == [10, 66] and r.finished[0] == 1 and r.active[0] == 0
+
+
+def test_accept_inactive_request():
+    r = _accept_one([10, 20, 0, 30, 0, 77], active=False)
+    assert r.accepted_count[0] == 0 and r.bonus[0] == -1 and r.num_emitted[0] == 0
+    assert r.active[0] == 0 and r.finished[0] == 0 and r.root_tokens[0] == 100
+
+
+def test_accept_cut_by_context_room():
+    r = _accept_one([10, 20, 0, 30, 0, 77], committed=98, max_context=100)
+    assert r.accepted_nodes[0, :2].tolist() == [0, 1] and r.accepted_count[0] == 2
+    assert r.bonus[0] == -1 and r.finished[0] == 1 and r.status == STATUS_CONTEXT_FULL
+
+
+def test_accept_records_layout():
+    r = _accept_one([10, 20, 0, 30, 0, 77])
+    rec = ref.accept_records(r)
+    assert rec.tolist() == [[4, 4, 77, 0, 10, 20, 30, 77]]
+
+
+def _two_request_step():
+    tb = _batch([(HAND_TOKENS, HAND_PARENTS, HAND_DEPTHS), ([200, 40, 41], [-1, 0, 0], [0, 1, 1])])
+    pool = SlotPool(np.arange(100, 120, dtype=np.int64), 20)
+    req_to_token = np.full((4, 16), -7, np.int32)
+    req_to_token[2, :3] = [1, 2, 3]
+    req_to_token[0, :5] = [4, 5, 6, 7, 8]
+    committed = np.array([3, 5], np.int64)
+    rows = np.array([2, 0], np.int64)
+    return tb, pool, req_to_token, committed, rows
+
+
+def test_compile_hand_worked():
+    tb, pool, r2t, committed, rows = _two_request_step()
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    assert st.alloc_base == 11 and st.alloc_total == 9 and pool.count == 20 and st.status == 0
+    assert st.qo_indptr.tolist() == [0, 6, 9] and st.kv_indptr.tolist() == [0, 3, 8]
+    assert st.kv_indptr.dtype == np.int32 and st.qo_indptr.dtype == np.int64
+    assert st.kv_indices.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert st.input_ids.tolist() == HAND_TOKENS + [200, 40, 41]
+    assert st.positions.tolist() == [3, 4, 4, 5, 5, 6, 5, 6, 6]
+    assert st.out_cache_loc.tolist() == list(range(111, 120))
+    assert st.full_indptr.tolist() == [0, 6 * 9, 6 * 9 + 3 * 8]
+    assert st.qlen_indptr.tolist() == [0, 36, 45]
+    full0 = st.full_mask[:54].reshape(6, 9)
+    assert (full0[:, :3] == 1).all()
+    np.testing.assert_array_equal(full0[:, 3:], ancestor_visibility(HAND_PARENTS))
+    np.testing.assert_array_equal(st.qlen_mask[36:].reshape(3, 3), np.eye(3, dtype=np.uint8) | np.array([[0, 0, 0], [1, 0, 0], [1, 0, 0]], np.uint8))
+    assert st.bitmask[5, 0] == 0b101011 and st.bitmask[8, 0] == 0b101
+
+
+def test_commit_paged_hand_worked():
+    tb, pool, r2t, committed, rows = _two_request_step()
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    res = greedy_accept(tb, st.qo_indptr, np.array([10, 20, 0, 0, 0, 0, 99, 0, 0]), [1, 1], committed, 16, 3)
+    assert res.accepted_nodes[0, :3].tolist() == [0, 1, 3] and res.accepted_count.tolist() == [3, 1]
+    commit_paged(st, res, rows, r2t, committed, pool)
+    assert committed.tolist() == [6, 6]
+    assert r2t[2, :6].tolist() == [1, 2, 3, 111, 112, 114]
+    assert r2t[0, :6].tolist() == [4, 5, 6, 7, 8, 117]
+    assert pool.count == 11 + 5
+    assert pool.slots[11:16].tolist() == [113, 115, 116, 118, 119]
+
+
+def test_commit_paged_does_nothing_when_pool_exhausted():
+    tb, _, r2t, committed, rows = _two_request_step()
+    pool = SlotPool(np.arange(100, 108, dtype=np.int64), 8)  # 8 < 9 nodes
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    assert st.status & STATUS_POOL_EXHAUSTED and (st.out_cache_loc == -1).all()
+    res = greedy_accept(tb, st.qo_indptr, np.zeros(9, np.int64), [1, 1], committed, 16, 3)
+    before = r2t.copy()
+    commit_paged(st, res, rows, r2t, committed, pool)
+    assert pool.count == 8 and committed.tolist() == [3, 5]
+    np.testing.assert_array_equal(r2t, before)
+
+
+def test_commit_dense_moves_rows_to_the_front():
+    tb, pool, r2t, committed, rows = _two_request_step()
+    res = greedy_accept(tb, [0, 6, 9], np.array([10, 20, 0, 30, 0, 0, 41, 0, 0]), [1, 1], committed, 16, 3)
+    assert res.accepted_nodes[0].tolist() == [0, 1, 3, 5] and res.accepted_nodes[1, :2].tolist() == [0, 2]
+    cache = np.arange(2 * 2 * 16 * 3, dtype=np.float32).reshape(2, 2, 16, 3)
+    orig = cache.copy()
+    commit_dense(cache, res, committed)
+    assert committed.tolist() == [7, 7]
+    for i, node in enumerate([0, 1, 3, 5]):
+        np.testing.assert_array_equal(cache[:, 0, 3 + i], orig[:, 0, 3 + node])
+    np.testing.assert_array_equal(cache[:, 1, 6], orig[:, 1, 7])
+    np.testing.assert_array_equal(cache[:, :, :3], orig[:, :, :3])
+
+
+# --------------------------------------------------------------------------- pool conservation
+
+
+def _random_posterior(rng, tb, qo, vocab):
+    """Target tokens that follow a random branch part of the way, then go off-tree."""
+    post = rng.integers(0, vocab, int(qo[-1]))
+    for b in range(tb.node_counts.shape[0]):
+        n = int(tb.node_counts[b])
+        for i in range(n):
+            kids = np.flatnonzero(tb.parents[b, :n] == i)
+            if kids.size and rng.random() < 0.7:
+                post[qo[b] + i] = tb.tokens[b, rng.choice(kids)]
+    return post
+
+
+def test_slot_pool_conservation_over_random_rounds():
+    rng = np.random.default_rng(7)
+    bs, depth_limit, vocab, budget, max_context, num_slots = 4, 3, 6, 10, 40, 120
+    pool = SlotPool(rng.permutation(num_slots).astype(np.int64), num_slots)
+    r2t = np.full((bs, max_context), -1, np.int64)
+    committed = np.zeros(bs, np.int64)
+    rows = np.arange(bs, dtype=np.int64)
+    roots = rng.integers(0, vocab, bs).astype(np.int32)
+    active = np.ones(bs, np.uint8)
+    stops = np.array([[0, -1]] * bs)
+    for _ in range(300):
+        logits = rng.standard_normal((bs, depth_limit, vocab)).astype(np.float32)
+        tb = build_tree(roots, logits, budget, budgets=rng.integers(0, budget + 1, bs), active=active)
+        st = compile_tree(tb, committed, rows, r2t, pool)
+        post = _random_posterior(rng, tb, st.qo_indptr, vocab)
+        res = greedy_accept(tb, st.qo_indptr, post, active, committed, max_context, depth_limit, roots, stops)
+        commit_paged(st, res, rows, r2t, committed, pool)
+        roots, active = res.root_tokens, res.active
+        held = [int(s) for b in range(bs) for s in r2t[b, :committed[b]]]
+        free = [int(s) for s in pool.slots[:pool.count]]
+        assert len(held) + len(free) == num_slots, "a slot leaked"
+        assert sorted(held + free) == list(range(num_slots)), "a slot is held twice"
+        for b in range(bs):  # finished requests release their slots and start again
+            if not active[b]:
+                pool.slots[pool.count:pool.count + committed[b]] = r2t[b, :committed[b]]
+                pool.count += int(committed[b])
+                committed[b] = 0
+                active[b] = 1
+                roots[b] = rng.integers(1, vocab)

@@ -1,0 +1,159 @@
+"""Verify attention without a GPU: compile for every architecture, tile arithmetic, input validation."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
+from driverlevel._module import struct_layout_defines
+from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata, _Params, tile_config
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
+    cfgs = {tile_config(arch)} | {tile_config(arch, r) for r in (144, 2304, 16)}
+    for cfg in cfgs:
+        defines = dict(cfg.defines())
+        defines.update(struct_layout_defines(_Params))
+        cub = compile_file("verify_attention.cu", arch, defines)
+        assert set(cub.resources) == {"verify_attn_partial", "verify_attn_merge"}
+        for name, res in cub.resources.items():
+            assert res.registers > 0, name
+            assert res.spills == 0, f"{name} spills {res.spills} B on {arch}"
+            assert res.stack_bytes == 0, f"{name} uses a stack frame on {arch}"
+        part = cub.resources["verify_attn_partial"]
+        assert part.shared_bytes + cfg.shared_bytes <= MAX_SHARED_PER_BLOCK[arch]
+    if arch == "sm_120":
+        assert tile_config(arch).shared_bytes <= 99 * 1024
+
+
+def test_layout_mismatch_fails_the_compile():
+    defines = dict(tile_config("sm_90").defines())
+    defines.update(struct_layout_defines(_Params))
+    defines["DL_OFF_lse"] += 8
+    with pytest.raises(dl.NvrtcError, match="offset differs"):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+
+
+def test_tile_shared_memory_formula_and_choice():
+    for cfg in _CONFIGS:
+        warps = (cfg.rows // 16) * cfg.csplit
+        x = 2 * warps * (cfg.keys // 8) * 128 * 4
+        assert cfg.shared_bytes == cfg.rows * 1168 + cfg.stages * cfg.keys * 1168 + x
+        assert cfg.threads == warps * 32
+    assert tile_config("sm_120").rows == 32 and tile_config("sm_120").shared_bytes == 91_136
+    assert tile_config("sm_90").rows == 64
+    assert tile_config("sm_90", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
+    assert tile_config("sm_90", 9 * 256).rows == 64
+    assert tile_config("sm_80").shared_bytes <= MAX_SHARED_PER_BLOCK["sm_80"]
+
+
+def test_workspace_formula_matches_seed_deployment():
+    assert VerifyAttention.workspace_bytes_for(8, 256, 9, 64) == 2_420_637_696
+    assert VerifyAttention.workspace_bytes_for(8, 256, 9, 16) == 605_159_424
+
+
+def test_params_mirror_layout():
+    assert ctypes.sizeof(_Params) == 12 * 8 + 6 * 4
+    assert _Params.scale_log2.offset == 96
+
+
+# -- validation, with a fake device: errors must come before any launch ------------------
+
+FAKE = SimpleNamespace(ordinal=0)
+
+
+def fake_plan(heads=9, max_batch=4, max_q=16, mask_format="bitmask"):
+    from driverlevel._mask import bitmask_words, parse_mask_format
+
+    plan = VerifyAttention.__new__(VerifyAttention)
+    plan.device = FAKE
+    plan.num_heads, plan.max_batch, plan.max_q = heads, max_batch, max_q
+    plan.mask_format = parse_mask_format(mask_format)
+    plan.mask_words = bitmask_words(max_q)
+    return plan
+
+
+def arr(shape, dtype, device=FAKE, strides=None):
+    return dl.DeviceArray(0x10000, shape, dtype, device, strides)
+
+
+def good(total_q=20, bs=2, heads=9, fmt="bitmask"):
+    meta = VerifyMetadata(arr((bs + 1,), np.int64), arr((bs + 1,), np.int32), arr((100,), np.int64),
+                          arr((total_q,), np.int64), arr((total_q, 1), np.uint32))
+    if fmt in ("full", "qlen_only"):
+        meta.custom_mask = arr((999,), np.uint8)
+        meta.mask_indptr = arr((bs + 1,), np.int64)
+    if fmt == "causal":
+        meta.custom_mask = None
+    return dict(q=arr((total_q, heads, 576), dl.bfloat16), kv_cache=arr((5000, 576), dl.bfloat16), metadata=meta,
+                out=arr((total_q, heads, 512), dl.bfloat16), lse=arr((total_q, heads), np.float32))
+
+
+def call(plan, **kw):
+    return plan._validate(kw["q"], kw["kv_cache"], kw["metadata"], kw["out"], kw["lse"])
+
+
+@pytest.mark.parametrize("fmt", ["bitmask", "full", "qlen_only", "causal"])
+def test_valid_inputs_pass(fmt):
+    call(fake_plan(mask_format=fmt), **good(fmt=fmt))
+
+
+@pytest.mark.parametrize("mutate, exc, words", [
+    (lambda k: k.update(q=arr((20, 9, 576), np.float32)), TypeError, "q must have dtype bfloat16"),
+    (lambda k: k.update(q=arr((20, 8, 576), dl.bfloat16)), ValueError, r"q must have shape \[total_q, 9, 576\]"),
+    (lambda k: k.update(q=arr((20, 9, 576), dl.bfloat16, strides=(2 * 576 * 9 * 2, 576 * 2, 2))), ValueError, "q must be C-contiguous"),
+    (lambda k: k.update(q=arr((65, 9, 576), dl.bfloat16)), ValueError, "more than max_batch"),
+    (lambda k: k.update(kv_cache=arr((50, 512), dl.bfloat16)), ValueError, "kv_cache must have shape"),
+    (lambda k: setattr(k["metadata"], "qo_indptr", arr((3,), np.int32)), TypeError, "qo_indptr must have dtype int64"),
+    (lambda k: setattr(k["metadata"], "qo_indptr", arr((7,), np.int64)), ValueError, "max_batch=4"),
+    (lambda k: setattr(k["metadata"], "kv_indptr", arr((4,), np.int32)), ValueError, "kv_indptr must have the same length"),
+    (lambda k: setattr(k["metadata"], "kv_indptr", arr((3,), np.int64)), TypeError, "kv_indptr must have dtype int32"),
+    (lambda k: setattr(k["metadata"], "kv_indices", arr((3,), np.int32)), TypeError, "kv_indices must have dtype int64"),
+    (lambda k: setattr(k["metadata"], "out_cache_loc", arr((19,), np.int64)), ValueError, r"out_cache_loc must have shape \(20,\)"),
+    (lambda k: setattr(k["metadata"], "custom_mask", arr((20, 2), np.uint32)), ValueError, "custom_mask must have shape"),
+    (lambda k: setattr(k["metadata"], "custom_mask", arr((20, 1), np.uint8)), TypeError, "custom_mask must have dtype"),
+    (lambda k: setattr(k["metadata"], "custom_mask", None), TypeError, "custom_mask is required"),
+    (lambda k: k.update(out=arr((20, 9, 576), dl.bfloat16)), ValueError, r"out must have shape \(20, 9, 512\)"),
+    (lambda k: k.update(lse=arr((20, 9), np.float64)), TypeError, "lse must have dtype float32"),
+    (lambda k: k.update(out=arr((20, 9, 512), dl.bfloat16, device=SimpleNamespace(ordinal=1))), ValueError, "out is on device 1"),
+    (lambda k: k.update(q=np.zeros((20, 9, 576), np.uint16)), TypeError, "q: a numpy array lives in host memory"),
+])
+def test_bad_inputs_name_the_argument(mutate, exc, words):
+    kw = good()
+    mutate(kw)
+    with pytest.raises(exc, match=words):
+        call(fake_plan(), **kw)
+
+
+def test_sglang_formats_need_mask_indptr():
+    kw = good(fmt="full")
+    kw["metadata"].mask_indptr = None
+    with pytest.raises(TypeError, match="mask_indptr is required"):
+        call(fake_plan(mask_format="full"), **kw)
+    kw = good(fmt="causal")
+    kw["metadata"].custom_mask = arr((20, 1), np.uint32)
+    with pytest.raises(ValueError, match="pass no custom_mask"):
+        call(fake_plan(mask_format="causal"), **kw)
+
+
+def test_constructor_rejects_bad_parameters(monkeypatch):
+    monkeypatch.setattr("driverlevel.verify_attention._check_device_arg", lambda d: FAKE)
+    for kw, words in [(dict(num_splits=0), "num_splits must be a positive int"),
+                      (dict(num_splits=5000), "num_splits must be <="),
+                      (dict(max_q=-1), "max_q must be a positive int"),
+                      (dict(qk_dim=128), "only MLA absorbed heads"),
+                      (dict(sm_scale=float("nan")), "sm_scale must be a positive finite"),
+                      (dict(mask_format="tree"), "mask_format must be one of")]:
+        args = dict(max_batch=2, max_q=16, num_splits=4)
+        args.update(kw)
+        with pytest.raises(ValueError, match=words):
+            VerifyAttention(0, 9, **args)
+    assert math.isclose(dl.verify_attention.DEFAULT_SM_SCALE if hasattr(dl, "verify_attention") else 1 / math.sqrt(192),
+                        1 / math.sqrt(192))
