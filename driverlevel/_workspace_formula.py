@@ -10,9 +10,10 @@ the plan's maxima, not for the lengths of any one step.
 Derivation
 ----------
 rows  = max_batch * max_q * num_heads
-    One row per (request, draft token, query head). Requests are padded to
-    ``max_q`` draft tokens so that a row's place in the workspace depends only
-    on (request, token, head), never on the lengths of the other requests.
+    One row per (draft token, query head) of the largest batch the plan admits
+    (``total_q <= max_batch * max_q``). The kernels place the row of global draft
+    token ``t`` and head ``h`` at ``t * num_heads + h``, so the rows of one step
+    are packed and never exceed this bound, whatever the per-request lengths.
 per (row, split)
     ``v_dim`` partial output values + 1 log-sum-exp, all stored in the partial
     dtype: ``v_dim + 1`` elements.
