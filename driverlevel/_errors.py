@@ -119,16 +119,20 @@ def _error_strings(code) -> tuple[str, str]:
     return name, desc
 
 
+# Results that mean "no usable driver or device here" (names missing from older bindings are skipped).
+_UNAVAILABLE_CODES = frozenset(
+    int(getattr(driver.CUresult, n)) for n in (
+        "CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INSUFFICIENT_DRIVER",
+        "CUDA_ERROR_STUB_LIBRARY",  # libcuda.so stub of a toolkit, no real driver
+        "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    ) if hasattr(driver.CUresult, n)
+)
+
+
 def raise_cuda(call: str, code, detail: str = "", cls=CudaError):
     """Raise ``cls`` for a failed driver call ``call`` with result ``code``."""
     name, desc = _error_strings(code)
-    if cls is CudaError and int(code) in (
-        int(driver.CUresult.CUDA_ERROR_NO_DEVICE),
-        int(driver.CUresult.CUDA_ERROR_INSUFFICIENT_DRIVER),
-        int(driver.CUresult.CUDA_ERROR_STUB_LIBRARY),  # libcuda.so stub of a toolkit, no real driver
-        int(driver.CUresult.CUDA_ERROR_SYSTEM_DRIVER_MISMATCH),
-        int(driver.CUresult.CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE),
-    ):
+    if cls is CudaError and int(code) in _UNAVAILABLE_CODES:
         cls = DriverUnavailableError
     raise cls(call, int(code), name, desc, detail)
 

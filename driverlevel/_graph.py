@@ -320,9 +320,18 @@ class GraphExec:
             the new graph has other nodes or edges; capture again and instantiate anew).
         """
         self.device.set_current()
+        old_n, new_n = self.graph.node_count(), graph.node_count()
+        if old_n != new_n:
+            raise GraphUpdateError(
+                "cuGraphExecUpdate", int(driver.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE),
+                "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
+                f"TOPOLOGY_CHANGED: the new graph has {new_n} nodes, the instantiated one {old_n}",
+                "capture again and instantiate a new GraphExec")
         err, info = driver.cuGraphExecUpdate(self._handle, graph.handle)
         if err != driver.CUresult.CUDA_SUCCESS:
-            reason = getattr(getattr(info, "result", None), "name", str(getattr(info, "result", "")))
+            # The bindings return no result info on failure; name what can differ.
+            reason = getattr(getattr(info, "result", None), "name", None) or \
+                "TOPOLOGY_CHANGED or a node's type, kernel, context or memory changed"
             raise_cuda("cuGraphExecUpdate", err, f"{reason}: the new graph must have the same topology; "
                        f"capture again and instantiate a new GraphExec", cls=GraphUpdateError)
         self.graph = graph
