@@ -51,9 +51,6 @@
 #ifndef DL_STAGES
 #define DL_STAGES 2
 #endif
-#ifndef DL_MIN_BLOCKS
-#define DL_MIN_BLOCKS 1  // CTAs per SM the register allocation must allow
-#endif
 
 enum MaskMode : int { kMaskFull = 0, kMaskQlenOnly = 1, kMaskBitmask = 2, kMaskCausal = 3 };
 
@@ -174,7 +171,7 @@ DL_DEVICE void split_range(int total_keys, int num_splits, int split, int& activ
   t_end = min(t_begin + per_split, tiles);
 }
 
-extern "C" __global__ void __launch_bounds__(va::THREADS, DL_MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
 verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -207,24 +204,21 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     const bool valid = row0 + r < rows;
     load_row_part<M>(q_smem, valid ? p.q + (qo_start * H + row0 + r) * kQK : p.q, valid);
   }
-  // K tile t: keys t*N .. t*N+N-1 (zero past the last key). This thread copies part of one
-  // key row; its slot id is looked up one tile ahead (next_src) so that the index load's
-  // latency hides behind a tile of compute instead of stalling the copy.
-  auto row_src = [&](int t) -> const bf16* {
+  auto load_k = [&](int t, int stage) {  // K tile t: keys t*N .. t*N+N-1 (zero past the last key)
     const int key = t * N + tid / (THREADS / N);
-    if (key >= total) return nullptr;
-    const i64 slot = key < kv_len ? p.kv_indices[kv_start + key] : p.out_cache_loc[qo_start + (key - kv_len)];
-    return p.kv_cache + slot * kQK;
-  };
-  auto load_k = [&](const bf16* src, int stage) {
-    load_row_part<N>(k_smem + stage * (N * ROW_BYTES), src ? src : p.kv_cache, src != nullptr);
+    const bool valid = key < total;
+    const bf16* src = p.kv_cache;
+    if (valid) {
+      const i64 slot = key < kv_len ? p.kv_indices[kv_start + key] : p.out_cache_loc[qo_start + (key - kv_len)];
+      src = p.kv_cache + slot * kQK;
+    }
+    load_row_part<N>(k_smem + stage * (N * ROW_BYTES), src, valid);
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (t_begin + s < t_end) load_k(row_src(t_begin + s), s);
+    if (t_begin + s < t_end) load_k(t_begin + s, s);
     dl::cp_async_commit();
   }
-  const bf16* next_src = t_begin + STAGES - 1 < t_end ? row_src(t_begin + STAGES - 1) : nullptr;
 
   // This thread's two rows in its warp's 16-row block: A (fragment elements 0,1) and B (2,3).
   const int rA = row0 + rg * 16 + (lane >> 2), rB = rA + 8;
@@ -242,9 +236,8 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     __syncthreads();  // tile t is in shared memory; every warp is done with tile t-1
     {
       const int tn = t + STAGES - 1;
-      if (tn < t_end) load_k(next_src, (it + STAGES - 1) % STAGES);
+      if (tn < t_end) load_k(tn, (it + STAGES - 1) % STAGES);
       dl::cp_async_commit();
-      next_src = tn + 1 < t_end ? row_src(tn + 1) : nullptr;
     }
     const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
 

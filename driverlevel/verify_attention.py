@@ -79,15 +79,12 @@ class TileConfig:
         Keys per shared-memory tile, N.
     stages : int
         K tiles in flight (cp.async pipeline depth).
-    min_blocks : int
-        CTAs per SM the register allocation must leave room for (``__launch_bounds__``).
     """
 
     rows: int
     csplit: int
     keys: int
     stages: int
-    min_blocks: int = 1
 
     @property
     def threads(self) -> int:
@@ -101,8 +98,7 @@ class TileConfig:
         return self.rows * _ROW_BYTES + self.stages * self.keys * _ROW_BYTES + x
 
     def defines(self) -> dict:
-        return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
-                "DL_MIN_BLOCKS": self.min_blocks}
+        return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages}
 
 
 _CONFIGS = (

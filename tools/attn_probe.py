@@ -32,7 +32,7 @@ def probe(heads, bs, prefix, ntok, splits, tile=None):
     print(f"h{heads} bs{bs} p{prefix} t{ntok} s{splits} tile={plan.config.rows}x{plan.config.keys}x{plan.config.csplit}x{plan.config.stages} "
           f"partial {p:.3f} ms merge {mm:.3f} ms  {flop/(p+mm)/1e9:.0f} TFLOP/s", flush=True)
 
-CFGS = [None, TileConfig(64, 2, 32, 2), TileConfig(48, 2, 32, 2), TileConfig(32, 4, 16, 2, 2), TileConfig(32, 4, 16, 3, 2)]
+CFGS = [None, TileConfig(64, 2, 32, 2), TileConfig(48, 2, 32, 2), TileConfig(32, 4, 16, 2), TileConfig(32, 4, 16, 3)]
 for shape in [(16, 8, 32768, 256, 1), (9, 1, 200000, 16, 44), (9, 1, 32768, 16, 43), (9, 8, 32768, 64, 9)]:
     for t in CFGS:
         try:
