@@ -298,8 +298,9 @@ def _cache_key(source, name, headers, options, arch, include) -> str:
         h.update(part.encode())
         h.update(b"\0\1")
     for hname in sorted(headers):
-        h.update(hname.encode())
-        h.update(headers[hname].encode())
+        for part in (hname, headers[hname]):
+            h.update(part.encode())
+            h.update(b"\0\1")
     return h.hexdigest()
 
 

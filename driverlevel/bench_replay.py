@@ -29,15 +29,16 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["ReplayRow", "measure_host_us", "graph_burst", "eager_burst", "build", "run", "format_table",
+__all__ = ["ReplayRow", "measure_host_us", "measure_gpu_us", "graph_burst", "raw_burst", "eager_burst", "build", "run",
+           "format_table", "to_json",
            "main_from_options"]
 
 TARGET_OURS_OVER_RAW = 1.25
 
 
 def graph_burst_size(nodes: int) -> int:
-    """Replays per timed burst: at most ~1,000 queued kernel nodes, so the queue never fills."""
-    return max(8, min(100, 1000 // nodes))
+    """Replays per timed burst: at most ~500 queued kernel nodes, so the queue never fills."""
+    return max(4, min(100, 500 // nodes))
 
 
 def eager_burst_size(nodes: int) -> int:

@@ -19,7 +19,7 @@ from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from ._module import struct_layout_defines
 
-__all__ = ["main", "bench", "compile_plan"]
+__all__ = ["main", "bench", "compile_variants"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,8 +59,8 @@ def info():
     else:
         reason = ""
     if n == 0:
-        click.echo(f"No NVIDIA GPU is usable on this machine{reason}: there is no CUDA driver or no device, "
-                   f"so only `driverlevel compile` will work here.")
+        click.echo(f"No NVIDIA GPU is usable on this machine{reason}: there is no CUDA driver or no device "
+                   f"(kernels can still be compiled with `driverlevel compile`).")
         return
     click.echo(f"CUDA driver supports CUDA {drv[0]}.{drv[1]}; {n} GPU(s):")
     for i in range(n):
@@ -84,26 +84,34 @@ def _paired_module(filename: str):
     return importlib.import_module(name)
 
 
-def compile_plan(filename: str, arch: str):
-    """``(defines, dynamic_shared)`` with which ``filename`` is compiled and launched for ``arch``.
+def compile_variants(filename: str, arch: str) -> list:
+    """How ``filename`` is compiled and launched for ``arch``: ``[(variant, defines, dynamic_shared)]``.
 
     ``defines`` comes from the paired module's ``compile_defines(arch)`` and
     ``dynamic_shared`` (``{kernel: bytes}``, possibly empty) from its
-    ``dynamic_shared_bytes(arch)``. ``verify_attention.cu`` without such hooks is
-    compiled exactly as :class:`~driverlevel.verify_attention.VerifyAttention` does.
+    ``dynamic_shared_bytes(arch)``; ``variant`` is ``""`` then. Without such hooks,
+    ``verify_attention.cu`` is compiled exactly as
+    :class:`~driverlevel.verify_attention.VerifyAttention` does, once for every tile
+    configuration :func:`~driverlevel.verify_attention.tile_config` can pick on ``arch``.
     """
     mod = _paired_module(filename)
-    defines, dynamic = {}, {}
     if mod is not None and hasattr(mod, "compile_defines"):
-        defines = dict(mod.compile_defines(arch))
-    elif filename == "verify_attention.cu" and mod is not None:
-        cfg = mod.tile_config(arch)
-        defines = dict(cfg.defines())
-        defines.update(struct_layout_defines(mod._Params))
-        dynamic = {"verify_attn_partial": cfg.shared_bytes}
-    if mod is not None and hasattr(mod, "dynamic_shared_bytes"):
-        dynamic = dict(mod.dynamic_shared_bytes(arch))
-    return defines, dynamic
+        dynamic = dict(mod.dynamic_shared_bytes(arch)) if hasattr(mod, "dynamic_shared_bytes") else {}
+        return [("", dict(mod.compile_defines(arch)), dynamic)]
+    if filename == "verify_attention.cu" and mod is not None:
+        configs = [mod.tile_config(arch)]
+        for rows in range(1, 4097):  # every configuration the plan can pick for some max_q * num_heads
+            cfg = mod.tile_config(arch, rows)
+            if cfg not in configs:
+                configs.append(cfg)
+        out = []
+        for cfg in configs:
+            defines = dict(cfg.defines())
+            defines.update(struct_layout_defines(mod._Params))
+            label = " ".join(f"{k.removeprefix('DL_').lower()}={v}" for k, v in cfg.defines().items())
+            out.append((label, defines, {"verify_attn_partial": cfg.shared_bytes}))
+        return out
+    return [("", {}, {})]
 
 
 _COLUMNS = ("file", "kernel", "arch", "regs", "static smem", "dynamic smem", "stack", "spill B", "cache", "")
@@ -127,6 +135,28 @@ def _default_arch() -> str:
     except CudaError:
         pass
     return "sm_120"
+
+
+def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) -> list:
+    """Table rows of one cubin; appends a line to ``problems`` for each spill or shared-memory overflow."""
+    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    rows = []
+    for kname in sorted(cub.resources):
+        r = cub.resources[kname]
+        dyn = dynamic.get(kname)
+        smem = r.shared_bytes + (dyn or 0)
+        flags = []
+        if r.spills:
+            flags.append("SPILLS")
+            problems.append(f"{where}:{kname} ({arch}) spills {r.spill_store_bytes} B stored and "
+                            f"{r.spill_load_bytes} B loaded per thread")
+        if smem > limit:
+            flags.append("SMEM>LIMIT")
+            problems.append(f"{where}:{kname} ({arch}) needs {smem:,} B of shared memory per block, "
+                            f"over the {limit:,} B limit")
+        rows.append((where, kname, arch, r.registers, f"{r.shared_bytes:,}", "-" if dyn is None else f"{dyn:,}",
+                     r.stack_bytes, r.spills, "hit" if cub.cache_hit else "compiled", " ".join(flags)))
+    return rows
 
 
 @main.command("compile")
@@ -163,31 +193,18 @@ def compile_cmd(arch_opt, kernels):
     for f in files:
         for arch in archs:
             try:
-                defines, dynamic = compile_plan(f, arch)
+                variants = compile_variants(f, arch)
             except Exception as exc:  # a broken paired module must not hide the other files
                 problems.append(f"{f} ({arch}): its compile defines could not be computed: {exc!r}")
                 continue
-            try:
-                cub = compile_file(f, arch, defines)
-            except NvrtcError as exc:
-                problems.append(f"{f} ({arch}) failed to compile:\n{exc}")
-                continue
-            limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
-            for kname in sorted(cub.resources):
-                r = cub.resources[kname]
-                dyn = dynamic.get(kname)
-                flags = []
-                if r.spills:
-                    flags.append("SPILLS")
-                    problems.append(f"{f}:{kname} ({arch}) spills {r.spill_store_bytes} B stored, "
-                                    f"{r.spill_load_bytes} B loaded per thread")
-                if r.shared_bytes + (dyn or 0) > limit:
-                    flags.append("SMEM>LIMIT")
-                    problems.append(f"{f}:{kname} ({arch}) needs {r.shared_bytes + (dyn or 0):,} B of shared memory "
-                                    f"per block, over the {limit:,} B limit")
-                rows.append((f, kname, arch, r.registers, f"{r.shared_bytes:,}",
-                             "-" if dyn is None else f"{dyn:,}", r.stack_bytes, r.spills,
-                             "hit" if cub.cache_hit else "compiled", " ".join(flags)))
+            for variant, defines, dynamic in variants:
+                where = f"{f} [{variant}]" if variant else f
+                try:
+                    cub = compile_file(f, arch, defines)
+                except NvrtcError as exc:
+                    problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
+                    continue
+                rows.extend(_resource_rows(where, arch, cub, dynamic, problems))
     if rows:
         click.echo(_table(rows))
     for p in problems:
@@ -239,6 +256,12 @@ def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
     if not counts or min(counts) < 1:
         raise click.BadParameter(f"expected positive ints, got {nodes!r}", param_hint="--nodes")
     sys.exit(br.main_from_options(counts, replays, repeats, ordinal, not no_torch, json_path))
+
+
+if importlib.util.find_spec("driverlevel.demo_cli") is not None:  # the real capture-demo replaces the placeholder
+    from .demo_cli import capture_demo as _capture_demo
+
+    main.add_command(_capture_demo)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,273 @@
+"""DeviceArray geometry, __cuda_array_interface__ and DLPack export/import (CPU only).
+
+The DLPack capsule is built and parsed with ctypes alone, so a round trip on a
+made-up device address needs no GPU. A ``FakeDevice`` stands in for Device.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from driverlevel import DeviceArray, as_device_array, bfloat16
+from driverlevel import _array
+
+PTR = 0x7F12_3456_7800
+
+
+class FakeDevice:
+    def __init__(self, ordinal=0):
+        self.ordinal = ordinal
+
+    def set_current(self):
+        pass
+
+
+DEV = FakeDevice()
+
+
+class DLPackOnly:
+    """A foreign array that exports only DLPack (like JAX), wrapping one of ours."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, stream=None):
+        return self._arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+class CAIOnly:
+    """A foreign array that exports only __cuda_array_interface__ (like Numba)."""
+
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = dict(version=3, strides=None, **cai)
+
+
+def roundtrip(arr):
+    return _array._from_dlpack(DLPackOnly(arr), DEV)
+
+
+# -- geometry ---------------------------------------------------------------------------------
+def test_geometry():
+    a = DeviceArray(PTR, (4, 3, 2), np.float32, DEV)
+    assert a.ndim == 3 and a.size == 24 and a.itemsize == 4 and a.nbytes == 96 and len(a) == 4
+    assert a.strides == (24, 8, 4) and a.is_c_contiguous
+    assert int(a) == PTR
+    assert "shape=(4, 3, 2)" in repr(a) and "float32" in repr(a)
+
+
+def test_slicing_first_axis():
+    a = DeviceArray(PTR, (10, 576), bfloat16, DEV)
+    s = a[2:5]
+    assert s.ptr == PTR + 2 * 1152 and s.shape == (3, 576) and s.strides == a.strides and s.dtype is bfloat16
+    r = a[-1]
+    assert r.ptr == PTR + 9 * 1152 and r.shape == (576,)
+    assert a[7:3].shape == (0, 576)
+    assert a[np.int64(1)].ptr == PTR + 1152
+    assert s.owner is a  # views keep their base alive
+
+
+@pytest.mark.parametrize("idx, err", [(10, IndexError), (-11, IndexError), (slice(0, 4, 2), IndexError),
+                                      ((0, 1), IndexError), (True, IndexError)])
+def test_bad_indexing(idx, err):
+    a = DeviceArray(PTR, (10, 4), np.float32, DEV)
+    with pytest.raises(err):
+        a[idx]
+
+
+def test_reshape_and_view():
+    a = DeviceArray(PTR, (6, 4), np.float32, DEV)
+    b = a.reshape(3, 8)
+    assert b.shape == (3, 8) and b.ptr == PTR and b.strides == (32, 4)
+    assert a.reshape((24,)).shape == (24,)
+    v = a.view(np.int32)
+    assert v.dtype == np.int32 and v.shape == (6, 4)
+    h = DeviceArray(PTR, (4,), np.uint16, DEV).view(bfloat16)
+    assert h.dtype is bfloat16
+    with pytest.raises(ValueError, match=r"cannot reshape \(6, 4\) into \(5, 5\)"):
+        a.reshape(5, 5)
+    with pytest.raises(ValueError, match="item size 8"):
+        a.view(np.int64)
+
+
+def test_non_contiguous_refuses_reshape_view_and_copies():
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV, strides=(32, 4))  # padded rows
+    assert not a.is_c_contiguous
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.reshape(12)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.view(np.int32)
+    with pytest.raises(ValueError, match=r"copy_from_host needs a C-contiguous DeviceArray, got strides \(32, 4\)"):
+        a.copy_from_host(np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match="to_numpy needs a C-contiguous"):
+        a.to_numpy()
+
+
+def test_copy_from_host_checks_before_touching_the_device():
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV)
+    with pytest.raises(TypeError, match="expected host dtype float32 for a float32 array, got float64"):
+        a.copy_from_host(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"expected shape \(4, 3\), got \(3, 4\)"):
+        a.copy_from_host(np.zeros((3, 4), np.float32))
+    b = DeviceArray(PTR, (4,), bfloat16, DEV)
+    with pytest.raises(TypeError, match="expected host dtype uint16 for a bfloat16 array"):
+        b.copy_from_host(np.zeros(4, np.float32))
+
+
+def test_fill_u32_needs_whole_words():
+    with pytest.raises(ValueError, match="multiple of 4 bytes, got 6"):
+        DeviceArray(PTR, (3,), np.uint16, DEV).fill_u32(0, stream=None)
+
+
+# -- __cuda_array_interface__ ---------------------------------------------------------------------
+def test_cai_contiguous():
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV)
+    assert a.__cuda_array_interface__ == {"shape": (4, 3), "typestr": "<f4", "data": (PTR, False), "version": 3,
+                                          "strides": None}
+
+
+def test_cai_strided_readonly_and_types():
+    a = DeviceArray(PTR, (4, 3), np.int64, DEV, strides=(48, 8), readonly=True)
+    cai = a.__cuda_array_interface__
+    assert cai["strides"] == (48, 8) and cai["data"] == (PTR, True) and cai["typestr"] == "<i8"
+    assert DeviceArray(PTR, (2,), np.uint8, DEV).__cuda_array_interface__["typestr"] == "|u1"
+    assert DeviceArray(PTR, (2,), np.bool_, DEV).__cuda_array_interface__["typestr"] == "|b1"
+
+
+def test_cai_refuses_bfloat16_but_its_uint16_view_works():
+    a = DeviceArray(PTR, (8,), bfloat16, DEV)
+    with pytest.raises(TypeError, match="bfloat16 has no __cuda_array_interface__"):
+        a.__cuda_array_interface__
+    assert a.view(np.uint16).__cuda_array_interface__["typestr"] == "<u2"
+
+
+def test_import_cai_without_copy():
+    owner = CAIOnly(shape=(5, 2), typestr="<f4", data=(PTR, False))
+    a = as_device_array(owner, device=DEV)
+    assert (a.ptr, a.shape, a.dtype, a.strides) == (PTR, (5, 2), np.dtype(np.float32), (8, 4))
+    assert a.owner is owner and a.device is DEV and not a.readonly
+
+
+def test_import_cai_strided_and_readonly():
+    owner = CAIOnly(shape=(3, 4), typestr="<i4", data=(PTR, True))
+    owner.__cuda_array_interface__["strides"] = (64, 4)
+    a = as_device_array(owner, device=DEV)
+    assert a.strides == (64, 4) and not a.is_c_contiguous and a.readonly
+
+
+def test_cai_export_import_roundtrip():
+    a = DeviceArray(PTR, (7, 5), np.uint32, DEV, strides=(40, 4))
+    b = as_device_array(CAIOnly(**{k: v for k, v in a.__cuda_array_interface__.items()
+                                   if k not in ("version", "strides")}), device=DEV)
+    assert b.ptr == a.ptr and b.shape == a.shape and b.dtype == a.dtype
+
+
+# -- DLPack ----------------------------------------------------------------------------------------
+def test_dlpack_device_is_cuda_and_ordinal():
+    assert DeviceArray(PTR, (1,), np.float32, FakeDevice(3)).__dlpack_device__() == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.int32, np.int64, np.uint8,
+                                   np.uint16, np.uint32, np.uint64, np.bool_, bfloat16])
+def test_dlpack_roundtrip_dtypes(dtype):
+    a = DeviceArray(PTR, (3, 5), dtype, DEV)
+    b = roundtrip(a)
+    assert b.ptr == PTR and b.shape == (3, 5) and b.strides == a.strides
+    if dtype is bfloat16:
+        assert b.dtype is bfloat16
+    else:
+        assert b.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("shape, strides", [((4, 3), (32, 4)), ((2, 3, 4), (96, 4, 24)), ((), ()), ((0,), (4,)),
+                                            ((6,), (8,))])
+def test_dlpack_roundtrip_shapes_and_strides(shape, strides):
+    a = DeviceArray(PTR + 64, shape, np.float32, DEV, strides=strides)
+    b = roundtrip(a)
+    assert b.ptr == PTR + 64 and b.shape == shape and b.strides == strides
+
+
+def test_dlpack_slice_roundtrip_points_inside():
+    a = DeviceArray(PTR, (8, 576), bfloat16, DEV)
+    b = roundtrip(a[5:7])
+    assert b.ptr == PTR + 5 * 1152 and b.shape == (2, 576) and b.dtype is bfloat16
+
+
+def test_dlpack_refuses_copy_and_other_devices():
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    with pytest.raises(BufferError, match="does not copy"):
+        a.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="cannot export to DLPack device"):
+        a.__dlpack__(dl_device=(1, 0))
+    assert a.__dlpack__(dl_device=(2, 0)) is not None
+
+
+def test_dlpack_refuses_strides_that_are_not_whole_items():
+    a = DeviceArray(PTR, (4, 2), np.float32, DEV, strides=(10, 4))
+    with pytest.raises(BufferError, match="multiple of the item size"):
+        a.__dlpack__()
+
+
+def test_unconsumed_capsule_frees_its_tensor():
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    before = len(_array._exported)
+    caps = [a.__dlpack__() for _ in range(5)]
+    assert len(_array._exported) == before + 5
+    del caps
+    gc.collect()
+    assert len(_array._exported) == before
+
+
+def test_consumed_capsule_keeps_the_source_alive_until_the_consumer_drops_it():
+    before = len(_array._exported)
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    import weakref
+
+    alive = weakref.ref(a)
+    b = roundtrip(a)
+    del a
+    gc.collect()
+    assert alive() is not None  # the exported tensor holds our array
+    assert len(_array._exported) == before + 1
+    del b
+    gc.collect()
+    assert alive() is None and len(_array._exported) == before
+
+
+def test_import_refuses_host_dlpack_and_plain_objects():
+    with pytest.raises(TypeError, match="host memory"):
+        as_device_array(np.zeros(3, np.float32))
+
+    class CpuDLPack(DLPackOnly):
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match="lives on DLPack device type 1, not CUDA"):
+        as_device_array(CpuDLPack(None), device=DEV)
+    with pytest.raises(TypeError, match="exports neither __cuda_array_interface__ nor __dlpack__"):
+        as_device_array([1, 2, 3])
+
+
+_VERSIONED = b"dltensor_versioned"  # a capsule keeps a pointer to its name: keep the bytes alive
+
+
+def test_import_refuses_versioned_only_capsules():
+    class Versioned:
+        def __dlpack__(self, stream=None):
+            return _array._PyCapsule_New(PTR, _VERSIONED, None)
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match="legacy 'dltensor'"):
+        as_device_array(Versioned(), device=DEV)
+
+
+def test_as_device_array_passes_ours_through():
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    assert as_device_array(a) is a

@@ -1,0 +1,347 @@
+"""NVRTC compile to cubin, the ptxas resource report and the on-disk cubin cache (CPU only).
+
+The cache tests compile a tiny source that includes a header from a temporary
+directory, so they do not depend on the kernels in cu/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import driverlevel as dl
+from driverlevel import _compile, selftest
+from driverlevel._compile import (
+    MAX_SHARED_PER_BLOCK,
+    SUPPORTED_ARCHS,
+    KernelResources,
+    cache_dir,
+    compile_source,
+    kernel_source_dir,
+    kernel_sources,
+    normalize_arch,
+    parse_resource_report,
+)
+from driverlevel.cli import compile_variants
+
+SELFTEST_KERNELS = {
+    "noop", "add_scalar_f32", "saxpy_f32", "saxpy_params", "add_i64", "fill_iota_f32",
+    "copy_plus_one_from_device_scalar", "block_sum_f32", "spin_wait_ns", "reverse_f32_dynamic_smem",
+}
+
+EM_CUDA = 190
+
+
+# -- the self-test kernels on every architecture ------------------------------------------
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+def test_selftest_compiles_for_arch_with_resource_report(arch, fresh_cache):
+    cub = selftest.compile(arch)
+    assert not cub.cache_hit
+    assert cub.arch == arch
+    assert cub.data[:4] == b"\x7fELF"  # a cubin, never PTX
+    assert int.from_bytes(cub.data[18:20], "little") == EM_CUDA
+    assert set(cub.resources) == SELFTEST_KERNELS
+    for name, r in cub.resources.items():
+        assert r.registers > 0, name
+        assert r.spills == 0 and r.spill_store_bytes == 0 and r.spill_load_bytes == 0, name
+        assert r.stack_bytes == 0, name
+    assert cub.resources["block_sum_f32"].shared_bytes == 256 * 4
+    assert cub.resources["saxpy_f32"].shared_bytes == 0
+    assert f"--gpu-architecture={arch}" in cub.options
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+def test_every_kernel_source_compiles_without_spills_within_shared_limit(arch):
+    """Every .cu in cu/, compiled as its launcher does, fits ``arch`` (the CI gate of DESIGN.md)."""
+    limit = MAX_SHARED_PER_BLOCK[arch]
+    for f in kernel_sources():
+        for variant, defines, dynamic in compile_variants(f, arch):
+            cub = dl.compile_file(f, arch, defines)
+            assert cub.resources, f"{f} [{variant}] has no kernels"
+            for k, r in cub.resources.items():
+                assert r.spills == 0, f"{f} [{variant}] {k} spills on {arch}: {r}"
+                assert r.shared_bytes + dynamic.get(k, 0) <= limit, f"{f} [{variant}] {k} on {arch}"
+
+
+def test_struct_layout_drift_fails_the_compile(fresh_cache):
+    defines = selftest.compile_defines("sm_90")
+    defines["DL_OFF_a"] += 4
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.compile_file("selftest.cu", "sm_90", defines)
+    assert "SaxpyParams.a offset differs from its ctypes mirror" in ei.value.log
+
+
+def test_kernel_sources_are_found():
+    d = kernel_source_dir()
+    assert (d / "common.cuh").is_file()
+    names = kernel_sources()
+    assert "selftest.cu" in names and "verify_attention.cu" in names
+    assert all(n.endswith(".cu") for n in names)
+    with pytest.raises(FileNotFoundError, match="no kernel source 'nope.cu'"):
+        dl.compile_file("nope.cu", "sm_90")
+
+
+@pytest.mark.parametrize("given, want", [("sm_90", "sm_90"), ("90", "sm_90"), (120, "sm_120"), ((8, 6), "sm_86"),
+                                         (" SM_100 ", "sm_100"), ("sm_90a", "sm_90a")])
+def test_normalize_arch(given, want):
+    assert normalize_arch(given) == want
+
+
+@pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70])
+def test_normalize_arch_rejects(bad):
+    with pytest.raises(ValueError, match="unsupported architecture"):
+        normalize_arch(bad)
+
+
+def test_nvrtc_version():
+    major, minor = dl.nvrtc_version()
+    assert major >= 13 and minor >= 0
+
+
+# -- resource report parsing -----------------------------------------------------------------
+def test_parse_resource_report_with_spills_and_smem():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'big' for 'sm_90'
+ptxas info    : Function properties for big
+ptxas         .     24 bytes stack frame, 40 bytes spill stores, 36 bytes spill loads
+ptxas info    : Used 255 registers, used 16 barriers, 12288 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compile time = 12.000 ms
+ptxas info    : Compiling entry function 'small' for 'sm_90'
+ptxas info    : Function properties for small
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+"""
+    r = parse_resource_report(log)
+    assert r["big"] == KernelResources(registers=255, shared_bytes=12288, stack_bytes=24,
+                                       spill_store_bytes=40, spill_load_bytes=36)
+    assert r["big"].spills == 76
+    assert r["small"] == KernelResources(registers=8)
+
+
+# -- compile errors --------------------------------------------------------------------------
+def test_compile_error_raises_nvrtc_error_with_log(fresh_cache):
+    src = 'extern "C" __global__ void broken(float* x) { x[0] = undefined_symbol; }\n'
+    with pytest.raises(dl.NvrtcError) as ei:
+        compile_source(src, "broken.cu", "sm_90")
+    e = ei.value
+    assert e.call == "nvrtcCompileProgram"
+    assert e.name == "NVRTC_ERROR_COMPILATION"
+    assert "undefined_symbol" in e.log
+    assert e.arch == "sm_90" and e.source_name == "broken.cu"
+    assert "--gpu-architecture=sm_90" in e.options
+    text = str(e)
+    assert "while compiling broken.cu for sm_90" in text and "--- NVRTC log ---" in text and "undefined_symbol" in text
+    assert _entries(fresh_cache) == []
+
+
+# -- the cubin cache ---------------------------------------------------------------------------
+SRC = '#include "dl_test_header.cuh"\nextern "C" __global__ void scale(float* x) { x[threadIdx.x] *= SCALE; }\n'
+
+
+@pytest.fixture
+def header_dir(tmp_path):
+    d = tmp_path / "inc"
+    d.mkdir()
+    (d / "dl_test_header.cuh").write_text("#pragma once\n#define SCALE 2.0f\n")
+    return d
+
+
+@pytest.fixture
+def count_compiles(monkeypatch):
+    calls = []
+    real = _compile._nvrtc_compile
+
+    def counting(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", counting)
+    return calls
+
+
+def _compile_t(header_dir, **kw):
+    kw.setdefault("arch", "sm_90")
+    return compile_source(SRC, "t.cu", include_dirs=[header_dir], **kw)
+
+
+def _entries(d: Path):
+    return sorted(d.glob("*.cubin")) if d.exists() else []
+
+
+def test_cache_miss_then_disk_hit_then_memory_hit(fresh_cache, header_dir, count_compiles):
+    a = _compile_t(header_dir)
+    assert not a.cache_hit and count_compiles == ["t.cu"]
+    (entry,) = _entries(fresh_cache)
+    assert entry.name == f"{a.key}.cubin"
+    b = _compile_t(header_dir)  # in-process cache
+    assert b.cache_hit and b.data == a.data
+    _compile._clear_memory_cache()  # as a new process would
+    c = _compile_t(header_dir)
+    assert c.cache_hit and c.data == a.data and c.resources == a.resources and c.key == a.key
+    assert count_compiles == ["t.cu"]
+    assert not list(fresh_cache.glob(".tmp-*"))  # atomic writes leave no temporaries
+
+
+def test_header_change_invalidates(fresh_cache, header_dir, count_compiles):
+    a = _compile_t(header_dir)
+    (header_dir / "dl_test_header.cuh").write_text("#pragma once\n#define SCALE 3.0f\n")
+    b = _compile_t(header_dir)
+    assert not b.cache_hit and b.key != a.key and len(count_compiles) == 2
+    assert len(_entries(fresh_cache)) == 2
+
+
+def test_nested_header_change_invalidates(fresh_cache, header_dir, count_compiles):
+    (header_dir / "dl_test_header.cuh").write_text('#pragma once\n#include "dl_inner.cuh"\n')
+    (header_dir / "dl_inner.cuh").write_text("#pragma once\n#define SCALE 2.0f\n")
+    a = _compile_t(header_dir)
+    (header_dir / "dl_inner.cuh").write_text("#pragma once\n#define SCALE 5.0f\n")
+    b = _compile_t(header_dir)
+    assert b.key != a.key and not b.cache_hit
+
+
+@pytest.mark.parametrize("change", [
+    {"defines": {"EXTRA": 1}},
+    {"extra_options": ["-lineinfo"]},
+    {"arch": "sm_120"},
+])
+def test_option_define_or_arch_change_invalidates(fresh_cache, header_dir, count_compiles, change):
+    a = _compile_t(header_dir)
+    b = _compile_t(header_dir, **change)
+    assert not b.cache_hit and b.key != a.key and len(count_compiles) == 2
+    c = _compile_t(header_dir, **change)
+    assert c.cache_hit and c.key == b.key
+
+
+def test_define_value_change_invalidates(fresh_cache, header_dir):
+    a = _compile_t(header_dir, defines={"X": 1})
+    b = _compile_t(header_dir, defines={"X": 2})
+    assert a.key != b.key and not b.cache_hit
+
+
+def test_nvrtc_version_is_part_of_the_key(fresh_cache, header_dir, monkeypatch):
+    a = _compile_t(header_dir)
+    monkeypatch.setattr(_compile, "nvrtc_version", lambda: (13, 99))
+    b = _compile_t(header_dir)
+    assert b.key != a.key and not b.cache_hit
+
+
+def _corrupt_truncate(p: Path):
+    blob = p.read_bytes()
+    p.write_bytes(blob[: len(blob) // 2])
+
+
+def _corrupt_flip_cubin_bit(p: Path):
+    blob = bytearray(p.read_bytes())
+    blob[-100] ^= 0x10
+    p.write_bytes(bytes(blob))
+
+
+def _corrupt_flip_header_bit(p: Path):
+    blob = bytearray(p.read_bytes())
+    blob[20] ^= 0x01
+    p.write_bytes(bytes(blob))
+
+
+def _corrupt_magic(p: Path):
+    blob = bytearray(p.read_bytes())
+    blob[0] ^= 0xFF
+    p.write_bytes(bytes(blob))
+
+
+def _corrupt_empty(p: Path):
+    p.write_bytes(b"")
+
+
+@pytest.mark.parametrize("corrupt", [_corrupt_truncate, _corrupt_flip_cubin_bit, _corrupt_flip_header_bit,
+                                     _corrupt_magic, _corrupt_empty])
+def test_corrupt_entry_is_recompiled_never_loaded(fresh_cache, header_dir, count_compiles, corrupt):
+    a = _compile_t(header_dir)
+    (entry,) = _entries(fresh_cache)
+    corrupt(entry)
+    assert _compile._read_entry(entry, a.key) is None  # the reader refuses it
+    _compile._clear_memory_cache()
+    b = _compile_t(header_dir)
+    assert not b.cache_hit, "a corrupt entry must be recompiled"
+    assert len(count_compiles) == 2
+    assert b.data == a.data
+    # ... and rewritten whole: the next process hits it again
+    assert _compile._read_entry(entry, a.key) is not None
+    _compile._clear_memory_cache()
+    assert _compile_t(header_dir).cache_hit
+
+
+def test_entry_under_another_key_is_not_loaded(fresh_cache, header_dir):
+    a = _compile_t(header_dir)
+    (entry,) = _entries(fresh_cache)
+    assert _compile._read_entry(entry, "0" * 64) is None
+    assert _compile._read_entry(entry, a.key) is not None
+
+
+@pytest.mark.parametrize("value", ["0", "off", "false"])
+def test_cache_disabled_by_env(fresh_cache, header_dir, monkeypatch, count_compiles, value):
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", value)
+    assert cache_dir() is None
+    a = _compile_t(header_dir)
+    assert not a.cache_hit
+    assert _entries(fresh_cache) == []
+    _compile._clear_memory_cache()
+    assert not _compile_t(header_dir).cache_hit
+    assert len(count_compiles) == 2
+
+
+def test_cache_dir_relocated_by_env(tmp_path, header_dir, monkeypatch, count_compiles):
+    first, second = tmp_path / "first", tmp_path / "second"
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(first))
+    _compile._clear_memory_cache()
+    try:
+        assert cache_dir() == first
+        _compile_t(header_dir)
+        assert len(_entries(first)) == 1
+        monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(second))
+        _compile._clear_memory_cache()
+        assert not _compile_t(header_dir).cache_hit  # nothing in the new place yet
+        assert len(_entries(second)) == 1 and len(count_compiles) == 2
+    finally:
+        _compile._clear_memory_cache()
+
+
+def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.delenv("DRIVERLEVEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "driverlevel"
+
+
+def test_unwritable_cache_warns_and_still_compiles(tmp_path, header_dir, monkeypatch):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not write the cubin cache"):
+            cub = _compile_t(header_dir)
+        assert cub.data[:4] == b"\x7fELF"
+    finally:
+        _compile._clear_memory_cache()
+
+
+def test_use_cache_false_always_compiles(fresh_cache, header_dir, count_compiles):
+    _compile_t(header_dir)
+    b = _compile_t(header_dir, use_cache=False)
+    assert not b.cache_hit and len(count_compiles) == 2
+
+
+def test_include_dir_header_shadows_cu(fresh_cache, tmp_path):
+    """A header in a caller's include directory is found before cu/ and keyed by its content."""
+    d = tmp_path / "shadow"
+    d.mkdir()
+    (d / "common.cuh").write_text("#pragma once\n#define SHADOWED 1\n")
+    src = '#include "common.cuh"\n#if !SHADOWED\n#error not shadowed\n#endif\nextern "C" __global__ void k() {}\n'
+    cub = compile_source(src, "shadow.cu", "sm_90", include_dirs=[d])
+    assert "k" in cub.resources
+    with pytest.raises(dl.NvrtcError, match="not shadowed"):
+        compile_source(src, "shadow.cu", "sm_90")
+

@@ -1,0 +1,195 @@
+"""WorkspacePool arithmetic, errors and report, and the pointer registry (CPU only).
+
+``DeviceBuffer.allocate`` is replaced by a fake that hands out a made-up address,
+so the pool's own logic (alignment, offsets, sizing, exhaustion, lookup) is tested
+without a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel import DeviceBuffer, PinnedHostBuffer, PoolExhaustedError, WorkspacePool, bfloat16
+from driverlevel._memory import align_up, lookup_pointer
+
+
+class FakeDevice:
+    ordinal = 0
+
+    def __repr__(self):
+        return "Device(0)"
+
+
+DEV = FakeDevice()
+_bases = itertools.count(0x7E00_0000_0000, 1 << 32)
+
+
+class FakeBuffer:
+    def __init__(self, nbytes, label):
+        self.ptr = next(_bases)
+        self.nbytes = nbytes
+        self.device = DEV
+        self.label = label
+        self._finalizer = weakref.finalize(self, lambda: None)
+
+    def close(self):
+        self._finalizer()
+
+
+@pytest.fixture
+def fake_alloc(monkeypatch):
+    made = []
+
+    def allocate(device, nbytes, label="buffer"):
+        b = FakeBuffer(nbytes, label)
+        made.append(b)
+        return b
+
+    monkeypatch.setattr(DeviceBuffer, "allocate", staticmethod(allocate))
+    return made
+
+
+def test_align_up():
+    assert [align_up(n, 256) for n in (0, 1, 255, 256, 257)] == [0, 256, 256, 256, 512]
+    assert align_up(13, 16) == 16
+
+
+def test_capacity_rounds_up_to_alignment(fake_alloc):
+    assert WorkspacePool.allocate(DEV, 1000).capacity == 1024
+    assert WorkspacePool.allocate(DEV, 0).capacity == 256  # never empty
+    assert WorkspacePool.allocate(DEV, 1000, alignment=4096).capacity == 4096
+    assert fake_alloc[0].nbytes == 1024 and fake_alloc[0].label == "pool:workspace"
+
+
+@pytest.mark.parametrize("alignment", [0, -256, 100, 3])
+def test_alignment_must_be_a_power_of_two(fake_alloc, alignment):
+    with pytest.raises(ValueError, match="alignment must be a power of two"):
+        WorkspacePool.allocate(DEV, 1024, alignment=alignment)
+
+
+def test_carve_offsets_are_aligned_and_stable(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 1 << 20, label="attn")
+    a = pool.carve("lse", (64, 9), np.float32)          # 2,304 B at 0
+    b = pool.carve("flags", (3,), np.uint8)              # 3 B at 2,304
+    c = pool.carve("out", (5, 512), bfloat16)            # 5,120 B at 2,560
+    d = pool.carve("big", (7,), np.int64, alignment=4096)
+    assert [x.offset for x in pool.carves()] == [0, 2304, 2560, 8192]
+    assert a.ptr == pool.base and b.ptr == pool.base + 2304 and c.ptr == pool.base + 2560
+    assert d.ptr == pool.base + 8192
+    assert all(x.ptr % 256 == 0 for x in (a, b, c)) and d.ptr % 4096 == 0
+    assert (a.shape, a.dtype) == ((64, 9), np.dtype(np.float32))
+    assert c.dtype is bfloat16 and c.nbytes == 5120
+    assert a.owner is pool and a.device is DEV
+    assert pool.used == 8192 + 56 and pool.free == pool.capacity - pool.used
+
+
+def test_scalar_and_empty_carves(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 4096)
+    s = pool.carve("step", (), np.int32)
+    e = pool.carve("nothing", (0, 4), np.float32)
+    n = pool.carve("int_shape", 5, np.float32)
+    assert s.shape == () and s.nbytes == 4
+    assert e.nbytes == 0 and e.ptr == pool.base + 256
+    assert n.shape == (5,) and n.ptr == pool.base + 256
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_required_bytes_is_exactly_what_carving_uses(fake_alloc, seed):
+    rng = np.random.default_rng(seed)
+    dtypes = [np.float32, np.uint8, np.int64, bfloat16, np.int32]
+    specs = [(tuple(int(x) for x in rng.integers(1, 300, size=rng.integers(1, 4))), dtypes[rng.integers(0, 5)])
+             for _ in range(12)]
+    need = WorkspacePool.required_bytes(specs)
+    pool = WorkspacePool.allocate(DEV, need)
+    assert pool.capacity == need
+    for i, (shape, dt) in enumerate(specs):
+        pool.carve(f"c{i}", shape, dt)
+    assert align_up(pool.used, 256) == need
+    # the sizing is tight: the same specs in a pool one alignment unit smaller do not fit
+    if need > 256:
+        small = WorkspacePool.allocate(DEV, need - 256)
+        with pytest.raises(PoolExhaustedError):
+            for i, (shape, dt) in enumerate(specs):
+                small.carve(f"c{i}", shape, dt)
+
+
+def test_required_bytes_examples():
+    assert WorkspacePool.required_bytes([]) == 0
+    assert WorkspacePool.required_bytes([((10,), np.float32)]) == 256
+    assert WorkspacePool.required_bytes([((10,), np.float32), ((64,), np.float32)]) == 512
+    assert WorkspacePool.required_bytes([((10,), np.float32)], alignment=16) == 48
+
+
+def test_exhaustion_error_names_the_sizes(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 1024, label="tiny")
+    pool.carve("a", (100,), np.float32)  # 400 B
+    with pytest.raises(PoolExhaustedError) as ei:
+        pool.carve("o_part", (1000,), np.float32)
+    msg = str(ei.value)
+    assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4000 bytes at offset 512, but the pool "
+                   "holds 1024 bytes (624 free). Size the pool with WorkspacePool.required_bytes() or the "
+                   "plan's workspace_bytes.")
+    assert isinstance(ei.value, MemoryError)
+    assert [c.name for c in pool.carves()] == ["a"]  # a failed carve changes nothing
+    pool.carve("fits", (128,), np.float32)
+    assert pool.used == 1024
+
+
+def test_duplicate_name_is_refused(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 4096, label="p")
+    pool.carve("x", (4,), np.float32)
+    with pytest.raises(ValueError, match="pool 'p' already has a carve-out named 'x'"):
+        pool.carve("x", (4,), np.float32)
+
+
+def test_negative_dimension_is_refused(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 4096)
+    with pytest.raises(ValueError, match=r"carve 'bad': negative dimension in shape \(4, -1\)"):
+        pool.carve("bad", (4, -1), np.float32)
+
+
+def test_report_lists_every_carve(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 4 << 20, label="attn")
+    pool.carve("attn.o_part", (72, 16, 512), np.float32)
+    pool.carve("attn.lse_part", (72, 16), np.float32)
+    lines = pool.report().splitlines()
+    assert lines[0] == f"pool 'attn' on Device(0): base 0x{pool.base:x}, 2,363,904 of 4,194,304 bytes used"
+    assert lines[1].split() == ["name", "offset", "bytes", "shape", "/", "dtype"]
+    assert lines[2].split() == ["attn.o_part", "0", "2,359,296", "(72,", "16,", "512)", "float32"]
+    assert lines[3].split() == ["attn.lse_part", "2,359,296", "4,608", "(72,", "16)", "float32"]
+
+
+def test_report_header_counts_bytes(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 8192, label="w")
+    pool.carve("a", (300,), np.uint8)
+    assert pool.report().splitlines()[0] == f"pool 'w' on Device(0): base 0x{pool.base:x}, 300 of 8,192 bytes used"
+
+
+def test_lookup_pointer_resolves_pool_and_carve(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 8192, label="audit")
+    a = pool.carve("a", (10,), np.float32)
+    b = pool.carve("b", (10,), np.float32)
+    assert lookup_pointer(a.ptr) == ("audit", "a", 0)
+    assert lookup_pointer(a.ptr + 39) == ("audit", "a", 39)
+    assert lookup_pointer(a.ptr + 100) == ("audit", None, 100)  # alignment padding
+    assert lookup_pointer(b.ptr + 4) == ("audit", "b", 260)
+    assert lookup_pointer(pool.base + pool.capacity) is None
+    assert lookup_pointer(0x10) is None
+    pool.close()
+    assert lookup_pointer(a.ptr) is None  # a closed pool's range may belong to a newer allocation
+
+
+@pytest.mark.parametrize("cls, factory", [
+    (DeviceBuffer, "DeviceBuffer.allocate"), (PinnedHostBuffer, "PinnedHostBuffer.allocate"),
+    (WorkspacePool, "WorkspacePool.allocate"), (dl.Stream, "Device.create_stream"), (dl.Event, "Device.create_event"),
+    (dl.Graph, "driverlevel.capture"), (dl.GraphExec, "Graph.instantiate"), (dl.Module, "driverlevel.load_module"),
+    (dl.Kernel, "Module.kernel"),
+])
+def test_handles_have_no_public_constructor(cls, factory):
+    with pytest.raises(RuntimeError, match=f"has no public constructor: use {factory.replace('.', '[.]')}"):
+        cls()

@@ -1,0 +1,187 @@
+"""Kernel argument packing (CPU only): explicit C types, structs by value, packed once.
+
+``_pack_one`` turns one argument into the ctypes object whose address goes into the
+``void**`` array of ``cuLaunchKernel``; :class:`PreparedLaunch` builds that array
+once. Both are checked here through the packed bytes, without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from driverlevel import DeviceArray, bfloat16
+from driverlevel._module import PreparedLaunch, _pack_one, struct_layout_defines
+from driverlevel.selftest import SaxpyParams
+
+
+class FakeDevice:
+    ordinal = 0
+
+    def set_current(self):
+        pass
+
+
+DEV = FakeDevice()
+
+
+def packed_bytes(value) -> bytes:
+    obj, _ = _pack_one(value)
+    return ctypes.string_at(ctypes.addressof(obj), ctypes.sizeof(obj))
+
+
+@pytest.mark.parametrize("value, fmt", [
+    (np.int32(-7), "<i"),
+    (np.int64(-(2**40) - 3), "<q"),
+    (np.uint32(0xFFFFFFFE), "<I"),
+    (np.uint64(2**63 + 5), "<Q"),
+    (np.float32(1.5), "<f"),
+    (np.float64(-2.25), "<d"),  # np.float64 subclasses Python float: must still be accepted
+    (np.int16(-3), "<h"),
+    (np.uint8(200), "<B"),
+])
+def test_numpy_scalars_keep_their_c_type(value, fmt):
+    assert packed_bytes(value) == struct.pack(fmt, value.item())
+    assert _pack_one(value)[1] is None  # not a pointer
+
+
+@pytest.mark.parametrize("value", [ctypes.c_int32(-9), ctypes.c_uint64(12345678901), ctypes.c_float(0.25)])
+def test_ctypes_scalars_pass_through(value):
+    obj, ptr = _pack_one(value)
+    assert obj is value and ptr is None
+
+
+def test_device_array_is_a_64_bit_pointer():
+    a = DeviceArray(0x7F00_1234_5600, (16, 4), np.float32, DEV)
+    obj, ptr = _pack_one(a)
+    assert ptr == 0x7F00_1234_5600
+    assert packed_bytes(a) == struct.pack("<Q", 0x7F00_1234_5600)
+
+
+def test_slice_and_bfloat16_arrays_pack_their_own_address():
+    a = DeviceArray(0x7F00_0000_0000, (8, 576), bfloat16, DEV)
+    assert packed_bytes(a[3]) == struct.pack("<Q", 0x7F00_0000_0000 + 3 * 576 * 2)
+
+
+def test_none_is_a_null_pointer():
+    assert packed_bytes(None) == b"\0" * 8
+
+
+def test_buffer_like_object_is_a_pointer():
+    class Buf:
+        ptr = 0x7F00_0000_1000
+        nbytes = 64
+
+    obj, ptr = _pack_one(Buf())
+    assert ptr == Buf.ptr and packed_bytes(Buf()) == struct.pack("<Q", Buf.ptr)
+
+
+def test_struct_by_value():
+    p = SaxpyParams(x=0x1000, y=0x2000, a=2.0, n=77, tag=-1)
+    obj, ptr = _pack_one(p)
+    assert obj is p and ptr is None
+    assert ctypes.sizeof(p) == 32
+    assert packed_bytes(p) == struct.pack("<QQfiq", 0x1000, 0x2000, 2.0, 77, -1)
+
+
+def test_struct_layout_defines_match_the_c_struct():
+    d = struct_layout_defines(SaxpyParams)
+    assert d == {"DL_OFF_x": 0, "DL_OFF_y": 8, "DL_OFF_a": 16, "DL_OFF_n": 20, "DL_OFF_tag": 24,
+                 "DL_SIZEOF_PARAMS": 32}
+    assert struct_layout_defines(SaxpyParams, "DL_SIZEOF_SAXPY")["DL_SIZEOF_SAXPY"] == 32
+
+
+@pytest.mark.parametrize("value, words", [
+    (3, ["plain Python int", "np.int32"]),
+    (2**40, ["plain Python int"]),
+    (1.5, ["plain Python float", "np.float32"]),
+    (True, ["bool", "ambiguous"]),
+    (False, ["bool"]),
+    (np.bool_(True), ["bool"]),
+])
+def test_untyped_python_scalars_are_refused(value, words):
+    with pytest.raises(TypeError) as ei:
+        _pack_one(value)
+    for w in words:
+        assert w in str(ei.value)
+
+
+def test_unsupported_numpy_scalar_is_refused():
+    with pytest.raises(TypeError, match="unsupported scalar kernel argument dtype complex64"):
+        _pack_one(np.complex64(1 + 2j))
+
+
+def test_host_numpy_array_is_refused():
+    with pytest.raises(TypeError, match="host memory"):
+        _pack_one(np.zeros(4, np.float32))
+
+
+def test_arbitrary_object_is_refused():
+    with pytest.raises(TypeError, match="neither __cuda_array_interface__ nor __dlpack__"):
+        _pack_one(object())
+
+
+# -- PreparedLaunch: packed once, updated in place -------------------------------------------
+class FakeKernel:
+    name = "fake"
+
+    def __init__(self):
+        self._func = object()
+        self.module = type("M", (), {"device": DEV})()
+        self.shared_requests = []
+
+    def _ensure_shared(self, nbytes):
+        self.shared_requests.append(nbytes)
+
+
+def _argv(p: PreparedLaunch, n: int) -> list:
+    return [ctypes.c_void_p.from_address(p._argv_addr + 8 * i).value for i in range(n)]
+
+
+def test_prepared_launch_packs_once_and_points_at_each_value():
+    x = DeviceArray(0x7F00_0000_0000, (1024,), np.float32, DEV)
+    k = FakeKernel()
+    params = SaxpyParams(x=1, y=2, a=3.0, n=4, tag=5)
+    p = PreparedLaunch(k, (4,), 256, 70_000, [x, np.float32(2.0), np.int32(1024), params])
+    assert p.grid == (4, 1, 1) and p.block == (256, 1, 1) and p.shared_mem == 70_000
+    assert k.shared_requests == [70_000]  # the >48 KB opt-in is asked once, at prepare time
+    argv = _argv(p, 4)
+    assert ctypes.string_at(argv[0], 8) == struct.pack("<Q", x.ptr)
+    assert ctypes.string_at(argv[1], 4) == struct.pack("<f", 2.0)
+    assert ctypes.string_at(argv[2], 4) == struct.pack("<i", 1024)
+    assert ctypes.string_at(argv[3], 32) == bytes(params)
+    assert p._keep[0] is x  # arrays (and their owners) stay alive with the launch
+
+
+def test_set_arg_updates_in_place():
+    x = DeviceArray(0x7F00_0000_0000, (8,), np.float32, DEV)
+    y = DeviceArray(0x7F00_0000_8000, (8,), np.float32, DEV)
+    p = PreparedLaunch(FakeKernel(), 1, 32, 0, [x, np.int32(8)])
+    before = _argv(p, 2)
+    argv_addr = p._argv_addr
+    p.set_arg(0, y)
+    p.set_arg(1, np.int32(5))
+    assert p._argv_addr == argv_addr and _argv(p, 2) == before  # same storage, new contents
+    assert ctypes.string_at(before[0], 8) == struct.pack("<Q", y.ptr)
+    assert ctypes.string_at(before[1], 4) == struct.pack("<i", 5)
+    assert p._keep[0] is y
+
+
+def test_set_arg_refuses_a_type_change():
+    p = PreparedLaunch(FakeKernel(), 1, 32, 0, [np.int32(1)])
+    with pytest.raises(TypeError, match="argument 0 was c_int, cannot become c_long"):
+        p.set_arg(0, np.int64(1))
+
+
+def test_no_arguments():
+    p = PreparedLaunch(FakeKernel(), 1, 1, 0, [])
+    assert p._argv_addr  # a valid (empty) array for cuLaunchKernel
+
+
+@pytest.mark.parametrize("grid", [0, (1, 0), (-1,), (1, 1, 1, 1)])
+def test_bad_grid_is_refused(grid):
+    with pytest.raises(ValueError, match="grid must be 1 to 3 positive ints"):
+        PreparedLaunch(FakeKernel(), grid, 32, 0, [])

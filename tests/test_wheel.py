@@ -1,0 +1,80 @@
+"""The kernel sources ship inside the wheel and are found from an installed copy (CPU only).
+
+Builds a wheel of this checkout, installs it into a temporary directory and, in a
+fresh interpreter whose working directory is elsewhere, checks that
+``kernel_source_dir()`` points inside the installed package and lists the .cu files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _can_build_offline() -> str | None:
+    """Why a --no-build-isolation wheel build cannot work here, or None."""
+    try:
+        import setuptools
+    except ImportError:
+        return "setuptools is not installed (pip install '.[test]' brings it)"
+    major_minor = tuple(int(x) for x in setuptools.__version__.split(".")[:2])
+    if major_minor < (70, 1):
+        try:
+            import wheel  # noqa: F401  (setuptools < 70.1 builds wheels through it)
+        except ImportError:
+            return f"setuptools {setuptools.__version__} needs the 'wheel' package (pip install '.[test]' brings a newer setuptools)"
+    return None
+
+
+def _run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def test_wheel_ships_kernel_sources(tmp_path):
+    why = _can_build_offline()
+    if why:
+        pytest.skip(why)
+    if not (REPO / "pyproject.toml").is_file():
+        pytest.skip("not running from a source checkout")
+    dist, target, elsewhere = tmp_path / "dist", tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # Build from a clean copy: setuptools writes build/ and *.egg-info next to the sources,
+    # and a stale build/ of the checkout could hide a file missing from the package data.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", "out"))
+    _run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)],
+         cwd=tmp_path)
+    (whl,) = dist.glob("driverlevel-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    cu_files = sorted(p.name for p in (REPO / "cu").glob("*.cu"))
+    for name in cu_files + ["common.cuh"]:
+        assert f"driverlevel/cu/{name}" in names, f"{name} is missing from the wheel"
+
+    _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(whl)],
+         cwd=tmp_path)
+    probe = ("import json, driverlevel, driverlevel._compile as c; "
+             "print(json.dumps({'pkg': driverlevel.__file__, 'dir': str(c.kernel_source_dir()), "
+             "'sources': c.kernel_sources()}))")
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "DRIVERLEVEL_CACHE": "0", "PYTHONNOUSERSITE": "1"}
+    out = json.loads(_run([sys.executable, "-c", probe], cwd=elsewhere, env=env).stdout.strip().splitlines()[-1])
+    assert Path(out["pkg"]).resolve().is_relative_to(target.resolve()), out
+    assert Path(out["dir"]).resolve() == (target / "driverlevel" / "cu").resolve(), out
+    assert out["sources"] == cu_files
+
+    # ... and the installed copy compiles a kernel from its own sources (NVRTC, no GPU)
+    compile_probe = ("import driverlevel.selftest as s; c = s.compile('sm_90'); "
+                     "print(sorted(c.resources)[0], len(c.data) > 0)")
+    r = _run([sys.executable, "-c", compile_probe], cwd=elsewhere, env=env)
+    assert r.stdout.split() == ["add_i64", "True"]

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU check: what the lead runs on the GPU machine (one command, logs under $OUT).
+#
+#   tools/gpu_check.sh [TEST_FILE ...]      GPU tests of these files (default: all of tests/)
+#
+# Environment:
+#   OUT            directory for the logs and JSON results (default: a new temporary directory)
+#   BENCH          benchmarks to run after the tests, space-separated, e.g. "replay attention ddtree demo"
+#                  (default: none). NAME runs benchmarks/bench_NAME.py --json $OUT/bench_NAME.json;
+#                  "replay" runs `python -m driverlevel bench replay` (the same code);
+#                  "demo" runs `python -m driverlevel capture-demo` unless benchmarks/bench_demo.py exists.
+#   BENCH_ARGS_<NAME>   extra arguments for one benchmark, e.g. BENCH_ARGS_attention="--quick"
+#   TEST_TIMEOUT   per-test timeout in seconds when pytest-timeout is installed (default 300)
+#   SKIP_TESTS=1   run only the benchmarks
+#   PYTHON         the interpreter (default: python)
+#
+# It installs the checkout with `pip install --no-deps --no-build-isolation -e .` (falling back
+# to PYTHONPATH=$PWD when that is impossible offline), prints `nvidia-smi -L` and
+# `driverlevel info`, runs `pytest -m gpu -x` and the benchmarks, and prints a summary table
+# last. The exit status is non-zero if any step failed.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PY="${PYTHON:-python}"
+OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
+mkdir -p "$OUT_DIR"
+SUMMARY=()
+FAILED=0
+
+# run_step NAME CMD...: run CMD, tee its output to $OUT_DIR/NAME.log, record status and time.
+run_step() {
+  local name="$1"; shift
+  local log="$OUT_DIR/$name.log" start end rc status note
+  echo
+  echo "=== $name: $*"
+  start=$(date +%s)
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  end=$(date +%s)
+  case "$rc" in
+    0) status="ok" ;;
+    5) status="no tests" ;;
+    *) status="FAIL($rc)"; FAILED=1 ;;
+  esac
+  note="$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | cut -c1-110)"
+  SUMMARY+=("$(printf '%-18s %-9s %5ss  %s' "$name" "$status" "$((end - start))" "$note")")
+  return 0
+}
+
+# -- install ------------------------------------------------------------------------------
+if "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT_DIR/install.log" 2>&1; then
+  SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install ok - "pip install -e . (editable)")")
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install fallback - "pip install -e . failed (see install.log): PYTHONPATH=$PWD")")
+fi
+
+echo "=== environment"
+{
+  nvidia-smi -L 2>&1 || echo "nvidia-smi not available"
+  "$PY" - <<'EOF'
+import importlib, platform
+print("python", platform.python_version())
+for name in ("driverlevel", "cuda.bindings", "numpy", "click", "torch", "cupy", "pytest", "pytest_timeout"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name:15s} {getattr(m, '__version__', '?')}  {getattr(m, '__file__', '')}")
+    except Exception as exc:  # noqa: BLE001
+        print(f"{name:15s} not importable ({type(exc).__name__})")
+EOF
+} 2>&1 | tee "$OUT_DIR/environment.log"
+
+run_step info "$PY" -m driverlevel info
+
+# -- GPU tests ------------------------------------------------------------------------------
+if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
+  if [[ $# -gt 0 ]]; then files=("$@"); else files=(tests); fi
+  timeout_opt=()
+  if "$PY" -c "import pytest_timeout" >/dev/null 2>&1; then
+    timeout_opt=(--timeout="${TEST_TIMEOUT:-300}")
+  fi
+  run_step gpu-tests "$PY" -m pytest -m gpu -q -x -rs --durations=10 -p no:cacheprovider \
+    "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests.xml" "${files[@]}"
+fi
+
+# -- benchmarks -----------------------------------------------------------------------------
+for name in ${BENCH:-}; do
+  args_var="BENCH_ARGS_${name}"
+  read -r -a extra <<<"${!args_var:-}"
+  if [[ -f "benchmarks/bench_${name}.py" && "$name" != "replay" ]]; then
+    run_step "bench-$name" "$PY" "benchmarks/bench_${name}.py" --json "$OUT_DIR/bench_${name}.json" "${extra[@]}"
+  elif [[ "$name" == "replay" ]]; then
+    run_step bench-replay "$PY" -m driverlevel bench replay --json "$OUT_DIR/bench_replay.json" "${extra[@]}"
+  elif [[ "$name" == "demo" ]]; then
+    run_step bench-demo "$PY" -m driverlevel capture-demo "${extra[@]}"
+  else
+    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' "bench-$name" "FAIL" - "no benchmarks/bench_${name}.py")")
+    FAILED=1
+  fi
+done
+
+# -- summary ------------------------------------------------------------------------------------
+echo
+echo "=== summary (logs in $OUT_DIR)"
+printf '%-18s %-9s %6s  %s\n' step status time "last line of its log"
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+exit "$FAILED"
