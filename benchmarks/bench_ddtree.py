@@ -1,0 +1,247 @@
+"""DDTree benchmark: the GPU tree build, compile, accept and commit against the reference's way.
+
+Shapes of the seed deployment: vocab 163,840, depth_limit 15, budgets 16/64/256/512, batch 1
+and 8. The whole step (build -> compile -> accept -> commit) is captured into one CUDA graph
+with an event between stages; every replay starts from the same saved state (restored by
+device-to-device copies outside the timed region), so each stage's median GPU µs comes from
+the events of 30 replays. Accept reads bf16 target logits for every tree node (its cost is
+reading max_batch * (budget + 1) * vocab * 2 bytes).
+
+The peer is the DDTree reference's way, run with PyTorch (imported only here) on the same
+device arrays through DLPack: log-softmax + torch.topk on the GPU, ``.cpu()``, the Python
+``heapq`` best-first search, the Python visibility loop (a bool matrix row by row, then
+copied to the GPU); for accept, ``argmax`` + ``.cpu()`` and the Python walk. Its times are
+host wall-clock µs (they include the synchronizing copies, as in the reference).
+
+Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import driverlevel as dl
+from driverlevel._dtypes import f32_to_bf16_bits
+from driverlevel.ddtree import DDTreePlan, DDTreeState
+
+VOCAB, DEPTH = 163_840, 15
+STAGES = ("build", "compile", "accept", "commit")
+
+
+def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
+    """Drafter logits (peaked like a real drafter: a few strong tokens per depth), bf16 target
+    logits that follow the drafter's top token, and a fresh state; returns them with a snapshot."""
+    x = rng.standard_normal((batch, DEPTH, VOCAB), dtype=np.float32) * 2.0
+    top = rng.integers(0, VOCAB, (batch, DEPTH, 4))
+    for j, boost in enumerate((9.0, 6.0, 5.0, 4.0)):
+        np.put_along_axis(x, top[:, :, j:j + 1], boost, axis=2)
+    bf16 = logits_dtype == "bfloat16"
+    logits = dl.DeviceBuffer.allocate(dev, x.size * (2 if bf16 else 4)).as_array(x.shape, dl.bfloat16 if bf16 else np.float32)
+    logits.copy_from_host(f32_to_bf16_bits(x) if bf16 else x)
+    rows = plan.max_rows
+    target = dl.DeviceBuffer.allocate(dev, rows * VOCAB * 2).as_array((rows, VOCAB), dl.bfloat16)
+    block = min(rows, 64)
+    t = rng.standard_normal((block, VOCAB), dtype=np.float32)
+    t[np.arange(block), top[0, np.arange(block) % DEPTH, 0]] = 12.0
+    target[:block].copy_from_host(f32_to_bf16_bits(t))
+    for r0 in range(block, rows, block):  # tile the random block over all rows on the device
+        n = min(block, rows - r0)
+        target[r0:r0 + n].copy_from(target[:n], stream)
+    state = DDTreeState.allocate(dev, max_batch=batch, max_context=plan.max_context,
+                                 num_slots=batch * (plan.max_context + plan.n_nodes))
+    prefix = min(1000, plan.max_context - plan.n_nodes)
+    state.upload(active=np.ones(batch, np.uint8), root_tokens=rng.integers(0, VOCAB, batch).astype(np.int32),
+                 committed_lens=np.full(batch, prefix, np.int64), req_pool_indices=np.arange(batch, dtype=np.int64))
+    slots = rng.permutation(state.free_slots.shape[0]).astype(np.int64)
+    table = np.full((batch, plan.max_context), -1, np.int32)
+    table[:, :prefix] = slots[:batch * prefix].reshape(batch, prefix)
+    state.req_to_token.copy_from_host(table)
+    free = slots[batch * prefix:]
+    state.free_slots.copy_from_host(np.concatenate([free, slots[:batch * prefix]]))
+    state.free_count.copy_from_host(np.array([free.size], np.int64))
+    snapshot = {k: dl.DeviceBuffer.allocate(dev, getattr(state, k).nbytes).as_array(getattr(state, k).shape,
+                                                                                    getattr(state, k).dtype)
+                for k in state.__dataclass_fields__ if getattr(state, k) is not None}
+    for k, a in snapshot.items():
+        a.copy_from(getattr(state, k), stream)
+    stream.synchronize()
+    return x, logits, target, state, snapshot
+
+
+def gpu_stage_times(dev, stream, plan, logits, target, state, snapshot, reps):
+    """Median GPU µs of each stage over graph replays that start from the same state.
+
+    Each stage is captured into a graph of its own; per repetition the state is
+    restored, a spin kernel holds the GPU for 300 µs while the host queues event,
+    stage graph, event, ..., so the events see GPU time only (each boundary adds
+    the ~1 µs a graph launch costs on the GPU). "step" times the four stages
+    captured together in one graph, the way a decode step runs them.
+    """
+    from driverlevel import selftest
+
+    spin = selftest.load(dev).kernel("spin_wait_ns")
+    stage_calls = {
+        "build": lambda: plan.build(stream, logits, state),
+        "compile": lambda: plan.compile(stream, state),
+        "accept": lambda: plan.accept(stream, state, target_logits=target),
+        "commit": lambda: plan.commit(stream, state),
+    }
+    graphs = {}
+    for s in STAGES:
+        with dl.capture(stream) as cap:
+            stage_calls[s]()
+        graphs[s] = cap.graph.instantiate()
+    with dl.capture(stream) as cap:
+        for s in STAGES:
+            stage_calls[s]()
+    whole = cap.graph.instantiate()
+    ev = [dev.create_event() for _ in range(len(STAGES) + 3)]
+    per = {s: [] for s in STAGES}
+    total = []
+    for r in range(reps + 3):
+        for k, a in snapshot.items():
+            getattr(state, k).copy_from(a, stream)
+        spin.launch(stream, 1, 32, [np.int64(300_000)])
+        ev[0].record(stream)
+        for i, s in enumerate(STAGES):
+            graphs[s].launch(stream)
+            ev[i + 1].record(stream)
+        for k, a in snapshot.items():
+            getattr(state, k).copy_from(a, stream)
+        spin.launch(stream, 1, 32, [np.int64(300_000)])
+        ev[-2].record(stream)
+        whole.launch(stream)
+        ev[-1].record(stream)
+        stream.synchronize()
+        if r >= 3:  # warm-up replays
+            for i, s in enumerate(STAGES):
+                per[s].append(ev[i].elapsed_ms(ev[i + 1]) * 1e3)
+            total.append(ev[-2].elapsed_ms(ev[-1]) * 1e3)
+    out = {s: statistics.median(v) for s, v in per.items()}
+    out["step"] = statistics.median(total)
+    return out
+
+
+def reference_heap(vals, ids, budget, root):
+    """The reference's best-first search (Python heapq over Python floats)."""
+    depth_limit, k = len(vals), min(budget, len(vals[0]))
+    tokens, parents, depths = [root], [-1], [0]
+    heap = [(-vals[0][0], (0,), 0, 1, 0, vals[0][0])]
+    while heap and len(tokens) - 1 < budget:
+        _, path, parent, depth, rank, logw = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(ids[depth - 1][rank])
+        parents.append(parent)
+        depths.append(depth)
+        if rank + 1 < k:
+            sib = logw - vals[depth - 1][rank] + vals[depth - 1][rank + 1]
+            heapq.heappush(heap, (-sib, path[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
+        if depth < depth_limit:
+            child = logw + vals[depth][0]
+            heapq.heappush(heap, (-child, path + (0,), node, depth + 1, 0, child))
+    return tokens, parents, depths
+
+
+def reference_times(torch, logits, target, budget, batch, reps):
+    """Host µs of the reference's tree build (copy / heap / visibility) and of its accept."""
+    lg = torch.from_dlpack(logits)
+    tg = torch.from_dlpack(target)
+    dev = lg.device
+    k = min(budget, VOCAB)
+    rows = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        vals, ids = torch.topk(torch.log_softmax(lg.float(), dim=-1), k, dim=-1)
+        vals, ids = vals.cpu().tolist(), ids.cpu().tolist()
+        t1 = time.perf_counter()
+        trees = [reference_heap(vals[b], ids[b], budget, 0) for b in range(batch)]
+        t2 = time.perf_counter()
+        masks = []
+        for _, parents, _ in trees:
+            n = len(parents)
+            vis = torch.zeros((n, n), dtype=torch.bool)
+            vis[0, 0] = True
+            for i in range(1, n):
+                vis[i] = vis[parents[i]]
+                vis[i, i] = True
+            masks.append(vis.to(dev))
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        n_rows = sum(len(t[0]) for t in trees)
+        post = tg[:n_rows].argmax(dim=-1).cpu().tolist()
+        off = 0
+        for tokens, parents, _ in trees:
+            cur, p = 0, post[off:off + len(tokens)]
+            children = {}
+            for j in range(1, len(tokens)):
+                children.setdefault(parents[j], {})[tokens[j]] = j
+            while p[cur] in children.get(cur, {}):
+                cur = children[cur][p[cur]]
+            off += len(tokens)
+        t4 = time.perf_counter()
+        rows.append(((t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t2) * 1e6, (t4 - t3) * 1e6))
+    med = [statistics.median(c) for c in zip(*rows)]
+    return {"copy": med[0], "heap": med[1], "visibility": med[2], "build": med[0] + med[1] + med[2], "accept": med[3]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="budgets 16 and 256, fewer repetitions")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--max-context", type=int, default=4096)
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if dl.device_count() == 0:
+        print("bench_ddtree: no CUDA GPU", file=sys.stderr)
+        return 1
+    dev = dl.Device(0)
+    stream = dev.create_stream()
+    rng = np.random.default_rng(0)
+    budgets = (16, 256) if args.quick else (16, 64, 256, 512)
+    reps = 10 if args.quick else 30
+    results = []
+    print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
+          f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
+          f"{'not installed' if torch is None else torch.__version__})")
+    head = (f"{'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
+            f"{'step':>7} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | {'build x':>7}")
+    print(head)
+    print("-" * len(head))
+    for batch in (1, 8):
+        for budget in budgets:
+            plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
+                              max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16")
+            _, logits, target, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
+            g = gpu_stage_times(dev, stream, plan, logits, target, state, snap, reps)
+            r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
+            row = {"budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
+                   "build_speedup": (r["build"] / g["build"]) if r else None,
+                   "workspace_bytes": plan.workspace_bytes}
+            results.append(row)
+            ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
+                   if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
+            sp = f"{row['build_speedup']:7.1f}" if r else f"{'-':>7}"
+            print(f"{budget:6d} {batch:5d} | {g['build']:7.1f} {g['compile']:7.1f} {g['accept']:7.1f} {g['commit']:7.1f} "
+                  f"{g['accept'] + g['commit']:7.1f} {g['step']:7.1f} | {ref} | {sp}")
+            del plan, logits, target, state, snap
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
+                       "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

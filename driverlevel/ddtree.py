@@ -1,0 +1,690 @@
+"""DDTree on the GPU: tree build, tree compile, greedy accept and KV commit, capture-safe.
+
+Pairs with ``cu/ddtree.cu`` (one ``DDTreeParams`` struct, mirrored here by ``_Params``)
+and with the numpy reference :mod:`driverlevel.reference.ddtree`, which defines every
+result exactly (the algorithm of Ringel & Romano 2026, arXiv 2604.12989; the pool, slot
+and stop-token rules are spelled out there).
+
+One decode step with a :class:`DDTreePlan`::
+
+    plan.build(stream, draft_logits, state)      # top-K per depth + best-first tree
+    plan.compile(stream, state)                  # verify inputs, slots, metadata, masks
+    ...target forward over plan.input_ids / plan.positions / plan.metadata()...
+    plan.accept(stream, state, target_logits=...)  # argmax, walk, bonus, stop tokens
+    plan.commit(stream, state)                   # keep accepted slots, free the rest
+
+Every launch is capture-safe: nothing allocates, synchronizes or reads back; every
+per-step value (active flags, lengths, the tree, the pool's count) lives in device
+memory; every grid is fixed by the plan's maxima. Inputs are validated (dtype, shape,
+device, contiguity) before anything is launched.
+
+Device-side request state (:class:`DDTreeState`)
+------------------------------------------------
+``active`` uint8 ``[max_batch]``, ``root_tokens`` int32 ``[max_batch]`` (accept writes
+the next roots), ``committed_lens`` int64 ``[max_batch]`` (tokens whose KV is cached;
+the root sits at this position), ``req_pool_indices`` int64 ``[max_batch]``,
+``req_to_token`` int32/int64 ``[rows, max_context]``, the free-slot pool
+``free_slots`` int64 ``[capacity]`` + ``free_count`` int64 ``[1]``, optional
+``budgets`` int32 ``[max_batch]`` and ``stop_tokens`` int32 ``[max_batch, n_stop]``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._array import DeviceArray
+from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._device import _check_device_arg
+from ._dtypes import as_dtype, bfloat16
+from ._memory import PinnedHostBuffer, WorkspacePool
+from ._module import load_module, struct_layout_defines
+from .reference.ddtree import (
+    RECORD_HEADER,
+    STATUS_CONTEXT_FULL,
+    STATUS_KV_CAPACITY,
+    STATUS_MASK_CAPACITY,
+    STATUS_POOL_EXHAUSTED,
+    mask_words,
+)
+from .verify_attention import VerifyMetadata, _arr, _need_dtype, _need_shape
+
+__all__ = [
+    "DDTreePlan",
+    "DDTreeState",
+    "SOURCE",
+    "CHUNK",
+    "MAX_BUDGET",
+    "MAX_DEPTH",
+    "STATUS_POOL_EXHAUSTED",
+    "STATUS_CONTEXT_FULL",
+    "STATUS_KV_CAPACITY",
+    "STATUS_MASK_CAPACITY",
+    "RECORD_HEADER",
+    "compile_defines",
+    "dynamic_shared_bytes",
+    "build_shared_bytes",
+]
+
+SOURCE = "ddtree.cu"
+#: Logits per chunk CTA of ``ddtree_topk_chunks_*`` (320 threads x 24).
+CHUNK = 320 * 24
+#: Candidates one ``ddtree_build`` CTA merges per row (512 threads x 24): ``num_chunks * K`` must fit.
+MERGE_CAPACITY = 512 * 24
+MAX_BUDGET = 512
+MAX_DEPTH = 32
+MAX_BATCH = 1024
+_TOPK_THREADS = 320
+_BUILD_THREADS = 512
+_SMALL_THREADS = 256
+_ARGMAX_SPLIT = 8192
+_MASK_FORMATS = ("bitmask", "full", "qlen_only")
+
+_u64 = ctypes.c_uint64
+_i64 = ctypes.c_int64
+_i32 = ctypes.c_int32
+
+
+class _Params(ctypes.Structure):
+    """ctypes mirror of ``DDTreeParams`` in cu/ddtree.cu (offsets checked at compile time)."""
+
+    _fields_ = [(n, _u64) for n in (
+        "logits", "active", "root_tokens", "budgets", "cand", "chunk_max", "chunk_sum", "counters", "top_ids",
+        "top_lp", "tokens", "depths", "parents", "node_counts", "anc",
+        "committed_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count", "stop_tokens",
+        "input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices", "bitmask",
+        "full_mask", "full_indptr", "qlen_mask", "qlen_indptr", "state",
+        "target_logits", "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
+        "records", "mirror", "dense_cache")] + [(n, _i64) for n in (
+        "logits_batch_stride", "logits_row_stride", "target_row_stride", "kv_capacity", "full_capacity",
+        "qlen_capacity", "max_context", "r2t_stride", "dense_layer_stride", "dense_batch_stride",
+        "dense_pos_stride", "dense_row_bytes")] + [(n, _i32) for n in (
+        "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
+        "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
+        "lp_bytes", "pad_")]
+
+
+def compile_defines(arch) -> dict:
+    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout, checked by static_assert."""
+    normalize_arch(arch)
+    return struct_layout_defines(_Params)
+
+
+def _align16(n: int) -> int:
+    return (int(n) + 15) & ~15
+
+
+def _build_union_bytes(depth_limit: int, k: int, budget: int) -> int:
+    """The union region of ``ddtree_build``'s dynamic shared memory, bytes (``lp_bytes``)."""
+    n = budget + 1
+    sort = 8 * (1 << max(k - 1, 0).bit_length())           # bitonic buffer of the row merge
+    heap = _align16(4 * depth_limit * k) + 12 * n            # log-probs + overflow frontier
+    masks = 4 * n * mask_words(budget)                       # ancestor-mask staging
+    return _align16(max(sort, heap, masks))
+
+
+def build_shared_bytes(depth_limit: int, k: int, budget: int) -> int:
+    """Dynamic shared memory of ``ddtree_build``, bytes.
+
+    ``align16(max(8 * pow2ceil(K), align16(4 * D * K) + 12 * N, 4 * N * W)) + 5 * N``
+    with ``N = budget + 1``, ``W = ceil(N / 32)``: the row merge's sort buffer, the
+    heap's log-probs and overflow frontier, or the mask staging (one at a time), then the
+    node arrays (parent, rank int16, depth uint8).
+    """
+    return _align16(_build_union_bytes(depth_limit, k, budget) + 5 * (budget + 1))
+
+
+def dynamic_shared_bytes(arch) -> dict:
+    """Largest dynamic shared memory any plan launches ``ddtree_build`` with, bytes."""
+    normalize_arch(arch)
+    return {"ddtree_build": build_shared_bytes(MAX_DEPTH, MAX_BUDGET, MAX_BUDGET)}
+
+
+def _pos_int(name, v, lo=1, hi=None):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if v < lo or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be in [{lo}, {hi if hi is not None else 'inf'}], got {v}")
+    return int(v)
+
+
+def _logit_dtype(name, dt):
+    d = as_dtype(dt)
+    if d is bfloat16:
+        return bfloat16
+    if d == np.dtype(np.float32):
+        return d
+    raise TypeError(f"{name} must be float32 or bfloat16, got {d}")
+
+
+def _is_bf16(a: DeviceArray) -> bool:
+    return a.dtype is bfloat16 or a.dtype.name == "uint16"
+
+
+def _ptr(a) -> int:
+    return 0 if a is None else int(a.ptr)
+
+
+# ------------------------------------------------------------------------------- state
+
+
+@dataclass
+class DDTreeState:
+    """Per-request device state that the DDTree kernels read and update.
+
+    Attributes
+    ----------
+    active : uint8 ``[max_batch]``
+        1 for a live request; accept clears it when the request finishes.
+    root_tokens : int32 ``[max_batch]``
+        The last committed token (its KV not cached yet); accept writes the next roots.
+    committed_lens : int64 ``[max_batch]``
+        Tokens whose KV is cached; commit advances it.
+    req_pool_indices : int64 ``[max_batch]``
+        Row of ``req_to_token`` of each request.
+    req_to_token : int32 or int64 ``[rows, max_context]``
+        Cache slot of every cached position.
+    free_slots : int64 ``[capacity]``
+        The free-slot stack; ``free_slots[:free_count]`` are free.
+    free_count : int64 ``[1]``
+    budgets : int32 ``[max_batch]``, optional
+        Per-request node budgets (clamped to ``[0, plan.budget]``); None = the plan's.
+    stop_tokens : int32 ``[max_batch, n_stop]``, optional
+        Stop tokens per request, -1 padded.
+    """
+
+    active: DeviceArray
+    root_tokens: DeviceArray
+    committed_lens: DeviceArray
+    req_pool_indices: DeviceArray
+    req_to_token: DeviceArray
+    free_slots: DeviceArray
+    free_count: DeviceArray
+    budgets: DeviceArray | None = None
+    stop_tokens: DeviceArray | None = None
+
+    @classmethod
+    def allocate(cls, device, *, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None,
+                 n_stop: int = 0, budgets: bool = False, r2t_dtype=np.int32, label: str = "ddtree.state") -> "DDTreeState":
+        """Allocate a state (zeroed, pool empty) in a new :class:`WorkspacePool`.
+
+        Parameters
+        ----------
+        device : Device or int
+        max_batch, max_context : int
+        num_slots : int
+            Capacity of the free-slot stack (the KV pool's slots).
+        req_rows : int, optional
+            Rows of ``req_to_token`` (default ``max_batch``).
+        n_stop : int
+            Stop tokens per request (0: no ``stop_tokens`` array).
+        budgets : bool
+            Allocate a per-request ``budgets`` array.
+        r2t_dtype : numpy dtype
+            int32 (SGLang) or int64.
+        """
+        device = _check_device_arg(device)
+        rows = max_batch if req_rows is None else req_rows
+        specs = [("active", (max_batch,), np.uint8), ("root_tokens", (max_batch,), np.int32),
+                 ("committed_lens", (max_batch,), np.int64), ("req_pool_indices", (max_batch,), np.int64),
+                 ("req_to_token", (rows, max_context), r2t_dtype), ("free_slots", (num_slots,), np.int64),
+                 ("free_count", (1,), np.int64)]
+        if budgets:
+            specs.append(("budgets", (max_batch,), np.int32))
+        if n_stop:
+            specs.append(("stop_tokens", (max_batch, n_stop), np.int32))
+        pool = WorkspacePool.allocate(device, WorkspacePool.required_bytes([(s, d) for _, s, d in specs]), label=label)
+        arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
+        stream = device.create_stream()
+        for a in arrays.values():
+            a.fill_bytes(0, stream)
+        stream.synchronize()
+        return cls(**arrays)
+
+    def upload(self, **host_arrays) -> None:
+        """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``."""
+        for name, value in host_arrays.items():
+            dst = getattr(self, name)
+            if dst is None:
+                raise ValueError(f"this state has no {name!r} array")
+            dst.copy_from_host(np.asarray(value, dtype=dst.dtype).reshape(dst.shape))
+
+    def download(self) -> dict:
+        """Host copies of every field (not capture-safe)."""
+        return {k: getattr(self, k).to_numpy() for k in self.__dataclass_fields__ if getattr(self, k) is not None}
+
+
+# ------------------------------------------------------------------------------- plan
+
+
+class DDTreePlan:
+    """DDTree tree build, compile, accept and commit for fixed maxima (capture-safe launches).
+
+    Parameters
+    ----------
+    device : Device or int
+    max_batch : int
+        Request slots (1 .. 1024). Inactive slots cost an early exit.
+    depth_limit : int
+        Drafted depths per request (block size - 1; 1 .. 32).
+    vocab : int
+        Vocabulary size (``ceil(vocab / 7680) * min(budget, vocab) <= 12288``: up to 184,320
+        tokens at budget 512, e.g. Kimi K2's 163,840).
+    budget : int
+        Most tree nodes besides the root (1 .. 512); per-request budgets may be smaller.
+    max_context : int
+        Positions per request (the width of ``req_to_token``).
+    logits_dtype, target_dtype : {"float32", "bfloat16"}
+        Drafter and target logits (target defaults to the drafter's).
+    mask_formats : iterable of {"bitmask", "full", "qlen_only"}
+        Verify masks :meth:`compile` writes. The packed ``bitmask`` is always written;
+        ``"full"`` carves ``max_batch * N * (max_context + N)`` bytes (SGLang FULL).
+    compile_ctas : int
+        CTAs per request of ``ddtree_compile`` (kv_indices and mask rows are spread over them).
+    pool : WorkspacePool, optional
+        Pool to carve the workspace from (a private one is allocated otherwise).
+    name : str
+        Prefix of the carve-out names.
+    arch : str, optional
+        Compile for this architecture instead of the device's.
+
+    Workspace
+    ---------
+    :attr:`workspace_bytes`; dominated by the chunk candidates
+    ``max_batch * depth_limit * ceil(vocab / 7680) * K * 8`` (K = min(budget, vocab)),
+    ``kv_indices`` (``max_batch * max_context * 8``), the target argmax partials
+    (``max_batch * (budget + 1) * ceil(vocab / 8192) * 8``) and the optional FULL mask.
+
+    Outputs (device arrays of the plan)
+    -----------------------------------
+    ``top_ids`` int32 / ``top_lp`` float32 ``[max_batch, depth_limit, K]``;
+    ``tokens`` / ``depths`` / ``parents`` int32 ``[max_batch, N]`` (N = budget + 1, -1 past
+    the count); ``node_counts`` int32 ``[max_batch]``; ``anc`` uint32 ``[max_batch, N, W]``;
+    ``input_ids`` int32, ``positions`` int64, ``out_cache_loc`` int64 ``[max_batch * N]``;
+    ``qo_indptr`` int64 / ``kv_indptr`` int32 ``[max_batch + 1]``; ``kv_indices`` int64;
+    ``bitmask`` uint32 ``[max_batch * N, W]``; ``posterior`` int32 ``[max_batch * N]``;
+    ``accepted_nodes`` int32 ``[max_batch, depth_limit + 1]``; ``accepted_count`` /
+    ``bonus`` int32 ``[max_batch]``; ``records`` int32 ``[max_batch, 4 + depth_limit + 1]``
+    (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``); ``step``
+    int64 ``[4]`` = (alloc_base, alloc_total, status bits, 0).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For out-of-range parameters.
+    NvrtcError, CudaError
+        If the kernels cannot be compiled or loaded.
+
+    Example
+    -------
+    >>> plan = DDTreePlan(dev, max_batch=8, depth_limit=15, vocab=163840, budget=256,      # doctest: +SKIP
+    ...                   max_context=8192, logits_dtype="bfloat16")
+    >>> state = DDTreeState.allocate(dev, max_batch=8, max_context=8192, num_slots=1 << 16)  # doctest: +SKIP
+    >>> plan.build(stream, draft_logits, state); plan.compile(stream, state)               # doctest: +SKIP
+    """
+
+    def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
+                 logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None):
+        self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
+        self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
+        self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
+        self.budget = _pos_int("budget", budget, 1, MAX_BUDGET)
+        self.max_context = _pos_int("max_context", max_context, 1, 2**31 - 1)
+        self.compile_ctas = _pos_int("compile_ctas", compile_ctas, 1, 1024)
+        self.logits_dtype = _logit_dtype("logits_dtype", logits_dtype)
+        self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
+        formats = tuple(mask_formats)
+        bad = [f for f in formats if f not in _MASK_FORMATS]
+        if bad:
+            raise ValueError(f"mask_formats must be a subset of {_MASK_FORMATS}, got {formats}")
+        self.mask_formats = formats
+        self.k = min(self.budget, self.vocab)
+        self.n_nodes = self.budget + 1
+        self.n_words = mask_words(self.budget)
+        self.num_chunks = math.ceil(self.vocab / CHUNK)
+        if self.num_chunks * self.k > MERGE_CAPACITY:
+            raise ValueError(f"vocab={self.vocab} at K={self.k} needs {self.num_chunks} chunks x {self.k} candidates "
+                             f"per row, more than the row merge's {MERGE_CAPACITY}: lower the budget")
+        self.max_rows = self.max_batch * self.n_nodes
+        self.record_width = RECORD_HEADER + self.depth_limit + 1
+        self.argmax_split_len = min(_ARGMAX_SPLIT, -(-self.vocab // 8) * 8)
+        self.argmax_splits = math.ceil(self.vocab / self.argmax_split_len)
+        self.device = _check_device_arg(device)
+        self.arch = normalize_arch(arch or self.device.arch)
+        self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
+
+        self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
+        static = self.cubin.resources.get("ddtree_build")
+        limit = MAX_SHARED_PER_BLOCK.get(self.arch, 101_376)
+        if static is not None and self.build_smem + static.shared_bytes > limit:
+            raise ValueError(f"depth_limit={self.depth_limit}, budget={self.budget} need {self.build_smem} B of shared "
+                             f"memory in ddtree_build, more than {self.arch} allows ({limit} B)")
+        self._module = load_module(self.device, self.cubin)
+        kern = self._module.kernel
+        suffix = "bf16" if self.logits_dtype is bfloat16 else "f32"
+        self._k_chunks = kern(f"ddtree_topk_chunks_{suffix}")
+        self._k_build = kern("ddtree_build")
+        self._k_compile = kern("ddtree_compile")
+        self._k_argmax = kern("ddtree_argmax_" + ("bf16" if self.target_dtype is bfloat16 else "f32"))
+        self._k_accept = kern("ddtree_accept")
+        self._k_commit = kern("ddtree_commit")
+        self._k_dense = kern("ddtree_commit_dense")
+        self._k_build._ensure_shared(self.build_smem)  # the opt-in now, never during a capture
+        self.argmax_grid = min(self.max_rows * self.argmax_splits, 16 * self.device.sm_count)
+
+        if pool is None:
+            pool = WorkspacePool.allocate(self.device, self.workspace_bytes, label=name)
+        self.pool = pool
+        for cname, shape, dtype in self._specs():
+            setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
+        stream = self.device.create_stream()
+        self.counters.fill_bytes(0, stream)  # the build's per-request counters start (and end) at 0
+        self.step.fill_bytes(0, stream)
+        stream.synchronize()
+        self._cache: dict = {}
+
+    # -- sizes ------------------------------------------------------------------------------
+    def _specs(self) -> list:
+        B, D, K, N, W, R = self.max_batch, self.depth_limit, self.k, self.n_nodes, self.n_words, self.max_rows
+        specs = [
+            ("cand", (B, D, self.num_chunks, K), np.uint64), ("chunk_max", (B, D, self.num_chunks), np.float32),
+            ("chunk_sum", (B, D, self.num_chunks), np.float64), ("counters", (B,), np.uint32),
+            ("top_ids", (B, D, K), np.int32), ("top_lp", (B, D, K), np.float32),
+            ("tokens", (B, N), np.int32), ("depths", (B, N), np.int32), ("parents", (B, N), np.int32),
+            ("node_counts", (B,), np.int32), ("anc", (B, N, W), np.uint32),
+            ("input_ids", (R,), np.int32), ("positions", (R,), np.int64), ("out_cache_loc", (R,), np.int64),
+            ("qo_indptr", (B + 1,), np.int64), ("kv_indptr", (B + 1,), np.int32),
+            ("kv_indices", (B * self.max_context,), np.int64), ("bitmask", (R, W), np.uint32),
+            ("step", (4,), np.int64), ("argmax_part", (R, self.argmax_splits), np.uint64),
+            ("posterior", (R,), np.int32), ("accepted_nodes", (B, D + 1), np.int32),
+            ("accepted_count", (B,), np.int32), ("bonus", (B,), np.int32),
+            ("records", (B, self.record_width), np.int32),
+        ]
+        if "full" in self.mask_formats:
+            specs += [("full_mask", (B * N * (self.max_context + N),), np.uint8), ("full_indptr", (B + 1,), np.int64)]
+        if "qlen_only" in self.mask_formats:
+            specs += [("qlen_mask", (B * N * N,), np.uint8), ("qlen_indptr", (B + 1,), np.int64)]
+        return specs
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the plan's workspace: every carve-out of :meth:`_specs`, 256-byte aligned."""
+        return WorkspacePool.required_bytes([(s, d) for _, s, d in self._specs()])
+
+    def metadata(self) -> VerifyMetadata:
+        """The verify metadata :meth:`compile` fills, for the verify attention (bitmask format)."""
+        return VerifyMetadata(self.qo_indptr, self.kv_indptr, self.kv_indices, self.out_cache_loc, self.bitmask, None)
+
+    # -- validation -------------------------------------------------------------------------
+    def _check_state(self, state: DDTreeState, need_table: bool = True) -> None:
+        dev, B = self.device, self.max_batch
+        if not isinstance(state, DDTreeState):
+            raise TypeError(f"state must be a DDTreeState, got {type(state).__name__}")
+        for fname, dt, shape in (("active", ("uint8", "bool", "int8"), (B,)), ("root_tokens", ("int32",), (B,)),
+                                 ("committed_lens", ("int64",), (B,)), ("req_pool_indices", ("int64",), (B,)),
+                                 ("free_count", ("int64",), (1,))):
+            a = _arr(f"state.{fname}", getattr(state, fname), dev)
+            _need_dtype(f"state.{fname}", a, *dt)
+            _need_shape(f"state.{fname}", a, shape)
+        if need_table:
+            r2t = _arr("state.req_to_token", state.req_to_token, dev)
+            _need_dtype("state.req_to_token", r2t, "int32", "int64")
+            if r2t.ndim != 2 or r2t.shape[1] != self.max_context:
+                raise ValueError(f"state.req_to_token must have shape [rows, max_context={self.max_context}], got {r2t.shape}")
+            fs = _arr("state.free_slots", state.free_slots, dev)
+            _need_dtype("state.free_slots", fs, "int64")
+            if fs.ndim != 1:
+                raise ValueError(f"state.free_slots must be 1-D, got {fs.shape}")
+        if state.budgets is not None:
+            a = _arr("state.budgets", state.budgets, dev)
+            _need_dtype("state.budgets", a, "int32")
+            _need_shape("state.budgets", a, (B,))
+        if state.stop_tokens is not None:
+            a = _arr("state.stop_tokens", state.stop_tokens, dev)
+            _need_dtype("state.stop_tokens", a, "int32")
+            if a.ndim != 2 or a.shape[0] != B or a.shape[1] < 1:
+                raise ValueError(f"state.stop_tokens must have shape [max_batch={B}, n_stop >= 1], got {a.shape}")
+
+    def _check_logits(self, name, x, dtype, rows_shape) -> DeviceArray:
+        a = _arr(name, x, self.device)
+        if dtype is bfloat16:
+            if not _is_bf16(a):
+                raise TypeError(f"{name} must have dtype bfloat16 (or uint16 bit patterns), got {a.dtype.name}")
+        else:
+            _need_dtype(name, a, "float32")
+        if len(rows_shape) == 2:  # target: [>= rows, vocab]
+            if a.ndim != 2 or a.shape[1] != self.vocab or a.shape[0] < rows_shape[0]:
+                raise ValueError(f"{name} must have shape [>= {rows_shape[0]}, vocab={self.vocab}], got {a.shape}")
+        else:
+            _need_shape(name, a, rows_shape)
+        return a
+
+    def _params(self, state: DDTreeState | None) -> _Params:
+        p = _Params()
+        for cname, _, _ in self._specs():
+            if hasattr(p, cname):
+                setattr(p, cname, getattr(self, cname).ptr)
+        p.state = self.step.ptr
+        p.max_batch, p.depth_limit, p.vocab, p.budget, p.k = self.max_batch, self.depth_limit, self.vocab, self.budget, self.k
+        p.num_chunks, p.n_words, p.record_width = self.num_chunks, self.n_words, self.record_width
+        p.argmax_splits, p.argmax_split_len = self.argmax_splits, self.argmax_split_len
+        p.lp_bytes = _build_union_bytes(self.depth_limit, self.k, self.budget)
+        p.max_context = self.max_context
+        p.kv_capacity = self.max_batch * self.max_context
+        if "full" in self.mask_formats:
+            p.full_capacity = self.full_mask.shape[0]
+        if "qlen_only" in self.mask_formats:
+            p.qlen_capacity = self.qlen_mask.shape[0]
+        p.paged = 1
+        if state is not None:
+            p.active, p.root_tokens, p.committed_lens = state.active.ptr, state.root_tokens.ptr, state.committed_lens.ptr
+            p.req_pool_indices, p.free_count = state.req_pool_indices.ptr, state.free_count.ptr
+            p.req_to_token, p.free_slots = _ptr(state.req_to_token), _ptr(state.free_slots)
+            if state.req_to_token is not None:
+                p.r2t_stride = state.req_to_token.shape[1]
+                p.r2t_is64 = int(state.req_to_token.dtype.name == "int64")
+            p.budgets, p.stop_tokens = _ptr(state.budgets), _ptr(state.stop_tokens)
+            p.n_stop = state.stop_tokens.shape[1] if state.stop_tokens is not None else 0
+        return p
+
+    def _launches(self, key, make):
+        ln = self._cache.get(key)
+        if ln is None:
+            ln = make()
+            self._cache[key] = ln
+        return ln
+
+    @staticmethod
+    def _state_key(state):
+        return tuple(_ptr(getattr(state, f)) for f in state.__dataclass_fields__)
+
+    # -- launches ---------------------------------------------------------------------------
+    def build(self, stream, logits, state: DDTreeState) -> None:
+        """Top-K log-probs per depth and the best-first tree of every active request.
+
+        Parameters
+        ----------
+        stream : Stream
+        logits : float32 or bf16 ``[max_batch, depth_limit, vocab]``
+            The drafter's logits (finite), C-contiguous; the plan's ``logits_dtype``.
+        state : DDTreeState
+            Reads ``active``, ``root_tokens`` and ``budgets``.
+
+        Writes ``top_ids``, ``top_lp``, ``tokens``, ``depths``, ``parents``,
+        ``node_counts`` and ``anc`` (inactive requests: ``node_counts = 0`` only).
+        ``top_ids`` equal the reference's exactly (equal logits: lower id first); the
+        log-probs agree with its float64 log-sum-exp within a few float32 ulps (the GPU sums
+        the exponentials in another order); from those top-K lists the tree is the
+        reference's heapq search node for node.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument.
+        """
+        self._check_state(state, need_table=False)
+        lg = self._check_logits("logits", logits, self.logits_dtype, (self.max_batch, self.depth_limit, self.vocab))
+
+        def make():
+            p = self._params(state)
+            p.logits = lg.ptr
+            p.logits_row_stride = self.vocab
+            p.logits_batch_stride = self.depth_limit * self.vocab
+            vec = 4 if self.logits_dtype is not bfloat16 else 8
+            p.logits_vec = int(lg.ptr % 16 == 0 and self.vocab % vec == 0)
+            grid = (self.num_chunks, self.depth_limit, self.max_batch)
+            out = [self._k_chunks.prepare(grid, _TOPK_THREADS, [p]),
+                   self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [p], self.build_smem)]
+            for ln in out:
+                ln._keep.append((lg, state))
+            return out
+
+        for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
+            ln.launch(stream)
+
+    def compile(self, stream, state: DDTreeState) -> None:
+        """Verify inputs, slots, metadata and masks of the trees just built.
+
+        Reads ``node_counts``, ``tokens``, ``depths``, ``anc`` and the state's
+        ``committed_lens``, ``req_pool_indices``, ``req_to_token``, ``free_slots`` and
+        ``free_count`` (left unchanged: :meth:`commit` settles the pool). Writes
+        ``input_ids``, ``positions``, ``out_cache_loc``, ``qo_indptr``, ``kv_indptr``,
+        ``kv_indices``, ``bitmask``, the SGLang masks of ``mask_formats`` and ``step``
+        (alloc_base, alloc_total, status). See :mod:`driverlevel.reference.ddtree`.
+        """
+        self._check_state(state)
+
+        def make():
+            p = self._params(state)
+            ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [p])
+            ln._keep.append(state)
+            return [ln]
+
+        for ln in self._launches(("compile",) + self._state_key(state), make):
+            ln.launch(stream)
+
+    def accept(self, stream, state: DDTreeState, target_logits=None, target_tokens=None, mirror=None) -> None:
+        """Greedy acceptance: the target's argmax per node, the walk, stop tokens, next roots.
+
+        Parameters
+        ----------
+        stream : Stream
+        state : DDTreeState
+            Reads ``active``, ``committed_lens``, ``stop_tokens``; clears ``active`` of
+            finished requests and writes the next ``root_tokens``.
+        target_logits : float32 or bf16 ``[>= max_batch * (budget + 1), vocab]``, optional
+            Row ``qo_indptr[b] + i`` is the target's logits at node ``i`` of request ``b``.
+        target_tokens : int32 ``[>= max_batch * (budget + 1)]``, optional
+            The target's argmax per row instead of its logits (exactly one of the two).
+        mirror : PinnedHostBuffer (mapped) or int32 DeviceArray ``[max_batch, record_width]``, optional
+            Also receives the ``records`` (volatile stores, then ``__threadfence_system()``);
+            read it on the host after an event, without a copy call.
+
+        Writes ``posterior``, ``accepted_nodes``, ``accepted_count``, ``bonus``, ``records``.
+        """
+        self._check_state(state, need_table=False)
+        if (target_logits is None) == (target_tokens is None):
+            raise ValueError("pass exactly one of target_logits and target_tokens")
+        tl = tt = None
+        if target_logits is not None:
+            tl = self._check_logits("target_logits", target_logits, self.target_dtype, (self.max_rows, self.vocab))
+        else:
+            tt = _arr("target_tokens", target_tokens, self.device)
+            _need_dtype("target_tokens", tt, "int32")
+            if tt.ndim != 1 or tt.shape[0] < self.max_rows:
+                raise ValueError(f"target_tokens must have shape [>= {self.max_rows}], got {tt.shape}")
+        mir = None
+        if mirror is not None:
+            mir = mirror.as_array((self.max_batch, self.record_width), np.int32) if isinstance(mirror, PinnedHostBuffer) \
+                else _arr("mirror", mirror, self.device)
+            _need_dtype("mirror", mir, "int32")
+            _need_shape("mirror", mir, (self.max_batch, self.record_width))
+
+        def make():
+            p = self._params(state)
+            p.target_tokens, p.mirror = _ptr(tt), _ptr(mir)
+            out = []
+            if tl is not None:
+                p.target_logits = tl.ptr
+                p.target_row_stride = self.vocab
+                vec = 4 if self.target_dtype is not bfloat16 else 8
+                p.target_vec = int(tl.ptr % 16 == 0 and self.vocab % vec == 0)
+                out.append(self._k_argmax.prepare(self.argmax_grid, _SMALL_THREADS, [p]))
+            out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [p]))
+            for ln in out:
+                ln._keep.append((tl, tt, mirror, state))
+            return out
+
+        key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
+        for ln in self._launches(key, make):
+            ln.launch(stream)
+
+    def commit(self, stream, state: DDTreeState) -> None:
+        """Paged commit: append the accepted slots to ``req_to_token``, advance
+        ``committed_lens``, push the rejected slots back onto the pool and set
+        ``free_count``. Does nothing when :meth:`compile` found the pool exhausted."""
+        self._check_state(state)
+
+        def make():
+            ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [self._params(state)])
+            ln._keep.append(state)
+            return [ln]
+
+        for ln in self._launches(("commit",) + self._state_key(state), make):
+            ln.launch(stream)
+
+    def commit_dense(self, stream, state: DDTreeState, cache) -> None:
+        """Dense commit: move the accepted rows of each request's appended window to its front.
+
+        Parameters
+        ----------
+        stream : Stream
+        state : DDTreeState
+            ``committed_lens`` (advanced after the move) and ``active``.
+        cache : DeviceArray ``[num_layers, max_batch, >= max_context, ...]``
+            C-contiguous; request ``b``'s node ``i`` sits at position
+            ``committed_lens[b] + i`` of every layer. A row (the trailing dimensions) must
+            be a multiple of 16 bytes.
+        """
+        self._check_state(state, need_table=False)
+        c = _arr("cache", cache, self.device)
+        if c.ndim < 4 or c.shape[1] != self.max_batch or c.shape[2] < self.max_context:
+            raise ValueError(f"cache must have shape [num_layers, max_batch={self.max_batch}, >= max_context="
+                             f"{self.max_context}, ...], got {c.shape}")
+        row = c.strides[2]
+        if row % 16 or c.ptr % 16:
+            raise ValueError(f"cache rows must be 16-byte multiples on a 16-byte aligned base, got {row} B rows")
+
+        def make():
+            p = self._params(state)
+            p.dense_cache = c.ptr
+            p.dense_layer_stride, p.dense_batch_stride, p.dense_pos_stride = c.strides[0], c.strides[1], c.strides[2]
+            p.dense_row_bytes, p.dense_layers = row, c.shape[0]
+            q = self._params(state)
+            q.paged = 0
+            out = [self._k_dense.prepare((self.max_batch, c.shape[0], 1), _SMALL_THREADS, [p]),
+                   self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [q])]
+            for ln in out:
+                ln._keep.append((c, state))
+            return out
+
+        for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
+            ln.launch(stream)
+
+    # -- host helpers (not capture-safe) ----------------------------------------------------
+    def allocate_mirror(self) -> PinnedHostBuffer:
+        """A mapped pinned buffer for :meth:`accept`'s ``mirror`` (read with :meth:`read_records`)."""
+        return PinnedHostBuffer.allocate(self.device, self.max_batch * self.record_width * 4, mapped=True,
+                                         label="ddtree.mirror")
+
+    def read_records(self, mirror: PinnedHostBuffer) -> np.ndarray:
+        """The int32 ``[max_batch, record_width]`` view of a mirror (no copy; read after an event)."""
+        return mirror.numpy((self.max_batch, self.record_width), np.int32)
+
+    def __repr__(self):
+        return (f"<DDTreePlan max_batch={self.max_batch} depth_limit={self.depth_limit} vocab={self.vocab} "
+                f"budget={self.budget} K={self.k} chunks={self.num_chunks} {self.arch} "
+                f"workspace={self.workspace_bytes} B>")

@@ -1,0 +1,106 @@
+"""CPU tests of cu/ddtree.cu and its launcher: every kernel compiles for every architecture
+without spills and within the shared-memory limit, the params struct matches its ctypes
+mirror, and the plan's parameter checks name the argument (no GPU needed)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+import driverlevel as dl
+from driverlevel import ddtree
+from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
+
+KERNELS = {
+    "ddtree_topk_chunks_f32", "ddtree_topk_chunks_bf16", "ddtree_build", "ddtree_compile",
+    "ddtree_argmax_f32", "ddtree_argmax_bf16", "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
+}
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+def test_every_kernel_compiles_without_spills(arch):
+    cub = dl.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch))
+    assert cub.data[:4] == b"\x7fELF"
+    assert set(cub.resources) == KERNELS
+    limit = MAX_SHARED_PER_BLOCK[arch]
+    dynamic = ddtree.dynamic_shared_bytes(arch)
+    for name, r in cub.resources.items():
+        assert r.spills == 0 and r.stack_bytes == 0, f"{name} on {arch}: {r}"
+        assert 0 < r.registers <= 128, f"{name} on {arch}: {r}"
+        assert r.shared_bytes + dynamic.get(name, 0) <= limit, f"{name} on {arch}: {r}"
+    # two 320-thread chunk CTAs per SM: at most 65536 / 640 registers per thread
+    assert cub.resources["ddtree_topk_chunks_f32"].registers <= 102
+
+
+def test_params_layout_drift_fails_the_compile():
+    defines = ddtree.compile_defines("sm_90")
+    defines["DL_OFF_committed_lens"] += 8
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
+    assert "DDTreeParams.committed_lens offset differs from its ctypes mirror" in ei.value.log
+
+
+def test_params_mirror_is_packed_as_the_c_struct():
+    p = ddtree._Params
+    assert ctypes.sizeof(p) == 43 * 8 + 12 * 8 + 18 * 4
+    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 43 * 8 and p.max_batch.offset == 55 * 8
+
+
+@pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])
+def test_build_shared_bytes_formula(depth, k, budget):
+    n = budget + 1
+    words = -(-n // 32)
+    union = max(8 * (1 << max(k - 1, 0).bit_length()), -(-4 * depth * k // 16) * 16 + 12 * n, 4 * n * words)
+    union = -(-union // 16) * 16
+    assert ddtree._build_union_bytes(depth, k, budget) == union
+    assert ddtree.build_shared_bytes(depth, k, budget) == -(-(union + 5 * n) // 16) * 16
+    # the largest plan fits the smallest per-block limit (sm_86 / sm_89 / sm_120: 99 KB)
+    assert ddtree.dynamic_shared_bytes("sm_120")["ddtree_build"] + 4096 <= 101_376
+
+
+def _plan(**kw):
+    args = dict(max_batch=8, depth_limit=15, vocab=163840, budget=256, max_context=4096)
+    args.update(kw)
+    return ddtree.DDTreePlan(None, **args)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(max_batch=0), "max_batch must be in"),
+    (dict(max_batch=2000), "max_batch must be in"),
+    (dict(depth_limit=33), "depth_limit must be in"),
+    (dict(budget=513), "budget must be in"),
+    (dict(budget=0), "budget must be in"),
+    (dict(vocab=400_000, budget=512), "more than the row merge"),
+    (dict(mask_formats=("bitmask", "dense")), "mask_formats must be a subset"),
+])
+def test_plan_rejects_bad_parameters_before_touching_the_device(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        _plan(**kw)
+
+
+def test_plan_rejects_wrong_types():
+    with pytest.raises(TypeError, match="budget must be an int"):
+        _plan(budget=2.5)
+    with pytest.raises(TypeError, match="max_batch must be an int"):
+        _plan(max_batch=True)
+    with pytest.raises(TypeError, match="logits_dtype must be float32 or bfloat16"):
+        _plan(logits_dtype="float16")
+
+
+def test_vocab_limit_matches_the_merge_capacity():
+    assert -(-163840 // ddtree.CHUNK) * 512 <= ddtree.MERGE_CAPACITY
+    assert -(-184320 // ddtree.CHUNK) * 512 <= ddtree.MERGE_CAPACITY < -(-184321 // ddtree.CHUNK) * 512
+
+
+def test_launcher_constants_match_the_kernel_source():
+    import re
+
+    src = (dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text()
+    const = {m.group(1): m.group(2) for m in re.finditer(r"constexpr int (\w+) = (\w+);", src)}
+    assert int(const["TOPK_THREADS"]) * int(const["TOPK_ELEMS"]) == ddtree.CHUNK
+    assert int(const["BUILD_THREADS"]) * int(const["MERGE_ELEMS"]) == ddtree.MERGE_CAPACITY
+    assert int(const["MAX_K"]) == ddtree.MAX_BUDGET
+    assert int(const["RECORD_HEADER"]) == ddtree.RECORD_HEADER
+    for name in ("POOL_EXHAUSTED", "CONTEXT_FULL", "KV_CAPACITY", "MASK_CAPACITY"):
+        assert int(const[f"STATUS_{name}"]) == getattr(ddtree, f"STATUS_{name}")

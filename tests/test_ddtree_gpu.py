@@ -1,0 +1,441 @@
+"""DDTree kernels on the GPU against the numpy reference (driverlevel.reference.ddtree).
+
+Trees node for node, masks bit for bit, metadata and pool state exactly; log-probs within
+a few float32 ulps of the float64 reference (the GPU sums the exponentials in another
+order). Outputs are poisoned before every call. 1,000 random build/compile/accept/commit
+rounds count every slot; a captured graph replayed with new logits equals eager launches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from driverlevel.ddtree import DDTreePlan, DDTreeState
+from driverlevel.reference import ddtree as ref
+
+pytestmark = pytest.mark.gpu
+
+TREE_OUTPUTS = ("tokens", "depths", "parents", "node_counts", "anc")
+STEP_OUTPUTS = ("top_ids", "top_lp", "tokens", "depths", "parents", "node_counts", "anc", "input_ids", "positions",
+                "out_cache_loc", "qo_indptr", "kv_indptr", "bitmask", "step", "posterior", "accepted_nodes",
+                "accepted_count", "bonus", "records")
+
+
+def upload(dev, host, dtype=None):
+    host = np.ascontiguousarray(host)
+    arr = dl.DeviceBuffer.allocate(dev, max(host.nbytes, 16), label="test").as_array(host.shape, dtype or host.dtype)
+    arr.copy_from_host(host)
+    return arr
+
+
+def poison(plan, stream, names):
+    for n in names:
+        getattr(plan, n).fill_bytes(0xA5, stream)
+
+
+class Rig:
+    """A plan, a device state and the host copy of that state, kept in step by the tests."""
+
+    def __init__(self, dev, rng, *, max_batch, depth, vocab, budget, max_context=64, num_slots=None,
+                 dtype="float32", mask_formats=("bitmask", "full", "qlen_only"), n_stop=2, r2t_dtype=np.int32):
+        self.dev, self.rng = dev, rng
+        self.plan = DDTreePlan(dev, max_batch=max_batch, depth_limit=depth, vocab=vocab, budget=budget,
+                               max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats)
+        self.B, self.D, self.V, self.budget = max_batch, depth, vocab, budget
+        self.num_slots = num_slots or max_batch * (max_context + budget + 1)
+        self.state = DDTreeState.allocate(dev, max_batch=max_batch, max_context=max_context,
+                                          num_slots=self.num_slots, n_stop=n_stop, budgets=True, r2t_dtype=r2t_dtype)
+        self.bf16 = dtype == "bfloat16"
+        self.logits = dl.DeviceBuffer.allocate(dev, max_batch * depth * vocab * (2 if self.bf16 else 4)).as_array(
+            (max_batch, depth, vocab), dl.bfloat16 if self.bf16 else np.float32)
+        self.target = dl.DeviceBuffer.allocate(dev, self.plan.max_rows * 4).as_array((self.plan.max_rows,), np.int32)
+        self.h = dict(
+            active=np.ones(max_batch, np.uint8), root_tokens=rng.integers(0, vocab, max_batch).astype(np.int32),
+            committed_lens=np.zeros(max_batch, np.int64), req_pool_indices=rng.permutation(max_batch).astype(np.int64),
+            req_to_token=np.full((max_batch, max_context), -1, r2t_dtype), budgets=np.full(max_batch, budget, np.int32),
+            stop_tokens=np.full((max_batch, n_stop), -1, np.int32))
+        self.pool = ref.SlotPool(rng.permutation(self.num_slots).astype(np.int64), self.num_slots)
+
+    def push_state(self):
+        s = self.state
+        s.upload(**self.h)
+        s.free_slots.copy_from_host(self.pool.slots)
+        s.free_count.copy_from_host(np.array([self.pool.count], np.int64))
+
+    def new_logits(self, scale=3.0, ties=False):
+        x = self.rng.standard_normal((self.B, self.D, self.V)).astype(np.float32) * scale
+        if ties:
+            x = np.round(x)
+        if self.bf16:
+            bits = f32_to_bf16_bits(x)
+            self.logits.copy_from_host(bits)
+            return bf16_bits_to_f32(bits)
+        self.logits.copy_from_host(x)
+        return x
+
+    def get(self, *names):
+        return {n: getattr(self.plan, n).to_numpy() for n in names}
+
+    def host_tree(self, out):
+        """The reference TreeBatch built from the GPU's own top-K (the heap checked exactly)."""
+        return ref.build_tree(self.h["root_tokens"], None, self.budget, budgets=self.h["budgets"],
+                              active=self.h["active"], top=(out["top_ids"], out["top_lp"]))
+
+
+def assert_tree_equal(tb, out, active):
+    for b in range(active.shape[0]):
+        n = int(tb.node_counts[b])
+        assert out["node_counts"][b] == n, f"request {b}: {out['node_counts'][b]} nodes, want {n}"
+        if not active[b]:
+            continue
+        for name in ("tokens", "depths", "parents"):
+            np.testing.assert_array_equal(out[name][b], getattr(tb, name)[b], err_msg=f"{name} of request {b}")
+        np.testing.assert_array_equal(out["anc"][b], tb.masks[b], err_msg=f"ancestor masks of request {b}")
+
+
+# ------------------------------------------------------------------------------ build
+
+
+@pytest.mark.parametrize("dtype, vocab, depth, budget, batch, ties", [
+    ("float32", 163840, 15, 256, 3, False),
+    ("bfloat16", 163840, 15, 512, 2, False),
+    ("float32", 20000, 6, 64, 5, True),
+    ("bfloat16", 3000, 3, 16, 4, False),
+    ("float32", 300, 4, 512, 2, False),
+    ("bfloat16", 8000, 5, 100, 3, True),
+    ("float32", 3001, 3, 40, 2, False),   # odd vocab: element loads instead of 16-byte vectors
+    ("bfloat16", 12345, 4, 64, 2, True),
+])
+def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, batch, ties):
+    rng = np.random.default_rng(vocab + budget)
+    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=vocab, budget=budget, dtype=dtype)
+    rig.h["active"][1] = 0
+    rig.h["budgets"][:] = rng.integers(0, budget + 1, batch)
+    rig.h["budgets"][0] = budget
+    rig.push_state()
+    for _ in range(2):  # twice: the per-request counters must be back at 0 after a launch
+        x = rig.new_logits(ties=ties)
+        poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        rig.plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+        assert (rig.plan.counters.to_numpy() == 0).all()
+        k = rig.plan.k
+        exact = 0
+        for b in np.flatnonzero(rig.h["active"]):
+            ids, lp, lse = ref.topk_logprobs(x[b], k)
+            np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"top-K ids of request {b}")
+            tol = 4 * np.spacing(np.abs(lse))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
+            assert (np.abs(out["top_lp"][b] - lp) <= tol).all(), f"log-probs of request {b}"
+            exact += np.array_equal(out["top_lp"][b], lp)
+            if np.array_equal(out["top_lp"][b], lp):  # then the whole pipeline equals the reference
+                one = ref.build_tree(rig.h["root_tokens"][b:b + 1], x[b:b + 1], budget, budgets=rig.h["budgets"][b:b + 1])
+                np.testing.assert_array_equal(out["tokens"][b], one.tokens[0])
+        assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+
+
+def test_build_chain_and_star_extremes(device, stream):
+    """A dominant token per depth gives a chain; flat rows give a star of siblings."""
+    rng = np.random.default_rng(3)
+    rig = Rig(device, rng, max_batch=2, depth=8, vocab=5000, budget=64)
+    rig.push_state()
+    x = rng.standard_normal((2, 8, 5000)).astype(np.float32) * 0.01
+    x[0, :, 7] = 40.0  # request 0: token 7 at every depth, then the rest
+    rig.logits.copy_from_host(x)
+    rig.plan.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+    tb = rig.host_tree(out)
+    assert_tree_equal(tb, out, rig.h["active"])
+    assert out["depths"][0, :9].tolist() == list(range(9))  # the chain comes first
+    assert (out["depths"][1, 1:] == 1).sum() >= 60  # nearly flat: mostly depth-1 siblings
+
+
+# ------------------------------------------------------------------------------ compile
+
+
+@pytest.mark.parametrize("r2t_dtype, exhaust", [(np.int32, False), (np.int64, False), (np.int32, True)])
+def test_compile_matches_reference(device, stream, r2t_dtype, exhaust):
+    rng = np.random.default_rng(11)
+    rig = Rig(device, rng, max_batch=4, depth=5, vocab=4000, budget=40, max_context=128, r2t_dtype=r2t_dtype)
+    rig.h["active"][2] = 0
+    rig.h["committed_lens"][:] = [17, 3, 50, 0]
+    used = rng.permutation(rig.num_slots)
+    off = 0
+    for b in range(4):
+        c = int(rig.h["committed_lens"][b])
+        rig.h["req_to_token"][rig.h["req_pool_indices"][b], :c] = used[off:off + c]
+        off += c
+    free = used[off:]
+    rig.pool = ref.SlotPool(np.concatenate([free, np.full(off, -3)]).astype(np.int64), 30 if exhaust else free.size)
+    rig.push_state()
+    rig.new_logits()
+    rig.plan.build(stream, rig.logits, rig.state)
+    poison(rig.plan, stream, ("input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices",
+                              "bitmask", "full_mask", "qlen_mask", "full_indptr", "qlen_indptr", "step"))
+    rig.plan.compile(stream, rig.state)
+    stream.synchronize()
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "input_ids", "positions", "out_cache_loc", "qo_indptr",
+                  "kv_indptr", "kv_indices", "bitmask", "full_mask", "qlen_mask", "full_indptr", "qlen_indptr", "step")
+    tb = rig.host_tree(out)
+    assert_tree_equal(tb, out, rig.h["active"])
+    st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+    t = st.alloc_total
+    assert out["step"][:3].tolist() == [st.alloc_base, t, st.status]
+    assert bool(st.status & ref.STATUS_POOL_EXHAUSTED) == exhaust
+    np.testing.assert_array_equal(out["qo_indptr"], st.qo_indptr)
+    np.testing.assert_array_equal(out["kv_indptr"], st.kv_indptr)
+    np.testing.assert_array_equal(out["input_ids"][:t], st.input_ids)
+    np.testing.assert_array_equal(out["positions"][:t], st.positions)
+    np.testing.assert_array_equal(out["out_cache_loc"][:t], st.out_cache_loc)
+    np.testing.assert_array_equal(out["kv_indices"][:st.kv_indptr[-1]], st.kv_indices)
+    np.testing.assert_array_equal(out["bitmask"][:t], st.bitmask)
+    np.testing.assert_array_equal(out["full_indptr"], st.full_indptr)
+    np.testing.assert_array_equal(out["qlen_indptr"], st.qlen_indptr)
+    np.testing.assert_array_equal(out["full_mask"][:st.full_indptr[-1]], st.full_mask)
+    np.testing.assert_array_equal(out["qlen_mask"][:st.qlen_indptr[-1]], st.qlen_mask)
+
+
+# ------------------------------------------------------------------------------ accept / commit
+
+
+def random_posterior(rng, tb, qo, vocab, follow=0.7):
+    """Target tokens that follow a random branch part of the way, then leave the tree."""
+    post = rng.integers(0, vocab, int(qo[-1])).astype(np.int32)
+    for b in range(tb.node_counts.shape[0]):
+        n = int(tb.node_counts[b])
+        par = tb.parents[b, :n]
+        for i in range(n):
+            kids = np.flatnonzero(par == i)
+            if kids.size and rng.random() < follow:
+                post[qo[b] + i] = tb.tokens[b, rng.choice(kids)]
+    return post
+
+
+def check_state(rig):
+    got = rig.state.download()
+    for name in ("active", "root_tokens", "committed_lens", "req_to_token"):
+        np.testing.assert_array_equal(got[name], rig.h[name], err_msg=name)
+    assert got["free_count"][0] == rig.pool.count
+    np.testing.assert_array_equal(got["free_slots"][:rig.pool.count], rig.pool.slots[:rig.pool.count],
+                                  err_msg="free-slot stack")
+
+
+@pytest.mark.parametrize("dtype, V", [("float32", 3000), ("bfloat16", 3000), ("float32", 3001), ("bfloat16", 2999)])
+def test_accept_from_target_logits_with_stop_tokens_and_mirror(device, stream, dtype, V):
+    rng = np.random.default_rng(21)
+    rig = Rig(device, rng, max_batch=5, depth=4, vocab=V, budget=30, max_context=40, dtype=dtype)
+    rig.h["active"][3] = 0
+    rig.h["committed_lens"][:] = [0, 5, 38, 0, 9]  # request 2 has room for 2 nodes only
+    rig.push_state()
+    rig.new_logits(scale=2.0)
+    rig.plan.build(stream, rig.logits, rig.state)
+    rig.plan.compile(stream, rig.state)
+    stream.synchronize()
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr")
+    tb = rig.host_tree(out)
+    qo = out["qo_indptr"]
+    st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+    assert st.status == ref.STATUS_CONTEXT_FULL  # request 2 cannot hold its tree
+    post = random_posterior(rng, tb, qo, V, follow=0.9)
+    rig.h["stop_tokens"][4, 0] = tb.tokens[4, 1]  # a stop token request 4 may accept
+    rig.state.upload(stop_tokens=rig.h["stop_tokens"])
+    logits = rng.standard_normal((rig.plan.max_rows, V)).astype(np.float32)
+    logits[np.arange(post.size), post] = 9.0
+    logits[0, (post[0] + 1) % V] = 9.0  # a tie: the lower id must win
+    if dtype == "bfloat16":
+        bits = f32_to_bf16_bits(logits)
+        tl, host = upload(device, bits, dl.bfloat16), bf16_bits_to_f32(bits)
+    else:
+        tl, host = upload(device, logits), logits
+    mirror = rig.plan.allocate_mirror()
+    rig.plan.read_records(mirror)[:] = -99
+    poison(rig.plan, stream, ("posterior", "accepted_nodes", "accepted_count", "bonus", "records"))
+    rig.plan.accept(stream, rig.state, target_logits=tl, mirror=mirror)
+    stream.synchronize()
+    res = ref.greedy_accept(tb, qo, host[:qo[-1]], rig.h["active"], rig.h["committed_lens"], 40, 4,
+                            root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
+    got = rig.get("posterior", "accepted_nodes", "accepted_count", "bonus", "records", "step")
+    act = rig.h["active"].astype(bool)
+    for b in np.flatnonzero(act):
+        np.testing.assert_array_equal(got["posterior"][qo[b]:qo[b + 1]], res.posterior[qo[b]:qo[b + 1]])
+    np.testing.assert_array_equal(got["accepted_nodes"], res.accepted_nodes)
+    np.testing.assert_array_equal(got["accepted_count"], res.accepted_count)
+    np.testing.assert_array_equal(got["bonus"], res.bonus)
+    np.testing.assert_array_equal(got["records"], ref.accept_records(res))
+    np.testing.assert_array_equal(rig.plan.read_records(mirror), got["records"])
+    assert got["step"][2] == st.status | res.status
+    rig.h["active"], rig.h["root_tokens"] = res.active, res.root_tokens
+    state = rig.state.download()
+    np.testing.assert_array_equal(state["active"], res.active)
+    np.testing.assert_array_equal(state["root_tokens"], res.root_tokens)
+
+
+def test_thousand_rounds_count_every_slot(device, stream):
+    rng = np.random.default_rng(5)
+    B, D, V, budget, ctx = 6, 4, 700, 24, 96
+    rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=ctx,
+              num_slots=B * (ctx + budget + 1), mask_formats=("bitmask",))
+    rig.h["stop_tokens"][:, 0] = rng.integers(0, V, B)
+    rig.push_state()
+    rounds = 1000
+    for step in range(rounds):
+        rig.h["budgets"][:] = rng.integers(0, budget + 1, B)
+        rig.state.upload(budgets=rig.h["budgets"])
+        rig.new_logits(scale=2.5)
+        rig.plan.build(stream, rig.logits, rig.state)
+        rig.plan.compile(stream, rig.state)
+        stream.synchronize()
+        out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr", "out_cache_loc", "step")
+        tb = rig.host_tree(out)
+        if step % 50 == 0:
+            assert_tree_equal(tb, out, rig.h["active"])
+        st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+        assert out["step"][:3].tolist() == [st.alloc_base, st.alloc_total, st.status], f"round {step}"
+        np.testing.assert_array_equal(out["out_cache_loc"][:st.alloc_total], st.out_cache_loc)
+        post = random_posterior(rng, tb, st.qo_indptr, V)
+        rig.target.copy_from_host(np.concatenate([post, np.zeros(rig.plan.max_rows - post.size, np.int32)]))
+        rig.plan.accept(stream, rig.state, target_tokens=rig.target)
+        rig.plan.commit(stream, rig.state)
+        res = ref.greedy_accept(tb, st.qo_indptr, post, rig.h["active"], rig.h["committed_lens"], ctx, D,
+                                root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
+        ref.commit_paged(st, res, rig.h["req_pool_indices"], rig.h["req_to_token"], rig.h["committed_lens"], rig.pool)
+        rig.h["active"], rig.h["root_tokens"] = res.active, res.root_tokens
+        stream.synchronize()
+        check_state(rig)
+        held = [int(s) for b in range(B) for s in rig.h["req_to_token"][rig.h["req_pool_indices"][b], :rig.h["committed_lens"][b]]]
+        free = rig.state.free_slots.to_numpy()[:int(rig.state.free_count.to_numpy()[0])]
+        assert len(held) + free.size == rig.num_slots, f"round {step}: a slot leaked"
+        assert np.array_equal(np.sort(np.concatenate([held, free])), np.arange(rig.num_slots)), f"round {step}: double"
+        for b in np.flatnonzero(rig.h["active"] == 0):  # finished: release its slots and start again
+            row = rig.h["req_pool_indices"][b]
+            c = int(rig.h["committed_lens"][b])
+            rig.pool.slots[rig.pool.count:rig.pool.count + c] = rig.h["req_to_token"][row, :c]
+            rig.pool.count += c
+            rig.h["req_to_token"][row, :] = -1
+            rig.h["committed_lens"][b] = 0
+            rig.h["active"][b] = 1
+            rig.h["root_tokens"][b] = rng.integers(0, V)
+        rig.push_state()
+
+
+def test_commit_dense_matches_reference(device, stream):
+    rng = np.random.default_rng(8)
+    B, D, ctx, layers = 3, 4, 48, 2
+    rig = Rig(device, rng, max_batch=B, depth=D, vocab=900, budget=20, max_context=ctx, mask_formats=("bitmask",))
+    rig.h["committed_lens"][:] = [0, 10, 20]
+    rig.push_state()
+    x = rng.standard_normal((B, D, 900)).astype(np.float32)
+    x[:, :, 5] += 12.0  # a confident drafter: the chain of token 5 comes first
+    rig.logits.copy_from_host(x)
+    rig.plan.build(stream, rig.logits, rig.state)
+    rig.plan.compile(stream, rig.state)
+    stream.synchronize()
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr")
+    tb = rig.host_tree(out)
+    post = random_posterior(rng, tb, out["qo_indptr"], 900, follow=0.0)
+    for b in range(B):  # request b's target agrees with the best child b + 2 times
+        qo, cur = out["qo_indptr"][b], 0
+        for _ in range(b + 2):
+            kids = np.flatnonzero(tb.parents[b, :tb.node_counts[b]] == cur)
+            if kids.size == 0:
+                break
+            post[qo + cur] = tb.tokens[b, kids[0]]
+            cur = kids[0]
+    rig.target.copy_from_host(np.concatenate([post, np.zeros(rig.plan.max_rows - post.size, np.int32)]))
+    cache_h = rng.standard_normal((layers, B, ctx, 16)).astype(np.float32)  # 64-byte rows
+    cache = upload(device, cache_h)
+    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
+    rig.plan.commit_dense(stream, rig.state, cache)
+    stream.synchronize()
+    res = ref.greedy_accept(tb, out["qo_indptr"], post, rig.h["active"], rig.h["committed_lens"], ctx, D)
+    assert res.accepted_count.max() >= 3
+    ref.commit_dense(cache_h, res, rig.h["committed_lens"])
+    np.testing.assert_array_equal(cache.to_numpy(), cache_h)
+    np.testing.assert_array_equal(rig.state.committed_lens.to_numpy(), rig.h["committed_lens"])
+
+
+# ------------------------------------------------------------------------------ graphs
+
+
+def test_graph_replay_with_new_logits_equals_eager(device, stream):
+    rng = np.random.default_rng(9)
+    B, D, V, budget, ctx = 4, 6, 12000, 48, 200
+    eager = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=ctx, mask_formats=("bitmask",))
+    plan = eager.plan
+    graph_state = DDTreeState.allocate(device, max_batch=B, max_context=ctx, num_slots=eager.num_slots, n_stop=2,
+                                       budgets=True)
+    eager.h["active"][2] = 0
+    eager.h["stop_tokens"][:, 0] = rng.integers(0, V, B)
+    eager.push_state()
+    for name, value in eager.state.download().items():
+        getattr(graph_state, name).copy_from_host(value)
+    mirror = plan.allocate_mirror()
+    with dl.capture(stream) as cap:
+        plan.build(stream, eager.logits, graph_state)
+        plan.compile(stream, graph_state)
+        plan.accept(stream, graph_state, target_tokens=eager.target, mirror=mirror)
+        plan.commit(stream, graph_state)
+    gexec = cap.graph.instantiate()
+    for step in range(6):
+        eager.new_logits(scale=2.0)
+        plan.build(stream, eager.logits, eager.state)
+        plan.compile(stream, eager.state)
+        stream.synchronize()
+        out = eager.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr")
+        tb = ref.build_tree(eager.state.root_tokens.to_numpy(), None, budget, budgets=eager.state.budgets.to_numpy(),
+                            active=eager.state.active.to_numpy(), top=(out["top_ids"], out["top_lp"]))
+        post = random_posterior(rng, tb, out["qo_indptr"], V, follow=0.8)
+        eager.target.copy_from_host(np.concatenate([post, np.zeros(plan.max_rows - post.size, np.int32)]))
+        plan.accept(stream, eager.state, target_tokens=eager.target)
+        plan.commit(stream, eager.state)
+        stream.synchronize()
+        want = eager.get(*STEP_OUTPUTS)
+        want_state = eager.state.download()
+        for n in STEP_OUTPUTS:
+            getattr(plan, n).fill_bytes(0x5A, stream)
+        gexec.launch(stream)
+        stream.synchronize()
+        got = eager.get(*STEP_OUTPUTS)
+        for n in STEP_OUTPUTS:
+            if n in ("input_ids", "positions", "out_cache_loc", "bitmask", "posterior"):
+                t = int(want["qo_indptr"][-1])
+                np.testing.assert_array_equal(got[n][:t], want[n][:t], err_msg=f"step {step}: {n}")
+            elif n in ("tokens", "depths", "parents", "anc"):
+                for b in np.flatnonzero(want["node_counts"] > 0):
+                    np.testing.assert_array_equal(got[n][b], want[n][b], err_msg=f"step {step}: {n}[{b}]")
+            elif n in ("top_ids", "top_lp"):
+                for b in np.flatnonzero(want["node_counts"] > 0):
+                    np.testing.assert_array_equal(got[n][b], want[n][b], err_msg=f"step {step}: {n}[{b}]")
+            else:
+                np.testing.assert_array_equal(got[n], want[n], err_msg=f"step {step}: {n}")
+        for name, value in graph_state.download().items():
+            np.testing.assert_array_equal(value, want_state[name], err_msg=f"step {step}: state.{name}")
+        np.testing.assert_array_equal(plan.read_records(mirror), want["records"])
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def test_validation_names_the_argument(device, stream):
+    rng = np.random.default_rng(1)
+    rig = Rig(device, rng, max_batch=2, depth=3, vocab=500, budget=8, mask_formats=("bitmask",))
+    wrong = dl.DeviceBuffer.allocate(device, 2 * 3 * 500 * 2).as_array((2, 3, 500), dl.bfloat16)
+    with pytest.raises(TypeError, match="logits must have dtype float32"):
+        rig.plan.build(stream, wrong, rig.state)
+    short = dl.DeviceBuffer.allocate(device, 2 * 3 * 499 * 4).as_array((2, 3, 499), np.float32)
+    with pytest.raises(ValueError, match=r"logits must have shape \(2, 3, 500\)"):
+        rig.plan.build(stream, short, rig.state)
+    with pytest.raises(ValueError, match="exactly one of target_logits and target_tokens"):
+        rig.plan.accept(stream, rig.state)
+    small = dl.DeviceBuffer.allocate(device, 4 * 4).as_array((4,), np.int32)
+    with pytest.raises(ValueError, match="target_tokens must have shape"):
+        rig.plan.accept(stream, rig.state, target_tokens=small)
+    bad_state = DDTreeState(**{**rig.state.__dict__, "committed_lens": small})
+    with pytest.raises(TypeError, match="state.committed_lens must have dtype int64"):
+        rig.plan.compile(stream, bad_state)
+    with pytest.raises(TypeError, match="state must be a DDTreeState"):
+        rig.plan.commit(stream, {"active": None})
