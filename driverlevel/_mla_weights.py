@@ -85,7 +85,7 @@ class MLAModelConfig:
         Softmax scale of the attention (default ``1/sqrt(192)``).
     steer_prob : float
         Probability that a (head, class) pair steers the next token (context strength:
-        0 gives a context-free model). Default 0.04.
+        0 gives a context-free model). Default 0.03 (about a quarter of the tokens are steered).
     steer_gain : float
         ``beta`` of head 0; must be > 1 for a steering head to win over the current token.
     steer_step : float
@@ -112,7 +112,7 @@ class MLAModelConfig:
     num_classes: int = 256
     feature_dim: int = 256
     sm_scale: float = DEFAULT_SM_SCALE
-    steer_prob: float = 0.04
+    steer_prob: float = 0.03
     steer_gain: float = 1.5
     steer_step: float = 0.5
     logit_scale: float = 8.0
@@ -210,6 +210,14 @@ class MLAWeights:
         return sum(getattr(self, n).nbytes for n in ("embed", "w_q", "w_kv", "w_o", "w_lm"))
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round finite float32 values to bf16 bit patterns (nearest, ties to even), in uint32 arithmetic."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    if not np.isfinite(x).all():
+        return f32_to_bf16_bits(x)
+    return ((u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)).astype(np.uint16)
+
+
 def _unit_rows(rng, n, dim) -> np.ndarray:
     x = rng.standard_normal((n, dim))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -278,7 +286,7 @@ def make_weights(config: MLAModelConfig) -> MLAWeights:
     if c.class_bias > 0:
         w_lm[:, :NC] = rng.standard_normal((V, NC)) * (c.class_bias * c.logit_scale)
 
-    bf = f32_to_bf16_bits
+    bf = _bf16
     return MLAWeights(
         config=c,
         embed=bf(embed), w_q=bf(w_q), w_kv=bf(w_kv), w_o=bf(w_o), w_lm=bf(w_lm),

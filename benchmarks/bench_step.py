@@ -1,0 +1,171 @@
+"""Decode-step benchmark: graph vs eager step latency, DDTree vs autoregressive tokens/s.
+
+On the demo MLA model (seeded bf16 weights), side by side in one run:
+
+* host µs per step (the time ``runner.step()`` spends on the CPU to queue one step) for
+  graph replay, for the same launches issued eagerly, and for a bare ``cuGraphLaunch``
+  loop on the same executable graph (the floor of graph replay);
+* GPU µs per step (events around each step, steps queued back to back);
+* tokens per step and tokens per second of DDTree and of autoregressive decoding with the
+  same model (one step in flight at a time: what a serving loop that reads each step's
+  tokens sees), and the speed-up.
+
+The target of issue 5 is graph replay within 10 µs of host overhead of the bare
+``cuGraphLaunch``. Prints a markdown table for BENCHMARKS.md; ``--json`` writes the numbers.
+
+Usage: python benchmarks/bench_step.py [--batch 8] [--budget 16] [--prompt-len 512]
+           [--vocab 32768] [--heads 9] [--steps 400] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def _host_us(runner, n: int, graph: bool) -> float:
+    """Median host µs of runner.step() with the queue kept short (collect outside the timing)."""
+    times = []
+    for _ in range(n):
+        if runner._launched - runner._collected >= runner.ring_slots - 1:
+            runner.collect()
+        t0 = time.perf_counter()
+        runner.step(graph=graph)
+        times.append(time.perf_counter() - t0)
+    runner.collect()
+    return statistics.median(times) * 1e6
+
+
+def _bare_launch_us(runner, n: int) -> float:
+    from cuda.bindings import driver
+
+    h, sh = runner.graph_exec._handle, runner.stream.handle
+    times = []
+    for i in range(n):
+        if i % 32 == 0:
+            runner.stream.synchronize()
+        t0 = time.perf_counter()
+        driver.cuGraphLaunch(h, sh)
+        times.append(time.perf_counter() - t0)
+    runner.stream.synchronize()
+    return statistics.median(times) * 1e6
+
+
+def _gpu_us(runner, n: int, graph: bool) -> float:
+    runner.gpu_timing = True
+    k0 = runner._launched
+    for _ in range(n):
+        runner.step(graph=graph)
+        if runner._launched - runner._collected >= runner.ring_slots - 1:
+            runner.collect()
+    runner.collect()
+    ks = range(max(k0, runner._collected - runner.ring_slots), runner._collected)
+    return statistics.median(runner.step_gpu_ms(k) for k in ks) * 1e3
+
+
+def _tokens_per_s(runner, prompts, max_new) -> dict:
+    runner.gpu_timing = False
+    res = runner.generate(prompts, max_new, graph=True)
+    wall = sum(res.step_seconds)
+    toks = sum(len(t) for t in res.tokens)
+    return {"steps": res.steps, "tokens": toks, "tokens_per_step": res.tokens_per_step,
+            "tokens_per_s": toks / wall, "step_median_us": statistics.median(res.step_seconds) * 1e6,
+            "tokens_list": res.tokens}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--depth-limit", type=int, default=15)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--heads", type=int, default=9)
+    ap.add_argument("--num-splits", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=400, help="steps per latency measurement")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, metavar="PATH")
+    a = ap.parse_args(argv)
+
+    import driverlevel as dl
+    from driverlevel.mla_model import MLAModel, MLAModelConfig
+    from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
+    from driverlevel.verify_attention import suggest_num_splits
+
+    if dl.device_count() == 0:
+        print("bench_step needs a CUDA GPU", file=sys.stderr)
+        return 2
+    dev = dl.Device(0)
+    rng = np.random.default_rng(a.seed)
+    lens = [max(2, a.prompt_len - (b * (a.prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
+    prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
+    # Latency runs replay up to 2 * steps with requests that must not finish: a long context.
+    long_new = 2 * a.steps * (a.depth_limit + 1) + 8
+    max_context = a.prompt_len + max(long_new, a.max_new_tokens) + a.budget + 2
+    kv_len = a.prompt_len + a.max_new_tokens // 2
+    splits = a.num_splits or suggest_num_splits(dev, a.batch, a.budget + 1, a.heads, kv_len)
+    ar_splits = a.num_splits or suggest_num_splits(dev, a.batch, 1, a.heads, kv_len)
+    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed))
+    s = dev.create_stream()
+    dd = DecodeStepRunner(dev, model=model, max_batch=a.batch, budget=a.budget, depth_limit=a.depth_limit,
+                          max_context=max_context, max_prompt_len=a.prompt_len, num_splits=splits, stream=s)
+    ar = AutoregressiveRunner(dev, model=model, max_batch=a.batch, max_context=max_context,
+                              max_prompt_len=a.prompt_len, num_splits=ar_splits, stream=s)
+
+    rows = []
+    out = {"config": vars(a), "num_splits": splits, "ar_num_splits": ar_splits, "device": dev.name}
+    for name, r in (("DDTree", dd), ("autoregressive", ar)):
+        r.reset(prompts, long_new if name == "DDTree" else min(long_new, max_context - a.prompt_len - 2))
+        r.capture()
+        r.gpu_timing = False
+        _host_us(r, 50, True)  # warm-up
+        g_host = _host_us(r, a.steps, True)
+        e_host = _host_us(r, min(a.steps, 200), False)
+        bare = _bare_launch_us(r, a.steps)
+        r.reset(prompts, long_new if name == "DDTree" else min(long_new, max_context - a.prompt_len - 2))
+        g_gpu = _gpu_us(r, a.steps, True)
+        e_gpu = _gpu_us(r, min(a.steps, 200), False)
+        out[name] = {"graph_host_us": g_host, "eager_host_us": e_host, "bare_cuGraphLaunch_us": bare,
+                     "graph_gpu_us": g_gpu, "eager_gpu_us": e_gpu, "graph_nodes": r.graph.node_count()}
+        rows.append((name, g_host, e_host, bare, g_gpu, e_gpu, r.graph.node_count()))
+
+    dtok = _tokens_per_s(dd, prompts, a.max_new_tokens)
+    atok = _tokens_per_s(ar, prompts, a.max_new_tokens)
+    lossless = dtok.pop("tokens_list") == atok.pop("tokens_list")
+    out["ddtree_tokens"], out["ar_tokens"], out["lossless"] = dtok, atok, lossless
+    out["speedup"] = dtok["tokens_per_s"] / atok["tokens_per_s"]
+
+    print(f"Decode step on {dev.name}: batch {a.batch}, budget {a.budget}, depth limit {a.depth_limit}, "
+          f"prompts {min(lens)}..{a.prompt_len}, vocab {a.vocab}, {a.heads} heads, splits {splits}/{ar_splits}\n")
+    print("| step | graph host µs | eager host µs | bare cuGraphLaunch µs | graph − bare µs | graph GPU µs | "
+          "eager GPU µs | nodes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, gh, eh, bare, gg, eg, nodes in rows:
+        print(f"| {name} | {gh:.1f} | {eh:.1f} | {bare:.1f} | {gh - bare:.1f} | {gg:.1f} | {eg:.1f} | {nodes} |")
+    print()
+    print("| decoding | steps | tokens/step | median step µs (host, 1 in flight) | tokens/s |")
+    print("|---|---|---|---|---|")
+    for name, t in (("DDTree", dtok), ("autoregressive", atok)):
+        print(f"| {name} | {t['steps']} | {t['tokens_per_step']:.2f} | {t['step_median_us']:.1f} | "
+              f"{t['tokens_per_s']:,.0f} |")
+    print(f"\nspeed-up (tokens/s): {out['speedup']:.2f}x; lossless (DDTree tokens == AR tokens): {lossless}")
+    within = all(gh - bare <= 10.0 for _, gh, _, bare, *_ in rows)
+    print(f"graph replay within 10 µs of a bare cuGraphLaunch: {'yes' if within else 'NO'}")
+    if a.json:
+        text = json.dumps(out, indent=2)
+        if a.json == "-":
+            print(text)
+        else:
+            with open(a.json, "w") as f:
+                f.write(text)
+    return 0 if lossless else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

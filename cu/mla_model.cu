@@ -1,0 +1,466 @@
+// mla_model.cu: the demo MLA target model's kernels and its drafter.
+//
+// Pairs with driverlevel/mla_model.py (model, forward plan, drafter; the ctypes mirrors of
+// the params structs below and compile_defines()).
+//
+// mla_gemm        C[m, :] = out_scale * A[a_row(m), :] . B^T (+ residual[m, :]) (+ noise)
+//   A bf16 rows of k (lda), optionally gathered by a_index (int32); B bf16 [n, k] row-major
+//   (the nn.Linear weight layout); C bf16 or fp32 rows of n (ldc), optionally scattered to
+//   rows c_index[m] (int64, e.g. out_cache_loc: the latent KV written into the paged cache).
+//   M is m_max, or min(m_max, *m_ptr) when m_ptr is set (the row count of this step, read on
+//   the device: qo_indptr[bs]). Optional epilogue noise: noise_std * z(seed, *counter, m, col)
+//   with z a counter-based standard normal (the drafter's noise).
+//   Grid (ceil(n / 128), ceil(m_max / BM), k_splits); Block 256 (8 warps, 2 x 4, warp tile
+//   BM/2 x 32). mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async STAGES-deep (BK = 32).
+//   Shared memory (dynamic): STAGES * (BM + 128) * 40 * 2 B (rows padded to 80 B: ldmatrix is
+//   free of bank conflicts): 61,440 B for BM = 128 (mla_gemm), 38,400 B for BM = 32
+//   (mla_gemm_m32, few rows). Early exit: row tile >= M.
+//   Split-K (k_splits > 1, for few output tiles over a long k): split z sums its k range into
+//   the fp32 workspace partial[z]; mla_gemm_reduce adds the splits in order and applies the
+//   epilogue (deterministic: no atomics).
+//   Requires k % 32 == 0, n % 8 == 0, lda/ldc/ldr % 8 == 0, 16-byte aligned pointers.
+//
+// mla_embed       out[m, :] = embed[token[m], :] with the class one-hot rotated by position:
+//   out[m, (c + pos[m]) % num_classes] = embed[token, c] for c < num_classes; features copied.
+//   Grid (m_max); Block 128. Early exit: m >= M. Out-of-range tokens are clamped.
+//
+// mla_argmax      index[m] = argmax_j x[m, j] (first index of the maximum), optional top-2 values.
+//   Grid (m_max); Block 256. Early exit: m >= M. NaN never wins.
+//
+// draft_chain     guesses[b, 0] = root[b], guesses[b, i+1] = successor[guesses[b, i]]; block 0
+//   thread 0 also increments *step_counter (the drafter's noise counter). Grid 1; Block >= bs.
+#include "common.cuh"
+
+// offsetof checks against the ctypes mirrors (the launcher passes -DDL_OFF_<S>_<field>).
+#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
+#define DL_CHECK_FIELD(T, P, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##P##_##f, #T "." #f " offset differs from its ctypes mirror")
+#else
+#define DL_CHECK_FIELD(T, P, f) static_assert(true, "")
+#endif
+
+struct GemmParams {
+  const bf16* a;          // A rows (lda elements apart)
+  const i32* a_index;     // [M] optional row gather of A (token ids)
+  const bf16* b;          // [n, k] row-major
+  void* c;                // C rows (ldc elements apart), bf16 or fp32
+  const i64* c_index;     // [M] optional row scatter of C (slot ids)
+  const bf16* residual;   // [M, ldr] optional, added in fp32 before rounding
+  const i64* m_ptr;       // optional: M = min(m_max, *m_ptr)
+  const u64* noise_counter;  // optional: adds noise_std * z(noise_seed, *noise_counter, m, col)
+  float* partial;         // [k_splits, m_max, n] fp32 split-K workspace (k_splits > 1)
+  u64 noise_seed;
+  i64 m_max;
+  i32 n, k, lda, ldc, ldr;
+  i32 out_f32;            // 1: C is fp32, 0: bf16
+  float out_scale;
+  float noise_std;
+  i32 k_splits;           // 1, or the number of k ranges (then mla_gemm_reduce finishes)
+  i32 pad_;
+};
+
+struct EmbedParams {
+  const bf16* table;      // [vocab, d]
+  const void* tokens;     // [M] int32 or int64
+  const void* positions;  // [M] int32 or int64, or null (position 0)
+  bf16* out;              // [m_max, d]
+  const i64* m_ptr;       // optional: M = min(m_max, *m_ptr)
+  i64 m_max;
+  i32 d, num_classes, vocab;
+  i32 tokens_i64, positions_i64;
+};
+
+struct ArgmaxParams {
+  const float* x;         // [M, ld]
+  const i64* m_ptr;
+  i32* index;             // [M] argmax
+  float* top2;            // [M, 2] optional: largest and second largest value
+  i64 m_max;
+  i32 n, ld;
+};
+
+struct DraftChainParams {
+  const i32* successor;   // [vocab] the no-context next-token table
+  const i32* roots;       // [bs] root tokens
+  i32* guesses;           // [bs, depth]
+  u64* step_counter;      // incremented once per launch
+  i32 bs, depth, vocab;
+};
+
+#ifdef DL_OFF_G_a
+DL_CHECK_FIELD(GemmParams, G, a);
+DL_CHECK_FIELD(GemmParams, G, a_index);
+DL_CHECK_FIELD(GemmParams, G, b);
+DL_CHECK_FIELD(GemmParams, G, c);
+DL_CHECK_FIELD(GemmParams, G, c_index);
+DL_CHECK_FIELD(GemmParams, G, residual);
+DL_CHECK_FIELD(GemmParams, G, m_ptr);
+DL_CHECK_FIELD(GemmParams, G, noise_counter);
+DL_CHECK_FIELD(GemmParams, G, partial);
+DL_CHECK_FIELD(GemmParams, G, noise_seed);
+DL_CHECK_FIELD(GemmParams, G, m_max);
+DL_CHECK_FIELD(GemmParams, G, n);
+DL_CHECK_FIELD(GemmParams, G, k);
+DL_CHECK_FIELD(GemmParams, G, lda);
+DL_CHECK_FIELD(GemmParams, G, ldc);
+DL_CHECK_FIELD(GemmParams, G, ldr);
+DL_CHECK_FIELD(GemmParams, G, out_f32);
+DL_CHECK_FIELD(GemmParams, G, out_scale);
+DL_CHECK_FIELD(GemmParams, G, noise_std);
+DL_CHECK_FIELD(GemmParams, G, k_splits);
+static_assert(sizeof(GemmParams) == DL_SIZEOF_G, "GemmParams size differs from its ctypes mirror");
+DL_CHECK_FIELD(EmbedParams, E, table);
+DL_CHECK_FIELD(EmbedParams, E, tokens);
+DL_CHECK_FIELD(EmbedParams, E, positions);
+DL_CHECK_FIELD(EmbedParams, E, out);
+DL_CHECK_FIELD(EmbedParams, E, m_ptr);
+DL_CHECK_FIELD(EmbedParams, E, m_max);
+DL_CHECK_FIELD(EmbedParams, E, d);
+DL_CHECK_FIELD(EmbedParams, E, num_classes);
+DL_CHECK_FIELD(EmbedParams, E, vocab);
+DL_CHECK_FIELD(EmbedParams, E, tokens_i64);
+DL_CHECK_FIELD(EmbedParams, E, positions_i64);
+static_assert(sizeof(EmbedParams) == DL_SIZEOF_E, "EmbedParams size differs from its ctypes mirror");
+DL_CHECK_FIELD(ArgmaxParams, A, x);
+DL_CHECK_FIELD(ArgmaxParams, A, m_ptr);
+DL_CHECK_FIELD(ArgmaxParams, A, index);
+DL_CHECK_FIELD(ArgmaxParams, A, top2);
+DL_CHECK_FIELD(ArgmaxParams, A, m_max);
+DL_CHECK_FIELD(ArgmaxParams, A, n);
+DL_CHECK_FIELD(ArgmaxParams, A, ld);
+static_assert(sizeof(ArgmaxParams) == DL_SIZEOF_A, "ArgmaxParams size differs from its ctypes mirror");
+DL_CHECK_FIELD(DraftChainParams, D, successor);
+DL_CHECK_FIELD(DraftChainParams, D, roots);
+DL_CHECK_FIELD(DraftChainParams, D, guesses);
+DL_CHECK_FIELD(DraftChainParams, D, step_counter);
+DL_CHECK_FIELD(DraftChainParams, D, bs);
+DL_CHECK_FIELD(DraftChainParams, D, depth);
+DL_CHECK_FIELD(DraftChainParams, D, vocab);
+static_assert(sizeof(DraftChainParams) == DL_SIZEOF_D, "DraftChainParams size differs from its ctypes mirror");
+#endif
+
+#ifndef DL_GEMM_STAGES
+#define DL_GEMM_STAGES 3
+#endif
+
+namespace gm {
+constexpr int BN = 128, BK = 32;
+constexpr int STAGES = DL_GEMM_STAGES;
+constexpr int THREADS = 256;
+constexpr int WARPS_M = 2, WARPS_N = 4;
+constexpr int WN = BN / WARPS_N;          // 32 columns per warp
+constexpr int NT = WN / 8;                // 4 n8 tiles
+constexpr int ROW = BK + 8;               // padded row, bf16 elements (80 B)
+constexpr int ROW_BYTES = ROW * 2;
+constexpr int CHUNKS = BK * 2 / 16;       // 16-byte chunks per tile row (4)
+constexpr int B_STAGE = BN * ROW_BYTES;
+constexpr int B_LOADS = BN * CHUNKS / THREADS;  // 2 per thread
+static_assert(WARPS_M * WARPS_N * 32 == THREADS, "warp layout");
+static_assert(B_LOADS * THREADS == BN * CHUNKS, "loader layout");
+template <int BM>
+struct Tile {
+  static constexpr int WM = BM / WARPS_M;   // rows per warp (64 or 16)
+  static constexpr int MT = WM / 16;        // m16 tiles per warp
+  static constexpr int A_STAGE = BM * ROW_BYTES;
+  static constexpr int A_LOADS = (BM * CHUNKS + THREADS - 1) / THREADS;
+  static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE);
+  static_assert(WM % 16 == 0, "warp rows are whole m16 tiles");
+  static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "GEMM tile exceeds the architecture's shared memory per block");
+};
+}  // namespace gm
+
+namespace dlx {
+DL_DEVICE u64 mix64(u64 x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Standard normal from (seed, step, row, col); driverlevel.reference.mla_model.draft_noise_reference.
+DL_DEVICE float gauss(u64 seed, u64 step, u64 row, u64 col) {
+  const u64 base = mix64(seed ^ mix64(step + 1ull));
+  const u64 x = mix64(base + (row << 32) + col);
+  const float u1 = ((float)(u32)(x >> 32) + 1.0f) * 2.3283064365386963e-10f;  // (0, 1]
+  const float u2 = ((float)(u32)(x & 0xFFFFFFFFull) + 0.5f) * 2.3283064365386963e-10f;
+  return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+
+// The GEMM epilogue of two adjacent columns (col, col + 1) of row m: scale, residual, noise, store.
+DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v1, u64 ctr) {
+  const i64 crow = p.c_index != nullptr ? p.c_index[m] : m;
+  if (crow < 0) return;  // a row without a slot (an exhausted pool hands out -1)
+  v0 *= p.out_scale;
+  v1 *= p.out_scale;
+  if (p.residual != nullptr) {
+    const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(p.residual + m * p.ldr + col);
+    v0 += __bfloat162float(r.x);
+    v1 += __bfloat162float(r.y);
+  }
+  if (p.noise_counter != nullptr) {
+    v0 += p.noise_std * gauss(p.noise_seed, ctr, (u64)m, (u64)col);
+    v1 += p.noise_std * gauss(p.noise_seed, ctr, (u64)m, (u64)(col + 1));
+  }
+  if (p.out_f32) {
+    *reinterpret_cast<float2*>(static_cast<float*>(p.c) + crow * p.ldc + col) = make_float2(v0, v1);
+  } else {
+    *reinterpret_cast<u32*>(static_cast<bf16*>(p.c) + crow * p.ldc + col) = dl::pack_bf16x2(v0, v1);
+  }
+}
+}  // namespace dlx
+
+// One (BM x 128) output tile over the k-tiles of split blockIdx.z.
+template <int BM>
+DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
+  using namespace gm;
+  using T = Tile<BM>;
+  constexpr int WM = T::WM, MT = T::MT, A_STAGE = T::A_STAGE, A_LOADS = T::A_LOADS;
+  i64 M = p.m_max;
+  if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
+  const i64 m0 = (i64)blockIdx.y * BM;
+  const int n0 = blockIdx.x * BN;
+  if (m0 >= M) return;
+  const int KT_all = p.k / BK;
+  const int per = (KT_all + p.k_splits - 1) / p.k_splits;
+  const int kt0 = blockIdx.z * per;
+  const int KT = min(KT_all, kt0 + per) - kt0;  // may be <= 0: the partial is then zero
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const u32 a_smem = dl::smem_u32(smem);
+  const u32 b_smem = a_smem + STAGES * A_STAGE;
+
+  // Per-thread source rows of the tile loaders (fixed over k).
+  const char* a_src[A_LOADS];
+  int a_ok[A_LOADS];
+  u32 a_dst[A_LOADS];
+#pragma unroll
+  for (int i = 0; i < A_LOADS; ++i) {
+    const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
+    const i64 m = m0 + r;
+    a_ok[i] = (c < BM * CHUNKS) ? (m < M ? 1 : 0) : -1;  // -1: this thread has no chunk
+    i64 row = m;
+    if (a_ok[i] == 1 && p.a_index != nullptr) row = p.a_index[m];
+    a_src[i] = reinterpret_cast<const char*>(p.a + (a_ok[i] == 1 ? row * p.lda : 0)) + ch * 16 + (i64)kt0 * BK * 2;
+    a_dst[i] = r * ROW_BYTES + ch * 16;
+  }
+  const char* b_src[B_LOADS];
+  int b_ok[B_LOADS];
+  u32 b_dst[B_LOADS];
+#pragma unroll
+  for (int i = 0; i < B_LOADS; ++i) {
+    const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
+    const int nn = n0 + r;
+    b_ok[i] = nn < p.n;
+    b_src[i] = reinterpret_cast<const char*>(p.b + (b_ok[i] ? (i64)nn * p.k : 0)) + ch * 16 + (i64)kt0 * BK * 2;
+    b_dst[i] = r * ROW_BYTES + ch * 16;
+  }
+  auto load = [&](int kt, int stage) {
+    const int koff = kt * BK * 2;  // bytes past the split's first k-tile
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i)
+      if (a_ok[i] >= 0)
+        dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (a_ok[i] ? koff : 0), a_ok[i] ? 16 : 0);
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i)
+      dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (b_ok[i] ? koff : 0), b_ok[i] ? 16 : 0);
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load(s, s);
+    dl::cp_async_commit();
+  }
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+  for (int kt = 0; kt < KT; ++kt) {
+    dl::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile kt is in shared memory; every warp is done with tile kt-1
+    {
+      const int kn = kt + STAGES - 1;
+      if (kn < KT) load(kn, kn % STAGES);
+      dl::cp_async_commit();
+    }
+    const int stage = kt % STAGES;
+    const u32 at = a_smem + stage * A_STAGE, bt = b_smem + stage * B_STAGE;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      u32 af[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        dl::ldmatrix_x4(af[i], at + (wm * WM + i * 16 + (lane & 15)) * ROW_BYTES + (kk * 16 + (lane >> 4) * 8) * 2);
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        u32 bf[4];
+        dl::ldmatrix_x4(bf, bt + (wn * WN + np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES +
+                                (kk * 16 + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          dl::mma_bf16_16816(acc[i][2 * np], af[i], bf[0], bf[1]);
+          dl::mma_bf16_16816(acc[i][2 * np + 1], af[i], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  dl::cp_async_wait<0>();
+
+  // Epilogue: pairs of columns (n % 8 == 0, so a pair never straddles n). With split-K the raw
+  // fp32 sums go to the workspace and mla_gemm_reduce finishes them.
+  const u64 ctr = (p.k_splits == 1 && p.noise_counter != nullptr) ? *p.noise_counter : 0ull;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const i64 m = m0 + wm * WM + i * 16 + (lane >> 2) + half * 8;
+      if (m >= M) continue;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int col = n0 + wn * WN + j * 8 + 2 * (lane & 3);
+        if (col >= p.n) continue;
+        const float v0 = acc[i][j][half * 2 + 0], v1 = acc[i][j][half * 2 + 1];
+        if (p.k_splits > 1) {
+          float* w = p.partial + ((i64)blockIdx.z * p.m_max + m) * p.n + col;
+          *reinterpret_cast<float2*>(w) = make_float2(v0, v1);
+        } else {
+          dlx::store_pair(p, m, col, v0, v1, ctr);
+        }
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(gm::THREADS)
+mla_gemm(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  gemm_tile<128>(p, smem);
+}
+
+// The same with 32-row tiles, for few rows (a decode step of one token per request).
+extern "C" __global__ void __launch_bounds__(gm::THREADS)
+mla_gemm_m32(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  gemm_tile<32>(p, smem);
+}
+
+// Split-K finish: C[m, col] = epilogue(sum over splits z = 0.. of partial[z, m, col]), in split order.
+// Grid (m_max, ceil(n / 512)); Block 256 (two columns per thread). Early exit: m >= M.
+extern "C" __global__ void __launch_bounds__(256)
+mla_gemm_reduce(const __grid_constant__ GemmParams p) {
+  i64 M = p.m_max;
+  if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
+  const i64 m = blockIdx.x;
+  if (m >= M) return;
+  const int col = (blockIdx.y * blockDim.x + threadIdx.x) * 2;
+  if (col >= p.n) return;
+  float v0 = 0.f, v1 = 0.f;
+  for (int z = 0; z < p.k_splits; ++z) {
+    const float2 w = *reinterpret_cast<const float2*>(p.partial + ((i64)z * p.m_max + m) * p.n + col);
+    v0 += w.x;
+    v1 += w.y;
+  }
+  const u64 ctr = p.noise_counter != nullptr ? *p.noise_counter : 0ull;
+  dlx::store_pair(p, m, col, v0, v1, ctr);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+mla_embed(const __grid_constant__ EmbedParams p) {
+  i64 M = p.m_max;
+  if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
+  const i64 m = blockIdx.x;
+  if (m >= M) return;
+  i64 tok = p.tokens_i64 ? static_cast<const i64*>(p.tokens)[m] : (i64) static_cast<const i32*>(p.tokens)[m];
+  tok = tok < 0 ? 0 : (tok >= p.vocab ? p.vocab - 1 : tok);
+  i64 pos = 0;
+  if (p.positions != nullptr)
+    pos = p.positions_i64 ? static_cast<const i64*>(p.positions)[m] : (i64) static_cast<const i32*>(p.positions)[m];
+  const int shift = (int)(((pos % p.num_classes) + p.num_classes) % p.num_classes);
+  const bf16* src = p.table + tok * p.d;
+  bf16* dst = p.out + m * p.d;
+  for (int c = threadIdx.x; c < p.num_classes; c += blockDim.x) {
+    int t = c + shift;
+    if (t >= p.num_classes) t -= p.num_classes;
+    dst[t] = src[c];
+  }
+  // Features: 16-byte chunks (num_classes and d are multiples of 8).
+  const int nchunks = (p.d - p.num_classes) / 8;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src + p.num_classes);
+  uint4* d4 = reinterpret_cast<uint4*>(dst + p.num_classes);
+  for (int c = threadIdx.x; c < nchunks; c += blockDim.x) d4[c] = s4[c];
+}
+
+namespace am {
+DL_DEVICE bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+// Merge (best, index, second) triples.
+DL_DEVICE void merge(float& b, int& bi, float& s, float ob, int obi, float os) {
+  if (better(ob, obi, b, bi)) {
+    s = fmaxf(fmaxf(s, os), b);
+    b = ob;
+    bi = obi;
+  } else {
+    s = fmaxf(fmaxf(s, os), ob);
+  }
+}
+}  // namespace am
+
+extern "C" __global__ void __launch_bounds__(256)
+mla_argmax(const __grid_constant__ ArgmaxParams p) {
+  i64 M = p.m_max;
+  if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
+  const i64 m = blockIdx.x;
+  if (m >= M) return;
+  const float* x = p.x + m * p.ld;
+  float best = DL_NEG_INF, second = DL_NEG_INF;
+  int bi = 0x7fffffff;
+  for (int j = threadIdx.x; j < p.n; j += blockDim.x) {
+    const float v = x[j];
+    if (am::better(v, j, best, bi)) {
+      second = fmaxf(second, best);
+      best = v;
+      bi = j;
+    } else if (v > second) {
+      second = v;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int obi = __shfl_xor_sync(0xffffffffu, bi, o);
+    const float os = __shfl_xor_sync(0xffffffffu, second, o);
+    am::merge(best, bi, second, ob, obi, os);
+  }
+  __shared__ float sb[8], ss[8];
+  __shared__ int si[8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    sb[warp] = best;
+    si[warp] = bi;
+    ss[warp] = second;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int nw = blockDim.x >> 5;
+    for (int w = 1; w < nw; ++w) am::merge(best, bi, second, sb[w], si[w], ss[w]);
+    p.index[m] = bi == 0x7fffffff ? 0 : bi;
+    if (p.top2 != nullptr) {
+      p.top2[2 * m] = best;
+      p.top2[2 * m + 1] = second;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+draft_chain(const __grid_constant__ DraftChainParams p) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.step_counter += 1ull;
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= p.bs) return;
+  int g = p.roots[b];
+  g = g < 0 ? 0 : (g >= p.vocab ? p.vocab - 1 : g);
+  i32* out = p.guesses + (i64)b * p.depth;
+  out[0] = g;
+  for (int i = 1; i < p.depth; ++i) {
+    g = p.successor[g];
+    out[i] = g;
+  }
+}

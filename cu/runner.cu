@@ -1,0 +1,255 @@
+// runner.cu: the decode-step runner's own kernels (autoregressive baseline, host mirror).
+//
+// Pairs with driverlevel/runner.py (ctypes mirrors, compile_defines()). Everything per step
+// is read from device memory, so a captured graph serves every step.
+//
+// Slot pool (shared with the DDTree kernels): a stack pool_slots[0 .. *pool_count) of free
+// cache slot ids (int64), the top at *pool_count - 1.
+//
+// ar_prepare      Grid (bs); Block 256. One token per active request: request b (rank r among
+//   the active requests) gets q row r with its root token at position committed[b] and the
+//   slot pool_slots[*pool_count - n_active + r]; its prefix req_to_token[b, 0:committed[b]] is
+//   copied to kv_indices (requests in order, inactive ones empty). Writes qo_indptr,
+//   kv_indptr, kv_indices, input_ids, positions, out_cache_loc. The pool count is not changed
+//   here (ar_commit does). A pool with too few slots sends every row to scratch_slot and
+//   sets status bit 1.
+//
+// ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
+//   active request's slot to req_to_token, advance committed, make the argmax the next root,
+//   count it against remaining[b], end the request on a stop token, on remaining == 0 or on
+//   a full context; pop the used slots from the pool; publish the step's records.
+//
+// publish_records Grid 1; Block >= bs (<= 1024). After a DDTree step: apply the max-new-tokens
+//   limit (remaining[b] -= emitted; a request at 0 becomes inactive), then publish.
+//
+// Publishing: the mirror is a ring of `ring_slots` entries in mapped pinned host memory, one
+// per step (entry = *step_counter % ring_slots): an int32 header [step (low 32 bits), status,
+// free slots, active requests] and one record per request [accepted_count, num_emitted,
+// bonus, finished, emitted tokens (record_width - 4, -1 padded)]. The host reads an entry
+// after the step's event; nothing is copied and nothing synchronizes inside the step.
+#include "common.cuh"
+
+#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
+#define DL_CHECK_FIELD(T, P, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##P##_##f, #T "." #f " offset differs from its ctypes mirror")
+#else
+#define DL_CHECK_FIELD(T, P, f) static_assert(true, "")
+#endif
+
+constexpr int kHeader = 4;   // int32 words before the records in a ring entry
+constexpr int kRecHead = 4;  // int32 words before the emitted tokens in a record
+
+struct StepParams {
+  // request state
+  i32* roots;               // [bs] token processed next (the root)
+  u8* active;               // [bs]
+  i64* committed;           // [bs] tokens whose KV is cached
+  i32* remaining;           // [bs] tokens still allowed (max new tokens)
+  i32* req_to_token;        // [bs, max_context] slot ids by position
+  const i32* stop_tokens;   // [bs, n_stop], -1 padded
+  i64* pool_slots;          // [pool_capacity] free-slot stack
+  i64* pool_count;          // [1]
+  // verify inputs (ar_prepare writes them)
+  i64* qo_indptr;           // [bs + 1]
+  i32* kv_indptr;           // [bs + 1]
+  i64* kv_indices;          // [kv_capacity]
+  i32* input_ids;           // [bs]
+  i64* positions;           // [bs]
+  i64* out_cache_loc;       // [bs]
+  const i32* next_tokens;   // [bs] argmax of each q row (ar_commit reads)
+  // DDTree records (publish_records reads): [bs, record_width]
+  const i32* records;
+  // mirror
+  i32* ring;                // mapped pinned host memory [ring_slots, kHeader + bs * record_width]
+  u64* step_counter;        // [1] steps published so far
+  i32* status;              // [1] sticky status bits (device)
+  i64 scratch_slot;         // slot for rows that found the pool empty
+  i32 bs, max_context, n_stop, record_width, ring_slots, kv_capacity;
+};
+
+#ifdef DL_OFF_S_roots
+DL_CHECK_FIELD(StepParams, S, roots);
+DL_CHECK_FIELD(StepParams, S, active);
+DL_CHECK_FIELD(StepParams, S, committed);
+DL_CHECK_FIELD(StepParams, S, remaining);
+DL_CHECK_FIELD(StepParams, S, req_to_token);
+DL_CHECK_FIELD(StepParams, S, stop_tokens);
+DL_CHECK_FIELD(StepParams, S, pool_slots);
+DL_CHECK_FIELD(StepParams, S, pool_count);
+DL_CHECK_FIELD(StepParams, S, qo_indptr);
+DL_CHECK_FIELD(StepParams, S, kv_indptr);
+DL_CHECK_FIELD(StepParams, S, kv_indices);
+DL_CHECK_FIELD(StepParams, S, input_ids);
+DL_CHECK_FIELD(StepParams, S, positions);
+DL_CHECK_FIELD(StepParams, S, out_cache_loc);
+DL_CHECK_FIELD(StepParams, S, next_tokens);
+DL_CHECK_FIELD(StepParams, S, records);
+DL_CHECK_FIELD(StepParams, S, ring);
+DL_CHECK_FIELD(StepParams, S, step_counter);
+DL_CHECK_FIELD(StepParams, S, status);
+DL_CHECK_FIELD(StepParams, S, scratch_slot);
+DL_CHECK_FIELD(StepParams, S, bs);
+DL_CHECK_FIELD(StepParams, S, max_context);
+DL_CHECK_FIELD(StepParams, S, n_stop);
+DL_CHECK_FIELD(StepParams, S, record_width);
+DL_CHECK_FIELD(StepParams, S, ring_slots);
+DL_CHECK_FIELD(StepParams, S, kv_capacity);
+static_assert(sizeof(StepParams) == DL_SIZEOF_S, "StepParams size differs from its ctypes mirror");
+#endif
+
+DL_DEVICE bool is_stop(const StepParams& p, int b, int tok) {
+  for (int i = 0; i < p.n_stop; ++i)
+    if (p.stop_tokens[b * p.n_stop + i] == tok) return true;
+  return false;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+ar_prepare(const __grid_constant__ StepParams p) {
+  const int b = blockIdx.x;
+  if (b >= p.bs) return;
+  __shared__ int s_rank, s_nact;
+  __shared__ i64 s_kvoff;
+  if (threadIdx.x == 0) {
+    int rank = 0, nact = 0;
+    i64 kvoff = 0;
+    for (int j = 0; j < p.bs; ++j) {
+      const int a = p.active[j] ? 1 : 0;
+      if (j < b) {
+        rank += a;
+        if (a) kvoff += p.committed[j];
+      }
+      nact += a;
+    }
+    s_rank = rank;
+    s_nact = nact;
+    s_kvoff = kvoff;
+  }
+  __syncthreads();
+  const int act = p.active[b] ? 1 : 0;
+  const i64 len = act ? p.committed[b] : 0;
+  const i64 kvoff = s_kvoff;
+  if (threadIdx.x == 0) {
+    if (b == 0) {
+      p.qo_indptr[0] = 0;
+      p.kv_indptr[0] = 0;
+    }
+    p.qo_indptr[b + 1] = s_rank + act;
+    p.kv_indptr[b + 1] = (i32)(kvoff + len);
+    if (act) {
+      const int r = s_rank;
+      const i64 count = *p.pool_count;
+      i64 slot = p.scratch_slot;
+      if (count >= s_nact) {
+        slot = p.pool_slots[count - s_nact + r];
+      } else {
+        atomicOr(p.status, 1);
+      }
+      p.input_ids[r] = p.roots[b];
+      p.positions[r] = len;
+      p.out_cache_loc[r] = slot;
+    }
+  }
+  if (act && kvoff + len <= p.kv_capacity) {
+    const i32* src = p.req_to_token + (i64)b * p.max_context;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) p.kv_indices[kvoff + i] = src[i];
+  } else if (act && threadIdx.x == 0) {
+    atomicOr(p.status, 4);
+  }
+}
+
+// Writes the ring entry of this step: header + the records already in `rec` (shared memory).
+DL_DEVICE void publish(const StepParams& p, const i32* rec, int nact) {
+  const u64 step = *p.step_counter;
+  const int w = p.record_width;
+  i32* entry = p.ring + (i64)(step % (u64)p.ring_slots) * (kHeader + p.bs * w);
+  for (int i = threadIdx.x; i < p.bs * w; i += blockDim.x) entry[kHeader + i] = rec[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    entry[1] = *p.status;
+    entry[2] = (i32)*p.pool_count;
+    entry[3] = nact;
+    __threadfence_system();
+    entry[0] = (i32)(step & 0x7fffffffull);  // written last: the entry is complete
+    *p.step_counter = step + 1ull;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+ar_commit(const __grid_constant__ StepParams p) {
+  extern __shared__ i32 rec[];  // [bs * record_width]
+  __shared__ int s_nact;
+  const int b = threadIdx.x;
+  const int w = p.record_width;
+  int act = 0;
+  if (b < p.bs) act = p.active[b] ? 1 : 0;
+  // rank among active requests (every thread reads the flags before anyone writes them)
+  int rank = 0, nact = 0;
+  for (int j = 0; j < p.bs; ++j) {
+    const int a = p.active[j] ? 1 : 0;
+    if (j < b) rank += a;
+    nact += a;
+  }
+  if (threadIdx.x == 0) s_nact = nact;
+  for (int i = threadIdx.x; i < p.bs * w; i += blockDim.x) rec[i] = -1;
+  __syncthreads();
+  if (b < p.bs) {
+    i32* r = rec + b * w;
+    r[0] = 0;
+    r[1] = 0;
+    r[2] = -1;
+    r[3] = 0;
+    if (act) {
+      const int tok = p.next_tokens[rank];
+      const i64 slot = p.out_cache_loc[rank];
+      const i64 len = p.committed[b];
+      if (len < p.max_context) p.req_to_token[(i64)b * p.max_context + len] = (i32)slot;
+      p.committed[b] = len + 1;
+      p.roots[b] = tok;
+      const int left = p.remaining[b] - 1;
+      p.remaining[b] = left;
+      const bool fin = is_stop(p, b, tok) || left <= 0 || len + 1 >= p.max_context;
+      if (fin) p.active[b] = 0;
+      r[0] = 1;
+      r[1] = 1;
+      r[2] = tok;
+      r[3] = fin ? 1 : 0;
+      if (w > kRecHead) r[kRecHead] = tok;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const i64 count = *p.pool_count;
+    if (count >= s_nact) *p.pool_count = count - s_nact;
+  }
+  __syncthreads();
+  int still = 0;
+  for (int j = 0; j < p.bs; ++j) still += p.active[j] ? 1 : 0;
+  publish(p, rec, still);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+publish_records(const __grid_constant__ StepParams p) {
+  extern __shared__ i32 rec[];  // [bs * record_width]
+  const int w = p.record_width;
+  for (int i = threadIdx.x; i < p.bs * w; i += blockDim.x) rec[i] = p.records[i];
+  __syncthreads();
+  const int b = threadIdx.x;
+  if (b < p.bs) {
+    i32* r = rec + b * w;
+    const int n = r[1];
+    if (n > 0) {
+      const int left = p.remaining[b] - n;
+      p.remaining[b] = left;
+      if (left <= 0) {  // max new tokens reached: drop what is past the limit, end the request
+        const int keep = n + left;  // n + left <= n
+        for (int i = (keep < 0 ? 0 : keep); i < n && kRecHead + i < w; ++i) r[kRecHead + i] = -1;
+        r[1] = keep < 0 ? 0 : keep;
+        r[3] = 1;
+        p.active[b] = 0;
+      }
+    }
+  }
+  __syncthreads();
+  int still = 0;
+  for (int j = 0; j < p.bs; ++j) still += p.active[j] ? 1 : 0;
+  publish(p, rec, still);
+}

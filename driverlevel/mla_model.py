@@ -1,0 +1,797 @@
+"""The demo MLA target model and its drafter, built from driverlevel's own kernels.
+
+Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_embed``, ``mla_argmax``,
+``draft_chain``). The weights are bf16, generated on the host from a seed
+(:func:`driverlevel._mla_weights.make_weights`; the structure that keeps greedy decoding
+numerically stable is described there) and uploaded once. No framework, no downloads.
+
+Target forward (one verify call, every launch capture-safe)::
+
+    e      = embed(tokens, positions)              mla_embed      bf16 [rows, d_model]
+    q      = e @ w_q^T                              mla_gemm       bf16 [rows, H, 576]
+    kv     = e @ w_kv^T  -> kv_cache[out_cache_loc] mla_gemm       bf16 (scattered rows)
+    attn   = VerifyAttention(q, kv_cache, metadata)                bf16 [rows, H, 512]
+    h      = e + attn @ w_o^T                       mla_gemm       bf16 [rows, d_model]
+    logits = h @ w_lm^T                             mla_gemm       fp32 [rows, vocab]
+
+``rows`` is read on the device (``qo_indptr[bs]``); the grids are sized for the plan's
+maximum and idle CTAs exit at once.
+
+Drafter (per step, capture-safe): a chain of guesses ``g_0 = root``, ``g_{i+1} =
+successor[g_i]`` where ``successor`` is the model's own argmax with the attention ablated
+(computed on the GPU at build time), then one GEMM over ``bs * depth_limit`` rows giving
+``logit_scale * (embed[g_i] @ w_lm^T) + noise_std * z`` as the logits of depth ``i + 1``;
+``z`` is a counter-based normal of (seed, step counter in device memory, row, token).
+
+Example
+-------
+>>> import driverlevel as dl                                            # doctest: +SKIP
+>>> from driverlevel.mla_model import MLAModel, MLAModelConfig
+>>> dev = dl.Device(0); s = dev.create_stream()
+>>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))
+>>> fwd = model.forward_plan(max_batch=8, max_q=33, num_splits=8, mask_format="bitmask")
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import numpy as np
+
+from ._array import DeviceArray, as_device_array
+from ._capture_guard import ensure_not_capturing
+from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._device import _check_device_arg
+from ._dtypes import bfloat16
+from ._memory import DeviceBuffer, WorkspacePool
+from ._mla_weights import QK_DIM, V_DIM, MLAModelConfig, MLAWeights, make_weights
+from ._module import load_module
+
+__all__ = [
+    "MLAModel",
+    "MLAModelConfig",
+    "MLAWeights",
+    "ForwardPlan",
+    "Drafter",
+    "make_weights",
+    "compile_defines",
+    "dynamic_shared_bytes",
+    "gemm_shared_bytes",
+    "gemm_schedule",
+    "gemm_workspace_elems",
+    "argmax_launch",
+    "load",
+    "SOURCE",
+]
+
+SOURCE = "mla_model.cu"
+_GEMM_BM = 128
+_GEMM_BN = 128
+_GEMM_BK = 32
+_GEMM_THREADS = 256
+
+
+class _GemmParams(ctypes.Structure):
+    """ctypes mirror of ``GemmParams`` in cu/mla_model.cu."""
+
+    _fields_ = [
+        ("a", ctypes.c_uint64), ("a_index", ctypes.c_uint64), ("b", ctypes.c_uint64), ("c", ctypes.c_uint64),
+        ("c_index", ctypes.c_uint64), ("residual", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64),
+        ("noise_counter", ctypes.c_uint64), ("partial", ctypes.c_uint64), ("noise_seed", ctypes.c_uint64),
+        ("m_max", ctypes.c_int64), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("lda", ctypes.c_int32),
+        ("ldc", ctypes.c_int32), ("ldr", ctypes.c_int32), ("out_f32", ctypes.c_int32), ("out_scale", ctypes.c_float),
+        ("noise_std", ctypes.c_float), ("k_splits", ctypes.c_int32), ("pad_", ctypes.c_int32),
+    ]
+
+
+class _EmbedParams(ctypes.Structure):
+    """ctypes mirror of ``EmbedParams`` in cu/mla_model.cu."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint64), ("tokens", ctypes.c_uint64), ("positions", ctypes.c_uint64),
+        ("out", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64), ("m_max", ctypes.c_int64),
+        ("d", ctypes.c_int32), ("num_classes", ctypes.c_int32), ("vocab", ctypes.c_int32),
+        ("tokens_i64", ctypes.c_int32), ("positions_i64", ctypes.c_int32),
+    ]
+
+
+class _ArgmaxParams(ctypes.Structure):
+    """ctypes mirror of ``ArgmaxParams`` in cu/mla_model.cu."""
+
+    _fields_ = [
+        ("x", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64), ("index", ctypes.c_uint64), ("top2", ctypes.c_uint64),
+        ("m_max", ctypes.c_int64), ("n", ctypes.c_int32), ("ld", ctypes.c_int32),
+    ]
+
+
+class _DraftChainParams(ctypes.Structure):
+    """ctypes mirror of ``DraftChainParams`` in cu/mla_model.cu."""
+
+    _fields_ = [
+        ("successor", ctypes.c_uint64), ("roots", ctypes.c_uint64), ("guesses", ctypes.c_uint64),
+        ("step_counter", ctypes.c_uint64), ("bs", ctypes.c_int32), ("depth", ctypes.c_int32),
+        ("vocab", ctypes.c_int32),
+    ]
+
+
+_STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("A", _ArgmaxParams), ("D", _DraftChainParams))
+
+
+def gemm_stages(arch) -> int:
+    """cp.async pipeline depth of ``mla_gemm`` on ``arch``: 3 stages (61,440 B) everywhere."""
+    arch = normalize_arch(arch)
+    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    return 3 if limit >= gemm_shared_bytes(3) else 2
+
+
+def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
+    """Dynamic shared memory of ``mla_gemm`` (``bm`` = 128) or ``mla_gemm_m32`` (``bm`` = 32), bytes."""
+    return stages * (bm + _GEMM_BN) * (_GEMM_BK + 8) * 2
+
+
+def gemm_schedule(m_max: int, n: int, k: int, sm_count: int) -> tuple[int, int]:
+    """``(row_tile, k_splits)`` of a GEMM: 32-row tiles for at most 64 rows, and split-K when
+    the output has too few tiles to fill ``sm_count`` SMs over a long ``k`` (>= 2048; each
+    split keeps at least 8 k-tiles of 32). In the model only the output projection
+    (``k = heads * 512``) splits."""
+    bm = 32 if m_max <= 64 else _GEMM_BM
+    tiles = math.ceil(n / _GEMM_BN) * math.ceil(m_max / bm)
+    kt = k // _GEMM_BK
+    if tiles >= sm_count or kt < 64:
+        return bm, 1
+    return bm, max(1, min(math.ceil(sm_count / tiles), kt // 8, 32))
+
+
+def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int) -> int:
+    """float32 elements of split-K workspace the GEMM needs (0 without split-K)."""
+    _, splits = gemm_schedule(m_max, n, k, sm_count)
+    return splits * m_max * n if splits > 1 else 0
+
+
+class _Launches:
+    """Launches queued in order by one :meth:`launch` (a split-K GEMM and its reduce)."""
+
+    def __init__(self, launches):
+        self.launches = list(launches)
+
+    def launch(self, stream) -> None:
+        for ln in self.launches:
+            ln.launch(stream)
+
+
+def compile_defines(arch) -> dict:
+    """NVRTC defines of ``cu/mla_model.cu`` for ``arch``: params layouts and the GEMM pipeline depth."""
+    d = {"DL_GEMM_STAGES": gemm_stages(arch)}
+    for prefix, cls in _STRUCTS:
+        for name, *_ in cls._fields_:
+            d[f"DL_OFF_{prefix}_{name}"] = getattr(cls, name).offset
+        d[f"DL_SIZEOF_{prefix}"] = ctypes.sizeof(cls)
+    return d
+
+
+def dynamic_shared_bytes(arch) -> dict:
+    """Dynamic shared memory per block of the kernels launched with some, bytes."""
+    st = gemm_stages(arch)
+    return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32)}
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def _ptr(x) -> int:
+    return 0 if x is None else int(x.ptr)
+
+
+def _dev_array(name, x, device) -> DeviceArray:
+    try:
+        a = as_device_array(x, device)
+    except TypeError as exc:
+        raise TypeError(f"{name}: {exc}") from None
+    if not a.is_c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    if a.device.ordinal != device.ordinal:
+        raise ValueError(f"{name} is on device {a.device.ordinal}, the model on device {device.ordinal}")
+    return a
+
+
+def _need(name, a, dtypes, ndim=None):
+    if a.dtype.name not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {a.dtype.name}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
+
+
+def _row_count(name, x, device):
+    """A device int64 scalar (``[1]`` or ``[]``) holding a row count, or None."""
+    if x is None:
+        return None
+    a = _dev_array(name, x, device)
+    _need(name, a, ("int64",))
+    if a.size != 1:
+        raise ValueError(f"{name} must hold one int64 (e.g. qo_indptr[bs:]), got shape {a.shape}")
+    return a
+
+
+def load(device, arch=None):
+    """Compile ``cu/mla_model.cu`` for ``device`` (or ``arch``) and load it; returns the Module."""
+    device = _check_device_arg(device)
+    arch = normalize_arch(arch or device.arch)
+    return load_module(device, compile_file(SOURCE, arch, compile_defines(arch)))
+
+
+def argmax_launch(device, x, index, *, m_max: int, num_rows=None, top2=None, kernel=None):
+    """A prepared ``mla_argmax`` launch over the rows of ``x``.
+
+    Parameters
+    ----------
+    device : Device
+    x : float32 ``[>= m_max, n]``
+    index : int32 ``[>= m_max]``
+        Receives the first index of each row's maximum (NaN never wins).
+    m_max : int
+        Rows of the grid.
+    num_rows : int64 device scalar, optional
+        Rows computed = ``min(m_max, num_rows)``, read on the device.
+    top2 : float32 ``[>= m_max, 2]``, optional
+        Receives each row's largest and second largest value (the top-1 margin).
+    kernel : Kernel, optional
+        ``mla_argmax`` of an already loaded module (default: compile and load).
+
+    Returns
+    -------
+    PreparedLaunch
+    """
+    device = _check_device_arg(device)
+    if kernel is None:
+        kernel = load(device).kernel("mla_argmax")
+    x = _dev_array("x", x, device)
+    _need("x", x, ("float32",), 2)
+    index = _dev_array("index", index, device)
+    _need("index", index, ("int32",))
+    m_max = int(m_max)
+    if m_max < 1 or index.size < m_max or x.shape[0] < m_max:
+        raise ValueError(f"x and index need >= m_max={m_max} rows (x {x.shape}, index {index.shape})")
+    if top2 is not None:
+        top2 = _dev_array("top2", top2, device)
+        _need("top2", top2, ("float32",))
+        if top2.size < 2 * m_max:
+            raise ValueError(f"top2 needs >= 2*m_max={2 * m_max} floats, got {top2.size}")
+    num_rows = _row_count("num_rows", num_rows, device)
+    p = _ArgmaxParams()
+    p.x, p.m_ptr, p.index, p.top2 = x.ptr, _ptr(num_rows), index.ptr, _ptr(top2)
+    p.m_max, p.n, p.ld = m_max, x.shape[1], x.shape[1]
+    ln = kernel.prepare((m_max, 1, 1), 256, [p])
+    ln._keep.append((x, index, top2, num_rows))
+    return ln
+
+
+class MLAModel:
+    """The demo MLA target model on one device: weights, kernels and forward plans.
+
+    Parameters
+    ----------
+    device : Device or int
+    config : MLAModelConfig, optional
+        Shapes and seed (defaults: vocab 32768, 9 heads).
+    weights : MLAWeights, optional
+        Host weights to upload instead of generating them from ``config``.
+    arch : str, optional
+        Compile for this architecture (must match the device to run).
+
+    Attributes
+    ----------
+    config : MLAModelConfig
+    weights : MLAWeights
+        The host copies (bf16 bit patterns).
+    cubin : Cubin
+        ``cu/mla_model.cu`` compiled for the device; ``cubin.cache_hit`` says whether it
+        came from the cache.
+    pool : WorkspacePool
+        Device weights: ``embed``, ``w_q``, ``w_kv``, ``w_o``, ``w_lm`` (bf16) and the
+        drafter's ``successor`` table (int32 ``[vocab]``).
+
+    Raises
+    ------
+    NvrtcError, CudaError
+        If the kernels do not compile or load, or the upload fails.
+    """
+
+    def __init__(self, device, config: MLAModelConfig | None = None, *, weights: MLAWeights | None = None, arch=None):
+        self.device = _check_device_arg(device)
+        if weights is not None:
+            config = weights.config
+        self.config = config if config is not None else MLAModelConfig()
+        if not isinstance(self.config, MLAModelConfig):
+            raise TypeError(f"config must be an MLAModelConfig, got {type(self.config).__name__}")
+        self.weights = weights if weights is not None else make_weights(self.config)
+        self.arch = normalize_arch(arch or self.device.arch)
+        self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
+        self._module = load_module(self.device, self.cubin)
+        self._k_gemm = self._module.kernel("mla_gemm")
+        self._k_gemm32 = self._module.kernel("mla_gemm_m32")
+        self._k_reduce = self._module.kernel("mla_gemm_reduce")
+        self._k_embed = self._module.kernel("mla_embed")
+        self._k_argmax = self._module.kernel("mla_argmax")
+        self._k_chain = self._module.kernel("draft_chain")
+        self._gemm_stages = gemm_stages(self.arch)
+
+        c = self.config
+        H, D, V = c.num_heads, c.d_model, c.vocab_size
+        specs = [((V, D), bfloat16), ((H * QK_DIM, D), bfloat16), ((QK_DIM, D), bfloat16),
+                 ((D, H * V_DIM), bfloat16), ((V, D), bfloat16), ((V,), np.int32)]
+        ensure_not_capturing("MLAModel() (weight upload)")
+        self.pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label="mla_model.weights")
+        self.embed = self.pool.carve("embed", (V, D), bfloat16)
+        self.w_q = self.pool.carve("w_q", (H * QK_DIM, D), bfloat16)
+        self.w_kv = self.pool.carve("w_kv", (QK_DIM, D), bfloat16)
+        self.w_o = self.pool.carve("w_o", (D, H * V_DIM), bfloat16)
+        self.w_lm = self.pool.carve("w_lm", (V, D), bfloat16)
+        self.successor = self.pool.carve("successor", (V,), np.int32)
+        w = self.weights
+        for arr, host in ((self.embed, w.embed), (self.w_q, w.w_q), (self.w_kv, w.w_kv), (self.w_o, w.w_o),
+                          (self.w_lm, w.w_lm)):
+            arr.copy_from_host(host)
+        self._successor_ready = False
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def num_heads(self) -> int:
+        return self.config.num_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.config.d_model
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of device memory holding the weights and the successor table."""
+        return self.pool.capacity
+
+    # -- launch builders (validated, packed once) ------------------------------------------
+    def gemm(self, a, b, c, *, m_max: int, a_index=None, c_index=None, residual=None, num_rows=None,
+             out_scale: float = 1.0, noise_counter=None, noise_seed: int = 0, noise_std: float = 0.0,
+             workspace=None, k_splits: int | None = None):
+        """A prepared GEMM: ``C[row(m)] = out_scale * A[a_row(m)] @ B^T (+ residual[m]) (+ noise)``.
+
+        Parameters
+        ----------
+        a : bf16 ``[>= rows, k]`` (row stride a multiple of 8)
+        b : bf16 ``[n, k]`` (nn.Linear layout)
+        c : bf16 or float32 ``[>= rows, n]``
+        m_max : int
+            Rows of the grid (the most rows any call computes).
+        a_index : int32 ``[m_max]``, optional
+            Gather: row ``m`` of the product reads ``a[a_index[m]]``.
+        c_index : int64 ``[m_max]``, optional
+            Scatter: row ``m`` is written to ``c[c_index[m]]`` (e.g. ``out_cache_loc``).
+        residual : bf16 ``[m_max, n]``, optional
+        num_rows : int64 device scalar, optional
+            Rows computed = ``min(m_max, num_rows)``, read on the device.
+        out_scale : float
+        noise_counter : uint64 device scalar, optional
+            Adds ``noise_std * z(noise_seed, *noise_counter, m, col)`` (fp32 output only).
+        workspace : float32 device array, optional
+            Split-K workspace of at least :func:`gemm_workspace_elems` elements; without it
+            the GEMM runs unsplit.
+        k_splits : int, optional
+            Force a split count (default: :func:`gemm_schedule`).
+
+        Returns
+        -------
+        object with ``launch(stream)``
+            One ``mla_gemm``/``mla_gemm_m32`` launch, followed by ``mla_gemm_reduce`` with split-K.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Wrong dtypes, shapes or alignment, naming the argument.
+        """
+        dev = self.device
+        a = _dev_array("a", a, dev)
+        b = _dev_array("b", b, dev)
+        c = _dev_array("c", c, dev)
+        _need("a", a, ("bfloat16",), 2)
+        _need("b", b, ("bfloat16",), 2)
+        _need("c", c, ("bfloat16", "float32"), 2)
+        n, k = b.shape
+        if a.shape[1] != k:
+            raise ValueError(f"a must have {k} columns (b is [{n}, {k}]), got {a.shape}")
+        if c.shape[1] != n:
+            raise ValueError(f"c must have {n} columns, got {c.shape}")
+        if k % _GEMM_BK or n % 8:
+            raise ValueError(f"mla_gemm needs k % {_GEMM_BK} == 0 and n % 8 == 0, got k={k}, n={n}")
+        m_max = int(m_max)
+        if m_max < 1:
+            raise ValueError(f"m_max must be >= 1, got {m_max}")
+        if a_index is None and a.shape[0] < m_max:
+            raise ValueError(f"a has {a.shape[0]} rows, fewer than m_max={m_max}")
+        if c_index is None and c.shape[0] < m_max:
+            raise ValueError(f"c has {c.shape[0]} rows, fewer than m_max={m_max}")
+        if a_index is not None:
+            a_index = _dev_array("a_index", a_index, dev)
+            _need("a_index", a_index, ("int32",), 1)
+            if a_index.shape[0] < m_max:
+                raise ValueError(f"a_index must have >= m_max={m_max} entries, got {a_index.shape}")
+        if c_index is not None:
+            c_index = _dev_array("c_index", c_index, dev)
+            _need("c_index", c_index, ("int64",), 1)
+            if c_index.shape[0] < m_max:
+                raise ValueError(f"c_index must have >= m_max={m_max} entries, got {c_index.shape}")
+        if residual is not None:
+            residual = _dev_array("residual", residual, dev)
+            _need("residual", residual, ("bfloat16",), 2)
+            if residual.shape[1] != n or residual.shape[0] < m_max:
+                raise ValueError(f"residual must be [>= {m_max}, {n}], got {residual.shape}")
+        num_rows = _row_count("num_rows", num_rows, dev)
+        if noise_counter is not None:
+            noise_counter = _dev_array("noise_counter", noise_counter, dev)
+            _need("noise_counter", noise_counter, ("uint64",))
+            if c.dtype.name != "float32":
+                raise ValueError("noise needs a float32 output")
+        for name, arr in (("a", a), ("b", b), ("c", c), ("residual", residual)):
+            if arr is not None and arr.ptr % 16:
+                raise ValueError(f"{name} must be 16-byte aligned, got address 0x{arr.ptr:x}")
+        bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count)
+        if k_splits is not None:
+            splits = max(1, min(int(k_splits), k // _GEMM_BK))
+        if splits > 1:
+            if workspace is None:
+                splits = 1
+            else:
+                workspace = _dev_array("workspace", workspace, dev)
+                _need("workspace", workspace, ("float32",))
+                if workspace.size < splits * m_max * n:
+                    raise ValueError(f"workspace needs {splits * m_max * n} float32 for {splits} splits, "
+                                     f"got {workspace.size}")
+        p = _GemmParams()
+        p.a, p.a_index, p.b, p.c = a.ptr, _ptr(a_index), b.ptr, c.ptr
+        p.c_index, p.residual, p.m_ptr, p.noise_counter = _ptr(c_index), _ptr(residual), _ptr(num_rows), _ptr(noise_counter)
+        p.partial = workspace.ptr if splits > 1 else 0
+        p.noise_seed = int(noise_seed) & (2**64 - 1)
+        p.m_max = m_max
+        p.n, p.k, p.lda, p.ldc, p.ldr = n, k, k, n, n
+        p.out_f32 = 1 if c.dtype.name == "float32" else 0
+        p.out_scale = float(out_scale)
+        p.noise_std = float(noise_std)
+        p.k_splits = splits
+        kern = self._k_gemm if bm == _GEMM_BM else self._k_gemm32
+        grid = (math.ceil(n / _GEMM_BN), math.ceil(m_max / bm), splits)
+        ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(self._gemm_stages, bm))
+        keep = (a, b, c, a_index, c_index, residual, num_rows, noise_counter, workspace)
+        ln._keep.append(keep)
+        if splits == 1:
+            return ln
+        red = self._k_reduce.prepare((m_max, math.ceil(n / 512), 1), 256, [p])
+        red._keep.append(keep)
+        return _Launches([ln, red])
+
+    def embed_launch(self, tokens, positions, out, *, m_max: int, num_rows=None):
+        """A prepared ``mla_embed`` launch: ``out[m] = embed[tokens[m]]`` rotated by ``positions[m]``.
+
+        Parameters
+        ----------
+        tokens : int32 or int64 ``[>= m_max]``
+        positions : int32 or int64 ``[>= m_max]``, or None (position 0)
+        out : bf16 ``[>= m_max, d_model]``
+        m_max : int
+        num_rows : int64 device scalar, optional
+        """
+        dev = self.device
+        tokens = _dev_array("tokens", tokens, dev)
+        _need("tokens", tokens, ("int32", "int64"), 1)
+        if positions is not None:
+            positions = _dev_array("positions", positions, dev)
+            _need("positions", positions, ("int32", "int64"), 1)
+        out = _dev_array("out", out, dev)
+        _need("out", out, ("bfloat16",), 2)
+        D = self.config.d_model
+        if out.shape[1] != D or out.shape[0] < m_max:
+            raise ValueError(f"out must be [>= {m_max}, {D}], got {out.shape}")
+        if tokens.shape[0] < m_max or (positions is not None and positions.shape[0] < m_max):
+            raise ValueError(f"tokens and positions need >= m_max={m_max} entries")
+        num_rows = _row_count("num_rows", num_rows, dev)
+        p = _EmbedParams()
+        p.table, p.tokens, p.positions, p.out, p.m_ptr = self.embed.ptr, tokens.ptr, _ptr(positions), out.ptr, _ptr(num_rows)
+        p.m_max = int(m_max)
+        p.d, p.num_classes, p.vocab = D, self.config.num_classes, self.config.vocab_size
+        p.tokens_i64 = 1 if tokens.dtype.name == "int64" else 0
+        p.positions_i64 = 1 if positions is not None and positions.dtype.name == "int64" else 0
+        ln = self._k_embed.prepare((int(m_max), 1, 1), 128, [p])
+        ln._keep.append((tokens, positions, out, num_rows))
+        return ln
+
+    def argmax_launch(self, x, index, *, m_max: int, num_rows=None, top2=None):
+        """A prepared ``mla_argmax`` launch; see :func:`argmax_launch`."""
+        return argmax_launch(self.device, x, index, m_max=m_max, num_rows=num_rows, top2=top2, kernel=self._k_argmax)
+
+    # -- the drafter's table ---------------------------------------------------------------
+    def compute_successor(self, stream, chunk: int = 1024) -> DeviceArray:
+        """Fill :attr:`successor` on the GPU: ``argmax(embed[t] @ w_lm^T)`` for every token ``t``.
+
+        Not capture-safe (allocates a temporary ``[chunk, vocab]`` fp32 buffer and
+        synchronizes); done once, before any capture. Returns :attr:`successor`.
+        """
+        ensure_not_capturing("MLAModel.compute_successor()", stream)
+        if self._successor_ready:
+            return self.successor
+        V = self.config.vocab_size
+        chunk = max(1, min(int(chunk), V))
+        tmp = DeviceBuffer.allocate(self.device, chunk * V * 4, label="mla_model.successor_tmp")
+        logits = tmp.as_array((chunk, V), np.float32)
+        for s in range(0, V, chunk):
+            rows = min(chunk, V - s)
+            self.gemm(self.embed[s:s + rows], self.w_lm, logits, m_max=rows).launch(stream)
+            self.argmax_launch(logits, self.successor[s:s + rows], m_max=rows).launch(stream)
+        stream.synchronize()
+        tmp.close()
+        self._successor_ready = True
+        return self.successor
+
+    # -- plans -------------------------------------------------------------------------------
+    def forward_plan(self, *, max_batch: int, max_q: int, num_splits: int, mask_format="bitmask",
+                     name: str = "target", attention=None) -> "ForwardPlan":
+        """A :class:`ForwardPlan` for verify calls of up to ``max_batch`` requests of ``max_q`` rows."""
+        return ForwardPlan(self, max_batch=max_batch, max_q=max_q, num_splits=num_splits,
+                           mask_format=mask_format, name=name, attention=attention)
+
+    def __repr__(self):
+        c = self.config
+        return (f"<MLAModel vocab={c.vocab_size} heads={c.num_heads} d_model={c.d_model} seed={c.seed} "
+                f"{self.arch} weights={self.weight_bytes / 2**20:.1f} MiB>")
+
+
+class ForwardPlan:
+    """The target forward for one shape class: buffers, attention plan and packed launches.
+
+    Parameters
+    ----------
+    model : MLAModel
+    max_batch, max_q : int
+        Most requests and rows (draft tokens) per request of one call; ``max_rows =
+        max_batch * max_q``.
+    num_splits : int
+        Split-KV factor of the verify attention.
+    mask_format : {"bitmask", "causal", "full", "qlen_only"}
+    name : str
+        Prefix of the pool labels.
+    attention : VerifyAttention, optional
+        Use this plan instead of creating one (it must match ``num_heads`` and the maxima).
+
+    Attributes
+    ----------
+    attention : VerifyAttention
+    pool : WorkspacePool
+        ``e`` bf16 ``[max_rows, d_model]``, ``q`` bf16 ``[max_rows, H, 576]``,
+        ``attn`` bf16 ``[max_rows, H, 512]``, ``h`` bf16 ``[max_rows, d_model]``, and
+        ``splitk`` float32 (the split-K workspace of the GEMMs with few output tiles:
+        ``k_splits * max_rows * n`` for the largest, see :func:`gemm_schedule`).
+    workspace_bytes : int
+        This plan's pool plus the attention's split-KV workspace.
+
+    Notes
+    -----
+    Calling the plan (``plan(stream, buffers)``) follows the ``target_forward`` protocol of
+    :class:`driverlevel.runner.DecodeStepRunner`: ``buffers`` is a
+    :class:`driverlevel.runner.TargetBuffers`. Launches are packed on the first call and
+    reused while the buffers stay the same.
+    """
+
+    def __init__(self, model: MLAModel, *, max_batch: int, max_q: int, num_splits: int, mask_format="bitmask",
+                 name: str = "target", attention=None):
+        from .verify_attention import VerifyAttention
+
+        self.model = model
+        self.device = model.device
+        for pname, v in (("max_batch", max_batch), ("max_q", max_q), ("num_splits", num_splits)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+        self.max_batch, self.max_q = int(max_batch), int(max_q)
+        self.max_rows = self.max_batch * self.max_q
+        c = model.config
+        H, D = c.num_heads, c.d_model
+        if attention is None:
+            attention = VerifyAttention(self.device, H, max_batch=self.max_batch, max_q=self.max_q,
+                                        num_splits=int(num_splits), sm_scale=c.sm_scale, mask_format=mask_format,
+                                        name=f"{name}.attention")
+        elif attention.num_heads != H or attention.max_batch < self.max_batch or attention.max_q < self.max_q:
+            raise ValueError(f"attention plan {attention!r} does not cover {H} heads, batch {self.max_batch}, "
+                             f"{self.max_q} rows per request")
+        self.attention = attention
+        R = self.max_rows
+        sms = self.device.sm_count
+        ws = max([1] + [gemm_workspace_elems(R, n, k, sms) for n, k in
+                        ((H * QK_DIM, D), (QK_DIM, D), (D, H * V_DIM), (c.vocab_size, D))])
+        specs = [((R, D), bfloat16), ((R, H, QK_DIM), bfloat16), ((R, H, V_DIM), bfloat16), ((R, D), bfloat16),
+                 ((ws,), np.float32)]
+        self.pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.forward")
+        self.e = self.pool.carve("e", (R, D), bfloat16)
+        self.q = self.pool.carve("q", (R, H, QK_DIM), bfloat16)
+        self.attn = self.pool.carve("attn", (R, H, V_DIM), bfloat16)
+        self.h = self.pool.carve("h", (R, D), bfloat16)
+        self.splitk = self.pool.carve("splitk", (ws,), np.float32)
+        self._key = None
+        self._launches = None
+        self._attn_args = None
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.pool.capacity + self.attention.pool.capacity
+
+    def prepare(self, input_ids, positions, metadata, kv_cache, logits=None, num_rows=None, *,
+                stop_after: str = "logits"):
+        """Pack the launches of one forward bound to these buffers (host only, no launch).
+
+        Parameters
+        ----------
+        input_ids : int32 or int64 ``[max_rows]``
+        positions : int32 or int64 ``[max_rows]``
+        metadata : VerifyMetadata or dict
+            ``qo_indptr`` (int64 ``[bs + 1]``), ``kv_indptr``, ``kv_indices``,
+            ``out_cache_loc`` (int64 ``[max_rows]``), ``custom_mask``/``mask_indptr`` per the
+            attention plan's mask format.
+        kv_cache : bf16 ``[num_slots, 576]``
+        logits : float32 ``[max_rows, vocab]`` (needed when ``stop_after="logits"``)
+        num_rows : int64 device scalar, optional
+            Rows of this call (default: ``qo_indptr[bs]``, read on the device).
+        stop_after : {"logits", "hidden", "attention"}
+            ``"attention"`` stops once the latent KV is written and attended (a prefill of a
+            one-layer model needs no more); ``"hidden"`` leaves the residual stream in
+            :attr:`h` (bf16 ``[max_rows, d_model]``) for a caller's own LM head.
+        """
+        if stop_after not in ("logits", "hidden", "attention"):
+            raise ValueError(f"stop_after must be 'logits', 'hidden' or 'attention', got {stop_after!r}")
+        m = self.model
+        dev = self.device
+        R = self.max_rows
+        H = m.config.num_heads
+        get = (lambda k: metadata.get(k)) if isinstance(metadata, dict) else (lambda k: getattr(metadata, k, None))
+        qo = _dev_array("qo_indptr", get("qo_indptr"), dev)
+        _need("qo_indptr", qo, ("int64",), 1)
+        if num_rows is None:
+            num_rows = qo[qo.shape[0] - 1:]
+        loc = _dev_array("out_cache_loc", get("out_cache_loc"), dev)
+        _need("out_cache_loc", loc, ("int64",), 1)
+        if loc.shape[0] != R:
+            raise ValueError(f"out_cache_loc must have max_rows={R} entries, got {loc.shape}")
+        if stop_after == "logits" and logits is None:
+            raise ValueError("logits is required unless stop_after is 'hidden' or 'attention'")
+        kv = _dev_array("kv_cache", kv_cache, dev)
+        ws = self.splitk
+        launches = [
+            m.embed_launch(input_ids, positions, self.e, m_max=R, num_rows=num_rows),
+            m.gemm(self.e, m.w_q, self.q.reshape(R, H * QK_DIM), m_max=R, num_rows=num_rows, workspace=ws),
+            m.gemm(self.e, m.w_kv, kv, m_max=R, c_index=loc, num_rows=num_rows, workspace=ws),
+        ]
+        attn_args = (self.q, kv, metadata, self.attn)
+        tail = []
+        if stop_after != "attention":
+            tail.append(m.gemm(self.attn.reshape(R, H * V_DIM), m.w_o, self.h, m_max=R, residual=self.e, num_rows=num_rows,
+                               workspace=ws))
+        if stop_after == "logits":
+            tail.append(m.gemm(self.h, m.w_lm, logits, m_max=R, num_rows=num_rows, workspace=ws))
+        att = self.attention
+        att._partial._ensure_shared(att.config.shared_bytes)  # set the attribute now, not during a capture
+        self._launches = (launches, tail)
+        self._attn_args = attn_args
+        return self
+
+    def run(self, stream) -> None:
+        """Launch the prepared forward on ``stream`` (capture-safe)."""
+        if self._launches is None:
+            raise RuntimeError("ForwardPlan.run() before prepare(): call prepare() (or plan(stream, buffers)) first")
+        head, tail = self._launches
+        for ln in head:
+            ln.launch(stream)
+        q, kv, meta, attn = self._attn_args
+        self.attention.run(stream, q, kv, meta, attn)
+        for ln in tail:
+            ln.launch(stream)
+
+    def bind(self, buffers) -> "ForwardPlan":
+        """Pack the launches for a :class:`driverlevel.runner.TargetBuffers` (no launch; idempotent)."""
+        key = buffers.key()
+        if key != self._key:
+            self.prepare(buffers.input_ids, buffers.positions, buffers.metadata, buffers.kv_cache, buffers.logits,
+                         buffers.num_rows, stop_after="logits" if buffers.logits is not None else "attention")
+            self._key = key
+        return self
+
+    def __call__(self, stream, buffers) -> None:
+        """The ``target_forward(stream, buffers)`` protocol of :class:`driverlevel.runner.DecodeStepRunner`."""
+        self.bind(buffers)
+        self.run(stream)
+
+
+class Drafter:
+    """The drafter: per-depth logits ``[max_batch, depth_limit, vocab]`` (fp32) for the next positions.
+
+    Parameters
+    ----------
+    model : MLAModel
+        Its embedding, LM head and no-context successor table are used.
+    max_batch : int
+    depth_limit : int
+        Depths drafted per step (the tree's depth limit; block size - 1).
+    noise_std : float
+        Standard deviation of the added normal noise, logit units (0: none).
+    logit_scale : float
+        Multiplier of the model's no-context logits (default 4: a confident drafter whose
+        rank-0 chain gets explored deep before alternatives; at 1 the per-depth
+        distributions over a large vocabulary are flat and the tree stays shallow and wide).
+    seed : int
+        Seed of the noise.
+    name : str
+        Pool label prefix.
+
+    Attributes
+    ----------
+    roots : int32 ``[max_batch]`` (device)
+        Root tokens read by :meth:`run` (the runner points this at its own buffer via :meth:`prepare`).
+    guesses : int32 ``[max_batch, depth_limit]``
+    logits : float32 ``[max_batch, depth_limit, vocab]``
+    step_counter : uint64 ``[1]``
+        Incremented by every :meth:`run`; the noise of a step depends on it.
+    """
+
+    def __init__(self, model: MLAModel, *, max_batch: int, depth_limit: int, noise_std: float = 1.0,
+                 logit_scale: float = 4.0, seed: int = 0, name: str = "drafter"):
+        self.model = model
+        self.device = model.device
+        if max_batch < 1 or depth_limit < 1:
+            raise ValueError(f"max_batch and depth_limit must be >= 1, got {max_batch}, {depth_limit}")
+        if not (math.isfinite(noise_std) and noise_std >= 0):
+            raise ValueError(f"noise_std must be finite and >= 0, got {noise_std}")
+        self.max_batch, self.depth_limit = int(max_batch), int(depth_limit)
+        self.noise_std, self.logit_scale, self.seed = float(noise_std), float(logit_scale), int(seed)
+        if not model._successor_ready:  # the no-context table, computed once per model (not capture-safe)
+            model.compute_successor(self.device.create_stream())
+        V = model.vocab_size
+        B, L = self.max_batch, self.depth_limit
+        specs = [((B, L), np.int32), ((B * L, V), np.float32), ((1,), np.uint64)]
+        self.pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}")
+        self.guesses = self.pool.carve("guesses", (B, L), np.int32)
+        self.logits = self.pool.carve("logits", (B, L, V), np.float32)
+        self.step_counter = self.pool.carve("step_counter", (1,), np.uint64)
+        self.roots = None
+        self._launches = None
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.pool.capacity
+
+    def prepare(self, roots) -> "Drafter":
+        """Bind the root-token buffer (int32 ``[max_batch]``) and pack the launches."""
+        m = self.model
+        roots = _dev_array("roots", roots, self.device)
+        _need("roots", roots, ("int32",), 1)
+        if roots.shape[0] < self.max_batch:
+            raise ValueError(f"roots needs >= {self.max_batch} entries, got {roots.shape}")
+        p = _DraftChainParams()
+        p.successor, p.roots, p.guesses, p.step_counter = m.successor.ptr, roots.ptr, self.guesses.ptr, self.step_counter.ptr
+        p.bs, p.depth, p.vocab = self.max_batch, self.depth_limit, m.vocab_size
+        chain = m._k_chain.prepare((1, 1, 1), max(32, -(-self.max_batch // 32) * 32), [p])
+        chain._keep.append((roots, m.successor, self.guesses, self.step_counter))
+        rows = self.max_batch * self.depth_limit
+        V = m.vocab_size
+        gemm = m.gemm(m.embed, m.w_lm, self.logits.reshape(rows, V), m_max=rows,
+                      a_index=self.guesses.reshape(rows), out_scale=self.logit_scale,
+                      noise_counter=self.step_counter if self.noise_std > 0 else None,
+                      noise_seed=self.seed, noise_std=self.noise_std)
+        self.roots = roots
+        self._launches = (chain, gemm)
+        return self
+
+    def reset(self, stream=None) -> None:
+        """Set the step counter to 0 (not capture-safe: a host copy)."""
+        self.step_counter.copy_from_host(np.zeros(1, np.uint64))
+
+    def run(self, stream) -> None:
+        """Launch the drafter on ``stream`` (capture-safe): chain, then one GEMM with noise."""
+        if self._launches is None:
+            raise RuntimeError("Drafter.run() before prepare(roots)")
+        for ln in self._launches:
+            ln.launch(stream)
+

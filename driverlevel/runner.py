@@ -1,0 +1,837 @@
+"""The decode-step runner: one whole speculative-decoding step as one CUDA graph.
+
+:class:`DecodeStepRunner` owns every buffer of a batch of requests (the paged latent KV
+cache, the request-to-token table, the free-slot pool, the verify metadata, the logits, the
+DDTree workspaces and a mapped pinned mirror of each step's results), all allocated before
+capture. One step is::
+
+    draft      drafter logits [bs, depth_limit, vocab]           (Drafter or yours)
+    build      DDTree best-first tree of <= budget nodes          (driverlevel.ddtree)
+    compile    input ids, positions, slots, qo/kv indptr, bitmask (driverlevel.ddtree)
+    forward    target logits over every tree node                 (MLAModel or target_forward)
+    accept     greedy walk from the root, bonus token, stop tokens (driverlevel.ddtree)
+    commit     paged: keep accepted slots, free the rest          (driverlevel.ddtree)
+    publish    max-new-tokens limit, records into the host mirror (runner.cu)
+
+:meth:`DecodeStepRunner.capture` records it once; :meth:`~DecodeStepRunner.step` replays
+it (one ``cuGraphLaunch`` and one event record). The host learns what each step produced
+by reading the mapped pinned ring after the step's event: no copy call, no
+synchronization inside the step. Finished requests (a stop token, ``max_new_tokens``, or a
+full context) stay inactive in the same graph; :meth:`~DecodeStepRunner.reset` starts new
+requests in the same buffers, so the graph is never captured again.
+
+:class:`AutoregressiveRunner` is the baseline with the same model: one token per request
+per step (``q_len`` 1, the verify attention with a causal chain of length 1), captured
+and replayed the same way.
+
+Plugging in another runtime's target forward
+--------------------------------------------
+Pass ``target_forward=callable`` instead of a model. It is called as
+``target_forward(stream, buffers)`` with a :class:`TargetBuffers` and must launch work on
+``stream`` only (it is captured with the rest of the step): read ``input_ids``,
+``positions`` and the verify ``metadata``, write each row's latent KV into ``kv_cache`` at
+``metadata.out_cache_loc``, and write float32 ``logits``. It is also called once per
+:meth:`reset` for the prompts (``buffers.logits`` is None then: only the KV matters). If it
+has a ``bind(buffers)`` method, :meth:`DecodeStepRunner.capture` calls it first, so that
+argument packing and kernel attributes are settled before the capture begins. See
+``examples/external_target_forward.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._array import DeviceArray
+from ._capture_guard import ensure_not_capturing
+from ._compile import compile_file, normalize_arch
+from ._device import _check_device_arg
+from ._dtypes import bfloat16
+from ._graph import capture as _capture
+from ._memory import PinnedHostBuffer, WorkspacePool
+from ._module import load_module
+from .verify_attention import VerifyMetadata
+
+__all__ = [
+    "DecodeStepRunner",
+    "AutoregressiveRunner",
+    "TargetBuffers",
+    "GenerationResult",
+    "RECORD_HEADER",
+    "RING_HEADER",
+    "compile_defines",
+    "dynamic_shared_bytes",
+]
+
+SOURCE = "runner.cu"
+#: int32 words of a step record before the emitted tokens: accepted_count, num_emitted, bonus, finished.
+RECORD_HEADER = 4
+#: int32 words of a ring entry before the records: step, status, free slots, active requests.
+RING_HEADER = 4
+#: ``status`` bit set by the autoregressive step when the slot pool ran dry.
+STATUS_POOL_EMPTY = 1
+#: ``status`` bit set when kv_indices was too small.
+STATUS_KV_CAPACITY = 4
+
+
+class _StepParams(ctypes.Structure):
+    """ctypes mirror of ``StepParams`` in cu/runner.cu."""
+
+    _fields_ = [
+        ("roots", ctypes.c_uint64), ("active", ctypes.c_uint64), ("committed", ctypes.c_uint64),
+        ("remaining", ctypes.c_uint64), ("req_to_token", ctypes.c_uint64), ("stop_tokens", ctypes.c_uint64),
+        ("pool_slots", ctypes.c_uint64), ("pool_count", ctypes.c_uint64),
+        ("qo_indptr", ctypes.c_uint64), ("kv_indptr", ctypes.c_uint64), ("kv_indices", ctypes.c_uint64),
+        ("input_ids", ctypes.c_uint64), ("positions", ctypes.c_uint64), ("out_cache_loc", ctypes.c_uint64),
+        ("next_tokens", ctypes.c_uint64), ("records", ctypes.c_uint64),
+        ("ring", ctypes.c_uint64), ("step_counter", ctypes.c_uint64), ("status", ctypes.c_uint64),
+        ("scratch_slot", ctypes.c_int64),
+        ("bs", ctypes.c_int32), ("max_context", ctypes.c_int32), ("n_stop", ctypes.c_int32),
+        ("record_width", ctypes.c_int32), ("ring_slots", ctypes.c_int32), ("kv_capacity", ctypes.c_int32),
+    ]
+
+
+def compile_defines(arch) -> dict:
+    """NVRTC defines of ``cu/runner.cu``: the StepParams layout (checked by static_assert)."""
+    normalize_arch(arch)
+    d = {f"DL_OFF_S_{name}": getattr(_StepParams, name).offset for name, *_ in _StepParams._fields_}
+    d["DL_SIZEOF_S"] = ctypes.sizeof(_StepParams)
+    return d
+
+
+def dynamic_shared_bytes(arch) -> dict:
+    """Dynamic shared memory of the record kernels at batch 8, depth limit 15 (``bs * width * 4`` B)."""
+    normalize_arch(arch)
+    return {"ar_commit": 8 * (RECORD_HEADER + 1) * 4, "publish_records": 8 * (RECORD_HEADER + 16) * 4}
+
+
+def _load(device):
+    arch = normalize_arch(device.arch)
+    return load_module(device, compile_file(SOURCE, arch, compile_defines(arch)))
+
+
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TargetBuffers:
+    """What a target forward reads and writes in one step (device arrays, fixed for the runner's life).
+
+    Attributes
+    ----------
+    input_ids : int32 ``[max_rows]``
+        Token of every row (draft-tree node; root first per request). Rows past
+        ``qo_indptr[bs]`` are stale and must be ignored.
+    positions : int64 ``[max_rows]``
+        Position of every row (committed length + depth).
+    metadata : VerifyMetadata
+        ``qo_indptr`` int64 ``[bs + 1]``, ``kv_indptr`` int32 ``[bs + 1]``, ``kv_indices``
+        int64, ``out_cache_loc`` int64 ``[max_rows]`` (where each row's latent KV must be
+        written), ``custom_mask`` (uint32 bitmask ``[max_rows, words]``, or None for a
+        causal chain) and ``mask_indptr`` (None).
+    kv_cache : bf16 ``[num_slots, 576]``
+        The paged latent cache (512 ``c_kv`` + 64 ``k_pe`` per slot).
+    logits : float32 ``[max_rows, vocab]`` or None
+        Output. None during prefill (only the KV of the rows matters then).
+    num_rows : int64 ``[1]``
+        ``qo_indptr[bs]``: the rows of this step, on the device.
+    max_rows, batch_size, max_q : int
+        ``max_rows = batch_size * max_q``; ``batch_size`` is the fixed ``bs`` of the metadata.
+    mask_format : str
+        ``"bitmask"`` (a DDTree step) or ``"causal"`` (prefill, autoregressive step).
+    sglang : dict or None
+        SGLang ``custom_mask``/``mask_indptr`` in the FULL and QLEN_ONLY layouts, where
+        the tree kernels produce them.
+    """
+
+    input_ids: DeviceArray
+    positions: DeviceArray
+    metadata: VerifyMetadata
+    kv_cache: DeviceArray
+    logits: DeviceArray | None
+    num_rows: DeviceArray
+    max_rows: int
+    batch_size: int
+    max_q: int
+    mask_format: str
+    sglang: dict | None = None
+
+    def key(self) -> tuple:
+        """Addresses of every buffer (a forward packed for one key may be replayed for it)."""
+        m = self.metadata
+        ptr = lambda a: 0 if a is None else int(a.ptr)  # noqa: E731
+        return (ptr(self.input_ids), ptr(self.positions), ptr(m.qo_indptr), ptr(m.kv_indptr), ptr(m.kv_indices),
+                ptr(m.out_cache_loc), ptr(m.custom_mask), ptr(m.mask_indptr), ptr(self.kv_cache), ptr(self.logits),
+                self.max_rows, self.mask_format)
+
+
+@dataclass
+class GenerationResult:
+    """What :meth:`DecodeStepRunner.generate` produced.
+
+    Attributes
+    ----------
+    tokens : list of list of int
+        Per request, the generated tokens (stop token included, at most ``max_new_tokens``).
+    steps : int
+        Steps run.
+    step_seconds : list of float
+        Host wall time of every step (launch to event), seconds.
+    tokens_per_step : float
+        Mean tokens produced per (step, active request): the acceptance length.
+    finished : list of bool
+    """
+
+    tokens: list
+    steps: int
+    step_seconds: list = field(default_factory=list)
+    tokens_per_step: float = 0.0
+    finished: list = field(default_factory=list)
+
+
+def _as_int_list(name, x, n):
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return [int(x)] * n
+    x = [int(v) for v in x]
+    if len(x) != n:
+        raise ValueError(f"{name} must be an int or one per request ({n}), got {len(x)}")
+    return x
+
+
+class _RunnerBase:
+    """Buffers, prefill, capture and the host mirror shared by both runners."""
+
+    kind = "base"
+    _rows_per_request = 1
+
+    def __init__(self, device, *, model=None, target_forward=None, vocab_size: int | None = None,
+                 max_batch: int, max_context: int, max_prompt_len: int, num_splits: int = 1,
+                 prefill_splits: int = 1, max_stop_tokens: int = 4, ring_slots: int = 64, stream=None,
+                 slot_seed: int = 0, name: str = "runner"):
+        self.device = _check_device_arg(device)
+        ensure_not_capturing(f"{type(self).__name__}()")
+        if (model is None) == (target_forward is None):
+            raise ValueError("pass exactly one of model= (an MLAModel) or target_forward= (a callable)")
+        for pname, v in (("max_batch", max_batch), ("max_context", max_context), ("max_prompt_len", max_prompt_len),
+                         ("num_splits", num_splits), ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+        if max_batch > 256:
+            raise ValueError(f"max_batch must be <= 256, got {max_batch}")
+        if max_stop_tokens < 1:
+            raise ValueError(f"max_stop_tokens must be >= 1, got {max_stop_tokens}")
+        self.model = model
+        if model is not None:
+            vocab_size = model.vocab_size
+        if vocab_size is None or vocab_size < 2:
+            raise ValueError("vocab_size is required with target_forward=")
+        self.vocab_size = int(vocab_size)
+        self.max_batch = int(max_batch)
+        self.max_context = int(max_context)
+        self.max_prompt_len = int(max_prompt_len)
+        if self.max_prompt_len > self.max_context:
+            raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
+        self.num_splits = int(num_splits)
+        self.n_stop = int(max_stop_tokens)
+        self.ring_slots = int(ring_slots)
+        self.slot_seed = int(slot_seed)
+        self.name = name
+        self.stream = stream if stream is not None else self.device.create_stream()
+        self._module = _load(self.device)
+        self.max_rows = self.max_batch * self._rows_per_request
+        # The cache holds every request's context plus one step's nodes, and one scratch slot.
+        self.num_slots = self.max_batch * (self.max_context + self._rows_per_request) + 1
+        self.scratch_slot = self.num_slots - 1
+        self.record_width = RECORD_HEADER + self._emit_width()
+
+        B, C, S, R, V = self.max_batch, self.max_context, self.num_slots, self.max_rows, self.vocab_size
+        self.kv_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes([((S, 576), bfloat16)]),
+                                              label=f"{name}.kv_cache")
+        self.kv_cache = self.kv_pool.carve("kv_cache", (S, 576), bfloat16)
+        specs = [((B,), np.int32), ((B,), np.uint8), ((B,), np.int64), ((B,), np.int32), ((B, C), np.int32),
+                 ((B, self.n_stop), np.int32), ((S,), np.int64), ((1,), np.int64), ((1,), np.uint64), ((1,), np.int32),
+                 ((B + 1,), np.int64), ((B + 1,), np.int32), ((B * C,), np.int64), ((R,), np.int32), ((R,), np.int64),
+                 ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32)]
+        self.state_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.state")
+        sp = self.state_pool
+        self.roots = sp.carve("roots", (B,), np.int32)
+        self.active = sp.carve("active", (B,), np.uint8)
+        self.committed = sp.carve("committed", (B,), np.int64)
+        self.remaining = sp.carve("remaining", (B,), np.int32)
+        self.req_to_token = sp.carve("req_to_token", (B, C), np.int32)
+        self.stop_tokens = sp.carve("stop_tokens", (B, self.n_stop), np.int32)
+        self.pool_slots = sp.carve("pool_slots", (S,), np.int64)
+        self.pool_count = sp.carve("pool_count", (1,), np.int64)
+        self.step_counter = sp.carve("step_counter", (1,), np.uint64)
+        self.status = sp.carve("status", (1,), np.int32)
+        self.qo_indptr = sp.carve("qo_indptr", (B + 1,), np.int64)
+        self.kv_indptr = sp.carve("kv_indptr", (B + 1,), np.int32)
+        self.kv_indices = sp.carve("kv_indices", (B * C,), np.int64)
+        self.input_ids = sp.carve("input_ids", (R,), np.int32)
+        self.positions = sp.carve("positions", (R,), np.int64)
+        self.out_cache_loc = sp.carve("out_cache_loc", (R,), np.int64)
+        self.next_tokens = sp.carve("next_tokens", (R,), np.int32)
+        self.records = sp.carve("records", (B, self.record_width), np.int32)
+        zero = self.device.create_stream()
+        sp_all = DeviceArray(sp.base, (sp.capacity,), np.uint8, self.device, owner=sp)
+        sp_all.fill_bytes(0, zero)  # no request is active until reset()
+        zero.synchronize()
+        self.logits_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes([((R, V), np.float32)]),
+                                                  label=f"{name}.logits")
+        self.logits = self.logits_pool.carve("logits", (R, V), np.float32)
+        self.entry_words = RING_HEADER + B * self.record_width
+        self.ring = PinnedHostBuffer.allocate(self.device, self.ring_slots * self.entry_words * 4, mapped=True,
+                                              label=f"{name}.mirror")
+        self._ring_host = self.ring.numpy((self.ring_slots, self.entry_words), np.int32)
+        self._ring_dev = self.ring.as_array((self.ring_slots * self.entry_words,), np.int32)
+        self._events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
+        self._start_events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
+
+        # Prefill: prompt[:-1] of every request through a causal plan sized for the longest prompt.
+        P = max(1, self.max_prompt_len - 1)
+        pspecs = [((B * P,), np.int32), ((B * P,), np.int64), ((B * P,), np.int64), ((B + 1,), np.int64),
+                  ((B + 1,), np.int32), ((1,), np.int64)]
+        self.prefill_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(pspecs),
+                                                   label=f"{name}.prefill")
+        pp = self.prefill_pool
+        self._pf_ids = pp.carve("input_ids", (B * P,), np.int32)
+        self._pf_pos = pp.carve("positions", (B * P,), np.int64)
+        self._pf_loc = pp.carve("out_cache_loc", (B * P,), np.int64)
+        self._pf_qo = pp.carve("qo_indptr", (B + 1,), np.int64)
+        self._pf_kvp = pp.carve("kv_indptr", (B + 1,), np.int32)
+        self._pf_kvi = pp.carve("kv_indices", (1,), np.int64)
+        self.prefill_buffers = TargetBuffers(
+            input_ids=self._pf_ids, positions=self._pf_pos,
+            metadata=VerifyMetadata(self._pf_qo, self._pf_kvp, self._pf_kvi, self._pf_loc, None, None),
+            kv_cache=self.kv_cache, logits=None, num_rows=self._pf_qo[B:], max_rows=B * P, batch_size=B, max_q=P,
+            mask_format="causal")
+        if model is not None:
+            self.prefill_forward = model.forward_plan(max_batch=B, max_q=P, num_splits=int(prefill_splits),
+                                                      mask_format="causal", name=f"{name}.prefill")
+            self.target_forward = None  # set by the subclass
+        else:
+            self.prefill_forward = target_forward
+            self.target_forward = target_forward
+        self._exec = None
+        self._graph = None
+        #: Record an event before every step too, so that :meth:`step_gpu_ms` works (one more
+        #: ``cuEventRecord`` of host time per step; benchmarks of the launch overhead turn it off).
+        self.gpu_timing = True
+        #: Keep every collected step's records (int32 ``[max_batch, record_width]``) in :attr:`history`.
+        self.keep_history = False
+        self.history: list = []
+        self._n_requests = 0
+        self._launched = 0
+        self._collected = 0
+        self._outputs: list = []
+        self._finished: list = []
+        self._max_new: list = []
+        self._step_tokens = 0
+        self._step_active = 0
+        self._ready = False
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def _emit_width(self) -> int:
+        return 1
+
+    def _pools(self) -> list:
+        pools = [self.kv_pool, self.state_pool, self.logits_pool, self.prefill_pool]
+        for obj in (getattr(self, "forward", None), self.prefill_forward):
+            if obj is not None and hasattr(obj, "pool"):
+                pools += [obj.pool, obj.attention.pool]
+        tree = getattr(self, "tree", None)
+        if tree is not None:
+            pools += tree.pools
+        dr = getattr(self, "drafter", None)
+        if dr is not None and hasattr(dr, "pool"):
+            pools.append(dr.pool)
+        seen, out = set(), []
+        for p in pools:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Device bytes of every pool this runner allocated (KV cache included; model weights not)."""
+        return sum(p.capacity for p in self._pools())
+
+    def memory_report(self) -> str:
+        """One line per pool: label and bytes."""
+        return "\n".join(f"  {p.label:<32} {p.capacity / 2**20:10.1f} MiB" for p in self._pools())
+
+    # -- reset and prefill ---------------------------------------------------------------------
+    def reset(self, prompts, max_new_tokens, stop_tokens=None) -> None:
+        """Start new requests in the runner's buffers (not capture-safe: host copies and a prefill).
+
+        Parameters
+        ----------
+        prompts : sequence of int sequences
+            At most ``max_batch`` prompts of 1 .. ``max_prompt_len`` tokens. The tokens but
+            the last are prefilled (their latent KV is written to the cache); the last is the
+            first step's root.
+        max_new_tokens : int or sequence of int
+            Tokens to generate per request (>= 1).
+        stop_tokens : None, int, or sequence
+            One stop token for all, a list for all, or one list per request (at most
+            ``max_stop_tokens`` each). A request ends after emitting one.
+
+        Raises
+        ------
+        ValueError
+            Too many prompts, an empty or too long prompt, out-of-vocabulary tokens, or a
+            context that ``max_context`` cannot hold.
+        """
+        ensure_not_capturing(f"{type(self).__name__}.reset()", self.stream)
+        prompts = [[int(t) for t in p] for p in prompts]
+        n = len(prompts)
+        B, C = self.max_batch, self.max_context
+        if not 1 <= n <= B:
+            raise ValueError(f"need 1 .. max_batch={B} prompts, got {n}")
+        for i, p in enumerate(prompts):
+            if not 1 <= len(p) <= self.max_prompt_len:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; allowed 1 .. max_prompt_len={self.max_prompt_len}")
+            if min(p) < 0 or max(p) >= self.vocab_size:
+                raise ValueError(f"prompt {i} has tokens outside [0, vocab_size={self.vocab_size})")
+        max_new = _as_int_list("max_new_tokens", max_new_tokens, n)
+        for i, (p, m) in enumerate(zip(prompts, max_new)):
+            if m < 1:
+                raise ValueError(f"max_new_tokens must be >= 1, got {m} for request {i}")
+            need = len(p) + m + self._rows_per_request
+            if need > C:
+                raise ValueError(f"request {i} needs a context of {need} (prompt {len(p)} + {m} new + one step of "
+                                 f"{self._rows_per_request}), more than max_context={C}")
+        stops = np.full((B, self.n_stop), -1, np.int32)
+        if stop_tokens is not None:
+            if isinstance(stop_tokens, (int, np.integer)):
+                per = [[int(stop_tokens)]] * n
+            elif len(stop_tokens) and all(isinstance(s, (int, np.integer)) for s in stop_tokens):
+                per = [[int(s) for s in stop_tokens]] * n
+            else:
+                per = [[int(s) for s in ([s] if isinstance(s, (int, np.integer)) else s)] for s in stop_tokens]
+                if len(per) != n:
+                    raise ValueError(f"stop_tokens: one list per request ({n}) expected, got {len(per)}")
+            for i, s in enumerate(per):
+                if len(s) > self.n_stop:
+                    raise ValueError(f"request {i} has {len(s)} stop tokens, more than max_stop_tokens={self.n_stop}")
+                stops[i, :len(s)] = s
+
+        # Slots: a shuffled stack of every slot but the scratch one; prompts take from the top.
+        rng = np.random.default_rng(self.slot_seed)
+        stack = rng.permutation(self.num_slots - 1).astype(np.int64)
+        top = stack.shape[0]
+        r2t = np.zeros((B, C), np.int32)
+        committed = np.zeros(B, np.int64)
+        roots = np.zeros(B, np.int32)
+        active = np.zeros(B, np.uint8)
+        remaining = np.zeros(B, np.int32)
+        P = max(1, self.max_prompt_len - 1)
+        pf_ids = np.zeros(B * P, np.int32)
+        pf_pos = np.zeros(B * P, np.int64)
+        pf_loc = np.full(B * P, self.scratch_slot, np.int64)
+        pf_qo = np.zeros(B + 1, np.int64)
+        row = 0
+        for b, p in enumerate(prompts):
+            k = len(p) - 1
+            slots = stack[top - k:top][::-1].copy()
+            top -= k
+            r2t[b, :k] = slots
+            committed[b] = k
+            roots[b] = p[-1]
+            active[b] = 1
+            remaining[b] = max_new[b]
+            pf_ids[row:row + k] = p[:-1]
+            pf_pos[row:row + k] = np.arange(k)
+            pf_loc[row:row + k] = slots
+            row += k
+            pf_qo[b + 1] = row
+        pf_qo[n + 1:] = row
+        pool = np.full(self.num_slots, -1, np.int64)
+        pool[:top] = stack[:top]
+
+        s = self.stream
+        s.synchronize()
+        for arr, host in ((self.roots, roots), (self.active, active), (self.committed, committed),
+                          (self.remaining, remaining), (self.req_to_token, r2t), (self.stop_tokens, stops),
+                          (self.pool_slots, pool), (self.pool_count, np.array([top], np.int64)),
+                          (self.step_counter, np.zeros(1, np.uint64)), (self.status, np.zeros(1, np.int32)),
+                          (self._pf_ids, pf_ids), (self._pf_pos, pf_pos), (self._pf_loc, pf_loc), (self._pf_qo, pf_qo),
+                          (self._pf_kvp, np.zeros(B + 1, np.int32)), (self._pf_kvi, np.zeros(1, np.int64))):
+            arr.copy_from_host(host)
+        self._reset_extra(prompts)
+        if row > 0:
+            self.prefill_forward(s, self.prefill_buffers)
+        s.synchronize()
+        self._ring_host[:] = -1
+        self.history = []
+        self._n_requests = n
+        self._launched = self._collected = 0
+        self._outputs = [[] for _ in range(n)]
+        self._finished = [False] * n
+        self._max_new = max_new
+        self._step_tokens = self._step_active = 0
+        self._step_seconds: list = []
+        self._host_committed = committed.copy()
+        self._free_after_reset = top
+        self._ready = True
+
+    def _reset_extra(self, prompts) -> None:
+        pass
+
+    # -- the step ---------------------------------------------------------------------------------
+    def _launch_step(self, stream) -> None:
+        raise NotImplementedError
+
+    def _warm(self) -> None:
+        """Pack every launch of the step and set kernel attributes, so that capture only records."""
+        bind = getattr(self.target_forward, "bind", None)
+        if bind is not None:
+            bind(self.buffers)
+
+    def capture(self):
+        """Capture one step into a CUDA graph and instantiate it (once; replayed by :meth:`step`).
+
+        Returns
+        -------
+        GraphExec
+
+        Raises
+        ------
+        CaptureError
+            If something in the step (e.g. a user ``target_forward``) breaks the capture.
+        """
+        ensure_not_capturing(f"{type(self).__name__}.capture()", self.stream)
+        self._warm()
+        t0 = time.perf_counter()
+        with _capture(self.stream) as cap:
+            self._launch_step(self.stream)
+            cap.keep_alive(*self._pools(), self.ring, self)
+        self._graph = cap.graph
+        self._exec = cap.graph.instantiate(upload_stream=self.stream)
+        self.capture_seconds = time.perf_counter() - t0
+        return self._exec
+
+    @property
+    def graph(self):
+        """The captured :class:`~driverlevel.Graph` (None before :meth:`capture`)."""
+        return self._graph
+
+    @property
+    def graph_exec(self):
+        return self._exec
+
+    def step(self, graph: bool = True) -> None:
+        """Queue one step: a graph replay (``graph=True``, after :meth:`capture`) or the same launches eagerly.
+
+        Returns at once; the step's results are read by :meth:`collect`. At most
+        ``ring_slots`` steps may be in flight.
+        """
+        if not self._ready:
+            raise RuntimeError(f"{type(self).__name__}.step() before reset(prompts, ...)")
+        if self._launched - self._collected >= self.ring_slots:
+            self.collect(self._launched - self.ring_slots + 1)
+        i = self._launched % self.ring_slots
+        if self.gpu_timing:
+            self._start_events[i].record(self.stream)
+        if graph:
+            if self._exec is None:
+                raise RuntimeError("step(graph=True) before capture(): call capture() or step(graph=False)")
+            self._exec.launch(self.stream)
+        else:
+            self._launch_step(self.stream)
+        self._events[i].record(self.stream)
+        self._launched += 1
+
+    def collect(self, upto: int | None = None) -> int:
+        """Wait for the steps launched so far (or up to step index ``upto``, exclusive) and read their results.
+
+        Returns the number of steps read. Tokens are appended to :attr:`outputs`.
+        """
+        upto = self._launched if upto is None else min(int(upto), self._launched)
+        n = 0
+        while self._collected < upto:
+            k = self._collected
+            i = k % self.ring_slots
+            self._events[i].synchronize()
+            entry = self._ring_host[i]
+            if entry[0] != (k & 0x7FFFFFFF):
+                raise RuntimeError(f"mirror entry {i} holds step {entry[0]}, expected {k}: the device step counter "
+                                   f"and the host disagree (was the state changed behind the runner's back?)")
+            recs = entry[RING_HEADER:].reshape(self.max_batch, self.record_width)
+            if self.keep_history:
+                self.history.append(recs.copy())
+            for b in range(self._n_requests):
+                if self._finished[b]:
+                    continue
+                r = recs[b]
+                ne = int(r[1])
+                if r[0] > 0 or ne > 0:
+                    self._step_active += 1
+                if ne > 0:
+                    room = self._max_new[b] - len(self._outputs[b])
+                    toks = [int(t) for t in r[RECORD_HEADER:RECORD_HEADER + ne]][:max(room, 0)]
+                    self._outputs[b].extend(toks)
+                    self._step_tokens += len(toks)
+                if r[3] or len(self._outputs[b]) >= self._max_new[b]:
+                    self._finished[b] = True
+            self.last_status = int(entry[1])
+            self.last_free_slots = int(entry[2])
+            self.last_active = int(entry[3])
+            self._collected += 1
+            n += 1
+        return n
+
+    def step_gpu_ms(self, k: int) -> float:
+        """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
+        i = k % self.ring_slots
+        return self._start_events[i].elapsed_ms(self._events[i])
+
+    @property
+    def outputs(self) -> list:
+        """Per request, the tokens generated so far (collected steps only)."""
+        return [list(o) for o in self._outputs]
+
+    @property
+    def all_finished(self) -> bool:
+        return all(self._finished)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens per (step, active request) so far: the acceptance length."""
+        return self._step_tokens / max(self._step_active, 1)
+
+    def free_slots(self) -> int:
+        """Free slots of the pool now (synchronizes; not capture-safe)."""
+        ensure_not_capturing("free_slots()", self.stream)
+        self.stream.synchronize()
+        return int(self.pool_count.to_numpy()[0])
+
+    def committed_lengths(self) -> np.ndarray:
+        """int64 ``[max_batch]`` committed lengths now (synchronizes)."""
+        self.stream.synchronize()
+        return self.committed.to_numpy()
+
+    def check_slots(self) -> None:
+        """Check the slot pool's conservation: free + committed (+ the scratch slot) == all slots.
+
+        Raises
+        ------
+        AssertionError
+            With the counts, if slots leaked or were freed twice.
+        """
+        self.stream.synchronize()
+        free = int(self.pool_count.to_numpy()[0])
+        committed = int(self.committed.to_numpy().astype(np.int64).sum())
+        total = self.num_slots - 1
+        if free + committed != total:
+            raise AssertionError(f"slot pool out of balance: {free} free + {committed} committed != {total} slots")
+        stack = self.pool_slots.to_numpy()[:free]
+        if np.unique(stack).shape[0] != free:
+            raise AssertionError("the free-slot stack holds a slot twice")
+
+    def generate(self, prompts, max_new_tokens, stop_tokens=None, *, graph: bool = True, max_steps: int | None = None,
+                 progress=None) -> GenerationResult:
+        """Reset, then step until every request finished (or ``max_steps``); one step in flight at a time.
+
+        Parameters
+        ----------
+        graph : bool
+            Replay the captured graph (captured on first use) or launch eagerly.
+        progress : callable, optional
+            Called with the number of tokens produced by each step (e.g. a tqdm ``update``).
+        """
+        self.reset(prompts, max_new_tokens, stop_tokens)
+        if graph and self._exec is None:
+            self.capture()
+        limit = max_steps if max_steps is not None else sum(self._max_new) + 2
+        steps = 0
+        times = []
+        while not self.all_finished and steps < limit:
+            before = self._step_tokens
+            t0 = time.perf_counter()
+            self.step(graph)
+            self.collect()
+            times.append(time.perf_counter() - t0)
+            steps += 1
+            if progress is not None:
+                progress(self._step_tokens - before)
+        return GenerationResult(self.outputs, steps, times, self.tokens_per_step, list(self._finished))
+
+    def _step_params(self) -> _StepParams:
+        p = _StepParams()
+        p.roots, p.active, p.committed, p.remaining = self.roots.ptr, self.active.ptr, self.committed.ptr, self.remaining.ptr
+        p.req_to_token, p.stop_tokens = self.req_to_token.ptr, self.stop_tokens.ptr
+        p.pool_slots, p.pool_count = self.pool_slots.ptr, self.pool_count.ptr
+        p.qo_indptr, p.kv_indptr, p.kv_indices = self.qo_indptr.ptr, self.kv_indptr.ptr, self.kv_indices.ptr
+        p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
+        p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
+        p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
+        p.scratch_slot = self.scratch_slot
+        p.bs, p.max_context, p.n_stop = self.max_batch, self.max_context, self.n_stop
+        p.record_width, p.ring_slots, p.kv_capacity = self.record_width, self.ring_slots, self.max_batch * self.max_context
+        return p
+
+    def _prepare_record_kernel(self, kname: str, params: _StepParams):
+        threads = max(32, -(-self.max_batch // 32) * 32)
+        ln = self._module.kernel(kname).prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4)
+        ln._keep.append(self)
+        return ln
+
+
+class AutoregressiveRunner(_RunnerBase):
+    """Plain greedy decoding, one token per request per step, captured as one CUDA graph.
+
+    The same model and attention kernel as :class:`DecodeStepRunner`, with a causal plan
+    of one row per request: ``ar_prepare`` (runner.cu) builds the metadata from
+    ``req_to_token`` and pops a slot per active request, the target forward computes the
+    logits, ``mla_argmax`` picks the next tokens and ``ar_commit`` appends the slots,
+    advances the requests, handles stop tokens and ``max_new_tokens``, and publishes.
+
+    Parameters
+    ----------
+    device : Device or int
+    model : MLAModel, optional
+    target_forward : callable, optional
+        Instead of ``model``; see :mod:`driverlevel.runner`.
+    vocab_size : int, optional
+        Required with ``target_forward``.
+    max_batch : int
+    max_context : int
+        Most tokens (prompt + generated) of one request.
+    max_prompt_len : int
+    num_splits : int
+        Split-KV factor of the verify attention.
+    """
+
+    kind = "autoregressive"
+    _rows_per_request = 1
+
+    def __init__(self, device, *, model=None, target_forward=None, vocab_size=None, max_batch: int,
+                 max_context: int, max_prompt_len: int, num_splits: int = 1, name: str = "ar", **kw):
+        super().__init__(device, model=model, target_forward=target_forward, vocab_size=vocab_size,
+                         max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
+                         num_splits=num_splits, name=name, **kw)
+        B = self.max_batch
+        self.buffers = TargetBuffers(
+            input_ids=self.input_ids, positions=self.positions,
+            metadata=VerifyMetadata(self.qo_indptr, self.kv_indptr, self.kv_indices, self.out_cache_loc, None, None),
+            kv_cache=self.kv_cache, logits=self.logits, num_rows=self.qo_indptr[B:], max_rows=B, batch_size=B,
+            max_q=1, mask_format="causal")
+        if model is not None:
+            self.forward = model.forward_plan(max_batch=B, max_q=1, num_splits=self.num_splits, mask_format="causal",
+                                              name=f"{name}.target")
+            self.target_forward = self.forward
+        else:
+            self.forward = None
+        from .mla_model import argmax_launch
+
+        params = self._step_params()
+        self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
+        self._prep._keep.append(self)
+        self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:])
+        self._commit = self._prepare_record_kernel("ar_commit", params)
+
+    def _launch_step(self, stream) -> None:
+        self._prep.launch(stream)
+        self.target_forward(stream, self.buffers)
+        self._argmax.launch(stream)
+        self._commit.launch(stream)
+
+
+class DecodeStepRunner(_RunnerBase):
+    """The DDTree decode step (draft, tree, verify, accept, commit) as one CUDA graph.
+
+    Parameters
+    ----------
+    device : Device or int
+    model : MLAModel, optional
+        The target model (its :meth:`~driverlevel.mla_model.MLAModel.forward_plan` is used).
+    target_forward : callable, optional
+        ``target_forward(stream, buffers: TargetBuffers)`` instead of ``model``.
+    drafter : Drafter or object, optional
+        Anything with ``prepare(roots)``, ``run(stream)`` and ``logits`` (float32
+        ``[max_batch, depth_limit, vocab]``). Default: a :class:`~driverlevel.mla_model.Drafter`
+        of ``model`` (required with ``target_forward``).
+    vocab_size : int, optional
+        Required with ``target_forward``.
+    max_batch : int
+    budget : int
+        Tree nodes besides the root (the verify call has ``budget + 1`` rows per request).
+    depth_limit : int
+        Depths the drafter proposes (block size - 1; default 15).
+    max_context : int
+        Most tokens (prompt + generated) of one request.
+    max_prompt_len : int
+    num_splits : int
+        Split-KV factor of the verify attention (baked into the graph).
+    draft_noise, draft_scale, draft_seed : float, float, int
+        Parameters of the default drafter.
+
+    Example
+    -------
+    >>> model = MLAModel(dev)                                                # doctest: +SKIP
+    >>> r = DecodeStepRunner(dev, model=model, max_batch=8, budget=32, max_context=2048,
+    ...                      max_prompt_len=512, num_splits=4)
+    >>> res = r.generate(prompts, max_new_tokens=256)                        # capture + replay
+    >>> res.tokens_per_step
+    """
+
+    kind = "ddtree"
+
+    def __init__(self, device, *, model=None, target_forward=None, drafter=None, vocab_size=None, max_batch: int,
+                 budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int = 1,
+                 draft_noise: float = 1.0, draft_scale: float = 4.0, draft_seed: int = 0, name: str = "ddtree", **kw):
+        if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= 512:
+            raise ValueError(f"budget must be an int in [1, 512], got {budget!r}")
+        if not isinstance(depth_limit, (int, np.integer)) or depth_limit < 1:
+            raise ValueError(f"depth_limit must be a positive int, got {depth_limit!r}")
+        self.budget = int(budget)
+        self.depth_limit = int(depth_limit)
+        self._rows_per_request = self.budget + 1
+        super().__init__(device, model=model, target_forward=target_forward, vocab_size=vocab_size,
+                         max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
+                         num_splits=num_splits, name=name, **kw)
+        B, Q = self.max_batch, self._rows_per_request
+        if drafter is None:
+            if model is None:
+                raise ValueError("drafter= is required with target_forward=")
+            from .mla_model import Drafter
+
+            drafter = Drafter(model, max_batch=B, depth_limit=self.depth_limit, noise_std=draft_noise,
+                              logit_scale=draft_scale, seed=draft_seed, name=f"{name}.drafter")
+        self.drafter = drafter
+        drafter.prepare(self.roots)
+        from ._ddtree_adapter import TreeSteps
+
+        self.tree = TreeSteps(self, drafter.logits)
+        self.buffers = TargetBuffers(
+            input_ids=self.tree.input_ids, positions=self.tree.positions, metadata=self.tree.metadata,
+            kv_cache=self.kv_cache, logits=self.logits, num_rows=self.tree.num_rows, max_rows=B * Q, batch_size=B,
+            max_q=Q, mask_format="bitmask", sglang=self.tree.sglang)
+        if model is not None:
+            self.forward = model.forward_plan(max_batch=B, max_q=Q, num_splits=self.num_splits, mask_format="bitmask",
+                                              name=f"{name}.target")
+            self.target_forward = self.forward
+        else:
+            self.forward = None
+        params = self._step_params()
+        params.records = self.tree.records.ptr
+        self._publish = self._prepare_record_kernel("publish_records", params)
+
+    def _emit_width(self) -> int:
+        return self.depth_limit + 1
+
+    def _reset_extra(self, prompts) -> None:
+        if hasattr(self.drafter, "reset"):
+            self.drafter.reset()
+        self.tree.reset()
+
+    def _launch_step(self, stream) -> None:
+        self.drafter.run(stream)
+        self.tree.build_and_compile(stream)
+        self.target_forward(stream, self.buffers)
+        self.tree.accept_and_commit(stream, self.logits)
+        self._publish.launch(stream)

@@ -1,0 +1,127 @@
+"""``driverlevel capture-demo`` on the CPU: option parsing, the no-GPU sentence and exit
+status 2, and the ``--json`` schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from driverlevel import _device, cli, demo_cli
+from driverlevel.demo_cli import JSON_SCHEMA, NO_GPU_MESSAGE, DemoReport, check_schema
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(_device, "device_count", lambda: 0)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, ["capture-demo", *args])
+
+
+def test_help_lists_every_option():
+    r = invoke("--help")
+    assert r.exit_code == 0, r.output
+    for opt in ("--heads", "--prompt-len", "--budget", "--batch", "--steps", "--num-splits", "--arch", "--seed",
+                "--vocab", "--json", "--max-new-tokens", "--depth-limit", "--draft-noise", "DDTree", "graph"):
+        assert opt in r.output, opt
+    assert "[default: 9" in r.output  # --heads
+
+
+def test_the_real_demo_replaces_the_placeholder():
+    assert cli.main.commands["capture-demo"] is demo_cli.capture_demo
+
+
+def test_no_gpu_prints_one_sentence_and_exits_2(no_gpu):
+    r = invoke()
+    assert r.exit_code == 2
+    assert r.output.strip() == NO_GPU_MESSAGE
+    assert "Traceback" not in r.output
+    assert NO_GPU_MESSAGE.count(".") == 1 and NO_GPU_MESSAGE.endswith(".")
+
+
+def test_no_gpu_through_run_returns_2(no_gpu, capsys):
+    assert demo_cli.run([]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == NO_GPU_MESSAGE
+
+
+def test_no_gpu_with_json_prints_an_error_object(no_gpu, capsys):
+    assert demo_cli.run(["--json", "--batch", "2"]) == 2
+    cap = capsys.readouterr()
+    obj = json.loads(cap.out)
+    assert obj == {"error": NO_GPU_MESSAGE, "exit_status": 2}
+    assert cap.err.strip() == NO_GPU_MESSAGE
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["--heads", "0"], "--heads"),
+    (["--heads", "x"], "--heads"),
+    (["--budget", "513"], "--budget"),
+    (["--batch", "0"], "--batch"),
+    (["--vocab", "1001"], "--vocab"),
+    (["--arch", "sm_70"], "--arch"),
+    (["--num-splits", "0"], "--num-splits"),
+    (["--steps", "0"], "--steps"),
+    (["--prompt-len", "1"], "--prompt-len"),
+    (["--draft-noise", "-1"], "--draft-noise"),
+    (["--no-such-option"], "--no-such-option"),
+])
+def test_bad_options_are_usage_errors(args, hint):
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert hint in r.output and "Traceback" not in r.output
+
+
+def test_bad_options_through_run(capsys):
+    assert demo_cli.run(["--vocab", "1001"]) == 2
+    assert "--vocab" in capsys.readouterr().err
+
+
+def test_good_options_parse_before_the_gpu_check(no_gpu):
+    r = invoke("--heads", "16", "--prompt-len", "1024", "--budget", "64", "--batch", "1", "--steps", "10",
+               "--num-splits", "8", "--arch", "sm_90", "--seed", "3", "--vocab", "65536", "--json")
+    assert r.exit_code == 2  # parsed fine, then no GPU
+
+
+def _filled(schema):
+    out = {}
+    for k, t in schema.items():
+        if isinstance(t, dict):
+            out[k] = _filled(t)
+        else:
+            out[k] = {int: 1, float: 1.5, bool: True, str: "x", list: []}[t]
+    return out
+
+
+def test_json_schema_matches_the_report():
+    rep = DemoReport(**_filled(JSON_SCHEMA))
+    obj = json.loads(json.dumps(rep.to_json()))
+    check_schema(obj)
+    assert set(obj) == set(JSON_SCHEMA)
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    (lambda o: o.pop("lossless"), "missing key lossless"),
+    (lambda o: o["ddtree"].pop("p99_us"), "missing key ddtree.p99_us"),
+    (lambda o: o.__setitem__("speedup", "fast"), "speedup must be a number"),
+    (lambda o: o["config"].__setitem__("batch", 8.0), "config.batch must be an int"),
+    (lambda o: o.__setitem__("eager_equals_graph", 1), "eager_equals_graph must be bool"),
+])
+def test_check_schema_names_the_problem(mutate, msg):
+    obj = _filled(JSON_SCHEMA)
+    mutate(obj)
+    with pytest.raises(ValueError, match=msg):
+        check_schema(obj)
+
+
+def test_prompts_have_different_lengths():
+    import numpy as np
+
+    ps = demo_cli._prompts(np.random.default_rng(0), 8, 512, 1000)
+    lens = [len(p) for p in ps]
+    assert lens[0] == 512 and min(lens) >= 256 and len(set(lens)) == 8
+    assert all(0 <= t < 1000 for p in ps for t in p)
+    assert [len(p) for p in demo_cli._prompts(np.random.default_rng(0), 1, 64, 1000)] == [64]

@@ -1,0 +1,256 @@
+"""CPU tests of the demo MLA model's weights, its numpy reference, the drafter reference and
+the whole DDTree decode loop on the host (lossless against greedy decoding), plus the
+compile of cu/mla_model.cu and cu/runner.cu for every architecture."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel import mla_model, runner
+from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
+from driverlevel._mla_weights import QK_DIM, V_DIM, MLAModelConfig, make_weights
+from driverlevel.reference import mla_model as R
+from driverlevel.reference.attention import bf16_to_f32
+from driverlevel.reference.trees import build_bitmask, chain_tree
+
+SMALL = dict(vocab_size=2048, num_heads=4, num_classes=64, feature_dim=128, seed=3)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_weights(MLAModelConfig(**SMALL))
+
+
+@pytest.fixture(scope="module")
+def small_run(small):
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(0, small.config.vocab_size, size=n).tolist() for n in (24, 9, 40)]
+    out, margins = R.greedy_generate_reference(small, prompts, 96, return_margins=True)
+    return prompts, out, margins
+
+
+# --------------------------------------------------------------------------- config and weights
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="vocab_size"):
+        MLAModelConfig(vocab_size=1001)
+    with pytest.raises(ValueError, match="steer_gain"):
+        MLAModelConfig(steer_gain=0.9)
+    with pytest.raises(ValueError, match="num_classes"):
+        MLAModelConfig(num_classes=300)
+    with pytest.raises(ValueError, match="saturates"):
+        MLAModelConfig(score_unit=64.0)
+    with pytest.raises(TypeError, match="num_heads"):
+        MLAModelConfig(num_heads=9.0)
+    assert MLAModelConfig().d_model == 512
+
+
+def test_weights_are_deterministic_and_shaped(small):
+    c = small.config
+    again = make_weights(c)
+    for n in ("embed", "w_q", "w_kv", "w_o", "w_lm"):
+        a, b = getattr(small, n), getattr(again, n)
+        assert a.dtype == np.uint16 and np.array_equal(a, b), n
+    D, H, V = c.d_model, c.num_heads, c.vocab_size
+    assert small.embed.shape == (V, D) and small.w_lm.shape == (V, D)
+    assert small.w_q.shape == (H * QK_DIM, D) and small.w_kv.shape == (QK_DIM, D) and small.w_o.shape == (D, H * V_DIM)
+    other = make_weights(MLAModelConfig(**{**SMALL, "seed": 4}))
+    assert not np.array_equal(other.w_lm, small.w_lm)
+
+
+def test_weights_structure(small):
+    c = small.config
+    NC = c.num_classes
+    e = small.as_float32("embed")
+    # class one-hot, exactly one 1.0 per row at the token's class
+    assert np.array_equal(np.argmax(e[:, :NC], axis=1), small.token_class)
+    assert np.array_equal((e[:, :NC] != 0).sum(axis=1), np.ones(c.vocab_size))
+    assert np.allclose(np.linalg.norm(e[:, NC:], axis=1), 1.0, atol=1e-2)
+    # score codes: distinct exact integers times the unit, per (head, query class)
+    wq = small.as_float32("w_q")
+    for h in range(c.num_heads):
+        codes = wq[h * QK_DIM:h * QK_DIM + NC, :NC].T  # [query class, key class]
+        assert np.array_equal(np.sort(codes, axis=1), np.tile(c.score_unit * np.arange(1, NC + 1), (NC, 1)))
+    # the hidden successor is a permutation
+    assert np.array_equal(np.sort(small.successor), np.arange(c.vocab_size))
+
+
+# --------------------------------------------------------------------------- the reference model
+
+def test_embedding_rotates_the_class_by_position(small):
+    NC = small.config.num_classes
+    t = np.array([5, 5, 7])
+    e = R.embed_reference(small, t, [0, 3, NC + 1])
+    cls = small.token_class
+    assert np.argmax(e[0, :NC]) == cls[5]
+    assert np.argmax(e[1, :NC]) == (cls[5] + 3) % NC
+    assert np.argmax(e[2, :NC]) == (cls[7] + 1) % NC
+    assert np.array_equal(e[0, NC:], e[1, NC:])
+
+
+def test_forward_reference_on_a_chain_reproduces_greedy_decoding(small, small_run):
+    """One tree forward over the true continuation (a chain, bitmask mask) predicts every next token."""
+    prompts, out, _ = small_run
+    prompt, gen = prompts[0], out[0]
+    n = 17
+    k = len(prompt) - 1
+    tokens = [prompt[-1]] + gen[:n - 1]
+    kv = np.full((k + n + 8, QK_DIM), np.nan)
+    _, _, kvp = R._project(small, np.asarray(prompt[:-1]), np.arange(k))
+    kv[:k] = kvp
+    mask = build_bitmask([chain_tree(n)], 1)
+    logits = R.forward_reference(small, tokens, k + np.arange(n), kv, [0, n], [0, k], np.arange(k),
+                                 k + 3 + np.arange(n), mask, "bitmask")
+    assert logits.shape == (n, small.config.vocab_size)
+    assert np.array_equal(np.argmax(logits, axis=1), gen[:n])
+
+
+def test_margins_are_far_above_bf16_noise(small, small_run):
+    """Top-1 margins along greedy generations, against the logit change of 1-ulp noise in the
+    attention output and the residual stream (the numerical difference of two attention splits)."""
+    prompts, out, margins = small_run
+    rep = R.margin_report(margins)
+    c = small.config
+    assert rep["count"] == sum(len(o) for o in out)
+    assert rep["min"] > 0.15 * c.logit_scale, rep
+    # logit noise: perturb the bf16 attention output and h by +-1 ulp at random, many times
+    rng = np.random.default_rng(0)
+    f = R._Cache.get(small)
+    prompt = prompts[2]
+    k = len(prompt) - 1
+    toks = np.asarray([prompt[-1]] + out[2][:31])
+    pos = k + np.arange(len(toks))
+    e, q, kv = R._project(small, toks, pos)
+    _, _, kvp = R._project(small, np.asarray(prompt[:-1]), np.arange(k))
+    keys = np.concatenate([kvp, kv])
+    worst = 0.0
+    for i in range(len(toks)):
+        attn = R._bf16(R._attend(small, q[i], keys[:k + i + 1]))
+        h = R._bf16(e[i] + attn.reshape(-1) @ f["w_o"].T)
+        base = h @ f["w_lm"].T
+        for _ in range(8):
+            a2 = attn * (1 + rng.choice([-1, 0, 1], attn.shape) * 2.0 ** -8)
+            h2 = R._bf16(e[i] + a2.reshape(-1) @ f["w_o"].T)
+            h2 = h2 * (1 + rng.choice([-1, 0, 1], h2.shape) * 2.0 ** -8)
+            worst = max(worst, float(np.abs(h2 @ f["w_lm"].T - base).max()))
+    assert worst * 5 < rep["min"], (worst, rep)
+
+
+def test_default_config_margins_and_acceptance():
+    """The demo's default shapes (smaller vocabulary): margins and the drafter's chain acceptance."""
+    w = make_weights(MLAModelConfig(vocab_size=8192, seed=1))
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, 8192, size=n).tolist() for n in (64, 96)]
+    out, margins = R.greedy_generate_reference(w, prompts, 128, return_margins=True)
+    rep = R.margin_report(margins)
+    assert rep["min"] > 1.0, rep                  # logit units; bf16 noise is ~1e-2 (see above)
+    succ = R.no_context_successor(w)
+    assert np.array_equal(succ, w.successor)
+    tps = R.chain_acceptance(succ, prompts, out, 15)
+    assert 1.8 < tps < 8.0, tps                   # the context matters, and the drafter mostly agrees
+    assert len(set(out[0])) > 64                  # no short cycle
+
+
+# --------------------------------------------------------------------------- drafter
+
+def test_draft_noise_reference_is_deterministic_and_normal():
+    rows = np.arange(64).reshape(-1, 1)
+    cols = np.arange(4096).reshape(1, -1)
+    z = R.draft_noise_reference(7, 3, rows, cols)
+    assert z.shape == (64, 4096)
+    assert np.array_equal(z, R.draft_noise_reference(7, 3, rows, cols))
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    assert not np.array_equal(z, R.draft_noise_reference(7, 4, rows, cols))
+    assert not np.array_equal(z, R.draft_noise_reference(8, 3, rows, cols))
+
+
+def test_drafter_logits_follow_the_successor_chain(small):
+    succ = R.no_context_successor(small)
+    roots = [3, 100]
+    g = R.drafter_chain_reference(succ, roots, 5)
+    assert g[0, 0] == 3 and g[1, 1] == succ[100] and g[1, 2] == succ[succ[100]]
+    lg = R.drafter_logits_reference(small, succ, roots, 5, seed=1, step=1, noise_std=0.5)
+    assert lg.shape == (2, 5, small.config.vocab_size)
+    # with small noise the top token of depth d+1 is successor[g_d]
+    assert np.array_equal(np.argmax(lg, axis=2), succ[g])
+
+
+def test_ddtree_loop_reference_is_lossless_with_acceptance_above_1_5(small, small_run):
+    prompts, out, _ = small_run
+    dd, tps = R.ddtree_generate_reference(small, prompts, 96, budget=16, depth_limit=8, noise_std=1.0, seed=2)
+    assert dd == out
+    assert tps > 1.5, tps
+
+
+def test_ddtree_loop_reference_stop_token_mid_tree(small, small_run):
+    prompts, out, _ = small_run
+    stop = out[1][10]  # a token the second request emits after 10 others
+    ar = R.greedy_generate_reference(small, prompts, 96, stop_token=stop)
+    dd, _ = R.ddtree_generate_reference(small, prompts, 96, budget=16, depth_limit=8, stop_token=stop)
+    assert dd == ar
+    assert ar[1][-1] == stop and len(ar[1]) <= 11
+
+
+# --------------------------------------------------------------------------- compile
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+@pytest.mark.parametrize("mod", [mla_model, runner], ids=["mla_model.cu", "runner.cu"])
+def test_kernels_compile_without_spills(arch, mod):
+    src = mod.SOURCE
+    cub = dl.compile_file(src, arch, mod.compile_defines(arch))
+    dyn = mod.dynamic_shared_bytes(arch)
+    assert cub.data[:4] == b"\x7fELF"
+    assert cub.resources
+    for name, r in cub.resources.items():
+        assert r.spills == 0, (src, arch, name, r)
+        assert r.stack_bytes == 0, (src, arch, name, r)
+        assert r.shared_bytes + dyn.get(name, 0) <= MAX_SHARED_PER_BLOCK[arch], (src, arch, name)
+    if mod is mla_model:
+        assert set(cub.resources) == {"mla_gemm", "mla_gemm_m32", "mla_gemm_reduce", "mla_embed", "mla_argmax",
+                                      "draft_chain"}
+        assert dyn["mla_gemm"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch))
+        assert dyn["mla_gemm_m32"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch), 32)
+    else:
+        assert set(cub.resources) == {"ar_prepare", "ar_commit", "publish_records"}
+
+
+@pytest.mark.parametrize("mod, key, struct", [
+    (mla_model, "DL_OFF_G_n", "GemmParams.n"),
+    (mla_model, "DL_OFF_D_roots", "DraftChainParams.roots"),
+    (runner, "DL_OFF_S_ring", "StepParams.ring"),
+])
+def test_params_struct_drift_fails_the_compile(mod, key, struct):
+    defines = mod.compile_defines("sm_90")
+    defines[key] += 8
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.compile_file(mod.SOURCE, "sm_90", defines, use_cache=False)
+    assert f"{struct} offset differs from its ctypes mirror" in ei.value.log
+
+
+def test_gemm_shared_memory_formula_and_schedule():
+    assert mla_model.gemm_shared_bytes(3) == 3 * 256 * 40 * 2 == 61_440
+    assert mla_model.gemm_shared_bytes(3, 32) == 3 * 160 * 80 == 38_400
+    for arch in SUPPORTED_ARCHS:
+        assert mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch)) <= MAX_SHARED_PER_BLOCK[arch]
+    sched = mla_model.gemm_schedule
+    assert sched(8, 32768, 512, 132) == (32, 1)          # LM head of a decode step: many tiles
+    assert sched(264, 32768, 512, 132) == (128, 1)
+    bm, splits = sched(264, 512, 4608, 132)              # output projection of a tree step: split-K
+    assert bm == 128 and splits > 4 and 4608 // 32 // splits >= 8
+    assert sched(8, 512, 4608, 132)[1] > 4
+    assert mla_model.gemm_workspace_elems(264, 512, 4608, 132) == splits * 264 * 512
+    assert mla_model.gemm_workspace_elems(264, 32768, 512, 132) == 0
+
+
+def test_bf16_weights_round_like_the_package(small):
+    from driverlevel._dtypes import f32_to_bf16_bits
+
+    x = small.as_float32("w_lm")
+    assert np.array_equal(f32_to_bf16_bits(x), small.w_lm)
+    assert np.array_equal(bf16_to_f32(small.w_q), small.as_float32("w_q"))
+    assert math.isclose(float(small.as_float32("w_lm")[:, small.config.num_classes:].std() *
+                              math.sqrt(small.config.feature_dim) / small.config.logit_scale), 1.0, rel_tol=0.05)

@@ -1,0 +1,349 @@
+"""The demo model's kernels, the drafter and the decode-step runners on a GPU.
+
+* ``mla_gemm`` / ``mla_embed`` / ``mla_argmax`` against numpy (gathers, scatters, device row
+  counts, poisoned outputs);
+* the model's forward over a random tree batch against the float64 reference;
+* the drafter's successor table and logits against the reference;
+* the autoregressive runner against greedy decoding in numpy;
+* the DDTree runner: lossless against the autoregressive runner over >= 256 tokens per
+  request at batch 1 and 8, eager == graph, a stop token in the middle of a tree, requests
+  that finish at different steps, and 10,000 replays without leaking slots or memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from driverlevel.mla_model import Drafter, MLAModel, MLAModelConfig, argmax_launch
+from driverlevel.reference import mla_model as R
+from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
+from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
+from driverlevel.verify_attention import VerifyMetadata
+
+pytestmark = pytest.mark.gpu
+
+F32_NAN = 0x7FC00000
+BF16_NAN_PAIR = 0x7FC07FC0
+SMALL = MLAModelConfig(vocab_size=2048, num_heads=9, num_classes=64, feature_dim=128, seed=3)
+MEDIUM = MLAModelConfig(vocab_size=8192, num_heads=9, seed=1)
+
+
+def dev_array(device, shape, dtype):
+    dt = dl.bfloat16 if dtype == "bf16" else np.dtype(dtype)
+    n = max(int(np.prod(shape)) * dt.itemsize, 16)
+    return dl.DeviceBuffer.allocate(device, n, label="test").as_array(shape, dt)
+
+
+def upload(device, host, dtype=None):
+    host = np.ascontiguousarray(host)
+    a = dev_array(device, host.shape, dtype or host.dtype)
+    if host.size:
+        a.copy_from_host(host)
+    return a
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return dl.Device(0)
+
+
+@pytest.fixture(scope="module")
+def s(dev):
+    return dev.create_stream()
+
+
+@pytest.fixture(scope="module")
+def small_model(dev):
+    return MLAModel(dev, SMALL)
+
+
+@pytest.fixture(scope="module")
+def medium_model(dev):
+    return MLAModel(dev, MEDIUM)
+
+
+def prompts_for(rng, vocab, lens):
+    return [rng.integers(0, vocab, size=n).tolist() for n in lens]
+
+
+# ------------------------------------------------------------------------------------ kernels
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+@pytest.mark.parametrize("m, n, k", [(1, 8, 32), (7, 136, 64), (64, 512, 4608), (128, 128, 512), (300, 576, 96),
+                                     (515, 2056, 512)])
+@pytest.mark.parametrize("out", ["float32", "bf16"])
+def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
+    rng = np.random.default_rng(m * n + k)
+    a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
+    res = f32_to_bf16_bits(rng.standard_normal((m, n)).astype(np.float32))
+    A, Bw = upload(dev, a, "bf16"), upload(dev, b, "bf16")
+    C = dev_array(dev, (m, n), out)
+    C.fill_u32(F32_NAN if out == "float32" else BF16_NAN_PAIR, s)
+    ws = dev_array(dev, (32 * m * n,), "float32")
+    ws.fill_u32(F32_NAN, s)  # split-K partials must all be written before they are read
+    kw = dict(workspace=ws, k_splits=splits)
+    small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, **kw).launch(s)
+    got = C.to_numpy(s)
+    got = got if out == "float32" else bf16_bits_to_f32(got)
+    want = 0.5 * bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
+    tol = 1e-4 if out == "float32" else 1e-2
+    assert np.isfinite(got).all()
+    assert np.abs(got - want).max() <= tol * (np.abs(want).max() + 1)
+    if out == "bf16":  # with a residual
+        Rr = upload(dev, res, "bf16")
+        small_model.gemm(A, Bw, C, m_max=m, residual=Rr, **kw).launch(s)
+        got = bf16_bits_to_f32(C.to_numpy(s))
+        want = 2 * want + bf16_bits_to_f32(res)
+        assert np.abs(got - want).max() <= 1e-2 * (np.abs(want).max() + 1)
+
+
+def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model):
+    rng = np.random.default_rng(0)
+    rows_a, m_max, n, k = 50, 40, 64, 64
+    a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
+    idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)
+    dst = rng.permutation(100)[:m_max].astype(np.int64)
+    A, Bw = upload(dev, a, "bf16"), upload(dev, b, "bf16")
+    I, D = upload(dev, idx), upload(dev, dst)
+    C = dev_array(dev, (100, n), "float32")
+    C.fill_u32(F32_NAN, s)
+    count = upload(dev, np.array([23], np.int64))
+    ws = dev_array(dev, (2 * m_max * n,), "float32")
+    want = bf16_bits_to_f32(a)[idx].astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
+    for splits in (1, 2):
+        C.fill_u32(F32_NAN, s)
+        small_model.gemm(A, Bw, C, m_max=m_max, a_index=I, c_index=D, num_rows=count, workspace=ws,
+                         k_splits=splits).launch(s)
+        got = C.to_numpy(s)
+        np.testing.assert_allclose(got[dst[:23]], want[:23], rtol=1e-4, atol=1e-4)
+        untouched = np.setdiff1d(np.arange(100), dst[:23])
+        assert np.isnan(got[untouched]).all()
+
+
+def test_gemm_validation_names_the_argument(dev, small_model):
+    A = dev_array(dev, (8, 40), "bf16")
+    B = dev_array(dev, (8, 40), "bf16")
+    C = dev_array(dev, (8, 8), "float32")
+    with pytest.raises(ValueError, match="k % 32"):
+        small_model.gemm(A, B, C, m_max=8)
+    with pytest.raises(TypeError, match="a must have dtype bfloat16"):
+        small_model.gemm(dev_array(dev, (8, 64), "float32"), B, C, m_max=8)
+    with pytest.raises(ValueError, match="fewer than m_max"):
+        small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=9)
+
+
+def test_argmax_ties_nan_and_top2(dev, s):
+    x = np.random.default_rng(1).standard_normal((5, 3000)).astype(np.float32)
+    x[1, [7, 2000]] = 50.0         # tie: first index wins
+    x[2, 5] = np.nan               # NaN never wins
+    x[2, 9] = 40.0
+    x[3, :] = -np.inf
+    X = upload(dev, x)
+    idx = dev_array(dev, (5,), "int32")
+    top2 = dev_array(dev, (5, 2), "float32")
+    argmax_launch(dev, X, idx, m_max=5, top2=top2).launch(s)
+    got = idx.to_numpy(s)
+    assert got[0] == np.argmax(x[0]) and got[1] == 7 and got[2] == 9 and got[3] == 0
+    t2 = top2.to_numpy(s)
+    assert t2[1, 0] == 50.0 and t2[1, 1] == 50.0
+    srt = np.sort(x[4])
+    assert t2[4, 0] == srt[-1] and t2[4, 1] == srt[-2]
+
+
+def test_embed_rotates_the_class_by_position(dev, s, small_model):
+    toks = np.array([1, 2, 3, 1000], np.int32)
+    pos = np.array([0, 5, 64, 127], np.int64)
+    out = dev_array(dev, (4, SMALL.d_model), "bf16")
+    small_model.embed_launch(upload(dev, toks), upload(dev, pos), out, m_max=4).launch(s)
+    got = bf16_bits_to_f32(out.to_numpy(s))
+    want = R.embed_reference(small_model.weights, toks, pos)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+# ------------------------------------------------------------------------------------ model
+
+@pytest.mark.parametrize("num_splits", [1, 5])
+def test_forward_matches_the_float64_reference(dev, s, small_model, num_splits):
+    rng = np.random.default_rng(num_splits)
+    w = small_model.weights
+    trees = [random_tree(n, rng) for n in (17, 1, 9)]
+    q_lens = [len(t) for t in trees]
+    prefix = [40, 3, 130]
+    max_q = 17
+    md = make_metadata(prefix, q_lens, sum(prefix) + sum(q_lens) + 11, rng)
+    tokens = rng.integers(0, w.config.vocab_size, size=md.total_q).astype(np.int32)
+    positions = np.concatenate([p + np.arange(q) for p, q in zip(prefix, q_lens)]).astype(np.int64)
+    # the prefix's KV: projections of random tokens, written by the reference
+    kv_host = np.zeros((md.num_slots, 576))
+    pre_tokens = rng.integers(0, w.config.vocab_size, size=md.kv_indices.shape[0])
+    _, _, kvp = R._project(w, pre_tokens, np.arange(pre_tokens.shape[0]))
+    kv_host[md.kv_indices] = kvp
+    mask = build_bitmask(trees, 1)
+    ref = R.forward_reference(w, tokens, positions, kv_host, md.qo_indptr, md.kv_indptr, md.kv_indices,
+                              md.out_cache_loc, mask, "bitmask")
+    plan = small_model.forward_plan(max_batch=3, max_q=max_q, num_splits=num_splits, mask_format="bitmask")
+    R_ = plan.max_rows
+    pad = lambda a, fill: np.concatenate([a, np.full(R_ - a.shape[0], fill, a.dtype)])  # noqa: E731
+    kv_bits = f32_to_bf16_bits(np.where(np.isin(np.arange(md.num_slots), md.kv_indices)[:, None], kv_host, np.nan))
+    kv = upload(dev, kv_bits, "bf16")
+    meta = VerifyMetadata(upload(dev, md.qo_indptr), upload(dev, md.kv_indptr), upload(dev, md.kv_indices),
+                          upload(dev, pad(md.out_cache_loc, md.num_slots - 1)),
+                          upload(dev, np.concatenate([mask, np.zeros((R_ - mask.shape[0], 1), np.uint32)])), None)
+    logits = dev_array(dev, (R_, w.config.vocab_size), "float32")
+    logits.fill_u32(F32_NAN, s)
+    plan.prepare(upload(dev, pad(tokens, 0)), upload(dev, pad(positions, 0)), meta, kv, logits)
+    plan.run(s)
+    got = logits.to_numpy(s)[:md.total_q]
+    assert np.isfinite(got).all()
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert err < 1e-2, err  # bf16 attention and residual rounding; the argmax must agree exactly
+    np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(ref, axis=1))
+    # the latent KV went into the cache at out_cache_loc
+    kv_dev = bf16_bits_to_f32(kv.to_numpy(s))
+    np.testing.assert_allclose(kv_dev[md.out_cache_loc], kv_host[md.out_cache_loc], rtol=1e-2, atol=1e-3)
+
+
+def test_successor_table_and_drafter_logits(dev, s, small_model):
+    w = small_model.weights
+    succ = small_model.compute_successor(s).to_numpy(s)
+    np.testing.assert_array_equal(succ, R.no_context_successor(w))
+    roots = upload(dev, np.array([5, 77, 1999], np.int32))
+    dr = Drafter(small_model, max_batch=3, depth_limit=6, noise_std=0.7, logit_scale=1.5, seed=9).prepare(roots)
+    dr.reset()
+    dr.run(s)
+    got = dr.logits.to_numpy(s)
+    want = R.drafter_logits_reference(w, succ, [5, 77, 1999], 6, seed=9, step=1, noise_std=0.7, logit_scale=1.5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    dr.run(s)  # the step counter moves: new noise
+    want2 = R.drafter_logits_reference(w, succ, [5, 77, 1999], 6, seed=9, step=2, noise_std=0.7, logit_scale=1.5)
+    np.testing.assert_allclose(dr.logits.to_numpy(s), want2, rtol=1e-4, atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------ runners
+
+def test_autoregressive_runner_matches_greedy_reference(dev, small_model):
+    rng = np.random.default_rng(4)
+    prompts = prompts_for(rng, SMALL.vocab_size, (30, 7, 1))
+    want = R.greedy_generate_reference(small_model.weights, prompts, 48)
+    ar = AutoregressiveRunner(dev, model=small_model, max_batch=4, max_context=128, max_prompt_len=30, num_splits=3)
+    got = ar.generate(prompts, 48, graph=False)
+    assert got.tokens == want
+    got = ar.generate(prompts, 48, graph=True)
+    assert got.tokens == want
+    assert got.steps == 48
+    ar.check_slots()
+
+
+@pytest.fixture(scope="module")
+def pair8(dev, medium_model):
+    """A DDTree runner and an autoregressive runner at batch 8, sharing the model."""
+    kw = dict(max_batch=8, max_context=700, max_prompt_len=300)
+    dd = DecodeStepRunner(dev, model=medium_model, budget=32, depth_limit=15, num_splits=4, **kw)
+    ar = AutoregressiveRunner(dev, model=medium_model, num_splits=4, **kw)
+    return dd, ar
+
+
+def _lossless(dd, ar, prompts, max_new, **kw):
+    a = ar.generate(prompts, max_new, **kw)
+    d = dd.generate(prompts, max_new, **kw)
+    assert d.tokens == a.tokens
+    want = max_new if isinstance(max_new, list) else [max_new] * len(prompts)
+    assert [len(t) for t in a.tokens] == want or kw.get("stop_tokens") is not None
+    dd.check_slots()
+    ar.check_slots()
+    return d, a
+
+
+def test_lossless_batch8_256_tokens(pair8):
+    dd, ar = pair8
+    prompts = prompts_for(np.random.default_rng(8), MEDIUM.vocab_size, (300, 280, 250, 200, 150, 100, 60, 2))
+    d, a = _lossless(dd, ar, prompts, 256)
+    assert d.tokens_per_step > 1.5, d.tokens_per_step
+    assert d.steps < a.steps
+
+
+def test_lossless_batch1_256_tokens(dev, medium_model):
+    dd = DecodeStepRunner(dev, model=medium_model, max_batch=1, budget=64, max_context=600, max_prompt_len=200,
+                          num_splits=8)
+    ar = AutoregressiveRunner(dev, model=medium_model, max_batch=1, max_context=600, max_prompt_len=200,
+                              num_splits=8)
+    prompts = prompts_for(np.random.default_rng(1), MEDIUM.vocab_size, (200,))
+    d, _ = _lossless(dd, ar, prompts, 300)
+    assert d.tokens_per_step > 1.5
+
+
+def test_eager_equals_graph(pair8):
+    dd, _ = pair8
+    prompts = prompts_for(np.random.default_rng(2), MEDIUM.vocab_size, (120, 80, 33))
+    eager = dd.generate(prompts, 100, graph=False)
+    graph = dd.generate(prompts, 100, graph=True)
+    assert eager.tokens == graph.tokens
+    assert eager.steps == graph.steps
+
+
+def test_stop_token_in_the_middle_of_a_tree(pair8, medium_model):
+    dd, ar = pair8
+    prompts = prompts_for(np.random.default_rng(3), MEDIUM.vocab_size, (100, 90, 80, 70))
+    free = ar.generate(prompts, 128).tokens
+    # a token of request 0 that the drafter's chain predicts, and whose successor it predicts too:
+    # the tree then holds nodes past it, and accepting it must cut the path there
+    succ = medium_model.successor.to_numpy()
+    out = free[0]
+    cands = [i for i in range(12, 120) if succ[out[i - 1]] == out[i] and succ[out[i]] == out[i + 1]
+             and out[i] not in out[:i] and all(out[i] not in f for f in free[1:])]
+    assert cands, "no suitable stop token in this run"
+    stop = out[cands[0]]
+    a = ar.generate(prompts, 128, stop_tokens=stop)
+    dd.keep_history = True
+    try:
+        d = dd.generate(prompts, 128, stop_tokens=stop)
+    finally:
+        dd.keep_history = False
+    assert d.tokens == a.tokens
+    assert a.tokens[0] == out[:cands[0] + 1]
+    assert d.finished[0] and [len(t) for t in d.tokens[1:]] == [128, 128, 128]
+    last = [h[0] for h in dd.history if h[0][1] > 0][-1]   # request 0's final record
+    assert last[3] == 1 and last[2] == -1, last             # finished, and no bonus: the stop was a tree node
+    assert last[4 + last[1] - 1] == stop
+    dd.check_slots()
+
+
+def test_requests_finish_at_different_steps(pair8):
+    dd, ar = pair8
+    prompts = prompts_for(np.random.default_rng(5), MEDIUM.vocab_size, (64, 64, 200, 10, 99, 3))
+    max_new = [1, 17, 256, 64, 5, 130]
+    d, a = _lossless(dd, ar, prompts, max_new)
+    assert [len(t) for t in d.tokens] == max_new
+    # the batch kept stepping with finished requests inactive, in the same graph
+    assert d.steps > 1 and dd.last_active == 0
+
+
+def test_ten_thousand_replays_leak_no_slots_and_no_memory(dev, pair8):
+    dd, _ = pair8
+    rng = np.random.default_rng(6)
+    prompts = prompts_for(rng, MEDIUM.vocab_size, (40, 30, 20, 10, 5, 64, 2, 50))
+    dd.reset(prompts, 48)
+    if dd.graph_exec is None:
+        dd.capture()
+    dev.synchronize()
+    free0 = dev.mem_info()[0]
+    replays = resets = 0
+    while replays < 10_000:
+        dd.step(graph=True)
+        replays += 1
+        if replays % 16 == 0:
+            dd.collect()
+            if dd.all_finished:
+                dd.check_slots()
+                resets += 1
+                dd.reset(prompts_for(rng, MEDIUM.vocab_size, rng.integers(2, 65, size=8)), 48)
+    dd.collect()
+    dd.check_slots()
+    dev.synchronize()
+    assert resets > 50
+    assert dev.mem_info()[0] == free0
