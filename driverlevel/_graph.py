@@ -138,6 +138,8 @@ class PointerArg:
         ``None`` if the address lies in device memory driverlevel did not allocate.
     carve : str or None
         Carve-out name within a pool.
+    device : int or None
+        Ordinal of the device whose allocation holds it (None when unregistered).
     """
 
     param: int
@@ -145,6 +147,7 @@ class PointerArg:
     address: int
     owner: str | None
     carve: str | None
+    device: int | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,10 @@ class KernelNodeInfo:
     def unregistered(self) -> list:
         """Pointer arguments that lie in no registered driverlevel allocation."""
         return [p for p in self.pointers if p.owner is None]
+
+    def foreign(self, ordinal: int) -> list:
+        """Pointer arguments registered to a device other than ``ordinal`` (must be empty)."""
+        return [p for p in self.pointers if p.device is not None and p.device != ordinal]
 
 
 def _is_device_pointer(value: int) -> bool:
@@ -246,7 +253,7 @@ class Graph:
                         v = int.from_bytes(raw[off:off + 8], "little")
                         hit = lookup_pointer(v)
                         if hit is not None:
-                            pointers.append(PointerArg(i, off, v, hit[0], hit[1]))
+                            pointers.append(PointerArg(i, off, v, hit.label, hit.carve, hit.device))
                         elif _is_device_pointer(v):
                             pointers.append(PointerArg(i, off, v, None, None))
             out.append(KernelNodeInfo(name, (p.gridDimX, p.gridDimY, p.gridDimZ),

@@ -13,6 +13,7 @@ import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from cuda.bindings import driver
@@ -22,7 +23,7 @@ from ._capture_guard import ensure_not_capturing
 from ._dtypes import as_dtype, storage_dtype
 from ._errors import PoolExhaustedError, check
 
-__all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "lookup_pointer", "align_up"]
+__all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "PointerOwner", "lookup_pointer", "align_up"]
 
 
 def align_up(n: int, alignment: int) -> int:
@@ -48,14 +49,25 @@ def _is_live(obj) -> bool:
     return fin is None or fin.alive
 
 
+class PointerOwner(NamedTuple):
+    """Where a device address lies: the allocation's label, carve-out, offset and device ordinal."""
+
+    label: str
+    carve: "str | None"
+    offset: int
+    device: "int | None"
+
+
 def lookup_pointer(ptr: int):
     """Find the registered allocation that contains device address ``ptr``.
 
     Returns
     -------
-    tuple or None
-        ``(owner_label, carve_name_or_None, offset_in_owner)`` or None when no
-        live driverlevel allocation contains ``ptr``.
+    PointerOwner or None
+        ``(label, carve, offset, device)``: the allocation's label (``"pool:attn"``…),
+        the carve-out name or None, the byte offset in the allocation, and the ordinal
+        of the device it belongs to; None when no live driverlevel allocation contains
+        ``ptr``.
     """
     ptr = int(ptr)
     with _reg_lock:
@@ -67,7 +79,7 @@ def lookup_pointer(ptr: int):
     obj = next((o for o in hits if hasattr(o, "_carve_at")), hits[0])
     base = obj._range()[0]
     carve = obj._carve_at(ptr - base) if hasattr(obj, "_carve_at") else None
-    return obj.label, carve, ptr - base
+    return PointerOwner(obj.label, carve, ptr - base, getattr(obj.device, "ordinal", None))
 
 
 def _free_device(ptr, ctx):

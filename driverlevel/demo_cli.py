@@ -168,10 +168,11 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
 
     t_start = time.perf_counter()
     rep = DemoReport()
-    dev = Device(0)
+    ordinal = opts.get("device", 0)
+    dev = Device(ordinal)
     arch = _compile.normalize_arch(opts["arch"] or dev.arch)
     if arch != dev.arch:
-        raise click.UsageError(f"--arch {arch} cannot run on GPU 0, which is {dev.arch}: "
+        raise click.UsageError(f"--arch {arch} cannot run on GPU {ordinal}, which is {dev.arch}: "
                                f"cubins are built for the exact architecture (omit --arch to use {dev.arch})")
     drv = driver_version()
     nv = _compile.nvrtc_version()
@@ -305,6 +306,33 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     return rep
 
 
+def _run_ranks(opts: dict, devices: list, log: _Log) -> dict:
+    """``--devices`` with several entries: one rank per entry, each capturing and replaying its own graph."""
+    from ._device import Device
+    from .multi_device import RankConfig, run_ranks_threads
+
+    for d in sorted(set(devices)):
+        Device(d)  # a bad ordinal fails here, with the number of visible GPUs
+    cfg = RankConfig(vocab=opts["vocab"], heads=opts["heads"], batch=opts["batch"], prompt_len=opts["prompt_len"],
+                     max_new_tokens=opts["max_new_tokens"], budget=opts["budget"], depth_limit=opts["depth_limit"],
+                     replays=1, seed=opts["seed"])
+    log(f"ranks: {len(devices)} (one thread each, thread-local capture) on GPU(s) {','.join(map(str, devices))}; "
+        f"batch {cfg.batch} per rank, budget {cfg.budget}, {cfg.max_new_tokens} new tokens per request")
+    t0 = time.perf_counter()
+    results = run_ranks_threads(devices, cfg)
+    for r in results:
+        log(f"[rank {r.rank} | GPU {r.device} {r.device_name}] capture {r.capture_ms:.1f} ms, {r.graph_nodes} graph "
+            f"nodes, workspace {_mib(r.workspace_bytes)}, free after capture {_gib(r.free_after_capture_bytes)}; "
+            f"{r.replays} replays, step median {r.step_median_us:.1f} us; pointers into another GPU's pools: "
+            f"{r.foreign_pointers}, unregistered: {r.unregistered_pointers}")
+    same = all(r.tokens == results[0].tokens for r in results)
+    ok = same and all(r.foreign_pointers == 0 and r.unregistered_pointers == 0 and r.rounds_identical
+                      for r in results)
+    log(f"tokens identical on every rank: {'yes' if same else 'NO'}; done in {time.perf_counter() - t0:.1f} s")
+    return {"devices": devices, "ok": ok, "tokens_identical": same,
+            "ranks": [{k: v for k, v in asdict(r).items() if k != "tokens"} for r in results]}
+
+
 def _finite(obj):
     """``obj`` with every non-finite float replaced by None (JSON has no NaN or infinity)."""
     if isinstance(obj, dict):
@@ -339,9 +367,12 @@ def _finite(obj):
               help="Standard deviation of the drafter's logit noise.")
 @click.option("--draft-scale", default=4.0, show_default=True, type=click.FloatRange(0.0, min_open=True),
               help="Sharpness of the drafter (multiplier of its no-context logits).")
+@click.option("--devices", default="0", show_default=True, metavar="LIST",
+              help="GPU ordinals, comma-separated. Several entries run one rank per entry (a thread each, "
+                   "each capturing its own graph), as tensor-parallel ranks do; an ordinal may repeat.")
 @click.option("--json", "as_json", is_flag=True, help="Write one JSON object to stdout (the log goes to stderr).")
 def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, steps, num_splits, arch, seed, vocab,
-                 draft_noise, draft_scale, as_json):
+                 draft_noise, draft_scale, devices, as_json):
     """Run the DDTree decode step captured as one CUDA graph on a small MLA model, check it lossless.
 
     Builds the model (seeded bf16 weights, no downloads) and its drafter, compiles the
@@ -356,6 +387,12 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     """
     if vocab % 8:
         raise click.BadParameter(f"must be a multiple of 8, got {vocab}", param_hint="--vocab")
+    from .multi_device import parse_devices
+
+    try:
+        device_list = parse_devices(devices)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--devices") from None
     if arch is not None:
         from ._compile import normalize_arch
 
@@ -379,6 +416,15 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
                 depth_limit=depth_limit, batch=batch, steps=steps, num_splits=num_splits, arch=arch, seed=seed,
                 vocab=vocab, draft_noise=draft_noise, draft_scale=draft_scale)
     log = _Log(to_stderr=as_json)
+    if len(device_list) > 1:
+        try:
+            out = _run_ranks(opts, device_list, log)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        if as_json:
+            click.echo(json.dumps(_finite(out), indent=2, allow_nan=False))
+        raise click.exceptions.Exit(0 if out["ok"] else 1)
+    opts["device"] = device_list[0]
     try:
         rep = _run_demo(opts, log, quiet=as_json)
     except ValueError as exc:  # a shape the plans refuse (e.g. a vocabulary too large for the budget)

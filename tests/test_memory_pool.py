@@ -174,10 +174,10 @@ def test_lookup_pointer_resolves_pool_and_carve(fake_alloc):
     pool = WorkspacePool.allocate(DEV, 8192, label="audit")
     a = pool.carve("a", (10,), np.float32)
     b = pool.carve("b", (10,), np.float32)
-    assert lookup_pointer(a.ptr) == ("audit", "a", 0)
-    assert lookup_pointer(a.ptr + 39) == ("audit", "a", 39)
-    assert lookup_pointer(a.ptr + 100) == ("audit", None, 100)  # alignment padding
-    assert lookup_pointer(b.ptr + 4) == ("audit", "b", 260)
+    assert lookup_pointer(a.ptr)[:3] == ("audit", "a", 0)
+    assert lookup_pointer(a.ptr + 39)[:3] == ("audit", "a", 39)
+    assert lookup_pointer(a.ptr + 100)[:3] == ("audit", None, 100)  # alignment padding
+    assert lookup_pointer(b.ptr + 4)[:3] == ("audit", "b", 260)
     assert lookup_pointer(pool.base + pool.capacity) is None
     assert lookup_pointer(0x10) is None
     pool.close()
