@@ -5,7 +5,8 @@ and 8. The whole step (build -> compile -> accept -> commit) is captured into on
 with an event between stages; every replay starts from the same saved state (restored by
 device-to-device copies outside the timed region), so each stage's median GPU µs comes from
 the events of 30 replays. Accept reads bf16 target logits for every tree node (its cost is
-reading max_batch * (budget + 1) * vocab * 2 bytes).
+reading max_batch * (budget + 1) * vocab * 2 bytes); "a+c tok" is accept + commit when the
+target's argmax is already known (accept from target tokens: no logits read).
 
 The peer is the DDTree reference's way, run with PyTorch (imported only here) on the same
 device arrays through DLPack: log-softmax + torch.topk on the GPU, ``.cpu()``, the Python
@@ -33,6 +34,7 @@ from driverlevel.ddtree import DDTreePlan, DDTreeState
 
 VOCAB, DEPTH = 163_840, 15
 STAGES = ("build", "compile", "accept", "commit")
+EXTRA = ("accept_tok",)  # accept from given target tokens (the argmax already known), timed on its own
 
 
 def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
@@ -54,6 +56,8 @@ def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
     for r0 in range(block, rows, block):  # tile the random block over all rows on the device
         n = min(block, rows - r0)
         target[r0:r0 + n].copy_from(target[:n], stream)
+    tokens = dl.DeviceBuffer.allocate(dev, rows * 4).as_array((rows,), np.int32)
+    tokens.copy_from_host(rng.integers(0, VOCAB, rows).astype(np.int32))
     state = DDTreeState.allocate(dev, max_batch=batch, max_context=plan.max_context,
                                  num_slots=batch * (plan.max_context + plan.n_nodes))
     prefix = min(1000, plan.max_context - plan.n_nodes)
@@ -72,17 +76,18 @@ def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
     for k, a in snapshot.items():
         a.copy_from(getattr(state, k), stream)
     stream.synchronize()
-    return x, logits, target, state, snapshot
+    return x, logits, target, tokens, state, snapshot
 
 
-def gpu_stage_times(dev, stream, plan, logits, target, state, snapshot, reps):
+def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, reps):
     """Median GPU µs of each stage over graph replays that start from the same state.
 
     Each stage is captured into a graph of its own; per repetition the state is
     restored, a spin kernel holds the GPU for 300 µs while the host queues event,
     stage graph, event, ..., so the events see GPU time only (each boundary adds
     the ~1 µs a graph launch costs on the GPU). "step" times the four stages
-    captured together in one graph, the way a decode step runs them.
+    captured together in one graph, the way a decode step runs them; "accept_tok" is
+    accept from given target tokens (no argmax read), timed after a fresh compile.
     """
     from driverlevel import selftest
 
@@ -92,9 +97,10 @@ def gpu_stage_times(dev, stream, plan, logits, target, state, snapshot, reps):
         "compile": lambda: plan.compile(stream, state),
         "accept": lambda: plan.accept(stream, state, target_logits=target),
         "commit": lambda: plan.commit(stream, state),
+        "accept_tok": lambda: plan.accept(stream, state, target_tokens=tokens),
     }
     graphs = {}
-    for s in STAGES:
+    for s in STAGES + EXTRA:
         with dl.capture(stream) as cap:
             stage_calls[s]()
         graphs[s] = cap.graph.instantiate()
@@ -102,8 +108,8 @@ def gpu_stage_times(dev, stream, plan, logits, target, state, snapshot, reps):
         for s in STAGES:
             stage_calls[s]()
     whole = cap.graph.instantiate()
-    ev = [dev.create_event() for _ in range(len(STAGES) + 3)]
-    per = {s: [] for s in STAGES}
+    ev = [dev.create_event() for _ in range(len(STAGES) + 5)]
+    per = {s: [] for s in STAGES + EXTRA}
     total = []
     for r in range(reps + 3):
         for k, a in snapshot.items():
@@ -119,10 +125,18 @@ def gpu_stage_times(dev, stream, plan, logits, target, state, snapshot, reps):
         ev[-2].record(stream)
         whole.launch(stream)
         ev[-1].record(stream)
+        for k, a in snapshot.items():
+            getattr(state, k).copy_from(a, stream)
+        graphs["compile"].launch(stream)
+        spin.launch(stream, 1, 32, [np.int64(100_000)])
+        ev[-4].record(stream)
+        graphs["accept_tok"].launch(stream)
+        ev[-3].record(stream)
         stream.synchronize()
         if r >= 3:  # warm-up replays
             for i, s in enumerate(STAGES):
                 per[s].append(ev[i].elapsed_ms(ev[i + 1]) * 1e3)
+            per["accept_tok"].append(ev[-4].elapsed_ms(ev[-3]) * 1e3)
             total.append(ev[-2].elapsed_ms(ev[-1]) * 1e3)
     out = {s: statistics.median(v) for s, v in per.items()}
     out["step"] = statistics.median(total)
@@ -216,15 +230,16 @@ def main(argv=None) -> int:
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__})")
     head = (f"{'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
-            f"{'step':>7} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | {'build x':>7}")
+            f"{'a+c tok':>7} {'step':>7} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
+            f"{'build x':>7}")
     print(head)
     print("-" * len(head))
     for batch in (1, 8):
         for budget in budgets:
             plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                               max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16")
-            _, logits, target, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
-            g = gpu_stage_times(dev, stream, plan, logits, target, state, snap, reps)
+            _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
+            g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
             r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
             row = {"budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                    "build_speedup": (r["build"] / g["build"]) if r else None,
@@ -234,8 +249,9 @@ def main(argv=None) -> int:
                    if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
             sp = f"{row['build_speedup']:7.1f}" if r else f"{'-':>7}"
             print(f"{budget:6d} {batch:5d} | {g['build']:7.1f} {g['compile']:7.1f} {g['accept']:7.1f} {g['commit']:7.1f} "
-                  f"{g['accept'] + g['commit']:7.1f} {g['step']:7.1f} | {ref} | {sp}")
-            del plan, logits, target, state, snap
+                  f"{g['accept'] + g['commit']:7.1f} {g['accept_tok'] + g['commit']:7.1f} {g['step']:7.1f} | {ref} | {sp}",
+                  flush=True)
+            del plan, logits, target, tokens, state, snap
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,

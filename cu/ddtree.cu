@@ -9,34 +9,42 @@
 // serves every step.
 //
 // Kernels (block size, grid, dynamic shared memory, early exits):
-//   ddtree_topk_chunks_{f32,bf16}  320 threads (two CTAs per SM); grid (num_chunks,
-//        depth_limit, max_batch); static smem only. One CTA holds one 7,680-token chunk of
-//        one depth row in registers (24 logits per thread): chunk max and sum of exp (for the
-//        row's log-sum-exp), then the exact top-K of the chunk by (logit desc, id asc): a
-//        cutoff that keeps about 4K candidates (normal approximation, checked, with a
-//        fallback to all), a histogram select on the order keys, equal keys at the threshold
-//        ranked by id with block scans. Written unsorted as 64-bit composites
-//        (order key << 32 | ~id). Exits at once for inactive requests.
+//   ddtree_topk_chunks_{f32,bf16}  320 threads (four CTAs per SM on sm_90 for fp32, three for
+//        bf16: <= 48 / 64 registers, 41.6 KB static smem); grid (num_chunks, depth_limit,
+//        max_batch). One CTA holds one 7,680-token chunk of one depth row as order keys in
+//        shared memory (24 per thread); one block reduction gives the chunk max, sum of exp
+//        (for the row's log-sum-exp) and the moments of a normal cutoff that keeps about 4K
+//        candidates; those go to a list (one block scan), and the exact top-K of the chunk by
+//        (logit desc, id asc) is a histogram select over the list (over every logit when
+//        fewer than K pass or more than LIST_CAP do), equal keys at the threshold ranked by
+//        id with block scans. Written unsorted as 64-bit composites (order key << 32 | ~id)
+//        with one block scan. Exits after its loads for inactive requests.
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
-//        from the plan (ddtree.build_shared_bytes). Each CTA merges one row's chunk
-//        candidates (at most 12,288) into the sorted top-K (select, then a bitonic sort)
-//        with log-probs (fp32: logit - lse, lse summed in fp64 from the chunks). The last
-//        CTA of a request to finish (a per-request counter, reset by that CTA) runs the
-//        best-first search on one warp -- the 32 best frontier entries sorted across the
-//        lanes, the rest in a shared-memory overflow with its maximum cached -- exactly
-//        as the reference's heapq (float64 keys formed as the reference forms them; ties
-//        by the ranks tuple, compared by walking the parent chains), then writes nodes
-//        and ancestor bitmasks. Inactive requests: node_counts = 0, nothing else.
+//        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
+//        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
+//        histogram select, the K-th composite among equal keys only when needed, then a
+//        bitonic sort with warp shuffles for strides below 32 -- with log-probs (fp32: logit
+//        - lse, lse summed in fp64 from the chunks). The last CTA of a request to finish (a
+//        per-request counter, reset by that CTA) selects the tree with the whole CTA
+//        (parallel_search: depth by depth, a key histogram bounds the candidates, the nodes
+//        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;
+//        in the rare cases it cannot prove exactness (an inexact float64 sum, more than
+//        SEARCH_CAP candidates) it runs the one-warp heap instead), then writes nodes and
+//        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else.
 //   ddtree_compile               256 threads; grid (max_batch, COMPILE_CTAS); no dynamic
 //        smem. Verify input ids, positions, slots from the free-slot pool, qo/kv/mask
 //        indptrs, kv_indices from req_to_token, packed bitmask and the optional SGLang
 //        FULL / QLEN_ONLY masks. Every CTA recomputes the small per-request prefix sums.
-//   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. Partial
-//        argmax (first index on ties) of (row, split) work items, grid-strided; a CTA stops
-//        at the first row at or past qo_indptr[max_batch].
-//   ddtree_accept                256 threads; grid (max_batch). Posterior per node, the
-//        walk, stop tokens, the context room, next roots; records mirrored to a mapped
-//        host buffer with volatile stores and __threadfence_system().
+//   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. One warp
+//        per (row, split) work item, grid-strided, 16-byte loads (4 in flight per lane), a
+//        float compare per logit; the warp's (key, ~id) composite goes into the row's
+//        maximum with a 64-bit atomicMax (first index on ties). Stops at the first row at or
+//        past qo_indptr[max_batch].
+//   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the
+//        row maxima, which it clears for the next argmax, or the given tokens), the walk
+//        (tokens and stop tokens staged in shared memory), the context room, next roots;
+//        records mirrored to a mapped host buffer with volatile stores and
+//        __threadfence_system().
 //   ddtree_commit                256 threads; grid (max_batch). Paged: append accepted
 //        slots to req_to_token, push rejected slots back onto the pool, advance lengths;
 //        does nothing when compile found the pool exhausted. With paged == 0 it only
@@ -44,6 +52,12 @@
 //   ddtree_commit_dense          256 threads; grid (max_batch, dense_layers). Moves the
 //        accepted rows of each request's appended window to its front, row by row.
 #include "common.cuh"
+
+// Probe points: tools/ddtree_probe.py --trace defines DDT_PROBE(k) to record clock64 and
+// %globaltimer of phase k (thread 0 of each CTA); they compile to nothing otherwise.
+#ifndef DDT_PROBE
+#define DDT_PROBE(k)
+#endif
 
 namespace ddt {
 
@@ -61,6 +75,11 @@ constexpr int STATUS_CONTEXT_FULL = 2;
 constexpr int STATUS_KV_CAPACITY = 4;
 constexpr int STATUS_MASK_CAPACITY = 8;
 constexpr int RECORD_HEADER = 4;
+constexpr int FLAG_LEGACY_SEARCH = 1;                   // the one-warp heap instead of the parallel search
+constexpr int SEARCH_CAP = 1536;                        // candidate nodes the parallel search holds
+constexpr int SEARCH_BINS = 512;                        // key histogram of the parallel search
+constexpr int SEARCH_PER = (SEARCH_CAP + BUILD_THREADS - 1) / BUILD_THREADS;
+constexpr unsigned short NO_NODE = 0xffff;
 
 }  // namespace ddt
 
@@ -106,7 +125,7 @@ struct DDTreeParams {
   i64* state;                  // [4] alloc_base, alloc_total, status bits, unused
   // ---- accept
   const void* target_logits;   // [>= Q, vocab] fp32/bf16 rows by qo_indptr, or null
-  u64* argmax_part;            // [Q, splits]
+  u64* argmax_part;            // [Q] running argmax composite per row; accept reads and clears it
   const i32* target_tokens;    // [Q] argmax given by the caller, or null
   i32* posterior;              // [Q] argmax per node
   i32* accepted_nodes;         // [B, D + 1]
@@ -146,7 +165,7 @@ struct DDTreeParams {
   i32 dense_layers;
   i32 record_width;            // RECORD_HEADER + D + 1
   i32 lp_bytes;                // union region of ddtree_build's dynamic smem (multiple of 16)
-  i32 pad_;
+  i32 flags;                   // ddt::FLAG_* (0 = the fast paths; the others are for probes and tests)
 };
 
 #ifdef DL_OFF_logits
@@ -222,7 +241,7 @@ DL_CHECK_OFFSET(DDTreeParams, paged);
 DL_CHECK_OFFSET(DDTreeParams, dense_layers);
 DL_CHECK_OFFSET(DDTreeParams, record_width);
 DL_CHECK_OFFSET(DDTreeParams, lp_bytes);
-DL_CHECK_OFFSET(DDTreeParams, pad_);
+DL_CHECK_OFFSET(DDTreeParams, flags);
 static_assert(sizeof(DDTreeParams) == DL_SIZEOF_PARAMS, "DDTreeParams size differs from its ctypes mirror");
 #endif
 
@@ -349,9 +368,10 @@ DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
 // none) among those >= cut. Works on d = vmax - v (smallest d first): a histogram of
 // log-spaced bins (8 per octave), then 256-bin linear refinements of the bin holding the
 // answer, until that bin holds one value or at most 32 elements, which one warp ranks.
-// Precondition: count(v >= cut) >= need >= 1 and vmax = the largest value.
+// Precondition: count(v >= cut) >= need >= 1 and vmax >= every value.
 // get(j, salt) must add `salt` (0, read from shared memory at each level) into its
 // result, so that the compiler recomputes values instead of keeping E of them live.
+// Only j < ecount (<= E, the same in every thread) is visited: the other slots hold none.
 
 struct SelectSmem {
   u32 hist[512];
@@ -402,7 +422,7 @@ DL_DEVICE void find_bin(SelectSmem& sm, int* bin_out, int* before_out) {
 }
 
 template <int T, int E, typename U, class Get>
-DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm) {
+DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm, int ecount = E) {
   U lo = 0, hi = vmax_in - cut_in;
   int shift = -1;  // -1: log bins
   if (threadIdx.x == 0) { sm.vmax = vmax_in; sm.cut = cut_in; sm.salt = 0; }
@@ -415,6 +435,7 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
     const int salt = *reinterpret_cast<volatile int*>(&sm.salt);
 #pragma unroll
     for (int j = 0; j < E; ++j) {
+      if (j >= ecount) break;
       const U v = get(j, salt);
       const U d = vmax - v;
       if (v >= cut && d >= lo && d <= hi)
@@ -458,6 +479,7 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
   const int salt = *reinterpret_cast<volatile int*>(&sm.salt);
 #pragma unroll
   for (int j = 0; j < E; ++j) {
+    if (j >= ecount) break;
     const U v = get(j, salt);
     const U d = vmax - v;
     if (v >= cut && d >= lo && d <= hi) sm.gather[atomicAdd(&sm.gcount, 1)] = d;
@@ -481,21 +503,28 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
 
 // ------------------------------------------------------------------------------ chunk top-K
 
+constexpr int TOPK_WARPS = TOPK_THREADS / 32;
+
+constexpr int LIST_CAP = 4096;  // chunk candidates above the cutoff that the select visits as a list
+
 struct ChunkSmem {
   SelectSmem sel;
-  u64 r64[32];
-  double rf[32];
+  unsigned short list[LIST_CAP];  // slots (j * TOPK_THREADS + t) of the candidates
   int ri[32];
+  u32 wmax[TOPK_WARPS];
+  double wse[TOPK_WARPS];
+  float wsum[TOPK_WARPS], wsq[TOPK_WARPS];
+  u32 key[TOPK_ELEMS * TOPK_THREADS];  // slot j of thread t at [j * TOPK_THREADS + t]
 };
 
 // Of the logits equal to the threshold key t, keep the `need` with the lowest token ids:
 // returns a mask over this thread's TOPK_ELEMS slots. Tokens are ranked group by group in
 // id order (a group = the V slots of one vector), one block scan per group.
 template <int V>
-DL_DEVICE u32 keep_lowest_ids(const u32 (&key)[TOPK_ELEMS], u32 t, int need, int* scratch) {
+DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
   u32 ties = 0;  // bit j: slot j holds the threshold key
 #pragma unroll
-  for (int j = 0; j < TOPK_ELEMS; ++j) ties |= (key[j] == t ? 1u : 0u) << j;
+  for (int j = 0; j < TOPK_ELEMS; ++j) ties |= (key[j * TOPK_THREADS] == t ? 1u : 0u) << j;
   u32 keep = 0;
   int before = 0;
 #pragma unroll 1
@@ -515,13 +544,18 @@ DL_DEVICE u32 keep_lowest_ids(const u32 (&key)[TOPK_ELEMS], u32 t, int need, int
   return keep;
 }
 
+// One CTA: one CHUNK-token chunk of one depth row. The order keys live in shared memory (few
+// registers, so several CTAs share an SM); the chunk's max, sum of exp and the moments of the
+// normal cutoff come from one block reduction; then the exact top-kc by (logit desc, id asc)
+// (kth_largest on the keys, ties at the threshold by id) is written with one block scan.
 template <typename T>
 DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   __shared__ ChunkSmem sm;
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  if (!p.active[b]) return;
+  DDT_PROBE(0);
+  const bool live = p.active[b] != 0;  // checked after the logits loads are in flight
   const int start = s * CHUNK;
   const int n = min(CHUNK, p.vocab - start);
   const bool vec = p.logits_vec != 0;
@@ -530,43 +564,80 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   // 16-byte vector per group of V slots (element loads when the rows are not aligned).
   const int tok0 = start + tid * V;
   auto token = [&](int j) { return tok0 + (j / V) * (TOPK_THREADS * V) + (j % V); };
+  u32* skey = sm.key + tid;  // slot j at skey[j * TOPK_THREADS]
 
-  u32 key[TOPK_ELEMS];  // order keys of this thread's logits, 0 past the row's end
-  if (vec) {
+  u32 kloc = 0;  // keys order like the logits: the thread's max without decoding
+  float sum = 0.f, sumsq = 0.f;
+  {
+    u32 key[TOPK_ELEMS];  // 0 past the row's end
+    if (vec) {
 #pragma unroll
-    for (int v = 0; v < TOPK_ELEMS / V; ++v) {
-      const int li = (v * TOPK_THREADS + tid) * V;
-      float x[V];
-      if (li < n) Tr::load_vec(row + li, x);
+      for (int v = 0; v < TOPK_ELEMS / V; ++v) {
+        const int li = (v * TOPK_THREADS + tid) * V;
+        float x[V];
+        if (li < n) Tr::load_vec(row + li, x);
 #pragma unroll
-      for (int e = 0; e < V; ++e) key[v * V + e] = li < n ? f32_key(x[e]) : 0u;
+        for (int e = 0; e < V; ++e) key[v * V + e] = li < n ? f32_key(x[e]) : 0u;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < TOPK_ELEMS; ++j) {
+        const int li = token(j) - start;
+        key[j] = li < n ? f32_key(Tr::load(row + li)) : 0u;
+      }
     }
-  } else {
+    if (!live) return;  // (uniform)
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {
-      const int li = token(j) - start;
-      key[j] = li < n ? f32_key(Tr::load(row + li)) : 0u;
+      skey[j * TOPK_THREADS] = key[j];
+      kloc = key[j] > kloc ? key[j] : kloc;
     }
   }
-  u32 kloc = 0;  // keys order like the logits: the thread's max without decoding
+  {
+    const float mloc = kloc ? key_f32(kloc) : 0.f;
+    float se = 0.f;
 #pragma unroll
-  for (int j = 0; j < TOPK_ELEMS; ++j) kloc = key[j] > kloc ? key[j] : kloc;
-  const float mloc = kloc ? key_f32(kloc) : 0.f;
-  float sum = 0.f, sumsq = 0.f, se = 0.f;
+    for (int j = 0; j < TOPK_ELEMS; ++j) {  // from shared memory: the loaded values are dead
+      const u32 k = skey[j * TOPK_THREADS];
+      if (k) {
+        const float x = key_f32(k);
+        sum += x;
+        sumsq += x * x;
+        se += __expf(x - mloc);
+      }
+    }
+    // one reduction round: warp max, sums rescaled to it, then the warps' values in shared memory
+    const u32 wk = __reduce_max_sync(FULL, kloc);
+    double wse = kloc ? static_cast<double>(se * expf(mloc - key_f32(wk))) : 0.0;
 #pragma unroll
-  for (int j = 0; j < TOPK_ELEMS; ++j) {
-    if (key[j]) {
-      const float x = key_f32(key[j]);
-      sum += x;
-      sumsq += x * x;
-      se += __expf(x - mloc);
+    for (int o = 16; o > 0; o >>= 1) {
+      wse += __shfl_xor_sync(FULL, wse, o);
+      sum += __shfl_xor_sync(FULL, sum, o);
+      sumsq += __shfl_xor_sync(FULL, sumsq, o);
+    }
+    if ((tid & 31) == 0) {
+      sm.wmax[tid >> 5] = wk;
+      sm.wse[tid >> 5] = wse;
+      sm.wsum[tid >> 5] = sum;
+      sm.wsq[tid >> 5] = sumsq;
     }
   }
-  const u32 kmax = static_cast<u32>(block_max_u64<TOPK_THREADS>(kloc, sm.r64));
-  const float m = key_f32(kmax);
-  const double total = block_sum_f64<TOPK_THREADS>(kloc ? static_cast<double>(se * expf(mloc - m)) : 0.0, sm.rf);
+  __syncthreads();
+  DDT_PROBE(1);
+  u32 kmax = 0;
+  double dsum = 0.0, dsq = 0.0;
+#pragma unroll
+  for (int w = 0; w < TOPK_WARPS; ++w) {
+    kmax = sm.wmax[w] > kmax ? sm.wmax[w] : kmax;
+    dsum += sm.wsum[w];
+    dsq += sm.wsq[w];
+  }
   const size_t row_id = (static_cast<size_t>(b) * p.depth_limit + d) * p.num_chunks + s;
   if (tid == 0) {
+    const float m = key_f32(kmax);
+    double total = 0.0;
+    for (int w = 0; w < TOPK_WARPS; ++w)
+      if (sm.wmax[w]) total += sm.wse[w] * static_cast<double>(expf(key_f32(sm.wmax[w]) - m));
     p.chunk_max[row_id] = m;
     p.chunk_sum[row_id] = total;
   }
@@ -576,42 +647,68 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   if (kc < n) {
     // Cutoff: treat the chunk as roughly normal and keep about OVERSAMPLE * kc candidates;
     // fall back to every logit when fewer than kc pass.
-    const double mean = block_sum_f64<TOPK_THREADS>(static_cast<double>(sum), sm.rf) / n;
-    const double sq = block_sum_f64<TOPK_THREADS>(static_cast<double>(sumsq), sm.rf) / n;
+    const double mean = dsum / n, sq = dsq / n;
     const float frac = static_cast<float>(OVERSAMPLE) * kc / n;
     u32 kcut = 1;
     if (frac < 0.5f) {
       const float z = 1.41421356f * erfinvf(1.f - 2.f * frac);
       kcut = max(f32_key(static_cast<float>(mean + z * sqrt(fmax(sq - mean * mean, 0.0)))), 1u);
     }
-    int own = 0;
+    u32 mine = 0;  // bit j: slot j passes the cutoff
 #pragma unroll
-    for (int j = 0; j < TOPK_ELEMS; ++j) own += key[j] >= kcut && key[j] != 0;
-    if (block_sum_int<TOPK_THREADS>(own, sm.ri) < kc) kcut = 1;
-    t = kth_largest<TOPK_THREADS, TOPK_ELEMS, u32>([&](int j, int z) { return key[j] + z; }, kmax, kcut, kc, sm.sel);
+    for (int j = 0; j < TOPK_ELEMS; ++j) {
+      const u32 k = skey[j * TOPK_THREADS];
+      mine |= ((k >= kcut && k != 0) ? 1u : 0u) << j;
+    }
+    int total;
+    int pos = block_excl_scan<TOPK_THREADS>(__popc(mine), sm.ri, &total);
+    // Usually the candidates go to a list and the select visits ~total/TOPK_THREADS of them per
+    // thread and level; when fewer than kc pass (kcut = 1: every logit) or more than the list
+    // holds, it visits every slot.
+    const bool listed = total >= kc && total <= LIST_CAP;
+    if (total < kc) kcut = 1;
+    if (listed) {
+      for (u32 m = mine; m; m &= m - 1) sm.list[pos++] = static_cast<unsigned short>((__ffs(m) - 1) * TOPK_THREADS + tid);
+    }
+    const int ecount = listed ? (total + TOPK_THREADS - 1) / TOPK_THREADS : TOPK_ELEMS;
+    DDT_PROBE(2);
+    t = kth_largest<TOPK_THREADS, TOPK_ELEMS, u32>(
+        [&](int j, int z) -> u32 {
+          if (listed) {
+            const int q = j * TOPK_THREADS + tid;
+            return q < total ? sm.key[sm.list[q]] + static_cast<u32>(z) : 0u;
+          }
+          return skey[j * TOPK_THREADS] + static_cast<u32>(z);
+        },
+        kmax, kcut, kc, sm.sel, ecount);
+    DDT_PROBE(3);
     int above = 0, ties = 0;
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {
-      above += key[j] > t;
-      ties += key[j] == t;
+      const u32 k = skey[j * TOPK_THREADS];
+      above += k > t;
+      ties += k == t;
     }
-    const int need = kc - block_sum_int<TOPK_THREADS>(above, sm.ri);
-    if (block_sum_int<TOPK_THREADS>(ties, sm.ri) > need) tie_keep = keep_lowest_ids<V>(key, t, need, sm.ri);
+    // above and ties in one reduction: ties in the low 16 bits (at most CHUNK each)
+    const int packed = block_sum_int<TOPK_THREADS>((above << 16) | ties, sm.ri);
+    const int need = kc - (packed >> 16);
+    if ((packed & 0xffff) > need) tie_keep = keep_lowest_ids<V>(skey, t, need, sm.ri);
   }
+  DDT_PROBE(4);
   // Write the kc picked logits (in no particular order: the row merge sorts).
-  if (tid == 0) sm.ri[0] = 0;
-  __syncthreads();
-  u64* out = p.cand + row_id * p.k;
-  const int lane = tid & 31;
+  u32 picked = 0;
 #pragma unroll
   for (int j = 0; j < TOPK_ELEMS; ++j) {
-    const bool picked = key[j] > t || (key[j] == t && key[j] != 0 && ((tie_keep >> j) & 1u));
-    const u32 vote = __ballot_sync(FULL, picked);
-    int base = 0;
-    if (lane == 0 && vote) base = atomicAdd(&sm.ri[0], __popc(vote));
-    base = __shfl_sync(FULL, base, 0);
-    if (picked) out[base + __popc(vote & ((1u << lane) - 1))] = composite(key[j], token(j));
+    const u32 k = skey[j * TOPK_THREADS];
+    picked |= ((k > t || (k == t && k != 0 && ((tie_keep >> j) & 1u))) ? 1u : 0u) << j;
   }
+  int total_picked;
+  int pos = block_excl_scan<TOPK_THREADS>(__popc(picked), sm.ri, &total_picked);
+  u64* out = p.cand + row_id * p.k;
+#pragma unroll
+  for (int j = 0; j < TOPK_ELEMS; ++j)
+    if ((picked >> j) & 1u) out[pos++] = composite(skey[j * TOPK_THREADS], token(j));
+  DDT_PROBE(5);
 }
 
 // ------------------------------------------------------------------------------ heap (one warp)
@@ -763,10 +860,382 @@ DL_DEVICE int heap_select(const float* lp, int ks, int kb, int D, int budget, u6
   return count;
 }
 
+// ------------------------------------------------------------------------------ parallel search
+// The best-first search of the reference pops nodes in the order of the heap key. When every
+// node's key is at most its generator's (its previous sibling's or its parent's), the pop
+// order is simply the order of all candidate nodes by (key desc, ranks tuple asc), so the
+// tree is the `budget` best nodes, sorted. The whole CTA finds them depth by depth:
+//  * keys: a child's key is parent + lp[0] and a sibling's is key - lp[r-1] + lp[r] (float64,
+//    as the reference). While every parent + lp[r] is exact in float64 (checked with TwoSum,
+//    nearly always: they are sums of at most 33 float32 values) these equal parent + lp[r],
+//    which is monotone in r -- so the keys are exactly the reference's and monotone.
+//  * a histogram of -key over SEARCH_BINS linear bins on [-lp[0][0], an upper bound of the
+//    budget-th best] gives a bin b* with at least `budget` generated nodes in bins <= b*, so
+//    every node of the answer lies in a bin <= b*: only children in bins <= b* are generated
+//    (a binary search per parent over its sorted lp row), b* shrinks as nodes are added, and
+//    parents past b* have no candidate children. A boundary check (the exact sibling chain
+//    past the last child, with a margin for rounding) keeps later siblings out for certain.
+//  * at the end the candidates in bins <= b* are bucketed by bin and ranked inside their bin
+//    by (key, ranks tuple); rank < budget gives the node index.
+// Inexact sums, a sibling past the boundary inside b*, or more than SEARCH_CAP candidates
+// after tightening set `fail`, and the caller runs the one-warp heap instead.
+
+struct SearchSmem {
+  double key[SEARCH_CAP];
+  unsigned short par[SEARCH_CAP];  // candidate index of the parent, NO_NODE = the root
+  unsigned short rd[SEARCH_CAP];   // rank | depth << 9
+  unsigned short aux[SEARCH_CAP];  // per-parent counts / offsets, compaction map, buckets, node index
+  u32 hist[SEARCH_BINS];
+  u32 cur[SEARCH_BINS];            // bucket cursors; during generation the list of big parents
+  double x_lo, x_hi, inv_w;
+  int bstar, fail, cn, seg_lo, seg_hi, nbig, nlo, nhi;
+};
+
+struct SearchBins {
+  double lo, hi, inv;
+  // Monotone (non-decreasing) in x = -key; SEARCH_BINS = past the upper bound.
+  DL_DEVICE int operator()(double x) const {
+    if (!(x > lo)) return 0;
+    if (x > hi) return SEARCH_BINS;
+    const double t = __dmul_rn(__dsub_rn(x, lo), inv);
+    return t < static_cast<double>(SEARCH_BINS - 1) ? static_cast<int>(t) : SEARCH_BINS - 1;
+  }
+};
+
+DL_DEVICE bool sum_exact(double a, double b, double s) {  // s = fl(a + b): is it exact? (TwoSum)
+  const double bb = __dsub_rn(s, a);
+  const double err = __dadd_rn(__dsub_rn(a, __dsub_rn(s, bb)), __dsub_rn(b, bb));
+  return err == 0.0;
+}
+
+// Warp-uniform: the smallest b with hist[0..b] >= need (SEARCH_BINS - 1 when the total is less).
+DL_DEVICE int search_find_bin(const u32* hist, int need) {
+  const int lane = threadIdx.x & 31;
+  constexpr int PER = SEARCH_BINS / 32;
+  u32 own = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) own += hist[lane * PER + i];
+  u32 incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u32 y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl += y;
+  }
+  const u32 hit = __ballot_sync(FULL, incl >= static_cast<u32>(need));
+  if (!hit) return SEARCH_BINS - 1;
+  const int src = __ffs(hit) - 1;
+  int bin = 0;
+  if (lane == src) {
+    u32 run = incl - own;
+    for (int i = 0; i < PER; ++i) {
+      run += hist[lane * PER + i];
+      if (run >= static_cast<u32>(need)) { bin = lane * PER + i; break; }
+    }
+  }
+  return __shfl_sync(FULL, bin, src);
+}
+
+// Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
+// prefix of the ranks (binary search). Sets *fail when a later sibling might still qualify.
+DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
+  int lo = 0, hi = kb;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (bins(-__dadd_rn(kp, static_cast<double>(row[mid]))) <= bstar) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < kb) {  // walk the exact sibling chain while rounding could still bring a key back in
+    const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+    double k = __dadd_rn(kp, static_cast<double>(row[lo]));
+    int r = lo;
+    while (bins(-__dadd_rn(k, margin)) <= bstar) {
+      if (++r >= kb) break;
+      k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
+      if (bins(-k) <= bstar) { *fail = 1; break; }
+    }
+  }
+  return lo;
+}
+
+// True if candidate a's ranks tuple sorts before b's (a prefix before its extensions); a != b.
+DL_DEVICE bool cand_ranks_less(int a, int b, const SearchSmem& s) {
+  int x = a, y = b;
+  int dx = s.rd[a] >> 9, dy = s.rd[b] >> 9;
+  while (dx > dy) { x = s.par[x]; --dx; }
+  while (dy > dx) { y = s.par[y]; --dy; }
+  if (x == y) return (s.rd[a] >> 9) < (s.rd[b] >> 9);
+  while (s.par[x] != s.par[y]) { x = s.par[x]; y = s.par[y]; }
+  return (s.rd[x] & 511) < (s.rd[y] & 511);
+}
+
+DL_DEVICE bool cand_better(int y, int x, const SearchSmem& s) {
+  const double ky = s.key[y], kx = s.key[x];
+  return ky > kx || (ky == kx && cand_ranks_less(y, x, s));
+}
+
+// Counts of the children of the parents [seg_lo, seg_lo + P) (d == 1: the root alone) under
+// bstar; thread t owns parents t*E .. t*E+E-1 (E = ceil(P / T)). Returns this thread's sum.
+DL_DEVICE int search_counts(const SearchSmem& s, const float* row, int d, int P, int seg_lo, int kb, int bstar,
+                            const SearchBins& bins, int (&cnt)[SEARCH_PER], int* fail) {
+  const int E = (P + BUILD_THREADS - 1) / BUILD_THREADS;
+  int own = 0;
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    const int i = threadIdx.x * E + e;
+    int c = 0;
+    if (e < E && i < P) {
+      const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+      if (d == 1 || bins(-kp) <= bstar) c = count_children(kp, row, kb, bstar, bins, fail);
+    }
+    cnt[e] = c;
+    own += c;
+  }
+  return own;
+}
+
+// The parallel search (every thread of the CTA). lp: [D][ks] in shared memory, kb ranks per
+// depth, n nodes wanted (n, kb, D >= 1). Fills ns for nodes 1..count and returns count, or -1
+// when the caller must run heap_select instead.
+DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, SearchSmem& s, int* scratch,
+                              const NodeSmem& ns) {
+  constexpr int T = BUILD_THREADS;
+  static_assert(T == SEARCH_BINS, "the bucket scan gives one bin to each thread");
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    const double lo = -static_cast<double>(lp[0]);
+    double hi;
+    if (kb == n) {
+      hi = -static_cast<double>(lp[n - 1]);  // n depth-1 nodes are at least this good
+    } else {  // every node: the sum of the worst log-probs, with room for rounding
+      hi = 0.0;
+      for (int d = 0; d < D; ++d) hi -= static_cast<double>(lp[d * ks + kb - 1]);
+      hi = hi * (1.0 + 0x1p-30) + 0x1p-60;
+    }
+    s.x_lo = lo;
+    s.x_hi = hi;
+    s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
+    s.bstar = SEARCH_BINS - 1;
+    s.fail = 0;
+    s.cn = 0;
+    s.seg_lo = 0;
+    s.seg_hi = 0;
+  }
+  for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
+  __syncthreads();
+  const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
+  for (int d = 1; d <= D; ++d) {
+    int seg_lo = s.seg_lo, cn = s.cn, bstar = s.bstar;
+    int P = d == 1 ? 1 : s.seg_hi - seg_lo;
+    if (P == 0) break;
+    const float* row = lp + (d - 1) * ks;
+    int fail = 0;
+    int cnt[SEARCH_PER];
+    int own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }
+    int M;
+    int base = block_excl_scan<T>(own, scratch, &M);
+    bool add_hist = true;
+    if (cn + M > SEARCH_CAP) {
+      // Too many: count them all into the histogram first (tightening b*), drop the stored
+      // candidates past the new b*, and count again.
+      const int E = (P + T - 1) / T;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E + e;
+        if (e < E && i < P && cnt[e] > 0) {
+          const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+          if (cnt[e] > 32) {  // a warp adds the big ones below
+            const int q = atomicAdd(&s.nbig, 1);
+            if (q < SEARCH_BINS) { s.cur[q] = static_cast<u32>(i); s.aux[i] = static_cast<unsigned short>(cnt[e]); }
+            else fail = 1;
+          } else {
+            for (int r = 0; r < cnt[e]; ++r) {
+              const double a = row[r], k = __dadd_rn(kp, a);
+              if (!sum_exact(kp, a, k)) fail = 1;
+              atomicAdd(&s.hist[min(bins(-k), SEARCH_BINS - 1)], 1u);
+            }
+          }
+        }
+      }
+      __syncthreads();
+      const int nbig = min(s.nbig, SEARCH_BINS);
+      for (int q = tid >> 5; q < nbig; q += T / 32) {
+        const int i = static_cast<int>(s.cur[q]);
+        const int c = s.aux[i];
+        const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+        for (int r = tid & 31; r < c; r += 32) {
+          const double a = row[r], k = __dadd_rn(kp, a);
+          if (!sum_exact(kp, a, k)) fail = 1;
+          atomicAdd(&s.hist[min(bins(-k), SEARCH_BINS - 1)], 1u);
+        }
+      }
+      if (fail) s.fail = 1;
+      __syncthreads();
+      if (tid < 32) {
+        const int b = search_find_bin(s.hist, n);
+        if (tid == 0) s.bstar = b;
+      }
+      __syncthreads();
+      bstar = s.bstar;
+      // compaction of the stored candidates (order kept; parents are never dropped before a child)
+      const int E2 = (cn + T - 1) / T;
+      double kk[SEARCH_PER];
+      int pr[SEARCH_PER], rr[SEARCH_PER];
+      int kept = 0, below_lo = 0, below_hi = 0;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        pr[e] = -1;
+        if (e < E2 && i < cn) {
+          kk[e] = s.key[i];
+          if (bins(-kk[e]) <= bstar) {
+            pr[e] = s.par[i];
+            rr[e] = s.rd[i];
+            ++kept;
+            below_lo += i < seg_lo;
+            below_hi += i < s.seg_hi;
+          }
+        }
+      }
+      if (below_lo) atomicAdd(&s.nlo, below_lo);
+      if (below_hi) atomicAdd(&s.nhi, below_hi);
+      int total_kept;
+      int nb = block_excl_scan<T>(kept, scratch, &total_kept);
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        if (e < E2 && i < cn) s.aux[i] = pr[e] >= 0 ? static_cast<unsigned short>(nb++) : NO_NODE;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e)
+        if (pr[e] >= 0 && pr[e] != NO_NODE) pr[e] = s.aux[pr[e]];
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        if (e < E2 && i < cn && pr[e] >= 0) {
+          const int j = s.aux[i];
+          s.key[j] = kk[e];
+          s.par[j] = static_cast<unsigned short>(pr[e]);
+          s.rd[j] = static_cast<unsigned short>(rr[e]);
+        }
+      }
+      cn = total_kept;
+      seg_lo = s.nlo;
+      P = d == 1 ? 1 : s.nhi - seg_lo;
+      __syncthreads();
+      own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+      base = block_excl_scan<T>(own, scratch, &M);
+      if (cn + M > SEARCH_CAP) fail = 1;
+      add_hist = false;
+    }
+    if (fail) s.fail = 1;
+    {  // exclusive offsets of the parents' children
+      const int E = (P + T - 1) / T;
+      int off = base;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E + e;
+        if (e < E && i < P) {
+          s.aux[i] = static_cast<unsigned short>(min(off, 0xffff));
+          off += cnt[e];
+        }
+      }
+    }
+    __syncthreads();
+    if (s.fail) break;
+    fail = 0;
+    for (int j = tid; j < M; j += T) {
+      int lo = 0, hi = P;  // the last parent whose offset is <= j
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (s.aux[mid] <= j) lo = mid;
+        else hi = mid;
+      }
+      const int r = j - s.aux[lo];
+      const int pc = d == 1 ? NO_NODE : seg_lo + lo;
+      const double kp = d == 1 ? 0.0 : s.key[pc];
+      const double a = row[r], k = __dadd_rn(kp, a);
+      if (!sum_exact(kp, a, k)) fail = 1;
+      const int dst = cn + j;
+      s.key[dst] = k;
+      s.par[dst] = static_cast<unsigned short>(pc);
+      s.rd[dst] = static_cast<unsigned short>(r | (d << 9));
+      if (add_hist) atomicAdd(&s.hist[bins(-k)], 1u);
+    }
+    if (fail) s.fail = 1;
+    __syncthreads();
+    if (tid < 32) {
+      const int b = search_find_bin(s.hist, n);
+      if (tid == 0) {
+        s.bstar = b;
+        s.seg_lo = cn;
+        s.seg_hi = cn + M;
+        s.cn = cn + M;
+      }
+    }
+    __syncthreads();
+    if (s.fail || M == 0) break;
+  }
+  if (s.fail) return -1;
+  // ---- rank the candidates in bins <= b*: bucket by bin, then count the better ones in the bin
+  const int cn = s.cn, bstar = s.bstar;
+  const u32 h = tid <= bstar ? s.hist[tid] : 0u;
+  int total;
+  const int start = block_excl_scan<T>(static_cast<int>(h), scratch, &total);
+  s.cur[tid] = static_cast<u32>(start);
+  __syncthreads();
+  for (int i = tid; i < cn; i += T) {
+    const int b = bins(-s.key[i]);
+    if (b <= bstar) s.aux[atomicAdd(&s.cur[b], 1u)] = static_cast<unsigned short>(i);
+  }
+  __syncthreads();
+  int xs[SEARCH_PER], rk[SEARCH_PER];
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    const int slot = tid + e * T;
+    xs[e] = -1;
+    rk[e] = n;
+    if (slot < total) {
+      const int x = s.aux[slot];
+      const int b = bins(-s.key[x]);
+      const int en = static_cast<int>(s.cur[b]);
+      int rank = en - static_cast<int>(s.hist[b]);
+      for (int q = en - static_cast<int>(s.hist[b]); q < en; ++q) {
+        const int y = s.aux[q];
+        if (y != x && cand_better(y, x, s)) ++rank;
+      }
+      xs[e] = x;
+      rk[e] = rank;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e)
+    if (xs[e] >= 0 && rk[e] < n) s.aux[xs[e]] = static_cast<unsigned short>(rk[e] + 1);
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    if (xs[e] >= 0 && rk[e] < n) {
+      const int i = rk[e] + 1, x = xs[e];
+      const int pp = s.par[x];
+      ns.par[i] = static_cast<short>(pp == NO_NODE ? 0 : s.aux[pp]);
+      ns.rank[i] = static_cast<short>(s.rd[x] & 511);
+      ns.dep[i] = static_cast<u8>(s.rd[x] >> 9);
+    }
+  }
+  __syncthreads();
+  return min(n, total);
+}
+
 // ------------------------------------------------------------------------------ build
 
 struct BuildSmem {
-  SelectSmem sel;
+  union {
+    SelectSmem sel;       // the row merge
+    SearchSmem search;    // then the parallel search
+  };
   u64 r64[32];
   int ri[32];
   float lse;
@@ -780,6 +1249,7 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   const int tid = threadIdx.x, K = p.k, S = p.num_chunks;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   const u64* cand = p.cand + row_id * S * K;
+  DDT_PROBE(0);
   u64 c[MERGE_ELEMS];
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) {
@@ -802,8 +1272,40 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
   const u64 cmax = block_max_u64<BUILD_THREADS>(mine, sm.r64);
-  auto get = [&](int j, int z) { return c[j] + static_cast<u64>(z); };
-  const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(get, cmax, 1ull, K, sm.sel);
+  DDT_PROBE(1);
+  // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
+  // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
+  // the composites with that key. One kth_largest instance serves both passes.
+  u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
+  int need = K;
+  u64 cstar;  // picked: composite >= cstar
+  const int ecount = min(MERGE_ELEMS, (S * K + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
+  for (int pass = 0;; ++pass) {
+    const u32 r = kth_largest<BUILD_THREADS, MERGE_ELEMS, u32>(
+        [&](int j, int z) {
+          const u32 hi = static_cast<u32>(c[j] >> 32);
+          return (pass ? (hi == tk ? static_cast<u32>(c[j]) : 0u) : hi) + static_cast<u32>(z);
+        },
+        vmax, 1u, need, sm.sel, ecount);
+    if (pass) {
+      cstar = (static_cast<u64>(tk) << 32) | r;
+      break;
+    }
+    tk = r;
+    int above = 0, ties = 0;
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const u32 k = static_cast<u32>(c[j] >> 32);
+      above += k > tk;
+      ties += k == tk;
+    }
+    const int packed = block_sum_int<BUILD_THREADS>((above << 16) | ties, sm.ri);  // each < 2^15
+    need = K - (packed >> 16);
+    cstar = static_cast<u64>(tk) << 32;
+    if ((packed & 0xffff) <= need) break;
+    vmax = 0xffffffffu;  // an upper bound of the low words is enough for kth_largest
+  }
+  DDT_PROBE(2);
   int own = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
@@ -814,27 +1316,32 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
     if (c[j] >= cstar) sortbuf[pos++] = c[j];
   int P = 1;
   while (P < K) P <<= 1;
-  for (int i = K + tid; i < P; i += BUILD_THREADS) sortbuf[i] = 0ull;
   __syncthreads();
-  for (int kk = 2; kk <= P; kk <<= 1) {  // bitonic sort, descending
+  DDT_PROBE(3);
+  // Bitonic sort, descending, one element per thread (P <= MAX_K = BUILD_THREADS): strides
+  // below 32 through warp shuffles, the others through shared memory.
+  u64 v = tid < K ? sortbuf[tid] : 0ull;
+  for (int kk = 2; kk <= P; kk <<= 1) {
     for (int j = kk >> 1; j > 0; j >>= 1) {
-      for (int i = tid; i < P; i += BUILD_THREADS) {
-        const int ixj = i ^ j;
-        if (ixj > i) {
-          const u64 a = sortbuf[i], bb = sortbuf[ixj];
-          const bool desc = (i & kk) == 0;
-          if (desc ? a < bb : a > bb) { sortbuf[i] = bb; sortbuf[ixj] = a; }
-        }
+      u64 o;
+      if (j >= 32) {
+        __syncthreads();
+        if (tid < P) sortbuf[tid] = v;
+        __syncthreads();
+        o = tid < P ? sortbuf[tid ^ j] : 0ull;
+      } else {
+        o = __shfl_xor_sync(FULL, v, j);
       }
-      __syncthreads();
+      const bool keep_max = ((tid & j) == 0) == ((tid & kk) == 0);
+      v = keep_max ? (o > v ? o : v) : (o < v ? o : v);
     }
   }
   const float lse = sm.lse;
-  for (int r = tid; r < K; r += BUILD_THREADS) {
-    const u64 v = sortbuf[r];
-    p.top_ids[row_id * K + r] = composite_id(v);
-    p.top_lp[row_id * K + r] = __fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse);
+  if (tid < K) {
+    p.top_ids[row_id * K + tid] = composite_id(v);
+    p.top_lp[row_id * K + tid] = __fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse);
   }
+  DDT_PROBE(4);
 }
 
 DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
@@ -848,6 +1355,7 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   __syncthreads();
   if (!sm.last) return;
+  DDT_PROBE(5);
   if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
   __threadfence();
 
@@ -864,13 +1372,23 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   for (int i = tid; i < D * K; i += BUILD_THREADS) lp[i] = __ldcg(glp + i);
   if (tid == 0) { ns.par[0] = -1; ns.rank[0] = -1; ns.dep[0] = 0; }
   const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
+  const int kb = min(budget_b, K);
   __syncthreads();
-  if (tid < 32) {
-    const int popped = heap_select(lp, K, min(budget_b, K), D, budget_b, ovs, ovm, ns);
-    if (tid == 0) sm.ri[0] = popped;
+  DDT_PROBE(6);
+  int popped = 0;
+  if (budget_b > 0 && kb > 0 && D > 0) {
+    popped = (p.flags & FLAG_LEGACY_SEARCH) ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
+    if (popped < 0) {  // the exact heap of the reference, one warp
+      if (tid < 32) {
+        const int c = heap_select(lp, K, kb, D, budget_b, ovs, ovm, ns);
+        if (tid == 0) sm.ri[0] = c;
+      }
+      __syncthreads();
+      popped = sm.ri[0];
+    }
   }
-  __syncthreads();
-  const int count = sm.ri[0] + 1;
+  const int count = popped + 1;
+  DDT_PROBE(7);
 
   // ---- nodes and ancestor masks
   const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
@@ -899,6 +1417,7 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   u32* ganc = p.anc + base * W;
   for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
   if (tid == 0) p.node_counts[b] = count;
+  DDT_PROBE(8);
 }
 
 // ------------------------------------------------------------------------------ compile
@@ -1036,52 +1555,86 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
 
 // ------------------------------------------------------------------------------ accept
 
-// Work item i = (row i / splits, split i % splits), rows in order: a CTA strides over the
-// items and stops at the first row past qo_indptr[max_batch].
+// Work item i = (row i / splits, split i % splits), rows in order; one warp per item (no block
+// barriers), the warps of the grid stride over the items and stop at the first row at or past
+// qo_indptr[max_batch]. A lane keeps ARGMAX_UNROLL 16-byte loads in flight and compares plain
+// floats (its tokens come in increasing order, so `>` keeps the first of equal maxima; -0 and
+// +0 compare equal, as their order keys do); the warp's (key, ~id) composite is folded into
+// the row's maximum with a 64-bit atomicMax (accept reads the row and clears it to 0).
+constexpr int ARGMAX_UNROLL = 4;
+
 template <typename T>
 DL_DEVICE void argmax_split(const DDTreeParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
-  __shared__ u64 scratch[32];
-  const int tid = threadIdx.x;
+  constexpr int STEP = 32 * V;                   // tokens of one warp-wide vector round
+  const int lane = threadIdx.x & 31;
+  const i64 nwarps = static_cast<i64>(gridDim.x) * (SMALL_THREADS / 32);
   const i64 rows = p.qo_indptr[p.max_batch];
   const i64 items = rows * p.argmax_splits;
-  for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+  for (i64 item = static_cast<i64>(blockIdx.x) * (SMALL_THREADS / 32) + (threadIdx.x >> 5); item < items; item += nwarps) {
     const i64 r = item / p.argmax_splits;
     const int s = static_cast<int>(item - r * p.argmax_splits);
     const int start = s * p.argmax_split_len;
     const int end = min(p.vocab, start + p.argmax_split_len);
     const T* row = static_cast<const T*>(p.target_logits) + r * p.target_row_stride;
-    u64 best = 0;
-    if (p.target_vec) {
-      for (int i = start + tid * V; i < end; i += SMALL_THREADS * V) {
+    float bv = DL_NEG_INF;
+    int bi = -1;
+    if (p.target_vec) {  // start and end are multiples of V
+      int i = start + lane * V;
+      for (; i + (ARGMAX_UNROLL - 1) * STEP < end; i += ARGMAX_UNROLL * STEP) {
+        float x[ARGMAX_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) Tr::load_vec(row + i + u * STEP, x[u]);
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if (x[u][e] > bv) { bv = x[u][e]; bi = i + u * STEP + e; }
+          }
+        }
+      }
+      for (; i < end; i += STEP) {
         float x[V];
         Tr::load_vec(row + i, x);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const u64 c = composite(f32_key(x[e]), i + e);
-          best = c > best ? c : best;
+          if (x[e] > bv) { bv = x[e]; bi = i + e; }
         }
       }
     } else {
-      for (int i = start + tid; i < end; i += SMALL_THREADS) {
-        const u64 c = composite(f32_key(Tr::load(row + i)), i);
-        best = c > best ? c : best;
+      for (int i = start + lane; i < end; i += 32) {
+        const float x = Tr::load(row + i);
+        if (x > bv) { bv = x; bi = i; }
       }
     }
-    best = block_max_u64<SMALL_THREADS>(best, scratch);
-    if (tid == 0) p.argmax_part[item] = best;
+    u64 best = bi >= 0 ? composite(f32_key(bv), bi) : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const u64 w = __shfl_xor_sync(FULL, best, o);
+      best = w > best ? w : best;
+    }
+    if (lane == 0 && best) atomicMax(reinterpret_cast<unsigned long long*>(p.argmax_part + r), static_cast<unsigned long long>(best));
   }
 }
 
+constexpr int ACCEPT_STOPS = 64;  // stop tokens per request staged in shared memory
+
 struct AcceptSmem {
   int post[ddt::MAX_K + 1];
+  int tok[ddt::MAX_K + 1];          // node tokens (the walk reads no global memory)
   short match[ddt::MAX_K + 1];
   int path[64];
+  int stop[ACCEPT_STOPS];
 };
 
-DL_DEVICE bool is_stop(const DDTreeParams& p, int b, int tok) {
+DL_DEVICE bool is_stop(const DDTreeParams& p, const AcceptSmem& sm, int b, int tok) {
   if (!p.stop_tokens || tok < 0) return false;
+  if (p.n_stop <= ACCEPT_STOPS) {
+    for (int i = 0; i < p.n_stop; ++i)
+      if (sm.stop[i] == tok) return true;
+    return false;
+  }
   for (int i = 0; i < p.n_stop; ++i)
     if (p.stop_tokens[static_cast<size_t>(b) * p.n_stop + i] == tok) return true;
   return false;
@@ -1100,27 +1653,33 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
   const bool act = p.active[b] != 0 && q > 0;
   const size_t tb = static_cast<size_t>(b) * N;
   if (act) {
-    for (int i = tid; i < q; i += SMALL_THREADS) {
-      int tok;
-      if (p.target_tokens) {
-        tok = p.target_tokens[qo + i];
-      } else {
-        u64 best = 0;
-        const u64* part = p.argmax_part + static_cast<size_t>(qo + i) * p.argmax_splits;
-        for (int s = 0; s < p.argmax_splits; ++s) best = part[s] > best ? part[s] : best;
-        tok = composite_id(best);
+    if (p.target_tokens) {
+      for (int i = tid; i < q; i += SMALL_THREADS) {
+        const int tok = p.target_tokens[qo + i];
+        sm.post[i] = tok;
+        sm.match[i] = -1;
+        p.posterior[qo + i] = tok;
       }
-      sm.post[i] = tok;
-      sm.match[i] = -1;
-      p.posterior[qo + i] = tok;
+    } else {  // the argmax kernel's per-row maxima
+      for (int i = tid; i < q; i += SMALL_THREADS) {
+        const int tok = composite_id(p.argmax_part[qo + i]);
+        sm.post[i] = tok;
+        sm.match[i] = -1;
+        p.posterior[qo + i] = tok;
+      }
     }
   }
+  if (!p.target_tokens && q > 0)  // clear this request's rows for the next argmax (inactive ones too)
+    for (int i = tid; i < q; i += SMALL_THREADS) p.argmax_part[qo + i] = 0ull;
   __syncthreads();
   if (act) {
     for (int j = 1 + tid; j < q; j += SMALL_THREADS) {
-      const int par = p.parents[tb + j];
-      if (p.tokens[tb + j] == sm.post[par]) sm.match[par] = static_cast<short>(j);
+      const int par = p.parents[tb + j], t = p.tokens[tb + j];
+      sm.tok[j] = t;
+      if (t == sm.post[par]) sm.match[par] = static_cast<short>(j);
     }
+    if (p.stop_tokens && tid < p.n_stop && p.n_stop <= ACCEPT_STOPS)
+      sm.stop[tid] = p.stop_tokens[static_cast<size_t>(b) * p.n_stop + tid];
   }
   __syncthreads();
   if (tid != 0) return;
@@ -1131,7 +1690,7 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
     while (sm.match[cur] >= 0) {
       cur = sm.match[cur];
       sm.path[a++] = cur;
-      if (is_stop(p, b, p.tokens[tb + cur])) { finished = 1; break; }
+      if (is_stop(p, sm, b, sm.tok[cur])) { finished = 1; break; }
     }
     if (!finished) bonus = sm.post[cur];
     const i64 room = p.max_context - p.committed_lens[b];
@@ -1141,7 +1700,7 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
       bonus = -1;
       atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_CONTEXT_FULL));
     }
-    if (bonus >= 0 && is_stop(p, b, bonus)) finished = 1;
+    if (bonus >= 0 && is_stop(p, sm, b, bonus)) finished = 1;
   }
   i32* rec = p.records + static_cast<size_t>(b) * RW;
   i32* mir = p.mirror ? p.mirror + static_cast<size_t>(b) * RW : nullptr;
@@ -1151,7 +1710,7 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
     p.accepted_nodes[static_cast<size_t>(b) * (D + 1) + i] = node;
   }
   for (int i = 1; i < a; ++i) {
-    const int tok = p.tokens[tb + sm.path[i]];
+    const int tok = sm.tok[sm.path[i]];
     rec[RECORD_HEADER + ne] = tok;
     if (mir) store_record(mir, RECORD_HEADER + ne, tok, true);
     ++ne;
@@ -1266,10 +1825,10 @@ DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
 
 // ------------------------------------------------------------------------------ entry points
 
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 2) ddtree_topk_chunks_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ DDTreeParams p) {
   ddt::topk_chunk<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 2) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
   ddt::topk_chunk<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ DDTreeParams p) {

@@ -35,11 +35,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from cuda.bindings import driver
 
 from ._array import DeviceArray
 from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import as_dtype, bfloat16
+from ._errors import check
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module, struct_layout_defines
 from .reference.ddtree import (
@@ -64,6 +66,7 @@ __all__ = [
     "STATUS_KV_CAPACITY",
     "STATUS_MASK_CAPACITY",
     "RECORD_HEADER",
+    "FLAG_LEGACY_SEARCH",
     "compile_defines",
     "dynamic_shared_bytes",
     "build_shared_bytes",
@@ -80,7 +83,12 @@ MAX_BATCH = 1024
 _TOPK_THREADS = 320
 _BUILD_THREADS = 512
 _SMALL_THREADS = 256
-_ARGMAX_SPLIT = 8192
+#: Tokens of one argmax work item are a multiple of this (a warp: 32 lanes x 4 16-byte loads of bf16).
+_ARGMAX_GRAIN = 1024
+_ARGMAX_CTAS_PER_SM = 4
+#: ``DDTreePlan.flags`` bits (probes and tests only; 0 = the fast paths).
+FLAG_LEGACY_SEARCH = 1   # the one-warp heap for every request instead of the parallel search
+FLAG_LEGACY_TOPK = 2     # the chunk top-K's earlier reductions and output writes
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
 
 _u64 = ctypes.c_uint64
@@ -104,7 +112,7 @@ class _Params(ctypes.Structure):
         "dense_pos_stride", "dense_row_bytes")] + [(n, _i32) for n in (
         "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
         "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
-        "lp_bytes", "pad_")]
+        "lp_bytes", "flags")]
 
 
 def compile_defines(arch) -> dict:
@@ -141,6 +149,23 @@ def dynamic_shared_bytes(arch) -> dict:
     """Largest dynamic shared memory any plan launches ``ddtree_build`` with, bytes."""
     normalize_arch(arch)
     return {"ddtree_build": build_shared_bytes(MAX_DEPTH, MAX_BUDGET, MAX_BUDGET)}
+
+
+def _argmax_layout(vocab: int, max_rows: int, sm_count: int) -> tuple:
+    """``(split_len, splits, grid)`` of ``ddtree_argmax_*``.
+
+    One warp reduces one (row, split) work item of ``split_len`` tokens (a multiple of
+    1,024) and folds it into the row's maximum with one 64-bit ``atomicMax``; the grid's
+    ``4 * sm_count`` CTAs of 8 warps stride over the items. The split gives about four items
+    per warp when every row is a node (``max_rows``), so the read of the target logits is
+    spread over the whole GPU whatever the tree size.
+    """
+    warps = _ARGMAX_CTAS_PER_SM * sm_count * (_SMALL_THREADS // 32)
+    splits = max(1, min(-(-4 * warps // max_rows), -(-vocab // _ARGMAX_GRAIN)))
+    split_len = -(-(-(-vocab // splits)) // _ARGMAX_GRAIN) * _ARGMAX_GRAIN
+    splits = -(-vocab // split_len)
+    grid = max(1, min(_ARGMAX_CTAS_PER_SM * sm_count, -(-max_rows * splits // (_SMALL_THREADS // 32))))
+    return split_len, splits, grid
 
 
 def _pos_int(name, v, lo=1, hi=None):
@@ -296,7 +321,8 @@ class DDTreePlan:
     :attr:`workspace_bytes`; dominated by the chunk candidates
     ``max_batch * depth_limit * ceil(vocab / 7680) * K * 8`` (K = min(budget, vocab)),
     ``kv_indices`` (``max_batch * max_context * 8``), the target argmax partials
-    (``max_batch * (budget + 1) * ceil(vocab / 8192) * 8``) and the optional FULL mask.
+    (``max_batch * (budget + 1) * 8``: one running maximum per row, which accept clears) and
+    the optional FULL mask.
 
     Outputs (device arrays of the plan)
     -----------------------------------
@@ -310,6 +336,14 @@ class DDTreePlan:
     ``bonus`` int32 ``[max_batch]``; ``records`` int32 ``[max_batch, 4 + depth_limit + 1]``
     (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``); ``step``
     int64 ``[4]`` = (alloc_base, alloc_total, status bits, 0).
+
+    Attributes
+    ----------
+    flags : int
+        0 (default): the fast paths. :data:`FLAG_LEGACY_SEARCH` makes the build use the
+        one-warp heap for every request (the parallel search falls back to it by itself in
+        the rare cases where it cannot prove it matches the heap); for probes and tests.
+        Set it before the first launch of a stage (launches are packed once).
 
     Raises
     ------
@@ -350,9 +384,10 @@ class DDTreePlan:
                              f"per row, more than the row merge's {MERGE_CAPACITY}: lower the budget")
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
-        self.argmax_split_len = min(_ARGMAX_SPLIT, -(-self.vocab // 8) * 8)
-        self.argmax_splits = math.ceil(self.vocab / self.argmax_split_len)
         self.device = _check_device_arg(device)
+        self.argmax_split_len, self.argmax_splits, self.argmax_grid = _argmax_layout(
+            self.vocab, self.max_rows, self.device.sm_count)
+        self.flags = 0
         self.arch = normalize_arch(arch or self.device.arch)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
 
@@ -366,14 +401,24 @@ class DDTreePlan:
         kern = self._module.kernel
         suffix = "bf16" if self.logits_dtype is bfloat16 else "f32"
         self._k_chunks = kern(f"ddtree_topk_chunks_{suffix}")
+        # the chunk CTAs keep their logits in shared memory: prefer shared memory over L1 so
+        # that several share an SM (a hint; 100 = the largest carveout)
+        check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
+            self._k_chunks._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
         self._k_argmax = kern("ddtree_argmax_" + ("bf16" if self.target_dtype is bfloat16 else "f32"))
         self._k_accept = kern("ddtree_accept")
         self._k_commit = kern("ddtree_commit")
         self._k_dense = kern("ddtree_commit_dense")
-        self._k_build._ensure_shared(self.build_smem)  # the opt-in now, never during a capture
-        self.argmax_grid = min(self.max_rows * self.argmax_splits, 16 * self.device.sm_count)
+        # The opt-in now, never during a capture. The default limit of dynamic shared memory is
+        # 48 KB minus the static part, so raise it whenever the sum passes 48 KB (only ever raise:
+        # plans of other sizes share the loaded kernel).
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        if self._k_build.attribute(attr) < self.build_smem:
+            self.device.set_current()
+            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self._k_build._func, attr, self.build_smem))
+        self._k_build._ensure_shared(self.build_smem)
 
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes, label=name)
@@ -382,6 +427,7 @@ class DDTreePlan:
             setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
         stream = self.device.create_stream()
         self.counters.fill_bytes(0, stream)  # the build's per-request counters start (and end) at 0
+        self.argmax_part.fill_bytes(0, stream)  # per-row argmax maxima: accept reads and clears them
         self.step.fill_bytes(0, stream)
         stream.synchronize()
         self._cache: dict = {}
@@ -398,7 +444,7 @@ class DDTreePlan:
             ("input_ids", (R,), np.int32), ("positions", (R,), np.int64), ("out_cache_loc", (R,), np.int64),
             ("qo_indptr", (B + 1,), np.int64), ("kv_indptr", (B + 1,), np.int32),
             ("kv_indices", (B * self.max_context,), np.int64), ("bitmask", (R, W), np.uint32),
-            ("step", (4,), np.int64), ("argmax_part", (R, self.argmax_splits), np.uint64),
+            ("step", (4,), np.int64), ("argmax_part", (R,), np.uint64),
             ("posterior", (R,), np.int32), ("accepted_nodes", (B, D + 1), np.int32),
             ("accepted_count", (B,), np.int32), ("bonus", (B,), np.int32),
             ("records", (B, self.record_width), np.int32),
@@ -472,6 +518,7 @@ class DDTreePlan:
         p.num_chunks, p.n_words, p.record_width = self.num_chunks, self.n_words, self.record_width
         p.argmax_splits, p.argmax_split_len = self.argmax_splits, self.argmax_split_len
         p.lp_bytes = _build_union_bytes(self.depth_limit, self.k, self.budget)
+        p.flags = self.flags
         p.max_context = self.max_context
         p.kv_capacity = self.max_batch * self.max_context
         if "full" in self.mask_formats:
