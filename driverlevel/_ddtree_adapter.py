@@ -61,8 +61,6 @@ class TreeSteps:
         self.records = p.records
         self.cubin = p.cubin
         self.sglang = None
-        # Set the build kernel's dynamic shared memory attribute now, not during a capture.
-        p._k_build._ensure_shared(p.build_smem)
 
     @property
     def workspace_bytes(self) -> int:

@@ -153,7 +153,7 @@ class PreparedLaunch:
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
         self.shared_mem = int(shared_mem)
-        kernel._ensure_shared(self.shared_mem)
+        kernel.reserve_shared(self.shared_mem)
         packed = [_pack_one(a) for a in args]
         self._values = [p[0] for p in packed]
         self._keep = list(args)  # keep arrays (and their owners) alive with the launch
@@ -217,7 +217,17 @@ class Kernel:
         """A ``CUfunction_attribute`` value, e.g. ``NUM_REGS``."""
         return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
 
-    def _ensure_shared(self, nbytes: int) -> None:
+    def reserve_shared(self, nbytes: int) -> None:
+        """Allow launches with ``nbytes`` of dynamic shared memory (raises the opt-in limit once).
+
+        Launches do this themselves when prepared; plans call it at construction so that
+        the attribute is never set while a stream is being captured.
+
+        Raises
+        ------
+        ValueError
+            If ``nbytes`` plus the kernel's static shared memory exceeds the device's limit.
+        """
         if nbytes > self._max_dynamic_shared:
             dev = self.module.device
             limit = dev.properties.max_shared_memory_per_block_optin

@@ -52,7 +52,10 @@ from .reference.ddtree import (
     STATUS_POOL_EXHAUSTED,
     mask_words,
 )
-from .verify_attention import VerifyMetadata, _arr, _need_dtype, _need_shape
+from ._checks import device_array_arg as _arr
+from ._checks import need_dtype as _need_dtype
+from ._checks import need_shape as _need_shape
+from .verify_attention import VerifyMetadata
 
 __all__ = [
     "DDTreePlan",
@@ -418,7 +421,7 @@ class DDTreePlan:
         if self._k_build.attribute(attr) < self.build_smem:
             self.device.set_current()
             check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self._k_build._func, attr, self.build_smem))
-        self._k_build._ensure_shared(self.build_smem)
+        self._k_build.reserve_shared(self.build_smem)
 
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes, label=name)

@@ -672,8 +672,6 @@ class ForwardPlan:
                                workspace=ws))
         if stop_after == "logits":
             tail.append(m.gemm(self.h, m.w_lm, logits, m_max=R, num_rows=num_rows, workspace=ws))
-        att = self.attention
-        att._partial._ensure_shared(att.config.shared_bytes)  # set the attribute now, not during a capture
         self._launches = (launches, tail)
         self._attn_args = attn_args
         return self

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._array import DeviceArray, as_device_array
+from ._checks import device_array_arg as _arr
+from ._checks import need_dtype as _need_dtype
+from ._checks import need_shape as _need_shape
 from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
@@ -181,34 +183,6 @@ class VerifyMetadata:
     mask_indptr: object = None
 
 
-def _arr(name, x, device) -> DeviceArray:
-    if x is None:
-        raise TypeError(f"{name} is required")
-    try:
-        a = as_device_array(x, device)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
-    if a.device.ordinal != device.ordinal:
-        raise ValueError(f"{name} is on device {a.device.ordinal}, the plan on device {device.ordinal}")
-    if not a.is_c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
-    return a
-
-
-def _dtype_is(a: DeviceArray, *names) -> bool:
-    return a.dtype.name in names
-
-
-def _need_dtype(name, a, *names):
-    if not _dtype_is(a, *names):
-        raise TypeError(f"{name} must have dtype {' or '.join(names)}, got {a.dtype.name}")
-
-
-def _need_shape(name, a, shape):
-    if a.shape != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
-
-
 class VerifyAttention:
     """A verify-attention plan: fixed maxima, grid and workspace; capture-safe :meth:`run`.
 
@@ -296,6 +270,7 @@ class VerifyAttention:
         self._module = load_module(self.device, self.cubin)
         self._partial = self._module.kernel("verify_attn_partial")
         self._merge = self._module.kernel("verify_attn_merge")
+        self._partial.reserve_shared(self.config.shared_bytes)  # now, never during a capture
         self.grid_partial = (math.ceil(self.max_q * self.num_heads / self.config.rows), self.num_splits, self.max_batch)
         self.grid_merge = (math.ceil(self.max_q * self.num_heads / _MERGE_ROWS), self.max_batch, 1)
 

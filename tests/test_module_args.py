@@ -133,7 +133,7 @@ class FakeKernel:
         self.module = type("M", (), {"device": DEV})()
         self.shared_requests = []
 
-    def _ensure_shared(self, nbytes):
+    def reserve_shared(self, nbytes):
         self.shared_requests.append(nbytes)
 
 

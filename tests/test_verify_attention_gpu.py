@@ -188,7 +188,6 @@ def test_200k_prefix(dev, stream):
 
 def test_graph_replay_bitwise_equal_and_follows_device_buffers(dev, stream):
     """One captured graph, replayed with new lengths, trees and slots written into its buffers."""
-    rng = np.random.default_rng(11)
     heads, max_bs, max_q, num_slots = 9, 4, 64, 20_000
     plan = VerifyAttention(dev, heads, max_batch=max_bs, max_q=max_q, num_splits=8, sm_scale=SM_SCALE,
                            mask_format="bitmask")

@@ -1,5 +1,4 @@
 """One verify-attention call (for Nsight Compute): 2 requests, 16 heads, 32k prefix, 256-node trees."""
-import sys
 import numpy as np, torch
 import driverlevel as dl
 from driverlevel.verify_attention import VerifyAttention, VerifyMetadata

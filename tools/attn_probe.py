@@ -1,5 +1,5 @@
 """Time verify_attn_partial and verify_attn_merge separately on a few shapes (development probe)."""
-import math, statistics, sys
+import statistics
 import numpy as np, torch
 import driverlevel as dl
 from driverlevel.verify_attention import VerifyAttention, VerifyMetadata, TileConfig
