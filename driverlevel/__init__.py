@@ -17,6 +17,9 @@ from ._graph import Graph, GraphExec, KernelNodeInfo, capture
 from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool
 from ._module import Kernel, Module, PreparedLaunch, load_module
 from ._stream import Event, Stream
+from .ddtree import DDTreePlan, DDTreeState
+from .runner import AutoregressiveRunner, DecodeStepRunner
+from .verify_attention import VerifyAttention, VerifyMetadata
 
 __version__ = "0.1.0"
 
@@ -28,5 +31,8 @@ __all__ = [
     "Cubin", "KernelResources", "compile_file", "compile_source", "kernel_sources", "nvrtc_version",
     "Module", "Kernel", "PreparedLaunch", "load_module",
     "capture", "Graph", "GraphExec", "KernelNodeInfo",
+    "VerifyAttention", "VerifyMetadata",
+    "DDTreePlan", "DDTreeState",
+    "DecodeStepRunner", "AutoregressiveRunner",
     "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
 ]
