@@ -9,7 +9,8 @@ Cache
 -----
 Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
 or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` disables the disk cache. The
-key hashes the source, every local header it includes (recursively), the options
+key hashes the source, every local header it includes (recursively), the CUDA headers
+(``cuda_bf16.h`` and friends) found on the include path, the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
 match is recompiled and rewritten, never loaded.
@@ -17,6 +18,7 @@ match is recompiled and rewritten, never loaded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -222,6 +224,23 @@ def _clear_memory_cache() -> None:
         _mem_cache.clear()
 
 
+# The CUDA headers the kernels include with <...>: their contents are part of the cache key,
+# so that upgrading the header wheel (without NVRTC) recompiles.
+_SYSTEM_HEADERS = ("cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp")
+
+
+@functools.lru_cache(maxsize=8)
+def _system_headers_digest(dirs: tuple) -> str:
+    """sha256 over the contents of :data:`_SYSTEM_HEADERS` found in ``dirs``."""
+    h = hashlib.sha256()
+    for d in dirs:
+        for name in _SYSTEM_HEADERS:
+            p = Path(d) / name
+            if p.is_file():
+                h.update(name.encode() + b"\0" + p.read_bytes() + b"\0\1")
+    return h.hexdigest()
+
+
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
@@ -389,6 +408,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     options_all = options + [f"-I{d}" for d in local]
     n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
     headers = _local_headers(source, [Path(d) for d in local[:n_local]])
+    headers["<cuda headers>"] = _system_headers_digest(tuple(local[n_local:]))
     key = _cache_key(source, name, headers, options, arch, [])
     if use_cache:
         with _mem_lock:

@@ -345,3 +345,23 @@ def test_include_dir_header_shadows_cu(fresh_cache, tmp_path):
     with pytest.raises(dl.NvrtcError, match="not shadowed"):
         compile_source(src, "shadow.cu", "sm_90")
 
+
+
+def test_cuda_header_contents_are_part_of_the_cache_key(tmp_path, monkeypatch):
+    """Upgrading the CUDA header wheel (same NVRTC) must not reuse cubins built with the old headers."""
+    from driverlevel import _compile
+
+    (tmp_path / "cuda_bf16.h").write_text("// v1\n")
+    _compile._system_headers_digest.cache_clear()
+    d1 = _compile._system_headers_digest((str(tmp_path),))
+    (tmp_path / "cuda_bf16.h").write_text("// v2\n")
+    _compile._system_headers_digest.cache_clear()
+    assert _compile._system_headers_digest((str(tmp_path),)) != d1
+
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+    monkeypatch.setattr(_compile, "_system_headers_digest", lambda dirs: "headers-A")
+    a = _compile.compile_source(src, "hdr.cu", "sm_80", use_cache=False)
+    key_a = _compile.compile_source(src, "hdr.cu", "sm_80").key
+    monkeypatch.setattr(_compile, "_system_headers_digest", lambda dirs: "headers-B")
+    key_b = _compile.compile_source(src, "hdr.cu", "sm_80").key
+    assert a.data and key_a != key_b
