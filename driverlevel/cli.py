@@ -18,6 +18,7 @@ from ._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file, kerne
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from ._module import struct_layout_defines
+from .demo_cli import capture_demo
 
 __all__ = ["main", "bench", "compile_variants"]
 
@@ -213,24 +214,6 @@ def compile_cmd(arch_opt, kernels):
         sys.exit(1)
 
 
-# -- capture-demo (placeholder until driverlevel.demo_cli exists) --------------------------
-@main.command("capture-demo", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def capture_demo(ctx):
-    """Run the DDTree decode demo captured as one CUDA graph (needs a GPU).
-
-    Delegates to ``driverlevel.demo_cli.run(args) -> int`` with the remaining
-    command-line arguments.
-    """
-    if importlib.util.find_spec("driverlevel.demo_cli") is None:
-        click.echo("driverlevel capture-demo is not available in this version yet "
-                   "(driverlevel.demo_cli is missing).", err=True)
-        sys.exit(2)
-    from . import demo_cli
-
-    sys.exit(int(demo_cli.run(list(ctx.args)) or 0))
-
-
 # -- bench -------------------------------------------------------------------------------
 @main.group()
 def bench():
@@ -258,10 +241,7 @@ def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
     sys.exit(br.main_from_options(counts, replays, repeats, ordinal, not no_torch, json_path))
 
 
-if importlib.util.find_spec("driverlevel.demo_cli") is not None:  # the real capture-demo replaces the placeholder
-    from .demo_cli import capture_demo as _capture_demo
-
-    main.add_command(_capture_demo)
+main.add_command(capture_demo)
 
 
 if __name__ == "__main__":

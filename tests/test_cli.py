@@ -6,7 +6,6 @@ with the real NVRTC, ``capture-demo`` and ``bench replay`` for their plain failu
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 from click.testing import CliRunner
@@ -209,13 +208,10 @@ def test_compile_variants_of_verify_attention_follow_the_plan():
 
 
 # -- capture-demo and bench ----------------------------------------------------------------------
-def test_capture_demo_placeholder_fails_loudly(runner):
-    if importlib.util.find_spec("driverlevel.demo_cli") is not None:
-        pytest.skip("the real capture-demo is installed; its own tests cover it")
-    r = runner.invoke(cli.main, ["capture-demo"])
-    assert r.exit_code == 2
-    assert r.output.strip() == ("driverlevel capture-demo is not available in this version yet "
-                                "(driverlevel.demo_cli is missing).")
+def test_capture_demo_is_the_demo_command():
+    from driverlevel import demo_cli
+
+    assert cli.main.commands["capture-demo"] is demo_cli.capture_demo
 
 
 def test_bench_replay_without_gpu(runner, monkeypatch):
