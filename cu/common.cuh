@@ -73,6 +73,25 @@ DL_DEVICE void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// The device error word (driverlevel/_device_error.py): {code, request, field, count}, in mapped
+// pinned memory. The first failure since the host last cleared it names the request and field;
+// count counts every failed check. `e` may be null (no reporting).
+struct DeviceErrorWord {
+  int code;
+  int request;
+  int field;
+  int count;
+};
+DL_DEVICE void report_error(DeviceErrorWord* e, int request, int field, int code) {
+  if (e == nullptr) return;
+  atomicAdd(&e->count, 1);
+  if (atomicCAS(&e->code, 0, code) == 0) {
+    e->request = request;
+    e->field = field;
+    __threadfence_system();
+  }
+}
+
 DL_DEVICE float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

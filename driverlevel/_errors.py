@@ -198,3 +198,29 @@ def program_log(prog) -> str:
     if err != _NVRTC_SUCCESS:
         return ""
     return buf.rstrip(b"\x00").decode(errors="replace")
+
+
+class MetadataError(ValueError):
+    """Per-step metadata that a kernel found inconsistent (reported through a device error word).
+
+    Inside a captured graph no host check runs, so the kernels check what they read
+    and set a :class:`~driverlevel._device_error.DeviceErrorWord`; the plan's
+    ``check_errors()`` raises this error naming the first bad request and field.
+
+    Attributes
+    ----------
+    request : int
+        Index of the first request found bad (-1 when the fault is not per request).
+    field : str
+        The metadata field, e.g. ``"qo_indptr"``, ``"kv_indices"``, ``"mask_indptr"``.
+    code : str
+        What was wrong, e.g. ``"not_monotonic"``, ``"over_max"``, ``"out_of_range"``.
+    count : int
+        How many checks failed since the word was last cleared.
+    """
+
+    def __init__(self, where: str, request: int, field: str, code: str, count: int):
+        self.request, self.field, self.code, self.count = request, field, code, count
+        who = f"request {request}" if request >= 0 else "the batch"
+        super().__init__(f"{where}: {who}: {field} is {code.replace('_', ' ')} "
+                         f"({count} failed check{'s' if count != 1 else ''} since the last check_errors())")
