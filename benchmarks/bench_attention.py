@@ -8,7 +8,10 @@ measurements of shared/ANCHORS.md. Each call is a replay of a CUDA graph holding
 the flush so that no host time falls between the events. The peer columns quote
 those measurements
 (SGLang Triton tree path and chain path on the same kind of machine): no peer
-kernel is installed on the benchmark machine.
+kernel is installed on the benchmark machine. The "v1" columns are the kernel of
+2026-11-30 (host-fixed split count, ``benchmarks/baseline/``) on the same inputs in
+the same run; the first lines are issue 9's ragged batch, the scheduler's own GPU
+time and the workspace formula.
 
 Usage: python benchmarks/bench_attention.py [--quick] [--json out.json]
 """
@@ -70,106 +73,188 @@ def ceilings(torch):
     return tflops, gbs
 
 
-def bench_shape(dl, torch, dev, stream, heads, bs, prefix, ntok, iters, mask_format="bitmask", chain=False):
+def make_data(torch, dev, heads, prefixes, ntok, chain, words, seed):
+    """Random bf16 inputs on the GPU for requests with these prefix lengths and ``ntok`` draft tokens each."""
     from driverlevel.reference.trees import build_mask, chain_tree, random_tree
-    from driverlevel.verify_attention import VerifyAttention, VerifyMetadata, suggest_num_splits, tile_config
+    from driverlevel.verify_attention import VerifyMetadata
 
-    rng = np.random.default_rng(heads * 1000 + bs * 100 + ntok)
-    cfg = tile_config(dev.arch, ntok * heads)
-    splits = suggest_num_splits(dev, bs, ntok, heads, prefix)
-    num_slots = bs * (prefix + ntok) + 1024
+    rng = np.random.default_rng(seed)
+    bs = len(prefixes)
+    total_prefix = int(sum(prefixes))
+    num_slots = total_prefix + bs * ntok + 1024
     kv = torch.randn(num_slots, 576, dtype=torch.bfloat16, device="cuda")
     q = torch.randn(bs * ntok, heads, 576, dtype=torch.bfloat16, device="cuda")
     perm = torch.randperm(num_slots, device="cuda")
-    kv_indices = perm[: bs * prefix].contiguous()
-    out_cache_loc = perm[bs * prefix: bs * prefix + bs * ntok].contiguous()
+    kv_indices = perm[:total_prefix].contiguous()
+    out_cache_loc = perm[total_prefix: total_prefix + bs * ntok].contiguous()
     qo_indptr = torch.arange(bs + 1, device="cuda", dtype=torch.int64) * ntok
-    kv_indptr = (torch.arange(bs + 1, device="cuda", dtype=torch.int64) * prefix).to(torch.int32)
+    kv_indptr = torch.tensor(np.concatenate([[0], np.cumsum(prefixes)]), device="cuda", dtype=torch.int32)
     trees = [chain_tree(ntok) if chain else random_tree(ntok, rng) for _ in range(bs)]
-    plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits,
-                           mask_format="causal" if chain else mask_format)
     mask = None
     if not chain:
-        mask_np, _ = build_mask(trees, [prefix] * bs, "bitmask", words_per_token=plan.mask_words)
+        mask_np, _ = build_mask(trees, list(prefixes), "bitmask", words_per_token=words)
         mask = torch.from_numpy(mask_np.view(np.int32)).cuda().view(torch.int32)
     out = torch.empty(bs * ntok, heads, 512, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(bs * ntok, heads, dtype=torch.float32, device="cuda")
-    flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
     meta = VerifyMetadata(qo_indptr, kv_indptr, kv_indices, out_cache_loc, mask)
-    torch.cuda.synchronize()
-    plan.run(stream, q, kv, meta, out, lse)  # eager once (compiles, validates)
-    with dl.capture(stream) as cap:
-        plan.run(stream, q, kv, meta, out, lse)
-    graph_exec = cap.graph.instantiate(upload_stream=stream)
+    return dict(q=q, kv=kv, meta=meta, out=out, lse=lse)
+
+
+def time_graph(dl, dev, stream, flush, graph_exec, iters):
+    """Median ms of graph replays, each queued right behind an L2 flush (no host time inside the events)."""
     start, end = dev.create_event(), dev.create_event()
     graph_exec.launch(stream)
     stream.synchronize()
     times = []
-    for _ in range(iters):
-        # The L2 flush runs on the same stream just before the timed replay, so the
-        # replay is already queued when it starts: no host time inside the events.
-        flush.fill_bytes(iters & 0xFF, stream)
+    for i in range(iters):
+        flush.fill_bytes(i & 0xFF, stream)
         start.record(stream)
         graph_exec.launch(stream)
         end.record(stream)
         end.synchronize()
         times.append(start.elapsed_ms(end))
-    ms = statistics.median(times)
+    return statistics.median(times)
+
+
+def time_plan(dl, dev, stream, flush, plan, d, iters):
+    """Capture ``plan.run`` once and time its replays; returns (median ms, output copy)."""
+    import torch
+
+    torch.cuda.synchronize()
+    plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])  # eager once
+    with dl.capture(stream) as cap:
+        plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])
+    gx = cap.graph.instantiate(upload_stream=stream)
+    ms = time_graph(dl, dev, stream, flush, gx, iters)
+    stream.synchronize()
+    return ms, d["out"].clone()
+
+
+def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, chain=False, baseline=True):
+    """The new plan and (``baseline``) the 2026-11-30 kernel with its suggested split count, same inputs."""
+    from driverlevel.verify_attention import VerifyAttention, suggest_num_splits, tile_config
+
+    from baseline.v1 import V1Plan
+
+    bs = len(prefixes)
+    cfg = tile_config(dev.arch, ntok * heads)
+    fmt = "causal" if chain else "bitmask"
+    plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, mask_format=fmt)
+    d = make_data(torch, dev, heads, prefixes, ntok, chain, plan.mask_words, heads * 1000 + bs * 100 + ntok)
+    ms, out_new = time_plan(dl, dev, stream, flush, plan, d, iters)
     rows = bs * ntok * heads
-    flop = 2.0 * rows * (prefix + ntok) * (576 + 512)
-    res = dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, chain=chain, num_splits=splits,
-               tile=f"M{cfg.rows}xN{cfg.keys}", median_ms=ms, tflops=flop / (ms / 1e3) / 1e12,
-               prefix_gbs=bs * prefix * 1152 / (ms / 1e3) / 1e9)
-    del kv, q, out, lse, flush, plan, graph_exec, cap
+    keys = sum(prefixes) + bs * ntok
+    flop = 2.0 * ntok * heads * keys * (576 + 512)
+    res = dict(heads=heads, batch=bs, prefix=max(prefixes), prefixes=list(prefixes), draft_tokens=ntok, chain=chain,
+               tile=f"M{cfg.rows}xN{cfg.keys}", num_parts=plan.num_parts, median_ms=ms,
+               tflops=flop / (ms / 1e3) / 1e12, prefix_gbs=sum(prefixes) * 1152 / (ms / 1e3) / 1e9,
+               workspace_bytes=plan.workspace_bytes, rows=rows)
+    if baseline:
+        splits = suggest_num_splits(dev, bs, ntok, heads, max(prefixes))
+        v1 = V1Plan(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits, mask_format=fmt)
+        ms1, out_old = time_plan(dl, dev, stream, flush, v1, d, iters)
+        diff = (out_new.float() - out_old.float()).norm() / out_old.float().norm()
+        res.update(v1_ms=ms1, v1_splits=splits, v1_workspace_bytes=v1.workspace_bytes, speedup_vs_v1=ms1 / ms,
+                   rel_diff_vs_v1=float(diff))
+        del v1
+    del d, plan
     torch.cuda.empty_cache()
     return res
+
+
+def bench_scheduler(dl, dev, stream, heads=9, bs=8, ntok=16, iters=200):
+    """GPU time of the scheduler kernel alone (graph of that one node, back-to-back replays)."""
+    import torch
+
+    from driverlevel.verify_attention import VerifyAttention
+
+    plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok)
+    d = make_data(torch, dev, heads, [200_000] + [4096] * (bs - 1), ntok, False, plan.mask_words, 1)
+    plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])
+    with dl.capture(stream) as cap:
+        plan._launches[0].launch(stream)
+    gx = cap.graph.instantiate(upload_stream=stream)
+    start, end = dev.create_event(), dev.create_event()
+    for _ in range(10):
+        gx.launch(stream)
+    start.record(stream)
+    for _ in range(iters):
+        gx.launch(stream)
+    end.record(stream)
+    end.synchronize()
+    return start.elapsed_ms(end) * 1e3 / iters
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the 2026-11-30 kernel")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     import torch
 
     import driverlevel as dl
+    from driverlevel.verify_attention import VerifyAttention, tile_config
 
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     dev = dl.Device(0)
     stream = dev.create_stream()
     print(f"# {dev.name} ({dev.arch}, {dev.sm_count} SMs), {time.strftime('%Y-%m-%d')}", flush=True)
     tflops_ceiling, gbs_ceiling = ceilings(torch)
     print(f"# ceilings: bf16 matmul 8192^3 {tflops_ceiling:.0f} TFLOP/s, D2D copy {gbs_ceiling:.0f} GB/s", flush=True)
+    flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
+    base = not args.no_baseline
+    results, extra = [], {}
+
+    # -- the ragged batch of issue 9 ---------------------------------------------------------
+    alone = bench_shape(dl, torch, dev, stream, flush, 9, [200_000], 16, 10, baseline=base)
+    ragged = bench_shape(dl, torch, dev, stream, flush, 9, [200_000] + [4096] * 7, 16, 10, baseline=base)
+    extra["ragged"] = dict(alone=alone, ragged=ragged, ratio=ragged["median_ms"] / alone["median_ms"],
+                           v1_ratio=(ragged["v1_ms"] / alone["median_ms"]) if base else None)
+    print(f"# ragged 1x200k + 7x4k, 9 heads, 16 tokens: {ragged['median_ms']:.3f} ms = "
+          f"{extra['ragged']['ratio']:.2f}x the 200k request alone ({alone['median_ms']:.3f} ms)"
+          + (f"; 2026-11-30 kernel: {ragged['v1_ms']:.3f} ms ({ragged['v1_splits']} splits) = "
+             f"{extra['ragged']['v1_ratio']:.2f}x" if base else ""), flush=True)
+    us = bench_scheduler(dl, dev, stream)
+    extra["scheduler_us"] = us
+    print(f"# scheduler kernel alone (batch 8): {us:.2f} us per replay", flush=True)
+    cfg = tile_config(dev.arch, 256 * 9)
+    parts = dev.sm_count  # 1 CTA of the large tile per SM on this GPU
+    extra["workspace"] = {
+        "seed_b8_q256_h9": VerifyAttention.workspace_bytes_for(parts, cfg.rows, 8),
+        "b64_q256_h16": VerifyAttention.workspace_bytes_for(parts, tile_config(dev.arch, 256 * 16).rows, 64),
+        "v1_seed_16_splits": 8 * 256 * 9 * 16 * 513 * 4,
+    }
+    print("# workspace: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in extra["workspace"].items()), flush=True)
+
     if args.quick:
-        shapes = [(9, 1, 32768), (16, 8, 32768), (9, 1, 200000)]
+        shapes = [(9, 1, 32768), (16, 8, 4096), (16, 8, 32768), (9, 1, 200000)]
         ntoks = (16, 256)
     else:
         shapes = [(h, b, p) for b in (1, 8) for p in (4096, 32768, 131072, 200000) for h in (9, 16)]
         ntoks = (16, 64, 256)
-    results = []
-    hdr = f"{'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} {'splits':>6} {'ms':>9} {'TFLOP/s':>8} {'GB/s':>7} {'peer ms':>8} {'x peer':>7}"
+    hdr = (f"{'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} {'ms':>8} {'TFLOP/s':>8} {'v1 ms':>8} {'x v1':>6} "
+           f"{'peer ms':>8} {'x peer':>7}")
     print(hdr, flush=True)
     for heads, bs, prefix in shapes:
         peer = ANCHOR_PEERS.get((heads, bs, prefix))
-        for k, ntok in enumerate(ntoks):
-            iters = 5 if bs * prefix * ntok * heads > 2e9 else 10
-            r = bench_shape(dl, torch, dev, stream, heads, bs, prefix, ntok, iters)
-            pk = {16: 0, 64: 1, 256: 2}[ntok]
-            r["peer_tree_ms"] = peer[pk] if peer else None
+        for ntok in ntoks + (("16c",) if peer else ()):
+            chain = ntok == "16c"
+            n = 16 if chain else ntok
+            iters = 5 if bs * prefix * n * heads > 2e9 else 10
+            r = bench_shape(dl, torch, dev, stream, flush, heads, [prefix] * bs, n, iters, chain=chain, baseline=base)
+            pk = 3 if chain else {16: 0, 64: 1, 256: 2}[n]
+            r["peer_ms"] = peer[pk] if peer else None
             r["speedup_vs_peer"] = peer[pk] / r["median_ms"] if peer else None
             results.append(r)
-            print(f"{heads:>5} {bs:>3} {prefix:>7} {ntok:>4} {r['num_splits']:>6} {r['median_ms']:>9.3f} {r['tflops']:>8.1f} "
-                  f"{r['prefix_gbs']:>7.0f} {r['peer_tree_ms'] or float('nan'):>8.3f} {r['speedup_vs_peer'] or float('nan'):>7.1f}", flush=True)
-        if peer:  # the chain peer: 16 draft tokens, causal
-            r = bench_shape(dl, torch, dev, stream, heads, bs, prefix, 16, 10, chain=True)
-            r["peer_chain_ms"] = peer[3]
-            r["speedup_vs_peer"] = peer[3] / r["median_ms"]
-            results.append(r)
-            print(f"{heads:>5} {bs:>3} {prefix:>7} {'16c':>4} {r['num_splits']:>6} {r['median_ms']:>9.3f} {r['tflops']:>8.1f} "
-                  f"{r['prefix_gbs']:>7.0f} {peer[3]:>8.3f} {r['speedup_vs_peer']:>7.1f}", flush=True)
+            print(f"{heads:>5} {bs:>3} {prefix:>7} {str(ntok):>4} {r['median_ms']:>8.3f} {r['tflops']:>8.1f} "
+                  f"{r.get('v1_ms', float('nan')):>8.3f} {r.get('speedup_vs_v1', float('nan')):>6.2f} "
+                  f"{r['peer_ms'] or float('nan'):>8.3f} {r['speedup_vs_peer'] or float('nan'):>7.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
-                           ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, results=results), f, indent=1)
+                           ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, extra=extra, results=results),
+                      f, indent=1)
     return results
 
 

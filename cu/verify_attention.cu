@@ -1,4 +1,5 @@
-// verify_attention.cu: split-KV verify attention for MLA draft trees (absorbed form).
+// verify_attention.cu: split-KV verify attention for MLA draft trees (absorbed form), with the
+// split-KV work scheduled on the GPU inside the graph.
 //
 // Pairs with driverlevel/verify_attention.py (the plan that sizes, validates and launches).
 //
@@ -11,32 +12,42 @@
 // K/V rows sit at slots out_cache_loc[qo_indptr[b] + j]). Keys are numbered prefix first
 // (0 .. kv_len-1) then draft tokens (kv_len + j).
 //
-// verify_attn_partial
-//   Grid  (ceil(max_q*H / M), num_splits, max_batch); Block THREADS = (M/16)*C warps.
-//   A CTA takes M consecutive rows of one request and one split of its key tiles (N keys a
-//   tile). Warps form M/16 row groups of C warps each; the C warps of a group own the same
-//   16 rows, each computes S = Q K^T on 1/C of the 576-dim contraction, they sum the partial
-//   S through shared memory (fixed order, so every warp holds bit-identical S), and each
-//   accumulates P V for 512/C of the value columns. K tiles are read once into shared memory
-//   by cp.async (STAGES deep) and their first 512 columns serve as V. Softmax is online, in
-//   base 2, fp32. A split with one active piece writes the bf16 output and the LSE directly;
-//   otherwise it writes fp32 partial output + LSE to the workspace for verify_attn_merge.
-//   Shared memory: Q tile M*1168 B + K stages STAGES*N*1168 B + S exchange 2*WARPS*N*64 B
-//   (rows padded by 16 B so ldmatrix is free of bank conflicts).
-//   Early exits: request beyond batch_size, row tile beyond q_len*H, split beyond the
-//   request's active splits. Nothing per step is baked into the grid: lengths, indices and
-//   masks are read from device memory, so one captured graph serves any step.
+// Three kernels, one captured graph for every step (nothing per step is in the arguments):
 //
-// verify_attn_merge
-//   Grid (ceil(max_q*H / 8), max_batch); Block 256 (one warp per row). Merges the active
-//   splits' partials by their LSE; exits at once for requests whose rows were finished by
-//   a single split.
+// verify_attn_schedule   Grid 1, Block 512. Reads qo_indptr / kv_indptr / mask_indptr from
+//   device memory, checks them (monotonic, lengths <= max_q, ranges inside the buffers, mask
+//   offsets consistent with the lengths; a failure sets the device error word and leaves the
+//   request without keys, so its rows get zeros and LSE -inf), and cuts the step's work into
+//   num_parts about-equal-cost parts, one per CTA of the persistent grid. The work is the
+//   sequence of units (request b, row tile r, key tile t), pairs (b, r) in order; a pair costs
+//   key_tiles(b) + OVH units (OVH: the fixed cost of a Q-tile load and an epilogue, charged once
+//   per pair, as FlashMLA's metadata kernel charges each split a few blocks). Part p covers
+//   [cut(p), cut(p+1)) with cut(p) = min(p * per_part, total); a cut inside a pair's key tiles
+//   splits that pair. The scheduler also lists the split pairs for the combine kernel.
+//   (FlashMLA's get_mla_metadata does the same on the device; see shared/research
+//   verify_kernel.md section 4.)
 //
-// Split rule (shared by both kernels): tiles = ceil((kv_len+q_len)/N);
-//   per_split = ceil(tiles/num_splits); active = ceil(tiles/per_split).
+// verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps.
+//   CTA p walks its part's segments (one pair, a range of its key tiles each). A segment that
+//   holds all of its pair's key tiles writes the final bf16 output and LSE; a split one writes
+//   fp32 partial output + base-2 LSE to partial slot 2p (the part's first segment) or 2p+1 (its
+//   last), so the workspace is 2 * num_parts slots of M rows whatever the batch.
+//   Tile: the C warps of a row group own the same 16 rows, each computes S = Q K^T on 1/C of
+//   the 576-dim contraction, they sum the partial S through shared memory (fixed order, so every
+//   warp holds bit-identical S), and each accumulates P V for 512/C of the value columns. K tiles
+//   are read once into shared memory by cp.async (STAGES deep); their first 512 columns serve as
+//   V. Softmax is online, in base 2, fp32. In tiles holding draft keys, non-finite V values are
+//   zeroed after S is computed, so a masked key has no influence even when its row is NaN (a
+//   row that sees it still gets NaN through its score). Slot ids outside the cache are read as
+//   zero rows and reported.
+//   Shared memory: Q tile M*1168 B + K stages STAGES*N*1168 B + S exchange 2*WARPS*N*64 B.
+//
+// verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
+//   For each split pair listed by this replay's scheduler, merges exactly the partial slots
+//   this replay wrote (never a stale one) by their LSE.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES. The launcher picks the largest tile that fits the architecture's shared memory.
+// DL_STAGES, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -51,29 +62,77 @@
 #ifndef DL_STAGES
 #define DL_STAGES 2
 #endif
+#ifndef DL_OVH_TILES
+#define DL_OVH_TILES 6
+#endif
+#ifndef DL_FIELD_QO_INDPTR  // normally from driverlevel/_device_error.py
+#define DL_FIELD_QO_INDPTR 1
+#define DL_FIELD_KV_INDPTR 2
+#define DL_FIELD_KV_INDICES 3
+#define DL_FIELD_OUT_CACHE_LOC 4
+#define DL_FIELD_CUSTOM_MASK 5
+#define DL_FIELD_MASK_INDPTR 6
+#define DL_ERR_NOT_MONOTONIC 1
+#define DL_ERR_OVER_MAX 2
+#define DL_ERR_OUT_OF_RANGE 3
+#define DL_ERR_INCONSISTENT 4
+#endif
 
 enum MaskMode : int { kMaskFull = 0, kMaskQlenOnly = 1, kMaskBitmask = 2, kMaskCausal = 3 };
+// idx64 bits: which index arrays are int64 (the others are int32).
+enum IndexBits : int { kQo64 = 1, kKvptr64 = 2, kKvi64 = 4, kLoc64 = 8, kMip64 = 16 };
+
+// One request as the scheduler checked it (what the partial and combine kernels use).
+struct VaRequest {
+  i64 q_start;     // first draft-token row
+  i64 kv_start;    // first prefix entry in kv_indices
+  i64 mask_base;   // offset of its mask in custom_mask (FULL, QLEN_ONLY)
+  i32 q_len;       // 0 for a padded (or unreadable) request
+  i32 kv_len;
+  i32 row_tiles;   // ceil(q_len * H / M)
+  i32 key_tiles;   // ceil((kv_len + q_len) / N); 0 for a request with bad metadata
+};
+// A cut in the work sequence: pair (b, r), the global pair index gp, and key tile t (0 = the
+// pair's start). cut(num_parts) is the end.
+struct VaCut {
+  i32 b, r, t, gp;
+};
+// A split pair for the combine kernel: its pieces are in parts p_first .. p_last.
+struct VaEntry {
+  i32 b, r, p_first, p_last;  // b < 0: no entry
+};
 
 // The host-device contract; mirrored by driverlevel.verify_attention._Params (ctypes).
 struct VerifyAttnParams {
-  const bf16* q;              // [total_q, H, 576]
+  const bf16* q;              // [q_rows, H, 576]
   const bf16* kv_cache;       // [num_slots, 576]; V = first 512 columns
-  const i64* qo_indptr;       // [bs+1] draft-token offsets
-  const i32* kv_indptr;       // [bs+1] prefix offsets into kv_indices
-  const i64* kv_indices;      // prefix slot ids
-  const i64* out_cache_loc;   // [total_q] slots of the draft tokens' K/V
+  const void* qo_indptr;      // [bs+1] draft-token offsets (int32 or int64)
+  const void* kv_indptr;      // [bs+1] prefix offsets into kv_indices (int32 or int64)
+  const void* kv_indices;     // prefix slot ids (int32 or int64)
+  const void* out_cache_loc;  // [q_rows] slots of the draft tokens' K/V (int32 or int64)
   const void* mask;           // u8 (FULL, QLEN_ONLY) or u32 words (BITMASK); null for causal
-  const i64* mask_indptr;     // [bs+1] offsets into mask (FULL, QLEN_ONLY)
-  bf16* out;                  // [total_q, H, 512]
-  float* lse;                 // [total_q, H] natural-log LSE, or null
-  float* o_part;              // [rows_cap, num_splits, 512] fp32 partial outputs
-  float* lse_part;            // [rows_cap, num_splits] fp32 partial LSE (base 2, scaled)
+  const void* mask_indptr;    // [bs+1] offsets into mask (FULL, QLEN_ONLY; int32 or int64)
+  bf16* out;                  // [q_rows, H, 512]
+  float* lse;                 // [q_rows, H] natural-log LSE, or null
+  float* o_part;              // [2 * num_parts, M, 512] fp32 partial outputs
+  float* lse_part;            // [2 * num_parts, M] fp32 partial LSE (base 2, scaled)
+  VaRequest* reqs;            // [max_batch] written by the scheduler
+  VaCut* cuts;                // [num_parts + 1]
+  VaEntry* entries;           // [num_parts]
+  dl::DeviceErrorWord* err;   // mapped pinned error word, or null
+  i64 q_rows;                 // rows of q, out and out_cache_loc (the buffers' size)
+  i64 kv_indices_len;         // entries of kv_indices
+  i64 num_slots;              // rows of kv_cache
+  i64 mask_len;               // bytes of the u8 mask (FULL, QLEN_ONLY)
   float scale_log2;           // sm_scale * log2(e)
   i32 num_heads;
   i32 batch_size;
-  i32 num_splits;
+  i32 num_parts;              // CTAs of the persistent grid
+  i32 max_q;
+  i32 split_cap;              // 0, or the most pieces one pair may be cut into (about)
   i32 mask_mode;
   i32 mask_words;             // uint32 words per draft token (BITMASK)
+  i32 idx64;                  // IndexBits
 };
 
 #ifdef DL_OFF_q
@@ -89,12 +148,23 @@ DL_CHECK_OFFSET(VerifyAttnParams, out);
 DL_CHECK_OFFSET(VerifyAttnParams, lse);
 DL_CHECK_OFFSET(VerifyAttnParams, o_part);
 DL_CHECK_OFFSET(VerifyAttnParams, lse_part);
+DL_CHECK_OFFSET(VerifyAttnParams, reqs);
+DL_CHECK_OFFSET(VerifyAttnParams, cuts);
+DL_CHECK_OFFSET(VerifyAttnParams, entries);
+DL_CHECK_OFFSET(VerifyAttnParams, err);
+DL_CHECK_OFFSET(VerifyAttnParams, q_rows);
+DL_CHECK_OFFSET(VerifyAttnParams, kv_indices_len);
+DL_CHECK_OFFSET(VerifyAttnParams, num_slots);
+DL_CHECK_OFFSET(VerifyAttnParams, mask_len);
 DL_CHECK_OFFSET(VerifyAttnParams, scale_log2);
 DL_CHECK_OFFSET(VerifyAttnParams, num_heads);
 DL_CHECK_OFFSET(VerifyAttnParams, batch_size);
-DL_CHECK_OFFSET(VerifyAttnParams, num_splits);
+DL_CHECK_OFFSET(VerifyAttnParams, num_parts);
+DL_CHECK_OFFSET(VerifyAttnParams, max_q);
+DL_CHECK_OFFSET(VerifyAttnParams, split_cap);
 DL_CHECK_OFFSET(VerifyAttnParams, mask_mode);
 DL_CHECK_OFFSET(VerifyAttnParams, mask_words);
+DL_CHECK_OFFSET(VerifyAttnParams, idx64);
 static_assert(sizeof(VerifyAttnParams) == DL_SIZEOF_PARAMS, "VerifyAttnParams size differs from its ctypes mirror");
 #endif
 
@@ -105,11 +175,13 @@ constexpr int M = DL_ROWS;                     // rows per CTA
 constexpr int C = DL_CSPLIT;                   // warps sharing 16 rows
 constexpr int N = DL_KEYS;                     // keys per tile
 constexpr int STAGES = DL_STAGES;              // K tiles in flight
+constexpr int OVH = DL_OVH_TILES;              // cost of a pair's Q load + epilogue, in key tiles
 constexpr int ROW_GROUPS = M / 16;
 constexpr int WARPS = ROW_GROUPS * C;
 constexpr int THREADS = WARPS * 32;
 constexpr int ROW_BYTES = kQK * 2 + 16;        // 1168: padded so 8 consecutive rows hit 8 different 16-B bank groups
 constexpr int CHUNKS = kQK * 2 / 16;           // 72 16-byte chunks per row
+constexpr int V_CHUNKS = kV * 2 / 16;          // 64 16-byte chunks of V per row
 constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contraction per warp
 constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
@@ -119,6 +191,7 @@ constexpr int Q_BYTES = M * ROW_BYTES;
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
 constexpr int X_BYTES = (C > 1) ? 2 * WARPS * XWORDS * 4 : 0;
 constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES;
+constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
@@ -126,6 +199,10 @@ static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps a
 static_assert(THREADS % M == 0 && THREADS % N == 0, "row loaders assume whole threads per row");
 static_assert(ROW_GROUPS <= 15, "one named barrier per row group");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
+
+DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
+  return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));
+}
 
 // Copy ROWS rows of 576 bf16 into shared memory (padded rows). Thread t copies part of row
 // t / (THREADS/ROWS); its source row is `src` (16-byte aligned), or it zero-fills when `valid`
@@ -140,77 +217,283 @@ DL_DEVICE void load_row_part(u32 smem_base, const bf16* src, bool valid) {
 #pragma unroll
   for (int c = threadIdx.x % TPR; c < CHUNKS; c += TPR) dl::cp_async_16(dst + c * 16, s + (valid ? c * 16 : 0), nbytes);
 }
+
+// Zero every non-finite bf16 among the V columns (first 512) of a K tile in shared memory.
+DL_DEVICE void zero_nonfinite_v(unsigned char* tile) {
+  for (int c = threadIdx.x; c < N * V_CHUNKS; c += THREADS) {
+    uint4* q = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
+    uint4 v = *q;
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+    bool changed = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const u32 lo = (w[k] & 0x7f80u) == 0x7f80u ? 0u : (w[k] & 0xffffu);
+      const u32 hi = (w[k] & 0x7f800000u) == 0x7f800000u ? 0u : (w[k] & 0xffff0000u);
+      changed |= (lo | hi) != w[k];
+      w[k] = lo | hi;
+    }
+    if (changed) *q = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
 }  // namespace va
 
 // Is draft token j visible from draft token i (same request)? Only called for keys past the prefix.
-DL_DEVICE bool draft_visible(const VerifyAttnParams& p, i64 mask_base, i64 qo_start, int q_len, int kv_len, int i, int j) {
+DL_DEVICE bool draft_visible(const VerifyAttnParams& p, const VaRequest& rq, int i, int j) {
   switch (p.mask_mode) {
     case kMaskCausal:
       return j <= i;
     case kMaskBitmask: {
       const u32* w = static_cast<const u32*>(p.mask);
-      return (__ldg(w + (qo_start + i) * p.mask_words + (j >> 5)) >> (j & 31)) & 1u;
+      return (__ldg(w + (rq.q_start + i) * p.mask_words + (j >> 5)) >> (j & 31)) & 1u;
     }
     case kMaskQlenOnly: {
       const u8* m = static_cast<const u8*>(p.mask);
-      return __ldg(m + mask_base + (i64)i * q_len + j) != 0;
+      return __ldg(m + rq.mask_base + (i64)i * rq.q_len + j) != 0;
     }
     default: {  // kMaskFull: q_len x (kv_len + q_len) per request, prefix columns first
       const u8* m = static_cast<const u8*>(p.mask);
-      return __ldg(m + mask_base + (i64)i * (kv_len + q_len) + kv_len + j) != 0;
+      return __ldg(m + rq.mask_base + (i64)i * ((i64)rq.kv_len + rq.q_len) + rq.kv_len + j) != 0;
     }
   }
 }
 
-// Split rule shared by the partial and merge kernels.
-DL_DEVICE void split_range(int total_keys, int num_splits, int split, int& active, int& t_begin, int& t_end) {
-  const int tiles = (total_keys + va::N - 1) / va::N;
-  const int per_split = (tiles + num_splits - 1) / num_splits;
-  active = (tiles + per_split - 1) / per_split;
-  t_begin = split * per_split;
-  t_end = min(t_begin + per_split, tiles);
+// ---------------------------------------------------------------------------------------------
+// The scheduler.
+// ---------------------------------------------------------------------------------------------
+namespace va {
+// Read and check request b's metadata.
+DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
+  VaRequest rq;
+  rq.q_start = rq.kv_start = rq.mask_base = 0;
+  rq.q_len = rq.kv_len = rq.row_tiles = rq.key_tiles = 0;
+  const i64 qs = load_index(p.qo_indptr, p.idx64 & kQo64, b);
+  const i64 qe = load_index(p.qo_indptr, p.idx64 & kQo64, b + 1);
+  if (qs < 0 || qe < qs) {
+    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_NOT_MONOTONIC);
+    return rq;  // its rows are unknown: nothing is written
+  }
+  if (qe > p.q_rows) {
+    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OUT_OF_RANGE);
+    return rq;
+  }
+  if (qe - qs > p.max_q) {
+    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OVER_MAX);
+    return rq;
+  }
+  rq.q_start = qs;
+  rq.q_len = static_cast<i32>(qe - qs);
+  rq.row_tiles = (rq.q_len * p.num_heads + M - 1) / M;
+  if (rq.q_len == 0) return rq;
+
+  bool ok = true;
+  const i64 ks = load_index(p.kv_indptr, p.idx64 & kKvptr64, b);
+  const i64 ke = load_index(p.kv_indptr, p.idx64 & kKvptr64, b + 1);
+  if (ks < 0 || ke < ks) {
+    dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_NOT_MONOTONIC);
+    ok = false;
+  } else if (ke > p.kv_indices_len || ke - ks > 0x7fff0000LL) {
+    dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_OUT_OF_RANGE);
+    ok = false;
+  }
+  if (ok && (p.mask_mode == kMaskFull || p.mask_mode == kMaskQlenOnly)) {
+    const i64 ms = load_index(p.mask_indptr, p.idx64 & kMip64, b);
+    const i64 me = load_index(p.mask_indptr, p.idx64 & kMip64, b + 1);
+    const i64 kv = ke - ks;
+    const i64 want = p.mask_mode == kMaskFull ? (i64)rq.q_len * (kv + rq.q_len) : (i64)rq.q_len * rq.q_len;
+    if (ms < 0 || me > p.mask_len) {
+      dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_OUT_OF_RANGE);
+      ok = false;
+    } else if (me - ms != want) {
+      dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_INCONSISTENT);
+      ok = false;
+    } else {
+      rq.mask_base = ms;
+    }
+  }
+  if (ok) {
+    rq.kv_start = ks;
+    rq.kv_len = static_cast<i32>(ke - ks);
+    rq.key_tiles = static_cast<i32>(((i64)rq.kv_len + rq.q_len + N - 1) / N);
+  }  // else: no keys, so its rows get zeros and LSE -inf (a defined output)
+  return rq;
+}
+}  // namespace va
+
+extern "C" __global__ void __launch_bounds__(va::SCHED_THREADS)
+verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
+  using namespace va;
+  // Per-request exclusive prefix sums of cost and of pairs (at most 2048 requests).
+  constexpr int kMaxBatch = 2048;  // VerifyAttention.MAX_BATCH
+  __shared__ i64 cost_excl[kMaxBatch + 1];
+  __shared__ i32 pair_excl[kMaxBatch + 1];
+  __shared__ i32 pair_cost[kMaxBatch];
+  __shared__ i64 chunk_cost[SCHED_THREADS / 32];
+  __shared__ i32 chunk_pairs[SCHED_THREADS / 32];
+  __shared__ i32 chunk_max[SCHED_THREADS / 32];
+  const int B = min(p.batch_size, kMaxBatch);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  i64 carry_cost = 0;
+  i32 carry_pairs = 0, max_pair = 0;
+  for (int base = 0; base < B; base += SCHED_THREADS) {
+    const int b = base + tid;
+    i64 c = 0;
+    i32 n = 0, pc = 0;
+    if (b < B) {
+      const VaRequest rq = check_request(p, b);
+      p.reqs[b] = rq;
+      pc = rq.key_tiles + OVH;
+      pair_cost[b] = pc;
+      n = rq.row_tiles;
+      c = (i64)n * pc;
+      if (n == 0) pc = 0;
+    }
+    // block-wide inclusive scan of (c, n), max of pc
+    i64 sc = c;
+    i32 sn = n, mx = pc;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const i64 vc = __shfl_up_sync(0xffffffffu, sc, o);
+      const i32 vn = __shfl_up_sync(0xffffffffu, sn, o);
+      if (lane >= o) {
+        sc += vc;
+        sn += vn;
+      }
+      mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    }
+    if (lane == 31) {
+      chunk_cost[warp] = sc;
+      chunk_pairs[warp] = sn;
+      chunk_max[warp] = mx;
+    }
+    __syncthreads();
+    i64 wc = carry_cost;
+    i32 wn = carry_pairs;
+    for (int w = 0; w < warp; ++w) {
+      wc += chunk_cost[w];
+      wn += chunk_pairs[w];
+    }
+    if (b < B) {
+      cost_excl[b + 1] = wc + sc;
+      pair_excl[b + 1] = wn + sn;
+    }
+    for (int w = 0; w < SCHED_THREADS / 32; ++w) {
+      carry_cost += chunk_cost[w];
+      carry_pairs += chunk_pairs[w];
+      max_pair = max(max_pair, chunk_max[w]);
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    cost_excl[0] = 0;
+    pair_excl[0] = 0;
+  }
+  __syncthreads();
+  const i64 total = carry_cost;
+  const int G = p.num_parts;
+  i64 per_part = (total + G - 1) / G;
+  if (p.split_cap > 0) per_part = max(per_part, (i64)((max_pair + p.split_cap - 1) / p.split_cap));
+  if (per_part < 1) per_part = 1;
+
+  // Cut p at unit min(p * per_part, total). When every pair is at most half a part, cuts are
+  // rounded to the nearest pair boundary: whole pairs start at key 0 together, so the CTAs on one
+  // request read its keys in step (L2 reuse) and no pair is split.
+  const bool whole_pairs = per_part >= 2 * (i64)max_pair;
+  for (int q = tid; q <= G; q += SCHED_THREADS) {
+    i64 u = min((i64)q * per_part, total);
+    VaCut cut;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (u >= total) {
+        cut.b = B;
+        cut.r = 0;
+        cut.t = 0;
+        cut.gp = carry_pairs;
+        break;
+      }
+      int lo = 0, hi = B - 1;  // the request b with cost_excl[b] <= u < cost_excl[b+1]
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (cost_excl[mid] <= u) lo = mid; else hi = mid - 1;
+      }
+      const int b = lo;
+      const i64 x = u - cost_excl[b];
+      const int pc = pair_cost[b];
+      cut.b = b;
+      cut.r = static_cast<i32>(x / pc);
+      cut.t = max(0, static_cast<i32>(x % pc) - OVH);
+      cut.gp = pair_excl[b] + cut.r;
+      if (!whole_pairs || pass == 1) break;
+      const i64 y = x % pc;
+      if (y == 0) break;
+      u = cost_excl[b] + (i64)(cut.r + (2 * y >= pc ? 1 : 0)) * pc;  // the nearest pair boundary
+    }
+    p.cuts[q] = cut;
+  }
+  __syncthreads();  // (global writes of this CTA are visible to it after the barrier)
+
+  // Combine entries: the lowest cut inside a split pair X lists X's pieces.
+  for (int q = tid; q < G; q += SCHED_THREADS) {
+    VaEntry e;
+    e.b = -1;
+    e.r = e.p_first = e.p_last = 0;
+    const int c = q + 1;  // entry q belongs to cut c = q + 1 (its first piece is in part q)
+    if (c < G) {
+      const VaCut cc = p.cuts[c];
+      const VaCut cp = p.cuts[c - 1];
+      if (cc.t > 0 && !(cp.gp == cc.gp && cp.t > 0)) {
+        int last = c;
+        while (last + 1 <= G) {
+          const VaCut cn = p.cuts[last + 1];
+          if (cn.gp == cc.gp && cn.t > 0) ++last; else break;
+        }
+        e.b = cc.b;
+        e.r = cc.r;
+        e.p_first = c - 1;
+        e.p_last = last;
+      }
+    }
+    p.entries[q] = e;
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
-verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
-  using namespace va;
-  extern __shared__ __align__(128) unsigned char smem[];
-
-  const int b = blockIdx.z;
-  if (b >= p.batch_size) return;
-  const i64 qo_start = p.qo_indptr[b];
-  const int q_len = (int)(p.qo_indptr[b + 1] - qo_start);
-  const int H = p.num_heads;
-  const int rows = q_len * H;
-  const int row0 = blockIdx.x * M;
-  if (row0 >= rows) return;
-  const int kv_start = p.kv_indptr[b];
-  const int kv_len = p.kv_indptr[b + 1] - kv_start;
-  const int total = kv_len + q_len;
-  const int split = blockIdx.y;
-  int active, t_begin, t_end;
-  split_range(total, p.num_splits, split, active, t_begin, t_end);
-  if (split >= active) return;
-
+// ---------------------------------------------------------------------------------------------
+// The partial kernel: one persistent CTA per part.
+// ---------------------------------------------------------------------------------------------
+namespace va {
+// Attention of rows r*M .. r*M+M-1 of request rq over its key tiles [t_begin, t_end). Writes the
+// final output if `complete`, else partial slot `slot`.
+DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, int b, const VaRequest& rq, int r,
+                              int t_begin, int t_end, bool complete, int slot) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = warp / C, cpart = warp % C;
+  const int H = p.num_heads;
+  const int rows = rq.q_len * H;
+  const int row0 = r * M;
+  const int kv_len = rq.kv_len, q_len = rq.q_len;
+  const i64 total = (i64)kv_len + q_len;
   const u32 q_smem = dl::smem_u32(smem);
   const u32 k_smem = q_smem + Q_BYTES;
   float* xbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES);
-  const i64 mask_base = (p.mask_mode == kMaskFull || p.mask_mode == kMaskQlenOnly) ? p.mask_indptr[b] : 0;
 
   {  // Q tile: rows row0 .. row0+M-1 of this request (zero past the last row)
-    const int r = tid / (THREADS / M);
-    const bool valid = row0 + r < rows;
-    load_row_part<M>(q_smem, valid ? p.q + (qo_start * H + row0 + r) * kQK : p.q, valid);
+    const int rr = tid / (THREADS / M);
+    const bool valid = row0 + rr < rows;
+    load_row_part<M>(q_smem, valid ? p.q + (rq.q_start * H + row0 + rr) * kQK : p.q, valid);
   }
   auto load_k = [&](int t, int stage) {  // K tile t: keys t*N .. t*N+N-1 (zero past the last key)
-    const int key = t * N + tid / (THREADS / N);
-    const bool valid = key < total;
+    const i64 key = (i64)t * N + tid / (THREADS / N);
+    bool valid = key < total;
     const bf16* src = p.kv_cache;
     if (valid) {
-      const i64 slot = key < kv_len ? p.kv_indices[kv_start + key] : p.out_cache_loc[qo_start + (key - kv_len)];
-      src = p.kv_cache + slot * kQK;
+      const i64 slot_id = key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
+                                       : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
+      if (slot_id < 0 || slot_id >= p.num_slots) {
+        if (tid % (THREADS / N) == 0)
+          dl::report_error(p.err, b, key < kv_len ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+        valid = false;
+      } else {
+        src = p.kv_cache + slot_id * kQK;
+      }
     }
     load_row_part<N>(k_smem + stage * (N * ROW_BYTES), src, valid);
   };
@@ -221,7 +504,8 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   }
 
   // This thread's two rows in its warp's 16-row block: A (fragment elements 0,1) and B (2,3).
-  const int rA = row0 + rg * 16 + (lane >> 2), rB = rA + 8;
+  const int tA = rg * 16 + (lane >> 2), tB = tA + 8;  // rows within the tile
+  const int rA = row0 + tA, rB = row0 + tB;
   const int iA = rA / H, iB = rB / H;
   const bool validA = rA < rows, validB = rB < rows;
 
@@ -278,21 +562,25 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     }
 
     // scale to base 2, mask draft keys (and keys past the end)
-    const bool need_mask = (t + 1) * N > kv_len;
+    const bool need_mask = (i64)(t + 1) * N > kv_len;  // uniform across the CTA
+    if (need_mask) {  // masked keys must have no influence, finite or not: zero non-finite V
+      __syncthreads();  // every warp has read this tile's K for S
+      zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES));
+      __syncthreads();
+    }
 #pragma unroll
     for (int n = 0; n < NT_S; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = s[n][e] * p.scale_log2;
         if (need_mask) {
-          const int key = t * N + n * 8 + 2 * (lane & 3) + (e & 1);
+          const i64 key = (i64)t * N + n * 8 + 2 * (lane & 3) + (e & 1);
           bool vis = true;
           if (key >= total) {
             vis = false;
           } else if (key >= kv_len) {
             const bool rowB = e >= 2;
-            if (rowB ? validB : validA)
-              vis = draft_visible(p, mask_base, qo_start, q_len, kv_len, rowB ? iB : iA, key - kv_len);
+            if (rowB ? validB : validA) vis = draft_visible(p, rq, rowB ? iB : iA, static_cast<int>(key - kv_len));
           }
           if (!vis) v = DL_NEG_INF;
         }
@@ -353,12 +641,14 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   lA += __shfl_xor_sync(0xffffffffu, lA, 2);
   lB += __shfl_xor_sync(0xffffffffu, lB, 1);
   lB += __shfl_xor_sync(0xffffffffu, lB, 2);
-  const float invA = lA > 0.f ? 1.f / lA : 0.f, invB = lB > 0.f ? 1.f / lB : 0.f;
-  const float lse2A = lA > 0.f ? mA + log2f(lA) : DL_NEG_INF;
-  const float lse2B = lB > 0.f ? mB + log2f(lB) : DL_NEG_INF;
-  const i64 growA = qo_start * H + rA, growB = qo_start * H + rB;
+  // l == 0: no visible key (zeros, LSE -inf). A NaN l (a visible key with NaN scores) stays NaN in
+  // both, so the combine cannot mistake such a piece for an empty one.
+  const float invA = lA == 0.f ? 0.f : 1.f / lA, invB = lB == 0.f ? 0.f : 1.f / lB;
+  const float lse2A = lA == 0.f ? DL_NEG_INF : mA + log2f(lA);
+  const float lse2B = lB == 0.f ? DL_NEG_INF : mB + log2f(lB);
   const int col0 = cpart * VCOLS + 2 * (lane & 3);
-  if (active == 1) {  // the only split: final bf16 output and natural-log LSE
+  if (complete) {  // all of the pair's keys: final bf16 output and natural-log LSE
+    const i64 growA = rq.q_start * H + rA, growB = rq.q_start * H + rB;
 #pragma unroll
     for (int n = 0; n < NT_O; ++n) {
       if (validA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[n][0] * invA, o[n][1] * invA);
@@ -368,69 +658,106 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
       if (validA) p.lse[growA] = lse2A * kLn2;
       if (validB) p.lse[growB] = lse2B * kLn2;
     }
-  } else {  // one of several splits: fp32 partial (normalised by its own sum) + base-2 LSE
-    float* dA = p.o_part + (growA * p.num_splits + split) * kV + col0;
-    float* dB = p.o_part + (growB * p.num_splits + split) * kV + col0;
+  } else {  // one piece of a split pair: fp32 partial (normalised by its own sum) + base-2 LSE
+    float* dA = p.o_part + ((i64)slot * M + tA) * kV + col0;
+    float* dB = p.o_part + ((i64)slot * M + tB) * kV + col0;
 #pragma unroll
     for (int n = 0; n < NT_O; ++n) {
       if (validA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[n][0] * invA, o[n][1] * invA);
       if (validB) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[n][2] * invB, o[n][3] * invB);
     }
     if (cpart == 0 && (lane & 3) == 0) {
-      if (validA) p.lse_part[growA * p.num_splits + split] = lse2A;
-      if (validB) p.lse_part[growB * p.num_splits + split] = lse2B;
+      if (validA) p.lse_part[(i64)slot * M + tA] = lse2A;
+      if (validB) p.lse_part[(i64)slot * M + tB] = lse2B;
+    }
+  }
+}
+}  // namespace va
+
+extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
+verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
+  using namespace va;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int part = blockIdx.x;
+  if (part >= p.num_parts) return;
+  const VaCut s = p.cuts[part];
+  const VaCut e = p.cuts[part + 1];
+  const int B = p.batch_size;
+  int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
+  for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {
+    const VaRequest rq = p.reqs[b];
+    const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
+    if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
+    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1));
+    ++gp;
+    ++r;
+    t0 = 0;
+    while (b < B && r >= p.reqs[b].row_tiles) {  // next pair (requests without rows have none)
+      ++b;
+      r = 0;
     }
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The combine kernel: merges the pieces of each split pair this replay's scheduler listed.
+// ---------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(256)
-verify_attn_merge(const __grid_constant__ VerifyAttnParams p) {
+verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
-  const int b = blockIdx.y;
-  if (b >= p.batch_size) return;
-  const i64 qo_start = p.qo_indptr[b];
-  const int q_len = (int)(p.qo_indptr[b + 1] - qo_start);
-  const int H = p.num_heads;
-  const int rows = q_len * H;
-  const int kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
-  int active, t_begin, t_end;
-  split_range(kv_len + q_len, p.num_splits, 0, active, t_begin, t_end);
-  if (active <= 1) return;  // finished by verify_attn_partial
+  const VaEntry ent = p.entries[blockIdx.x];
+  if (ent.b < 0 || blockIdx.x >= p.num_parts) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = blockIdx.x * 8 + warp;
-  if (r >= rows) return;
-  const i64 grow = qo_start * H + r;
-  const float* lp = p.lse_part + grow * p.num_splits;
+  const int row_in_tile = blockIdx.y * 2 + (warp >> 2);
+  const int quarter = warp & 3;  // 128 value columns each
+  const VaRequest rq = p.reqs[ent.b];
+  const int H = p.num_heads;
+  const int row = ent.r * M + row_in_tile;
+  if (row_in_tile >= M || row >= rq.q_len * H) return;
+  const i64 grow = rq.q_start * H + row;
+  const int gp = p.cuts[ent.p_first + 1].gp;  // the split pair's global index
+
+  // piece k lives in part p_first + k; its slot is 2*part, except the first piece, which is
+  // the last segment of part p_first (slot 2*p_first + 1) unless that part starts at the pair.
+  const int n = ent.p_last - ent.p_first + 1;
+  auto piece_slot = [&](int k) -> int {
+    const int part = ent.p_first + k;
+    if (k == 0) {
+      const VaCut c0 = p.cuts[part];
+      return (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
+    }
+    const VaCut a = p.cuts[part], z = p.cuts[part + 1];
+    return (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
+  };
   float mx = DL_NEG_INF;
-  for (int s = lane; s < active; s += 32) mx = fmaxf(mx, lp[s]);
+  for (int k = lane; k < n; k += 32) {
+    const int sl = piece_slot(k);
+    if (sl >= 0) mx = fmaxf(mx, p.lse_part[(i64)sl * M + row_in_tile]);
+  }
   mx = dl::warp_max(mx);
   const float base = mx == DL_NEG_INF ? 0.f : mx;
   float sum = 0.f;
-  for (int s = lane; s < active; s += 32) sum += exp2f(lp[s] - base);
+  for (int k = lane; k < n; k += 32) {
+    const int sl = piece_slot(k);
+    if (sl >= 0) sum += exp2f(p.lse_part[(i64)sl * M + row_in_tile] - base);
+  }
   sum = dl::warp_sum(sum);
-  float4 acc[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4* src = reinterpret_cast<const float4*>(p.o_part + grow * p.num_splits * kV);
-#pragma unroll 2
-  for (int s = 0; s < active; ++s) {
-    const float w = exp2f(lp[s] - base);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float4 v = src[s * (kV / 4) + lane + 32 * k];
-      acc[k].x += w * v.x;
-      acc[k].y += w * v.y;
-      acc[k].z += w * v.z;
-      acc[k].w += w * v.w;
-    }
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = 0; k < n; ++k) {
+    const int sl = piece_slot(k);
+    if (sl < 0) continue;
+    const float w = exp2f(p.lse_part[(i64)sl * M + row_in_tile] - base);
+    if (w == 0.f) continue;  // a piece with no visible key (its partial output is all zero)
+    const float4 v = reinterpret_cast<const float4*>(p.o_part + ((i64)sl * M + row_in_tile) * kV)[quarter * 32 + lane];
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint2 packed;
-    packed.x = dl::pack_bf16x2(acc[k].x * inv, acc[k].y * inv);
-    packed.y = dl::pack_bf16x2(acc[k].z * inv, acc[k].w * inv);
-    *reinterpret_cast<uint2*>(p.out + grow * kV + (lane + 32 * k) * 4) = packed;
-  }
-  if (p.lse != nullptr && lane == 0) p.lse[grow] = sum > 0.f ? (mx + log2f(sum)) * va::kLn2 : DL_NEG_INF;
+  uint2 packed;
+  packed.x = dl::pack_bf16x2(acc.x * inv, acc.y * inv);
+  packed.y = dl::pack_bf16x2(acc.z * inv, acc.w * inv);
+  *reinterpret_cast<uint2*>(p.out + grow * kV + (quarter * 32 + lane) * 4) = packed;
+  if (p.lse != nullptr && quarter == 0 && lane == 0) p.lse[grow] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : DL_NEG_INF;
 }

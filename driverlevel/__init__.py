@@ -12,7 +12,8 @@ from ._array import DeviceArray, as_device_array
 from ._compile import Cubin, KernelResources, compile_file, compile_source, kernel_sources, nvrtc_version
 from ._device import Device, DeviceProperties, device_count, driver_version
 from ._dtypes import bfloat16
-from ._errors import CaptureError, CudaError, DriverUnavailableError, GraphUpdateError, NvrtcError, PoolExhaustedError
+from ._errors import (CaptureError, CudaError, DriverUnavailableError, GraphUpdateError, MetadataError, NvrtcError,
+                      PoolExhaustedError)
 from ._graph import Graph, GraphExec, KernelNodeInfo, capture
 from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool
 from ._module import Kernel, Module, PreparedLaunch, load_module
@@ -35,4 +36,5 @@ __all__ = [
     "DDTreePlan", "DDTreeState",
     "DecodeStepRunner", "AutoregressiveRunner",
     "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
+    "MetadataError",
 ]

@@ -1,39 +1,48 @@
 """The published size of the verify attention's split-KV workspace.
 
-The verify attention splits each request's keys across ``num_splits`` CTAs.
-Every split writes, for every (draft token, query head) row it covers, a partial
-output over its share of the keys (``v_dim`` values, not yet normalised across
-splits) and the log-sum-exp of its scores; a second kernel merges the splits.
-Because the grid is fixed when a graph is captured, the workspace is sized for
-the plan's maxima, not for the lengths of any one step.
+The verify attention runs on a fixed persistent grid of ``num_parts`` CTAs (the
+device's SM count times the CTAs of the partial kernel that fit one SM). On every
+replay a scheduler kernel cuts the step's work, the sequence of (request, row
+tile, key tile) units, into ``num_parts`` about-equal parts. A (request, row
+tile) pair whose keys all fall in one part writes its final output directly;
+only a pair cut by a part boundary leaves partial results, and a part holds at
+most two such pieces (its first and its last segment). So the workspace is
+bounded by the grid, not by ``batch × splits``.
 
 Derivation
 ----------
-rows  = max_batch * max_q * num_heads
-    One row per (draft token, query head) of the largest batch the plan admits
-    (``total_q <= max_batch * max_q``). The kernels place the row of global draft
-    token ``t`` and head ``h`` at ``t * num_heads + h``, so the rows of one step
-    are packed and never exceed this bound, whatever the per-request lengths.
-per (row, split)
-    ``v_dim`` partial output values + 1 log-sum-exp, all stored in the partial
-    dtype: ``v_dim + 1`` elements.
-bytes = rows * num_splits * (v_dim + 1) * partial_dtype_bytes
+slots = 2 * num_parts
+    Part ``p`` writes its first segment's piece to slot ``2p`` and its last
+    segment's piece to slot ``2p + 1``; a middle segment always covers a whole
+    pair. (Exactly: pieces <= cuts inside pairs + split pairs <= 2 (num_parts - 1).)
+per slot
+    ``tile_rows`` rows (the kernel's row tile M), each ``v_dim`` fp32 partial
+    outputs + 1 fp32 log-sum-exp: ``tile_rows * (v_dim + 1) * 4`` bytes.
+bytes = 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
 
-Check against the seed deployment (9 heads, 512-wide values, fp32 partials,
-256 draft tokens per request, batch 8): rows = 8 * 256 * 9 = 18,432, so
+Plus the scheduler's tables (:func:`scheduler_bytes`): 40 B per request slot of
+the batch and 32 B per part.
 
-* 64 splits: 18,432 * 64 * 513 * 4 = 2,420,637,696 B (about 2.42 GB),
-* 16 splits: 18,432 * 16 * 513 * 4 =   605,159,424 B (about 605 MB).
+Examples (fp32 partials, 512-wide values):
 
-The formula counts payload only; any alignment padding a plan adds between the
-output and the log-sum-exp regions must be reported by the plan on top of it.
+* H200 (132 SMs, 1 CTA of the 64-row tile per SM): 2 * 132 * 64 * 513 * 4 =
+  34,670,592 B (33.1 MiB) for every batch size, draft count and head count —
+  the seed deployment's configuration (batch 8, 256 draft tokens, 9 heads) at
+  16 splits needed 605,159,424 B.
+* RTX PRO 6000 (188 SMs, 1 CTA of the 32-row sm_120 tile per SM):
+  2 * 188 * 32 * 513 * 4 = 24,689,664 B.
 """
 
 from __future__ import annotations
 
 import operator
 
-__all__ = ["partial_workspace_bytes"]
+__all__ = ["partial_workspace_bytes", "scheduler_bytes"]
+
+#: Bytes of one request record written by the scheduler (``VaRequest``).
+REQUEST_RECORD_BYTES = 40
+#: Bytes per part of the scheduler's cut and combine-entry tables (``VaCut`` + ``VaEntry``).
+PART_RECORD_BYTES = 32
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -48,59 +57,48 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def partial_workspace_bytes(
-    max_batch: int,
-    max_q: int,
-    num_heads: int,
-    num_splits: int,
-    v_dim: int = 512,
-    partial_dtype_bytes: int = 4,
-) -> int:
-    """Bytes of split-KV partial outputs and log-sum-exps for a verify plan.
+def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:
+    """Bytes of split-KV partial outputs and log-sum-exps of a verify plan.
 
-    ``rows * num_splits * (v_dim + 1) * partial_dtype_bytes`` with
-    ``rows = max_batch * max_q * num_heads`` (see the module docstring for the
-    derivation).
+    ``2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes`` (see the
+    module docstring for the derivation).
 
     Parameters
     ----------
-    max_batch : int
-        Largest batch (number of requests) the plan accepts.
-    max_q : int
-        Largest number of draft tokens in one request.
-    num_heads : int
-        Query heads (all share one latent KV head).
-    num_splits : int
-        Splits of the key range per request, fixed at capture.
-    v_dim : int, default 512
-        Width of the value / output per head (the latent ``c_kv`` width of MLA).
-    partial_dtype_bytes : int, default 4
-        Bytes per element of the partials (4 for fp32).
-
-    Returns
-    -------
-    int
-        Workspace size in bytes.
+    num_parts : int
+        CTAs of the persistent grid (``VerifyAttention.num_parts``).
+    tile_rows : int
+        Rows per CTA tile (``TileConfig.rows``: 64, 48 or 32).
+    v_dim : int
+        Value columns (512 for MLA).
+    partial_dtype_bytes : int
+        Bytes per stored element (4: fp32).
 
     Raises
     ------
-    TypeError
-        An argument is not an int (bool is refused).
-    ValueError
-        An argument is < 1.
+    TypeError, ValueError
+        For a non-integer or non-positive argument, naming it.
 
     Examples
     --------
-    >>> partial_workspace_bytes(8, 256, 9, 64)
-    2420637696
-    >>> partial_workspace_bytes(8, 256, 9, 16)
-    605159424
+    >>> partial_workspace_bytes(132, 64)
+    34670592
     """
-    max_batch = _positive_int("max_batch", max_batch)
-    max_q = _positive_int("max_q", max_q)
-    num_heads = _positive_int("num_heads", num_heads)
-    num_splits = _positive_int("num_splits", num_splits)
+    num_parts = _positive_int("num_parts", num_parts)
+    tile_rows = _positive_int("tile_rows", tile_rows)
     v_dim = _positive_int("v_dim", v_dim)
     partial_dtype_bytes = _positive_int("partial_dtype_bytes", partial_dtype_bytes)
-    rows = max_batch * max_q * num_heads
-    return rows * num_splits * (v_dim + 1) * partial_dtype_bytes
+    return 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
+
+
+def scheduler_bytes(max_batch: int, num_parts: int) -> int:
+    """Bytes of the scheduler's tables: ``40 * max_batch + 32 * num_parts + 16``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a non-integer or non-positive argument, naming it.
+    """
+    max_batch = _positive_int("max_batch", max_batch)
+    num_parts = _positive_int("num_parts", num_parts)
+    return REQUEST_RECORD_BYTES * max_batch + PART_RECORD_BYTES * num_parts + 16

@@ -1,11 +1,14 @@
 """Verify attention for MLA draft trees: the plan that sizes, validates and launches.
 
-Pairs with ``cu/verify_attention.cu`` (kernels ``verify_attn_partial`` and
-``verify_attn_merge``). Built once per shape class, like flashinfer's plan and
-FlashMLA's scheduler metadata, but with no host work per step: everything that
-varies per step (lengths, slots, the tree mask) is read by the kernels from
-device memory, so :meth:`VerifyAttention.run` is capture-safe and one captured
-graph serves every step.
+Pairs with ``cu/verify_attention.cu`` (kernels ``verify_attn_schedule``,
+``verify_attn_partial`` and ``verify_attn_combine``). Built once per shape class,
+with no host work per step: a scheduler kernel, the first node of every
+:meth:`VerifyAttention.run`, reads the step's lengths from device memory and
+cuts the work into equal-cost parts for a fixed persistent grid (the device-side
+metadata of FlashMLA's ``get_mla_metadata``), so ragged batches are balanced, the
+split-KV workspace is bounded by the grid, and one captured graph serves every
+step: prefixes from 0 to the pool size, 1 to ``max_batch`` requests, 0 to
+``max_q`` draft tokens per request (0 = a padded request).
 
 MLA, absorbed form (DeepSeek-V2/V3, Kimi K2): one latent KV head shared by all
 query heads; a cache row is 576 bf16 (512 ``c_kv`` + 64 ``k_pe``); scores use all
@@ -19,16 +22,19 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from cuda.bindings import driver
 
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
 from ._device import _check_device_arg
+from ._device_error import DeviceErrorWord, error_defines
+from ._errors import check
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
 from ._module import load_module, struct_layout_defines
-from ._workspace_formula import partial_workspace_bytes
+from ._workspace_formula import partial_workspace_bytes, scheduler_bytes
 
 __all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "suggest_num_splits", "DEFAULT_SM_SCALE"]
 
@@ -38,8 +44,13 @@ V_DIM = 512
 DEFAULT_SM_SCALE = 1.0 / math.sqrt(192.0)
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
-_MERGE_ROWS = 8  # rows (warps) per merge CTA
 MAX_SPLITS = 1024
+#: Largest ``max_batch`` (the scheduler keeps per-request sums in 48 KB of static shared memory).
+MAX_BATCH = 2048
+#: Fixed cost of a (request, row tile) pair in key tiles: a Q-tile load and an epilogue.
+_OVH_KEYS = 192
+_SCHED_THREADS = 512
+_INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
 
 
 class _Params(ctypes.Structure):
@@ -58,12 +69,23 @@ class _Params(ctypes.Structure):
         ("lse", ctypes.c_uint64),
         ("o_part", ctypes.c_uint64),
         ("lse_part", ctypes.c_uint64),
+        ("reqs", ctypes.c_uint64),
+        ("cuts", ctypes.c_uint64),
+        ("entries", ctypes.c_uint64),
+        ("err", ctypes.c_uint64),
+        ("q_rows", ctypes.c_int64),
+        ("kv_indices_len", ctypes.c_int64),
+        ("num_slots", ctypes.c_int64),
+        ("mask_len", ctypes.c_int64),
         ("scale_log2", ctypes.c_float),
         ("num_heads", ctypes.c_int32),
         ("batch_size", ctypes.c_int32),
-        ("num_splits", ctypes.c_int32),
+        ("num_parts", ctypes.c_int32),
+        ("max_q", ctypes.c_int32),
+        ("split_cap", ctypes.c_int32),
         ("mask_mode", ctypes.c_int32),
         ("mask_words", ctypes.c_int32),
+        ("idx64", ctypes.c_int32),
     ]
 
 
@@ -100,7 +122,8 @@ class TileConfig:
         return self.rows * _ROW_BYTES + self.stages * self.keys * _ROW_BYTES + x
 
     def defines(self) -> dict:
-        return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages}
+        return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
+                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
@@ -136,9 +159,11 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
 
 
 def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_len: int, max_splits: int = 64) -> int:
-    """A ``num_splits`` that fills the GPU for requests of about ``kv_len`` prefix tokens.
+    """A split count that fills the GPU for requests of about ``kv_len`` prefix tokens.
 
-    Models the partial kernel's time as (waves of CTAs) x (key tiles per split) and
+    Kept for callers that want an explicit cap (:class:`VerifyAttention`'s optional
+    ``num_splits``); plans need none, since the scheduler kernel splits each step's
+    work on the GPU. Models the time as (waves of CTAs) x (key tiles per split) and
     returns the smallest split count reaching the minimum, at most ``max_splits``.
     """
     device = _check_device_arg(device)
@@ -183,8 +208,16 @@ class VerifyMetadata:
     mask_indptr: object = None
 
 
+def _blocks_per_sm(kernel, threads: int, shared_bytes: int) -> int:
+    """CTAs of ``kernel`` that fit one SM (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)."""
+    kernel.module.device.set_current()
+    n = check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+              driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel._func, threads, shared_bytes))
+    return int(n)
+
+
 class VerifyAttention:
-    """A verify-attention plan: fixed maxima, grid and workspace; capture-safe :meth:`run`.
+    """A verify-attention plan: fixed maxima, persistent grid and workspace; capture-safe :meth:`run`.
 
     Parameters
     ----------
@@ -192,12 +225,16 @@ class VerifyAttention:
     num_heads : int
         Query heads (any number >= 1; all share the one latent KV head).
     max_batch : int
-        Largest number of requests in one call.
+        Largest number of requests in one call (at most 2048). A graph captured with
+        ``bs`` requests serves any step whose idle requests have 0 draft tokens.
     max_q : int
         Largest number of draft tokens of one request (the tree size, root included).
-    num_splits : int
-        Splits of each request's keys across CTAs (fixed; baked into a captured grid).
-        Short requests use fewer; idle CTAs exit at once.
+        A request with more is reported through the error word (:meth:`check_errors`)
+        and its rows are not computed.
+    num_splits : int, optional
+        Cap on how many pieces the scheduler may cut one (request, row tile) pair's keys
+        into (about). Default None: no cap; the scheduler balances the work over the
+        whole grid on every replay.
     sm_scale : float
         Softmax scale (default ``1/sqrt(192)``, DeepSeek-style).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
@@ -213,13 +250,42 @@ class VerifyAttention:
     tile : TileConfig, optional
         Override the tile configuration chosen by :func:`tile_config` (e.g. to run
         the sm_120 configuration on a GPU with more shared memory).
+    num_parts : int, optional
+        CTAs of the persistent grid. Default: the device's SM count times the CTAs
+        of the partial kernel that fit one SM.
+
+    Schedule (per replay, on the GPU)
+    ---------------------------------
+    ``verify_attn_schedule`` (1 CTA) checks the metadata and cuts the step's work,
+    the (request, row tile, key tile) units with a fixed cost of ``192`` keys per
+    (request, row tile) pair, into ``num_parts`` about-equal parts;
+    ``verify_attn_partial`` runs one CTA per part; ``verify_attn_combine`` merges,
+    by their LSE, exactly the partial results this replay wrote. Garbage left in the
+    workspace by earlier steps is never read.
 
     Workspace
     ---------
-    ``workspace_bytes = max_batch * max_q * num_heads * num_splits * (512 + 1) * 4``
-    (fp32 partial outputs and LSE per row and split; see
-    :func:`driverlevel._workspace_formula.partial_workspace_bytes`). With 9 heads,
-    256 draft tokens, batch 8: 2.42 GB at 64 splits, 605 MB at 16.
+    ``workspace_bytes = 2 * num_parts * tile_rows * (512 + 1) * 4`` (fp32 partial
+    outputs and LSE) plus the scheduler's tables ``40 * max_batch + 32 * num_parts +
+    16``: bounded by the grid, whatever the batch, draft count or head count. On an
+    H200 (132 parts, 64-row tile): 33.1 MiB. See
+    :mod:`driverlevel._workspace_formula`.
+
+    One stream
+    ----------
+    The workspace belongs to one stream of work at a time: :meth:`run` binds the
+    plan to the stream of its first call and raises ``ValueError`` on another.
+    Graphs captured from one plan must not be replayed concurrently on two
+    streams; build one plan per stream.
+
+    Bad metadata
+    ------------
+    Inside a graph no host check runs. The kernels check what they read (indptr
+    monotonic, lengths within ``max_q`` and the buffers, slot ids within the cache,
+    mask offsets consistent with the lengths), never read or write out of bounds,
+    give a bad request zeros (LSE -inf) or leave its unknown rows alone, and record
+    the first failure in a device error word: :meth:`check_errors` raises
+    :class:`~driverlevel.MetadataError` naming the request and the field.
 
     Raises
     ------
@@ -230,28 +296,38 @@ class VerifyAttention:
 
     Example
     -------
-    >>> plan = VerifyAttention(dev, 9, max_batch=8, max_q=256, num_splits=16)  # doctest: +SKIP
-    >>> plan.run(stream, q, kv_cache, meta, out, lse)                           # doctest: +SKIP
+    >>> plan = VerifyAttention(dev, 9, max_batch=8, max_q=256)   # doctest: +SKIP
+    >>> plan.run(stream, q, kv_cache, meta, out, lse)            # doctest: +SKIP
+    >>> plan.check_errors(stream)                                # doctest: +SKIP
     """
 
-    def __init__(self, device, num_heads: int, *, max_batch: int, max_q: int, num_splits: int,
+    def __init__(self, device, num_heads: int, *, max_batch: int, max_q: int, num_splits: int | None = None,
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
-                 arch=None, tile: TileConfig | None = None):
+                 arch=None, tile: TileConfig | None = None, num_parts: int | None = None):
         self.device = _check_device_arg(device)
-        for pname, v in (("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q), ("num_splits", num_splits)):
+        checks = [("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q)]
+        if num_splits is not None:
+            checks.append(("num_splits", num_splits))
+        if num_parts is not None:
+            checks.append(("num_parts", num_parts))
+        for pname, v in checks:
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{pname} must be a positive int, got {v!r}")
-        if num_splits > MAX_SPLITS:
+        if num_splits is not None and num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
+        if max_batch > MAX_BATCH:
+            raise ValueError(f"max_batch must be <= {MAX_BATCH}, got {max_batch}")
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
         if not (isinstance(sm_scale, (float, int)) and math.isfinite(sm_scale) and sm_scale > 0):
             raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
+        if max_q * num_heads >= 2**31:
+            raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
         self.max_q = int(max_q)
-        self.num_splits = int(num_splits)
+        self.num_splits = int(num_splits) if num_splits is not None else None
         self.sm_scale = float(sm_scale)
         self.mask_format = parse_mask_format(mask_format)
         self.mask_words = bitmask_words(self.max_q)
@@ -260,39 +336,68 @@ class VerifyAttention:
         if self.config.shared_bytes > MAX_SHARED_PER_BLOCK.get(self.arch, 101_376):
             raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
                              f"more than {self.arch} allows")
-        self.rows_cap = self.max_batch * self.max_q * self.num_heads
-        if self.rows_cap * self.num_splits * V_DIM >= 2**62:
-            raise ValueError("workspace too large")
 
         defines = dict(self.config.defines())
+        defines.update(error_defines())
         defines.update(struct_layout_defines(_Params))
         self.cubin = compile_file("verify_attention.cu", self.arch, defines)
         self._module = load_module(self.device, self.cubin)
+        self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")
-        self._merge = self._module.kernel("verify_attn_merge")
+        self._combine = self._module.kernel("verify_attn_combine")
         self._partial.reserve_shared(self.config.shared_bytes)  # now, never during a capture
-        self.grid_partial = (math.ceil(self.max_q * self.num_heads / self.config.rows), self.num_splits, self.max_batch)
-        self.grid_merge = (math.ceil(self.max_q * self.num_heads / _MERGE_ROWS), self.max_batch, 1)
+        if num_parts is None:
+            per_sm = _blocks_per_sm(self._partial, self.config.threads, self.config.shared_bytes)
+            num_parts = self.device.sm_count * max(1, per_sm)
+        self.num_parts = int(num_parts)
+        self.grid_partial = (self.num_parts, 1, 1)
+        self.grid_combine = (self.num_parts, math.ceil(self.config.rows / 2), 1)
 
         if pool is None:
-            pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 2 * WorkspacePool.DEFAULT_ALIGNMENT,
+            pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 8 * WorkspacePool.DEFAULT_ALIGNMENT,
                                           label=name)
         self.pool = pool
-        self.o_part = pool.carve(f"{name}.o_part", (self.rows_cap, self.num_splits, V_DIM), np.float32)
-        self.lse_part = pool.carve(f"{name}.lse_part", (self.rows_cap, self.num_splits), np.float32)
+        slots, m = 2 * self.num_parts, self.config.rows
+        self.o_part = pool.carve(f"{name}.o_part", (slots, m, V_DIM), np.float32)
+        self.lse_part = pool.carve(f"{name}.lse_part", (slots, m), np.float32)
+        self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, 10), np.int32)
+        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, 4), np.int32)
+        self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, 4), np.int32)
+        self.error_word = DeviceErrorWord(self.device, label=f"VerifyAttention({name})")
+        self._stream_handle = None
         self._cached_key = None
         self._launches = None
 
     # -- sizes --------------------------------------------------------------------------
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of split-KV workspace (fp32 partial outputs + LSE), by the published formula."""
-        return partial_workspace_bytes(self.max_batch, self.max_q, self.num_heads, self.num_splits, V_DIM, 4)
+        """Bytes of split-KV workspace (partials + scheduler tables), by the published formula."""
+        return self.workspace_bytes_for(self.num_parts, self.config.rows, self.max_batch)
 
     @staticmethod
-    def workspace_bytes_for(max_batch, max_q, num_heads, num_splits) -> int:
-        """:attr:`workspace_bytes` of a plan with these maxima, without building one."""
-        return partial_workspace_bytes(max_batch, max_q, num_heads, num_splits, V_DIM, 4)
+    def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
+        """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
+
+        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 32 * num_parts + 16`` bytes.
+        """
+        return partial_workspace_bytes(num_parts, tile_rows, V_DIM, 4) + scheduler_bytes(max_batch, num_parts)
+
+    # -- errors -------------------------------------------------------------------------
+    def check_errors(self, stream=None) -> None:
+        """Raise :class:`~driverlevel.MetadataError` if a kernel found bad metadata; clear the word.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            Synchronised first (call between steps, not during a capture).
+
+        Raises
+        ------
+        MetadataError
+            Naming the first bad request, the field (``qo_indptr``, ``kv_indptr``,
+            ``kv_indices``, ``out_cache_loc``, ``mask_indptr``) and what was wrong.
+        """
+        self.error_word.check(stream)
 
     # -- validation ---------------------------------------------------------------------
     def _validate(self, q, kv_cache, metadata, out, lse):
@@ -316,20 +421,20 @@ class VerifyAttention:
         m = metadata
         get = (lambda k: m.get(k)) if isinstance(m, dict) else (lambda k: getattr(m, k, None))
         qo = _arr("qo_indptr", get("qo_indptr"), dev)
-        _need_dtype("qo_indptr", qo, "int64")
+        _need_dtype("qo_indptr", qo, "int64", "int32")
         if qo.ndim != 1 or not 2 <= qo.shape[0] <= self.max_batch + 1:
             raise ValueError(f"qo_indptr must have shape [bs + 1] with 1 <= bs <= max_batch={self.max_batch}, got {qo.shape}")
         bs = qo.shape[0] - 1
         kvp = _arr("kv_indptr", get("kv_indptr"), dev)
-        _need_dtype("kv_indptr", kvp, "int32")
+        _need_dtype("kv_indptr", kvp, "int32", "int64")
         if kvp.shape != qo.shape:
             raise ValueError(f"kv_indptr must have the same length as qo_indptr ({bs + 1}), got {kvp.shape}")
         kvi = _arr("kv_indices", get("kv_indices"), dev)
-        _need_dtype("kv_indices", kvi, "int64")
+        _need_dtype("kv_indices", kvi, "int64", "int32")
         if kvi.ndim != 1:
             raise ValueError(f"kv_indices must be 1-D, got {kvi.shape}")
         loc = _arr("out_cache_loc", get("out_cache_loc"), dev)
-        _need_dtype("out_cache_loc", loc, "int64")
+        _need_dtype("out_cache_loc", loc, "int64", "int32")
         _need_shape("out_cache_loc", loc, (total_q,))
         fmt = self.mask_format
         mask = get("custom_mask")
@@ -350,7 +455,7 @@ class VerifyAttention:
             if mask_a.ndim != 1:
                 raise ValueError(f"custom_mask ({fmt.value}) must be 1-D, got {mask_a.shape}")
             mip = _arr("mask_indptr", mask_indptr, dev)
-            _need_dtype("mask_indptr", mip, "int64")
+            _need_dtype("mask_indptr", mip, "int64", "int32")
             if mip.shape != qo.shape:
                 raise ValueError(f"mask_indptr must have the same length as qo_indptr ({bs + 1}), got {mip.shape}")
         o = _arr("out", out, dev)
@@ -363,13 +468,25 @@ class VerifyAttention:
             _need_shape("lse", lse_a, (total_q, H))
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
 
+    def _bind_stream(self, stream) -> None:
+        handle = int(stream.handle)
+        if self._stream_handle is None:
+            self._stream_handle = handle
+        elif handle != self._stream_handle:
+            raise ValueError("this VerifyAttention plan runs on one stream (its split workspace is not shared "
+                             "between concurrent streams): build one plan per stream")
+
     # -- run ------------------------------------------------------------------------------
     def run(self, stream, q, kv_cache, metadata, out, lse=None) -> None:
         """Compute the verify attention of one step on ``stream`` (capture-safe).
 
+        Queues three kernels: the scheduler, the partial attention on the persistent
+        grid, and the combine of split pairs.
+
         Parameters
         ----------
         stream : Stream
+            The plan's stream (the first call binds it).
         q : bf16 ``[total_q, num_heads, 576]``
             Absorbed queries; row ``(t, h)``. DeviceArray or any CAI/DLPack array
             (bf16, or uint16 holding bf16 bit patterns).
@@ -377,9 +494,9 @@ class VerifyAttention:
             The paged latent cache (page size 1); V is its first 512 columns.
         metadata : VerifyMetadata or dict
             ``qo_indptr``, ``kv_indptr``, ``kv_indices``, ``out_cache_loc``,
-            ``custom_mask``, ``mask_indptr`` (see :class:`VerifyMetadata`).
-            ``bs = len(qo_indptr) - 1 <= max_batch``; each request must have at most
-            ``max_q`` draft tokens (rows past that are not computed).
+            ``custom_mask``, ``mask_indptr`` (see :class:`VerifyMetadata`); each index
+            array int32 or int64, read in place. ``bs = len(qo_indptr) - 1 <= max_batch``.
+            Lengths and ids are read on the GPU and checked there (:meth:`check_errors`).
         out : bf16 ``[total_q, num_heads, 512]``
         lse : float32 ``[total_q, num_heads]``, optional
             Natural-log log-sum-exp of each row's scaled scores.
@@ -387,11 +504,19 @@ class VerifyAttention:
         Raises
         ------
         TypeError, ValueError
-            Before any launch, naming the offending argument.
+            Before any launch, naming the offending argument; ``ValueError`` also for a
+            second stream.
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
-        key = (q.ptr, kv.ptr, qo.ptr, kvp.ptr, kvi.ptr, loc.ptr, mask_a.ptr if mask_a else 0,
-               mip.ptr if mip else 0, o.ptr, lse_a.ptr if lse_a else 0, bs)
+        self._bind_stream(stream)
+        idx64 = 0
+        for nm, a in (("qo_indptr", qo), ("kv_indptr", kvp), ("kv_indices", kvi), ("out_cache_loc", loc),
+                      ("mask_indptr", mip)):
+            if a is not None and a.dtype.itemsize == 8:
+                idx64 |= _INDEX_BITS[nm]
+        key = (q.ptr, q.shape[0], kv.ptr, kv.shape[0], qo.ptr, kvp.ptr, kvi.ptr, kvi.shape[0], loc.ptr,
+               mask_a.ptr if mask_a else 0, mask_a.shape[0] if mask_a else 0, mip.ptr if mip else 0,
+               o.ptr, lse_a.ptr if lse_a else 0, bs, idx64)
         if key != self._cached_key:
             p = _Params()
             p.q, p.kv_cache, p.qo_indptr, p.kv_indptr = q.ptr, kv.ptr, qo.ptr, kvp.ptr
@@ -401,15 +526,27 @@ class VerifyAttention:
             p.out = o.ptr
             p.lse = lse_a.ptr if lse_a is not None else 0
             p.o_part, p.lse_part = self.o_part.ptr, self.lse_part.ptr
+            p.reqs, p.cuts, p.entries = self.sched_reqs.ptr, self.sched_cuts.ptr, self.sched_entries.ptr
+            p.err = self.error_word.device_ptr
+            p.q_rows = q.shape[0]
+            p.kv_indices_len = kvi.shape[0]
+            p.num_slots = kv.shape[0]
+            p.mask_len = mask_a.shape[0] if (mask_a is not None and mip is not None) else 0
             p.scale_log2 = self.sm_scale * math.log2(math.e)
-            p.num_heads, p.batch_size, p.num_splits = self.num_heads, bs, self.num_splits
+            p.num_heads, p.batch_size, p.num_parts = self.num_heads, bs, self.num_parts
+            p.max_q = self.max_q
+            p.split_cap = self.num_splits or 0
             p.mask_mode = _MASK_MODE[self.mask_format]
             p.mask_words = self.mask_words
-            keep = (q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a)
-            partial = self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes)
-            launches = [partial]
-            if self.num_splits > 1:
-                launches.append(self._merge.prepare(self.grid_merge, 256, [p]))
+            p.idx64 = idx64
+            # The launches (and so any graph that records them) keep the caller's arrays, this
+            # plan's pool and its error word alive.
+            keep = (q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, self.pool, self.error_word)
+            launches = [
+                self._schedule.prepare((1, 1, 1), _SCHED_THREADS, [p]),
+                self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes),
+                self._combine.prepare(self.grid_combine, 256, [p]),
+            ]
             for ln in launches:
                 ln._keep.append(keep)
             self._launches = launches
@@ -419,7 +556,7 @@ class VerifyAttention:
 
     def __repr__(self):
         c = self.config
+        cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
-                f"splits={self.num_splits} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
+                f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
                 f"C={c.csplit} smem={c.shared_bytes} B workspace={self.workspace_bytes} B>")
-

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from driverlevel._mask import MaskFormat, bitmask_words, parse_mask_format
-from driverlevel._workspace_formula import partial_workspace_bytes
 from driverlevel.reference import attention as ref_attention
 from driverlevel.reference.attention import (
     bf16_to_f32,
@@ -59,21 +58,6 @@ def _run(fn, md, trees, q, kv, fmt, sm_scale, v_dim, words=None):
 
 
 # --------------------------------------------------------------------------- workspace
-
-
-def test_workspace_formula_seed_numbers():
-    # rows = 8 * 256 * 9 = 18,432; per (row, split) 512 outputs + 1 lse, fp32.
-    assert partial_workspace_bytes(8, 256, 9, 64) == 2_420_637_696
-    assert partial_workspace_bytes(8, 256, 9, 16) == 605_159_424
-    assert partial_workspace_bytes(8, 256, 9, 64, v_dim=512, partial_dtype_bytes=4) == 18_432 * 64 * 513 * 4
-    assert partial_workspace_bytes(1, 1, 1, 1, v_dim=1, partial_dtype_bytes=2) == 4
-    assert partial_workspace_bytes(np.int64(8), 256, 9, 16) == 605_159_424
-
-
-@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])
-def test_workspace_formula_rejects(bad, exc):
-    with pytest.raises(exc, match="num_splits"):
-        partial_workspace_bytes(8, 256, 9, bad)
 
 
 # --------------------------------------------------------------------------- bf16

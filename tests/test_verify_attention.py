@@ -11,6 +11,7 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
+from driverlevel._device_error import error_defines
 from driverlevel._module import struct_layout_defines
 from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata, _Params, tile_config
 
@@ -20,15 +21,18 @@ def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
     cfgs = {tile_config(arch)} | {tile_config(arch, r) for r in (144, 2304, 16)}
     for cfg in cfgs:
         defines = dict(cfg.defines())
+        defines.update(error_defines())
         defines.update(struct_layout_defines(_Params))
         cub = compile_file("verify_attention.cu", arch, defines)
-        assert set(cub.resources) == {"verify_attn_partial", "verify_attn_merge"}
+        assert set(cub.resources) == {"verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"}
         for name, res in cub.resources.items():
             assert res.registers > 0, name
             assert res.spills == 0, f"{name} spills {res.spills} B on {arch}"
             assert res.stack_bytes == 0, f"{name} uses a stack frame on {arch}"
         part = cub.resources["verify_attn_partial"]
         assert part.shared_bytes + cfg.shared_bytes <= MAX_SHARED_PER_BLOCK[arch]
+        # the scheduler's static tables stay under the 48 KB static limit
+        assert cub.resources["verify_attn_schedule"].shared_bytes <= 48 * 1024
     if arch == "sm_120":
         assert tile_config(arch).shared_bytes <= 99 * 1024
 
@@ -54,14 +58,15 @@ def test_tile_shared_memory_formula_and_choice():
     assert tile_config("sm_80").shared_bytes <= MAX_SHARED_PER_BLOCK["sm_80"]
 
 
-def test_workspace_formula_matches_seed_deployment():
-    assert VerifyAttention.workspace_bytes_for(8, 256, 9, 64) == 2_420_637_696
-    assert VerifyAttention.workspace_bytes_for(8, 256, 9, 16) == 605_159_424
+def test_workspace_formula_is_bounded_by_the_grid():
+    # H200: 132 parts of the 64-row tile, whatever the batch (the seed deployment needed 605 MB)
+    assert VerifyAttention.workspace_bytes_for(132, 64, 8) == 2 * 132 * 64 * 513 * 4 + 40 * 8 + 32 * 132 + 16
+    assert VerifyAttention.workspace_bytes_for(132, 64, 64) < 64 * 10**6
 
 
 def test_params_mirror_layout():
-    assert ctypes.sizeof(_Params) == 12 * 8 + 6 * 4
-    assert _Params.scale_log2.offset == 96
+    assert ctypes.sizeof(_Params) == 20 * 8 + 10 * 4
+    assert _Params.scale_log2.offset == 160
 
 
 # -- validation, with a fake device: errors must come before any launch ------------------
@@ -111,11 +116,11 @@ def test_valid_inputs_pass(fmt):
     (lambda k: k.update(q=arr((20, 9, 576), dl.bfloat16, strides=(2 * 576 * 9 * 2, 576 * 2, 2))), ValueError, "q must be C-contiguous"),
     (lambda k: k.update(q=arr((65, 9, 576), dl.bfloat16)), ValueError, "more than max_batch"),
     (lambda k: k.update(kv_cache=arr((50, 512), dl.bfloat16)), ValueError, "kv_cache must have shape"),
-    (lambda k: setattr(k["metadata"], "qo_indptr", arr((3,), np.int32)), TypeError, "qo_indptr must have dtype int64"),
+    (lambda k: setattr(k["metadata"], "qo_indptr", arr((3,), np.float32)), TypeError, "qo_indptr must have dtype int64 or int32"),
     (lambda k: setattr(k["metadata"], "qo_indptr", arr((7,), np.int64)), ValueError, "max_batch=4"),
     (lambda k: setattr(k["metadata"], "kv_indptr", arr((4,), np.int32)), ValueError, "kv_indptr must have the same length"),
-    (lambda k: setattr(k["metadata"], "kv_indptr", arr((3,), np.int64)), TypeError, "kv_indptr must have dtype int32"),
-    (lambda k: setattr(k["metadata"], "kv_indices", arr((3,), np.int32)), TypeError, "kv_indices must have dtype int64"),
+    (lambda k: setattr(k["metadata"], "kv_indptr", arr((3,), np.uint32)), TypeError, "kv_indptr must have dtype int32 or int64"),
+    (lambda k: setattr(k["metadata"], "kv_indices", arr((3,), np.int16)), TypeError, "kv_indices must have dtype int64 or int32"),
     (lambda k: setattr(k["metadata"], "out_cache_loc", arr((19,), np.int64)), ValueError, r"out_cache_loc must have shape \(20,\)"),
     (lambda k: setattr(k["metadata"], "custom_mask", arr((20, 2), np.uint32)), ValueError, "custom_mask must have shape"),
     (lambda k: setattr(k["metadata"], "custom_mask", arr((20, 1), np.uint8)), TypeError, "custom_mask must have dtype"),
@@ -130,6 +135,15 @@ def test_bad_inputs_name_the_argument(mutate, exc, words):
     mutate(kw)
     with pytest.raises(exc, match=words):
         call(fake_plan(), **kw)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_int32_and_int64_index_arrays_are_accepted(dtype):
+    kw = good()
+    m = kw["metadata"]
+    m.qo_indptr, m.kv_indptr = arr((3,), dtype), arr((3,), dtype)
+    m.kv_indices, m.out_cache_loc = arr((100,), dtype), arr((20,), dtype)
+    call(fake_plan(), **kw)
 
 
 def test_sglang_formats_need_mask_indptr():
@@ -147,6 +161,8 @@ def test_constructor_rejects_bad_parameters(monkeypatch):
     monkeypatch.setattr("driverlevel.verify_attention._check_device_arg", lambda d: FAKE)
     for kw, words in [(dict(num_splits=0), "num_splits must be a positive int"),
                       (dict(num_splits=5000), "num_splits must be <="),
+                      (dict(max_batch=5000), "max_batch must be <="),
+                      (dict(num_parts=0), "num_parts must be a positive int"),
                       (dict(max_q=-1), "max_q must be a positive int"),
                       (dict(qk_dim=128), "only MLA absorbed heads"),
                       (dict(sm_scale=float("nan")), "sm_scale must be a positive finite"),

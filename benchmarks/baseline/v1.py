@@ -1,0 +1,69 @@
+"""Launcher of the baseline verify-attention kernel (``verify_attention_v1.cu``), benchmarks only.
+
+The plan as it was before the device-side scheduler: ``num_splits`` fixed on the
+host, grid ``(row tiles, num_splits, max_batch)``, workspace
+``max_batch * max_q * heads * num_splits * 513 * 4`` bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+
+import driverlevel as dl
+from driverlevel._compile import compile_source
+from driverlevel._mask import bitmask_words, parse_mask_format
+from driverlevel._module import load_module, struct_layout_defines
+from driverlevel.verify_attention import _MASK_MODE, DEFAULT_SM_SCALE, tile_config
+
+
+class _ParamsV1(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("q", "kv_cache", "qo_indptr", "kv_indptr", "kv_indices", "out_cache_loc",
+                                               "mask", "mask_indptr", "out", "lse", "o_part", "lse_part")] + [
+        ("scale_log2", ctypes.c_float), ("num_heads", ctypes.c_int32), ("batch_size", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32), ("mask_mode", ctypes.c_int32), ("mask_words", ctypes.c_int32)]
+
+
+class V1Plan:
+    def __init__(self, dev, heads, *, max_batch, max_q, num_splits, mask_format="bitmask", sm_scale=DEFAULT_SM_SCALE):
+        self.dev, self.heads, self.max_batch, self.max_q, self.num_splits = dev, heads, max_batch, max_q, num_splits
+        self.cfg = tile_config(dev.arch, max_q * heads)
+        self.mask_format = parse_mask_format(mask_format)
+        self.mask_words = bitmask_words(max_q)
+        self.sm_scale = sm_scale
+        src = (Path(__file__).parent / "verify_attention_v1.cu").read_text()
+        defines = {"DL_ROWS": self.cfg.rows, "DL_CSPLIT": self.cfg.csplit, "DL_KEYS": self.cfg.keys,
+                   "DL_STAGES": self.cfg.stages}
+        defines.update(struct_layout_defines(_ParamsV1))
+        mod = load_module(dev, compile_source(src, "verify_attention_v1.cu", dev.arch, defines))
+        self._partial, self._merge = mod.kernel("verify_attn_partial"), mod.kernel("verify_attn_merge")
+        self._partial.reserve_shared(self.cfg.shared_bytes)
+        rows = max_batch * max_q * heads
+        self.workspace_bytes = rows * num_splits * 513 * 4
+        self.buf = dl.DeviceBuffer.allocate(dev, self.workspace_bytes + 1024, label="v1-workspace")
+        self.o_part = self.buf.ptr
+        self.lse_part = self.buf.ptr + rows * num_splits * 512 * 4
+        self.grid_partial = (math.ceil(max_q * heads / self.cfg.rows), num_splits, max_batch)
+        self.grid_merge = (math.ceil(max_q * heads / 8), max_batch, 1)
+
+    def run(self, stream, q, kv, meta, out, lse):
+        a = lambda x: dl.as_device_array(x, self.dev)  # noqa: E731
+        p = _ParamsV1()
+        p.q, p.kv_cache = a(q).ptr, a(kv).ptr
+        p.qo_indptr, p.kv_indptr = a(meta.qo_indptr).ptr, a(meta.kv_indptr).ptr
+        p.kv_indices, p.out_cache_loc = a(meta.kv_indices).ptr, a(meta.out_cache_loc).ptr
+        p.mask = a(meta.custom_mask).ptr if meta.custom_mask is not None else 0
+        p.mask_indptr = 0
+        p.out, p.lse = a(out).ptr, a(lse).ptr
+        p.o_part, p.lse_part = self.o_part, self.lse_part
+        p.scale_log2 = self.sm_scale * math.log2(math.e)
+        p.num_heads, p.batch_size, p.num_splits = self.heads, int(a(meta.qo_indptr).shape[0]) - 1, self.num_splits
+        p.mask_mode, p.mask_words = _MASK_MODE[self.mask_format], self.mask_words
+        self._launches = [self._partial.prepare(self.grid_partial, self.cfg.threads, [p], self.cfg.shared_bytes)]
+        if self.num_splits > 1:
+            self._launches.append(self._merge.prepare(self.grid_merge, 256, [p]))
+        for ln in self._launches:
+            ln._keep.append((q, kv, meta, out, lse, self.buf))
+            ln.launch(stream)

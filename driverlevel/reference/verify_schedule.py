@@ -1,0 +1,110 @@
+"""Reference of the verify attention's device-side schedule (``verify_attn_schedule``).
+
+Pure Python, the same arithmetic as the kernel, so tests can check the GPU's
+tables entry for entry and check the schedule's properties by brute force:
+every (request, row tile, key tile) unit is covered exactly once, a part holds
+at most two pieces of split pairs, and every split pair's pieces are listed by
+exactly one combine entry.
+
+The work is the sequence of units (b, r, t): requests ``b`` in order, each with
+``row_tiles = ceil(q_len * H / M)`` pairs of ``key_tiles = ceil((kv_len + q_len) / N)``
+tiles. A pair costs ``key_tiles + ovh`` units; cut ``p`` is at unit
+``min(p * per_part, total)``, ``per_part = ceil(total / num_parts)`` (raised to
+``ceil(max_pair_cost / split_cap)`` under a cap); when every pair costs at most half a
+part, cuts are rounded to the nearest pair boundary (no pair is split, and the CTAs of
+one request read its keys in step). This is the shape of FlashMLA's
+``get_mla_metadata`` (fixed split overhead, equal-cost parts), see
+shared/research/verify_kernel.md section 4.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Schedule", "schedule", "segments"]
+
+
+@dataclass
+class Schedule:
+    """Cuts ``[(b, r, t, gp)] * (num_parts + 1)`` and entries ``[(b, r, p_first, p_last)] * num_parts`` (b=-1: none)."""
+
+    cuts: list
+    entries: list
+    row_tiles: list
+    key_tiles: list
+    per_part: int
+    total: int
+
+
+def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ovh: int, num_parts: int,
+             split_cap: int = 0, bad=()) -> Schedule:
+    """The schedule the kernel computes for these lengths (``bad``: requests with bad kv/mask metadata)."""
+    B = len(q_lens)
+    rt = [math.ceil(q * num_heads / tile_rows) for q in q_lens]
+    kt = [0 if (b in bad or q_lens[b] == 0) else math.ceil((kv_lens[b] + q_lens[b]) / tile_keys) for b in range(B)]
+    pc = [kt[b] + ovh for b in range(B)]
+    cost = [rt[b] * pc[b] for b in range(B)]
+    excl = [0]
+    pairs = [0]
+    for b in range(B):
+        excl.append(excl[-1] + cost[b])
+        pairs.append(pairs[-1] + rt[b])
+    total = excl[-1]
+    per = -(-total // num_parts)
+    if split_cap:
+        per = max(per, -(-max([pc[b] for b in range(B) if rt[b]] or [0]) // split_cap))
+    per = max(per, 1)
+    max_pair = max([pc[b] for b in range(B) if rt[b]] or [0])
+    whole_pairs = per >= 2 * max_pair
+
+    def locate(u):
+        b = max(i for i in range(B) if excl[i] <= u)
+        r, y = divmod(u - excl[b], pc[b])
+        return b, r, y
+
+    cuts = []
+    for p in range(num_parts + 1):
+        u = min(p * per, total)
+        if u < total and whole_pairs:  # round to the nearest pair boundary
+            b, r, y = locate(u)
+            if y:
+                u = excl[b] + (r + (1 if 2 * y >= pc[b] else 0)) * pc[b]
+        if u >= total:
+            cuts.append((B, 0, 0, pairs[-1]))
+            continue
+        b, r, y = locate(u)
+        cuts.append((b, r, max(0, y - ovh), pairs[b] + r))
+    entries = []
+    for q in range(num_parts):
+        c = q + 1
+        e = (-1, 0, 0, 0)
+        if c < num_parts:
+            cc, cp = cuts[c], cuts[c - 1]
+            if cc[2] > 0 and not (cp[3] == cc[3] and cp[2] > 0):
+                last = c
+                while last + 1 <= num_parts and cuts[last + 1][3] == cc[3] and cuts[last + 1][2] > 0:
+                    last += 1
+                e = (cc[0], cc[1], c - 1, last)
+        entries.append(e)
+    return Schedule(cuts, entries, rt, kt, per, total)
+
+
+def segments(s: Schedule, part: int):
+    """The segments part ``part`` runs: ``[(b, r, t_begin, t_end, complete, slot)]``, as the kernel walks them."""
+    st, en = s.cuts[part], s.cuts[part + 1]
+    B = len(s.row_tiles)
+    b, r, t0, gp = st
+    out = []
+    seg = 0
+    while b < B and (gp < en[3] or (gp == en[3] and t0 < en[2])):
+        t1 = min(en[2], s.key_tiles[b]) if gp == en[3] else s.key_tiles[b]
+        out.append((b, r, t0, t1, t0 == 0 and t1 == s.key_tiles[b], 2 * part + (0 if seg == 0 else 1)))
+        seg += 1
+        gp += 1
+        r += 1
+        t0 = 0
+        while b < B and r >= s.row_tiles[b]:
+            b += 1
+            r = 0
+    return out

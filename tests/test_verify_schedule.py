@@ -1,0 +1,138 @@
+"""The verify attention's device-side schedule, by brute force on the reference (no GPU).
+
+The GPU tests check that the kernel's tables equal :func:`driverlevel.reference.verify_schedule.schedule`
+entry for entry; here the reference itself is checked: every unit covered once, pieces
+in bounded slots, every split pair merged by exactly one combine entry, parts balanced.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from driverlevel.reference.verify_schedule import schedule, segments
+from driverlevel._workspace_formula import partial_workspace_bytes, scheduler_bytes
+
+
+def combine_pieces(s, entry):
+    """The slots the combine kernel reads for one entry (same rule as verify_attn_combine)."""
+    b, r, pf, pl = entry
+    gp = s.cuts[pf + 1][3]
+    slots = []
+    for k in range(pl - pf + 1):
+        part = pf + k
+        if k == 0:
+            c0 = s.cuts[part]
+            slots.append(2 * part if (c0[3] == gp and c0[2] == 0) else 2 * part + 1)
+        else:
+            a, z = s.cuts[part], s.cuts[part + 1]
+            if not (a[3] == z[3] and a[2] == z[2]):
+                slots.append(2 * part)
+    return slots
+
+
+def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
+    s = schedule(q_lens, kv_lens, H, M, N, ovh, G, cap)
+    covered = {}
+    split_slots = {}
+    part_cost = []
+    for p in range(G):
+        segs = segments(s, p)
+        partial = [g for g in segs if not g[4]]
+        assert len(partial) <= 2, (p, segs)
+        if len(partial) == 2:
+            assert partial[0] is segs[0] and partial[1] is segs[-1]
+        cost = 0
+        for b, r, t0, t1, complete, slot in segs:
+            assert 0 <= t0 <= t1 <= s.key_tiles[b]
+            for t in range(t0, t1):
+                assert (b, r, t) not in covered, f"unit {(b, r, t)} covered twice"
+                covered[(b, r, t)] = p
+            if complete and s.key_tiles[b] == 0:
+                covered.setdefault((b, r, "empty"), p)
+            if not complete:
+                assert 0 <= slot < 2 * G
+                split_slots.setdefault((b, r), []).append(slot)
+            cost += (t1 - t0) + ovh
+        part_cost.append(cost)
+    # every unit exactly once; every pair with rows reached (even a bad request without keys)
+    for b in range(len(q_lens)):
+        for r in range(s.row_tiles[b]):
+            if s.key_tiles[b] == 0:
+                assert (b, r, "empty") in covered
+            for t in range(s.key_tiles[b]):
+                assert (b, r, t) in covered, f"unit {(b, r, t)} not covered"
+    all_slots = [x for v in split_slots.values() for x in v]
+    assert len(all_slots) == len(set(all_slots)), "two pieces share a partial slot"
+    # exactly one combine entry per split pair, listing exactly its pieces
+    listed = {}
+    for e in s.entries:
+        if e[0] < 0:
+            continue
+        assert (e[0], e[1]) not in listed
+        listed[(e[0], e[1])] = sorted(combine_pieces(s, e))
+    assert listed == {k: sorted(v) for k, v in split_slots.items()}
+    # balance: no part costs more than per_part plus one pair's overhead per extra piece, or (cuts
+    # rounded to pair boundaries) plus half a pair
+    max_pair = max([s.key_tiles[b] + ovh for b in range(len(q_lens)) if s.row_tiles[b]] or [0])
+    assert max(part_cost) <= s.per_part + max(2 * ovh, max_pair // 2 + 1)
+    return s
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_batches_cover_every_unit_once(seed):
+    rng = np.random.default_rng(seed)
+    B = int(rng.integers(1, 12))
+    q_lens = [int(x) for x in rng.integers(0, 40, B)]
+    kv_lens = [int(x) for x in rng.choice([0, 1, 15, 16, 17, 100, 1000, 5000], B)]
+    G = int(rng.choice([1, 2, 3, 7, 16, 132]))
+    cap = int(rng.choice([0, 0, 1, 3]))
+    check_schedule(q_lens, kv_lens, int(rng.choice([1, 9, 16])), int(rng.choice([32, 48, 64])),
+                   int(rng.choice([16, 32])), int(rng.choice([1, 6, 12])), G, cap)
+
+
+def test_ragged_batch_is_balanced_and_bounded():
+    # 1 x 200k + 7 x 4k, 9 heads x 16 tokens, 48-row tile, 32-key tiles, 132 parts
+    s = check_schedule([16] * 8, [200_000] + [4096] * 7, 9, 48, 32, 6, 132)
+    longest = max(len(segments(s, p)) for p in range(132))
+    assert longest <= 4
+    assert s.per_part <= -(-s.total // 132)
+
+
+def test_padded_requests_and_empty_steps():
+    s = check_schedule([0, 0, 5, 0], [10, 0, 3, 7], 9, 64, 32, 6, 16)
+    assert all(c[0] == 2 or c[0] == 4 for c in s.cuts)
+    s = check_schedule([0, 0], [10, 20], 9, 64, 32, 6, 8)
+    assert s.total == 0 and all(not segments(s, p) for p in range(8))
+
+
+def test_bad_request_gets_its_rows_without_keys():
+    s = schedule([4, 4], [100, 100], 9, 64, 32, 6, 8, bad={1})
+    assert s.key_tiles == [4, 0]
+    segs = [g for p in range(8) for g in segments(s, p) if g[0] == 1]
+    assert segs and all(g[2] == g[3] == 0 and g[4] for g in segs)
+
+
+def test_many_small_pairs_are_never_split():
+    # 8 x 32k, 256 tokens, 16 heads: 512 pairs over 132 parts -> whole pairs only
+    s = check_schedule([256] * 8, [32768] * 8, 16, 64, 32, 6, 132)
+    assert all(c[2] == 0 for c in s.cuts) and all(e[0] < 0 for e in s.entries)
+
+
+def test_split_cap_limits_pieces_per_pair():
+    s = check_schedule([16], [200_000], 9, 48, 32, 6, 132, cap=4)
+    pieces = sum(1 for p in range(132) for g in segments(s, p) if not g[4])
+    assert pieces <= 3 * 5  # 3 pairs, each at most cap + 1 pieces
+
+
+def test_workspace_formula_is_bounded_by_the_grid():
+    assert partial_workspace_bytes(132, 64) == 2 * 132 * 64 * 513 * 4 == 34_670_592
+    assert partial_workspace_bytes(188, 32) == 24_689_664
+    assert partial_workspace_bytes(132, 64) < 64 * 2**20  # the seed configuration's target
+    assert scheduler_bytes(8, 132) == 40 * 8 + 32 * 132 + 16
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_workspace_formula_rejects(bad, exc):
+    with pytest.raises(exc, match="num_parts"):
+        partial_workspace_bytes(bad, 64)
