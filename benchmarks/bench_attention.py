@@ -162,6 +162,24 @@ def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, cha
     return res
 
 
+def bench_breakdown(dl, dev, stream, flush, heads, prefixes, ntok, iters=20):
+    """Median ms of graphs holding the first 1, 2 and 3 of the plan's kernels (scheduler, partial, combine)."""
+    import torch
+
+    from driverlevel.verify_attention import VerifyAttention
+
+    plan = VerifyAttention(dev, heads, max_batch=len(prefixes), max_q=ntok)
+    d = make_data(torch, dev, heads, prefixes, ntok, False, plan.mask_words, 2)
+    plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])
+    res = []
+    for n in (1, 2, 3):
+        with dl.capture(stream) as cap:
+            for ln in plan._launches[:n]:
+                ln.launch(stream)
+        res.append(time_graph(dl, dev, stream, flush, cap.graph.instantiate(upload_stream=stream), iters))
+    return res
+
+
 def bench_scheduler(dl, dev, stream, heads=9, bs=8, ntok=16, iters=200):
     """GPU time of the scheduler kernel alone (graph of that one node, back-to-back replays)."""
     import torch
@@ -218,6 +236,11 @@ def main(argv=None):
     us = bench_scheduler(dl, dev, stream)
     extra["scheduler_us"] = us
     print(f"# scheduler kernel alone (batch 8): {us:.2f} us per replay", flush=True)
+    for shape in ((9, [32768], 16), (9, [200_000], 256), (16, [32768] * 8, 256)):
+        bd = bench_breakdown(dl, dev, stream, flush, *shape)
+        extra.setdefault("breakdown", []).append(dict(heads=shape[0], prefixes=shape[1], ntok=shape[2], ms=bd))
+        print(f"# breakdown {shape[0]} heads, {len(shape[1])} x {shape[1][0]}, {shape[2]} tokens: scheduler "
+              f"{bd[0] * 1e3:.1f} us, + partial {bd[1] * 1e3:.1f} us, + combine {bd[2] * 1e3:.1f} us", flush=True)
     cfg = tile_config(dev.arch, 256 * 9)
     parts = dev.sm_count  # 1 CTA of the large tile per SM on this GPU
     extra["workspace"] = {

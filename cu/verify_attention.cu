@@ -266,8 +266,14 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
   VaRequest rq;
   rq.q_start = rq.kv_start = rq.mask_base = 0;
   rq.q_len = rq.kv_len = rq.row_tiles = rq.key_tiles = 0;
+  // every load first (independent), then the checks
+  const bool has_mip = p.mask_mode == kMaskFull || p.mask_mode == kMaskQlenOnly;
   const i64 qs = load_index(p.qo_indptr, p.idx64 & kQo64, b);
   const i64 qe = load_index(p.qo_indptr, p.idx64 & kQo64, b + 1);
+  const i64 ks = load_index(p.kv_indptr, p.idx64 & kKvptr64, b);
+  const i64 ke = load_index(p.kv_indptr, p.idx64 & kKvptr64, b + 1);
+  const i64 ms = has_mip ? load_index(p.mask_indptr, p.idx64 & kMip64, b) : 0;
+  const i64 me = has_mip ? load_index(p.mask_indptr, p.idx64 & kMip64, b + 1) : 0;
   if (qs < 0 || qe < qs) {
     dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_NOT_MONOTONIC);
     return rq;  // its rows are unknown: nothing is written
@@ -286,8 +292,6 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
   if (rq.q_len == 0) return rq;
 
   bool ok = true;
-  const i64 ks = load_index(p.kv_indptr, p.idx64 & kKvptr64, b);
-  const i64 ke = load_index(p.kv_indptr, p.idx64 & kKvptr64, b + 1);
   if (ks < 0 || ke < ks) {
     dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_NOT_MONOTONIC);
     ok = false;
@@ -295,9 +299,7 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
     dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_OUT_OF_RANGE);
     ok = false;
   }
-  if (ok && (p.mask_mode == kMaskFull || p.mask_mode == kMaskQlenOnly)) {
-    const i64 ms = load_index(p.mask_indptr, p.idx64 & kMip64, b);
-    const i64 me = load_index(p.mask_indptr, p.idx64 & kMip64, b + 1);
+  if (ok && has_mip) {
     const i64 kv = ke - ks;
     const i64 want = p.mask_mode == kMaskFull ? (i64)rq.q_len * (kv + rq.q_len) : (i64)rq.q_len * rq.q_len;
     if (ms < 0 || me > p.mask_len) {
@@ -322,9 +324,11 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
 extern "C" __global__ void __launch_bounds__(va::SCHED_THREADS)
 verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
-  // Per-request exclusive prefix sums of cost and of pairs (at most 2048 requests).
-  constexpr int kMaxBatch = 2048;  // VerifyAttention.MAX_BATCH
+  // Per-request exclusive prefix sums of cost and of pairs (at most 1024 requests).
+  constexpr int kMaxBatch = 1024;  // VerifyAttention.MAX_BATCH
+  constexpr int kMaxParts = 1024;  // VerifyAttention.MAX_PARTS
   __shared__ i64 cost_excl[kMaxBatch + 1];
+  __shared__ VaCut s_cuts[kMaxParts + 1];
   __shared__ i32 pair_excl[kMaxBatch + 1];
   __shared__ i32 pair_cost[kMaxBatch];
   __shared__ i64 chunk_cost[SCHED_THREADS / 32];
@@ -390,7 +394,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   }
   __syncthreads();
   const i64 total = carry_cost;
-  const int G = p.num_parts;
+  const int G = min(p.num_parts, kMaxParts);
   i64 per_part = (total + G - 1) / G;
   if (p.split_cap > 0) per_part = max(per_part, (i64)((max_pair + p.split_cap - 1) / p.split_cap));
   if (per_part < 1) per_part = 1;
@@ -428,8 +432,9 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       u = cost_excl[b] + (i64)(cut.r + (2 * y >= pc ? 1 : 0)) * pc;  // the nearest pair boundary
     }
     p.cuts[q] = cut;
+    s_cuts[q] = cut;
   }
-  __syncthreads();  // (global writes of this CTA are visible to it after the barrier)
+  __syncthreads();
 
   // Combine entries: the lowest cut inside a split pair X lists X's pieces.
   for (int q = tid; q < G; q += SCHED_THREADS) {
@@ -438,12 +443,12 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
     e.r = e.p_first = e.p_last = 0;
     const int c = q + 1;  // entry q belongs to cut c = q + 1 (its first piece is in part q)
     if (c < G) {
-      const VaCut cc = p.cuts[c];
-      const VaCut cp = p.cuts[c - 1];
+      const VaCut cc = s_cuts[c];
+      const VaCut cp = s_cuts[c - 1];
       if (cc.t > 0 && !(cp.gp == cc.gp && cp.t > 0)) {
         int last = c;
         while (last + 1 <= G) {
-          const VaCut cn = p.cuts[last + 1];
+          const VaCut cn = s_cuts[last + 1];
           if (cn.gp == cc.gp && cn.t > 0) ++last; else break;
         }
         e.b = cc.b;

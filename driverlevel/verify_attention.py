@@ -45,8 +45,9 @@ DEFAULT_SM_SCALE = 1.0 / math.sqrt(192.0)
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
 MAX_SPLITS = 1024
-#: Largest ``max_batch`` (the scheduler keeps per-request sums in 48 KB of static shared memory).
-MAX_BATCH = 2048
+#: Largest ``max_batch`` and ``num_parts`` (the scheduler keeps its tables in 48 KB of static shared memory).
+MAX_BATCH = 1024
+MAX_PARTS = 1024
 #: Fixed cost of a (request, row tile) pair in key tiles: a Q-tile load and an epilogue.
 _OVH_KEYS = 192
 _SCHED_THREADS = 512
@@ -225,7 +226,7 @@ class VerifyAttention:
     num_heads : int
         Query heads (any number >= 1; all share the one latent KV head).
     max_batch : int
-        Largest number of requests in one call (at most 2048). A graph captured with
+        Largest number of requests in one call (at most 1024). A graph captured with
         ``bs`` requests serves any step whose idle requests have 0 draft tokens.
     max_q : int
         Largest number of draft tokens of one request (the tree size, root included).
@@ -318,6 +319,8 @@ class VerifyAttention:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
         if max_batch > MAX_BATCH:
             raise ValueError(f"max_batch must be <= {MAX_BATCH}, got {max_batch}")
+        if num_parts is not None and num_parts > MAX_PARTS:
+            raise ValueError(f"num_parts must be <= {MAX_PARTS}, got {num_parts}")
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
         if not (isinstance(sm_scale, (float, int)) and math.isfinite(sm_scale) and sm_scale > 0):
@@ -349,7 +352,7 @@ class VerifyAttention:
         if num_parts is None:
             per_sm = _blocks_per_sm(self._partial, self.config.threads, self.config.shared_bytes)
             num_parts = self.device.sm_count * max(1, per_sm)
-        self.num_parts = int(num_parts)
+        self.num_parts = min(int(num_parts), MAX_PARTS)
         self.grid_partial = (self.num_parts, 1, 1)
         self.grid_combine = (self.num_parts, math.ceil(self.config.rows / 2), 1)
 

@@ -162,6 +162,7 @@ def test_constructor_rejects_bad_parameters(monkeypatch):
     for kw, words in [(dict(num_splits=0), "num_splits must be a positive int"),
                       (dict(num_splits=5000), "num_splits must be <="),
                       (dict(max_batch=5000), "max_batch must be <="),
+                      (dict(num_parts=5000), "num_parts must be <="),
                       (dict(num_parts=0), "num_parts must be a positive int"),
                       (dict(max_q=-1), "max_q must be a positive int"),
                       (dict(qk_dim=128), "only MLA absorbed heads"),
