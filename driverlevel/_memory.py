@@ -157,8 +157,21 @@ _CAPTURE_ERRORS = frozenset(
 _deferred: "collections.deque[tuple]" = collections.deque()
 
 
+_FREE = {
+    "device": lambda h: driver.cuMemFree(h),
+    "host": lambda h: driver.cuMemFreeHost(h),
+    "module": lambda h: driver.cuModuleUnload(h),
+    "stream": lambda h: driver.cuStreamDestroy(h),
+    "event": lambda h: driver.cuEventDestroy(h),
+}
+
+
 def _free_now(kind: str, ptr, ctx) -> bool:
-    """Free one allocation in ``ctx`` under relaxed capture mode; False if the driver refused for capture."""
+    """Release one handle in ``ctx`` under relaxed capture mode; False if the driver refused for capture.
+
+    ``kind`` is ``"device"`` (cuMemFree), ``"host"`` (cuMemFreeHost), ``"module"``
+    (cuModuleUnload), ``"stream"`` (cuStreamDestroy) or ``"event"`` (cuEventDestroy).
+    """
     try:
         err, old_mode = driver.cuThreadExchangeStreamCaptureMode(_RELAXED)
     except Exception:  # interpreter shutdown: the bindings may be gone already
@@ -168,7 +181,7 @@ def _free_now(kind: str, ptr, ctx) -> bool:
         if perr != _SUCCESS:
             return True  # the context is gone (process exit): its memory went with it
         try:
-            (ferr,) = driver.cuMemFree(ptr) if kind == "device" else driver.cuMemFreeHost(ptr)
+            (ferr,) = _FREE[kind](ptr)
         finally:
             driver.cuCtxPopCurrent()
         return int(ferr) not in _CAPTURE_ERRORS
@@ -178,7 +191,10 @@ def _free_now(kind: str, ptr, ctx) -> bool:
 
 
 def _release(kind: str, ptr, ctx) -> None:
-    """The finalizer of every handle that owns memory (runs on ``del``, ``gc`` or ``close()``)."""
+    """The finalizer of every handle that owns memory, a module, a stream or an event.
+
+    Runs on ``del``, in ``gc.collect()`` or on ``close()``, in any thread.
+    """
     try:
         if _capture_guard.captures_in_progress():
             _deferred.append((kind, ptr, ctx))

@@ -52,12 +52,9 @@ _NP_TO_CTYPES = {
 
 
 def _unload(handle, ctx):
-    try:
-        driver.cuCtxPushCurrent(ctx)
-        driver.cuModuleUnload(handle)
-        driver.cuCtxPopCurrent()
-    except Exception:
-        pass
+    from ._memory import _release  # deferred during captures, relaxed otherwise
+
+    _release("module", handle, ctx)
 
 
 class Module:

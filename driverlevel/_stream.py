@@ -19,18 +19,10 @@ from ._errors import check
 __all__ = ["Stream", "Event"]
 
 
-def _destroy_stream(handle):
-    try:
-        driver.cuStreamDestroy(handle)
-    except Exception:
-        pass
+def _release(kind, handle, ctx):
+    from ._memory import _release as release  # deferred during captures, relaxed otherwise
 
-
-def _destroy_event(handle):
-    try:
-        driver.cuEventDestroy(handle)
-    except Exception:
-        pass
+    release(kind, handle, ctx)
 
 
 class Stream:
@@ -51,7 +43,7 @@ class Stream:
             self._handle = check("cuStreamCreateWithPriority", driver.cuStreamCreateWithPriority(flags, priority))
         self.device = device
         self._capture = None  # the CaptureSession recording this stream, if any
-        self._finalizer = weakref.finalize(self, _destroy_stream, self._handle)
+        self._finalizer = weakref.finalize(self, _release, "stream", self._handle, device.context)
         return self
 
     @classmethod
@@ -129,7 +121,7 @@ class Event:
             self._handle = check("cuEventCreate", driver.cuEventCreate(flags))
         self.device = device
         self.timing = timing
-        self._finalizer = weakref.finalize(self, _destroy_event, self._handle)
+        self._finalizer = weakref.finalize(self, _release, "event", self._handle, device.context)
         return self
 
     @property
