@@ -70,18 +70,18 @@ _MODES = {
 }
 
 
-def _destroy_graph(handle):
-    try:
-        driver.cuGraphDestroy(handle)
-    except Exception:
-        pass
+def _destroy_graph(handle, ctx=None):
+    if ctx is None:  # a graph that never became a Graph (a failed capture): destroy now
+        try:
+            driver.cuGraphDestroy(handle)
+        except Exception:
+            pass
+        return
+    _memory._release("graph", handle, ctx)  # deferred during captures, relaxed otherwise
 
 
-def _destroy_exec(handle):
-    try:
-        driver.cuGraphExecDestroy(handle)
-    except Exception:
-        pass
+def _destroy_exec(handle, ctx):
+    _memory._release("exec", handle, ctx)
 
 
 class CaptureSession:
@@ -335,7 +335,7 @@ class Graph:
         self._handle = handle
         self.device = device
         self._kept = list(kept)
-        self._finalizer = weakref.finalize(self, _destroy_graph, handle)
+        self._finalizer = weakref.finalize(self, _destroy_graph, handle, device.context)
         return self
 
     @property
@@ -439,7 +439,7 @@ class GraphExec:
         self._handle = handle
         self.graph = graph
         self.device = graph.device
-        self._finalizer = weakref.finalize(self, _destroy_exec, handle)
+        self._finalizer = weakref.finalize(self, _destroy_exec, handle, graph.device.context)
         return self
 
     @property

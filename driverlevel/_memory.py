@@ -37,7 +37,8 @@ release never calls them blindly:
    deferred list instead of leaking.
 
 The memory of a released handle therefore stays allocated until the capture that
-was running ends; :func:`deferred_count` says how many frees are pending.
+was running ends; :func:`deferred_count` says how many frees are pending. Modules,
+streams, events, graphs and executable graphs are released through the same path.
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ _FREE = {
     "module": lambda h: driver.cuModuleUnload(h),
     "stream": lambda h: driver.cuStreamDestroy(h),
     "event": lambda h: driver.cuEventDestroy(h),
+    "graph": lambda h: driver.cuGraphDestroy(h),
+    "exec": lambda h: driver.cuGraphExecDestroy(h),
 }
 
 
@@ -170,7 +173,8 @@ def _free_now(kind: str, ptr, ctx) -> bool:
     """Release one handle in ``ctx`` under relaxed capture mode; False if the driver refused for capture.
 
     ``kind`` is ``"device"`` (cuMemFree), ``"host"`` (cuMemFreeHost), ``"module"``
-    (cuModuleUnload), ``"stream"`` (cuStreamDestroy) or ``"event"`` (cuEventDestroy).
+    (cuModuleUnload), ``"stream"`` (cuStreamDestroy), ``"event"`` (cuEventDestroy),
+    ``"graph"`` (cuGraphDestroy) or ``"exec"`` (cuGraphExecDestroy).
     """
     try:
         err, old_mode = driver.cuThreadExchangeStreamCaptureMode(_RELAXED)
