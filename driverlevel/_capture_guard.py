@@ -36,8 +36,14 @@ __all__ = ["ensure_not_capturing", "stream_is_capturing", "captures_in_progress"
 _lock = threading.Lock()
 # id(session) -> (stream handle as int, mode name, thread ident)
 _active: dict[int, tuple[int, str, int]] = {}
-# Number of driverlevel captures between cuStreamBeginCapture and cuStreamEndCapture (any thread).
+# Number of driverlevel captures between cuStreamBeginCapture and cuStreamEndCapture (any thread),
+# in all and per device ordinal; device-wide synchronizations in progress, per device ordinal.
 _in_progress = 0
+_cv = threading.Condition(threading.Lock())
+_capturing_on: dict = {}
+_syncing_on: dict = {}
+#: Seconds a device-wide synchronization waits for other threads' captures to end.
+DEVICE_SYNC_WAIT_S = 300.0
 # CUDA capture id -> the keep-alive list of the driverlevel capture with that id.
 _keep_by_id: dict[int, list] = {}
 
@@ -55,19 +61,67 @@ def unregister(session_id: int) -> None:
         _active.pop(session_id, None)
 
 
-def begin_capture() -> None:
-    """Count one more driverlevel capture in progress (called before ``cuStreamBeginCapture``)."""
+def begin_capture(ordinal=None) -> None:
+    """Count one more driverlevel capture in progress (called before ``cuStreamBeginCapture``).
+
+    Waits while a device-wide synchronization of the same device runs in another thread.
+    """
     global _in_progress
-    with _lock:
+    with _cv:
+        while _syncing_on.get(ordinal, 0):
+            _cv.wait()
+        _capturing_on[ordinal] = _capturing_on.get(ordinal, 0) + 1
         _in_progress += 1
 
 
-def end_capture() -> int:
-    """Count one capture less (after ``cuStreamEndCapture``); returns how many remain."""
+def end_capture(ordinal=None) -> int:
+    """Count one capture less (after ``cuStreamEndCapture``); returns how many remain (all devices)."""
     global _in_progress
-    with _lock:
+    with _cv:
+        _capturing_on[ordinal] = _capturing_on.get(ordinal, 1) - 1
         _in_progress -= 1
+        _cv.notify_all()
         return _in_progress
+
+
+class device_sync_guard:
+    """``with device_sync_guard(ordinal, what):`` no driverlevel capture runs on that device inside.
+
+    CUDA forbids synchronizing a context while any of its streams is capturing
+    (it would invalidate the capture, even one running in thread-local mode in
+    another thread). Entering waits for the device's captures in other threads to
+    end (at most :data:`DEVICE_SYNC_WAIT_S`) and holds new ones back until exit.
+
+    Raises
+    ------
+    CaptureError
+        If the captures did not end in time.
+    """
+
+    __slots__ = ("_ordinal", "_what")
+
+    def __init__(self, ordinal, what: str):
+        self._ordinal = ordinal
+        self._what = what
+
+    def __enter__(self):
+        o = self._ordinal
+        with _cv:
+            _syncing_on[o] = _syncing_on.get(o, 0) + 1
+            if not _cv.wait_for(lambda: not _capturing_on.get(o, 0), timeout=DEVICE_SYNC_WAIT_S):
+                _syncing_on[o] -= 1
+                _cv.notify_all()
+                raise CaptureError(
+                    f"{self._what} waited {DEVICE_SYNC_WAIT_S:.0f} s for another thread's capture on device {o} "
+                    f"to end: synchronizing a device while one of its streams is captured would invalidate "
+                    f"that capture. Synchronize your own stream (Stream.synchronize()) instead.")
+        return self
+
+    def __exit__(self, *exc):
+        with _cv:
+            _syncing_on[self._ordinal] -= 1
+            _cv.notify_all()
+        return False
 
 
 def captures_in_progress() -> int:

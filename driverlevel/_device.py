@@ -240,11 +240,25 @@ class Device:
         return self._ctx
 
     def synchronize(self) -> None:
-        """Wait for all work on this device (not capture-safe)."""
-        from ._capture_guard import ensure_not_capturing
+        """Wait for all work on this device (not capture-safe).
+
+        CUDA forbids synchronizing a context while any of its streams is being
+        captured, even by another thread in thread-local mode (the capture would be
+        invalidated). So this waits until driverlevel captures on this device running
+        in other threads have ended, and holds new ones back until the
+        synchronization is done.
+
+        Raises
+        ------
+        CaptureError
+            Called from a thread that is capturing (or while a global-mode capture
+            runs), or another thread's capture did not end within
+            ``driverlevel._capture_guard.DEVICE_SYNC_WAIT_S`` seconds.
+        """
+        from ._capture_guard import device_sync_guard, ensure_not_capturing
 
         ensure_not_capturing("Device.synchronize()")
-        with self.activated():
+        with device_sync_guard(self.ordinal, "Device.synchronize()"), self.activated():
             check("cuCtxSynchronize", driver.cuCtxSynchronize())
 
     # -- properties --------------------------------------------------------

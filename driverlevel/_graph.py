@@ -152,14 +152,15 @@ def capture(stream, mode: str = "thread_local"):
     # Every entry point works in the device's primary context, whatever the caller has current.
     session = CaptureSession(stream, mode)
     dev = stream.device
-    _capture_guard.begin_capture()  # from here on, released handles defer their frees
+    ordinal = getattr(dev, "ordinal", None)
+    _capture_guard.begin_capture(ordinal)  # from here on, released handles defer their frees
     reg_key = ("session", id(session))
     try:
         with dev.activated():
             check("cuStreamBeginCapture", driver.cuStreamBeginCapture(stream.handle, _MODES[mode]))
             session.capture_id = _capture_guard.capture_id(stream.handle)
     except BaseException:
-        _end_bookkeeping()
+        _end_bookkeeping(ordinal)
         raise
     if session.capture_id is not None:
         reg_key = session.capture_id
@@ -176,7 +177,7 @@ def capture(stream, mode: str = "thread_local"):
             err, g = driver.cuStreamEndCapture(stream.handle)
             if err == driver.CUresult.CUDA_SUCCESS and g is not None and int(g):
                 _destroy_graph(g)
-        _end_bookkeeping()
+        _end_bookkeeping(ordinal)
         raise
     _capture_guard.unregister(id(session))
     _capture_guard.unregister_keep(reg_key)
@@ -195,12 +196,12 @@ def capture(stream, mode: str = "thread_local"):
             kept.extend(_memory.owners_of(_graph_pointers(g)))
         session.graph = Graph._from_handle(g, dev, kept)
     finally:
-        _end_bookkeeping()
+        _end_bookkeeping(ordinal)
 
 
-def _end_bookkeeping() -> None:
+def _end_bookkeeping(ordinal) -> None:
     """One capture fewer in progress; when none is left, free what was released meanwhile."""
-    if _capture_guard.end_capture() == 0:
+    if _capture_guard.end_capture(ordinal) == 0:
         _memory.release_deferred()
 
 

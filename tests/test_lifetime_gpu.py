@@ -204,6 +204,34 @@ def test_handles_released_while_another_thread_captures(device, selftest_module,
     np.testing.assert_array_equal(x.to_numpy(s), iota(2.25))
 
 
+def test_device_synchronize_in_another_thread_waits_for_a_capture(device, selftest_module):
+    """Synchronizing a context while one of its streams captures invalidates the capture (any mode)."""
+    fill, add = selftest_module.kernel("fill_iota_f32"), selftest_module.kernel("add_scalar_f32")
+    x = device_array(device, (N,), np.float32)
+    capturing = threading.Event()
+    stamps = {}
+
+    def capture_thread():
+        s = device.create_stream()
+        with dl.capture(s) as cap:  # thread_local
+            fill.launch(s, grid(N), 256, [x, np.float32(4), np.int32(N)])
+            capturing.set()
+            time.sleep(0.3)  # the other thread asks for a device sync meanwhile
+            add.launch(s, grid(N), 256, [x, np.float32(0.75), np.int32(N)])
+            stamps["capture_end"] = time.perf_counter()
+        return s, cap.graph
+
+    def sync_thread():
+        assert capturing.wait(60)
+        device.synchronize()
+        stamps["sync_done"] = time.perf_counter()
+
+    (s, graph), _ = run_threads(capture_thread, sync_thread)
+    assert stamps["sync_done"] >= stamps["capture_end"]
+    graph.instantiate().launch(s)
+    np.testing.assert_array_equal(x.to_numpy(s), iota(4.75))
+
+
 @pytest.mark.parametrize("where", ["same_thread", "other_thread"])
 @pytest.mark.parametrize("mode", MODES)
 def test_handles_released_during_a_foreign_capture(device, selftest_module, mode, where):
