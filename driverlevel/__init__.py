@@ -15,7 +15,7 @@ from ._dtypes import bfloat16
 from ._errors import (CaptureError, CudaError, DriverUnavailableError, GraphUpdateError, MetadataError, NvrtcError,
                       PoolExhaustedError)
 from ._graph import Graph, GraphExec, KernelNodeInfo, capture
-from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool
+from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool, deferred_count, release_deferred
 from ._module import Kernel, Module, PreparedLaunch, load_module
 from ._stream import Event, Stream
 from .ddtree import DDTreePlan, DDTreeState
@@ -28,7 +28,7 @@ __all__ = [
     "Device", "DeviceProperties", "device_count", "driver_version",
     "Stream", "Event",
     "DeviceArray", "as_device_array", "bfloat16",
-    "DeviceBuffer", "PinnedHostBuffer", "WorkspacePool",
+    "DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "release_deferred", "deferred_count",
     "Cubin", "KernelResources", "compile_file", "compile_source", "kernel_sources", "nvrtc_version",
     "Module", "Kernel", "PreparedLaunch", "load_module",
     "capture", "Graph", "GraphExec", "KernelNodeInfo",

@@ -5,6 +5,15 @@ that keeps the memory alive. It exports ``__cuda_array_interface__`` (version 3)
 and DLPack (``__dlpack__`` / ``__dlpack_device__``), and :func:`as_device_array`
 accepts any object exporting either protocol (CuPy, PyTorch, JAX, Numba) without
 copying.
+
+Importing never synchronizes implicitly: a DLPack producer is asked for its
+capsule with ``stream=-1`` ("no synchronization" in the DLPack protocol), so no
+event is recorded or waited on any of the producer's streams — which would be
+illegal while that stream is being captured (e.g. inside ``torch.cuda.graph``).
+The ``stream`` of a version-3 ``__cuda_array_interface__`` is not synchronized
+with either. Order your streams explicitly (events, or run on the producer's
+stream with :meth:`Stream.from_handle`). Integer index arrays (int32, int64) are
+viewed as they are: no dtype conversion, no copy.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import math
 import numpy as np
 from cuda.bindings import driver
 
+from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
 from ._dtypes import as_dtype, bfloat16, storage_dtype
 from ._errors import check
@@ -134,17 +144,32 @@ class DeviceArray:
             raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
 
     def copy_from_host(self, src, stream=None) -> "DeviceArray":
-        """Copy a host array into this device array (synchronous unless ``stream`` is given).
+        """Copy a host array into this device array; complete when it returns.
 
-        ``src`` must have this array's shape and a matching dtype (for bfloat16,
-        uint16 bit patterns). Not capture-safe: raises :class:`CaptureError` while
-        a capture is active, because a copy from pageable host memory cannot be
-        recorded into a graph.
+        Parameters
+        ----------
+        src : numpy.ndarray
+            This array's shape and matching dtype (for bfloat16, uint16 bit
+            patterns); any host memory (pageable or pinned).
+        stream : Stream, optional
+            Without one, the copy runs on a private non-blocking stream of the
+            device and that stream is synchronized: the bytes are in device memory
+            when the call returns, so work queued afterwards on *any* stream
+            (including non-blocking ones) sees them. It does not wait for work
+            already queued on other streams that may still read or write this array:
+            pass that stream to order the copy after it. With ``stream``, the copy is
+            queued on it (after the work already there) and the stream is synchronized
+            before return (the pageable source may be freed right after).
+
+        Not capture-safe: raises :class:`CaptureError` while a capture is active,
+        because a copy from pageable host memory cannot be recorded into a graph.
 
         Raises
         ------
         ValueError, TypeError
-            On a shape or dtype mismatch.
+            On a shape or dtype mismatch (before anything is copied).
+        CaptureError
+            While a driverlevel capture is active in this thread (or in global mode).
         """
         self._require_contiguous("copy_from_host")
         a = np.ascontiguousarray(src)
@@ -156,57 +181,85 @@ class DeviceArray:
         ensure_not_capturing("DeviceArray.copy_from_host()", stream)
         if a.nbytes == 0:
             return self
-        self.device.set_current()
-        if stream is None:
-            check("cuMemcpyHtoD", driver.cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes))
-        else:
-            check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(self.ptr, a.ctypes.data, a.nbytes, stream.handle))
-            stream.synchronize()  # the pageable source may be freed right after we return
+        with self.device.activated():
+            h = self.device._copy_stream() if stream is None else stream.handle
+            check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(self.ptr, a.ctypes.data, a.nbytes, h))
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(h))
         return self
 
     def to_numpy(self, stream=None) -> np.ndarray:
         """Copy to a new host array (bfloat16 comes back as uint16 bit patterns).
 
         Waits for ``stream`` first when given. Not capture-safe.
+
+        Returns
+        -------
+        numpy.ndarray
+            This array's shape, C-contiguous, in the storage dtype.
+
+        Raises
+        ------
+        ValueError
+            If this array is not C-contiguous.
+        CaptureError
+            While a driverlevel capture is active in this thread (or in global mode).
         """
         self._require_contiguous("to_numpy")
         ensure_not_capturing("DeviceArray.to_numpy() (a device-to-host copy)", stream)
         out = np.empty(self.shape, dtype=storage_dtype(self.dtype))
         if out.nbytes == 0:
             return out
-        self.device.set_current()
-        if stream is not None:
-            stream.synchronize()
-        check("cuMemcpyDtoH", driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        with self.device.activated():
+            if stream is not None:
+                check("cuStreamSynchronize", driver.cuStreamSynchronize(stream.handle))
+            check("cuMemcpyDtoH", driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
         return out
 
     def copy_from(self, src: "DeviceArray", stream) -> "DeviceArray":
-        """Device-to-device copy from ``src`` (same nbytes), queued on ``stream``. Capture-safe."""
+        """Device-to-device copy from ``src`` (same nbytes), queued on ``stream``. Capture-safe.
+
+        Inside a driverlevel capture both arrays (and their owners) are tied to the graph.
+
+        Raises
+        ------
+        ValueError
+            If ``src`` is not C-contiguous or has another byte size.
+        """
         self._require_contiguous("copy_from")
         src = as_device_array(src)
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
         if self.nbytes:
-            self.device.set_current()
-            check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
+            with self.device.activated():
+                check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
+            _capture_guard.note_use(stream, self, src)
         return self
 
     def fill_bytes(self, value: int, stream) -> "DeviceArray":
         """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node)."""
         self._require_contiguous("fill_bytes")
         if self.nbytes:
-            self.device.set_current()
-            check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
+            with self.device.activated():
+                check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
+            _capture_guard.note_use(stream, self)
         return self
 
     def fill_u32(self, word: int, stream) -> "DeviceArray":
-        """Set every 32-bit word to ``word`` (e.g. ``0x7FC00000`` poisons fp32 with NaN). Capture-safe."""
+        """Set every 32-bit word to ``word`` (e.g. ``0x7FC00000`` poisons fp32 with NaN). Capture-safe.
+
+        Raises
+        ------
+        ValueError
+            If the byte size is not a multiple of 4.
+        """
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")
         if self.nbytes:
-            self.device.set_current()
-            check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4, stream.handle))
+            with self.device.activated():
+                check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4,
+                                                                  stream.handle))
+            _capture_guard.note_use(stream, self)
         return self
 
     # -- __cuda_array_interface__ ---------------------------------------------------------
@@ -370,9 +423,12 @@ def _from_dlpack(obj, device):
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (_kDLCUDA, _kDLCUDAManaged, _kDLCUDAHost):
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}, not CUDA")
+    # stream=-1: "no synchronization" (DLPack protocol). stream=None would ask a CUDA producer
+    # to order its current stream before the legacy default stream (torch records and waits on
+    # an event), which invalidates a capture in progress on that stream.
     try:
-        capsule = obj.__dlpack__(stream=None)
-    except TypeError:
+        capsule = obj.__dlpack__(stream=-1)
+    except TypeError:  # an old producer without the stream keyword
         capsule = obj.__dlpack__()
     if not _PyCapsule_IsValid(capsule, _DLTENSOR):
         raise TypeError("only legacy 'dltensor' DLPack capsules are supported")

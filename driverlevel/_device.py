@@ -1,9 +1,23 @@
 """CUDA devices and their primary contexts, through the driver API.
 
 A :class:`Device` is a process-wide singleton per ordinal (``Device(0) is
-Device(0)``). It retains the device's primary context once and makes it current
-in whichever thread calls into it (:meth:`Device.set_current`), so objects may be
-used from any thread and no code assumes device 0.
+Device(0)``). It retains the device's primary context once, so objects may be used
+from any thread and no code assumes device 0.
+
+The current context
+-------------------
+driverlevel always works in the device's **primary** context, whatever the
+calling thread has current: nothing (another library popped it), a foreign
+context (one made with ``cuCtxCreate``), or the primary context of another
+device. No thread-local record of "current" is trusted: every entry point asks
+the driver (``cuCtxGetCurrent``, one cheap call) and, when the primary context is
+not current, pushes it for the duration of the call and pops it afterwards
+(:meth:`Device.activated`), so the caller finds its own context current again on
+return. Allocations, streams, events, module loads, launches, captures and
+graphs therefore always belong to the primary context, and the module cache
+(keyed by device ordinal) never hands out a module of a foreign context.
+:meth:`Device.set_current` is the explicit "make primary current and leave it"
+for code that wants that.
 """
 
 from __future__ import annotations
@@ -20,7 +34,7 @@ __all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init
 
 _init_lock = threading.Lock()
 _initialized = False
-_tls = threading.local()
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
 
 
 def init_driver() -> None:
@@ -159,16 +173,66 @@ class Device:
         self._ctx_int = int(self._ctx)
         self._finalizer = weakref.finalize(self, _release_primary, self._dev)
         self._props = None
+        self._copy_stream_handle = None
+        self._copy_lock = threading.Lock()
 
     # -- context -----------------------------------------------------------
     def set_current(self) -> None:
-        """Make this device's primary context current in the calling thread.
+        """Make this device's primary context current in the calling thread, and leave it so.
 
-        Cheap when it already is (a thread-local check, no driver call).
+        Asks the driver which context is current (``cuCtxGetCurrent``: no cached
+        thread-local record is trusted, since another library may have popped or
+        replaced it) and calls ``cuCtxSetCurrent`` only when it is not the primary
+        context. driverlevel's own entry points use :meth:`activated` instead, which
+        restores the caller's context afterwards.
+
+        Raises
+        ------
+        CudaError
+            If ``cuCtxSetCurrent`` fails.
         """
-        if getattr(_tls, "ctx", None) != self._ctx_int:
+        err, cur = driver.cuCtxGetCurrent()
+        if err != _SUCCESS or int(cur) != self._ctx_int:
             check("cuCtxSetCurrent", driver.cuCtxSetCurrent(self._ctx))
-            _tls.ctx = self._ctx_int
+
+    def _push(self) -> bool:
+        """Make the primary context current; True if it was pushed (then :meth:`_pop` after)."""
+        err, cur = driver.cuCtxGetCurrent()
+        if err == _SUCCESS and int(cur) == self._ctx_int:
+            return False
+        check("cuCtxPushCurrent", driver.cuCtxPushCurrent(self._ctx))
+        return True
+
+    def _pop(self) -> None:
+        check("cuCtxPopCurrent", driver.cuCtxPopCurrent())
+
+    def activated(self) -> "_Activation":
+        """Context manager: the primary context is current inside, the caller's is restored after.
+
+        A no-op (one ``cuCtxGetCurrent``) when the primary context is already current;
+        otherwise ``cuCtxPushCurrent`` on entry and ``cuCtxPopCurrent`` on exit, so a
+        caller with no context, or with a foreign one, finds it current again.
+
+        Example
+        -------
+        >>> with dev.activated():                                # doctest: +SKIP
+        ...     driver.cuMemGetInfo()
+        """
+        return _Activation(self)
+
+    def _copy_stream(self):
+        """A private non-blocking stream for synchronous host copies (created once; call inside activated())."""
+        if self._copy_stream_handle is None:
+            with self._copy_lock:
+                if self._copy_stream_handle is None:
+                    self._copy_stream_handle = check("cuStreamCreate", driver.cuStreamCreate(
+                        driver.CUstream_flags.CU_STREAM_NON_BLOCKING))
+        return self._copy_stream_handle
+
+    def is_current(self) -> bool:
+        """True if this device's primary context is current in the calling thread (asks the driver)."""
+        err, cur = driver.cuCtxGetCurrent()
+        return err == _SUCCESS and int(cur) == self._ctx_int
 
     @property
     def context(self):
@@ -176,12 +240,26 @@ class Device:
         return self._ctx
 
     def synchronize(self) -> None:
-        """Wait for all work on this device (not capture-safe)."""
-        from ._capture_guard import ensure_not_capturing
+        """Wait for all work on this device (not capture-safe).
+
+        CUDA forbids synchronizing a context while any of its streams is being
+        captured, even by another thread in thread-local mode (the capture would be
+        invalidated). So this waits until driverlevel captures on this device running
+        in other threads have ended, and holds new ones back until the
+        synchronization is done.
+
+        Raises
+        ------
+        CaptureError
+            Called from a thread that is capturing (or while a global-mode capture
+            runs), or another thread's capture did not end within
+            ``driverlevel._capture_guard.DEVICE_SYNC_WAIT_S`` seconds.
+        """
+        from ._capture_guard import device_sync_guard, ensure_not_capturing
 
         ensure_not_capturing("Device.synchronize()")
-        self.set_current()
-        check("cuCtxSynchronize", driver.cuCtxSynchronize())
+        with device_sync_guard(self.ordinal, "Device.synchronize()"), self.activated():
+            check("cuCtxSynchronize", driver.cuCtxSynchronize())
 
     # -- properties --------------------------------------------------------
     @property
@@ -226,8 +304,8 @@ class Device:
 
     def mem_info(self) -> tuple[int, int]:
         """``(free_bytes, total_bytes)`` of device memory right now."""
-        self.set_current()
-        free, total = check("cuMemGetInfo", driver.cuMemGetInfo())
+        with self.activated():
+            free, total = check("cuMemGetInfo", driver.cuMemGetInfo())
         return int(free), int(total)
 
     # -- factories -----------------------------------------------------------
@@ -250,9 +328,32 @@ class Device:
         return (Device, (self.ordinal,))
 
 
+class _Activation:
+    """``with device.activated():`` (see :meth:`Device.activated`)."""
+
+    __slots__ = ("_dev", "_pushed")
+
+    def __init__(self, dev):
+        self._dev = dev
+        self._pushed = False
+
+    def __enter__(self):
+        self._pushed = self._dev._push()
+        return self._dev
+
+    def __exit__(self, *exc):
+        if self._pushed:
+            self._pushed = False
+            self._dev._pop()
+        return False
+
+
 def current_device_or_none():
-    """The :class:`Device` whose context is current in this thread, or None."""
-    ctx = getattr(_tls, "ctx", None)
+    """The :class:`Device` whose primary context is current in this thread (asks the driver), or None."""
+    err, cur = driver.cuCtxGetCurrent()
+    if err != _SUCCESS:
+        return None
+    ctx = int(cur)
     for d in list(Device._instances.values()):
         if d._ctx_int == ctx:
             return d

@@ -5,12 +5,47 @@
 >>> graph_exec = cap.graph.instantiate()          # doctest: +SKIP
 >>> graph_exec.launch(stream)                     # doctest: +SKIP
 
-A :class:`Graph` keeps alive every kernel, prepared argument block, buffer and
-pool that driverlevel launches recorded into it; a :class:`GraphExec` keeps its
-graph alive. Handles are released exec first, then graph, then the memory they
-point into. :meth:`Graph.kernel_nodes` lists the captured kernel nodes with the
-pool and carve-out each pointer argument lies in: the audit that shows there was
-no silent fallback and no stray pointer.
+:meth:`Graph.kernel_nodes` lists the captured kernel nodes with the pool and
+carve-out each pointer argument lies in: the audit that shows there was no silent
+fallback and no stray pointer.
+
+Lifetime rules
+--------------
+A graph replays raw addresses, so everything it points into must outlive it.
+driverlevel guarantees this for what it can see; the rest is the caller's.
+
+1. **What a graph keeps alive.** A :class:`Graph` holds strong references to
+   (a) every :class:`~driverlevel.PreparedLaunch` queued while it was captured —
+   on the capture's stream *or on any side stream joined into the capture with
+   events* (fork/join): each launch asks ``cuStreamGetCaptureInfo`` for its
+   stream's capture id while a driverlevel capture is in progress, and the
+   capture collects what was registered under its id — and with each launch its
+   arguments, their owners, and whatever :meth:`PreparedLaunch.keep` was given;
+   (b) the arrays of every :meth:`DeviceArray.copy_from`, ``fill_bytes`` and
+   ``fill_u32`` and every :class:`Event` recorded or waited on inside the capture;
+   (c) every registered driverlevel allocation (:class:`DeviceBuffer`,
+   :class:`WorkspacePool`, mapped :class:`PinnedHostBuffer`) that any kernel
+   argument (including pointers inside a params struct passed by value) or any
+   memset/memcpy node of the captured graph points into — found by scanning the
+   graph's nodes when the capture ends, so a plan's workspace is kept even if the
+   plan forgot to say so; (d) whatever :meth:`CaptureSession.keep_alive` was given.
+2. **A** :class:`GraphExec` **keeps its** :class:`Graph` (and so all of the above);
+   :meth:`GraphExec.update` switches it to the new graph. Handles are released
+   exec first, then graph, then the memory they point into; a replay works after
+   every other Python reference to the plan, pools and launches is gone.
+3. **Foreign memory** (a torch or CuPy tensor passed as a kernel argument) is
+   kept alive by the launch that received it; memory reached only through a raw
+   address that driverlevel did not allocate is not: pass its owner to
+   :meth:`CaptureSession.keep_alive`. Work recorded into a capture driverlevel did
+   not begin (``torch.cuda.graph``) is not tracked: keep what it uses alive.
+4. **Releasing a handle during a capture never breaks it.** Frees requested while
+   a driverlevel capture is in progress (``del``, ``gc.collect()``, ``close()``;
+   any thread, any mode) are deferred until the last capture ends; other frees run
+   in relaxed capture mode, so a capture driverlevel cannot see survives too (see
+   :mod:`driverlevel._memory`; ``driverlevel.release_deferred()`` drains by hand).
+5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
+   points into frees it anyway (after any capture in progress): do not replay
+   that graph afterwards.
 """
 
 from __future__ import annotations
@@ -22,7 +57,7 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver
 
-from . import _capture_guard
+from . import _capture_guard, _memory
 from ._errors import CaptureError, GraphUpdateError, check, raise_cuda
 from ._memory import lookup_pointer
 
@@ -35,26 +70,38 @@ _MODES = {
 }
 
 
-def _destroy_graph(handle):
-    try:
-        driver.cuGraphDestroy(handle)
-    except Exception:
-        pass
+def _destroy_graph(handle, ctx=None):
+    if ctx is None:  # a graph that never became a Graph (a failed capture): destroy now
+        try:
+            driver.cuGraphDestroy(handle)
+        except Exception:
+            pass
+        return
+    _memory._release("graph", handle, ctx)  # deferred during captures, relaxed otherwise
 
 
-def _destroy_exec(handle):
-    try:
-        driver.cuGraphExecDestroy(handle)
-    except Exception:
-        pass
+def _destroy_exec(handle, ctx):
+    _memory._release("exec", handle, ctx)
 
 
 class CaptureSession:
-    """State of one stream capture; after the ``with`` block, :attr:`graph` holds the result."""
+    """State of one stream capture; after the ``with`` block, :attr:`graph` holds the result.
+
+    Attributes
+    ----------
+    stream : Stream
+        The stream the capture began on.
+    mode : str
+    capture_id : int or None
+        CUDA's id of this capture sequence (``cuStreamGetCaptureInfo``).
+    graph : Graph or None
+        Set when the block exits normally.
+    """
 
     def __init__(self, stream, mode):
         self.stream = stream
         self.mode = mode
+        self.capture_id = None
         self.graph: Graph | None = None
         self._kept: list = []
 
@@ -88,6 +135,13 @@ def capture(stream, mode: str = "thread_local"):
     CaptureError
         If the capture was invalidated (e.g. by a prohibited call made through
         another library), or the stream is already capturing.
+
+    Notes
+    -----
+    While the block runs, handles released in any thread free their memory only
+    after the capture ends, and every launch, copy, fill and event recorded on the
+    stream, or on a side stream joined into it by events, is tied to the graph
+    (see "Lifetime rules" above).
     """
     if mode not in _MODES:
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
@@ -95,31 +149,110 @@ def capture(stream, mode: str = "thread_local"):
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
     if getattr(stream, "_capture", None) is not None:
         raise CaptureError("this stream is already being captured")
+    # Every entry point works in the device's primary context, whatever the caller has current.
     session = CaptureSession(stream, mode)
-    stream.device.set_current()
-    check("cuStreamBeginCapture", driver.cuStreamBeginCapture(stream.handle, _MODES[mode]))
+    dev = stream.device
+    ordinal = getattr(dev, "ordinal", None)
+    _capture_guard.begin_capture(ordinal)  # from here on, released handles defer their frees
+    reg_key = ("session", id(session))
+    try:
+        with dev.activated():
+            check("cuStreamBeginCapture", driver.cuStreamBeginCapture(stream.handle, _MODES[mode]))
+            session.capture_id = _capture_guard.capture_id(stream.handle)
+    except BaseException:
+        _end_bookkeeping(ordinal)
+        raise
+    if session.capture_id is not None:
+        reg_key = session.capture_id
     stream._capture = session
     _capture_guard.register(id(session), int(stream.handle), mode)
+    _capture_guard.register_keep(reg_key, session._kept)
     try:
         yield session
     except BaseException:
         _capture_guard.unregister(id(session))
+        _capture_guard.unregister_keep(reg_key)
         stream._capture = None
-        err, g = driver.cuStreamEndCapture(stream.handle)
-        if err == driver.CUresult.CUDA_SUCCESS and g is not None and int(g):
-            _destroy_graph(g)
+        with dev.activated():
+            err, g = driver.cuStreamEndCapture(stream.handle)
+            if err == driver.CUresult.CUDA_SUCCESS and g is not None and int(g):
+                _destroy_graph(g)
+        _end_bookkeeping(ordinal)
         raise
     _capture_guard.unregister(id(session))
+    _capture_guard.unregister_keep(reg_key)
     stream._capture = None
-    err, g = driver.cuStreamEndCapture(stream.handle)
+    try:
+        with dev.activated():
+            err, g = driver.cuStreamEndCapture(stream.handle)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                if g is not None and int(g):
+                    _destroy_graph(g)
+                if err == driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+                    raise CaptureError("the stream capture was invalidated by a prohibited call during capture "
+                                       "(an allocation, synchronization or host copy through another library?)")
+                raise_cuda("cuStreamEndCapture", err)
+            kept = list(session._kept)
+            kept.extend(_memory.owners_of(_graph_pointers(g)))
+        session.graph = Graph._from_handle(g, dev, kept)
+    finally:
+        _end_bookkeeping(ordinal)
+
+
+def _end_bookkeeping(ordinal) -> None:
+    """One capture fewer in progress; when none is left, free what was released meanwhile."""
+    if _capture_guard.end_capture(ordinal) == 0:
+        _memory.release_deferred()
+
+
+def _graph_pointers(g) -> list:
+    """Every 8-byte value among the graph's kernel arguments, and memset/memcpy addresses.
+
+    Candidates only: :func:`driverlevel._memory.owners_of` keeps those that lie in a
+    registered allocation. Call with the graph's context current.
+    """
+    out = []
+    err, _, n = driver.cuGraphGetNodes(g, 0)
+    if err != driver.CUresult.CUDA_SUCCESS or not n:
+        return out
+    err, nodes, n = driver.cuGraphGetNodes(g, n)
     if err != driver.CUresult.CUDA_SUCCESS:
-        if g is not None and int(g):
-            _destroy_graph(g)
-        if err == driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
-            raise CaptureError("the stream capture was invalidated by a prohibited call during capture "
-                               "(an allocation, synchronization or host copy through another library?)")
-        raise_cuda("cuStreamEndCapture", err)
-    session.graph = Graph._from_handle(g, stream.device, session._kept)
+        return out
+    T = driver.CUgraphNodeType
+    layouts: dict = {}  # per call only: a function's address may be reused by a later module
+    for node in list(nodes)[:n]:
+        try:
+            err, t = driver.cuGraphNodeGetType(node)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                continue
+            if t == T.CU_GRAPH_NODE_TYPE_KERNEL:
+                err, p = driver.cuGraphKernelNodeGetParams(node)
+                if err != driver.CUresult.CUDA_SUCCESS:
+                    continue
+                argv = int(p.kernelParams) if p.kernelParams else 0
+                if not argv:
+                    continue
+                key = int(p.func)
+                layout = layouts.get(key)
+                if layout is None:
+                    layout = layouts[key] = _param_layout(p.func)
+                for i, (_, size) in enumerate(layout):
+                    addr = ctypes.c_void_p.from_address(argv + 8 * i).value
+                    if not addr or size < 8:
+                        continue
+                    raw = ctypes.string_at(addr, size)
+                    out.extend(int.from_bytes(raw[o:o + 8], "little") for o in range(0, size - 7, 8))
+            elif t == T.CU_GRAPH_NODE_TYPE_MEMSET:
+                err, p = driver.cuGraphMemsetNodeGetParams(node)
+                if err == driver.CUresult.CUDA_SUCCESS:
+                    out.append(int(p.dst))
+            elif t == T.CU_GRAPH_NODE_TYPE_MEMCPY:
+                err, p = driver.cuGraphMemcpyNodeGetParams(node)
+                if err == driver.CUresult.CUDA_SUCCESS:
+                    out.extend((int(p.srcDevice), int(p.dstDevice)))
+        except Exception:  # an older driver or binding without one of these queries: keep what we have
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -203,7 +336,7 @@ class Graph:
         self._handle = handle
         self.device = device
         self._kept = list(kept)
-        self._finalizer = weakref.finalize(self, _destroy_graph, handle)
+        self._finalizer = weakref.finalize(self, _destroy_graph, handle, device.context)
         return self
 
     @property
@@ -211,10 +344,11 @@ class Graph:
         return self._handle
 
     def _nodes(self):
-        _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, 0))
-        if not n:
-            return []
-        nodes, _ = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, n))
+        with self.device.activated():
+            _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, 0))
+            if not n:
+                return []
+            nodes, _ = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, n))
         return list(nodes)[:n]
 
     def node_count(self) -> int:
@@ -228,7 +362,10 @@ class Graph:
         lies in (``owner``/``carve``); device pointers into memory driverlevel did
         not allocate are reported with ``owner=None``.
         """
-        self.device.set_current()
+        with self.device.activated():
+            return self._kernel_nodes()
+
+    def _kernel_nodes(self) -> list:
         out = []
         for node in self._nodes():
             t = check("cuGraphNodeGetType", driver.cuGraphNodeGetType(node))
@@ -270,9 +407,17 @@ class Graph:
         return "\n".join(lines)
 
     def instantiate(self, upload_stream=None) -> "GraphExec":
-        """Instantiate an executable graph (and upload it to ``upload_stream`` if given)."""
-        self.device.set_current()
-        h = check("cuGraphInstantiate", driver.cuGraphInstantiate(self._handle, 0))
+        """Instantiate an executable graph (and upload it to ``upload_stream`` if given).
+
+        The :class:`GraphExec` keeps this graph, and so everything it keeps, alive.
+
+        Raises
+        ------
+        CudaError
+            If ``cuGraphInstantiate`` fails.
+        """
+        with self.device.activated():
+            h = check("cuGraphInstantiate", driver.cuGraphInstantiate(self._handle, 0))
         ex = GraphExec._create(h, self)
         if upload_stream is not None:
             ex.upload(upload_stream)
@@ -295,7 +440,7 @@ class GraphExec:
         self._handle = handle
         self.graph = graph
         self.device = graph.device
-        self._finalizer = weakref.finalize(self, _destroy_exec, handle)
+        self._finalizer = weakref.finalize(self, _destroy_exec, handle, graph.device.context)
         return self
 
     @property
@@ -304,18 +449,32 @@ class GraphExec:
         return self._handle
 
     def launch(self, stream) -> None:
-        """Replay the graph on ``stream`` (one ``cuGraphLaunch``; the hot path)."""
-        self.device.set_current()
-        (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
-        if err:
-            check("cuGraphLaunch", (err,))
+        """Replay the graph on ``stream`` (one ``cuGraphLaunch``; the hot path).
+
+        Runs in the device's primary context; a caller's other context (or none) is
+        current again on return.
+
+        Raises
+        ------
+        CudaError
+            If ``cuGraphLaunch`` fails.
+        """
+        dev = self.device
+        pushed = dev._push()
+        try:
+            (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+            if err:
+                check("cuGraphLaunch", (err,))
+        finally:
+            if pushed:
+                dev._pop()
 
     replay = launch
 
     def upload(self, stream) -> None:
         """Upload the executable graph's resources ahead of the first launch."""
-        self.device.set_current()
-        check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
+        with self.device.activated():
+            check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
 
     def update(self, graph: Graph) -> None:
         """Update the kernel parameters in place from a newly captured ``graph`` of the same topology.
@@ -326,7 +485,6 @@ class GraphExec:
             If the driver refuses (e.g. ``CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED``:
             the new graph has other nodes or edges; capture again and instantiate anew).
         """
-        self.device.set_current()
         old_n, new_n = self.graph.node_count(), graph.node_count()
         if old_n != new_n:
             raise GraphUpdateError(
@@ -334,7 +492,8 @@ class GraphExec:
                 "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
                 f"TOPOLOGY_CHANGED: the new graph has {new_n} nodes, the instantiated one {old_n}",
                 "capture again and instantiate a new GraphExec")
-        err, info = driver.cuGraphExecUpdate(self._handle, graph.handle)
+        with self.device.activated():
+            err, info = driver.cuGraphExecUpdate(self._handle, graph.handle)
         if err != driver.CUresult.CUDA_SUCCESS:
             # The bindings return no result info on failure; name what can differ.
             reason = getattr(getattr(info, "result", None), "name", None) or \

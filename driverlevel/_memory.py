@@ -4,11 +4,47 @@ Everything a captured graph points into is allocated here before capture; the
 pool hands out named, aligned carve-outs of one up-front allocation, whose
 addresses never change. Every live allocation is registered so that the graph
 audit (:meth:`Graph.kernel_nodes`) can say which pool and carve-out a kernel
-argument points into.
+argument points into, and so that a captured graph can keep alive every
+allocation its nodes point into (see "Lifetime rules" in :mod:`driverlevel._graph`).
+
+Releasing memory while a capture runs
+-------------------------------------
+A :class:`DeviceBuffer`, :class:`PinnedHostBuffer` or :class:`WorkspacePool` may
+lose its last reference at any moment: ``del``, a reference cycle collected by
+``gc.collect()`` (or by the collector running on its own, inside any
+allocation), or ``close()``. ``cuMemFree``/``cuMemFreeHost`` are not
+stream-ordered: they may synchronize the device, and CUDA counts them among the
+"potentially unsafe" calls that invalidate a stream capture in progress
+(``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` for the calling thread in global or
+thread-local mode, and for every thread while a global-mode capture runs). So a
+release never calls them blindly:
+
+1. While a driverlevel capture is in progress in any thread and any mode
+   (:func:`~driverlevel._capture_guard.captures_in_progress`, a process-wide
+   counter maintained by :func:`driverlevel.capture`), the free is *deferred*:
+   the handle's address is put on a process-wide list and no driver call is made.
+2. The list is drained at safe points: when the last driverlevel capture ends,
+   at the next :meth:`DeviceBuffer.allocate` / :meth:`PinnedHostBuffer.allocate`
+   outside a capture, and by :func:`release_deferred` (public as
+   ``driverlevel.release_deferred()``).
+3. Otherwise (and when draining) the free runs with the calling thread's capture
+   interaction mode switched to ``CU_STREAM_CAPTURE_MODE_RELAXED``
+   (``cuThreadExchangeStreamCaptureMode``, restored right after), with the
+   device's primary context pushed. Relaxed mode is CUDA's documented way to make a
+   potentially unsafe call without invalidating a capture that driverlevel cannot
+   see (``torch.cuda.graph`` in another or the same thread). Should the driver
+   still refuse the free with a capture error, the address goes back on the
+   deferred list instead of leaking.
+
+The memory of a released handle therefore stays allocated until the capture that
+was running ends; :func:`deferred_count` says how many frees are pending. Modules,
+streams, events, graphs and executable graphs are released through the same path.
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
 import ctypes
 import threading
 import weakref
@@ -18,12 +54,14 @@ from typing import NamedTuple
 import numpy as np
 from cuda.bindings import driver
 
+from . import _capture_guard
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
 from ._dtypes import as_dtype, storage_dtype
 from ._errors import PoolExhaustedError, check
 
-__all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "PointerOwner", "lookup_pointer", "align_up"]
+__all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "PointerOwner", "lookup_pointer", "align_up",
+           "release_deferred", "deferred_count"]
 
 
 def align_up(n: int, alignment: int) -> int:
@@ -82,22 +120,128 @@ def lookup_pointer(ptr: int):
     return PointerOwner(obj.label, carve, ptr - base, getattr(obj.device, "ordinal", None))
 
 
-def _free_device(ptr, ctx):
+def owners_of(pointers) -> list:
+    """The live registered allocations (pools preferred over their backing buffers) containing ``pointers``.
+
+    Used by :func:`driverlevel.capture` to tie to a graph every allocation its nodes
+    point into. Unknown addresses are ignored.
+    """
+    with _reg_lock:
+        objs = [o for o in _registry.values() if _is_live(o)]
+    spans = sorted(((int(b), int(b) + int(n), o) for o in objs for b, n in [o._range()] if n > 0),
+                   key=lambda t: t[0])
+    starts = [t[0] for t in spans]
+    found = {}
+    for p in pointers:
+        p = int(p)
+        i = bisect.bisect_right(starts, p) - 1
+        # Allocations do not overlap, except a pool and its backing buffer (same range):
+        # look at the few spans that start at or before p, nearest first.
+        for base, end, o in spans[max(i - 3, 0):i + 1]:
+            if base <= p < end:
+                found[id(o)] = o
+    return list(found.values())
+
+
+# -- releasing memory (deferred while a capture is in progress) --------------------------
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
+_RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+_CAPTURE_ERRORS = frozenset(
+    int(getattr(driver.CUresult, n)) for n in (
+        "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+        "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+        "CUDA_ERROR_CAPTURED_EVENT",
+    ) if hasattr(driver.CUresult, n)
+)
+# (kind, address, context) of releases not done yet; deque append/popleft are atomic under the GIL,
+# so a finalizer run by the collector in the middle of a drain is safe.
+_deferred: "collections.deque[tuple]" = collections.deque()
+
+
+_FREE = {
+    "device": lambda h: driver.cuMemFree(h),
+    "host": lambda h: driver.cuMemFreeHost(h),
+    "module": lambda h: driver.cuModuleUnload(h),
+    "stream": lambda h: driver.cuStreamDestroy(h),
+    "event": lambda h: driver.cuEventDestroy(h),
+    "graph": lambda h: driver.cuGraphDestroy(h),
+    "exec": lambda h: driver.cuGraphExecDestroy(h),
+}
+
+
+def _free_now(kind: str, ptr, ctx) -> bool:
+    """Release one handle in ``ctx`` under relaxed capture mode; False if the driver refused for capture.
+
+    ``kind`` is ``"device"`` (cuMemFree), ``"host"`` (cuMemFreeHost), ``"module"``
+    (cuModuleUnload), ``"stream"`` (cuStreamDestroy), ``"event"`` (cuEventDestroy),
+    ``"graph"`` (cuGraphDestroy) or ``"exec"`` (cuGraphExecDestroy).
+    """
     try:
-        driver.cuCtxPushCurrent(ctx)
-        driver.cuMemFree(ptr)
-        driver.cuCtxPopCurrent()
-    except Exception:
+        err, old_mode = driver.cuThreadExchangeStreamCaptureMode(_RELAXED)
+    except Exception:  # interpreter shutdown: the bindings may be gone already
+        return True
+    try:
+        (perr,) = driver.cuCtxPushCurrent(ctx)
+        if perr != _SUCCESS:
+            return True  # the context is gone (process exit): its memory went with it
+        try:
+            (ferr,) = _FREE[kind](ptr)
+        finally:
+            driver.cuCtxPopCurrent()
+        return int(ferr) not in _CAPTURE_ERRORS
+    finally:
+        if err == _SUCCESS:
+            driver.cuThreadExchangeStreamCaptureMode(old_mode)
+
+
+def _release(kind: str, ptr, ctx) -> None:
+    """The finalizer of every handle that owns memory, a module, a stream or an event.
+
+    Runs on ``del``, in ``gc.collect()`` or on ``close()``, in any thread.
+    """
+    try:
+        if _capture_guard.captures_in_progress():
+            _deferred.append((kind, ptr, ctx))
+            return
+        if not _free_now(kind, ptr, ctx):
+            _deferred.append((kind, ptr, ctx))
+    except Exception:  # interpreter shutdown
         pass
 
 
-def _free_host(ptr, ctx):
-    try:
-        driver.cuCtxPushCurrent(ctx)
-        driver.cuMemFreeHost(ptr)
-        driver.cuCtxPopCurrent()
-    except Exception:
-        pass
+def release_deferred() -> int:
+    """Free the memory of handles released while a capture was in progress.
+
+    Called by driverlevel itself when the last capture ends and before each new
+    allocation; call it to get the memory back at a moment of your choosing (e.g.
+    after a ``torch.cuda.graph`` capture that driverlevel could not see).
+
+    Returns
+    -------
+    int
+        How many allocations were freed; 0 while a driverlevel capture is still in
+        progress in any thread (nothing is freed then).
+    """
+    if _capture_guard.captures_in_progress():
+        return 0
+    done = 0
+    retry = []
+    for _ in range(len(_deferred)):
+        try:
+            item = _deferred.popleft()
+        except IndexError:
+            break
+        if _free_now(*item):
+            done += 1
+        else:
+            retry.append(item)
+    _deferred.extend(retry)
+    return done
+
+
+def deferred_count() -> int:
+    """How many released allocations wait for :func:`release_deferred` (0 outside captures)."""
+    return len(_deferred)
 
 
 class DeviceBuffer:
@@ -135,14 +279,16 @@ class DeviceBuffer:
         if nbytes <= 0:
             raise ValueError(f"nbytes must be positive, got {nbytes}")
         ensure_not_capturing("DeviceBuffer.allocate() (cuMemAlloc)")
-        device.set_current()
-        dptr = check("cuMemAlloc", driver.cuMemAlloc(nbytes), f"{nbytes} bytes for {label!r}")
+        if _deferred:
+            release_deferred()
+        with device.activated():
+            dptr = check("cuMemAlloc", driver.cuMemAlloc(nbytes), f"{nbytes} bytes for {label!r}")
         self = object.__new__(cls)
         self.ptr = int(dptr)
         self.nbytes = nbytes
         self.device = device
         self.label = label
-        self._finalizer = weakref.finalize(self, _free_device, dptr, device.context)
+        self._finalizer = weakref.finalize(self, _release, "device", dptr, device.context)
         _register(self)
         return self
 
@@ -160,7 +306,11 @@ class DeviceBuffer:
         return arr
 
     def close(self) -> None:
-        """Free the memory now (idempotent). Views must no longer be used."""
+        """Free the memory now (idempotent). Views must no longer be used.
+
+        While a driverlevel capture is in progress the free is deferred until it
+        ends (see the module docstring); never invalidates a capture.
+        """
         self._finalizer()
 
     def __repr__(self):
@@ -190,19 +340,21 @@ class PinnedHostBuffer:
         if nbytes <= 0:
             raise ValueError(f"nbytes must be positive, got {nbytes}")
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
-        device.set_current()
+        if _deferred:
+            release_deferred()
         flags = driver.CU_MEMHOSTALLOC_PORTABLE
         if mapped:
             flags |= driver.CU_MEMHOSTALLOC_DEVICEMAP
-        hptr = check("cuMemHostAlloc", driver.cuMemHostAlloc(nbytes, flags), f"{nbytes} bytes")
-        self = object.__new__(cls)
-        self.host_ptr = int(hptr)
-        self.nbytes = nbytes
-        self.device = device
-        self.mapped = mapped
-        self.label = label
-        self._finalizer = weakref.finalize(self, _free_host, hptr, device.context)
-        self.device_ptr = int(check("cuMemHostGetDevicePointer", driver.cuMemHostGetDevicePointer(hptr, 0))) if mapped else None
+        with device.activated():
+            hptr = check("cuMemHostAlloc", driver.cuMemHostAlloc(nbytes, flags), f"{nbytes} bytes")
+            self = object.__new__(cls)
+            self.host_ptr = int(hptr)
+            self.nbytes = nbytes
+            self.device = device
+            self.mapped = mapped
+            self.label = label
+            self._finalizer = weakref.finalize(self, _release, "host", hptr, device.context)
+            self.device_ptr = int(check("cuMemHostGetDevicePointer", driver.cuMemHostGetDevicePointer(hptr, 0))) if mapped else None
         self._bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.host_ptr))
         _register(self)
         return self
@@ -239,6 +391,7 @@ class PinnedHostBuffer:
         return arr
 
     def close(self) -> None:
+        """Free the pinned memory now (idempotent; deferred while a capture is in progress)."""
         self._finalizer()
 
 

@@ -10,6 +10,13 @@ type would be a guess.
 :meth:`Kernel.prepare` packs the arguments once into a :class:`PreparedLaunch`
 whose :meth:`~PreparedLaunch.launch` is a single ``cuLaunchKernel`` call (the hot
 path); :meth:`PreparedLaunch.set_arg` updates one argument in place.
+
+Lifetime: a prepared launch keeps its arguments alive (arrays and, through them,
+the buffers or pools they view) plus whatever :meth:`PreparedLaunch.keep` was
+given. When the launch is queued on a stream that a driverlevel capture records
+(the capture's own stream, or a side stream joined into it with events), the
+launch itself is tied to the graph being captured. Modules load, and launches
+run, in the device's primary context whatever the caller has current.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import weakref
 import numpy as np
 from cuda.bindings import driver
 
+from . import _capture_guard
 from ._array import DeviceArray, as_device_array
 from ._errors import check
 
@@ -44,12 +52,9 @@ _NP_TO_CTYPES = {
 
 
 def _unload(handle, ctx):
-    try:
-        driver.cuCtxPushCurrent(ctx)
-        driver.cuModuleUnload(handle)
-        driver.cuCtxPopCurrent()
-    except Exception:
-        pass
+    from ._memory import _release  # deferred during captures, relaxed otherwise
+
+    _release("module", handle, ctx)
 
 
 class Module:
@@ -61,11 +66,12 @@ class Module:
     @classmethod
     def _load(cls, device, cubin):
         self = object.__new__(cls)
-        device.set_current()
         data = cubin.data
         if not data.startswith(b"\x7fELF"):
             raise ValueError("refusing to load a non-cubin image (driverlevel never hands PTX to the driver)")
-        self._handle = check("cuModuleLoadData", driver.cuModuleLoadData(data), f"{cubin.source_name} for {cubin.arch}")
+        with device.activated():
+            self._handle = check("cuModuleLoadData", driver.cuModuleLoadData(data),
+                                 f"{cubin.source_name} for {cubin.arch}")
         self.device = device
         self.cubin = cubin
         self._kernels: dict[str, Kernel] = {}
@@ -82,16 +88,27 @@ class Module:
         """
         k = self._kernels.get(name)
         if k is None:
-            self.device.set_current()
-            func = check("cuModuleGetFunction", driver.cuModuleGetFunction(self._handle, name.encode()),
-                         f"kernel {name!r} in {self.cubin.source_name}")
+            with self.device.activated():
+                func = check("cuModuleGetFunction", driver.cuModuleGetFunction(self._handle, name.encode()),
+                             f"kernel {name!r} in {self.cubin.source_name}")
             k = Kernel._create(self, name, func)
             self._kernels[name] = k
         return k
 
 
 def load_module(device, cubin) -> Module:
-    """Load ``cubin`` (a :class:`~driverlevel.Cubin`) on ``device``; cached per (device, cubin key)."""
+    """Load ``cubin`` (a :class:`~driverlevel.Cubin`) on ``device``; cached per (device, cubin key).
+
+    The module is loaded in ``device``'s primary context whatever context the
+    calling thread has current (which is current again on return).
+
+    Raises
+    ------
+    ValueError
+        If the cubin was compiled for another architecture, or is not a cubin.
+    CudaError
+        If ``cuModuleLoadData`` fails.
+    """
     from ._device import _check_device_arg
 
     device = _check_device_arg(device)
@@ -171,17 +188,42 @@ class PreparedLaunch:
         ctypes.memmove(ctypes.addressof(old), ctypes.addressof(new), ctypes.sizeof(old))
         self._keep[index] = value
 
+    def keep(self, *objs) -> "PreparedLaunch":
+        """Keep ``objs`` alive as long as this launch, and as long as any graph it is captured into.
+
+        For memory the kernel reaches through a params struct or a raw address
+        (a plan's workspace pool, state buffers): ``launch.keep(plan.pool)``.
+        Returns the launch, so ``kernel.prepare(...).keep(pool)`` chains.
+        """
+        self._keep.extend(objs)
+        return self
+
     def launch(self, stream) -> None:
-        """Queue the kernel on ``stream`` (capture-safe)."""
-        self._ctx_dev.set_current()
-        g, b = self.grid, self.block
-        (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                       stream.handle, self._argv_addr, 0)
-        if err:
-            check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
-        cap = stream._capture
-        if cap is not None:
-            cap._keep(self)
+        """Queue the kernel on ``stream`` (capture-safe).
+
+        Runs in the device's primary context (pushed and popped again only when
+        the caller has another context, or none, current). Inside a driverlevel
+        capture (on its stream or on a side stream joined into it by events) the
+        launch, and with it everything it keeps, is tied to the captured graph.
+
+        Raises
+        ------
+        CudaError
+            If ``cuLaunchKernel`` fails; the message names the kernel and configuration.
+        """
+        dev = self._ctx_dev
+        pushed = dev._push()
+        try:
+            g, b = self.grid, self.block
+            (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                           stream.handle, self._argv_addr, 0)
+            if err:
+                check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
+            if _capture_guard._keep_by_id:  # a driverlevel capture is in progress somewhere
+                _capture_guard.note_use(stream, self)
+        finally:
+            if pushed:
+                dev._pop()
 
 
 def _dim3(d, what):
@@ -215,7 +257,8 @@ class Kernel:
 
     def attribute(self, attr) -> int:
         """A ``CUfunction_attribute`` value, e.g. ``NUM_REGS``."""
-        return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
+        with self.module.device.activated():
+            return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
 
     def reserve_shared(self, nbytes: int) -> None:
         """Allow launches with ``nbytes`` of dynamic shared memory (raises the opt-in limit once).
@@ -235,9 +278,9 @@ class Kernel:
             if nbytes + static > limit:
                 raise ValueError(f"{self.name}: {nbytes} B dynamic + {static} B static shared memory exceeds "
                                  f"the device's {limit} B per block")
-            dev.set_current()
-            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
+            with dev.activated():
+                check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
+                    self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
             self._max_dynamic_shared = nbytes
 
     def prepare(self, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:

@@ -1,4 +1,10 @@
-"""CUDA streams and events (driver API)."""
+"""CUDA streams and events (driver API).
+
+Every call works in the device's primary context whatever the calling thread has
+current, and leaves the caller's context current on return (see
+:mod:`driverlevel._device`). An event recorded, or waited on, inside a driverlevel
+capture is tied to the captured graph's lifetime.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,17 @@ import weakref
 
 from cuda.bindings import driver
 
+from . import _capture_guard
 from ._capture_guard import ensure_not_capturing, stream_is_capturing
 from ._errors import check
 
 __all__ = ["Stream", "Event"]
 
 
-def _destroy_stream(handle):
-    try:
-        driver.cuStreamDestroy(handle)
-    except Exception:
-        pass
+def _release(kind, handle, ctx):
+    from ._memory import _release as release  # deferred during captures, relaxed otherwise
 
-
-def _destroy_event(handle):
-    try:
-        driver.cuEventDestroy(handle)
-    except Exception:
-        pass
+    release(kind, handle, ctx)
 
 
 class Stream:
@@ -39,12 +38,12 @@ class Stream:
     @classmethod
     def _create(cls, device, non_blocking=True, priority=0):
         self = object.__new__(cls)
-        device.set_current()
         flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else driver.CUstream_flags.CU_STREAM_DEFAULT
-        self._handle = check("cuStreamCreateWithPriority", driver.cuStreamCreateWithPriority(flags, priority))
+        with device.activated():
+            self._handle = check("cuStreamCreateWithPriority", driver.cuStreamCreateWithPriority(flags, priority))
         self.device = device
         self._capture = None  # the CaptureSession recording this stream, if any
-        self._finalizer = weakref.finalize(self, _destroy_stream, self._handle)
+        self._finalizer = weakref.finalize(self, _release, "stream", self._handle, device.context)
         return self
 
     @classmethod
@@ -86,13 +85,18 @@ class Stream:
             If a capture is active (synchronizing would invalidate it).
         """
         ensure_not_capturing("Stream.synchronize()", self)
-        self.device.set_current()
-        check("cuStreamSynchronize", driver.cuStreamSynchronize(self._handle))
+        with self.device.activated():
+            check("cuStreamSynchronize", driver.cuStreamSynchronize(self._handle))
 
     def wait(self, event: "Event") -> None:
-        """Make future work on this stream wait for ``event`` (capture-safe)."""
-        self.device.set_current()
-        check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
+        """Make future work on this stream wait for ``event`` (capture-safe).
+
+        Inside a capture this is how a side stream joins it (fork) and rejoins the
+        origin stream (join); the event is tied to the captured graph.
+        """
+        with self.device.activated():
+            check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
+        _capture_guard.note_use(self, event)
 
     def close(self) -> None:
         """Destroy the stream now (idempotent; borrowed streams are left alone)."""
@@ -112,12 +116,12 @@ class Event:
     @classmethod
     def _create(cls, device, timing=True):
         self = object.__new__(cls)
-        device.set_current()
         flags = driver.CUevent_flags.CU_EVENT_DEFAULT if timing else driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        self._handle = check("cuEventCreate", driver.cuEventCreate(flags))
+        with device.activated():
+            self._handle = check("cuEventCreate", driver.cuEventCreate(flags))
         self.device = device
         self.timing = timing
-        self._finalizer = weakref.finalize(self, _destroy_event, self._handle)
+        self._finalizer = weakref.finalize(self, _release, "event", self._handle, device.context)
         return self
 
     @property
@@ -125,19 +129,22 @@ class Event:
         return self._handle
 
     def record(self, stream: Stream) -> "Event":
-        """Record the event on ``stream`` (capture-safe: becomes an event-record node)."""
-        self.device.set_current()
-        check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
+        """Record the event on ``stream`` (capture-safe: a dependency or event-record node)."""
+        with self.device.activated():
+            check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
+        _capture_guard.note_use(stream, self)
         return self
 
     def synchronize(self) -> None:
         """Block the host until the event has completed (not capture-safe)."""
         ensure_not_capturing("Event.synchronize()")
-        check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
+        with self.device.activated():
+            check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
 
     def query(self) -> bool:
         """True if all work before the event's record has completed."""
-        (err,) = driver.cuEventQuery(self._handle)
+        with self.device.activated():
+            (err,) = driver.cuEventQuery(self._handle)
         if err == driver.CUresult.CUDA_SUCCESS:
             return True
         if err == driver.CUresult.CUDA_ERROR_NOT_READY:
@@ -147,7 +154,9 @@ class Event:
 
     def elapsed_ms(self, end: "Event") -> float:
         """Milliseconds between this event and ``end`` (both recorded and completed)."""
-        return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
+        with self.device.activated():
+            return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
 
     def close(self) -> None:
+        """Destroy the event now (idempotent)."""
         self._finalizer()

@@ -271,3 +271,45 @@ def test_import_refuses_versioned_only_capsules():
 def test_as_device_array_passes_ours_through():
     a = DeviceArray(PTR, (4,), np.float32, DEV)
     assert as_device_array(a) is a
+
+
+# -- import without implicit synchronization (issue 11, item 6) ----------------------------------------------
+class RecordingProducer(DLPackOnly):
+    """A DLPack producer that records the ``stream`` it is asked to synchronize with."""
+
+    def __init__(self, arr):
+        super().__init__(arr)
+        self.streams = []
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return super().__dlpack__(stream=stream)
+
+
+def test_dlpack_import_asks_for_no_synchronization():
+    p = RecordingProducer(DeviceArray(PTR, (4, 576), bfloat16, DEV))
+    b = as_device_array(p, device=DEV)
+    # -1 is "no synchronization" in the DLPack protocol; None would make torch order its
+    # current stream before the legacy default stream, which breaks a capture in progress.
+    assert p.streams == [-1]
+    assert b.ptr == PTR and b.dtype is bfloat16
+
+
+def test_dlpack_import_falls_back_for_producers_without_the_stream_keyword():
+    class Old(DLPackOnly):
+        def __dlpack__(self):
+            return self._arr.__dlpack__()
+
+    b = as_device_array(Old(DeviceArray(PTR, (3,), np.int64, DEV)), device=DEV)
+    assert b.ptr == PTR and b.dtype == np.int64
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("protocol", ["cai", "dlpack"])
+def test_index_arrays_import_in_their_own_dtype_without_copy(dtype, protocol):
+    if protocol == "cai":
+        src = CAIOnly(shape=(9,), typestr=np.dtype(dtype).str, data=(PTR, False))
+    else:
+        src = DLPackOnly(DeviceArray(PTR, (9,), dtype, DEV))
+    b = as_device_array(src, device=DEV)
+    assert b.ptr == PTR and b.dtype == np.dtype(dtype) and b.shape == (9,) and b.is_c_contiguous
