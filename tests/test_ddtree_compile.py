@@ -122,3 +122,14 @@ def test_compile_defines_carry_the_error_word_numbers():
     d = ddtree.compile_defines("sm_90")
     for k, v in error_defines().items():
         assert d[k] == v
+
+
+def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
+    from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
+
+    with pytest.raises(ValueError, match=r"max_batch \* max_context = 4 \* 1073741824"):
+        AutoregressiveRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=4,
+                             max_context=2**30, max_prompt_len=8)
+    with pytest.raises(ValueError, match=r"max_batch \* max_context"):
+        DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
+                         max_context=1_100_000_000, max_prompt_len=8)
