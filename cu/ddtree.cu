@@ -18,7 +18,10 @@
 //        (logit desc, id asc) is a histogram select over the list (over every logit when
 //        fewer than K pass or more than LIST_CAP do), equal keys at the threshold ranked by
 //        id with block scans. Written unsorted as 64-bit composites (order key << 32 | ~id)
-//        with one block scan. Exits after its loads for inactive requests.
+//        with one block scan. Exits after its loads for inactive requests. NaN counts as -inf
+//        (one compare per logit), so ids stay in range and distinct whatever the row holds.
+//        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
+//        word): no state survives a launch, so an aborted replay cannot break later builds.
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
@@ -30,11 +33,16 @@
 //        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;
 //        in the rare cases it cannot prove exactness (an inexact float64 sum, more than
 //        SEARCH_CAP candidates) it runs the one-warp heap instead), then writes nodes and
-//        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else.
+//        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else. Log-probs that
+//        are -inf or NaN become -FLT_MAX (a row whose maximum is not finite: all of them, and
+//        STATUS_NONFINITE in state[3]); a root token outside the vocabulary: no tree, an error.
 //   ddtree_compile               256 threads; grid (max_batch, COMPILE_CTAS); no dynamic
 //        smem. Verify input ids, positions, slots from the free-slot pool, qo/kv/mask
 //        indptrs, kv_indices from req_to_token, packed bitmask and the optional SGLang
 //        FULL / QLEN_ONLY masks. Every CTA recomputes the small per-request prefix sums.
+//        Checks node counts, committed lengths (<= max_context: with the plan's
+//        max_batch * max_context < 2^31 the int32 kv_indptr cannot wrap), req_pool_indices,
+//        the pool count and every slot id it copies; a bad request gets no rows.
 //   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. One warp
 //        per (row, split) work item, grid-strided, 16-byte loads (4 in flight per lane), a
 //        float compare per logit; the warp's (key, ~id) composite goes into the row's
@@ -44,13 +52,19 @@
 //        row maxima, which it clears for the next argmax, or the given tokens), the walk
 //        (tokens and stop tokens staged in shared memory), the context room, next roots;
 //        records mirrored to a mapped host buffer with volatile stores and
-//        __threadfence_system().
+//        __threadfence_system(). A target row with nothing above -inf (or a target token
+//        outside the vocabulary) gives posterior 0, matches no child, and a walk that ends
+//        there finishes the request (finished = FINISH_NONFINITE, STATUS_NONFINITE).
 //   ddtree_commit                256 threads; grid (max_batch). Paged: append accepted
 //        slots to req_to_token, push rejected slots back onto the pool, advance lengths;
 //        does nothing when compile found the pool exhausted. With paged == 0 it only
 //        advances the lengths (after ddtree_commit_dense).
 //   ddtree_commit_dense          256 threads; grid (max_batch, dense_layers). Moves the
-//        accepted rows of each request's appended window to its front, row by row.
+//        accepted rows of each request's appended window to its front, row by row, bounded by
+//        the window: a node whose row lies past it cuts the path there (accepted_count, the
+//        request finishes, STATUS_CONTEXT_FULL).
+// Bad per-step metadata is reported through the device error word (p.error, common.cuh):
+// the kernels never read or write out of bounds and give the bad request a defined result.
 #include "common.cuh"
 
 // Probe points: tools/ddtree_probe.py --trace defines DDT_PROBE(k) to record clock64 and
@@ -1570,7 +1584,7 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
     if (tid == 0) {
       p.state[0] = sm.alloc_base;
       p.state[1] = sm.qo[B];
-      p.state[2] = status | static_cast<int>(p.state[3]);  // state[3]: the build's status bits
+      p.state[2] = status | (static_cast<int>(p.state[3]) & STATUS_NONFINITE);  // state[3]: the build's bits
     }
   }
   const i64 q = sm.qo[b + 1] - sm.qo[b];

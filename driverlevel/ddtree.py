@@ -349,8 +349,23 @@ class DDTreePlan:
     ``bitmask`` uint32 ``[max_batch * N, W]``; ``posterior`` int32 ``[max_batch * N]``;
     ``accepted_nodes`` int32 ``[max_batch, depth_limit + 1]``; ``accepted_count`` /
     ``bonus`` int32 ``[max_batch]``; ``records`` int32 ``[max_batch, 4 + depth_limit + 1]``
-    (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``); ``step``
-    int64 ``[4]`` = (alloc_base, alloc_total, status bits, 0).
+    (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``, ``finished`` =
+    0, :data:`FINISH_DONE` or :data:`FINISH_NONFINITE`); ``step`` int64 ``[4]`` =
+    (alloc_base, alloc_total, status bits, the build's status bits).
+
+    Non-finite values
+    -----------------
+    One rule for every top-K and argmax (see :mod:`driverlevel.reference.ddtree`): NaN
+    counts as -inf, ids are always in ``[0, vocab)`` and distinct; a drafter row whose
+    maximum is not finite gets log-probs of :data:`LP_FLOOR` and sets
+    :data:`STATUS_NONFINITE`; a target row with nothing above -inf has posterior 0, and a
+    walk that ends at it finishes the request with :data:`FINISH_NONFINITE`.
+
+    Bad per-step metadata
+    ---------------------
+    Checked by the kernels and reported through :attr:`errors`; :meth:`check_errors`
+    raises :class:`~driverlevel._errors.MetadataError` naming the request and field. ``max_batch *
+    max_context`` must stay below 2**31 (``kv_indptr`` is int32): checked at construction.
 
     Attributes
     ----------

@@ -619,7 +619,7 @@ class _RunnerBase:
         return n
 
     def check_errors(self) -> None:
-        """Raise :class:`~driverlevel.MetadataError` if a kernel of the step found bad per-step
+        """Raise :class:`~driverlevel._errors.MetadataError` if a kernel of the step found bad per-step
         metadata (a committed length past ``max_context``, a pool count or slot id outside the
         pool, ...) since the last check; :meth:`collect` calls it after every step it reads.
 
