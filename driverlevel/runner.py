@@ -629,6 +629,10 @@ class _RunnerBase:
         tree = getattr(self, "tree", None)
         if tree is not None:
             tree.plan.check_errors()
+        for fwd in (getattr(self, "forward", None), self.prefill_forward):
+            att = getattr(fwd, "attention", None)
+            if att is not None and hasattr(att, "check_errors"):  # the verify attention's own word
+                att.check_errors()
 
     def step_gpu_ms(self, k: int) -> float:
         """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
