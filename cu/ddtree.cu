@@ -18,7 +18,10 @@
 //        (logit desc, id asc) is a histogram select over the list (over every logit when
 //        fewer than K pass or more than LIST_CAP do), equal keys at the threshold ranked by
 //        id with block scans. Written unsorted as 64-bit composites (order key << 32 | ~id)
-//        with one block scan. Exits after its loads for inactive requests.
+//        with one block scan. Exits after its loads for inactive requests. NaN counts as -inf
+//        (one compare per logit), so ids stay in range and distinct whatever the row holds.
+//        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
+//        word): no state survives a launch, so an aborted replay cannot break later builds.
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
@@ -30,11 +33,16 @@
 //        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;
 //        in the rare cases it cannot prove exactness (an inexact float64 sum, more than
 //        SEARCH_CAP candidates) it runs the one-warp heap instead), then writes nodes and
-//        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else.
+//        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else. Log-probs that
+//        are -inf or NaN become -FLT_MAX (a row whose maximum is not finite: all of them, and
+//        STATUS_NONFINITE in state[3]); a root token outside the vocabulary: no tree, an error.
 //   ddtree_compile               256 threads; grid (max_batch, COMPILE_CTAS); no dynamic
 //        smem. Verify input ids, positions, slots from the free-slot pool, qo/kv/mask
 //        indptrs, kv_indices from req_to_token, packed bitmask and the optional SGLang
 //        FULL / QLEN_ONLY masks. Every CTA recomputes the small per-request prefix sums.
+//        Checks node counts, committed lengths (<= max_context: with the plan's
+//        max_batch * max_context < 2^31 the int32 kv_indptr cannot wrap), req_pool_indices,
+//        the pool count and every slot id it copies; a bad request gets no rows.
 //   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. One warp
 //        per (row, split) work item, grid-strided, 16-byte loads (4 in flight per lane), a
 //        float compare per logit; the warp's (key, ~id) composite goes into the row's
@@ -44,13 +52,19 @@
 //        row maxima, which it clears for the next argmax, or the given tokens), the walk
 //        (tokens and stop tokens staged in shared memory), the context room, next roots;
 //        records mirrored to a mapped host buffer with volatile stores and
-//        __threadfence_system().
+//        __threadfence_system(). A target row with nothing above -inf (or a target token
+//        outside the vocabulary) gives posterior 0, matches no child, and a walk that ends
+//        there finishes the request (finished = FINISH_NONFINITE, STATUS_NONFINITE).
 //   ddtree_commit                256 threads; grid (max_batch). Paged: append accepted
 //        slots to req_to_token, push rejected slots back onto the pool, advance lengths;
 //        does nothing when compile found the pool exhausted. With paged == 0 it only
 //        advances the lengths (after ddtree_commit_dense).
 //   ddtree_commit_dense          256 threads; grid (max_batch, dense_layers). Moves the
-//        accepted rows of each request's appended window to its front, row by row.
+//        accepted rows of each request's appended window to its front, row by row, bounded by
+//        the window: a node whose row lies past it cuts the path there (accepted_count, the
+//        request finishes, STATUS_CONTEXT_FULL).
+// Bad per-step metadata is reported through the device error word (p.error, common.cuh):
+// the kernels never read or write out of bounds and give the bad request a defined result.
 #include "common.cuh"
 
 // Probe points: tools/ddtree_probe.py --trace defines DDT_PROBE(k) to record clock64 and
@@ -74,6 +88,9 @@ constexpr int STATUS_POOL_EXHAUSTED = 1;
 constexpr int STATUS_CONTEXT_FULL = 2;
 constexpr int STATUS_KV_CAPACITY = 4;
 constexpr int STATUS_MASK_CAPACITY = 8;
+constexpr int STATUS_NONFINITE = 16;                    // a logits row had no value above -inf (or a bad target token)
+constexpr int FINISH_DONE = 1;                          // records' `finished`: stop token, context full
+constexpr int FINISH_NONFINITE = 2;                     //   the walk read a target row with no finite argmax
 constexpr int RECORD_HEADER = 4;
 constexpr int FLAG_LEGACY_SEARCH = 1;                   // the one-warp heap instead of the parallel search
 constexpr int SEARCH_CAP = 1536;                        // candidate nodes the parallel search holds
@@ -135,6 +152,8 @@ struct DDTreeParams {
   i32* mirror;                 // same layout in mapped host memory, or null
   // ---- dense commit
   u8* dense_cache;             // base of the dense cache
+  // ---- errors
+  dl::DeviceErrorWord* error;  // bad per-step metadata (common.cuh), or null
   // ---- scalars
   i64 logits_batch_stride;
   i64 logits_row_stride;
@@ -148,6 +167,9 @@ struct DDTreeParams {
   i64 dense_batch_stride;      // bytes
   i64 dense_pos_stride;        // bytes
   i64 dense_row_bytes;         // multiple of 16
+  i64 dense_window;            // positions per request window of the dense cache
+  i64 r2t_rows;                // rows of req_to_token
+  i64 free_capacity;           // entries of free_slots; slot ids must lie in [0, free_capacity)
   i32 max_batch;
   i32 depth_limit;
   i32 vocab;
@@ -212,6 +234,7 @@ DL_CHECK_OFFSET(DDTreeParams, bonus);
 DL_CHECK_OFFSET(DDTreeParams, records);
 DL_CHECK_OFFSET(DDTreeParams, mirror);
 DL_CHECK_OFFSET(DDTreeParams, dense_cache);
+DL_CHECK_OFFSET(DDTreeParams, error);
 DL_CHECK_OFFSET(DDTreeParams, logits_batch_stride);
 DL_CHECK_OFFSET(DDTreeParams, logits_row_stride);
 DL_CHECK_OFFSET(DDTreeParams, target_row_stride);
@@ -224,6 +247,9 @@ DL_CHECK_OFFSET(DDTreeParams, dense_layer_stride);
 DL_CHECK_OFFSET(DDTreeParams, dense_batch_stride);
 DL_CHECK_OFFSET(DDTreeParams, dense_pos_stride);
 DL_CHECK_OFFSET(DDTreeParams, dense_row_bytes);
+DL_CHECK_OFFSET(DDTreeParams, dense_window);
+DL_CHECK_OFFSET(DDTreeParams, r2t_rows);
+DL_CHECK_OFFSET(DDTreeParams, free_capacity);
 DL_CHECK_OFFSET(DDTreeParams, max_batch);
 DL_CHECK_OFFSET(DDTreeParams, depth_limit);
 DL_CHECK_OFFSET(DDTreeParams, vocab);
@@ -256,6 +282,13 @@ DL_DEVICE u32 f32_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 DL_DEVICE float key_f32(u32 k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+// The one rule of every top-K and argmax of the package: NaN counts as -inf (ids stay in range
+// and distinct; a row with nothing above -inf is "not finite"). The key of a loaded logit:
+constexpr u32 KEY_NEG_INF = 0x007fffffu;  // f32_key(-inf): the smallest key a logit can have (never 0)
+DL_DEVICE u32 logit_key(float x) {
+  const u32 b = __float_as_uint(x);
+  return (b & 0x7fffffffu) > 0x7f800000u ? KEY_NEG_INF : f32_key(x);
+}
 
 // (key, id) as one 64-bit value: larger logit first, then lower id. 0 = no candidate.
 DL_DEVICE u64 composite(u32 key, int id) { return (static_cast<u64>(key) << 32) | static_cast<u32>(~id); }
@@ -555,11 +588,19 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   __shared__ ChunkSmem sm;
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   DDT_PROBE(0);
+  // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
+  // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
+  // row counter and the build's status word. ddtree_build runs after this kernel completes.
+  if (s == 0 && d == 0 && tid == 0) {
+    p.counters[b] = 0u;
+    if (b == 0) p.state[3] = 0;
+  }
   const bool live = p.active[b] != 0;  // checked after the logits loads are in flight
   const int start = s * CHUNK;
   const int n = min(CHUNK, p.vocab - start);
   const bool vec = p.logits_vec != 0;
-  const T* row = static_cast<const T*>(p.logits) + b * p.logits_batch_stride + d * p.logits_row_stride + start;
+  const T* row = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
+                 static_cast<i64>(d) * p.logits_row_stride + start;
   // Slot j of this thread is token start + ((j / V) * TOPK_THREADS + tid) * V + j % V: one
   // 16-byte vector per group of V slots (element loads when the rows are not aligned).
   const int tok0 = start + tid * V;
@@ -577,13 +618,13 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
         float x[V];
         if (li < n) Tr::load_vec(row + li, x);
 #pragma unroll
-        for (int e = 0; e < V; ++e) key[v * V + e] = li < n ? f32_key(x[e]) : 0u;
+        for (int e = 0; e < V; ++e) key[v * V + e] = li < n ? logit_key(x[e]) : 0u;
       }
     } else {
 #pragma unroll
       for (int j = 0; j < TOPK_ELEMS; ++j) {
         const int li = token(j) - start;
-        key[j] = li < n ? f32_key(Tr::load(row + li)) : 0u;
+        key[j] = li < n ? logit_key(Tr::load(row + li)) : 0u;
       }
     }
     if (!live) return;  // (uniform)
@@ -594,12 +635,15 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
     }
   }
   {
-    const float mloc = kloc ? key_f32(kloc) : 0.f;
+    // -inf (and NaN) logits add nothing to the sums: exp(-inf) = 0, and a thread (warp, chunk)
+    // holding nothing above -inf contributes 0 (not exp(-inf - -inf) = NaN).
+    const bool fin = kloc > KEY_NEG_INF;
+    const float mloc = fin ? key_f32(kloc) : 0.f;
     float se = 0.f;
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {  // from shared memory: the loaded values are dead
       const u32 k = skey[j * TOPK_THREADS];
-      if (k) {
+      if (k > KEY_NEG_INF) {
         const float x = key_f32(k);
         sum += x;
         sumsq += x * x;
@@ -608,7 +652,7 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
     }
     // one reduction round: warp max, sums rescaled to it, then the warps' values in shared memory
     const u32 wk = __reduce_max_sync(FULL, kloc);
-    double wse = kloc ? static_cast<double>(se * expf(mloc - key_f32(wk))) : 0.0;
+    double wse = fin ? static_cast<double>(se * expf(mloc - key_f32(wk))) : 0.0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       wse += __shfl_xor_sync(FULL, wse, o);
@@ -637,7 +681,7 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
     const float m = key_f32(kmax);
     double total = 0.0;
     for (int w = 0; w < TOPK_WARPS; ++w)
-      if (sm.wmax[w]) total += sm.wse[w] * static_cast<double>(expf(key_f32(sm.wmax[w]) - m));
+      if (sm.wmax[w] > KEY_NEG_INF) total += sm.wse[w] * static_cast<double>(expf(key_f32(sm.wmax[w]) - m));
     p.chunk_max[row_id] = m;
     p.chunk_sum[row_id] = total;
   }
@@ -1262,11 +1306,19 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
     for (int s = tid; s < S; s += 32) m = fmaxf(m, p.chunk_max[row_id * S + s]);
     m = dl::warp_max(m);
     double t = 0.0;
-    for (int s = tid; s < S; s += 32)
-      t += p.chunk_sum[row_id * S + s] * exp(static_cast<double>(p.chunk_max[row_id * S + s]) - static_cast<double>(m));
+    for (int s = tid; s < S; s += 32) {
+      const float cm = p.chunk_max[row_id * S + s];
+      if (cm > DL_NEG_INF) t += p.chunk_sum[row_id * S + s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
-    if (tid == 0) sm.lse = static_cast<float>(static_cast<double>(m) + log(t));
+    if (tid == 0) {
+      // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
+      // distribution: its log-probs are all the floor below, and the build status says so.
+      const bool finite = isfinite(m);
+      sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
+      if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
+    }
   }
   u64 mine = 0;
 #pragma unroll
@@ -1339,7 +1391,8 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   const float lse = sm.lse;
   if (tid < K) {
     p.top_ids[row_id * K + tid] = composite_id(v);
-    p.top_lp[row_id * K + tid] = __fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse);
+    // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
+    p.top_lp[row_id * K + tid] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
   }
   DDT_PROBE(4);
 }
@@ -1432,14 +1485,29 @@ struct CompileSmem {
 DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
+  const bool reporter = blockIdx.x == 0 && blockIdx.y == 0;  // one CTA reports (every CTA checks alike)
   i64 run_q = 0, run_kv = 0, run_f = 0, run_l = 0;
   bool ctx_full = false;
   for (int b0 = 0; b0 < p.max_batch; b0 += 32) {
     const int b = b0 + lane;
     i64 q = 0, pre = 0;
     if (b < p.max_batch) {
+      // Per-step metadata, checked: a request that fails a check gets no rows (the verify
+      // step skips it, accept and commit leave it unchanged) and the error word names it.
       q = p.node_counts[b];
-      pre = q > 0 ? p.committed_lens[b] : 0;
+      int field = 0, code = 0;
+      if (q < 0 || q > p.budget + 1) {
+        field = DL_FIELD_TREE_TOKENS; code = DL_ERR_OVER_MAX;
+      } else if (q > 0) {
+        const i64 c = p.committed_lens[b], row = p.req_pool_indices[b];
+        if (c < 0 || c > p.max_context) { field = DL_FIELD_SEQ_LENS; code = c < 0 ? DL_ERR_OUT_OF_RANGE : DL_ERR_OVER_MAX; }
+        else if (row < 0 || row >= p.r2t_rows) { field = DL_FIELD_REQ_POOL_INDICES; code = DL_ERR_OUT_OF_RANGE; }
+        else pre = c;
+      }
+      if (code) {
+        q = 0;
+        if (reporter) dl::report_error(p.error, b, field, code);
+      }
       ctx_full |= q > 0 && pre + q > p.max_context;
     }
     i64 v[4] = {q, pre, q * (pre + q), q * q};
@@ -1470,8 +1538,13 @@ DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
     sm.kv[B] = run_kv;
     sm.full[B] = run_f;
     sm.qlen[B] = run_l;
-    const i64 avail = *p.free_count;
+    i64 avail = *p.free_count;
     int status = ctx_full ? STATUS_CONTEXT_FULL : 0;
+    if (avail < 0 || avail > p.free_capacity) {  // a bad pool count: hand out no slot
+      if (reporter) dl::report_error(p.error, -1, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+      avail = 0;
+      status |= STATUS_POOL_EXHAUSTED;
+    }
     if (run_q > avail) status |= STATUS_POOL_EXHAUSTED;
     if (run_kv > p.kv_capacity) status |= STATUS_KV_CAPACITY;
     if ((p.full_mask && run_f > p.full_capacity) || (p.qlen_mask && run_l > p.qlen_capacity)) status |= STATUS_MASK_CAPACITY;
@@ -1511,8 +1584,7 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
     if (tid == 0) {
       p.state[0] = sm.alloc_base;
       p.state[1] = sm.qo[B];
-      p.state[2] = status;
-      p.state[3] = 0;
+      p.state[2] = status | (static_cast<int>(p.state[3]) & STATUS_NONFINITE);  // state[3]: the build's bits
     }
   }
   const i64 q = sm.qo[b + 1] - sm.qo[b];
@@ -1525,15 +1597,26 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
     for (int i = tid; i < q; i += SMALL_THREADS) {
       p.input_ids[qo + i] = p.tokens[tb + i];
       p.positions[qo + i] = committed + p.depths[tb + i];
-      p.out_cache_loc[qo + i] = pool_ok ? p.free_slots[sm.alloc_base + qo + i] : -1;
+      i64 slot = pool_ok ? p.free_slots[sm.alloc_base + qo + i] : -1;
+      if (pool_ok && (slot < 0 || slot >= p.free_capacity)) {
+        dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+        slot = -1;
+      }
+      p.out_cache_loc[qo + i] = slot;
     }
     for (int i = tid; i < q * W; i += SMALL_THREADS) p.bitmask[qo * W + i] = p.anc[tb * W + i];
   }
   if (!(status & STATUS_KV_CAPACITY)) {
     const i64 rowb = p.req_pool_indices[b] * p.r2t_stride;
     const i64 kvo = sm.kv[b];
-    for (i64 i = static_cast<i64>(x) * SMALL_THREADS + tid; i < pre; i += static_cast<i64>(X) * SMALL_THREADS)
-      p.kv_indices[kvo + i] = r2t_load(p, rowb + i);
+    for (i64 i = static_cast<i64>(x) * SMALL_THREADS + tid; i < pre; i += static_cast<i64>(X) * SMALL_THREADS) {
+      i64 slot = r2t_load(p, rowb + i);
+      if (slot < 0 || slot >= p.free_capacity) {
+        dl::report_error(p.error, b, DL_FIELD_REQ_TO_TOKEN, DL_ERR_OUT_OF_RANGE);
+        slot = -1;
+      }
+      p.kv_indices[kvo + i] = slot;
+    }
   }
   if (status & STATUS_MASK_CAPACITY) return;
   const u32* anc = p.anc + tb * W;
@@ -1570,7 +1653,8 @@ DL_DEVICE void argmax_split(const DDTreeParams& p) {
   constexpr int STEP = 32 * V;                   // tokens of one warp-wide vector round
   const int lane = threadIdx.x & 31;
   const i64 nwarps = static_cast<i64>(gridDim.x) * (SMALL_THREADS / 32);
-  const i64 rows = p.qo_indptr[p.max_batch];
+  // rows of this step, never past the plan's (accept reports a bad qo_indptr)
+  const i64 rows = min(max(p.qo_indptr[p.max_batch], 0ll), static_cast<i64>(p.max_batch) * (p.budget + 1));
   const i64 items = rows * p.argmax_splits;
   for (i64 item = static_cast<i64>(blockIdx.x) * (SMALL_THREADS / 32) + (threadIdx.x >> 5); item < items; item += nwarps) {
     const i64 r = item / p.argmax_splits;
@@ -1649,23 +1733,34 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x;
   const int N = p.budget + 1, D = p.depth_limit, RW = p.record_width;
   const i64 qo = p.qo_indptr[b];
-  const int q = static_cast<int>(p.qo_indptr[b + 1] - qo);
+  const i64 q64 = p.qo_indptr[b + 1] - qo;
+  const i64 max_rows = static_cast<i64>(p.max_batch) * N;
+  const bool q_ok = q64 >= 0 && q64 <= N && qo >= 0 && qo + q64 <= max_rows;
+  if (!q_ok && tid == 0) dl::report_error(p.error, b, DL_FIELD_QO_INDPTR, q64 > N ? DL_ERR_OVER_MAX : DL_ERR_OUT_OF_RANGE);
+  const int q = q_ok ? static_cast<int>(q64) : 0;
   const bool act = p.active[b] != 0 && q > 0;
   const size_t tb = static_cast<size_t>(b) * N;
+  // sm.post: the target's token per node, -1 where the row had no finite argmax (the walk
+  // stops there); posterior gets 0 for such rows (ids always in [0, vocab)).
   if (act) {
     if (p.target_tokens) {
       for (int i = tid; i < q; i += SMALL_THREADS) {
-        const int tok = p.target_tokens[qo + i];
+        int tok = p.target_tokens[qo + i];
+        if (tok < 0 || tok >= p.vocab) {
+          dl::report_error(p.error, b, DL_FIELD_LOGITS, DL_ERR_OUT_OF_RANGE);
+          tok = -1;
+        }
         sm.post[i] = tok;
         sm.match[i] = -1;
-        p.posterior[qo + i] = tok;
+        p.posterior[qo + i] = tok < 0 ? 0 : tok;
       }
-    } else {  // the argmax kernel's per-row maxima
+    } else {  // the argmax kernel's per-row maxima (0: nothing above -inf in the row)
       for (int i = tid; i < q; i += SMALL_THREADS) {
-        const int tok = composite_id(p.argmax_part[qo + i]);
+        const u64 c = p.argmax_part[qo + i];
+        const int tok = c ? composite_id(c) : -1;
         sm.post[i] = tok;
         sm.match[i] = -1;
-        p.posterior[qo + i] = tok;
+        p.posterior[qo + i] = tok < 0 ? 0 : tok;
       }
     }
   }
@@ -1676,7 +1771,11 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
     for (int j = 1 + tid; j < q; j += SMALL_THREADS) {
       const int par = p.parents[tb + j], t = p.tokens[tb + j];
       sm.tok[j] = t;
-      if (t == sm.post[par]) sm.match[par] = static_cast<short>(j);
+      if (par < 0 || par >= j) {  // the build writes parents before their children
+        dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OUT_OF_RANGE);
+        continue;
+      }
+      if (t >= 0 && t == sm.post[par]) sm.match[par] = static_cast<short>(j);
     }
     if (p.stop_tokens && tid < p.n_stop && p.n_stop <= ACCEPT_STOPS)
       sm.stop[tid] = p.stop_tokens[static_cast<size_t>(b) * p.n_stop + tid];
@@ -1688,19 +1787,28 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
     int cur = 0;
     sm.path[a++] = 0;
     while (sm.match[cur] >= 0) {
+      if (a > D) {  // deeper than the depth limit: the parents are not the build's
+        dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
+        break;
+      }
       cur = sm.match[cur];
       sm.path[a++] = cur;
-      if (is_stop(p, sm, b, sm.tok[cur])) { finished = 1; break; }
+      if (is_stop(p, sm, b, sm.tok[cur])) { finished = FINISH_DONE; break; }
     }
-    if (!finished) bonus = sm.post[cur];
+    if (!finished) {
+      bonus = sm.post[cur];
+      if (bonus < 0) finished = FINISH_NONFINITE;  // no finite target row to take the next token from
+    }
     const i64 room = p.max_context - p.committed_lens[b];
     if (a > room) {
       a = room > 0 ? static_cast<int>(room) : 0;
-      finished = 1;
+      finished = FINISH_DONE;
       bonus = -1;
       atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_CONTEXT_FULL));
     }
-    if (bonus >= 0 && is_stop(p, sm, b, bonus)) finished = 1;
+    if (finished == FINISH_NONFINITE)
+      atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_NONFINITE));
+    if (bonus >= 0 && is_stop(p, sm, b, bonus)) finished = FINISH_DONE;
   }
   i32* rec = p.records + static_cast<size_t>(b) * RW;
   i32* mir = p.mirror ? p.mirror + static_cast<size_t>(b) * RW : nullptr;
@@ -1749,19 +1857,30 @@ struct CommitSmem {
   int ri[32];
 };
 
+// Accepted nodes of request b, checked: 0 <= a <= min(q, D + 1) (else 0, the same in every CTA).
+DL_DEVICE int checked_accepted(const DDTreeParams& p, int r, i64 q) {
+  const int a = p.accepted_count[r];
+  return (a < 0 || a > q || a > p.depth_limit + 1) ? 0 : a;
+}
+
 DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x, B = p.max_batch, D = p.depth_limit;
-  const int a = p.accepted_count[b];
   if (!p.paged) {
-    if (tid == 0) p.committed_lens[b] += a;
+    if (tid == 0) p.committed_lens[b] += p.accepted_count[b];  // bounded by ddtree_commit_dense
     return;
   }
   if (p.state[2] & STATUS_POOL_EXHAUSTED) return;
   const i64 alloc_base = p.state[0];
+  const i64 N = p.budget + 1;
+  auto rows_of = [&](int r) {  // compile wrote qo_indptr; 0 rows where it is not sane
+    const i64 n = p.qo_indptr[r + 1] - p.qo_indptr[r];
+    return (n < 0 || n > N) ? 0ll : n;
+  };
   if (tid < 32) {  // rejected slots of the requests before b, and in all
     i64 before = 0, all = 0;
     for (int r = tid; r < B; r += 32) {
-      const i64 rej = (p.qo_indptr[r + 1] - p.qo_indptr[r]) - p.accepted_count[r];
+      const i64 n = rows_of(r);
+      const i64 rej = n - checked_accepted(p, r, n);
       all += rej;
       before += r < b ? rej : 0;
     }
@@ -1773,15 +1892,27 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
     if (tid == 0) { sm.rejected_before = before; sm.rejected_total = all; }
   }
   const i64 qo = p.qo_indptr[b];
-  const int q = static_cast<int>(p.qo_indptr[b + 1] - qo);
+  const int q = static_cast<int>(rows_of(b));
+  const int a_raw = p.accepted_count[b];
+  const int a = checked_accepted(p, b, q);
+  if (tid == 0 && a != a_raw) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OVER_MAX);
   for (int i = tid; i < q; i += SMALL_THREADS) sm.keep[i] = 0;
   __syncthreads();
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
   const i64 c = p.committed_lens[b];
-  const i64 rowb = p.req_pool_indices[b] * p.r2t_stride;
+  const i64 row = p.req_pool_indices[b];
+  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0 && row < p.r2t_rows);
+  if (tid == 0 && !table_ok) dl::report_error(p.error, b, c < 0 || c + a > p.r2t_stride ? DL_FIELD_SEQ_LENS : DL_FIELD_REQ_POOL_INDICES,
+                                              DL_ERR_OUT_OF_RANGE);
+  const i64 rowb = row * p.r2t_stride;
   for (int i = tid; i < a; i += SMALL_THREADS) {
     const int node = acc[i];
+    if (node < 0 || node >= q) {
+      dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OUT_OF_RANGE);
+      continue;
+    }
     sm.keep[node] = 1;
+    if (!table_ok) continue;
     const i64 slot = p.out_cache_loc[qo + node];
     if (p.r2t_is64) static_cast<i64*>(p.req_to_token)[rowb + c + i] = slot;
     else static_cast<i32*>(p.req_to_token)[rowb + c + i] = static_cast<i32>(slot);
@@ -1793,24 +1924,53 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
     const int rej = i < q && !sm.keep[i];
     int total;
     const int rank = block_excl_scan<SMALL_THREADS>(rej, sm.ri, &total);
-    if (rej) p.free_slots[dst + rank] = p.out_cache_loc[qo + i];
+    if (rej) {
+      if (dst + rank >= 0 && dst + rank < p.free_capacity) p.free_slots[dst + rank] = p.out_cache_loc[qo + i];
+      else dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+    }
     dst += total;
   }
   if (tid == 0) {
-    p.committed_lens[b] = c + a;
+    if (table_ok) p.committed_lens[b] = c + a;
     if (b == 0) *p.free_count = alloc_base + sm.rejected_total;
   }
 }
 
+// Dense commit, bounded by the window: node i of the accepted path moves from c + node to
+// c + i; a node whose row c + node lies at or past the window has no KV there (the tree did
+// not fit: compile set STATUS_CONTEXT_FULL), so acceptance is cut before it -- accepted_count
+// becomes the nodes kept, the request finishes (active = 0) and STATUS_CONTEXT_FULL is set.
+// Nothing outside the request's window is read or written.
 DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
   const int b = blockIdx.x, layer = blockIdx.y, tid = threadIdx.x, D = p.depth_limit;
-  const int a = p.accepted_count[b];
-  if (a <= 1) return;
+  const i64 N = p.budget + 1;
+  const i64 q = p.qo_indptr[b + 1] - p.qo_indptr[b];
+  const int a_raw = p.accepted_count[b];
   const i64 c = p.committed_lens[b];
-  u8* base = p.dense_cache + layer * p.dense_layer_stride + b * p.dense_batch_stride;
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
+  int a = a_raw;
+  if (a_raw < 0 || a_raw > D + 1 || (a_raw > 0 && (q <= 0 || q > N || a_raw > q || c < 0))) {
+    a = 0;
+    if (layer == 0 && tid == 0) dl::report_error(p.error, b, c < 0 ? DL_FIELD_SEQ_LENS : DL_FIELD_PARENTS, DL_ERR_OUT_OF_RANGE);
+  }
+  int keep = 0;  // the accepted prefix whose rows lie in the window (uniform in the CTA)
+  for (; keep < a; ++keep) {
+    const int node = acc[keep];
+    if (node < keep || node >= q) {  // increasing node ids: the in-place moves rely on it
+      if (layer == 0 && tid == 0) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
+      break;
+    }
+    if (c + node >= p.dense_window) break;
+  }
+  if (keep != a_raw && layer == 0 && tid == 0) {
+    p.accepted_count[b] = keep;  // the plain commit that follows advances committed_lens by it
+    p.active[b] = 0;
+    atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_CONTEXT_FULL));
+  }
+  if (keep <= 1) return;
+  u8* base = p.dense_cache + layer * p.dense_layer_stride + b * p.dense_batch_stride;
   const int vecs = static_cast<int>(p.dense_row_bytes >> 4);
-  for (int i = 1; i < a; ++i) {  // ascending: a source (node >= i) is never overwritten first
+  for (int i = 1; i < keep; ++i) {  // ascending: a source (node >= i) is never overwritten first
     const int node = acc[i];
     if (node != i) {
       const uint4* src = reinterpret_cast<const uint4*>(base + (c + node) * p.dense_pos_stride);
@@ -1835,8 +1995,13 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
   const int b = blockIdx.y;
-  if (!p.active[b]) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.node_counts[b] = 0;
+  const int root = p.root_tokens[b];
+  const bool bad_root = root < 0 || root >= p.vocab;
+  if (!p.active[b] || bad_root) {  // no tree: compile gives the request no rows
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      p.node_counts[b] = 0;
+      if (p.active[b]) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
+    }
     return;
   }
   ddt::build_tree(p, sm, dyn);

@@ -24,7 +24,8 @@
 //   out[m, (c + pos[m]) % num_classes] = embed[token, c] for c < num_classes; features copied.
 //   Grid (m_max); Block 128. Early exit: m >= M. Out-of-range tokens are clamped.
 //
-// mla_argmax      index[m] = argmax_j x[m, j] (first index of the maximum), optional top-2 values.
+// mla_argmax      index[m] = argmax_j x[m, j] (first index of the maximum; NaN counts as -inf; 0
+//                 for a row with nothing above -inf), optional top-2 values.
 //   Grid (m_max); Block 256. Early exit: m >= M. NaN never wins.
 //
 // draft_chain     guesses[b, 0] = root[b], guesses[b, i+1] = successor[guesses[b, i]]; block 0
@@ -442,7 +443,9 @@ mla_argmax(const __grid_constant__ ArgmaxParams p) {
   if (threadIdx.x == 0) {
     const int nw = blockDim.x >> 5;
     for (int w = 1; w < nw; ++w) am::merge(best, bi, second, sb[w], si[w], ss[w]);
-    p.index[m] = bi == 0x7fffffff ? 0 : bi;
+    // The package's rule: NaN counts as -inf (it never wins above); a row with no value above
+    // -inf gives id 0 (its top2[0] stays -inf, which says "not finite" to the caller).
+    p.index[m] = (bi == 0x7fffffff || !(best > DL_NEG_INF)) ? 0 : bi;
     if (p.top2 != nullptr) {
       p.top2[2 * m] = best;
       p.top2[2 * m + 1] = second;

@@ -17,10 +17,21 @@
 // ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
 //   active request's slot to req_to_token, advance committed, make the argmax the next root,
 //   count it against remaining[b], end the request on a stop token, on remaining == 0 or on
-//   a full context; pop the used slots from the pool; publish the step's records.
+//   a full context; pop the used slots from the pool; publish the step's records. A row whose
+//   argmax found nothing above -inf (top2[2r] == -inf: every logit NaN / -inf) emits nothing:
+//   the root's KV is kept, the request finishes with finished = 2 and status bit 16.
 //
-// publish_records Grid 1; Block >= bs (<= 1024). After a DDTree step: apply the max-new-tokens
-//   limit (remaining[b] -= emitted; a request at 0 becomes inactive), then publish.
+// limit_records   Grid 1; Block >= bs (<= 1024). After DDTree accept, BEFORE its commit: apply
+//   the max-new-tokens limit (remaining[b] -= emitted; past the limit the emitted tokens are
+//   dropped, accepted_count[b] is cut to the kept tokens so that commit keeps no KV of dropped
+//   ones, and the request becomes inactive).
+//
+// publish_records Grid 1; Block >= bs (<= 1024). After the DDTree commit: fold the tree's
+//   status bits into the runner's and publish.
+//
+// Every kernel checks the per-step metadata it reads (committed lengths against max_context,
+// the pool count and slot ids against the pool), never reads or writes out of bounds, and
+// reports through the device error word (common.cuh).
 //
 // Publishing: the mirror is a ring of `ring_slots` entries in mapped pinned host memory, one
 // per step (entry = *step_counter % ring_slots): an int32 header [step (low 32 bits), status,
@@ -56,13 +67,18 @@ struct StepParams {
   i64* positions;           // [bs]
   i64* out_cache_loc;       // [bs]
   const i32* next_tokens;   // [bs] argmax of each q row (ar_commit reads)
-  // DDTree records (publish_records reads): [bs, record_width]
-  const i32* records;
+  // DDTree records (limit_records edits, publish_records reads): [bs, record_width]
+  i32* records;
   // mirror
   i32* ring;                // mapped pinned host memory [ring_slots, kHeader + bs * record_width]
   u64* step_counter;        // [1] steps published so far
   i32* status;              // [1] sticky status bits (device)
+  dl::DeviceErrorWord* error;  // bad per-step metadata, or null
+  const float* top2;        // [bs, 2] the argmax's largest value per q row (ar_commit), or null
+  i32* accepted_count;      // [bs] DDTree accepted nodes (limit_records cuts it), or null
+  const i64* tree_state;    // [4] DDTree step state (status bits at [2]), or null
   i64 scratch_slot;         // slot for rows that found the pool empty
+  i64 pool_capacity;        // entries of pool_slots; slot ids lie in [0, pool_capacity)
   i32 bs, max_context, n_stop, record_width, ring_slots, kv_capacity;
 };
 
@@ -86,7 +102,12 @@ DL_CHECK_FIELD(StepParams, S, records);
 DL_CHECK_FIELD(StepParams, S, ring);
 DL_CHECK_FIELD(StepParams, S, step_counter);
 DL_CHECK_FIELD(StepParams, S, status);
+DL_CHECK_FIELD(StepParams, S, error);
+DL_CHECK_FIELD(StepParams, S, top2);
+DL_CHECK_FIELD(StepParams, S, accepted_count);
+DL_CHECK_FIELD(StepParams, S, tree_state);
 DL_CHECK_FIELD(StepParams, S, scratch_slot);
+DL_CHECK_FIELD(StepParams, S, pool_capacity);
 DL_CHECK_FIELD(StepParams, S, bs);
 DL_CHECK_FIELD(StepParams, S, max_context);
 DL_CHECK_FIELD(StepParams, S, n_stop);
@@ -95,6 +116,18 @@ DL_CHECK_FIELD(StepParams, S, ring_slots);
 DL_CHECK_FIELD(StepParams, S, kv_capacity);
 static_assert(sizeof(StepParams) == DL_SIZEOF_S, "StepParams size differs from its ctypes mirror");
 #endif
+
+constexpr int kStatusPoolEmpty = 1;
+constexpr int kStatusKvCapacity = 4;
+constexpr int kStatusNonfinite = 16;
+constexpr int kFinishNonfinite = 2;
+
+// A committed length as the kernels use it: 0 when outside [0, max_context] (reported once by
+// ar_prepare), identically in every CTA and thread.
+DL_DEVICE i64 checked_len(const StepParams& p, int b) {
+  const i64 c = p.committed[b];
+  return (c < 0 || c > p.max_context) ? 0 : c;
+}
 
 DL_DEVICE bool is_stop(const StepParams& p, int b, int tok) {
   for (int i = 0; i < p.n_stop; ++i)
@@ -115,7 +148,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
       const int a = p.active[j] ? 1 : 0;
       if (j < b) {
         rank += a;
-        if (a) kvoff += p.committed[j];
+        if (a) kvoff += checked_len(p, j);
       }
       nact += a;
     }
@@ -125,9 +158,10 @@ ar_prepare(const __grid_constant__ StepParams p) {
   }
   __syncthreads();
   const int act = p.active[b] ? 1 : 0;
-  const i64 len = act ? p.committed[b] : 0;
+  const i64 len = act ? checked_len(p, b) : 0;
   const i64 kvoff = s_kvoff;
   if (threadIdx.x == 0) {
+    if (act && len != p.committed[b]) dl::report_error(p.error, b, DL_FIELD_SEQ_LENS, DL_ERR_OVER_MAX);
     if (b == 0) {
       p.qo_indptr[0] = 0;
       p.kv_indptr[0] = 0;
@@ -138,10 +172,17 @@ ar_prepare(const __grid_constant__ StepParams p) {
       const int r = s_rank;
       const i64 count = *p.pool_count;
       i64 slot = p.scratch_slot;
-      if (count >= s_nact) {
+      if (count < 0 || count > p.pool_capacity) {
+        dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+        atomicOr(p.status, kStatusPoolEmpty);
+      } else if (count >= s_nact) {
         slot = p.pool_slots[count - s_nact + r];
+        if (slot < 0 || slot >= p.pool_capacity) {
+          dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+          slot = p.scratch_slot;
+        }
       } else {
-        atomicOr(p.status, 1);
+        atomicOr(p.status, kStatusPoolEmpty);
       }
       p.input_ids[r] = p.roots[b];
       p.positions[r] = len;
@@ -150,9 +191,16 @@ ar_prepare(const __grid_constant__ StepParams p) {
   }
   if (act && kvoff + len <= p.kv_capacity) {
     const i32* src = p.req_to_token + (i64)b * p.max_context;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) p.kv_indices[kvoff + i] = src[i];
+    for (i64 i = threadIdx.x; i < len; i += blockDim.x) {
+      i64 slot = src[i];
+      if (slot < 0 || slot >= p.pool_capacity) {
+        dl::report_error(p.error, b, DL_FIELD_REQ_TO_TOKEN, DL_ERR_OUT_OF_RANGE);
+        slot = p.scratch_slot;
+      }
+      p.kv_indices[kvoff + i] = slot;
+    }
   } else if (act && threadIdx.x == 0) {
-    atomicOr(p.status, 4);
+    atomicOr(p.status, kStatusKvCapacity);
   }
 }
 
@@ -200,25 +248,32 @@ ar_commit(const __grid_constant__ StepParams p) {
     if (act) {
       const int tok = p.next_tokens[rank];
       const i64 slot = p.out_cache_loc[rank];
-      const i64 len = p.committed[b];
+      const i64 len = checked_len(p, b);
       if (len < p.max_context) p.req_to_token[(i64)b * p.max_context + len] = (i32)slot;
       p.committed[b] = len + 1;
-      p.roots[b] = tok;
-      const int left = p.remaining[b] - 1;
-      p.remaining[b] = left;
-      const bool fin = is_stop(p, b, tok) || left <= 0 || len + 1 >= p.max_context;
-      if (fin) p.active[b] = 0;
       r[0] = 1;
-      r[1] = 1;
-      r[2] = tok;
-      r[3] = fin ? 1 : 0;
-      if (w > kRecHead) r[kRecHead] = tok;
+      if (p.top2 != nullptr && !(p.top2[2 * rank] > DL_NEG_INF)) {
+        // the row had no value above -inf: no token; the request ends (the root's KV is kept)
+        p.active[b] = 0;
+        r[3] = kFinishNonfinite;
+        atomicOr(p.status, kStatusNonfinite);
+      } else {
+        p.roots[b] = tok;
+        const int left = p.remaining[b] - 1;
+        p.remaining[b] = left;
+        const bool fin = is_stop(p, b, tok) || left <= 0 || len + 1 >= p.max_context;
+        if (fin) p.active[b] = 0;
+        r[1] = 1;
+        r[2] = tok;
+        r[3] = fin ? 1 : 0;
+        if (w > kRecHead) r[kRecHead] = tok;
+      }
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     const i64 count = *p.pool_count;
-    if (count >= s_nact) *p.pool_count = count - s_nact;
+    if (count >= s_nact && count <= p.pool_capacity) *p.pool_count = count - s_nact;
   }
   __syncthreads();
   int still = 0;
@@ -227,26 +282,41 @@ ar_commit(const __grid_constant__ StepParams p) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
+limit_records(const __grid_constant__ StepParams p) {
+  const int b = threadIdx.x;
+  if (b >= p.bs) return;
+  const int w = p.record_width;
+  i32* r = p.records + (i64)b * w;
+  const int n = r[1];
+  if (n <= 0) return;
+  const int left = p.remaining[b] - n;
+  p.remaining[b] = left;
+  if (left > 0) return;
+  // max new tokens reached: keep the first n + left tokens, drop the rest, end the request.
+  // Committed KV follows the kept tokens: the root and the nodes of the first keep - 1 of them.
+  const int keep = n + left < 0 ? 0 : n + left;
+  for (int i = keep; i < n && kRecHead + i < w; ++i) r[kRecHead + i] = -1;
+  r[1] = keep;
+  if (keep < n) r[2] = -1;  // the bonus (the last token) was dropped
+  if (r[3] == 0) r[3] = 1;
+  p.active[b] = 0;
+  if (p.accepted_count != nullptr) {
+    const int a = p.accepted_count[b];
+    if (a > keep) {
+      p.accepted_count[b] = keep;
+      r[0] = keep;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
 publish_records(const __grid_constant__ StepParams p) {
   extern __shared__ i32 rec[];  // [bs * record_width]
   const int w = p.record_width;
   for (int i = threadIdx.x; i < p.bs * w; i += blockDim.x) rec[i] = p.records[i];
-  __syncthreads();
-  const int b = threadIdx.x;
-  if (b < p.bs) {
-    i32* r = rec + b * w;
-    const int n = r[1];
-    if (n > 0) {
-      const int left = p.remaining[b] - n;
-      p.remaining[b] = left;
-      if (left <= 0) {  // max new tokens reached: drop what is past the limit, end the request
-        const int keep = n + left;  // n + left <= n
-        for (int i = (keep < 0 ? 0 : keep); i < n && kRecHead + i < w; ++i) r[kRecHead + i] = -1;
-        r[1] = keep < 0 ? 0 : keep;
-        r[3] = 1;
-        p.active[b] = 0;
-      }
-    }
+  if (threadIdx.x == 0 && p.tree_state != nullptr) {
+    const int bits = static_cast<int>(p.tree_state[2]);
+    if (bits) atomicOr(p.status, bits);
   }
   __syncthreads();
   int still = 0;

@@ -71,12 +71,19 @@ class TreeSteps:
         return [self.plan.pool, self._pool]
 
     def reset(self) -> None:
-        """Nothing per request: the plan's counters are zero between launches."""
+        """Nothing per request: the build re-arms the plan's counters itself; only stale errors go."""
+        self.plan.errors.clear()
 
     def build_and_compile(self, stream) -> None:
         self.plan.build(stream, self.draft_logits, self.state)
         self.plan.compile(stream, self.state)
 
-    def accept_and_commit(self, stream, logits) -> None:
+    def accept(self, stream, logits) -> None:
         self.plan.accept(stream, self.state, target_logits=logits)
+
+    def commit(self, stream) -> None:
         self.plan.commit(stream, self.state)
+
+    def accept_and_commit(self, stream, logits) -> None:
+        self.accept(stream, logits)
+        self.commit(stream)

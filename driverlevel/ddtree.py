@@ -41,14 +41,19 @@ from ._array import DeviceArray
 from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import as_dtype, bfloat16
+from ._device_error import DeviceErrorWord, error_defines
 from ._errors import check
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module, struct_layout_defines
 from .reference.ddtree import (
+    FINISH_DONE,
+    FINISH_NONFINITE,
+    LP_FLOOR,
     RECORD_HEADER,
     STATUS_CONTEXT_FULL,
     STATUS_KV_CAPACITY,
     STATUS_MASK_CAPACITY,
+    STATUS_NONFINITE,
     STATUS_POOL_EXHAUSTED,
     mask_words,
 )
@@ -68,6 +73,10 @@ __all__ = [
     "STATUS_CONTEXT_FULL",
     "STATUS_KV_CAPACITY",
     "STATUS_MASK_CAPACITY",
+    "STATUS_NONFINITE",
+    "FINISH_DONE",
+    "FINISH_NONFINITE",
+    "LP_FLOOR",
     "RECORD_HEADER",
     "FLAG_LEGACY_SEARCH",
     "compile_defines",
@@ -109,19 +118,22 @@ class _Params(ctypes.Structure):
         "input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices", "bitmask",
         "full_mask", "full_indptr", "qlen_mask", "qlen_indptr", "state",
         "target_logits", "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
-        "records", "mirror", "dense_cache")] + [(n, _i64) for n in (
+        "records", "mirror", "dense_cache", "error")] + [(n, _i64) for n in (
         "logits_batch_stride", "logits_row_stride", "target_row_stride", "kv_capacity", "full_capacity",
         "qlen_capacity", "max_context", "r2t_stride", "dense_layer_stride", "dense_batch_stride",
-        "dense_pos_stride", "dense_row_bytes")] + [(n, _i32) for n in (
+        "dense_pos_stride", "dense_row_bytes", "dense_window", "r2t_rows", "free_capacity")] + [(n, _i32) for n in (
         "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
         "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
         "lp_bytes", "flags")]
 
 
 def compile_defines(arch) -> dict:
-    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout, checked by static_assert."""
+    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout (checked by static_assert) and the
+    device error word's field and code numbers (:func:`driverlevel._device_error.error_defines`)."""
     normalize_arch(arch)
-    return struct_layout_defines(_Params)
+    d = struct_layout_defines(_Params)
+    d.update(error_defines())
+    return d
 
 
 def _align16(n: int) -> int:
@@ -337,8 +349,23 @@ class DDTreePlan:
     ``bitmask`` uint32 ``[max_batch * N, W]``; ``posterior`` int32 ``[max_batch * N]``;
     ``accepted_nodes`` int32 ``[max_batch, depth_limit + 1]``; ``accepted_count`` /
     ``bonus`` int32 ``[max_batch]``; ``records`` int32 ``[max_batch, 4 + depth_limit + 1]``
-    (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``); ``step``
-    int64 ``[4]`` = (alloc_base, alloc_total, status bits, 0).
+    (``[accepted_count, num_emitted, bonus, finished, emitted tokens...]``, ``finished`` =
+    0, :data:`FINISH_DONE` or :data:`FINISH_NONFINITE`); ``step`` int64 ``[4]`` =
+    (alloc_base, alloc_total, status bits, the build's status bits).
+
+    Non-finite values
+    -----------------
+    One rule for every top-K and argmax (see :mod:`driverlevel.reference.ddtree`): NaN
+    counts as -inf, ids are always in ``[0, vocab)`` and distinct; a drafter row whose
+    maximum is not finite gets log-probs of :data:`LP_FLOOR` and sets
+    :data:`STATUS_NONFINITE`; a target row with nothing above -inf has posterior 0, and a
+    walk that ends at it finishes the request with :data:`FINISH_NONFINITE`.
+
+    Bad per-step metadata
+    ---------------------
+    Checked by the kernels and reported through :attr:`errors`; :meth:`check_errors`
+    raises :class:`~driverlevel._errors.MetadataError` naming the request and field. ``max_batch *
+    max_context`` must stay below 2**31 (``kv_indptr`` is int32): checked at construction.
 
     Attributes
     ----------
@@ -370,6 +397,11 @@ class DDTreePlan:
         self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
         self.budget = _pos_int("budget", budget, 1, MAX_BUDGET)
         self.max_context = _pos_int("max_context", max_context, 1, 2**31 - 1)
+        if self.max_batch * self.max_context > 2**31 - 1:
+            # kv_indptr is int32 (SGLang's layout): every request at max_context must fit it
+            raise ValueError(f"max_batch * max_context = {self.max_batch} * {self.max_context} = "
+                             f"{self.max_batch * self.max_context} exceeds 2**31 - 1, the range of the int32 "
+                             f"kv_indptr: lower max_batch or max_context")
         self.compile_ctas = _pos_int("compile_ctas", compile_ctas, 1, 1024)
         self.logits_dtype = _logit_dtype("logits_dtype", logits_dtype)
         self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
@@ -428,8 +460,10 @@ class DDTreePlan:
         self.pool = pool
         for cname, shape, dtype in self._specs():
             setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
+        #: The device error word the kernels report bad per-step metadata in (see :meth:`check_errors`).
+        self.errors = DeviceErrorWord(self.device, label=f"DDTreePlan {name}")
         stream = self.device.create_stream()
-        self.counters.fill_bytes(0, stream)  # the build's per-request counters start (and end) at 0
+        self.counters.fill_bytes(0, stream)  # (the chunk kernel re-arms them in every build too)
         self.argmax_part.fill_bytes(0, stream)  # per-row argmax maxima: accept reads and clears them
         self.step.fill_bytes(0, stream)
         stream.synchronize()
@@ -529,13 +563,17 @@ class DDTreePlan:
         if "qlen_only" in self.mask_formats:
             p.qlen_capacity = self.qlen_mask.shape[0]
         p.paged = 1
+        p.error = self.errors.device_ptr
         if state is not None:
             p.active, p.root_tokens, p.committed_lens = state.active.ptr, state.root_tokens.ptr, state.committed_lens.ptr
             p.req_pool_indices, p.free_count = state.req_pool_indices.ptr, state.free_count.ptr
             p.req_to_token, p.free_slots = _ptr(state.req_to_token), _ptr(state.free_slots)
             if state.req_to_token is not None:
                 p.r2t_stride = state.req_to_token.shape[1]
+                p.r2t_rows = state.req_to_token.shape[0]
                 p.r2t_is64 = int(state.req_to_token.dtype.name == "int64")
+            if state.free_slots is not None:
+                p.free_capacity = state.free_slots.shape[0]
             p.budgets, p.stop_tokens = _ptr(state.budgets), _ptr(state.stop_tokens)
             p.n_stop = state.stop_tokens.shape[1] if state.stop_tokens is not None else 0
         return p
@@ -713,6 +751,7 @@ class DDTreePlan:
             p.dense_cache = c.ptr
             p.dense_layer_stride, p.dense_batch_stride, p.dense_pos_stride = c.strides[0], c.strides[1], c.strides[2]
             p.dense_row_bytes, p.dense_layers = row, c.shape[0]
+            p.dense_window = c.shape[2]
             q = self._params(state)
             q.paged = 0
             out = [self._k_dense.prepare((self.max_batch, c.shape[0], 1), _SMALL_THREADS, [p]),
@@ -725,6 +764,28 @@ class DDTreePlan:
             ln.launch(stream)
 
     # -- host helpers (not capture-safe) ----------------------------------------------------
+    def check_errors(self, stream=None) -> None:
+        """Raise if a kernel of this plan found bad per-step metadata since the last check.
+
+        The kernels check what they read (node counts, committed lengths against
+        ``max_context``, ``req_pool_indices`` against the table's rows, the pool count and
+        slot ids against the free-slot stack, ``qo_indptr`` against the plan, parents,
+        accepted nodes, target tokens against the vocabulary, root tokens), never read or
+        write out of bounds, give the bad request a defined result (no rows this step; the
+        state left as it was) and record the first failure in :attr:`errors`.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            Synchronised first (not capture-safe; call between steps).
+
+        Raises
+        ------
+        MetadataError
+            Naming the first bad request and the field (the word is cleared).
+        """
+        self.errors.check(stream)
+
     def allocate_mirror(self) -> PinnedHostBuffer:
         """A mapped pinned buffer for :meth:`accept`'s ``mirror`` (read with :meth:`read_records`)."""
         return PinnedHostBuffer.allocate(self.device, self.max_batch * self.record_width * 4, mapped=True,

@@ -226,7 +226,8 @@ def argmax_launch(device, x, index, *, m_max: int, num_rows=None, top2=None, ker
     device : Device
     x : float32 ``[>= m_max, n]``
     index : int32 ``[>= m_max]``
-        Receives the first index of each row's maximum (NaN never wins).
+        Receives the first index of each row's maximum (NaN counts as -inf; a row with
+        nothing above -inf gives 0, and its top2 maximum is -inf).
     m_max : int
         Rows of the grid.
     num_rows : int64 device scalar, optional

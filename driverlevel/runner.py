@@ -49,6 +49,7 @@ from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
 from ._compile import compile_file, normalize_arch
 from ._device import _check_device_arg
+from ._device_error import DeviceErrorWord, error_defines
 from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
@@ -62,6 +63,9 @@ __all__ = [
     "GenerationResult",
     "RECORD_HEADER",
     "RING_HEADER",
+    "STATUS_NONFINITE",
+    "FINISH_DONE",
+    "FINISH_NONFINITE",
     "compile_defines",
     "dynamic_shared_bytes",
 ]
@@ -75,6 +79,14 @@ RING_HEADER = 4
 STATUS_POOL_EMPTY = 1
 #: ``status`` bit set when kv_indices was too small.
 STATUS_KV_CAPACITY = 4
+#: ``status`` bit: a logits row had nothing above -inf (every value NaN / -inf); the request
+#: that read it finished with ``finished ==`` :data:`FINISH_NONFINITE` (the DDTree step's bits are
+#: folded into the runner's status too).
+STATUS_NONFINITE = 16
+#: The ``finished`` word of a record: 1 = stop token, max_new_tokens or a full context.
+FINISH_DONE = 1
+#: The ``finished`` word of a record: the request's next token came from a row with nothing above -inf.
+FINISH_NONFINITE = 2
 
 
 class _StepParams(ctypes.Structure):
@@ -88,7 +100,9 @@ class _StepParams(ctypes.Structure):
         ("input_ids", ctypes.c_uint64), ("positions", ctypes.c_uint64), ("out_cache_loc", ctypes.c_uint64),
         ("next_tokens", ctypes.c_uint64), ("records", ctypes.c_uint64),
         ("ring", ctypes.c_uint64), ("step_counter", ctypes.c_uint64), ("status", ctypes.c_uint64),
-        ("scratch_slot", ctypes.c_int64),
+        ("error", ctypes.c_uint64), ("top2", ctypes.c_uint64), ("accepted_count", ctypes.c_uint64),
+        ("tree_state", ctypes.c_uint64),
+        ("scratch_slot", ctypes.c_int64), ("pool_capacity", ctypes.c_int64),
         ("bs", ctypes.c_int32), ("max_context", ctypes.c_int32), ("n_stop", ctypes.c_int32),
         ("record_width", ctypes.c_int32), ("ring_slots", ctypes.c_int32), ("kv_capacity", ctypes.c_int32),
     ]
@@ -99,6 +113,7 @@ def compile_defines(arch) -> dict:
     normalize_arch(arch)
     d = {f"DL_OFF_S_{name}": getattr(_StepParams, name).offset for name, *_ in _StepParams._fields_}
     d["DL_SIZEOF_S"] = ctypes.sizeof(_StepParams)
+    d.update(error_defines())
     return d
 
 
@@ -182,6 +197,9 @@ class GenerationResult:
     tokens_per_step : float
         Mean tokens produced per (step, active request): the acceptance length.
     finished : list of bool
+    finish_codes : list of int
+        Per request, the ``finished`` word of its last record: 0 (still running),
+        :data:`FINISH_DONE` or :data:`FINISH_NONFINITE`.
     """
 
     tokens: list
@@ -189,6 +207,7 @@ class GenerationResult:
     step_seconds: list = field(default_factory=list)
     tokens_per_step: float = 0.0
     finished: list = field(default_factory=list)
+    finish_codes: list = field(default_factory=list)
 
 
 def _as_int_list(name, x, n):
@@ -210,6 +229,13 @@ class _RunnerBase:
                  max_batch: int, max_context: int, max_prompt_len: int, num_splits: int = 1,
                  prefill_splits: int = 1, max_stop_tokens: int = 4, ring_slots: int = 64, stream=None,
                  slot_seed: int = 0, name: str = "runner"):
+        for pname, v in (("max_batch", max_batch), ("max_context", max_context)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+        if int(max_batch) * int(max_context) > 2**31 - 1:
+            # kv_indptr and the kernels' kv_capacity are int32
+            raise ValueError(f"max_batch * max_context = {max_batch} * {max_context} = {int(max_batch) * int(max_context)} "
+                             f"exceeds 2**31 - 1, the range of the int32 kv_indptr: lower max_batch or max_context")
         self.device = _check_device_arg(device)
         ensure_not_capturing(f"{type(self).__name__}()")
         if (model is None) == (target_forward is None):
@@ -253,7 +279,7 @@ class _RunnerBase:
         specs = [((B,), np.int32), ((B,), np.uint8), ((B,), np.int64), ((B,), np.int32), ((B, C), np.int32),
                  ((B, self.n_stop), np.int32), ((S,), np.int64), ((1,), np.int64), ((1,), np.uint64), ((1,), np.int32),
                  ((B + 1,), np.int64), ((B + 1,), np.int32), ((B * C,), np.int64), ((R,), np.int32), ((R,), np.int64),
-                 ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32)]
+                 ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32), ((R, 2), np.float32)]
         self.state_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.state")
         sp = self.state_pool
         self.roots = sp.carve("roots", (B,), np.int32)
@@ -274,6 +300,7 @@ class _RunnerBase:
         self.out_cache_loc = sp.carve("out_cache_loc", (R,), np.int64)
         self.next_tokens = sp.carve("next_tokens", (R,), np.int32)
         self.records = sp.carve("records", (B, self.record_width), np.int32)
+        self.top2 = sp.carve("top2", (R, 2), np.float32)  # the argmax's two largest values per row
         zero = self.device.create_stream()
         sp_all = DeviceArray(sp.base, (sp.capacity,), np.uint8, self.device, owner=sp)
         sp_all.fill_bytes(0, zero)  # no request is active until reset()
@@ -286,6 +313,8 @@ class _RunnerBase:
                                               label=f"{name}.mirror")
         self._ring_host = self.ring.numpy((self.ring_slots, self.entry_words), np.int32)
         self._ring_dev = self.ring.as_array((self.ring_slots * self.entry_words,), np.int32)
+        #: The device error word the runner's kernels report bad per-step metadata in.
+        self.errors = DeviceErrorWord(self.device, label=f"{type(self).__name__} {name}")
         self._events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
         self._start_events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
 
@@ -327,6 +356,7 @@ class _RunnerBase:
         self._collected = 0
         self._outputs: list = []
         self._finished: list = []
+        self._finish_codes: list = []
         self._max_new: list = []
         self._step_tokens = 0
         self._step_active = 0
@@ -466,11 +496,13 @@ class _RunnerBase:
             self.prefill_forward(s, self.prefill_buffers)
         s.synchronize()
         self._ring_host[:] = -1
+        self.errors.clear()  # (the stream is idle: no kernel writes it now)
         self.history = []
         self._n_requests = n
         self._launched = self._collected = 0
         self._outputs = [[] for _ in range(n)]
         self._finished = [False] * n
+        self._finish_codes = [0] * n
         self._max_new = max_new
         self._step_tokens = self._step_active = 0
         self._step_seconds: list = []
@@ -577,12 +609,30 @@ class _RunnerBase:
                     self._step_tokens += len(toks)
                 if r[3] or len(self._outputs[b]) >= self._max_new[b]:
                     self._finished[b] = True
+                    self._finish_codes[b] = int(r[3]) if r[3] else FINISH_DONE
             self.last_status = int(entry[1])
             self.last_free_slots = int(entry[2])
             self.last_active = int(entry[3])
             self._collected += 1
             n += 1
+            self.check_errors()
         return n
+
+    def check_errors(self) -> None:
+        """Raise :class:`~driverlevel._errors.MetadataError` if a kernel of the step found bad per-step
+        metadata (a committed length past ``max_context``, a pool count or slot id outside the
+        pool, ...) since the last check; :meth:`collect` calls it after every step it reads.
+
+        Reads mapped memory only: call it after the step's work is complete.
+        """
+        self.errors.check()
+        tree = getattr(self, "tree", None)
+        if tree is not None:
+            tree.plan.check_errors()
+        for fwd in (getattr(self, "forward", None), self.prefill_forward):
+            att = getattr(fwd, "attention", None)
+            if att is not None and hasattr(att, "check_errors"):  # the verify attention's own word
+                att.check_errors()
 
     def step_gpu_ms(self, k: int) -> float:
         """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
@@ -658,7 +708,8 @@ class _RunnerBase:
             steps += 1
             if progress is not None:
                 progress(self._step_tokens - before)
-        return GenerationResult(self.outputs, steps, times, self.tokens_per_step, list(self._finished))
+        return GenerationResult(self.outputs, steps, times, self.tokens_per_step, list(self._finished),
+                                list(self._finish_codes))
 
     def _step_params(self) -> _StepParams:
         p = _StepParams()
@@ -669,7 +720,8 @@ class _RunnerBase:
         p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
         p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
         p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
-        p.scratch_slot = self.scratch_slot
+        p.error = self.errors.device_ptr
+        p.scratch_slot, p.pool_capacity = self.scratch_slot, self.num_slots
         p.bs, p.max_context, p.n_stop = self.max_batch, self.max_context, self.n_stop
         p.record_width, p.ring_slots, p.kv_capacity = self.record_width, self.ring_slots, self.max_batch * self.max_context
         return p
@@ -731,7 +783,9 @@ class AutoregressiveRunner(_RunnerBase):
         params = self._step_params()
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
         self._prep._keep.append(self)
-        self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:])
+        self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:],
+                                     top2=self.top2)
+        params.top2 = self.top2.ptr
         self._commit = self._prepare_record_kernel("ar_commit", params)
 
     def _launch_step(self, stream) -> None:
@@ -819,6 +873,9 @@ class DecodeStepRunner(_RunnerBase):
             self.forward = None
         params = self._step_params()
         params.records = self.tree.records.ptr
+        params.accepted_count = self.tree.plan.accepted_count.ptr
+        params.tree_state = self.tree.plan.step.ptr
+        self._limit = self._prepare_record_kernel("limit_records", params)
         self._publish = self._prepare_record_kernel("publish_records", params)
 
     def _emit_width(self) -> int:
@@ -833,5 +890,7 @@ class DecodeStepRunner(_RunnerBase):
         self.drafter.run(stream)
         self.tree.build_and_compile(stream)
         self.target_forward(stream, self.buffers)
-        self.tree.accept_and_commit(stream, self.logits)
+        self.tree.accept(stream, self.logits)
+        self._limit.launch(stream)  # max_new_tokens cuts the accepted path before its KV is committed
+        self.tree.commit(stream)
         self._publish.launch(stream)

@@ -43,8 +43,8 @@ def test_params_layout_drift_fails_the_compile():
 
 def test_params_mirror_is_packed_as_the_c_struct():
     p = ddtree._Params
-    assert ctypes.sizeof(p) == 43 * 8 + 12 * 8 + 18 * 4
-    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 43 * 8 and p.max_batch.offset == 55 * 8
+    assert ctypes.sizeof(p) == 44 * 8 + 15 * 8 + 18 * 4
+    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 44 * 8 and p.max_batch.offset == 59 * 8
 
 
 @pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])
@@ -104,3 +104,32 @@ def test_launcher_constants_match_the_kernel_source():
     assert int(const["RECORD_HEADER"]) == ddtree.RECORD_HEADER
     for name in ("POOL_EXHAUSTED", "CONTEXT_FULL", "KV_CAPACITY", "MASK_CAPACITY"):
         assert int(const[f"STATUS_{name}"]) == getattr(ddtree, f"STATUS_{name}")
+
+
+def test_plan_over_int32_kv_indptr_is_rejected_before_the_gpu():
+    """kv_indptr is int32: max_batch * max_context above 2**31 - 1 must fail at construction
+    (issue 11 item 4: two requests of 1.1e9 prefix tokens wrapped to -2094967312)."""
+    with pytest.raises(ValueError, match=r"max_batch \* max_context = 2 \* 1100000000") as ei:
+        ddtree.DDTreePlan(None, max_batch=2, depth_limit=4, vocab=1000, budget=16, max_context=1_100_000_000)
+    assert "int32" in str(ei.value) and "kv_indptr" in str(ei.value)
+    with pytest.raises(ValueError, match="max_batch \\* max_context"):
+        ddtree.DDTreePlan(None, max_batch=1024, depth_limit=4, vocab=1000, budget=16, max_context=2**21)
+
+
+def test_compile_defines_carry_the_error_word_numbers():
+    from driverlevel._device_error import error_defines
+
+    d = ddtree.compile_defines("sm_90")
+    for k, v in error_defines().items():
+        assert d[k] == v
+
+
+def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
+    from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
+
+    with pytest.raises(ValueError, match=r"max_batch \* max_context = 4 \* 1073741824"):
+        AutoregressiveRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=4,
+                             max_context=2**30, max_prompt_len=8)
+    with pytest.raises(ValueError, match=r"max_batch \* max_context"):
+        DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
+                         max_context=1_100_000_000, max_prompt_len=8)

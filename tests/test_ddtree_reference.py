@@ -101,8 +101,6 @@ def test_topk_matches_sorted_python(seed):
 
 
 def test_topk_rejects_bad_input():
-    with pytest.raises(ValueError, match="finite"):
-        topk_logprobs(np.array([[0.0, np.nan]]), 1)
     with pytest.raises(ValueError, match="k must be"):
         topk_logprobs(np.zeros((2, 3)), 4)
     with pytest.raises(ValueError, match="depth_limit, vocab"):
@@ -406,3 +404,97 @@ def test_slot_pool_conservation_over_random_rounds():
                 committed[b] = 0
                 active[b] = 1
                 roots[b] = rng.integers(1, vocab)
+
+
+# --------------------------------------------------------------------------- non-finite values (issue 11)
+
+
+def test_row_argmax_nan_is_minus_inf_and_empty_rows_give_zero():
+    x = np.array([[np.nan] * 4, [-np.inf] * 4, [np.nan, -np.inf, np.nan, -np.inf], [np.nan, -1.0, np.nan, -1.0],
+                  [1.0, np.inf, 2.0, np.inf]], np.float32)
+    ids, finite = ref.row_argmax(x)
+    assert ids.tolist() == [0, 0, 0, 1, 1]
+    assert finite.tolist() == [False, False, False, True, True]
+
+
+def test_topk_nonfinite_rows_keep_distinct_in_range_ids():
+    x = np.array([[np.nan] * 6,                                   # all NaN
+                  [-np.inf] * 6,                                  # all -inf
+                  [0.5, np.nan, -np.inf, 2.0, np.nan, -np.inf],   # two finite values, K = 4
+                  [0.0, np.inf, 1.0, 2.0, 3.0, 4.0]], np.float32)  # +inf: no distribution
+    ids, lp, lse = topk_logprobs(x, 4)
+    assert ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 3], [3, 0, 1, 2], [1, 5, 4, 3]]
+    floor = np.float32(ref.LP_FLOOR)
+    assert (lp[[0, 1, 3]] == floor).all() and np.isnan(lse[[0, 1, 3]]).all()
+    want = np.log(np.exp(2.0) + np.exp(0.5))
+    np.testing.assert_allclose(lp[2, :2], [2.0 - want, 0.5 - want], rtol=1e-6)
+    assert (lp[2, 2:] == floor).all() and np.all(np.diff(lp[2]) <= 0)
+
+
+def test_build_with_nonfinite_rows_has_no_duplicate_siblings():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 50)).astype(np.float32)
+    x[0, 1] = np.nan
+    x[0, 2, 5:] = -np.inf  # 5 finite values, K = 12
+    tb = build_tree([7], x, 12)
+    n = int(tb.node_counts[0])
+    assert n == 13
+    tok, par = tb.tokens[0, :n], tb.parents[0, :n]
+    assert ((tok[1:] >= 0) & (tok[1:] < 50)).all()
+    for p in np.unique(par[1:]):
+        kids = tok[1:][par[1:] == p]
+        assert len(set(kids.tolist())) == kids.size
+
+
+def test_accept_nonfinite_root_row_finishes_the_request():
+    logits = np.random.default_rng(1).standard_normal((6, 40)).astype(np.float32)
+    logits[0] = np.nan
+    r = _accept_one(logits)
+    assert r.posterior[0] == 0 and not r.finite[0]
+    assert r.accepted_count[0] == 1 and r.bonus[0] == -1 and r.num_emitted[0] == 0
+    assert r.finished[0] == ref.FINISH_NONFINITE and r.active[0] == 0 and r.root_tokens[0] == 100
+    assert r.status == ref.STATUS_NONFINITE
+    logits[0] = -np.inf
+    logits[0, 0] = np.nan
+    assert _accept_one(logits).finished[0] == ref.FINISH_NONFINITE
+
+
+def test_accept_nonfinite_row_on_and_off_the_path():
+    logits = np.zeros((6, 40), np.float32)
+    logits[0, 10] = logits[1, 20] = 5.0      # root -> node 1 -> node 3
+    logits[3] = -np.inf                      # node 3's row: the walk ends there
+    logits[2] = np.nan                       # node 2 is off the path: no influence
+    r = _accept_one(logits)
+    assert r.accepted_nodes[0, :3].tolist() == [0, 1, 3] and r.bonus[0] == -1
+    assert r.emitted[0, :2].tolist() == [10, 20] and r.finished[0] == ref.FINISH_NONFINITE
+    logits[3, 30] = 1.0                      # finite again: the walk goes on to node 5
+    r = _accept_one(logits)
+    assert r.accepted_nodes[0].tolist() == [0, 1, 3, 5] and r.finished[0] == 0 and r.status == 0
+
+
+def test_accept_target_tokens_out_of_vocab_count_as_not_finite():
+    tb = _batch([(HAND_TOKENS, HAND_PARENTS, HAND_DEPTHS)])
+    r = greedy_accept(tb, [0, 6], np.array([10, 500, 0, 0, 0, 0]), [1], [0], 100, 3, root_tokens=[100], vocab=200)
+    assert r.accepted_nodes[0, :2].tolist() == [0, 1] and r.posterior[1] == 0
+    assert r.finished[0] == ref.FINISH_NONFINITE and r.emitted[0, :1].tolist() == [10]
+
+
+def test_commit_dense_is_bounded_by_the_window():
+    """60 committed tokens in a window of 64, a 4-node path whose later nodes lie past it."""
+    tok = [100, 10, 11, 12, 13, 20, 21, 22, 30, 31]
+    par = [-1, 0, 0, 0, 0, 1, 1, 1, 5, 5]
+    dep = [0, 1, 1, 1, 1, 2, 2, 2, 3, 3]
+    tb = _batch([(tok, par, dep), ([200, 40], [-1, 0], [0, 1])], budget=12)
+    committed = np.array([60, 5], np.int64)
+    post = np.array([10, 20, 0, 0, 0, 31, 0, 0, 0, 77, 40, 9])
+    res = greedy_accept(tb, [0, 10, 12], post, [1, 1], committed, 64, 3)
+    assert res.accepted_nodes[0].tolist() == [0, 1, 5, 9] and res.accepted_count[0] == 4
+    cache = np.arange(2 * 2 * 64 * 3, dtype=np.float32).reshape(2, 2, 64, 3)
+    orig = cache.copy()
+    status = commit_dense(cache, res, committed)
+    assert status == STATUS_CONTEXT_FULL
+    assert res.accepted_count.tolist() == [2, 2] and res.active.tolist() == [0, 1]
+    assert committed.tolist() == [62, 7]
+    np.testing.assert_array_equal(cache[:, 0, 61], orig[:, 0, 61])  # node 1 stays at 60 + 1
+    np.testing.assert_array_equal(cache[:, 0, 62:], orig[:, 0, 62:])  # nothing from outside the window
+    np.testing.assert_array_equal(cache[:, 1, 6], orig[:, 1, 6])

@@ -215,7 +215,7 @@ def test_kernels_compile_without_spills(arch, mod):
         assert dyn["mla_gemm"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch))
         assert dyn["mla_gemm_m32"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch), 32)
     else:
-        assert set(cub.resources) == {"ar_prepare", "ar_commit", "publish_records"}
+        assert set(cub.resources) == {"ar_prepare", "ar_commit", "limit_records", "publish_records"}
 
 
 @pytest.mark.parametrize("mod, key, struct", [

@@ -20,7 +20,8 @@ from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.mla_model import Drafter, MLAModel, MLAModelConfig, argmax_launch
 from driverlevel.reference import mla_model as R
 from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
-from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
+from driverlevel._errors import MetadataError
+from driverlevel.runner import FINISH_NONFINITE, STATUS_NONFINITE, AutoregressiveRunner, DecodeStepRunner
 from driverlevel.verify_attention import VerifyMetadata
 
 pytestmark = pytest.mark.gpu
@@ -153,6 +154,31 @@ def test_argmax_ties_nan_and_top2(dev, s):
     assert t2[1, 0] == 50.0 and t2[1, 1] == 50.0
     srt = np.sort(x[4])
     assert t2[4, 0] == srt[-1] and t2[4, 1] == srt[-2]
+
+
+def test_argmax_rows_with_nothing_above_minus_inf_give_zero(dev, s):
+    """The package's rule (issue 11): NaN counts as -inf; a row with nothing above -inf gives id 0
+    and a top-1 value of -inf, whatever the mix of NaN and -inf."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 1500)).astype(np.float32)
+    x[0] = np.nan
+    x[1] = -np.inf
+    x[2] = np.where(rng.random(1500) < 0.5, np.float32(np.nan), np.float32(-np.inf))
+    x[2, 0] = np.nan
+    x[3, :] = -np.inf
+    x[3, 0] = np.nan                      # the first -inf is at 1: still 0
+    x[4, :700] = np.nan                   # NaN before a finite maximum
+    x[5, 1234] = np.inf
+    X = upload(dev, x)
+    idx = dev_array(dev, (6,), "int32")
+    idx.fill_bytes(0xA5, s)
+    top2 = dev_array(dev, (6, 2), "float32")
+    argmax_launch(dev, X, idx, m_max=6, top2=top2).launch(s)
+    got = idx.to_numpy(s)
+    assert got[:4].tolist() == [0, 0, 0, 0]
+    assert got[4] == 700 + np.argmax(x[4, 700:]) and got[5] == 1234
+    t2 = top2.to_numpy(s)
+    assert (t2[:4, 0] == -np.inf).all() and t2[4, 0] == np.nanmax(x[4]) and t2[5, 0] == np.inf
 
 
 def test_embed_rotates_the_class_by_position(dev, s, small_model):
@@ -347,3 +373,90 @@ def test_ten_thousand_replays_leak_no_slots_and_no_memory(dev, pair8):
     dev.synchronize()
     assert resets > 50
     assert dev.mem_info()[0] == free0
+
+
+# ------------------------------------------------------------------------------------ issue 11
+
+
+def test_max_new_tokens_cut_before_the_kv_commit(pair8):
+    """A step that accepts more tokens than a request may still emit commits only the KV of the
+    kept ones: the committed lengths equal the autoregressive runner's, and no slot leaks."""
+    dd, ar = pair8
+    prompts = prompts_for(np.random.default_rng(12), MEDIUM.vocab_size, (50, 40, 30, 20, 64, 10, 5, 100))
+    max_new = [1, 2, 3, 5, 7, 11, 13, 17]
+    d, a = _lossless(dd, ar, prompts, max_new)
+    assert [len(t) for t in d.tokens] == max_new
+    want = [len(p) - 1 + m for p, m in zip(prompts, max_new)]
+    assert ar.committed_lengths()[:8].tolist() == want
+    assert dd.committed_lengths()[:8].tolist() == want
+
+
+class _FixedDrafter:
+    """Random drafter logits that never change (enough to build trees)."""
+
+    def __init__(self, device, B, D, V, seed):
+        self.logits = upload(device, np.random.default_rng(seed).standard_normal((B, D, V)).astype(np.float32) * 2)
+
+    def prepare(self, roots):
+        pass
+
+    def run(self, stream):
+        pass
+
+
+def _nan_forward(stream, buffers):
+    """A target forward whose logits are all NaN (0xFF bytes)."""
+    if buffers.logits is not None:
+        buffers.logits.fill_bytes(0xFF, stream)
+
+
+@pytest.mark.parametrize("kind", ["autoregressive", "ddtree"])
+def test_nonfinite_target_logits_finish_the_requests(dev, kind):
+    """All-NaN target rows: no token is emitted (never id -1 nor a silent 0), every request
+    finishes with FINISH_NONFINITE after one step, the status says so, no slot leaks."""
+    V = 64
+    kw = dict(target_forward=_nan_forward, vocab_size=V, max_batch=3, max_context=48, max_prompt_len=8)
+    if kind == "autoregressive":
+        r = AutoregressiveRunner(dev, **kw)
+    else:
+        r = DecodeStepRunner(dev, drafter=_FixedDrafter(dev, 3, 4, V, 1), budget=8, depth_limit=4, **kw)
+    prompts = [[1, 2, 3], [4, 5], [6]]
+    for graph in (False, True):
+        res = r.generate(prompts, 5, graph=graph)
+        assert res.tokens == [[], [], []]
+        assert res.finished == [True] * 3 and res.finish_codes == [FINISH_NONFINITE] * 3
+        assert res.steps == 1
+        assert r.last_status & STATUS_NONFINITE
+        assert r.committed_lengths()[:3].tolist() == [len(p) for p in prompts]  # the roots' KV is kept
+        r.check_slots()
+
+
+def test_autoregressive_runner_reports_bad_metadata_after_collect(dev, small_model):
+    prompts = prompts_for(np.random.default_rng(9), SMALL.vocab_size, (10, 6))
+    want = R.greedy_generate_reference(small_model.weights, prompts, 8)
+    ar = AutoregressiveRunner(dev, model=small_model, max_batch=2, max_context=64, max_prompt_len=10)
+    ar.reset(prompts, 8)
+    c = ar.committed.to_numpy()
+    c[1] = 10**6
+    ar.committed.copy_from_host(c)
+    ar.step(graph=False)
+    with pytest.raises(MetadataError) as ei:
+        ar.collect()
+    assert ei.value.request == 1 and ei.value.field == "seq_lens", str(ei.value)
+    assert ar.generate(prompts, 8, graph=False).tokens == want  # the runner is fine afterwards
+    ar.check_errors()
+
+
+def test_ddtree_runner_reports_bad_metadata_after_collect(pair8):
+    dd, ar = pair8
+    prompts = prompts_for(np.random.default_rng(10), MEDIUM.vocab_size, (20, 30))
+    dd.reset(prompts, 16)
+    c = dd.committed.to_numpy()
+    c[0] = 10**6
+    dd.committed.copy_from_host(c)
+    dd.step(graph=False)
+    with pytest.raises(MetadataError) as ei:
+        dd.collect()
+    assert ei.value.request == 0 and ei.value.field == "seq_lens", str(ei.value)
+    _lossless(dd, ar, prompts, 16)
+    dd.check_errors()

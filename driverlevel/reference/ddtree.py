@@ -16,6 +16,10 @@ the root. ``K = min(budget, vocab)``.
    ordered by the lower token id first (torch.topk leaves ties unspecified; this
    is our definition). Log-probabilities ``lp = logit - lse`` in float32, where
    ``lse`` is the row's log-sum-exp rounded to float32 (:func:`topk_logprobs`).
+   Non-finite logits follow the package's one rule (below): NaN counts as -inf,
+   so ids stay distinct and in range; a log-prob that is -inf or NaN becomes
+   :data:`LP_FLOOR`, and a row whose maximum is not finite has every log-prob
+   at the floor.
 2. Best-first search with Python's ``heapq`` exactly as the reference does it.
    Heap entries are ``(-logw, ranks, parent, depth, rank, logw)``; ``logw`` is a
    Python float (float64) summed from the float32 ``lp``; ``ranks`` is the tuple
@@ -52,6 +56,21 @@ nobody else may use the pool. If ``T > count`` compile sets
 :data:`STATUS_POOL_EXHAUSTED`, hands out slot ``-1`` everywhere, and commit then
 changes nothing.
 
+Non-finite values: one rule for every argmax and top-K
+------------------------------------------------------
+NaN counts as -inf. An argmax is the first index of the row's maximum; a row with
+no value above -inf (all NaN / -inf) gives id 0 and is *not finite*. A top-K keeps
+``K`` distinct ids by (value desc, id asc). Ids are always in ``[0, vocab)``.
+
+* Accept: a not-finite target row (or a target token outside ``[0, vocab)``)
+  has posterior 0 but matches no child; when the walk ends at such a node there
+  is no bonus token, the request finishes with ``finished =``
+  :data:`FINISH_NONFINITE` and :data:`STATUS_NONFINITE` is set. Rows the walk
+  does not end at have no influence.
+* Build: a drafter row whose maximum is not finite sets
+  :data:`STATUS_NONFINITE` (in the step's status; the tree is still built,
+  from the floor log-probs).
+
 Greedy accept and stop tokens
 -----------------------------
 ``posterior[i]`` is the target's argmax at node ``i`` (the first index of the
@@ -78,7 +97,10 @@ Paged (primary): append the accepted nodes' slots to the request's row of
 the accepted count, return every other slot of the request to the pool. No KV
 moves. Dense: in a cache with a contiguous window per request, move the rows of
 the accepted nodes (at ``committed_len + node``) to the front of the window
-(``committed_len + i``), then advance ``committed_len``.
+(``committed_len + i``), then advance ``committed_len``. A node whose row
+``committed_len + node`` lies at or past the window has no KV there: the path is
+cut before it, the accepted count becomes the nodes kept, the request finishes
+and :data:`STATUS_CONTEXT_FULL` is set.
 """
 
 from __future__ import annotations
@@ -96,7 +118,12 @@ __all__ = [
     "STATUS_CONTEXT_FULL",
     "STATUS_KV_CAPACITY",
     "STATUS_MASK_CAPACITY",
+    "STATUS_NONFINITE",
+    "FINISH_DONE",
+    "FINISH_NONFINITE",
+    "LP_FLOOR",
     "RECORD_HEADER",
+    "row_argmax",
     "mask_words",
     "topk_logprobs",
     "Tree",
@@ -122,6 +149,17 @@ STATUS_CONTEXT_FULL = 2
 STATUS_KV_CAPACITY = 4
 #: ``status`` bit: a SGLang mask buffer is too small for the step (not written).
 STATUS_MASK_CAPACITY = 8
+#: ``status`` bit: a logits row had no value above -inf (NaN counts as -inf), or a target
+#: token was outside the vocabulary.
+STATUS_NONFINITE = 16
+
+#: ``finished`` of an accept record: a stop token, a full context or the token limit.
+FINISH_DONE = 1
+#: ``finished`` of an accept record: the walk ended at a node whose target row was not finite.
+FINISH_NONFINITE = 2
+
+#: The log-prob that replaces -inf and NaN (the most negative float32).
+LP_FLOOR = float(np.finfo(np.float32).min)
 
 #: int32 fields before the emitted tokens in an accept record:
 #: ``[accepted_count, num_emitted, bonus_token, finished]``.
@@ -136,6 +174,19 @@ def mask_words(budget: int) -> int:
 # --------------------------------------------------------------------------- top-K
 
 
+def row_argmax(x: object) -> tuple[np.ndarray, np.ndarray]:
+    """The package's argmax rule: ``(ids, finite)`` of every row of ``x`` ``[rows, vocab]``.
+
+    NaN counts as -inf; ``ids`` is the first index of each row's maximum, 0 for a row with no
+    value above -inf, where ``finite`` is False.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    x = np.where(np.isnan(x), np.float32(-np.inf), x)
+    finite = (x > -np.inf).any(axis=1)
+    ids = np.where(finite, np.argmax(x, axis=1), 0).astype(np.int32)
+    return ids, finite
+
+
 def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top-``k`` tokens and their log-probabilities for every depth row.
 
@@ -144,7 +195,7 @@ def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     logits : array_like of float
         ``[depth_limit, vocab]`` drafter logits (float32, or anything that
         converts to float32 exactly, e.g. bf16 widened with
-        :func:`driverlevel._dtypes.bf16_bits_to_f32`). Must be finite.
+        :func:`driverlevel._dtypes.bf16_bits_to_f32`). NaN counts as -inf.
     k : int
         ``1 <= k <= vocab``.
 
@@ -153,30 +204,36 @@ def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     ids : numpy.ndarray
         int32 ``[depth_limit, k]``, by logit descending, equal logits by lower id.
     lp : numpy.ndarray
-        float32 ``[depth_limit, k]``: ``float32(logit - lse)`` (a float32 subtraction).
+        float32 ``[depth_limit, k]``: ``max(float32(logit - lse), LP_FLOOR)`` (a float32
+        subtraction; -inf and NaN become :data:`LP_FLOOR`).
     lse : numpy.ndarray
         float32 ``[depth_limit]``: ``m + log(sum(exp(x - m)))`` computed in float64
-        (``m`` the row maximum), rounded to float32.
+        (``m`` the row maximum), rounded to float32; NaN where ``m`` is not finite (every
+        log-prob of that row is then :data:`LP_FLOOR`).
 
     Raises
     ------
     ValueError
-        Not 2-D, ``k`` out of range, or non-finite logits.
+        Not 2-D or ``k`` out of range.
     """
     x = np.asarray(logits, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"logits must be [depth_limit, vocab], got shape {x.shape}")
     if not 1 <= k <= x.shape[1]:
         raise ValueError(f"k must be in [1, vocab={x.shape[1]}], got {k}")
-    if not np.isfinite(x).all():
-        raise ValueError("logits must be finite")
+    x = np.where(np.isnan(x), np.float32(-np.inf), x)  # NaN counts as -inf
     x = x + np.float32(0.0)  # -0.0 -> +0.0, so that equal values are ordered by id only
     order = np.argsort(-x, axis=1, kind="stable")[:, :k]  # stable: equal logits keep id order
     x64 = x.astype(np.float64)
     m = x64.max(axis=1, keepdims=True)
-    lse = (m[:, 0] + np.log(np.exp(x64 - m).sum(axis=1))).astype(np.float32)
-    top = np.take_along_axis(x, order, axis=1)
-    lp = (top - lse[:, None]).astype(np.float32)
+    finite = np.isfinite(m[:, 0])
+    safe_m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        lse = (m[:, 0] + np.log(np.exp(x64 - safe_m).sum(axis=1))).astype(np.float32)
+        lse = np.where(finite, lse, np.float32(np.nan)).astype(np.float32)
+        top = np.take_along_axis(x, order, axis=1)
+        lp = (top - lse[:, None]).astype(np.float32)
+    lp = np.fmax(lp, np.float32(LP_FLOOR)).astype(np.float32)  # fmax: NaN -> the floor
     return order.astype(np.int32), lp, lse
 
 
@@ -517,7 +574,8 @@ class AcceptResult:
     bonus : int32 ``[bs]``
         The target's token after the accepted path, or -1 (none).
     finished : uint8 ``[bs]``
-        1 when a stop token was emitted or the context is full.
+        :data:`FINISH_DONE` (1) when a stop token was emitted or the context is full,
+        :data:`FINISH_NONFINITE` (2) when the walk ended at a not-finite target row.
     emitted : int32 ``[bs, depth_limit + 1]``; num_emitted : int32 ``[bs]``
         Tokens produced this step: accepted non-root tokens, then the bonus.
     active : uint8 ``[bs]``
@@ -525,9 +583,13 @@ class AcceptResult:
     root_tokens : int32 ``[bs]``
         Next roots: the bonus where the request stays active, else unchanged.
     posterior : int32 ``[total_q]``
-        The target's argmax per node.
+        The target's argmax per node (0 for a not-finite row).
+    finite : bool ``[total_q]``
+        False where the target row had no value above -inf (or the target token was
+        outside ``[0, vocab)``).
     status : int
-        :data:`STATUS_CONTEXT_FULL` if some acceptance was cut.
+        :data:`STATUS_CONTEXT_FULL` if some acceptance was cut; :data:`STATUS_NONFINITE`
+        if some request finished on a not-finite row.
     """
 
     accepted_nodes: np.ndarray
@@ -540,11 +602,12 @@ class AcceptResult:
     root_tokens: np.ndarray
     posterior: np.ndarray
     status: int
+    finite: np.ndarray | None = None
 
 
 def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: object, committed_lens: object,
                   max_context: int, depth_limit: int, root_tokens: object = None,
-                  stop_tokens: object = None) -> AcceptResult:
+                  stop_tokens: object = None, vocab: int | None = None) -> AcceptResult:
     """Temperature-0 acceptance of every request's tree.
 
     Parameters
@@ -553,8 +616,8 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     qo_indptr : array_like of int
         ``[bs + 1]`` rows of request ``b`` in ``target``.
     target : array_like
-        float ``[total_q, vocab]`` target logits (argmax taken here, first index on
-        ties) or int ``[total_q]`` target tokens.
+        float ``[total_q, vocab]`` target logits (argmax taken here by :func:`row_argmax`:
+        first index on ties, NaN as -inf) or int ``[total_q]`` target tokens.
     active : array_like of bool
         ``[bs]`` active flags at accept time.
     committed_lens : array_like of int
@@ -566,6 +629,9 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         ``[bs]`` current roots (default -1); the result's ``root_tokens`` updates them.
     stop_tokens : array_like of int, optional
         ``[bs, n_stop]`` per-request stop tokens, -1 padded.
+    vocab : int, optional
+        With target tokens: tokens outside ``[0, vocab)`` count as not-finite rows
+        (default: only negative tokens do).
 
     Returns
     -------
@@ -574,7 +640,12 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     qo = np.asarray(qo_indptr).astype(np.int64)
     bs = qo.shape[0] - 1
     tgt = np.asarray(target)
-    post = (np.argmax(tgt, axis=1) if tgt.ndim == 2 else tgt).astype(np.int32)
+    if tgt.ndim == 2:
+        post, finite = row_argmax(tgt) if tgt.shape[0] else (np.zeros(0, np.int32), np.zeros(0, bool))
+    else:
+        post = tgt.astype(np.int64)
+        finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
+        post = np.where(finite, post, 0).astype(np.int32)
     act = np.asarray(active).astype(bool)
     committed = np.asarray(committed_lens).astype(np.int64)
     stops = np.full((bs, 0), -1) if stop_tokens is None else np.asarray(stop_tokens).astype(np.int64)
@@ -585,31 +656,39 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         emitted=np.full((bs, width), -1, np.int32), num_emitted=np.zeros(bs, np.int32),
         active=act.astype(np.uint8),
         root_tokens=(np.full(bs, -1, np.int32) if root_tokens is None else np.asarray(root_tokens).astype(np.int32).copy()),
-        posterior=post, status=0)
+        posterior=post, status=0, finite=finite)
     for b in range(bs):
         n = int(qo[b + 1] - qo[b])
         if not act[b] or n == 0:
             continue
         is_stop = lambda t: t >= 0 and bool(np.any(stops[b] == t))  # noqa: E731,B023
         par, tok, p = trees.parents[b, :n], trees.tokens[b, :n], post[qo[b]:qo[b] + n]
-        cur, path, finished = 0, [0], False
-        while True:
+        fin = finite[qo[b]:qo[b] + n]
+        cur, path, finished = 0, [0], 0
+        while fin[cur]:  # a not-finite row matches no child
             kids = np.flatnonzero((par == cur) & (tok == p[cur]))
             if kids.size == 0:
                 break
             cur = int(kids[0])
             path.append(cur)
             if is_stop(int(tok[cur])):
-                finished = True
+                finished = FINISH_DONE
                 break
-        bonus = -1 if finished else int(p[cur])
+        bonus = -1
+        if not finished:
+            if fin[cur]:
+                bonus = int(p[cur])
+            else:
+                finished = FINISH_NONFINITE
         room = int(max_context - committed[b])
         if len(path) > room:
             path = path[:max(room, 0)]
-            finished, bonus = True, -1
+            finished, bonus = FINISH_DONE, -1
             res.status |= STATUS_CONTEXT_FULL
+        if finished == FINISH_NONFINITE:
+            res.status |= STATUS_NONFINITE
         if bonus >= 0 and is_stop(bonus):
-            finished = True
+            finished = FINISH_DONE
         a = len(path)
         res.accepted_nodes[b, :a] = path
         res.accepted_count[b] = a
@@ -675,22 +754,42 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     pool.count = top
 
 
-def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarray) -> None:
+def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarray) -> int:
     """Move accepted rows to the front of each request's appended window; in place.
 
     Parameters
     ----------
     cache : numpy.ndarray
-        ``[num_layers, bs, max_context, ...]``; request ``b``'s node ``i`` sits at
-        position ``committed_lens[b] + i`` of every layer.
+        ``[num_layers, bs, window, ...]``; request ``b``'s node ``i`` sits at position
+        ``committed_lens[b] + i`` of every layer.
     res : AcceptResult
+        Where a node's row ``committed_lens[b] + node`` lies at or past the window, the
+        path is cut before it: ``res.accepted_count[b]`` becomes the nodes kept and the
+        request finishes (``res.active[b] = 0``); the accept records (already published)
+        and ``accepted_nodes`` are left as they were.
     committed_lens : numpy.ndarray
-        int ``[bs]``; advanced by the accepted counts.
+        int ``[bs]``; advanced by the (kept) accepted counts.
+
+    Returns
+    -------
+    int
+        :data:`STATUS_CONTEXT_FULL` if a path was cut, else 0.
     """
+    window = cache.shape[2]
+    status = 0
     for b in range(committed_lens.shape[0]):
         a = int(res.accepted_count[b])
         c = int(committed_lens[b])
-        for i, node in enumerate(res.accepted_nodes[b, :a]):
+        nodes = [int(v) for v in res.accepted_nodes[b, :a]]
+        keep = 0
+        while keep < a and c + nodes[keep] < window:
+            keep += 1
+        if keep < a:
+            res.accepted_count[b] = keep
+            res.active[b] = 0
+            status |= STATUS_CONTEXT_FULL
+        for i, node in enumerate(nodes[:keep]):
             if node != i:  # node >= i, increasing: ascending order never overwrites a source
-                cache[:, b, c + i] = cache[:, b, c + int(node)]
-        committed_lens[b] = c + a
+                cache[:, b, c + i] = cache[:, b, c + node]
+        committed_lens[b] = c + keep
+    return status
