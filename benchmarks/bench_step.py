@@ -96,7 +96,6 @@ def main(argv=None) -> int:
     import driverlevel as dl
     from driverlevel.mla_model import MLAModel, MLAModelConfig
     from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
-    from driverlevel.verify_attention import suggest_num_splits
 
     if dl.device_count() == 0:
         print("bench_step needs a CUDA GPU", file=sys.stderr)
@@ -108,9 +107,7 @@ def main(argv=None) -> int:
     # Latency runs replay up to 2 * steps with requests that must not finish: a long context.
     long_new = 2 * a.steps * (a.depth_limit + 1) + 8
     max_context = a.prompt_len + max(long_new, a.max_new_tokens) + a.budget + 2
-    kv_len = a.prompt_len + a.max_new_tokens // 2
-    splits = a.num_splits or suggest_num_splits(dev, a.batch, a.budget + 1, a.heads, kv_len)
-    ar_splits = a.num_splits or suggest_num_splits(dev, a.batch, 1, a.heads, kv_len)
+    splits = ar_splits = a.num_splits  # None: the verify attention's scheduler splits on the GPU
     model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed))
     s = dev.create_stream()
     dd = DecodeStepRunner(dev, model=model, max_batch=a.batch, budget=a.budget, depth_limit=a.depth_limit,

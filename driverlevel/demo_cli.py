@@ -164,7 +164,6 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     from ._device import Device, driver_version
     from .mla_model import MLAModel, MLAModelConfig
     from .runner import AutoregressiveRunner, DecodeStepRunner
-    from .verify_attention import suggest_num_splits
 
     t_start = time.perf_counter()
     rep = DemoReport()
@@ -189,9 +188,7 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     prompts = _prompts(rng, B, opts["prompt_len"], V)
     max_prompt = max(len(x) for x in prompts)
     max_context = max_prompt + max_new + budget + 2
-    kv_len = max_prompt + max_new // 2
-    splits = opts["num_splits"] or suggest_num_splits(dev, B, budget + 1, H, kv_len)
-    ar_splits = opts["num_splits"] or suggest_num_splits(dev, B, 1, H, kv_len)
+    splits = ar_splits = opts["num_splits"]  # None: the verify attention's scheduler splits on the GPU
 
     # -- build and compile -----------------------------------------------------------------
     t0 = time.perf_counter()
@@ -221,10 +218,10 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
         ", ".join(f"{c['source']} {'cache hit' if c['cache_hit'] else 'compiled'}" for c in cubins))
     rep.compile = {"seconds": compile_s, "cubins": cubins}
     rep.config = {"heads": H, "vocab": V, "d_model": cfg.d_model, "batch": B, "budget": budget, "depth_limit": L,
-                  "prompt_lens": [len(x) for x in prompts], "max_new_tokens": max_new, "num_splits": splits,
-                  "ar_num_splits": ar_splits, "seed": opts["seed"], "arch": arch, "max_context": max_context}
+                  "prompt_lens": [len(x) for x in prompts], "max_new_tokens": max_new, "num_splits": splits or 0,
+                  "ar_num_splits": ar_splits or 0, "seed": opts["seed"], "arch": arch, "max_context": max_context}
     log(f"plan: batch {B}, prompts of {min(rep.config['prompt_lens'])}..{max_prompt} tokens, {max_new} new tokens "
-        f"each, tree budget {budget} (+ root), depth limit {L}, num_splits {splits} (tree) / {ar_splits} (chain), "
+        f"each, tree budget {budget} (+ root), depth limit {L}, split cap {splits or 'none (scheduled on the GPU)'}, "
         f"max context {max_context}")
 
     # -- capture ------------------------------------------------------------------------------
@@ -358,7 +355,8 @@ def _finite(obj):
 @click.option("--steps", default=1000, show_default=True, type=click.IntRange(1),
               help="Most DDTree steps of the timed run (it stops earlier when every request is done).")
 @click.option("--num-splits", default=None, type=click.IntRange(1, 1024),
-              help="Split-KV factor of the verify attention (default: suggested for the shapes).")
+              help="Cap on the verify attention's split-KV pieces per (request, row tile) pair "
+                   "(default: none; its scheduler kernel splits each step's work on the GPU).")
 @click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for (default: the GPU's).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of weights, prompts and noise.")
 @click.option("--vocab", default=32768, show_default=True, type=click.IntRange(64, 1 << 20),

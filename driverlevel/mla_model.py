@@ -532,7 +532,7 @@ class MLAModel:
         return self.successor
 
     # -- plans -------------------------------------------------------------------------------
-    def forward_plan(self, *, max_batch: int, max_q: int, num_splits: int, mask_format="bitmask",
+    def forward_plan(self, *, max_batch: int, max_q: int, num_splits: int | None = None, mask_format="bitmask",
                      name: str = "target", attention=None) -> "ForwardPlan":
         """A :class:`ForwardPlan` for verify calls of up to ``max_batch`` requests of ``max_q`` rows."""
         return ForwardPlan(self, max_batch=max_batch, max_q=max_q, num_splits=num_splits,
@@ -553,8 +553,9 @@ class ForwardPlan:
     max_batch, max_q : int
         Most requests and rows (draft tokens) per request of one call; ``max_rows =
         max_batch * max_q``.
-    num_splits : int
-        Split-KV factor of the verify attention.
+    num_splits : int, optional
+        Cap on the verify attention's split-KV pieces per (request, row tile) pair; default
+        None (its scheduler kernel splits each step's work on the GPU).
     mask_format : {"bitmask", "causal", "full", "qlen_only"}
     name : str
         Prefix of the pool labels.
@@ -580,13 +581,13 @@ class ForwardPlan:
     reused while the buffers stay the same.
     """
 
-    def __init__(self, model: MLAModel, *, max_batch: int, max_q: int, num_splits: int, mask_format="bitmask",
+    def __init__(self, model: MLAModel, *, max_batch: int, max_q: int, num_splits: int | None = None, mask_format="bitmask",
                  name: str = "target", attention=None):
         from .verify_attention import VerifyAttention
 
         self.model = model
         self.device = model.device
-        for pname, v in (("max_batch", max_batch), ("max_q", max_q), ("num_splits", num_splits)):
+        for pname, v in (("max_batch", max_batch), ("max_q", max_q), ("num_splits", 1 if num_splits is None else num_splits)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{pname} must be a positive int, got {v!r}")
         self.max_batch, self.max_q = int(max_batch), int(max_q)
@@ -595,7 +596,7 @@ class ForwardPlan:
         H, D = c.num_heads, c.d_model
         if attention is None:
             attention = VerifyAttention(self.device, H, max_batch=self.max_batch, max_q=self.max_q,
-                                        num_splits=int(num_splits), sm_scale=c.sm_scale, mask_format=mask_format,
+                                        num_splits=num_splits, sm_scale=c.sm_scale, mask_format=mask_format,
                                         name=f"{name}.attention")
         elif attention.num_heads != H or attention.max_batch < self.max_batch or attention.max_q < self.max_q:
             raise ValueError(f"attention plan {attention!r} does not cover {H} heads, batch {self.max_batch}, "

@@ -226,7 +226,7 @@ class _RunnerBase:
     _rows_per_request = 1
 
     def __init__(self, device, *, model=None, target_forward=None, vocab_size: int | None = None,
-                 max_batch: int, max_context: int, max_prompt_len: int, num_splits: int = 1,
+                 max_batch: int, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  prefill_splits: int = 1, max_stop_tokens: int = 4, ring_slots: int = 64, stream=None,
                  slot_seed: int = 0, name: str = "runner"):
         for pname, v in (("max_batch", max_batch), ("max_context", max_context)):
@@ -241,7 +241,8 @@ class _RunnerBase:
         if (model is None) == (target_forward is None):
             raise ValueError("pass exactly one of model= (an MLAModel) or target_forward= (a callable)")
         for pname, v in (("max_batch", max_batch), ("max_context", max_context), ("max_prompt_len", max_prompt_len),
-                         ("num_splits", num_splits), ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
+                         ("num_splits", 1 if num_splits is None else num_splits), ("prefill_splits", prefill_splits),
+                         ("ring_slots", ring_slots)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{pname} must be a positive int, got {v!r}")
         if max_batch > 256:
@@ -259,7 +260,7 @@ class _RunnerBase:
         self.max_prompt_len = int(max_prompt_len)
         if self.max_prompt_len > self.max_context:
             raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
-        self.num_splits = int(num_splits)
+        self.num_splits = None if num_splits is None else int(num_splits)
         self.n_stop = int(max_stop_tokens)
         self.ring_slots = int(ring_slots)
         self.slot_seed = int(slot_seed)
@@ -754,15 +755,16 @@ class AutoregressiveRunner(_RunnerBase):
     max_context : int
         Most tokens (prompt + generated) of one request.
     max_prompt_len : int
-    num_splits : int
-        Split-KV factor of the verify attention.
+    num_splits : int, optional
+        Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
+        default None: its scheduler kernel splits each step's work on the GPU.
     """
 
     kind = "autoregressive"
     _rows_per_request = 1
 
     def __init__(self, device, *, model=None, target_forward=None, vocab_size=None, max_batch: int,
-                 max_context: int, max_prompt_len: int, num_splits: int = 1, name: str = "ar", **kw):
+                 max_context: int, max_prompt_len: int, num_splits: int | None = None, name: str = "ar", **kw):
         super().__init__(device, model=model, target_forward=target_forward, vocab_size=vocab_size,
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
@@ -819,8 +821,9 @@ class DecodeStepRunner(_RunnerBase):
     max_context : int
         Most tokens (prompt + generated) of one request.
     max_prompt_len : int
-    num_splits : int
-        Split-KV factor of the verify attention (baked into the graph).
+    num_splits : int, optional
+        Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
+        default None: its scheduler kernel splits each step's work on the GPU.
     draft_noise, draft_scale, draft_seed : float, float, int
         Parameters of the default drafter.
 
@@ -836,7 +839,7 @@ class DecodeStepRunner(_RunnerBase):
     kind = "ddtree"
 
     def __init__(self, device, *, model=None, target_forward=None, drafter=None, vocab_size=None, max_batch: int,
-                 budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int = 1,
+                 budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  draft_noise: float = 1.0, draft_scale: float = 4.0, draft_seed: int = 0, name: str = "ddtree", **kw):
         if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= 512:
             raise ValueError(f"budget must be an int in [1, 512], got {budget!r}")
