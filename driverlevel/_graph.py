@@ -459,15 +459,20 @@ class GraphExec:
         CudaError
             If ``cuGraphLaunch`` fails.
         """
-        dev = self.device
-        pushed = dev._push()
-        try:
-            (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
-            if err:
-                check("cuGraphLaunch", (err,))
-        finally:
-            if pushed:
-                dev._pop()
+        # Optimistic: the hot path is one cuGraphLaunch. Only if the driver refuses it (no
+        # context current, or another one) is the primary context pushed for a second try,
+        # and popped again; that try's error is the one raised.
+        (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+        if err:
+            dev = self.device
+            pushed = dev._push()
+            try:
+                (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+                if err:
+                    check("cuGraphLaunch", (err,))
+            finally:
+                if pushed:
+                    dev._pop()
 
     replay = launch
 

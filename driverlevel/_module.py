@@ -211,19 +211,24 @@ class PreparedLaunch:
         CudaError
             If ``cuLaunchKernel`` fails; the message names the kernel and configuration.
         """
-        dev = self._ctx_dev
-        pushed = dev._push()
-        try:
-            g, b = self.grid, self.block
-            (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                           stream.handle, self._argv_addr, 0)
-            if err:
-                check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
-            if _capture_guard._keep_by_id:  # a driverlevel capture is in progress somewhere
-                _capture_guard.note_use(stream, self)
-        finally:
-            if pushed:
-                dev._pop()
+        g, b = self.grid, self.block
+        # Optimistic: one cuLaunchKernel on the hot path; only if the driver refuses it (no
+        # context current, or another one) is the primary context pushed for a second try.
+        (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                       stream.handle, self._argv_addr, 0)
+        if err:
+            dev = self._ctx_dev
+            pushed = dev._push()
+            try:
+                (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                               stream.handle, self._argv_addr, 0)
+                if err:
+                    check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
+            finally:
+                if pushed:
+                    dev._pop()
+        if _capture_guard._keep_by_id:  # a driverlevel capture is in progress somewhere
+            _capture_guard.note_use(stream, self)
 
 
 def _dim3(d, what):
