@@ -23,7 +23,11 @@
 //   key_tiles(b) + OVH units (OVH: the fixed cost of a Q-tile load and an epilogue, charged once
 //   per pair, as FlashMLA's metadata kernel charges each split a few blocks). Part p covers
 //   [cut(p), cut(p+1)) with cut(p) = min(p * per_part, total); a cut inside a pair's key tiles
-//   splits that pair. The scheduler also lists the split pairs for the combine kernel.
+//   splits that pair. The scheduler also lists the split pairs for the combine kernel. When every
+//   pair costs at most half a part, no pair is split: the partial CTAs then take whole pairs in
+//   order from a counter (reset by the scheduler on every replay), so the CTAs free first take
+//   the next pair, and row tiles of one request run side by side (L2 reuse), like a grid of one
+//   CTA per pair but without its launch cost.
 //   (FlashMLA's get_mla_metadata does the same on the device; see shared/research
 //   verify_kernel.md section 4.)
 //
@@ -44,7 +48,9 @@
 //
 // verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
 //   For each split pair listed by this replay's scheduler, merges exactly the partial slots
-//   this replay wrote (never a stale one) by their LSE.
+//   this replay wrote (never a stale one) by their LSE: the pieces' slots and weights go to
+//   shared memory first (lane-parallel), then each warp streams its 128 columns of every
+//   piece with four loads in flight. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_OVH_TILES.
@@ -117,7 +123,7 @@ struct VerifyAttnParams {
   float* o_part;              // [2 * num_parts, M, 512] fp32 partial outputs
   float* lse_part;            // [2 * num_parts, M] fp32 partial LSE (base 2, scaled)
   VaRequest* reqs;            // [max_batch] written by the scheduler
-  VaCut* cuts;                // [num_parts + 1]
+  VaCut* cuts;                // [num_parts + 2]: the cuts, then a header {mode, pairs, counter, 0}
   VaEntry* entries;           // [num_parts]
   dl::DeviceErrorWord* err;   // mapped pinned error word, or null
   i64 q_rows;                 // rows of q, out and out_cache_loc (the buffers' size)
@@ -434,6 +440,14 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
     p.cuts[q] = cut;
     s_cuts[q] = cut;
   }
+  if (tid == 0) {  // the header: dynamic mode, pair count, and the pair counter reset for this replay
+    VaCut hdr;
+    hdr.b = whole_pairs ? 1 : 0;
+    hdr.r = carry_pairs;
+    hdr.t = 0;
+    hdr.gp = 0;
+    p.cuts[G + 1] = hdr;
+  }
   __syncthreads();
 
   // Combine entries: the lowest cut inside a split pair X lists X's pieces.
@@ -685,9 +699,28 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int part = blockIdx.x;
   if (part >= p.num_parts) return;
+  const int B = p.batch_size;
+  const VaCut hdr = p.cuts[p.num_parts + 1];
+  if (hdr.b == 1) {  // whole pairs: take them in order from a counter, as CTAs free up
+    __shared__ int s_next;
+    int b = 0, base = 0;  // request b's first pair is pair `base`
+    for (;;) {
+      if (threadIdx.x == 0) s_next = atomicAdd(&p.cuts[p.num_parts + 1].t, 1);
+      __syncthreads();  // (also: every warp is done with the previous pair's shared memory)
+      const int gp = s_next;
+      __syncthreads();
+      if (gp >= hdr.r) return;
+      while (b < B && gp >= base + p.reqs[b].row_tiles) {
+        base += p.reqs[b].row_tiles;
+        ++b;
+      }
+      if (b >= B) return;
+      const VaRequest rq = p.reqs[b];
+      attend_segment(p, smem, b, rq, gp - base, 0, rq.key_tiles, true, 0);
+    }
+  }
   const VaCut s = p.cuts[part];
   const VaCut e = p.cuts[part + 1];
-  const int B = p.batch_size;
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
   for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {
     const VaRequest rq = p.reqs[b];
@@ -707,62 +740,106 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
 // ---------------------------------------------------------------------------------------------
 // The combine kernel: merges the pieces of each split pair this replay's scheduler listed.
 // ---------------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
+  constexpr int kRows = 2;          // rows per CTA; 4 warps of 128 value columns each
+  constexpr int kMaxPieces = 1024;  // VerifyAttention.MAX_PARTS
+  __shared__ int s_slot[kMaxPieces];
+  __shared__ float s_w[kRows][kMaxPieces];
+  __shared__ float s_inv[kRows], s_lse[kRows];
+  if (blockIdx.x >= p.num_parts) return;
   const VaEntry ent = p.entries[blockIdx.x];
-  if (ent.b < 0 || blockIdx.x >= p.num_parts) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row_in_tile = blockIdx.y * 2 + (warp >> 2);
-  const int quarter = warp & 3;  // 128 value columns each
+  if (ent.b < 0) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rloc = warp >> 2, quarter = warp & 3;
   const VaRequest rq = p.reqs[ent.b];
   const int H = p.num_heads;
+  const int row_in_tile = blockIdx.y * kRows + rloc;
   const int row = ent.r * M + row_in_tile;
-  if (row_in_tile >= M || row >= rq.q_len * H) return;
-  const i64 grow = rq.q_start * H + row;
+  const bool valid = row_in_tile < M && row < rq.q_len * H;
+  const int n = min(ent.p_last - ent.p_first + 1, kMaxPieces);
   const int gp = p.cuts[ent.p_first + 1].gp;  // the split pair's global index
 
   // piece k lives in part p_first + k; its slot is 2*part, except the first piece, which is
   // the last segment of part p_first (slot 2*p_first + 1) unless that part starts at the pair.
-  const int n = ent.p_last - ent.p_first + 1;
-  auto piece_slot = [&](int k) -> int {
+  for (int k = tid; k < n; k += blockDim.x) {
     const int part = ent.p_first + k;
+    int sl;
     if (k == 0) {
       const VaCut c0 = p.cuts[part];
-      return (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
+      sl = (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
+    } else {
+      const VaCut a = p.cuts[part], z = p.cuts[part + 1];
+      sl = (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
     }
-    const VaCut a = p.cuts[part], z = p.cuts[part + 1];
-    return (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
-  };
-  float mx = DL_NEG_INF;
-  for (int k = lane; k < n; k += 32) {
-    const int sl = piece_slot(k);
-    if (sl >= 0) mx = fmaxf(mx, p.lse_part[(i64)sl * M + row_in_tile]);
+    s_slot[k] = sl;
   }
-  mx = dl::warp_max(mx);
-  const float base = mx == DL_NEG_INF ? 0.f : mx;
-  float sum = 0.f;
-  for (int k = lane; k < n; k += 32) {
-    const int sl = piece_slot(k);
-    if (sl >= 0) sum += exp2f(p.lse_part[(i64)sl * M + row_in_tile] - base);
+  __syncthreads();
+  if (valid && quarter == 0) {  // this row's weights, lane-parallel over the pieces
+    float mx = DL_NEG_INF;
+    for (int k = lane; k < n; k += 32) {
+      const int sl = s_slot[k];
+      const float l = sl >= 0 ? p.lse_part[(i64)sl * M + row_in_tile] : DL_NEG_INF;
+      s_w[rloc][k] = l;
+      mx = fmaxf(mx, l);
+    }
+    mx = dl::warp_max(mx);
+    const float base = mx == DL_NEG_INF ? 0.f : mx;
+    float sum = 0.f;
+    for (int k = lane; k < n; k += 32) {
+      const float w = exp2f(s_w[rloc][k] - base);  // 0 for -inf; NaN stays NaN
+      s_w[rloc][k] = w;
+      sum += w;
+    }
+    sum = dl::warp_sum(sum);
+    if (lane == 0) {
+      s_inv[rloc] = sum == 0.f ? 0.f : 1.f / sum;
+      s_lse[rloc] = sum == 0.f ? DL_NEG_INF : (mx + log2f(sum)) * kLn2;
+    }
   }
-  sum = dl::warp_sum(sum);
+  __syncthreads();
+  if (!valid) return;
+  // Every piece listed was written in this replay (a piece with no visible key holds zeros), so
+  // the loads need no guard; four are kept in flight.
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int k = 0; k < n; ++k) {
-    const int sl = piece_slot(k);
+  const float4* o4 = reinterpret_cast<const float4*>(p.o_part);
+  const i64 col = quarter * 32 + lane;
+  int k = 0;
+  auto piece = [&](int kk, float& w) -> float4 {
+    const int sl = s_slot[kk];
+    w = sl >= 0 ? s_w[rloc][kk] : 0.f;
+    return o4[((i64)(sl >= 0 ? sl : s_slot[0]) * M + row_in_tile) * (kV / 4) + col];  // piece 0: written
+  };
+  auto fma4 = [&](float w, const float4& v) {
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  };
+  for (; k + 4 <= n; k += 4) {
+    float w0, w1, w2, w3;
+    const float4 v0 = piece(k, w0), v1 = piece(k + 1, w1), v2 = piece(k + 2, w2), v3 = piece(k + 3, w3);
+    fma4(w0, v0);
+    fma4(w1, v1);
+    fma4(w2, v2);
+    fma4(w3, v3);
+  }
+  for (; k < n; ++k) {
+    const int sl = s_slot[k];
     if (sl < 0) continue;
-    const float w = exp2f(p.lse_part[(i64)sl * M + row_in_tile] - base);
-    if (w == 0.f) continue;  // a piece with no visible key (its partial output is all zero)
-    const float4 v = reinterpret_cast<const float4*>(p.o_part + ((i64)sl * M + row_in_tile) * kV)[quarter * 32 + lane];
+    const float w = s_w[rloc][k];
+    const float4 v = o4[((i64)sl * M + row_in_tile) * (kV / 4) + col];
     acc.x += w * v.x;
     acc.y += w * v.y;
     acc.z += w * v.z;
     acc.w += w * v.w;
   }
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const float inv = s_inv[rloc];
+  const i64 grow = rq.q_start * H + row;
   uint2 packed;
   packed.x = dl::pack_bf16x2(acc.x * inv, acc.y * inv);
   packed.y = dl::pack_bf16x2(acc.z * inv, acc.w * inv);
-  *reinterpret_cast<uint2*>(p.out + grow * kV + (quarter * 32 + lane) * 4) = packed;
-  if (p.lse != nullptr && quarter == 0 && lane == 0) p.lse[grow] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : DL_NEG_INF;
+  *reinterpret_cast<uint2*>(p.out + grow * kV + col * 4) = packed;
+  if (p.lse != nullptr && quarter == 0 && lane == 0) p.lse[grow] = s_lse[rloc];
 }

@@ -129,7 +129,7 @@ def test_workspace_formula_is_bounded_by_the_grid():
     assert partial_workspace_bytes(132, 64) == 2 * 132 * 64 * 513 * 4 == 34_670_592
     assert partial_workspace_bytes(188, 32) == 24_689_664
     assert partial_workspace_bytes(132, 64) < 64 * 2**20  # the seed configuration's target
-    assert scheduler_bytes(8, 132) == 40 * 8 + 32 * 132 + 16
+    assert scheduler_bytes(8, 132) == 40 * 8 + 32 * 132 + 32
 
 
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])
