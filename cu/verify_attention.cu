@@ -23,11 +23,9 @@
 //   key_tiles(b) + OVH units (OVH: the fixed cost of a Q-tile load and an epilogue, charged once
 //   per pair, as FlashMLA's metadata kernel charges each split a few blocks). Part p covers
 //   [cut(p), cut(p+1)) with cut(p) = min(p * per_part, total); a cut inside a pair's key tiles
-//   splits that pair. The scheduler also lists the split pairs for the combine kernel. When every
-//   pair costs at most half a part, no pair is split: the partial CTAs then take whole pairs in
-//   order from a counter (reset by the scheduler on every replay), so the CTAs free first take
-//   the next pair, and row tiles of one request run side by side (L2 reuse), like a grid of one
-//   CTA per pair but without its launch cost.
+//   splits that pair. The scheduler also lists the split pairs for the combine kernel. (Measured
+//   and rejected on the H200, BENCHMARKS.md: rounding cuts to pair boundaries when pairs are
+//   small, and CTAs taking whole pairs from an atomic counter; both were slower.)
 //   (FlashMLA's get_mla_metadata does the same on the device; see shared/research
 //   verify_kernel.md section 4.)
 //
@@ -123,7 +121,7 @@ struct VerifyAttnParams {
   float* o_part;              // [2 * num_parts, M, 512] fp32 partial outputs
   float* lse_part;            // [2 * num_parts, M] fp32 partial LSE (base 2, scaled)
   VaRequest* reqs;            // [max_batch] written by the scheduler
-  VaCut* cuts;                // [num_parts + 2]: the cuts, then a header {mode, pairs, counter, 0}
+  VaCut* cuts;                // [num_parts + 1]
   VaEntry* entries;           // [num_parts]
   dl::DeviceErrorWord* err;   // mapped pinned error word, or null
   i64 q_rows;                 // rows of q, out and out_cache_loc (the buffers' size)
@@ -405,22 +403,17 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   if (p.split_cap > 0) per_part = max(per_part, (i64)((max_pair + p.split_cap - 1) / p.split_cap));
   if (per_part < 1) per_part = 1;
 
-  // Cut p at unit min(p * per_part, total). When every pair is at most half a part, cuts are
-  // rounded to the nearest pair boundary: whole pairs start at key 0 together, so the CTAs on one
-  // request read its keys in step (L2 reuse) and no pair is split.
-  const bool whole_pairs = per_part >= 2 * (i64)max_pair;
+  // Cut p at unit min(p * per_part, total).
   for (int q = tid; q <= G; q += SCHED_THREADS) {
-    i64 u = min((i64)q * per_part, total);
+    const i64 u = min((i64)q * per_part, total);
     VaCut cut;
-    for (int pass = 0; pass < 2; ++pass) {
-      if (u >= total) {
-        cut.b = B;
-        cut.r = 0;
-        cut.t = 0;
-        cut.gp = carry_pairs;
-        break;
-      }
-      int lo = 0, hi = B - 1;  // the request b with cost_excl[b] <= u < cost_excl[b+1]
+    if (u >= total) {
+      cut.b = B;
+      cut.r = 0;
+      cut.t = 0;
+      cut.gp = carry_pairs;
+    } else {  // the request b with cost_excl[b] <= u < cost_excl[b+1]
+      int lo = 0, hi = B - 1;
       while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
         if (cost_excl[mid] <= u) lo = mid; else hi = mid - 1;
@@ -432,21 +425,9 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       cut.r = static_cast<i32>(x / pc);
       cut.t = max(0, static_cast<i32>(x % pc) - OVH);
       cut.gp = pair_excl[b] + cut.r;
-      if (!whole_pairs || pass == 1) break;
-      const i64 y = x % pc;
-      if (y == 0) break;
-      u = cost_excl[b] + (i64)(cut.r + (2 * y >= pc ? 1 : 0)) * pc;  // the nearest pair boundary
     }
     p.cuts[q] = cut;
     s_cuts[q] = cut;
-  }
-  if (tid == 0) {  // the header: dynamic mode, pair count, and the pair counter reset for this replay
-    VaCut hdr;
-    hdr.b = whole_pairs ? 1 : 0;
-    hdr.r = carry_pairs;
-    hdr.t = 0;
-    hdr.gp = 0;
-    p.cuts[G + 1] = hdr;
   }
   __syncthreads();
 
@@ -700,25 +681,6 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   const int part = blockIdx.x;
   if (part >= p.num_parts) return;
   const int B = p.batch_size;
-  const VaCut hdr = p.cuts[p.num_parts + 1];
-  if (hdr.b == 1) {  // whole pairs: take them in order from a counter, as CTAs free up
-    __shared__ int s_next;
-    int b = 0, base = 0;  // request b's first pair is pair `base`
-    for (;;) {
-      if (threadIdx.x == 0) s_next = atomicAdd(&p.cuts[p.num_parts + 1].t, 1);
-      __syncthreads();  // (also: every warp is done with the previous pair's shared memory)
-      const int gp = s_next;
-      __syncthreads();
-      if (gp >= hdr.r) return;
-      while (b < B && gp >= base + p.reqs[b].row_tiles) {
-        base += p.reqs[b].row_tiles;
-        ++b;
-      }
-      if (b >= B) return;
-      const VaRequest rq = p.reqs[b];
-      attend_segment(p, smem, b, rq, gp - base, 0, rq.key_tiles, true, 0);
-    }
-  }
   const VaCut s = p.cuts[part];
   const VaCut e = p.cuts[part + 1];
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;

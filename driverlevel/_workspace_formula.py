@@ -92,7 +92,7 @@ def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, pa
 
 
 def scheduler_bytes(max_batch: int, num_parts: int) -> int:
-    """Bytes of the scheduler's tables: ``40 * max_batch + 32 * num_parts + 32``.
+    """Bytes of the scheduler's tables: ``40 * max_batch + 32 * num_parts + 16``.
 
     Raises
     ------
@@ -101,4 +101,4 @@ def scheduler_bytes(max_batch: int, num_parts: int) -> int:
     """
     max_batch = _positive_int("max_batch", max_batch)
     num_parts = _positive_int("num_parts", num_parts)
-    return REQUEST_RECORD_BYTES * max_batch + PART_RECORD_BYTES * num_parts + 32
+    return REQUEST_RECORD_BYTES * max_batch + PART_RECORD_BYTES * num_parts + 16

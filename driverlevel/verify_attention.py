@@ -268,7 +268,7 @@ class VerifyAttention:
     ---------
     ``workspace_bytes = 2 * num_parts * tile_rows * (512 + 1) * 4`` (fp32 partial
     outputs and LSE) plus the scheduler's tables ``40 * max_batch + 32 * num_parts +
-    32``: bounded by the grid, whatever the batch, draft count or head count. On an
+    16``: bounded by the grid, whatever the batch, draft count or head count. On an
     H200 (132 parts, 64-row tile): 33.1 MiB. See
     :mod:`driverlevel._workspace_formula`.
 
@@ -364,7 +364,7 @@ class VerifyAttention:
         self.o_part = pool.carve(f"{name}.o_part", (slots, m, V_DIM), np.float32)
         self.lse_part = pool.carve(f"{name}.lse_part", (slots, m), np.float32)
         self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, 10), np.int32)
-        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 2, 4), np.int32)
+        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, 4), np.int32)
         self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, 4), np.int32)
         self.error_word = DeviceErrorWord(self.device, label=f"VerifyAttention({name})")
         self._stream_handle = None
@@ -381,7 +381,7 @@ class VerifyAttention:
     def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
         """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
 
-        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 32 * num_parts + 32`` bytes.
+        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 32 * num_parts + 16`` bytes.
         """
         return partial_workspace_bytes(num_parts, tile_rows, V_DIM, 4) + scheduler_bytes(max_batch, num_parts)
 

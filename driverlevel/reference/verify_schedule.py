@@ -10,9 +10,7 @@ The work is the sequence of units (b, r, t): requests ``b`` in order, each with
 ``row_tiles = ceil(q_len * H / M)`` pairs of ``key_tiles = ceil((kv_len + q_len) / N)``
 tiles. A pair costs ``key_tiles + ovh`` units; cut ``p`` is at unit
 ``min(p * per_part, total)``, ``per_part = ceil(total / num_parts)`` (raised to
-``ceil(max_pair_cost / split_cap)`` under a cap); when every pair costs at most half a
-part, cuts are rounded to the nearest pair boundary (no pair is split, and the CTAs of
-one request read its keys in step). This is the shape of FlashMLA's
+``ceil(max_pair_cost / split_cap)`` under a cap). This is the shape of FlashMLA's
 ``get_mla_metadata`` (fixed split overhead, equal-cost parts), see
 shared/research/verify_kernel.md section 4.
 """
@@ -55,25 +53,14 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     if split_cap:
         per = max(per, -(-max([pc[b] for b in range(B) if rt[b]] or [0]) // split_cap))
     per = max(per, 1)
-    max_pair = max([pc[b] for b in range(B) if rt[b]] or [0])
-    whole_pairs = per >= 2 * max_pair
-
-    def locate(u):
-        b = max(i for i in range(B) if excl[i] <= u)
-        r, y = divmod(u - excl[b], pc[b])
-        return b, r, y
-
     cuts = []
     for p in range(num_parts + 1):
         u = min(p * per, total)
-        if u < total and whole_pairs:  # round to the nearest pair boundary
-            b, r, y = locate(u)
-            if y:
-                u = excl[b] + (r + (1 if 2 * y >= pc[b] else 0)) * pc[b]
         if u >= total:
             cuts.append((B, 0, 0, pairs[-1]))
             continue
-        b, r, y = locate(u)
+        b = max(i for i in range(B) if excl[i] <= u)
+        r, y = divmod(u - excl[b], pc[b])
         cuts.append((b, r, max(0, y - ovh), pairs[b] + r))
     entries = []
     for q in range(num_parts):
