@@ -46,7 +46,9 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import sys
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -188,7 +190,11 @@ def _free_now(kind: str, ptr, ctx) -> bool:
             (ferr,) = _FREE[kind](ptr)
         finally:
             driver.cuCtxPopCurrent()
-        return int(ferr) not in _CAPTURE_ERRORS
+        if int(ferr) in _CAPTURE_ERRORS:
+            return False
+        if int(ferr) != _SUCCESS:  # a finalizer cannot raise to anyone: say so instead of hiding it
+            warnings.warn(f"driverlevel: releasing a {kind} handle failed: {ferr.name}", RuntimeWarning, stacklevel=2)
+        return True
     finally:
         if err == _SUCCESS:
             driver.cuThreadExchangeStreamCaptureMode(old_mode)
@@ -205,8 +211,10 @@ def _release(kind: str, ptr, ctx) -> None:
             return
         if not _free_now(kind, ptr, ctx):
             _deferred.append((kind, ptr, ctx))
-    except Exception:  # interpreter shutdown
-        pass
+    except Exception as exc:
+        if sys.is_finalizing():  # interpreter shutdown: the bindings may be gone already
+            return
+        warnings.warn(f"driverlevel: releasing a {kind} handle failed: {exc!r}", RuntimeWarning, stacklevel=2)
 
 
 def release_deferred() -> int:
