@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
 
@@ -213,13 +214,11 @@ def main(argv=None) -> int:
     ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--max-context", type=int, default=4096)
     args = ap.parse_args(argv)
+    require_gpu()
     try:
         import torch
     except ImportError:
         torch = None
-    if dl.device_count() == 0:
-        print("bench_ddtree: no CUDA GPU", file=sys.stderr)
-        return 1
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(0)
