@@ -356,7 +356,7 @@ def _finite(obj):
 @click.option("--num-splits", default=None, type=click.IntRange(1, 1024),
               help="Cap on the verify attention's split-KV pieces per (request, row tile) pair "
                    "(default: none; its scheduler kernel splits each step's work on the GPU).")
-@click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for (default: the GPU's).")
+@click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for, as `driverlevel compile --arch` takes it (default: the GPU's).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of weights, prompts and noise.")
 @click.option("--vocab", default=32768, show_default=True, type=click.IntRange(64, 1 << 20),
               help="Vocabulary size (a multiple of 8).")
@@ -391,10 +391,10 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--devices") from None
     if arch is not None:
-        from ._compile import normalize_arch
+        from ._compile import check_arch
 
         try:
-            arch = normalize_arch(arch)
+            arch = check_arch(arch)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--arch") from None
     if not gpu_usable():

@@ -40,7 +40,7 @@ import numpy as np
 
 from ._array import DeviceArray, as_device_array
 from ._capture_guard import ensure_not_capturing
-from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
 from ._memory import DeviceBuffer, WorkspacePool
@@ -56,6 +56,7 @@ __all__ = [
     "make_weights",
     "compile_defines",
     "dynamic_shared_bytes",
+    "compile_variants",
     "gemm_shared_bytes",
     "gemm_schedule",
     "gemm_workspace_elems",
@@ -173,6 +174,12 @@ def dynamic_shared_bytes(arch) -> dict:
     """Dynamic shared memory per block of the kernels launched with some, bytes."""
     st = gemm_stages(arch)
     return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32)}
+
+
+def compile_variants(arch) -> list[CompileVariant]:
+    """The one way ``cu/mla_model.cu`` is compiled on ``arch`` (:func:`compile_defines`), with
+    the GEMMs' dynamic shared memory at the pipeline depth :func:`gemm_stages` picks."""
+    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
 # ---------------------------------------------------------------------------------------- helpers
