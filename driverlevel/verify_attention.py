@@ -27,6 +27,7 @@ from cuda.bindings import driver
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from ._checks import positive_int
 from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
@@ -352,8 +353,7 @@ class VerifyAttention:
         if num_parts is not None:
             checks.append(("num_parts", num_parts))
         for pname, v in checks:
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+            positive_int(pname, v)
         if num_splits is not None and num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
         if max_batch > MAX_BATCH:
