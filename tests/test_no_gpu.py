@@ -65,3 +65,7 @@ def test_require_gpu(monkeypatch, capsys):
     monkeypatch.setattr(_device, "device_count", lambda: 1)
     assert _device.gpu_usable() is True
     _device.require_gpu()  # returns
+
+
+def test_the_readme_quotes_the_sentence():
+    assert _device.NO_GPU_MESSAGE in (REPO / "README.md").read_text()
