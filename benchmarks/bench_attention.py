@@ -209,9 +209,12 @@ def main(argv=None):
     ap.add_argument("--no-baseline", action="store_true", help="skip the 2026-11-30 kernel")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
+    import driverlevel as dl
+    from driverlevel._device import require_gpu
+
+    require_gpu()
     import torch
 
-    import driverlevel as dl
     from driverlevel.verify_attention import VerifyAttention, tile_config
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))

@@ -8,11 +8,13 @@ the events of 30 replays. Accept reads bf16 target logits for every tree node (i
 reading max_batch * (budget + 1) * vocab * 2 bytes); "a+c tok" is accept + commit when the
 target's argmax is already known (accept from target tokens: no logits read).
 
-The peer is the DDTree reference's way, run with PyTorch (imported only here) on the same
-device arrays through DLPack: log-softmax + torch.topk on the GPU, ``.cpu()``, the Python
-``heapq`` best-first search, the Python visibility loop (a bool matrix row by row, then
-copied to the GPU); for accept, ``argmax`` + ``.cpu()`` and the Python walk. Its times are
-host wall-clock µs (they include the synchronizing copies, as in the reference).
+The peer is the DDTree reference, :mod:`driverlevel.reference.ddtree` (the host definition
+the kernels are checked against), with PyTorch (imported only here) for its GPU part on the
+same device arrays through DLPack: log-softmax + torch.topk on the GPU, ``.cpu()``, the
+Python ``heapq`` best-first search (``build_tree_from_topk``), the ancestor bitmasks
+(``ancestor_masks``, padded as the GPU writes them, then copied to the GPU); for accept,
+``argmax`` + ``.cpu()`` and ``greedy_accept``. Its times are host wall-clock µs (they
+include the synchronizing copies).
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
 """
@@ -20,7 +22,6 @@ Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-d
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import statistics
 import sys
@@ -29,8 +30,10 @@ import time
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
+from driverlevel.reference import ddtree as ref
 
 VOCAB, DEPTH = 163_840, 15
 STAGES = ("build", "compile", "accept", "commit")
@@ -143,28 +146,51 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     return out
 
 
-def reference_heap(vals, ids, budget, root):
-    """The reference's best-first search (Python heapq over Python floats)."""
-    depth_limit, k = len(vals), min(budget, len(vals[0]))
-    tokens, parents, depths = [root], [-1], [0]
-    heap = [(-vals[0][0], (0,), 0, 1, 0, vals[0][0])]
-    while heap and len(tokens) - 1 < budget:
-        _, path, parent, depth, rank, logw = heapq.heappop(heap)
-        node = len(tokens)
-        tokens.append(ids[depth - 1][rank])
-        parents.append(parent)
-        depths.append(depth)
-        if rank + 1 < k:
-            sib = logw - vals[depth - 1][rank] + vals[depth - 1][rank + 1]
-            heapq.heappush(heap, (-sib, path[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
-        if depth < depth_limit:
-            child = logw + vals[depth][0]
-            heapq.heappush(heap, (-child, path + (0,), node, depth + 1, 0, child))
-    return tokens, parents, depths
+def reference_build(ids, lp, budget, roots=None):
+    """The DDTree reference's tree build from per-depth top-K lists (:mod:`driverlevel.reference.ddtree`).
+
+    ``ids`` int ``[batch, depth_limit, K]`` and ``lp`` float32 ``[batch, depth_limit, K]`` on the
+    host; returns the per-request :class:`~driverlevel.reference.ddtree.Tree` list (the Python
+    ``heapq`` best-first search of :func:`~driverlevel.reference.ddtree.build_tree_from_topk`).
+    """
+    roots = np.zeros(len(ids), np.int64) if roots is None else roots
+    return [ref.build_tree_from_topk(int(roots[b]), ids[b], lp[b], budget) for b in range(len(ids))]
+
+
+def reference_visibility(trees, ids, lp, budget):
+    """Ancestor bitmasks of every tree (:func:`~driverlevel.reference.ddtree.ancestor_masks`), padded
+    into a :class:`~driverlevel.reference.ddtree.TreeBatch` as the GPU writes it."""
+    bs, words = len(trees), ref.mask_words(budget)
+    out = ref.TreeBatch(
+        tokens=np.full((bs, budget + 1), -1, np.int32), depths=np.full((bs, budget + 1), -1, np.int32),
+        parents=np.full((bs, budget + 1), -1, np.int32), node_counts=np.zeros(bs, np.int32),
+        masks=np.zeros((bs, budget + 1, words), np.uint32), top_ids=np.asarray(ids, np.int32),
+        top_lp=np.asarray(lp, np.float32), budget=budget)
+    for b, t in enumerate(trees):
+        n = t.num_nodes
+        out.tokens[b, :n], out.depths[b, :n], out.parents[b, :n] = t.tokens, t.depths, t.parents
+        out.node_counts[b] = n
+        out.masks[b, :n] = ref.ancestor_masks(t.parents, words)
+    return out
+
+
+def reference_accept(batch, posterior):
+    """The reference's greedy accept (:func:`~driverlevel.reference.ddtree.greedy_accept`) of every
+    tree of ``batch`` against the target's tokens ``posterior`` (int ``[total nodes]``, rows in
+    request order)."""
+    bs = batch.node_counts.shape[0]
+    qo = np.concatenate([[0], np.cumsum(batch.node_counts, dtype=np.int64)])
+    return ref.greedy_accept(batch, qo, posterior, np.ones(bs, bool), np.zeros(bs, np.int64),
+                             max_context=batch.budget + DEPTH + 2, depth_limit=DEPTH)
 
 
 def reference_times(torch, logits, target, budget, batch, reps):
-    """Host µs of the reference's tree build (copy / heap / visibility) and of its accept."""
+    """Host µs of the DDTree reference's tree build (copy / heap / visibility) and of its accept.
+
+    The GPU part runs with PyTorch on the same device arrays (log-softmax + ``torch.topk``,
+    then ``.cpu()``; the target's ``argmax`` then ``.cpu()``), the rest is
+    :mod:`driverlevel.reference.ddtree` on the host; the masks are copied back to the GPU.
+    """
     lg = torch.from_dlpack(logits)
     tg = torch.from_dlpack(target)
     dev = lg.device
@@ -174,32 +200,17 @@ def reference_times(torch, logits, target, budget, batch, reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         vals, ids = torch.topk(torch.log_softmax(lg.float(), dim=-1), k, dim=-1)
-        vals, ids = vals.cpu().tolist(), ids.cpu().tolist()
+        vals, ids = vals.cpu().numpy(), ids.cpu().numpy()
         t1 = time.perf_counter()
-        trees = [reference_heap(vals[b], ids[b], budget, 0) for b in range(batch)]
+        trees = reference_build(ids, vals, budget)
         t2 = time.perf_counter()
-        masks = []
-        for _, parents, _ in trees:
-            n = len(parents)
-            vis = torch.zeros((n, n), dtype=torch.bool)
-            vis[0, 0] = True
-            for i in range(1, n):
-                vis[i] = vis[parents[i]]
-                vis[i, i] = True
-            masks.append(vis.to(dev))
+        tb = reference_visibility(trees, ids, vals, budget)
+        torch.from_numpy(tb.masks).to(dev)
         torch.cuda.synchronize()
         t3 = time.perf_counter()
-        n_rows = sum(len(t[0]) for t in trees)
-        post = tg[:n_rows].argmax(dim=-1).cpu().tolist()
-        off = 0
-        for tokens, parents, _ in trees:
-            cur, p = 0, post[off:off + len(tokens)]
-            children = {}
-            for j in range(1, len(tokens)):
-                children.setdefault(parents[j], {})[tokens[j]] = j
-            while p[cur] in children.get(cur, {}):
-                cur = children[cur][p[cur]]
-            off += len(tokens)
+        n_rows = int(tb.node_counts.sum())
+        post = tg[:n_rows].argmax(dim=-1).cpu().numpy()
+        reference_accept(tb, post)
         t4 = time.perf_counter()
         rows.append(((t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t2) * 1e6, (t4 - t3) * 1e6))
     med = [statistics.median(c) for c in zip(*rows)]
@@ -213,13 +224,11 @@ def main(argv=None) -> int:
     ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--max-context", type=int, default=4096)
     args = ap.parse_args(argv)
+    require_gpu()
     try:
         import torch
     except ImportError:
         torch = None
-    if dl.device_count() == 0:
-        print("bench_ddtree: no CUDA GPU", file=sys.stderr)
-        return 1
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(0)

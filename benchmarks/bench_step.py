@@ -94,12 +94,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     import driverlevel as dl
+    from driverlevel._device import require_gpu
     from driverlevel.mla_model import MLAModel, MLAModelConfig
     from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
-    if dl.device_count() == 0:
-        print("bench_step needs a CUDA GPU", file=sys.stderr)
-        return 2
+    require_gpu()
     dev = dl.Device(0)
     rng = np.random.default_rng(a.seed)
     lens = [max(2, a.prompt_len - (b * (a.prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]

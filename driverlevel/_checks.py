@@ -1,14 +1,48 @@
-"""Argument checks shared by the plans: device arrays, dtypes and shapes, before any launch.
+"""Argument checks shared by the plans: integers, device arrays, dtypes and shapes, before any launch.
 
 Each check raises ``TypeError`` or ``ValueError`` naming the argument, what was
-expected and what was given.
+expected and what was given. The module imports nothing at load time, so the pure
+modules (``_mask``, ``_workspace_formula``) use it too.
 """
 
 from __future__ import annotations
 
-from ._array import DeviceArray, as_device_array
+import operator
+from typing import TYPE_CHECKING
 
-__all__ = ["device_array_arg", "dtype_is", "need_dtype", "need_shape"]
+if TYPE_CHECKING:
+    from ._array import DeviceArray
+
+__all__ = ["positive_int", "device_array_arg", "dtype_is", "need_dtype", "need_shape"]
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` as a Python ``int``, checked to be a positive integer.
+
+    Python and numpy integers (anything with ``__index__``) are accepted; ``bool`` and
+    floats are not, even when integral.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer: ``"max_q must be a positive int, got float 2.0"``.
+    ValueError
+        ``value < 1``: ``"max_q must be a positive int, got 0"``.
+
+    Example
+    -------
+    >>> positive_int("max_q", 16)
+    16
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a positive int, got bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}") from None
+    if v < 1:
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return int(v)
 
 
 def device_array_arg(name, x, device) -> DeviceArray:
@@ -21,6 +55,8 @@ def device_array_arg(name, x, device) -> DeviceArray:
     ValueError
         ``x`` is on another device or not C-contiguous.
     """
+    from ._array import as_device_array
+
     if x is None:
         raise TypeError(f"{name} is required")
     try:

@@ -34,6 +34,7 @@ from cuda.bindings import nvrtc
 from ._errors import NvrtcError, check_nvrtc
 
 __all__ = [
+    "CompileVariant",
     "Cubin",
     "KernelResources",
     "SUPPORTED_ARCHS",
@@ -44,6 +45,7 @@ __all__ = [
     "kernel_sources",
     "nvrtc_version",
     "normalize_arch",
+    "check_arch",
     "cache_dir",
 ]
 
@@ -94,6 +96,38 @@ class KernelResources:
     @property
     def spills(self) -> int:
         return self.spill_store_bytes + self.spill_load_bytes
+
+
+@dataclass(frozen=True)
+class CompileVariant:
+    """One way a launcher compiles its kernel file, with the most dynamic shared memory it
+    launches each kernel of that cubin with.
+
+    A launcher module (``verify_attention.py`` for ``cu/verify_attention.cu``, …) declares
+    every variant it can compile on an architecture in a module-level
+    ``compile_variants(arch) -> list[CompileVariant]``; ``driverlevel compile`` compiles
+    each and checks its shared memory against the architecture's per-block limit.
+
+    Attributes
+    ----------
+    defines : dict of str to int
+        The NVRTC ``-D`` defines, exactly as the launcher passes them to :func:`compile_file`
+        (so the command line and the runtime share a cache entry).
+    dynamic_shared : dict of str to int
+        ``{kernel name: bytes}``: the largest dynamic shared memory per block any launch of
+        that kernel asks for on this architecture; kernels launched without any are absent.
+    label : str
+        Names the variant when a file has several (e.g. ``"rows=64 csplit=2 keys=32"``);
+        ``""`` for a file's only variant.
+
+    Example
+    -------
+    >>> CompileVariant({"DL_STAGES": 3}, {"mla_gemm": 61_440})       # doctest: +SKIP
+    """
+
+    defines: dict
+    dynamic_shared: dict = field(default_factory=dict)
+    label: str = ""
 
 
 @dataclass
@@ -181,6 +215,47 @@ def normalize_arch(arch) -> str:
     if not m or int(m.group(1)) < 80:
         raise ValueError(f"unsupported architecture {arch!r}: expected sm_80 or newer, e.g. one of {', '.join(SUPPORTED_ARCHS)}")
     return s
+
+
+def check_arch(name) -> str:
+    """A target architecture named on a command line, checked strictly: ``"sm_90"`` from
+    ``"sm_90"``, ``"SM_90"`` or ``"90"``.
+
+    Unlike :func:`normalize_arch` (which the runtime applies to whatever GPU it finds),
+    only architectures whose per-block shared-memory limit is known
+    (:data:`MAX_SHARED_PER_BLOCK`) are accepted, so no limit is ever a default.
+
+    Raises
+    ------
+    ValueError
+        Naming what was wrong and listing the accepted names: a name that is no
+        architecture, a virtual one (``compute_90``), one older than sm_80, one unknown to
+        driverlevel (``sm_999``), or a suffixed one (``sm_90a``, ``sm_100f``): the kernels
+        use no architecture- or family-specific instructions, so driverlevel always builds
+        the plain target (``sm_90``), which the runtime loads on that GPU.
+    """
+    known = ", ".join(MAX_SHARED_PER_BLOCK)
+    text = str(name).strip()
+    s = text.lower()
+    if s.isdigit():
+        s = "sm_" + s
+    m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
+    if m is None:
+        why = f"{text!r} is not an architecture name"
+    elif m.group(1) == "compute":
+        why = f"{text!r} is a virtual architecture (PTX); driverlevel compiles cubin for a real one"
+    elif m.group(3):
+        plain = f"sm_{m.group(2)}"
+        why = (f"{text!r} is {'an architecture' if m.group(3) == 'a' else 'a family'}-specific target; driverlevel's "
+               f"kernels use no such instructions and it always builds the plain {plain}, which runs on those GPUs "
+               f"(use {plain})")
+    elif int(m.group(2)) < 80:
+        why = f"{text!r} is older than sm_80 (the kernels need cp.async and bf16 tensor cores)"
+    elif s not in MAX_SHARED_PER_BLOCK:
+        why = f"{text!r} is not an architecture driverlevel knows (its shared-memory limit per block is unknown)"
+    else:
+        return s
+    raise ValueError(f"unsupported architecture: {why}. Supported: {known}")
 
 
 def cache_dir() -> Path | None:

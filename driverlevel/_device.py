@@ -22,15 +22,17 @@ for code that wants that.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
 
 from cuda.bindings import driver
 
-from ._errors import DriverUnavailableError, check
+from ._errors import CudaError, DriverUnavailableError, check
 
-__all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init_driver"]
+__all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init_driver", "NO_GPU_MESSAGE",
+           "NO_GPU_EXIT_STATUS", "gpu_usable", "require_gpu"]
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -76,6 +78,47 @@ def device_count() -> int:
     except DriverUnavailableError:
         return 0
     return int(check("cuDeviceGetCount", driver.cuDeviceGetCount()))
+
+
+#: The one sentence every command, benchmark and example prints (to stderr) when it needs a
+#: GPU and none is usable; it then exits with :data:`NO_GPU_EXIT_STATUS`.
+NO_GPU_MESSAGE = "This needs an NVIDIA GPU with a working CUDA driver, and none is usable on this machine."
+#: Exit status of a command that needs a GPU run without one (2, as click uses for usage errors).
+NO_GPU_EXIT_STATUS = 2
+
+
+def gpu_usable() -> bool:
+    """True if at least one CUDA device is visible and the driver initialises.
+
+    Unlike :func:`device_count`, a driver that fails to initialise (version mismatch,
+    ``CUDA_VISIBLE_DEVICES=""``) counts as no GPU instead of raising.
+    """
+    try:
+        return device_count() > 0
+    except CudaError:
+        return False
+
+
+def require_gpu() -> None:
+    """Exit the process with status 2 and :data:`NO_GPU_MESSAGE` on stderr if no GPU is usable.
+
+    For scripts and commands that cannot do anything without a GPU; call it before
+    touching a device (and before importing optional GPU-only libraries), so the user
+    sees one sentence instead of a traceback.
+
+    Raises
+    ------
+    SystemExit
+        With code :data:`NO_GPU_EXIT_STATUS` (2) when :func:`gpu_usable` is False.
+
+    Example
+    -------
+    >>> from driverlevel._device import require_gpu
+    >>> require_gpu()          # returns on a GPU machine, exits 2 elsewhere  # doctest: +SKIP
+    """
+    if not gpu_usable():
+        print(NO_GPU_MESSAGE, file=sys.stderr, flush=True)
+        raise SystemExit(NO_GPU_EXIT_STATUS)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ __all__ = [
 class CudaError(RuntimeError):
     """A CUDA driver call failed.
 
+    Raised by :func:`check` for any result other than ``CUDA_SUCCESS``; the message
+    reads ``"<call> failed: <name> (<code>): <description> [<detail>]"``, e.g.
+    ``"cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory [4096 MiB]"``.
+    Subclasses: :class:`DriverUnavailableError`, :class:`GraphUpdateError`.
+
     Attributes
     ----------
     call : str
@@ -48,11 +53,25 @@ class CudaError(RuntimeError):
 
 
 class DriverUnavailableError(CudaError):
-    """No CUDA driver library, or no CUDA device, on this machine."""
+    """No usable CUDA driver or device on this machine.
+
+    Raised (instead of a plain :class:`CudaError`) when the driver library cannot be
+    loaded, or a call returns ``CUDA_ERROR_NO_DEVICE``, ``CUDA_ERROR_INSUFFICIENT_DRIVER``,
+    ``CUDA_ERROR_STUB_LIBRARY``, ``CUDA_ERROR_SYSTEM_DRIVER_MISMATCH`` or
+    ``CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE``. :func:`~driverlevel.device_count`
+    returns 0 instead of raising it. Commands and examples that need a GPU print one
+    sentence and exit 2 instead (``driverlevel._device.require_gpu``).
+    """
 
 
 class NvrtcError(RuntimeError):
     """NVRTC failed to compile a kernel source; carries the full compile log.
+
+    Raised by :func:`~driverlevel.compile_source` / :func:`~driverlevel.compile_file`
+    (compile errors, a ``static_assert`` of a params layout that drifted from its ctypes
+    mirror) and by every other NVRTC call. The message is one line
+    ``"<call> failed: <name> while compiling <source> for <arch>"`` followed by the
+    options and the log.
 
     Attributes
     ----------
@@ -89,15 +108,36 @@ class NvrtcError(RuntimeError):
 
 
 class CaptureError(RuntimeError):
-    """An operation would break (or has broken) a CUDA stream capture."""
+    """An operation would break (or has broken) a CUDA stream capture.
+
+    Raised *before* the driver is called by everything that allocates, synchronizes
+    or reads back while a stream of the calling thread (or of any thread, in
+    ``"global"`` mode) is being captured; the message names the operation, the
+    stream and the fix, e.g. ``"DeviceBuffer allocation (cuMemAlloc) is not
+    capture-safe: stream 0x... is being captured into a CUDA graph by this thread
+    (mode thread_local). Do it before capture() begins ..."``. Also raised by
+    :func:`~driverlevel.capture` for the legacy default stream, a stream already
+    capturing, or a capture that another library's call invalidated.
+    """
 
 
 class GraphUpdateError(CudaError):
-    """``cuGraphExecUpdate`` refused the new graph (e.g. its topology changed)."""
+    """``cuGraphExecUpdate`` refused the new graph (:meth:`~driverlevel.GraphExec.update`).
+
+    The new graph must have the instantiated one's topology (same nodes, edges and
+    node types); the message names the reason (e.g. ``TOPOLOGY_CHANGED: the new graph
+    has 5 nodes, the instantiated one 4``) and the fix: capture again and instantiate
+    a new :class:`~driverlevel.GraphExec`. The old exec stays valid and unchanged.
+    """
 
 
 class PoolExhaustedError(MemoryError):
-    """A :class:`~driverlevel.WorkspacePool` has no room for a requested carve-out."""
+    """A :class:`~driverlevel.WorkspacePool` has no room for a requested carve-out.
+
+    Raised by ``WorkspacePool.carve`` before anything is written; the message names
+    the pool, the carve-out, the bytes needed and free, and how to size the pool
+    (``WorkspacePool.required_bytes()`` or the plan's ``workspace_bytes``).
+    """
 
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS

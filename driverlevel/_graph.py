@@ -325,7 +325,25 @@ def _param_layout(func):
 
 
 class Graph:
-    """A captured CUDA graph (``CUgraph``). Obtain one from :func:`capture`."""
+    """A captured CUDA graph (``CUgraph``): the recorded kernels, copies, memsets and events.
+
+    Obtain one from :func:`capture` (``cap.graph`` after the ``with`` block; there is
+    no public constructor). It holds everything the captured work points into (see
+    "Lifetime rules" above). Inspect it with :meth:`kernel_nodes` / :meth:`audit`,
+    and turn it into something that runs with :meth:`instantiate`.
+
+    Attributes
+    ----------
+    device : Device
+        The device whose stream was captured.
+
+    Example
+    -------
+    >>> with dl.capture(stream) as cap:                       # doctest: +SKIP
+    ...     plan.run(stream, q, kv_cache, meta, out)
+    >>> print(cap.graph.audit())     # one line per kernel: grid, block, smem, pools  # doctest: +SKIP
+    >>> exec_ = cap.graph.instantiate(upload_stream=stream)   # doctest: +SKIP
+    """
 
     def __init__(self, *a, **k):
         raise RuntimeError("Graph has no public constructor: use driverlevel.capture(stream)")
@@ -341,6 +359,7 @@ class Graph:
 
     @property
     def handle(self):
+        """The ``CUgraph`` (owned by this object; do not destroy it)."""
         return self._handle
 
     def _nodes(self):
@@ -429,7 +448,28 @@ class Graph:
 
 
 class GraphExec:
-    """An instantiated graph (``CUgraphExec``); :meth:`launch` replays it."""
+    """An instantiated graph (``CUgraphExec``); :meth:`launch` (alias ``replay``) replays it.
+
+    Obtain one from :meth:`Graph.instantiate` (there is no public constructor). It
+    keeps its :class:`Graph`, and with it every buffer, pool, kernel and argument the
+    graph points into, so a replay stays valid after the plan objects are dropped.
+    A replay is one ``cuGraphLaunch`` (host µs per replay: see BENCHMARKS.md); per-step inputs
+    are read from the device buffers the graph was captured over, so refill those
+    buffers, not the graph, between replays.
+
+    Attributes
+    ----------
+    graph : Graph
+        The graph instantiated (or last passed to :meth:`update`).
+    device : Device
+
+    Example
+    -------
+    >>> exec_ = cap.graph.instantiate()                        # doctest: +SKIP
+    >>> for _ in range(steps):                                 # doctest: +SKIP
+    ...     exec_.launch(stream)
+    >>> stream.synchronize()                                   # doctest: +SKIP
+    """
 
     def __init__(self, *a, **k):
         raise RuntimeError("GraphExec has no public constructor: use Graph.instantiate()")
@@ -477,7 +517,14 @@ class GraphExec:
     replay = launch
 
     def upload(self, stream) -> None:
-        """Upload the executable graph's resources ahead of the first launch."""
+        """Upload the executable graph's resources on ``stream`` ahead of the first launch
+        (so the first replay costs what later ones do).
+
+        Raises
+        ------
+        CudaError
+            If ``cuGraphUpload`` fails.
+        """
         with self.device.activated():
             check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
 

@@ -23,7 +23,8 @@ A draft token always sees the whole committed prefix of its request. Which
 from __future__ import annotations
 
 import enum
-import operator
+
+from ._checks import positive_int
 
 __all__ = [
     "MaskFormat",
@@ -115,12 +116,5 @@ def bitmask_words(max_q: int) -> int:
     ValueError
         ``max_q < 1``.
     """
-    if isinstance(max_q, bool):
-        raise TypeError("max_q must be an int, got bool")
-    try:
-        max_q = operator.index(max_q)
-    except TypeError:
-        raise TypeError(f"max_q must be an int, got {type(max_q).__name__}") from None
-    if max_q < 1:
-        raise ValueError(f"max_q must be >= 1, got {max_q}")
+    max_q = positive_int("max_q", max_q)
     return -(-max_q // BITMASK_WORD_BITS)

@@ -58,7 +58,27 @@ def _unload(handle, ctx):
 
 
 class Module:
-    """A loaded cubin (``CUmodule``) on one device. Create with :func:`load_module`."""
+    """A loaded cubin (``CUmodule``) on one device; hands out its kernels.
+
+    Create with :func:`load_module` (there is no public constructor). Every
+    :class:`Kernel` taken from it holds the module alive, so the code stays loaded as
+    long as any kernel, prepared launch or captured graph uses it; the module is
+    unloaded when the last reference goes (deferred while a capture is in progress).
+
+    Attributes
+    ----------
+    device : Device
+        The device the module is loaded on (in its primary context).
+    cubin : Cubin
+        The image it was loaded from (``cubin.resources`` holds ptxas's report).
+
+    Example
+    -------
+    >>> cub = dl.compile_file("selftest.cu", dev.arch)                # doctest: +SKIP
+    >>> mod = dl.load_module(dev, cub)                                # doctest: +SKIP
+    >>> mod.kernel("noop")                                            # doctest: +SKIP
+    <Kernel noop from selftest.cu (sm_90)>
+    """
 
     def __init__(self, *a, **k):
         raise RuntimeError("Module has no public constructor: use driverlevel.load_module(device, cubin)")
@@ -79,7 +99,7 @@ class Module:
         return self
 
     def kernel(self, name: str) -> "Kernel":
-        """The kernel ``name`` (an ``extern "C"`` entry point).
+        """The kernel ``name`` (an ``extern "C"`` entry point); the same object on every call.
 
         Raises
         ------
@@ -97,17 +117,35 @@ class Module:
 
 
 def load_module(device, cubin) -> Module:
-    """Load ``cubin`` (a :class:`~driverlevel.Cubin`) on ``device``; cached per (device, cubin key).
+    """Load ``cubin`` on ``device``; cached per (device, cubin key).
 
     The module is loaded in ``device``'s primary context whatever context the
-    calling thread has current (which is current again on return).
+    calling thread has current (which is current again on return). Loading the same
+    cached cubin (one from :func:`~driverlevel.compile_file`, whose ``key`` is set)
+    on the same device again returns the same :class:`Module`.
+
+    Parameters
+    ----------
+    device : Device or int
+        The device (or its ordinal).
+    cubin : Cubin
+        An image compiled for exactly ``device.arch`` (e.g. ``"sm_90"``); PTX is refused.
+
+    Returns
+    -------
+    Module
 
     Raises
     ------
     ValueError
-        If the cubin was compiled for another architecture, or is not a cubin.
+        If the cubin was compiled for another architecture, or is not a cubin (ELF).
     CudaError
-        If ``cuModuleLoadData`` fails.
+        If ``cuModuleLoadData`` fails (e.g. ``CUDA_ERROR_NO_BINARY_FOR_GPU``).
+
+    Example
+    -------
+    >>> dev = dl.Device(0)                                                 # doctest: +SKIP
+    >>> mod = dl.load_module(dev, dl.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
     """
     from ._device import _check_device_arg
 
@@ -241,7 +279,29 @@ def _dim3(d, what):
 
 
 class Kernel:
-    """A kernel in a loaded :class:`Module`; holds its module alive."""
+    """One kernel (``CUfunction``) of a loaded :class:`Module`; holds its module alive.
+
+    Get one with :meth:`Module.kernel` (there is no public constructor). Launch it once
+    with :meth:`launch`, or pack the arguments once with :meth:`prepare` and replay the
+    :class:`PreparedLaunch` (the hot path, and what graphs capture).
+
+    Arguments are typed explicitly (see the module docstring): device arrays and buffers
+    become 64-bit pointers, numpy and ctypes scalars keep their C type, a
+    ``ctypes.Structure`` is passed by value, ``None`` is a null pointer; a plain Python
+    ``int``/``float``/``bool`` raises ``TypeError``.
+
+    Attributes
+    ----------
+    module : Module
+    name : str
+        The entry point's name.
+
+    Example
+    -------
+    >>> x = dl.DeviceBuffer.allocate(dev, 4 * 1024).as_array((1024,), np.float32)   # doctest: +SKIP
+    >>> k = mod.kernel("fill_iota_f32")                                             # doctest: +SKIP
+    >>> k.launch(stream, grid=4, block=256, args=[x, np.float32(1), np.int32(1024)])  # doctest: +SKIP
+    """
 
     def __init__(self, *a, **k):
         raise RuntimeError("Kernel has no public constructor: use Module.kernel(name)")
@@ -289,11 +349,33 @@ class Kernel:
             self._max_dynamic_shared = nbytes
 
     def prepare(self, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
-        """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`."""
+        """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`.
+
+        Parameters
+        ----------
+        grid, block : int or tuple of 1 to 3 int
+            CTAs per grid and threads per CTA (missing dimensions are 1).
+        args : sequence
+            The kernel's arguments, in order, typed as the class docstring says.
+        shared_mem : int
+            Dynamic shared memory per CTA, bytes (the opt-in limit is raised here,
+            never during a capture, when it exceeds 48 KiB).
+
+        Raises
+        ------
+        TypeError
+            For an argument with no explicit C type (plain ``int``/``float``/``bool``).
+        ValueError
+            For a grid or block dimension below 1, or more shared memory than the device allows.
+        """
         return PreparedLaunch(self, grid, block, shared_mem, args)
 
     def launch(self, stream, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
-        """Pack and queue one launch on ``stream``; returns the prepared launch for reuse."""
+        """Pack and queue one launch on ``stream``; returns the prepared launch for reuse.
+
+        Parameters as :meth:`prepare`; raises as :meth:`prepare` and
+        :meth:`PreparedLaunch.launch` (``CudaError`` naming the kernel and configuration).
+        """
         p = PreparedLaunch(self, grid, block, shared_mem, args)
         p.launch(stream)
         return p

@@ -108,7 +108,26 @@ class Stream:
 
 
 class Event:
-    """A CUDA event; with ``timing=True`` it can measure elapsed time."""
+    """A CUDA event (``CUevent``): a marker in a stream's work, to wait on or to time.
+
+    Create with :meth:`Device.create_event` (``timing=True`` by default; there is no
+    public constructor). :meth:`record` places it on a stream, :meth:`Stream.wait`
+    makes another stream wait for it (inside a capture: fork and join of side
+    streams), :meth:`elapsed_ms` gives the GPU time between two completed events.
+
+    Attributes
+    ----------
+    device : Device
+    timing : bool
+        False for ``create_event(timing=False)`` (lighter, but :meth:`elapsed_ms` fails).
+
+    Example
+    -------
+    >>> start, end = dev.create_event(), dev.create_event()          # doctest: +SKIP
+    >>> start.record(stream); exec_.launch(stream); end.record(stream)  # doctest: +SKIP
+    >>> end.synchronize()                                            # doctest: +SKIP
+    >>> us = start.elapsed_ms(end) * 1e3                              # GPU µs of the replay  # doctest: +SKIP
+    """
 
     def __init__(self, *args, **kwargs):
         raise RuntimeError("Event has no public constructor: use Device.create_event()")
@@ -126,17 +145,25 @@ class Event:
 
     @property
     def handle(self):
+        """The ``CUevent`` (owned by this object; do not destroy it)."""
         return self._handle
 
     def record(self, stream: Stream) -> "Event":
-        """Record the event on ``stream`` (capture-safe: a dependency or event-record node)."""
+        """Record the event on ``stream`` (capture-safe: a dependency or event-record node);
+        returns the event, so ``ev = dev.create_event().record(s)`` chains."""
         with self.device.activated():
             check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
         _capture_guard.note_use(stream, self)
         return self
 
     def synchronize(self) -> None:
-        """Block the host until the event has completed (not capture-safe)."""
+        """Block the host until the event has completed.
+
+        Raises
+        ------
+        CaptureError
+            While a stream of this thread (or any, in global mode) is being captured.
+        """
         ensure_not_capturing("Event.synchronize()")
         with self.device.activated():
             check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
@@ -153,7 +180,17 @@ class Event:
         return False
 
     def elapsed_ms(self, end: "Event") -> float:
-        """Milliseconds between this event and ``end`` (both recorded and completed)."""
+        """GPU time from this event to ``end``, in milliseconds (resolution about 0.5 µs).
+
+        Both events must have been recorded and completed (:meth:`synchronize` on ``end``).
+
+        Raises
+        ------
+        CudaError
+            ``CUDA_ERROR_NOT_READY`` if either has not completed yet,
+            ``CUDA_ERROR_INVALID_HANDLE`` if either was created with ``timing=False`` or
+            never recorded.
+        """
         with self.device.activated():
             return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
 

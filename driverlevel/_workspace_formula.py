@@ -35,7 +35,7 @@ Examples (fp32 partials, 512-wide values):
 
 from __future__ import annotations
 
-import operator
+from ._checks import positive_int
 
 __all__ = ["partial_workspace_bytes", "scheduler_bytes"]
 
@@ -43,18 +43,6 @@ __all__ = ["partial_workspace_bytes", "scheduler_bytes"]
 REQUEST_RECORD_BYTES = 40
 #: Bytes per part of the scheduler's cut and combine-entry tables (``VaCut`` + ``VaEntry``).
 PART_RECORD_BYTES = 32
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:
@@ -84,10 +72,10 @@ def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, pa
     >>> partial_workspace_bytes(132, 64)
     34670592
     """
-    num_parts = _positive_int("num_parts", num_parts)
-    tile_rows = _positive_int("tile_rows", tile_rows)
-    v_dim = _positive_int("v_dim", v_dim)
-    partial_dtype_bytes = _positive_int("partial_dtype_bytes", partial_dtype_bytes)
+    num_parts = positive_int("num_parts", num_parts)
+    tile_rows = positive_int("tile_rows", tile_rows)
+    v_dim = positive_int("v_dim", v_dim)
+    partial_dtype_bytes = positive_int("partial_dtype_bytes", partial_dtype_bytes)
     return 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
 
 
@@ -99,6 +87,6 @@ def scheduler_bytes(max_batch: int, num_parts: int) -> int:
     TypeError, ValueError
         For a non-integer or non-positive argument, naming it.
     """
-    max_batch = _positive_int("max_batch", max_batch)
-    num_parts = _positive_int("num_parts", num_parts)
+    max_batch = positive_int("max_batch", max_batch)
+    num_parts = positive_int("num_parts", num_parts)
     return REQUEST_RECORD_BYTES * max_batch + PART_RECORD_BYTES * num_parts + 16

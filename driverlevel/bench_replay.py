@@ -296,11 +296,11 @@ def to_json(result: dict) -> str:
 
 def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -> int:
     """Entry point shared by ``driverlevel bench replay`` and ``benchmarks/bench_replay.py``."""
-    from ._device import device_count
+    from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable
 
-    if device_count() == 0:
-        print("driverlevel bench replay needs a CUDA GPU and driver; none is usable here.", file=sys.stderr)
-        return 2
+    if not gpu_usable():
+        print(NO_GPU_MESSAGE, file=sys.stderr)
+        return NO_GPU_EXIT_STATUS
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
     print(format_table(result))
     if json_path:

@@ -8,19 +8,18 @@ their own subcommands to :data:`bench`.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 import click
 
 from . import __version__
-from ._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file, kernel_sources, normalize_arch, nvrtc_version
+from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, check_arch, compile_file, kernel_sources,
+                       nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
-from ._module import struct_layout_defines
 from .demo_cli import capture_demo
 
-__all__ = ["main", "bench", "compile_variants"]
+__all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,59 +76,60 @@ def info():
 
 
 # -- compile -----------------------------------------------------------------------------
-def _paired_module(filename: str):
-    """The Python module paired with ``cu/<stem>.cu`` (``driverlevel.<stem>``), or None."""
-    name = f"driverlevel.{filename.rsplit('.', 1)[0]}"
-    if importlib.util.find_spec(name) is None:
-        return None
-    return importlib.import_module(name)
+#: The launcher module of every kernel source in ``cu/``: the module that compiles and launches
+#: it, and declares how in ``compile_variants(arch) -> list[CompileVariant]``.
+LAUNCHERS = {
+    "verify_attention.cu": "driverlevel.verify_attention",
+    "ddtree.cu": "driverlevel.ddtree",
+    "runner.cu": "driverlevel.runner",
+    "mla_model.cu": "driverlevel.mla_model",
+    "selftest.cu": "driverlevel.selftest",
+}
 
 
-def compile_variants(filename: str, arch: str) -> list:
-    """How ``filename`` is compiled and launched for ``arch``: ``[(variant, defines, dynamic_shared)]``.
+def compile_variants(filename: str, arch: str) -> list[CompileVariant]:
+    """Every way ``filename`` is compiled and launched on ``arch``, as its launcher declares.
 
-    ``defines`` comes from the paired module's ``compile_defines(arch)`` and
-    ``dynamic_shared`` (``{kernel: bytes}``, possibly empty) from its
-    ``dynamic_shared_bytes(arch)``; ``variant`` is ``""`` then. Without such hooks,
-    ``verify_attention.cu`` is compiled exactly as
-    :class:`~driverlevel.verify_attention.VerifyAttention` does, once for every tile
-    configuration :func:`~driverlevel.verify_attention.tile_config` can pick on ``arch``.
+    The launcher is :data:`LAUNCHERS`' module for ``filename``; its
+    ``compile_variants(arch)`` gives the variants (defines and the most dynamic shared
+    memory per kernel). A launcher that has no ``compile_variants`` yet but
+    ``compile_defines(arch)`` (and optionally ``dynamic_shared_bytes(arch)``) gives one
+    variant from those.
+
+    Raises
+    ------
+    LookupError
+        If ``filename`` has no registered launcher, or the launcher declares neither hook.
     """
-    mod = _paired_module(filename)
-    if mod is not None and hasattr(mod, "compile_defines"):
+    name = LAUNCHERS.get(filename)
+    if name is None:
+        raise LookupError(f"{filename} has no launcher registered in driverlevel.cli.LAUNCHERS")
+    mod = importlib.import_module(name)
+    if hasattr(mod, "compile_variants"):
+        return list(mod.compile_variants(arch))
+    if hasattr(mod, "compile_defines"):  # ddtree.py, runner.py: one variant
         dynamic = dict(mod.dynamic_shared_bytes(arch)) if hasattr(mod, "dynamic_shared_bytes") else {}
-        return [("", dict(mod.compile_defines(arch)), dynamic)]
-    if filename == "verify_attention.cu" and mod is not None:
-        configs = [mod.tile_config(arch)]
-        for rows in range(1, 4097):  # every configuration the plan can pick for some max_q * num_heads
-            cfg = mod.tile_config(arch, rows)
-            if cfg not in configs:
-                configs.append(cfg)
-        out = []
-        for cfg in configs:
-            defines = dict(cfg.defines())
-            defines.update(struct_layout_defines(mod._Params))
-            label = " ".join(f"{k.removeprefix('DL_').lower()}={v}" for k, v in cfg.defines().items())
-            out.append((label, defines, {"verify_attn_partial": cfg.shared_bytes}))
-        return out
-    return [("", {}, {})]
+        return [CompileVariant(dict(mod.compile_defines(arch)), dynamic)]
+    raise LookupError(f"{name} declares neither compile_variants(arch) nor compile_defines(arch)")
 
 
-_COLUMNS = ("file", "kernel", "arch", "regs", "static smem", "dynamic smem", "stack", "spill B", "cache", "")
+_COLUMNS = ("file", "kernel", "arch", "regs", "static smem", "dynamic smem", "smem limit", "headroom", "stack",
+            "spill B", "cache", "")
+_RIGHT = {3, 4, 5, 6, 7, 8, 9}
 
 
 def _table(rows) -> str:
     widths = [max(len(str(r[i])) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
-    right = {3, 4, 5, 6, 7}
 
     def fmt(r):
-        return "  ".join((str(v).rjust(w) if i in right else str(v).ljust(w))
+        return "  ".join((str(v).rjust(w) if i in _RIGHT else str(v).ljust(w))
                          for i, (v, w) in enumerate(zip(r, widths))).rstrip()
 
     return "\n".join([fmt(_COLUMNS), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
 def _default_arch() -> str:
+    """GPU 0's architecture, or sm_120 without a GPU."""
     try:
         if device_count():
             return Device(0).arch
@@ -138,9 +138,23 @@ def _default_arch() -> str:
     return "sm_120"
 
 
+def _archs(arch_opt) -> list[str]:
+    """The architectures ``--arch`` names (checked by :func:`check_arch`), or raise click.BadParameter."""
+    if arch_opt is None:
+        names, origin = [_default_arch()], " (GPU 0's; pass --arch to choose)"
+    elif arch_opt.strip().lower() == "all":
+        return list(SUPPORTED_ARCHS)
+    else:
+        names, origin = [a for a in arch_opt.split(",") if a.strip()] or [arch_opt], ""
+    try:
+        return list(dict.fromkeys(check_arch(a) for a in names))
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}{origin}", param_hint="--arch") from None
+
+
 def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) -> list:
     """Table rows of one cubin; appends a line to ``problems`` for each spill or shared-memory overflow."""
-    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    limit = MAX_SHARED_PER_BLOCK[arch]
     rows = []
     for kname in sorted(cub.resources):
         r = cub.resources[kname]
@@ -156,34 +170,32 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
             problems.append(f"{where}:{kname} ({arch}) needs {smem:,} B of shared memory per block, "
                             f"over the {limit:,} B limit")
         rows.append((where, kname, arch, r.registers, f"{r.shared_bytes:,}", "-" if dyn is None else f"{dyn:,}",
-                     r.stack_bytes, r.spills, "hit" if cub.cache_hit else "compiled", " ".join(flags)))
+                     f"{limit:,}", f"{limit - smem:,}", r.stack_bytes, r.spills,
+                     "hit" if cub.cache_hit else "compiled", " ".join(flags)))
     return rows
 
 
 @main.command("compile")
-@click.option("--arch", "arch_opt", default=None, metavar="sm_XX|all",
-              help="Target architecture (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) or 'all'. "
-                   "Default: GPU 0's, or sm_120 without a GPU.")
+@click.option("--arch", "arch_opt", default=None, metavar="sm_XX[,sm_YY]|all",
+              help=f"Target architecture(s), comma separated: {', '.join(MAX_SHARED_PER_BLOCK)}; or 'all' for "
+                   f"{', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: the kernels use "
+                   f"no architecture-specific instructions, so the plain target is what runs. "
+                   f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE",
               help="Kernel source in cu/ to compile (repeatable). Default: every .cu file.")
 def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.
 
-    Columns: registers per thread, static and dynamic shared memory per block
-    (bytes; dynamic where the launcher fixes it), stack frame, spill bytes
-    (stores + loads) and whether the cubin came from the cache. Needs no GPU.
+    Each file is compiled in every variant its launcher module declares
+    (``compile_variants``), with the defines the runtime uses. Columns per kernel:
+    registers per thread; static shared memory per block (from ptxas) and dynamic
+    (the most the launcher asks for, "-" for none), in bytes; the architecture's
+    per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
+    (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
-    than the architecture allows per block.
+    than the architecture allows per block; 2 for an unsupported --arch.
     """
-    if arch_opt is None:
-        archs = [_default_arch()]
-    elif arch_opt.strip().lower() == "all":
-        archs = list(SUPPORTED_ARCHS)
-    else:
-        try:
-            archs = [normalize_arch(a) for a in arch_opt.split(",")]
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--arch") from exc
+    archs = _archs(arch_opt)
     available = kernel_sources()
     files = list(kernels) or available
     for f in files:
@@ -195,17 +207,17 @@ def compile_cmd(arch_opt, kernels):
         for arch in archs:
             try:
                 variants = compile_variants(f, arch)
-            except Exception as exc:  # a broken paired module must not hide the other files
-                problems.append(f"{f} ({arch}): its compile defines could not be computed: {exc!r}")
+            except Exception as exc:  # a broken launcher must not hide the other files
+                problems.append(f"{f} ({arch}): its compile variants could not be computed: {exc}")
                 continue
-            for variant, defines, dynamic in variants:
-                where = f"{f} [{variant}]" if variant else f
+            for v in variants:
+                where = f"{f} [{v.label}]" if v.label else f
                 try:
-                    cub = compile_file(f, arch, defines)
+                    cub = compile_file(f, arch, v.defines)
                 except NvrtcError as exc:
                     problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
                     continue
-                rows.extend(_resource_rows(where, arch, cub, dynamic, problems))
+                rows.extend(_resource_rows(where, arch, cub, v.dynamic_shared, problems))
     if rows:
         click.echo(_table(rows))
     for p in problems:

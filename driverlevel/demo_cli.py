@@ -30,8 +30,7 @@ import click
 
 __all__ = ["capture_demo", "run", "DemoReport", "JSON_SCHEMA", "NO_GPU_MESSAGE", "check_schema"]
 
-NO_GPU_MESSAGE = ("driverlevel capture-demo needs an NVIDIA GPU with a working CUDA driver, "
-                  "and none is usable on this machine.")
+from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
 
 #: Keys of the ``--json`` object and their types (nested dicts list their own keys).
 JSON_SCHEMA = {
@@ -357,7 +356,7 @@ def _finite(obj):
 @click.option("--num-splits", default=None, type=click.IntRange(1, 1024),
               help="Cap on the verify attention's split-KV pieces per (request, row tile) pair "
                    "(default: none; its scheduler kernel splits each step's work on the GPU).")
-@click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for (default: the GPU's).")
+@click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for, as `driverlevel compile --arch` takes it (default: the GPU's).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of weights, prompts and noise.")
 @click.option("--vocab", default=32768, show_default=True, type=click.IntRange(64, 1 << 20),
               help="Vocabulary size (a multiple of 8).")
@@ -392,24 +391,17 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--devices") from None
     if arch is not None:
-        from ._compile import normalize_arch
+        from ._compile import check_arch
 
         try:
-            arch = normalize_arch(arch)
+            arch = check_arch(arch)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--arch") from None
-    from ._device import device_count
-    from ._errors import CudaError
-
-    try:
-        n = device_count()
-    except CudaError:
-        n = 0
-    if n == 0:
+    if not gpu_usable():
         click.echo(NO_GPU_MESSAGE, err=True)
         if as_json:
-            click.echo(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": 2}))
-        raise click.exceptions.Exit(2)
+            click.echo(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": NO_GPU_EXIT_STATUS}))
+        raise click.exceptions.Exit(NO_GPU_EXIT_STATUS)
     opts = dict(heads=heads, prompt_len=prompt_len, max_new_tokens=max_new_tokens, budget=budget,
                 depth_limit=depth_limit, batch=batch, steps=steps, num_splits=num_splits, arch=arch, seed=seed,
                 vocab=vocab, draft_noise=draft_noise, draft_scale=draft_scale)

@@ -40,7 +40,8 @@ import numpy as np
 
 from ._array import DeviceArray, as_device_array
 from ._capture_guard import ensure_not_capturing
-from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._checks import positive_int
+from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
 from ._memory import DeviceBuffer, WorkspacePool
@@ -56,6 +57,7 @@ __all__ = [
     "make_weights",
     "compile_defines",
     "dynamic_shared_bytes",
+    "compile_variants",
     "gemm_shared_bytes",
     "gemm_schedule",
     "gemm_workspace_elems",
@@ -173,6 +175,12 @@ def dynamic_shared_bytes(arch) -> dict:
     """Dynamic shared memory per block of the kernels launched with some, bytes."""
     st = gemm_stages(arch)
     return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32)}
+
+
+def compile_variants(arch) -> list[CompileVariant]:
+    """The one way ``cu/mla_model.cu`` is compiled on ``arch`` (:func:`compile_defines`), with
+    the GEMMs' dynamic shared memory at the pipeline depth :func:`gemm_stages` picks."""
+    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -588,8 +596,7 @@ class ForwardPlan:
         self.model = model
         self.device = model.device
         for pname, v in (("max_batch", max_batch), ("max_q", max_q), ("num_splits", 1 if num_splits is None else num_splits)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+            positive_int(pname, v)
         self.max_batch, self.max_q = int(max_batch), int(max_q)
         self.max_rows = self.max_batch * self.max_q
         c = model.config
@@ -740,8 +747,8 @@ class Drafter:
                  logit_scale: float = 4.0, seed: int = 0, name: str = "drafter"):
         self.model = model
         self.device = model.device
-        if max_batch < 1 or depth_limit < 1:
-            raise ValueError(f"max_batch and depth_limit must be >= 1, got {max_batch}, {depth_limit}")
+        positive_int("max_batch", max_batch)
+        positive_int("depth_limit", depth_limit)
         if not (math.isfinite(noise_std) and noise_std >= 0):
             raise ValueError(f"noise_std must be finite and >= 0, got {noise_std}")
         self.max_batch, self.depth_limit = int(max_batch), int(depth_limit)

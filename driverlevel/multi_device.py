@@ -227,6 +227,9 @@ def _main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--config", default="{}", help="RankConfig fields as JSON")
     args = ap.parse_args(argv)
+    from ._device import require_gpu
+
+    require_gpu()
     cfg = RankConfig(**json.loads(args.config))
     t0 = time.perf_counter()
     res = run_rank(args.rank, 0, cfg)

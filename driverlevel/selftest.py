@@ -1,9 +1,8 @@
 """The self-test kernels (``cu/selftest.cu``): launch, graph and interop checks of the runtime.
 
 Nothing here is on the verify path. The tests, ``driverlevel bench replay`` and
-``driverlevel compile`` use it: :func:`compile_defines` and
-:func:`dynamic_shared_bytes` are the hooks ``driverlevel compile`` looks up on the
-module named like a ``.cu`` file.
+``driverlevel compile`` use it: :func:`compile_variants` is the hook ``driverlevel
+compile`` calls for ``selftest.cu``.
 
 Example
 -------
@@ -19,10 +18,11 @@ from __future__ import annotations
 
 import ctypes
 
-from ._compile import Cubin, compile_file, normalize_arch
+from ._compile import CompileVariant, Cubin, compile_file, normalize_arch
 from ._module import Module, load_module, struct_layout_defines
 
-__all__ = ["SOURCE", "SaxpyParams", "BIG_SMEM_FLOATS", "compile_defines", "dynamic_shared_bytes", "compile", "load"]
+__all__ = ["SOURCE", "SaxpyParams", "BIG_SMEM_FLOATS", "compile_defines", "dynamic_shared_bytes", "compile_variants",
+           "compile", "load"]
 
 SOURCE = "selftest.cu"
 
@@ -53,6 +53,11 @@ def dynamic_shared_bytes(arch) -> dict:
     """Dynamic shared memory per block, bytes, of the kernels launched with some."""
     normalize_arch(arch)
     return {"reverse_f32_dynamic_smem": BIG_SMEM_FLOATS * 4}
+
+
+def compile_variants(arch) -> list[CompileVariant]:
+    """The one way ``selftest.cu`` is compiled (:func:`compile`), with the tests' dynamic shared memory."""
+    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
 def compile(arch) -> Cubin:  # noqa: A001 - mirrors compile_file

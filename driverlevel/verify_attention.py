@@ -27,7 +27,8 @@ from cuda.bindings import driver
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
-from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._checks import positive_int
+from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._errors import check
@@ -36,7 +37,8 @@ from ._memory import WorkspacePool
 from ._module import load_module, struct_layout_defines
 from ._workspace_formula import partial_workspace_bytes, scheduler_bytes
 
-__all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "suggest_num_splits", "DEFAULT_SM_SCALE"]
+__all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "tile_configs", "compile_defines",
+           "compile_variants", "suggest_num_splits", "DEFAULT_SM_SCALE"]
 
 QK_DIM = 576
 V_DIM = 512
@@ -135,12 +137,11 @@ _CONFIGS = (
 )
 
 
-def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
-    """The tile configuration for ``arch``.
+def tile_configs(arch) -> list[TileConfig]:
+    """Every tile configuration :func:`tile_config` can pick on ``arch``, the default first.
 
-    Among the configurations whose shared memory fits the architecture's per-block
-    limit and that use its largest key tile, the one that pads ``rows_per_request``
-    (``max_q * num_heads``) the least; ties go to the larger row tile (less L2 traffic).
+    Those whose shared memory fits the architecture's per-block limit and that use the
+    key tile and contraction split of the first one that fits.
 
     Raises
     ------
@@ -153,10 +154,49 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]
-    fits = [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
+    return [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
+
+
+def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
+    """The tile configuration for ``arch``.
+
+    Among :func:`tile_configs` (the configurations whose shared memory fits the
+    architecture's per-block limit and that use its largest key tile), the one that pads
+    ``rows_per_request`` (``max_q * num_heads``) the least; ties go to the larger row
+    tile (less L2 traffic).
+
+    Raises
+    ------
+    ValueError
+        If no configuration fits.
+    """
+    fits = tile_configs(arch)
     if rows_per_request:
         return min(fits, key=lambda c: (math.ceil(rows_per_request / c.rows) * c.rows, -c.rows))
-    return best
+    return fits[0]
+
+
+def compile_defines(arch, config: TileConfig | None = None) -> dict:
+    """NVRTC defines of ``cu/verify_attention.cu``: the tile shape (``config``, default
+    :func:`tile_config` of ``arch``), the device error word's field and code numbers
+    (:func:`driverlevel._device_error.error_defines`) and the ``VerifyAttnParams`` layout
+    (checked by ``static_assert``)."""
+    config = tile_config(arch) if config is None else config
+    defines = dict(config.defines())
+    defines.update(error_defines())
+    defines.update(struct_layout_defines(_Params))
+    return defines
+
+
+def compile_variants(arch) -> list[CompileVariant]:
+    """Every way :class:`VerifyAttention` compiles ``verify_attention.cu`` on ``arch``: one
+    variant per tile configuration of :func:`tile_configs`, with ``verify_attn_partial``'s
+    dynamic shared memory (the scheduler and the combine use static shared memory only)."""
+    out = []
+    for cfg in tile_configs(arch):
+        label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}"
+        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, label))
+    return out
 
 
 def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_len: int, max_splits: int = 64) -> int:
@@ -313,8 +353,7 @@ class VerifyAttention:
         if num_parts is not None:
             checks.append(("num_parts", num_parts))
         for pname, v in checks:
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+            positive_int(pname, v)
         if num_splits is not None and num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
         if max_batch > MAX_BATCH:
@@ -340,10 +379,7 @@ class VerifyAttention:
             raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
                              f"more than {self.arch} allows")
 
-        defines = dict(self.config.defines())
-        defines.update(error_defines())
-        defines.update(struct_layout_defines(_Params))
-        self.cubin = compile_file("verify_attention.cu", self.arch, defines)
+        self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
         self._module = load_module(self.device, self.cubin)
         self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")

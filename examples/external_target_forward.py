@@ -31,6 +31,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._device import require_gpu
 from driverlevel.mla_model import Drafter, MLAModel, MLAModelConfig
 from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
@@ -89,9 +90,7 @@ class MyTargetForward:
 
 
 def main() -> int:
-    if dl.device_count() == 0:
-        print("this example needs a CUDA GPU")
-        return 0
+    require_gpu()
     dev = dl.Device(0)
     model = MLAModel(dev, MLAModelConfig(vocab_size=8192, num_heads=9, seed=0))
     B, budget, max_new = 4, 24, 128

@@ -11,11 +11,25 @@ another GPU's pools.
 
 import sys
 
+from driverlevel._device import require_gpu
 from driverlevel.multi_device import RankConfig, parse_devices, run_ranks_threads
 
-devices = parse_devices(sys.argv[1] if len(sys.argv) > 1 else "0,0")
-results = run_ranks_threads(devices, RankConfig(replays=1000))
-for r in results:
-    print(f"rank {r.rank} on GPU {r.device} ({r.device_name}): {r.replays} replays, capture {r.capture_ms:.1f} ms, "
-          f"step median {r.step_median_us:.0f} us, foreign pointers {r.foreign_pointers}")
-print("identical tokens on every rank:", all(r.tokens == results[0].tokens for r in results))
+
+def main() -> int:
+    try:
+        devices = parse_devices(sys.argv[1] if len(sys.argv) > 1 else "0,0")
+    except ValueError as exc:
+        print(f"examples/multi_gpu.py: {exc}", file=sys.stderr)
+        return 2
+    require_gpu()
+    results = run_ranks_threads(devices, RankConfig(replays=1000))
+    for r in results:
+        print(f"rank {r.rank} on GPU {r.device} ({r.device_name}): {r.replays} replays, capture {r.capture_ms:.1f} ms, "
+              f"step median {r.step_median_us:.0f} us, foreign pointers {r.foreign_pointers}")
+    same = all(r.tokens == results[0].tokens for r in results)
+    print("identical tokens on every rank:", same)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

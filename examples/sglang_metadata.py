@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._device import require_gpu
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.trees import build_bitmask, build_full_mask, build_qlen_only_mask, make_metadata, random_tree
 from driverlevel.verify_attention import VerifyAttention
@@ -43,9 +44,7 @@ def to_device(dev, host, as_bool=False):
 
 
 def main() -> int:
-    if dl.device_count() == 0:
-        print("this example needs a CUDA GPU")
-        return 0
+    require_gpu()
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(1)

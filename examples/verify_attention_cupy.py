@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._device import require_gpu
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
@@ -22,14 +23,12 @@ from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 
 
 def main() -> int:
+    require_gpu()
     try:
         import cupy as cp
     except ImportError:
-        print("this example needs CuPy (pip install cupy-cuda13x)")
-        return 0
-    if dl.device_count() == 0:
-        print("this example needs a CUDA GPU")
-        return 0
+        print("This example needs CuPy (pip install cupy-cuda13x).", file=sys.stderr)
+        return 2
     dev = dl.Device(0)
     rng = np.random.default_rng(0)
     heads, sm_scale = 9, 1.0 / np.sqrt(192.0)

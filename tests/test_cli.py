@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import driverlevel as dl
 from driverlevel import cli
-from driverlevel._compile import Cubin, KernelResources
+from driverlevel._compile import CompileVariant, Cubin, KernelResources
 from driverlevel._device import DeviceProperties
 from driverlevel._errors import CudaError, DriverUnavailableError
 
@@ -30,7 +30,7 @@ def invoke(runner, *args):
 @pytest.mark.parametrize("args, words", [
     ([], ["info", "compile", "capture-demo", "bench", "NVRTC"]),
     (["info"], ["compute capability", "exits 0"]),
-    (["compile"], ["--arch", "--kernel", "sm_120", "'all'", "spill", "Exits 1"]),
+    (["compile"], ["--arch", "--kernel", "sm_120", "'all'", "sm_90a", "spill", "headroom", "Exits 1"]),
     (["capture-demo"], ["DDTree", "graph"]),
     (["bench"], ["replay"]),
     (["bench", "replay"], ["--nodes", "--replays", "--json", "cuGraphLaunch", "torch"]),
@@ -108,42 +108,95 @@ def test_info_with_a_fake_gpu(runner, monkeypatch):
 
 
 # -- compile -------------------------------------------------------------------------------------
+def _rows(output):
+    """Table rows as lists of cells (the file column may hold a bracketed variant label)."""
+    out = []
+    for line in output.splitlines()[2:]:
+        if "]" in line:
+            where, rest = line.split("]", 1)
+            out.append([where + "]", *rest.split()])
+        else:
+            out.append(line.split())
+    return out
+
+
 def test_compile_sm120_every_kernel(runner):
     r = invoke(runner, "compile", "--arch", "sm_120")
     assert r.exit_code == 0, r.output
-    header = r.output.splitlines()[0].split()
-    assert header[:4] == ["file", "kernel", "arch", "regs"] and "spill" in header and "cache" in header
+    header = r.output.splitlines()[0]
+    assert header.split()[:4] == ["file", "kernel", "arch", "regs"]
+    for col in ("static smem", "dynamic smem", "smem limit", "headroom", "spill B", "cache"):
+        assert col in header
     for name in dl.kernel_sources():
         assert name in r.output
     assert "verify_attn_partial" in r.output and "noop" in r.output
     assert "SPILLS" not in r.output and "SMEM>LIMIT" not in r.output
+    for row in _rows(r.output):
+        static, dynamic, limit, headroom = (int(c.replace(",", "").replace("-", "0") or 0) if c != "-" else 0
+                                            for c in row[4:8])
+        assert limit == 101_376 and headroom == limit - static - dynamic >= 0, row
 
 
 def test_compile_one_kernel_reports_cache_and_dynamic_smem(runner, fresh_cache):
     first = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
     assert first.exit_code == 0, first.output
-    rows = [line.split() for line in first.output.splitlines()[2:]]
+    rows = _rows(first.output)
     assert {row[1] for row in rows} >= {"noop", "reverse_f32_dynamic_smem", "block_sum_f32"}
     assert all(row[0] == "selftest.cu" and row[2] == "sm_90" for row in rows)
     assert all(row[-1] == "compiled" for row in rows)
     by_name = {row[1]: row for row in rows}
-    assert by_name["reverse_f32_dynamic_smem"][5] == "65,536"  # dynamic shared memory from selftest.py
-    assert by_name["block_sum_f32"][4] == "1,024"  # static shared memory from ptxas
+    assert by_name["reverse_f32_dynamic_smem"][4:8] == ["0", "65,536", "232,448", "166,912"]  # from selftest.py
+    assert by_name["block_sum_f32"][4:8] == ["1,024", "-", "232,448", "231,424"]  # static from ptxas
     assert by_name["noop"][5] == "-"
     second = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
-    assert all(line.split()[-1] == "hit" for line in second.output.splitlines()[2:])
+    assert all(row[-1] == "hit" for row in _rows(second.output))
 
 
 def test_compile_several_archs(runner):
     r = invoke(runner, "compile", "--arch", "sm_80,sm_100", "--kernel", "selftest.cu")
     assert r.exit_code == 0
-    archs = {line.split()[2] for line in r.output.splitlines()[2:]}
+    archs = {row[2] for row in _rows(r.output)}
     assert archs == {"sm_80", "sm_100"}
 
 
-def test_compile_bad_arch_and_kernel(runner):
-    r = runner.invoke(cli.main, ["compile", "--arch", "sm_75"])
-    assert r.exit_code == 2 and "unsupported architecture 'sm_75'" in r.output
+def test_compile_accepts_spellings_and_every_known_arch(runner):
+    r = invoke(runner, "compile", "--arch", "SM_121,87", "--kernel", "selftest.cu")
+    assert r.exit_code == 0, r.output
+    assert {row[2] for row in _rows(r.output)} == {"sm_121", "sm_87"}
+
+
+@pytest.mark.parametrize("arch, why", [
+    ("sm_75", "'sm_75' is older than sm_80"),
+    ("sm_999", "'sm_999' is not an architecture driverlevel knows"),
+    ("foo", "'foo' is not an architecture name"),
+    ("sm_90a", "'sm_90a' is an architecture-specific target"),
+    ("sm_120a", "'sm_120a' is an architecture-specific target"),
+    ("sm_100f", "'sm_100f' is a family-specific target"),
+    ("compute_90", "'compute_90' is a virtual architecture"),
+    ("sm_90,sm_12", "'sm_12' is older than sm_80"),
+])
+def test_compile_refuses_unsupported_archs(runner, arch, why):
+    r = runner.invoke(cli.main, ["compile", "--arch", arch])
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())  # click wraps the message
+    assert "Invalid value for --arch: unsupported architecture: " + why in text
+    assert "Supported: sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_120, sm_121" in text
+    assert "Traceback" not in r.output
+
+
+def test_compile_suffixed_arch_names_the_plain_one(runner):
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90a"])
+    assert "(use sm_90)" in " ".join(r.output.split())
+
+
+def test_compile_default_arch_of_an_unknown_gpu(runner, monkeypatch):
+    monkeypatch.setattr(cli, "_default_arch", lambda: "sm_130")
+    r = runner.invoke(cli.main, ["compile", "--kernel", "selftest.cu"])
+    assert r.exit_code == 2
+    assert "(GPU 0's; pass --arch to choose)" in " ".join(r.output.split())
+
+
+def test_compile_bad_kernel(runner):
     r = runner.invoke(cli.main, ["compile", "--kernel", "nope.cu"])
     assert r.exit_code == 2 and "no kernel source 'nope.cu'" in r.output
 
@@ -166,12 +219,14 @@ def test_compile_fails_on_spills(runner, monkeypatch):
 
 def test_compile_fails_over_the_shared_memory_limit(runner, monkeypatch):
     monkeypatch.setattr(cli, "compile_file", _fake_compile({"big": KernelResources(registers=32, shared_bytes=1024)}))
-    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [("", {}, {"big": 100_400})])
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {"big": 100_400})])
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
     assert r.exit_code == 1
     assert "selftest.cu:big (sm_120) needs 101,424 B of shared memory per block, over the 101,376 B limit" in r.output
+    assert _rows(r.output.split("selftest.cu:big")[0])[0][4:8] == ["1,024", "100,400", "101,376", "-48"]
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu"])
     assert r.exit_code == 0  # 227 KB on sm_90
+    assert _rows(r.output)[0][6:8] == ["232,448", "131,024"]
 
 
 def test_compile_reports_a_compile_error(runner, monkeypatch):
@@ -184,27 +239,61 @@ def test_compile_reports_a_compile_error(runner, monkeypatch):
     assert r.exit_code == 1 and "selftest.cu (sm_120) failed to compile" in r.output and "oops" in r.output
 
 
-def test_compile_variants_use_the_paired_module_hooks():
+def test_every_kernel_source_has_a_registered_launcher():
+    import importlib
+
+    assert set(cli.LAUNCHERS) == set(dl.kernel_sources())
+    for filename, name in cli.LAUNCHERS.items():
+        mod = importlib.import_module(name)
+        assert hasattr(mod, "compile_variants") or hasattr(mod, "compile_defines"), name
+        for arch in ("sm_80", "sm_90", "sm_120"):
+            variants = cli.compile_variants(filename, arch)
+            assert variants and all(isinstance(v, CompileVariant) for v in variants)
+            assert len({v.label for v in variants}) == len(variants)  # labels tell variants apart
+
+
+def test_a_source_without_a_launcher_fails_the_command(runner, monkeypatch):
+    monkeypatch.setattr(cli, "LAUNCHERS", {k: v for k, v in cli.LAUNCHERS.items() if k != "selftest.cu"})
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 1
+    assert "selftest.cu (sm_120): its compile variants could not be computed: selftest.cu has no launcher " \
+           "registered in driverlevel.cli.LAUNCHERS" in r.output
+
+
+def test_compile_variants_come_from_the_launcher():
     from driverlevel import selftest
 
-    ((variant, defines, dynamic),) = cli.compile_variants("selftest.cu", "sm_90")
-    assert variant == "" and defines == selftest.compile_defines("sm_90")
-    assert dynamic == {"reverse_f32_dynamic_smem": 65536}
+    (v,) = cli.compile_variants("selftest.cu", "sm_90")
+    assert v == selftest.compile_variants("sm_90")[0]
+    assert v.label == "" and v.defines == selftest.compile_defines("sm_90")
+    assert v.dynamic_shared == {"reverse_f32_dynamic_smem": 65536}
+
+
+def test_compile_variants_of_the_modules_without_the_hook_yet():
+    from driverlevel import ddtree, runner
+
+    for filename, mod in (("ddtree.cu", ddtree), ("runner.cu", runner)):
+        if hasattr(mod, "compile_variants"):
+            continue  # the module declares its own now
+        (v,) = cli.compile_variants(filename, "sm_90")
+        assert v.defines == mod.compile_defines("sm_90") and v.dynamic_shared == mod.dynamic_shared_bytes("sm_90")
 
 
 def test_compile_variants_of_verify_attention_follow_the_plan():
     from driverlevel import verify_attention as va
+    from driverlevel._device_error import error_defines
     from driverlevel._module import struct_layout_defines
 
-    for arch in ("sm_90", "sm_120"):
+    for arch in ("sm_80", "sm_90", "sm_120"):
         variants = cli.compile_variants("verify_attention.cu", arch)
         cfg = va.tile_config(arch)
-        label, defines, dynamic = variants[0]
-        assert defines == {**cfg.defines(), **struct_layout_defines(va._Params)}
-        assert dynamic == {"verify_attn_partial": cfg.shared_bytes}
-        for rows in (16, 144, 2304):  # whatever the plan picks is among the variants
-            want = va.tile_config(arch, rows).defines()
-            assert any(all(d[k] == v for k, v in want.items()) for _, d, _ in variants)
+        first = variants[0]
+        assert first.defines == {**cfg.defines(), **error_defines(), **struct_layout_defines(va._Params)}
+        assert first.defines == va.compile_defines(arch)  # what VerifyAttention compiles with
+        assert first.dynamic_shared == {"verify_attn_partial": cfg.shared_bytes}
+        for rows in range(1, 4097):  # whatever the plan picks is among the variants, with its exact defines
+            want = va.compile_defines(arch, va.tile_config(arch, rows))
+            assert any(v.defines == want for v in variants), (arch, rows)
 
 
 # -- capture-demo and bench ----------------------------------------------------------------------
@@ -220,7 +309,7 @@ def test_bench_replay_without_gpu(runner, monkeypatch):
     monkeypatch.setattr(_device, "device_count", lambda: 0)
     r = runner.invoke(cli.main, ["bench", "replay", "--replays", "100", "--repeats", "1"])
     assert r.exit_code == 2
-    assert "needs a CUDA GPU and driver" in r.output
+    assert r.output.strip() == _device.NO_GPU_MESSAGE
 
 
 @pytest.mark.parametrize("nodes", ["0", "a,b", ""])

@@ -56,12 +56,13 @@ def test_every_kernel_source_compiles_without_spills_within_shared_limit(arch):
     """Every .cu in cu/, compiled as its launcher does, fits ``arch`` (the CI gate of DESIGN.md)."""
     limit = MAX_SHARED_PER_BLOCK[arch]
     for f in kernel_sources():
-        for variant, defines, dynamic in compile_variants(f, arch):
-            cub = dl.compile_file(f, arch, defines)
-            assert cub.resources, f"{f} [{variant}] has no kernels"
+        for v in compile_variants(f, arch):
+            cub = dl.compile_file(f, arch, v.defines)
+            assert cub.resources, f"{f} [{v.label}] has no kernels"
+            assert set(v.dynamic_shared) <= set(cub.resources), f"{f} [{v.label}] names kernels it does not have"
             for k, r in cub.resources.items():
-                assert r.spills == 0, f"{f} [{variant}] {k} spills on {arch}: {r}"
-                assert r.shared_bytes + dynamic.get(k, 0) <= limit, f"{f} [{variant}] {k} on {arch}"
+                assert r.spills == 0, f"{f} [{v.label}] {k} spills on {arch}: {r}"
+                assert r.shared_bytes + v.dynamic_shared.get(k, 0) <= limit, f"{f} [{v.label}] {k} on {arch}"
 
 
 def test_struct_layout_drift_fails_the_compile(fresh_cache):

@@ -63,6 +63,7 @@ def test_no_gpu_with_json_prints_an_error_object(no_gpu, capsys):
     (["--batch", "0"], "--batch"),
     (["--vocab", "1001"], "--vocab"),
     (["--arch", "sm_70"], "--arch"),
+    (["--arch", "sm_90a"], "--arch"),
     (["--num-splits", "0"], "--num-splits"),
     (["--steps", "0"], "--steps"),
     (["--prompt-len", "1"], "--prompt-len"),
