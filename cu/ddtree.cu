@@ -66,6 +66,7 @@
 // Bad per-step metadata is reported through the device error word (p.error, common.cuh):
 // the kernels never read or write out of bounds and give the bad request a defined result.
 #include "common.cuh"
+#include "constants.cuh"
 
 // Probe points: tools/ddtree_probe.py --trace defines DDT_PROBE(k) to record clock64 and
 // %globaltimer of phase k (thread 0 of each CTA); they compile to nothing otherwise.
@@ -76,23 +77,25 @@
 namespace ddt {
 
 constexpr u32 FULL = 0xffffffffu;
-constexpr int TOPK_THREADS = 320;
-constexpr int TOPK_ELEMS = 24;                          // logits per thread in a chunk
+// Shared with Python: driverlevel/_constants.py, passed as -DDL_<NAME> (constants.cuh).
+constexpr int TOPK_THREADS = DL_DDTREE_TOPK_THREADS;
+constexpr int TOPK_ELEMS = DL_DDTREE_TOPK_ELEMS;        // logits per thread in a chunk
 constexpr int CHUNK = TOPK_THREADS * TOPK_ELEMS;        // 7,680 tokens per chunk CTA
-constexpr int BUILD_THREADS = 512;
-constexpr int MERGE_ELEMS = 24;                         // candidates per thread in a row merge
-constexpr int MAX_K = 512;
-constexpr int OVERSAMPLE = 4;                           // chunk cutoff aims at ~4K candidates
-constexpr int SMALL_THREADS = 256;                      // compile, argmax, accept, commit
-constexpr int STATUS_POOL_EXHAUSTED = 1;
-constexpr int STATUS_CONTEXT_FULL = 2;
-constexpr int STATUS_KV_CAPACITY = 4;
-constexpr int STATUS_MASK_CAPACITY = 8;
-constexpr int STATUS_NONFINITE = 16;                    // a logits row had no value above -inf (or a bad target token)
-constexpr int FINISH_DONE = 1;                          // records' `finished`: stop token, context full
-constexpr int FINISH_NONFINITE = 2;                     //   the walk read a target row with no finite argmax
-constexpr int RECORD_HEADER = 4;
-constexpr int FLAG_LEGACY_SEARCH = 1;                   // the one-warp heap instead of the parallel search
+constexpr int BUILD_THREADS = DL_DDTREE_BUILD_THREADS;
+constexpr int MERGE_ELEMS = DL_DDTREE_MERGE_ELEMS;      // candidates per thread in a row merge
+constexpr int MAX_K = DL_MAX_BUDGET;
+constexpr int OVERSAMPLE = 4;                           // chunk cutoff aims at ~4K candidates (kernel-only)
+constexpr int SMALL_THREADS = DL_DDTREE_SMALL_THREADS;  // compile, argmax, accept, commit
+constexpr int STATUS_POOL_EXHAUSTED = DL_STATUS_POOL_EXHAUSTED;
+constexpr int STATUS_CONTEXT_FULL = DL_STATUS_CONTEXT_FULL;
+constexpr int STATUS_KV_CAPACITY = DL_STATUS_KV_CAPACITY;
+constexpr int STATUS_MASK_CAPACITY = DL_STATUS_MASK_CAPACITY;
+constexpr int STATUS_NONFINITE = DL_STATUS_NONFINITE;   // a logits row had no value above -inf (or a bad target token)
+constexpr int FINISH_DONE = DL_FINISH_DONE;             // records' `finished`: stop token, context full
+constexpr int FINISH_NONFINITE = DL_FINISH_NONFINITE;   //   the walk read a target row with no finite argmax
+constexpr int RECORD_HEADER = DL_RECORD_HEADER;
+constexpr int FLAG_LEGACY_SEARCH = DL_FLAG_LEGACY_SEARCH;  // the one-warp heap instead of the parallel search
+// Kernel-only.
 constexpr int SEARCH_CAP = 1536;                        // candidate nodes the parallel search holds
 constexpr int SEARCH_BINS = 512;                        // key histogram of the parallel search
 constexpr int SEARCH_PER = (SEARCH_CAP + BUILD_THREADS - 1) / BUILD_THREADS;
@@ -1476,7 +1479,7 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
 // ------------------------------------------------------------------------------ compile
 
 struct CompileSmem {
-  i64 qo[1025], kv[1025], full[1025], qlen[1025];
+  i64 qo[DL_MAX_BATCH + 1], kv[DL_MAX_BATCH + 1], full[DL_MAX_BATCH + 1], qlen[DL_MAX_BATCH + 1];
   i64 alloc_base;
   int status;
 };
@@ -1704,11 +1707,13 @@ DL_DEVICE void argmax_split(const DDTreeParams& p) {
 
 constexpr int ACCEPT_STOPS = 64;  // stop tokens per request staged in shared memory
 
+static_assert(DL_MAX_DEPTH + 1 <= 64, "AcceptSmem::path holds at most 64 nodes");
+
 struct AcceptSmem {
   int post[ddt::MAX_K + 1];
   int tok[ddt::MAX_K + 1];          // node tokens (the walk reads no global memory)
   short match[ddt::MAX_K + 1];
-  int path[64];
+  int path[64];                     // the walk: at most depth_limit + 1 <= MAX_DEPTH + 1 nodes
   int stop[ACCEPT_STOPS];
 };
 
