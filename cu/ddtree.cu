@@ -68,12 +68,6 @@
 #include "common.cuh"
 #include "constants.cuh"
 
-// Probe points: tools/ddtree_probe.py --trace defines DDT_PROBE(k) to record clock64 and
-// %globaltimer of phase k (thread 0 of each CTA); they compile to nothing otherwise.
-#ifndef DDT_PROBE
-#define DDT_PROBE(k)
-#endif
-
 namespace ddt {
 
 constexpr u32 FULL = 0xffffffffu;
@@ -190,7 +184,7 @@ struct DDTreeParams {
   i32 dense_layers;
   i32 record_width;            // RECORD_HEADER + D + 1
   i32 lp_bytes;                // union region of ddtree_build's dynamic smem (multiple of 16)
-  i32 flags;                   // ddt::FLAG_* (0 = the fast paths; the others are for probes and tests)
+  i32 flags;                   // ddt::FLAG_* (0 = the fast paths; FLAG_LEGACY_SEARCH is for tests)
 };
 
 #ifdef DL_OFF_logits
@@ -590,7 +584,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   constexpr int V = Tr::VEC;
   __shared__ ChunkSmem sm;
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  DDT_PROBE(0);
   // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
   // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
   // row counter and the build's status word. ddtree_build runs after this kernel completes.
@@ -670,7 +663,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
     }
   }
   __syncthreads();
-  DDT_PROBE(1);
   u32 kmax = 0;
   double dsum = 0.0, dsq = 0.0;
 #pragma unroll
@@ -718,7 +710,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
       for (u32 m = mine; m; m &= m - 1) sm.list[pos++] = static_cast<unsigned short>((__ffs(m) - 1) * TOPK_THREADS + tid);
     }
     const int ecount = listed ? (total + TOPK_THREADS - 1) / TOPK_THREADS : TOPK_ELEMS;
-    DDT_PROBE(2);
     t = kth_largest<TOPK_THREADS, TOPK_ELEMS, u32>(
         [&](int j, int z) -> u32 {
           if (listed) {
@@ -728,7 +719,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
           return skey[j * TOPK_THREADS] + static_cast<u32>(z);
         },
         kmax, kcut, kc, sm.sel, ecount);
-    DDT_PROBE(3);
     int above = 0, ties = 0;
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {
@@ -741,7 +731,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
     const int need = kc - (packed >> 16);
     if ((packed & 0xffff) > need) tie_keep = keep_lowest_ids<V>(skey, t, need, sm.ri);
   }
-  DDT_PROBE(4);
   // Write the kc picked logits (in no particular order: the row merge sorts).
   u32 picked = 0;
 #pragma unroll
@@ -755,7 +744,6 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
 #pragma unroll
   for (int j = 0; j < TOPK_ELEMS; ++j)
     if ((picked >> j) & 1u) out[pos++] = composite(skey[j * TOPK_THREADS], token(j));
-  DDT_PROBE(5);
 }
 
 // ------------------------------------------------------------------------------ heap (one warp)
@@ -1296,7 +1284,6 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   const int tid = threadIdx.x, K = p.k, S = p.num_chunks;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   const u64* cand = p.cand + row_id * S * K;
-  DDT_PROBE(0);
   u64 c[MERGE_ELEMS];
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) {
@@ -1327,7 +1314,6 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
   const u64 cmax = block_max_u64<BUILD_THREADS>(mine, sm.r64);
-  DDT_PROBE(1);
   // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
   // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
   // the composites with that key. One kth_largest instance serves both passes.
@@ -1360,7 +1346,6 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
     if ((packed & 0xffff) <= need) break;
     vmax = 0xffffffffu;  // an upper bound of the low words is enough for kth_largest
   }
-  DDT_PROBE(2);
   int own = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
@@ -1372,7 +1357,6 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   int P = 1;
   while (P < K) P <<= 1;
   __syncthreads();
-  DDT_PROBE(3);
   // Bitonic sort, descending, one element per thread (P <= MAX_K = BUILD_THREADS): strides
   // below 32 through warp shuffles, the others through shared memory.
   u64 v = tid < K ? sortbuf[tid] : 0ull;
@@ -1397,7 +1381,6 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
     // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
     p.top_lp[row_id * K + tid] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
   }
-  DDT_PROBE(4);
 }
 
 DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
@@ -1411,7 +1394,6 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   __syncthreads();
   if (!sm.last) return;
-  DDT_PROBE(5);
   if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
   __threadfence();
 
@@ -1430,7 +1412,6 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
   const int kb = min(budget_b, K);
   __syncthreads();
-  DDT_PROBE(6);
   int popped = 0;
   if (budget_b > 0 && kb > 0 && D > 0) {
     popped = (p.flags & FLAG_LEGACY_SEARCH) ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
@@ -1444,7 +1425,6 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
     }
   }
   const int count = popped + 1;
-  DDT_PROBE(7);
 
   // ---- nodes and ancestor masks
   const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
@@ -1473,7 +1453,6 @@ DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
   u32* ganc = p.anc + base * W;
   for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
   if (tid == 0) p.node_counts[b] = count;
-  DDT_PROBE(8);
 }
 
 // ------------------------------------------------------------------------------ compile

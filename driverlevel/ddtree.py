@@ -380,7 +380,7 @@ class DDTreePlan:
     flags : int
         0 (default): the fast paths. :data:`FLAG_LEGACY_SEARCH` makes the build use the
         one-warp heap for every request (the parallel search falls back to it by itself in
-        the rare cases where it cannot prove it matches the heap); for probes and tests.
+        the rare cases where it cannot prove it matches the heap); for tests.
         Set it before the first launch of a stage (launches are packed once).
 
     Raises
