@@ -22,15 +22,23 @@ typedef __nv_bfloat16 bf16;
 #define DL_SMEM_LIMIT 101376
 #endif
 
-// Compile-time check that a params struct matches its ctypes mirror: the
-// launcher passes -DDL_OFF_<field>=<offset> for every field and -DDL_SIZEOF_<T>.
+// Compile-time check that a params struct matches its ctypes mirror, the one checked-layout
+// macro of every kernel file: the launcher passes -DDL_OFF_<field>=<offset> for every field
+// (-DDL_OFF_<P>_<field> where one file holds several structs, P naming the struct) and
+// -DDL_SIZEOF_<T>.
+//   DL_CHECK_OFFSET(T, f)     T.f sits at DL_OFF_<f>
+//   DL_CHECK_OFFSET(T, f, P)  T.f sits at DL_OFF_<P>_<f>
 // (NVRTC before 13.5 has no usable __builtin_offsetof; there only the struct's size is checked,
 // and the CPU tests, which compile with a current NVRTC, check every offset.)
 #if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
-#define DL_CHECK_OFFSET(T, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##f, #T "." #f " offset differs from its ctypes mirror")
+#define DL_CHECK_OFFSET_AT_(T, f, off) static_assert(__builtin_offsetof(T, f) == off, #T "." #f " offset differs from its ctypes mirror")
 #else
-#define DL_CHECK_OFFSET(T, f) static_assert(true, "")
+#define DL_CHECK_OFFSET_AT_(T, f, off) static_assert(true, "")
 #endif
+#define DL_CHECK_OFFSET_2_(T, f) DL_CHECK_OFFSET_AT_(T, f, DL_OFF_##f)
+#define DL_CHECK_OFFSET_3_(T, f, P) DL_CHECK_OFFSET_AT_(T, f, DL_OFF_##P##_##f)
+#define DL_CHECK_OFFSET_PICK_(a1, a2, a3, M, ...) M
+#define DL_CHECK_OFFSET(...) DL_CHECK_OFFSET_PICK_(__VA_ARGS__, DL_CHECK_OFFSET_3_, DL_CHECK_OFFSET_2_, unused)(__VA_ARGS__)
 
 namespace dl {
 

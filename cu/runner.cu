@@ -41,12 +41,6 @@
 #include "common.cuh"
 #include "constants.cuh"
 
-#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
-#define DL_CHECK_FIELD(T, P, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##P##_##f, #T "." #f " offset differs from its ctypes mirror")
-#else
-#define DL_CHECK_FIELD(T, P, f) static_assert(true, "")
-#endif
-
 // Shared with Python: driverlevel/_constants.py, passed as -DDL_<NAME> (constants.cuh).
 constexpr int kHeader = DL_RING_HEADER;     // int32 words before the records in a ring entry
 constexpr int kRecHead = DL_RECORD_HEADER;  // int32 words before the emitted tokens in a record
@@ -85,37 +79,37 @@ struct StepParams {
 };
 
 #ifdef DL_OFF_S_roots
-DL_CHECK_FIELD(StepParams, S, roots);
-DL_CHECK_FIELD(StepParams, S, active);
-DL_CHECK_FIELD(StepParams, S, committed);
-DL_CHECK_FIELD(StepParams, S, remaining);
-DL_CHECK_FIELD(StepParams, S, req_to_token);
-DL_CHECK_FIELD(StepParams, S, stop_tokens);
-DL_CHECK_FIELD(StepParams, S, pool_slots);
-DL_CHECK_FIELD(StepParams, S, pool_count);
-DL_CHECK_FIELD(StepParams, S, qo_indptr);
-DL_CHECK_FIELD(StepParams, S, kv_indptr);
-DL_CHECK_FIELD(StepParams, S, kv_indices);
-DL_CHECK_FIELD(StepParams, S, input_ids);
-DL_CHECK_FIELD(StepParams, S, positions);
-DL_CHECK_FIELD(StepParams, S, out_cache_loc);
-DL_CHECK_FIELD(StepParams, S, next_tokens);
-DL_CHECK_FIELD(StepParams, S, records);
-DL_CHECK_FIELD(StepParams, S, ring);
-DL_CHECK_FIELD(StepParams, S, step_counter);
-DL_CHECK_FIELD(StepParams, S, status);
-DL_CHECK_FIELD(StepParams, S, error);
-DL_CHECK_FIELD(StepParams, S, top2);
-DL_CHECK_FIELD(StepParams, S, accepted_count);
-DL_CHECK_FIELD(StepParams, S, tree_state);
-DL_CHECK_FIELD(StepParams, S, scratch_slot);
-DL_CHECK_FIELD(StepParams, S, pool_capacity);
-DL_CHECK_FIELD(StepParams, S, bs);
-DL_CHECK_FIELD(StepParams, S, max_context);
-DL_CHECK_FIELD(StepParams, S, n_stop);
-DL_CHECK_FIELD(StepParams, S, record_width);
-DL_CHECK_FIELD(StepParams, S, ring_slots);
-DL_CHECK_FIELD(StepParams, S, kv_capacity);
+DL_CHECK_OFFSET(StepParams, roots, S);
+DL_CHECK_OFFSET(StepParams, active, S);
+DL_CHECK_OFFSET(StepParams, committed, S);
+DL_CHECK_OFFSET(StepParams, remaining, S);
+DL_CHECK_OFFSET(StepParams, req_to_token, S);
+DL_CHECK_OFFSET(StepParams, stop_tokens, S);
+DL_CHECK_OFFSET(StepParams, pool_slots, S);
+DL_CHECK_OFFSET(StepParams, pool_count, S);
+DL_CHECK_OFFSET(StepParams, qo_indptr, S);
+DL_CHECK_OFFSET(StepParams, kv_indptr, S);
+DL_CHECK_OFFSET(StepParams, kv_indices, S);
+DL_CHECK_OFFSET(StepParams, input_ids, S);
+DL_CHECK_OFFSET(StepParams, positions, S);
+DL_CHECK_OFFSET(StepParams, out_cache_loc, S);
+DL_CHECK_OFFSET(StepParams, next_tokens, S);
+DL_CHECK_OFFSET(StepParams, records, S);
+DL_CHECK_OFFSET(StepParams, ring, S);
+DL_CHECK_OFFSET(StepParams, step_counter, S);
+DL_CHECK_OFFSET(StepParams, status, S);
+DL_CHECK_OFFSET(StepParams, error, S);
+DL_CHECK_OFFSET(StepParams, top2, S);
+DL_CHECK_OFFSET(StepParams, accepted_count, S);
+DL_CHECK_OFFSET(StepParams, tree_state, S);
+DL_CHECK_OFFSET(StepParams, scratch_slot, S);
+DL_CHECK_OFFSET(StepParams, pool_capacity, S);
+DL_CHECK_OFFSET(StepParams, bs, S);
+DL_CHECK_OFFSET(StepParams, max_context, S);
+DL_CHECK_OFFSET(StepParams, n_stop, S);
+DL_CHECK_OFFSET(StepParams, record_width, S);
+DL_CHECK_OFFSET(StepParams, ring_slots, S);
+DL_CHECK_OFFSET(StepParams, kv_capacity, S);
 static_assert(sizeof(StepParams) == DL_SIZEOF_S, "StepParams size differs from its ctypes mirror");
 #endif
 
