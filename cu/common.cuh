@@ -111,4 +111,72 @@ DL_DEVICE float warp_sum(float v) {
   return v;
 }
 
+// Block reductions over T threads (a multiple of 32, <= 1024): `scratch` holds T / 32 values.
+// Every one ends with __syncthreads() so that its scratch may be reused at once.
+
+template <int T>
+DL_DEVICE u64 block_max_u64(u64 v, u64* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const u64 w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  u64 r = scratch[0];
+#pragma unroll
+  for (int i = 1; i < T / 32; ++i) r = scratch[i] > r ? scratch[i] : r;
+  __syncthreads();
+  return r;
+}
+
+template <int T>
+DL_DEVICE double block_sum_f64(double v, double* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double r = 0.0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
+template <int T>
+DL_DEVICE int block_sum_int(int v, int* scratch) {
+  v = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<u32>(v)));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int r = 0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
+// Exclusive prefix sum over the block in thread order; *total gets the sum.
+template <int T>
+DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  int before = 0, all = 0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) {
+    const int s = scratch[i];
+    before += i < warp ? s : 0;
+    all += s;
+  }
+  __syncthreads();
+  *total = all;
+  return before + x - v;
+}
+
 }  // namespace dl

@@ -1,9 +1,10 @@
 """DDTree on the GPU: tree build, tree compile, greedy accept and KV commit, capture-safe.
 
-Pairs with ``cu/ddtree.cu`` (one ``DDTreeParams`` struct, mirrored here by ``_Params``)
-and with the numpy reference :mod:`driverlevel.reference.ddtree`, which defines every
-result exactly (the algorithm of Ringel & Romano 2026, arXiv 2604.12989; the pool, slot
-and stop-token rules are spelled out there).
+Pairs with ``cu/ddtree.cu`` and its stage headers ``cu/ddtree/*.cuh`` (one ``DDTreeParams``
+struct, mirrored here by ``_Params``) and with the numpy reference
+:mod:`driverlevel.reference.ddtree`, which defines every result exactly (the algorithm of
+Ringel & Romano 2026, arXiv 2604.12989; the pool, slot and stop-token rules are spelled out
+there).
 
 One decode step with a :class:`DDTreePlan`::
 

@@ -157,3 +157,16 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
     with pytest.raises(ValueError, match=r"max_batch \* max_context"):
         DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
                          max_context=1_100_000_000, max_prompt_len=8)
+
+
+def test_cache_key_covers_every_stage_header():
+    """ddtree.cu is one translation unit over cu/ddtree/*.cuh: every one of them (and common.cuh,
+    constants.cuh) is part of its compile cache key."""
+    from driverlevel._compile import _local_headers, kernel_source_dir
+
+    cu = kernel_source_dir()
+    headers = _local_headers((cu / ddtree.SOURCE).read_text(), [cu])
+    stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
+    assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
+            "ddtree/commit.cuh"} <= stages
+    assert stages | {"common.cuh", "constants.cuh"} == set(headers)
