@@ -113,7 +113,7 @@ DL_CHECK_OFFSET(StepParams, kv_capacity, S);
 static_assert(sizeof(StepParams) == DL_SIZEOF_S, "StepParams size differs from its ctypes mirror");
 #endif
 
-constexpr int kStatusPoolEmpty = DL_STATUS_POOL_EXHAUSTED;
+constexpr int kStatusPoolExhausted = DL_STATUS_POOL_EXHAUSTED;
 constexpr int kStatusKvCapacity = DL_STATUS_KV_CAPACITY;
 constexpr int kStatusNonfinite = DL_STATUS_NONFINITE;
 constexpr int kFinishNonfinite = DL_FINISH_NONFINITE;
@@ -170,7 +170,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
       i64 slot = p.scratch_slot;
       if (count < 0 || count > p.pool_capacity) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
-        atomicOr(p.status, kStatusPoolEmpty);
+        atomicOr(p.status, kStatusPoolExhausted);
       } else if (count >= s_nact) {
         slot = p.pool_slots[count - s_nact + r];
         if (slot < 0 || slot >= p.pool_capacity) {
@@ -178,7 +178,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
           slot = p.scratch_slot;
         }
       } else {
-        atomicOr(p.status, kStatusPoolEmpty);
+        atomicOr(p.status, kStatusPoolExhausted);
       }
       p.input_ids[r] = p.roots[b];
       p.positions[r] = len;
