@@ -22,15 +22,23 @@ typedef __nv_bfloat16 bf16;
 #define DL_SMEM_LIMIT 101376
 #endif
 
-// Compile-time check that a params struct matches its ctypes mirror: the
-// launcher passes -DDL_OFF_<field>=<offset> for every field and -DDL_SIZEOF_<T>.
+// Compile-time check that a params struct matches its ctypes mirror, the one checked-layout
+// macro of every kernel file: the launcher passes -DDL_OFF_<field>=<offset> for every field
+// (-DDL_OFF_<P>_<field> where one file holds several structs, P naming the struct) and
+// -DDL_SIZEOF_<T>.
+//   DL_CHECK_OFFSET(T, f)     T.f sits at DL_OFF_<f>
+//   DL_CHECK_OFFSET(T, f, P)  T.f sits at DL_OFF_<P>_<f>
 // (NVRTC before 13.5 has no usable __builtin_offsetof; there only the struct's size is checked,
 // and the CPU tests, which compile with a current NVRTC, check every offset.)
 #if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
-#define DL_CHECK_OFFSET(T, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##f, #T "." #f " offset differs from its ctypes mirror")
+#define DL_CHECK_OFFSET_AT_(T, f, off) static_assert(__builtin_offsetof(T, f) == off, #T "." #f " offset differs from its ctypes mirror")
 #else
-#define DL_CHECK_OFFSET(T, f) static_assert(true, "")
+#define DL_CHECK_OFFSET_AT_(T, f, off) static_assert(true, "")
 #endif
+#define DL_CHECK_OFFSET_2_(T, f) DL_CHECK_OFFSET_AT_(T, f, DL_OFF_##f)
+#define DL_CHECK_OFFSET_3_(T, f, P) DL_CHECK_OFFSET_AT_(T, f, DL_OFF_##P##_##f)
+#define DL_CHECK_OFFSET_PICK_(a1, a2, a3, M, ...) M
+#define DL_CHECK_OFFSET(...) DL_CHECK_OFFSET_PICK_(__VA_ARGS__, DL_CHECK_OFFSET_3_, DL_CHECK_OFFSET_2_, unused)(__VA_ARGS__)
 
 namespace dl {
 
@@ -101,6 +109,74 @@ DL_DEVICE float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Block reductions over T threads (a multiple of 32, <= 1024): `scratch` holds T / 32 values.
+// Every one ends with __syncthreads() so that its scratch may be reused at once.
+
+template <int T>
+DL_DEVICE u64 block_max_u64(u64 v, u64* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const u64 w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  u64 r = scratch[0];
+#pragma unroll
+  for (int i = 1; i < T / 32; ++i) r = scratch[i] > r ? scratch[i] : r;
+  __syncthreads();
+  return r;
+}
+
+template <int T>
+DL_DEVICE double block_sum_f64(double v, double* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double r = 0.0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
+template <int T>
+DL_DEVICE int block_sum_int(int v, int* scratch) {
+  v = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<u32>(v)));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int r = 0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
+// Exclusive prefix sum over the block in thread order; *total gets the sum.
+template <int T>
+DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  int before = 0, all = 0;
+#pragma unroll
+  for (int i = 0; i < T / 32; ++i) {
+    const int s = scratch[i];
+    before += i < warp ? s : 0;
+    all += s;
+  }
+  __syncthreads();
+  *total = all;
+  return before + x - v;
 }
 
 }  // namespace dl

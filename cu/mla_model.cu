@@ -32,13 +32,6 @@
 //   thread 0 also increments *step_counter (the drafter's noise counter). Grid 1; Block >= bs.
 #include "common.cuh"
 
-// offsetof checks against the ctypes mirrors (the launcher passes -DDL_OFF_<S>_<field>).
-#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
-#define DL_CHECK_FIELD(T, P, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##P##_##f, #T "." #f " offset differs from its ctypes mirror")
-#else
-#define DL_CHECK_FIELD(T, P, f) static_assert(true, "")
-#endif
-
 struct GemmParams {
   const bf16* a;          // A rows (lda elements apart)
   const i32* a_index;     // [M] optional row gather of A (token ids)
@@ -87,55 +80,56 @@ struct DraftChainParams {
   i32 bs, depth, vocab;
 };
 
+// offsetof checks against the ctypes mirrors (the launcher passes -DDL_OFF_<P>_<field>, P = G, E, A, D).
 #ifdef DL_OFF_G_a
-DL_CHECK_FIELD(GemmParams, G, a);
-DL_CHECK_FIELD(GemmParams, G, a_index);
-DL_CHECK_FIELD(GemmParams, G, b);
-DL_CHECK_FIELD(GemmParams, G, c);
-DL_CHECK_FIELD(GemmParams, G, c_index);
-DL_CHECK_FIELD(GemmParams, G, residual);
-DL_CHECK_FIELD(GemmParams, G, m_ptr);
-DL_CHECK_FIELD(GemmParams, G, noise_counter);
-DL_CHECK_FIELD(GemmParams, G, partial);
-DL_CHECK_FIELD(GemmParams, G, noise_seed);
-DL_CHECK_FIELD(GemmParams, G, m_max);
-DL_CHECK_FIELD(GemmParams, G, n);
-DL_CHECK_FIELD(GemmParams, G, k);
-DL_CHECK_FIELD(GemmParams, G, lda);
-DL_CHECK_FIELD(GemmParams, G, ldc);
-DL_CHECK_FIELD(GemmParams, G, ldr);
-DL_CHECK_FIELD(GemmParams, G, out_f32);
-DL_CHECK_FIELD(GemmParams, G, out_scale);
-DL_CHECK_FIELD(GemmParams, G, noise_std);
-DL_CHECK_FIELD(GemmParams, G, k_splits);
+DL_CHECK_OFFSET(GemmParams, a, G);
+DL_CHECK_OFFSET(GemmParams, a_index, G);
+DL_CHECK_OFFSET(GemmParams, b, G);
+DL_CHECK_OFFSET(GemmParams, c, G);
+DL_CHECK_OFFSET(GemmParams, c_index, G);
+DL_CHECK_OFFSET(GemmParams, residual, G);
+DL_CHECK_OFFSET(GemmParams, m_ptr, G);
+DL_CHECK_OFFSET(GemmParams, noise_counter, G);
+DL_CHECK_OFFSET(GemmParams, partial, G);
+DL_CHECK_OFFSET(GemmParams, noise_seed, G);
+DL_CHECK_OFFSET(GemmParams, m_max, G);
+DL_CHECK_OFFSET(GemmParams, n, G);
+DL_CHECK_OFFSET(GemmParams, k, G);
+DL_CHECK_OFFSET(GemmParams, lda, G);
+DL_CHECK_OFFSET(GemmParams, ldc, G);
+DL_CHECK_OFFSET(GemmParams, ldr, G);
+DL_CHECK_OFFSET(GemmParams, out_f32, G);
+DL_CHECK_OFFSET(GemmParams, out_scale, G);
+DL_CHECK_OFFSET(GemmParams, noise_std, G);
+DL_CHECK_OFFSET(GemmParams, k_splits, G);
 static_assert(sizeof(GemmParams) == DL_SIZEOF_G, "GemmParams size differs from its ctypes mirror");
-DL_CHECK_FIELD(EmbedParams, E, table);
-DL_CHECK_FIELD(EmbedParams, E, tokens);
-DL_CHECK_FIELD(EmbedParams, E, positions);
-DL_CHECK_FIELD(EmbedParams, E, out);
-DL_CHECK_FIELD(EmbedParams, E, m_ptr);
-DL_CHECK_FIELD(EmbedParams, E, m_max);
-DL_CHECK_FIELD(EmbedParams, E, d);
-DL_CHECK_FIELD(EmbedParams, E, num_classes);
-DL_CHECK_FIELD(EmbedParams, E, vocab);
-DL_CHECK_FIELD(EmbedParams, E, tokens_i64);
-DL_CHECK_FIELD(EmbedParams, E, positions_i64);
+DL_CHECK_OFFSET(EmbedParams, table, E);
+DL_CHECK_OFFSET(EmbedParams, tokens, E);
+DL_CHECK_OFFSET(EmbedParams, positions, E);
+DL_CHECK_OFFSET(EmbedParams, out, E);
+DL_CHECK_OFFSET(EmbedParams, m_ptr, E);
+DL_CHECK_OFFSET(EmbedParams, m_max, E);
+DL_CHECK_OFFSET(EmbedParams, d, E);
+DL_CHECK_OFFSET(EmbedParams, num_classes, E);
+DL_CHECK_OFFSET(EmbedParams, vocab, E);
+DL_CHECK_OFFSET(EmbedParams, tokens_i64, E);
+DL_CHECK_OFFSET(EmbedParams, positions_i64, E);
 static_assert(sizeof(EmbedParams) == DL_SIZEOF_E, "EmbedParams size differs from its ctypes mirror");
-DL_CHECK_FIELD(ArgmaxParams, A, x);
-DL_CHECK_FIELD(ArgmaxParams, A, m_ptr);
-DL_CHECK_FIELD(ArgmaxParams, A, index);
-DL_CHECK_FIELD(ArgmaxParams, A, top2);
-DL_CHECK_FIELD(ArgmaxParams, A, m_max);
-DL_CHECK_FIELD(ArgmaxParams, A, n);
-DL_CHECK_FIELD(ArgmaxParams, A, ld);
+DL_CHECK_OFFSET(ArgmaxParams, x, A);
+DL_CHECK_OFFSET(ArgmaxParams, m_ptr, A);
+DL_CHECK_OFFSET(ArgmaxParams, index, A);
+DL_CHECK_OFFSET(ArgmaxParams, top2, A);
+DL_CHECK_OFFSET(ArgmaxParams, m_max, A);
+DL_CHECK_OFFSET(ArgmaxParams, n, A);
+DL_CHECK_OFFSET(ArgmaxParams, ld, A);
 static_assert(sizeof(ArgmaxParams) == DL_SIZEOF_A, "ArgmaxParams size differs from its ctypes mirror");
-DL_CHECK_FIELD(DraftChainParams, D, successor);
-DL_CHECK_FIELD(DraftChainParams, D, roots);
-DL_CHECK_FIELD(DraftChainParams, D, guesses);
-DL_CHECK_FIELD(DraftChainParams, D, step_counter);
-DL_CHECK_FIELD(DraftChainParams, D, bs);
-DL_CHECK_FIELD(DraftChainParams, D, depth);
-DL_CHECK_FIELD(DraftChainParams, D, vocab);
+DL_CHECK_OFFSET(DraftChainParams, successor, D);
+DL_CHECK_OFFSET(DraftChainParams, roots, D);
+DL_CHECK_OFFSET(DraftChainParams, guesses, D);
+DL_CHECK_OFFSET(DraftChainParams, step_counter, D);
+DL_CHECK_OFFSET(DraftChainParams, bs, D);
+DL_CHECK_OFFSET(DraftChainParams, depth, D);
+DL_CHECK_OFFSET(DraftChainParams, vocab, D);
 static_assert(sizeof(DraftChainParams) == DL_SIZEOF_D, "DraftChainParams size differs from its ctypes mirror");
 #endif
 

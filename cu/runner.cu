@@ -12,14 +12,14 @@
 //   copied to kv_indices (requests in order, inactive ones empty). Writes qo_indptr,
 //   kv_indptr, kv_indices, input_ids, positions, out_cache_loc. The pool count is not changed
 //   here (ar_commit does). A pool with too few slots sends every row to scratch_slot and
-//   sets status bit 1.
+//   sets STATUS_POOL_EXHAUSTED.
 //
 // ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
 //   active request's slot to req_to_token, advance committed, make the argmax the next root,
 //   count it against remaining[b], end the request on a stop token, on remaining == 0 or on
 //   a full context; pop the used slots from the pool; publish the step's records. A row whose
 //   argmax found nothing above -inf (top2[2r] == -inf: every logit NaN / -inf) emits nothing:
-//   the root's KV is kept, the request finishes with finished = 2 and status bit 16.
+//   the root's KV is kept, the request finishes with FINISH_NONFINITE and STATUS_NONFINITE.
 //
 // limit_records   Grid 1; Block >= bs (<= 1024). After DDTree accept, BEFORE its commit: apply
 //   the max-new-tokens limit (remaining[b] -= emitted; past the limit the emitted tokens are
@@ -36,18 +36,14 @@
 // Publishing: the mirror is a ring of `ring_slots` entries in mapped pinned host memory, one
 // per step (entry = *step_counter % ring_slots): an int32 header [step (low 32 bits), status,
 // free slots, active requests] and one record per request [accepted_count, num_emitted,
-// bonus, finished, emitted tokens (record_width - 4, -1 padded)]. The host reads an entry
+// bonus, finished, emitted tokens (record_width - RECORD_HEADER, -1 padded)]. The host reads an entry
 // after the step's event; nothing is copied and nothing synchronizes inside the step.
 #include "common.cuh"
+#include "constants.cuh"
 
-#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
-#define DL_CHECK_FIELD(T, P, f) static_assert(__builtin_offsetof(T, f) == DL_OFF_##P##_##f, #T "." #f " offset differs from its ctypes mirror")
-#else
-#define DL_CHECK_FIELD(T, P, f) static_assert(true, "")
-#endif
-
-constexpr int kHeader = 4;   // int32 words before the records in a ring entry
-constexpr int kRecHead = 4;  // int32 words before the emitted tokens in a record
+// Shared with Python: driverlevel/_constants.py, passed as -DDL_<NAME> (constants.cuh).
+constexpr int kHeader = DL_RING_HEADER;     // int32 words before the records in a ring entry
+constexpr int kRecHead = DL_RECORD_HEADER;  // int32 words before the emitted tokens in a record
 
 struct StepParams {
   // request state
@@ -83,44 +79,44 @@ struct StepParams {
 };
 
 #ifdef DL_OFF_S_roots
-DL_CHECK_FIELD(StepParams, S, roots);
-DL_CHECK_FIELD(StepParams, S, active);
-DL_CHECK_FIELD(StepParams, S, committed);
-DL_CHECK_FIELD(StepParams, S, remaining);
-DL_CHECK_FIELD(StepParams, S, req_to_token);
-DL_CHECK_FIELD(StepParams, S, stop_tokens);
-DL_CHECK_FIELD(StepParams, S, pool_slots);
-DL_CHECK_FIELD(StepParams, S, pool_count);
-DL_CHECK_FIELD(StepParams, S, qo_indptr);
-DL_CHECK_FIELD(StepParams, S, kv_indptr);
-DL_CHECK_FIELD(StepParams, S, kv_indices);
-DL_CHECK_FIELD(StepParams, S, input_ids);
-DL_CHECK_FIELD(StepParams, S, positions);
-DL_CHECK_FIELD(StepParams, S, out_cache_loc);
-DL_CHECK_FIELD(StepParams, S, next_tokens);
-DL_CHECK_FIELD(StepParams, S, records);
-DL_CHECK_FIELD(StepParams, S, ring);
-DL_CHECK_FIELD(StepParams, S, step_counter);
-DL_CHECK_FIELD(StepParams, S, status);
-DL_CHECK_FIELD(StepParams, S, error);
-DL_CHECK_FIELD(StepParams, S, top2);
-DL_CHECK_FIELD(StepParams, S, accepted_count);
-DL_CHECK_FIELD(StepParams, S, tree_state);
-DL_CHECK_FIELD(StepParams, S, scratch_slot);
-DL_CHECK_FIELD(StepParams, S, pool_capacity);
-DL_CHECK_FIELD(StepParams, S, bs);
-DL_CHECK_FIELD(StepParams, S, max_context);
-DL_CHECK_FIELD(StepParams, S, n_stop);
-DL_CHECK_FIELD(StepParams, S, record_width);
-DL_CHECK_FIELD(StepParams, S, ring_slots);
-DL_CHECK_FIELD(StepParams, S, kv_capacity);
+DL_CHECK_OFFSET(StepParams, roots, S);
+DL_CHECK_OFFSET(StepParams, active, S);
+DL_CHECK_OFFSET(StepParams, committed, S);
+DL_CHECK_OFFSET(StepParams, remaining, S);
+DL_CHECK_OFFSET(StepParams, req_to_token, S);
+DL_CHECK_OFFSET(StepParams, stop_tokens, S);
+DL_CHECK_OFFSET(StepParams, pool_slots, S);
+DL_CHECK_OFFSET(StepParams, pool_count, S);
+DL_CHECK_OFFSET(StepParams, qo_indptr, S);
+DL_CHECK_OFFSET(StepParams, kv_indptr, S);
+DL_CHECK_OFFSET(StepParams, kv_indices, S);
+DL_CHECK_OFFSET(StepParams, input_ids, S);
+DL_CHECK_OFFSET(StepParams, positions, S);
+DL_CHECK_OFFSET(StepParams, out_cache_loc, S);
+DL_CHECK_OFFSET(StepParams, next_tokens, S);
+DL_CHECK_OFFSET(StepParams, records, S);
+DL_CHECK_OFFSET(StepParams, ring, S);
+DL_CHECK_OFFSET(StepParams, step_counter, S);
+DL_CHECK_OFFSET(StepParams, status, S);
+DL_CHECK_OFFSET(StepParams, error, S);
+DL_CHECK_OFFSET(StepParams, top2, S);
+DL_CHECK_OFFSET(StepParams, accepted_count, S);
+DL_CHECK_OFFSET(StepParams, tree_state, S);
+DL_CHECK_OFFSET(StepParams, scratch_slot, S);
+DL_CHECK_OFFSET(StepParams, pool_capacity, S);
+DL_CHECK_OFFSET(StepParams, bs, S);
+DL_CHECK_OFFSET(StepParams, max_context, S);
+DL_CHECK_OFFSET(StepParams, n_stop, S);
+DL_CHECK_OFFSET(StepParams, record_width, S);
+DL_CHECK_OFFSET(StepParams, ring_slots, S);
+DL_CHECK_OFFSET(StepParams, kv_capacity, S);
 static_assert(sizeof(StepParams) == DL_SIZEOF_S, "StepParams size differs from its ctypes mirror");
 #endif
 
-constexpr int kStatusPoolEmpty = 1;
-constexpr int kStatusKvCapacity = 4;
-constexpr int kStatusNonfinite = 16;
-constexpr int kFinishNonfinite = 2;
+constexpr int kStatusPoolExhausted = DL_STATUS_POOL_EXHAUSTED;
+constexpr int kStatusKvCapacity = DL_STATUS_KV_CAPACITY;
+constexpr int kStatusNonfinite = DL_STATUS_NONFINITE;
+constexpr int kFinishNonfinite = DL_FINISH_NONFINITE;
 
 // A committed length as the kernels use it: 0 when outside [0, max_context] (reported once by
 // ar_prepare), identically in every CTA and thread.
@@ -174,7 +170,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
       i64 slot = p.scratch_slot;
       if (count < 0 || count > p.pool_capacity) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
-        atomicOr(p.status, kStatusPoolEmpty);
+        atomicOr(p.status, kStatusPoolExhausted);
       } else if (count >= s_nact) {
         slot = p.pool_slots[count - s_nact + r];
         if (slot < 0 || slot >= p.pool_capacity) {
@@ -182,7 +178,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
           slot = p.scratch_slot;
         }
       } else {
-        atomicOr(p.status, kStatusPoolEmpty);
+        atomicOr(p.status, kStatusPoolExhausted);
       }
       p.input_ids[r] = p.roots[b];
       p.positions[r] = len;
@@ -265,7 +261,7 @@ ar_commit(const __grid_constant__ StepParams p) {
         if (fin) p.active[b] = 0;
         r[1] = 1;
         r[2] = tok;
-        r[3] = fin ? 1 : 0;
+        r[3] = fin ? DL_FINISH_DONE : 0;
         if (w > kRecHead) r[kRecHead] = tok;
       }
     }
@@ -298,7 +294,7 @@ limit_records(const __grid_constant__ StepParams p) {
   for (int i = keep; i < n && kRecHead + i < w; ++i) r[kRecHead + i] = -1;
   r[1] = keep;
   if (keep < n) r[2] = -1;  // the bonus (the last token) was dropped
-  if (r[3] == 0) r[3] = 1;
+  if (r[3] == 0) r[3] = DL_FINISH_DONE;
   p.active[b] = 0;
   if (p.accepted_count != nullptr) {
     const int a = p.accepted_count[b];

@@ -9,7 +9,8 @@ Cache
 -----
 Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
 or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` disables the disk cache. The
-key hashes the source, every local header it includes (recursively), the CUDA headers
+key hashes the source, every local header it includes (recursively; a header's own includes are
+looked up in its folder first, as NVRTC does), the CUDA headers
 (``cuda_bf16.h`` and friends) found on the include path, the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
@@ -319,20 +320,36 @@ def _system_headers_digest(dirs: tuple) -> str:
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
-def _local_headers(source: str, search: list[Path], seen=None) -> dict[str, str]:
-    """Contents of every ``#include "x"`` found (recursively) in ``search``."""
+def _local_headers(source: str, search: list[Path], seen=None, here: Path | None = None) -> dict[str, str]:
+    """Contents of every ``#include "x"`` found (recursively), keyed by the path under ``search``.
+
+    Resolved as NVRTC does: a header's own includes are searched in its directory first
+    (``here``; ``cu/ddtree/topk.cuh`` including ``"params.cuh"`` finds ``cu/ddtree/params.cuh``),
+    then in ``search`` in order; the top-level source has no directory of its own.
+    """
     seen = {} if seen is None else seen
     for name in _INCLUDE_RE.findall(source):
-        if name in seen:
-            continue
-        for d in search:
+        for d in ([here] if here is not None else []) + list(search):
             p = d / name
-            if p.is_file():
+            if not p.is_file():
+                continue
+            key = _header_key(p, search, name)
+            if key not in seen:
                 text = p.read_text()
-                seen[name] = text
-                _local_headers(text, search, seen)
-                break
+                seen[key] = text
+                _local_headers(text, search, seen, p.parent)
+            break
     return seen
+
+
+def _header_key(path: Path, search: list[Path], name: str) -> str:
+    """``path`` relative to the first of ``search`` that holds it (``"ddtree/params.cuh"``), else ``name``."""
+    for d in search:
+        try:
+            return Path(os.path.normpath(path)).relative_to(os.path.normpath(d)).as_posix()
+        except ValueError:
+            continue
+    return name
 
 
 _ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

@@ -1,9 +1,10 @@
 """DDTree on the GPU: tree build, tree compile, greedy accept and KV commit, capture-safe.
 
-Pairs with ``cu/ddtree.cu`` (one ``DDTreeParams`` struct, mirrored here by ``_Params``)
-and with the numpy reference :mod:`driverlevel.reference.ddtree`, which defines every
-result exactly (the algorithm of Ringel & Romano 2026, arXiv 2604.12989; the pool, slot
-and stop-token rules are spelled out there).
+Pairs with ``cu/ddtree.cu`` and its stage headers ``cu/ddtree/*.cuh`` (one ``DDTreeParams``
+struct, mirrored here by ``_Params``) and with the numpy reference
+:mod:`driverlevel.reference.ddtree`, which defines every result exactly (the algorithm of
+Ringel & Romano 2026, arXiv 2604.12989; the pool, slot and stop-token rules are spelled out
+there).
 
 One decode step with a :class:`DDTreePlan`::
 
@@ -39,24 +40,34 @@ from cuda.bindings import driver
 
 from ._array import DeviceArray
 from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
-from ._device import _check_device_arg
-from ._dtypes import as_dtype, bfloat16
-from ._device_error import DeviceErrorWord, error_defines
-from ._errors import check
-from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module, struct_layout_defines
-from .reference.ddtree import (
+from ._constants import (
+    DDTREE_BUILD_THREADS,
+    DDTREE_MERGE_ELEMS,
+    DDTREE_SMALL_THREADS,
+    DDTREE_TOPK_ELEMS,
+    DDTREE_TOPK_THREADS,
     FINISH_DONE,
     FINISH_NONFINITE,
+    FLAG_LEGACY_SEARCH,
     LP_FLOOR,
+    MAX_BATCH,
+    MAX_BUDGET,
+    MAX_DEPTH,
     RECORD_HEADER,
     STATUS_CONTEXT_FULL,
     STATUS_KV_CAPACITY,
     STATUS_MASK_CAPACITY,
     STATUS_NONFINITE,
     STATUS_POOL_EXHAUSTED,
+    kernel_defines,
     mask_words,
 )
+from ._device import _check_device_arg
+from ._dtypes import as_dtype, bfloat16
+from ._device_error import DeviceErrorWord, error_defines
+from ._errors import check
+from ._memory import PinnedHostBuffer, WorkspacePool
+from ._module import load_module, struct_layout_defines
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
@@ -85,22 +96,18 @@ __all__ = [
 ]
 
 SOURCE = "ddtree.cu"
+# The limits, status bits, finish codes, record layout and block sizes are driverlevel._constants'
+# (compiled into the kernels as -DDL_<NAME>); re-exported here under the same names.
 #: Logits per chunk CTA of ``ddtree_topk_chunks_*`` (320 threads x 24).
-CHUNK = 320 * 24
+CHUNK = DDTREE_TOPK_THREADS * DDTREE_TOPK_ELEMS
 #: Candidates one ``ddtree_build`` CTA merges per row (512 threads x 24): ``num_chunks * K`` must fit.
-MERGE_CAPACITY = 512 * 24
-MAX_BUDGET = 512
-MAX_DEPTH = 32
-MAX_BATCH = 1024
-_TOPK_THREADS = 320
-_BUILD_THREADS = 512
-_SMALL_THREADS = 256
+MERGE_CAPACITY = DDTREE_BUILD_THREADS * DDTREE_MERGE_ELEMS
+_TOPK_THREADS = DDTREE_TOPK_THREADS
+_BUILD_THREADS = DDTREE_BUILD_THREADS
+_SMALL_THREADS = DDTREE_SMALL_THREADS
 #: Tokens of one argmax work item are a multiple of this (a warp: 32 lanes x 4 16-byte loads of bf16).
 _ARGMAX_GRAIN = 1024
 _ARGMAX_CTAS_PER_SM = 4
-#: ``DDTreePlan.flags`` bits (probes and tests only; 0 = the fast paths).
-FLAG_LEGACY_SEARCH = 1   # the one-warp heap for every request instead of the parallel search
-FLAG_LEGACY_TOPK = 2     # the chunk top-K's earlier reductions and output writes
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
 
 _u64 = ctypes.c_uint64
@@ -128,10 +135,12 @@ class _Params(ctypes.Structure):
 
 
 def compile_defines(arch) -> dict:
-    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout (checked by static_assert) and the
-    device error word's field and code numbers (:func:`driverlevel._device_error.error_defines`)."""
+    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout (checked by static_assert), the
+    shared constants (:func:`driverlevel._constants.kernel_defines`) and the device error word's
+    field and code numbers (:func:`driverlevel._device_error.error_defines`)."""
     normalize_arch(arch)
     d = struct_layout_defines(_Params)
+    d.update(kernel_defines())
     d.update(error_defines())
     return d
 
@@ -372,7 +381,7 @@ class DDTreePlan:
     flags : int
         0 (default): the fast paths. :data:`FLAG_LEGACY_SEARCH` makes the build use the
         one-warp heap for every request (the parallel search falls back to it by itself in
-        the rare cases where it cannot prove it matches the heap); for probes and tests.
+        the rare cases where it cannot prove it matches the heap); for tests.
         Set it before the first launch of a stage (launches are packed once).
 
     Raises

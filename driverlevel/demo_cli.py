@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 
 import click
 
+from ._constants import MAX_BUDGET, MAX_DEPTH
+
 __all__ = ["capture_demo", "run", "DemoReport", "JSON_SCHEMA", "NO_GPU_MESSAGE", "check_schema"]
 
 from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
@@ -346,9 +348,9 @@ def _finite(obj):
               help="Longest prompt (the committed prefix); requests get 1/2x .. 1x of it.")
 @click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(1, 65536),
               help="Tokens generated per request.")
-@click.option("--budget", default=16, show_default=True, type=click.IntRange(1, 512),
+@click.option("--budget", default=16, show_default=True, type=click.IntRange(1, MAX_BUDGET),
               help="DDTree nodes per request besides the root.")
-@click.option("--depth-limit", default=15, show_default=True, type=click.IntRange(1, 64),
+@click.option("--depth-limit", default=15, show_default=True, type=click.IntRange(1, MAX_DEPTH),
               help="Depths the drafter proposes (block size - 1).")
 @click.option("--batch", default=8, show_default=True, type=click.IntRange(1, 256), help="Requests.")
 @click.option("--steps", default=1000, show_default=True, type=click.IntRange(1),

@@ -48,6 +48,18 @@ import numpy as np
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
 from ._compile import compile_file, normalize_arch
+from ._constants import (
+    FINISH_DONE,
+    FINISH_NONFINITE,
+    MAX_BUDGET,
+    MAX_DEPTH,
+    RECORD_HEADER,
+    RING_HEADER,
+    STATUS_KV_CAPACITY,
+    STATUS_NONFINITE,
+    STATUS_POOL_EXHAUSTED,
+    kernel_defines,
+)
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._dtypes import bfloat16
@@ -71,22 +83,8 @@ __all__ = [
 ]
 
 SOURCE = "runner.cu"
-#: int32 words of a step record before the emitted tokens: accepted_count, num_emitted, bonus, finished.
-RECORD_HEADER = 4
-#: int32 words of a ring entry before the records: step, status, free slots, active requests.
-RING_HEADER = 4
-#: ``status`` bit set by the autoregressive step when the slot pool ran dry.
-STATUS_POOL_EMPTY = 1
-#: ``status`` bit set when kv_indices was too small.
-STATUS_KV_CAPACITY = 4
-#: ``status`` bit: a logits row had nothing above -inf (every value NaN / -inf); the request
-#: that read it finished with ``finished ==`` :data:`FINISH_NONFINITE` (the DDTree step's bits are
-#: folded into the runner's status too).
-STATUS_NONFINITE = 16
-#: The ``finished`` word of a record: 1 = stop token, max_new_tokens or a full context.
-FINISH_DONE = 1
-#: The ``finished`` word of a record: the request's next token came from a row with nothing above -inf.
-FINISH_NONFINITE = 2
+# RECORD_HEADER, RING_HEADER, the STATUS_* bits and the FINISH_* codes are driverlevel._constants'
+# (documented there; compiled into runner.cu as -DDL_<NAME>), re-exported here.
 
 
 class _StepParams(ctypes.Structure):
@@ -109,10 +107,12 @@ class _StepParams(ctypes.Structure):
 
 
 def compile_defines(arch) -> dict:
-    """NVRTC defines of ``cu/runner.cu``: the StepParams layout (checked by static_assert)."""
+    """NVRTC defines of ``cu/runner.cu``: the StepParams layout (checked by static_assert), the
+    shared constants (:func:`driverlevel._constants.kernel_defines`) and the error word's numbers."""
     normalize_arch(arch)
     d = {f"DL_OFF_S_{name}": getattr(_StepParams, name).offset for name, *_ in _StepParams._fields_}
     d["DL_SIZEOF_S"] = ctypes.sizeof(_StepParams)
+    d.update(kernel_defines())
     d.update(error_defines())
     return d
 
@@ -841,10 +841,11 @@ class DecodeStepRunner(_RunnerBase):
     def __init__(self, device, *, model=None, target_forward=None, drafter=None, vocab_size=None, max_batch: int,
                  budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  draft_noise: float = 1.0, draft_scale: float = 4.0, draft_seed: int = 0, name: str = "ddtree", **kw):
-        if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= 512:
-            raise ValueError(f"budget must be an int in [1, 512], got {budget!r}")
-        if not isinstance(depth_limit, (int, np.integer)) or depth_limit < 1:
-            raise ValueError(f"depth_limit must be a positive int, got {depth_limit!r}")
+        if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= MAX_BUDGET:
+            raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}], got {budget!r}")
+        if not isinstance(depth_limit, (int, np.integer)) or isinstance(depth_limit, bool) \
+                or not 1 <= depth_limit <= MAX_DEPTH:
+            raise ValueError(f"depth_limit must be an int in [1, {MAX_DEPTH}], got {depth_limit!r}")
         self.budget = int(budget)
         self.depth_limit = int(depth_limit)
         self._rows_per_request = self.budget + 1

@@ -201,6 +201,20 @@ def test_nested_header_change_invalidates(fresh_cache, header_dir, count_compile
     assert b.key != a.key and not b.cache_hit
 
 
+def test_header_in_a_subfolder_including_its_sibling_invalidates(fresh_cache, header_dir, count_compiles):
+    """``sub/a.cuh`` including ``"b.cuh"`` finds ``sub/b.cuh`` (NVRTC searches the including file's
+    folder first, as cu/ddtree.cu's stage headers do): the sibling is part of the key."""
+    (header_dir / "sub").mkdir()
+    (header_dir / "dl_test_header.cuh").write_text('#pragma once\n#include "sub/a.cuh"\n')
+    (header_dir / "sub" / "a.cuh").write_text('#pragma once\n#include "b.cuh"\n')
+    (header_dir / "sub" / "b.cuh").write_text("#pragma once\n#define SCALE 2.0f\n")
+    a = _compile_t(header_dir)
+    assert set(_compile._local_headers(SRC, [header_dir])) == {"dl_test_header.cuh", "sub/a.cuh", "sub/b.cuh"}
+    (header_dir / "sub" / "b.cuh").write_text("#pragma once\n#define SCALE 5.0f\n")
+    b = _compile_t(header_dir)
+    assert b.key != a.key and not b.cache_hit and len(count_compiles) == 2
+
+
 @pytest.mark.parametrize("change", [
     {"defines": {"EXTRA": 1}},
     {"extra_options": ["-lineinfo"]},

@@ -94,16 +94,40 @@ def test_vocab_limit_matches_the_merge_capacity():
 
 
 def test_launcher_constants_match_the_kernel_source():
+    """The shared constants reach the kernels only as defines from driverlevel._constants: the
+    source spells no value of its own, and the launcher's re-exports are the same objects."""
     import re
 
+    from driverlevel import _constants
+
     src = (dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text()
-    const = {m.group(1): m.group(2) for m in re.finditer(r"constexpr int (\w+) = (\w+);", src)}
-    assert int(const["TOPK_THREADS"]) * int(const["TOPK_ELEMS"]) == ddtree.CHUNK
-    assert int(const["BUILD_THREADS"]) * int(const["MERGE_ELEMS"]) == ddtree.MERGE_CAPACITY
-    assert int(const["MAX_K"]) == ddtree.MAX_BUDGET
-    assert int(const["RECORD_HEADER"]) == ddtree.RECORD_HEADER
-    for name in ("POOL_EXHAUSTED", "CONTEXT_FULL", "KV_CAPACITY", "MASK_CAPACITY"):
-        assert int(const[f"STATUS_{name}"]) == getattr(ddtree, f"STATUS_{name}")
+    for sub in sorted((dl._compile.kernel_source_dir() / "ddtree").glob("*.cuh")):
+        src += sub.read_text()
+    const = {m.group(1): m.group(2) for m in re.finditer(r"constexpr int (\w+) = ([\w:]+);", src)}
+    assert const["TOPK_THREADS"] == "DL_DDTREE_TOPK_THREADS" and const["TOPK_ELEMS"] == "DL_DDTREE_TOPK_ELEMS"
+    assert const["BUILD_THREADS"] == "DL_DDTREE_BUILD_THREADS" and const["MERGE_ELEMS"] == "DL_DDTREE_MERGE_ELEMS"
+    assert const["MAX_K"] == "DL_MAX_BUDGET" and const["SMALL_THREADS"] == "DL_DDTREE_SMALL_THREADS"
+    for name in ("RECORD_HEADER", "FINISH_DONE", "FINISH_NONFINITE", "FLAG_LEGACY_SEARCH") + tuple(
+            f"STATUS_{n}" for n in ("POOL_EXHAUSTED", "CONTEXT_FULL", "KV_CAPACITY", "MASK_CAPACITY", "NONFINITE")):
+        assert const[name] == f"DL_{name}", name
+    assert _constants.DDTREE_TOPK_THREADS * _constants.DDTREE_TOPK_ELEMS == ddtree.CHUNK
+    assert _constants.DDTREE_BUILD_THREADS * _constants.DDTREE_MERGE_ELEMS == ddtree.MERGE_CAPACITY
+    for name in ("RECORD_HEADER", "MAX_DEPTH", "MAX_BUDGET", "MAX_BATCH", "FINISH_DONE", "FINISH_NONFINITE",
+                 "FLAG_LEGACY_SEARCH", "LP_FLOOR") + tuple(f"STATUS_{n}" for n in (
+                     "POOL_EXHAUSTED", "CONTEXT_FULL", "KV_CAPACITY", "MASK_CAPACITY", "NONFINITE")):
+        assert getattr(ddtree, name) == getattr(_constants, name), name
+    d = ddtree.compile_defines("sm_90")
+    for k, v in _constants.kernel_defines().items():
+        assert d[k] == v
+
+
+@pytest.mark.parametrize("missing", ["DL_RECORD_HEADER", "DL_STATUS_POOL_EXHAUSTED", "DL_DDTREE_TOPK_THREADS"])
+def test_a_missing_shared_constant_fails_the_compile(missing):
+    defines = ddtree.compile_defines("sm_90")
+    del defines[missing]
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
+    assert f"{missing} is not defined" in ei.value.log
 
 
 def test_plan_over_int32_kv_indptr_is_rejected_before_the_gpu():
@@ -133,3 +157,16 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
     with pytest.raises(ValueError, match=r"max_batch \* max_context"):
         DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
                          max_context=1_100_000_000, max_prompt_len=8)
+
+
+def test_cache_key_covers_every_stage_header():
+    """ddtree.cu is one translation unit over cu/ddtree/*.cuh: every one of them (and common.cuh,
+    constants.cuh) is part of its compile cache key."""
+    from driverlevel._compile import _local_headers, kernel_source_dir
+
+    cu = kernel_source_dir()
+    headers = _local_headers((cu / ddtree.SOURCE).read_text(), [cu])
+    stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
+    assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
+            "ddtree/commit.cuh"} <= stages
+    assert stages | {"common.cuh", "constants.cuh"} == set(headers)

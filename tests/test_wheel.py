@@ -58,7 +58,9 @@ def test_wheel_ships_kernel_sources(tmp_path):
     (whl,) = dist.glob("driverlevel-*.whl")
     names = zipfile.ZipFile(whl).namelist()
     cu_files = sorted(p.name for p in (REPO / "cu").glob("*.cu"))
-    for name in cu_files + ["common.cuh"]:
+    headers = sorted(p.relative_to(REPO / "cu").as_posix() for p in (REPO / "cu").rglob("*.cuh"))
+    assert "common.cuh" in headers and "ddtree/params.cuh" in headers
+    for name in cu_files + headers:
         assert f"driverlevel/cu/{name}" in names, f"{name} is missing from the wheel"
 
     _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(whl)],
@@ -78,3 +80,9 @@ def test_wheel_ships_kernel_sources(tmp_path):
                      "print(sorted(c.resources)[0], len(c.data) > 0)")
     r = _run([sys.executable, "-c", compile_probe], cwd=elsewhere, env=env)
     assert r.stdout.split() == ["add_i64", "True"]
+    # ddtree.cu includes its stages' headers from cu/ddtree/: shipped and found in the install
+    ddtree_probe = ("import driverlevel.ddtree as d, driverlevel._compile as c; "
+                    "cub = c.compile_file(d.SOURCE, 'sm_90', d.compile_defines('sm_90'), use_cache=False); "
+                    "print(len(cub.resources), len(cub.data) > 0)")
+    r = _run([sys.executable, "-c", ddtree_probe], cwd=elsewhere, env=env)
+    assert r.stdout.split() == ["9", "True"]

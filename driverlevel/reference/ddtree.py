@@ -110,6 +110,20 @@ import heapq
 
 import numpy as np
 
+# The status bits, finish codes, record layout and mask_words are the package's shared constants
+# (driverlevel._constants, also compiled into the kernels); re-exported here under the same names.
+from driverlevel._constants import (
+    FINISH_DONE,
+    FINISH_NONFINITE,
+    LP_FLOOR,
+    RECORD_HEADER,
+    STATUS_CONTEXT_FULL,
+    STATUS_KV_CAPACITY,
+    STATUS_MASK_CAPACITY,
+    STATUS_NONFINITE,
+    STATUS_POOL_EXHAUSTED,
+    mask_words,
+)
 from driverlevel._mask import BITMASK_WORD_BITS
 from driverlevel.reference.trees import ancestor_visibility
 
@@ -140,36 +154,6 @@ __all__ = [
     "commit_paged",
     "commit_dense",
 ]
-
-#: ``status`` bit: the pool had fewer free slots than the step's draft tokens.
-STATUS_POOL_EXHAUSTED = 1
-#: ``status`` bit: a request's tree does not fit ``max_context`` (acceptance was cut).
-STATUS_CONTEXT_FULL = 2
-#: ``status`` bit: ``kv_indices`` is too small for the step's prefixes (not written).
-STATUS_KV_CAPACITY = 4
-#: ``status`` bit: a SGLang mask buffer is too small for the step (not written).
-STATUS_MASK_CAPACITY = 8
-#: ``status`` bit: a logits row had no value above -inf (NaN counts as -inf), or a target
-#: token was outside the vocabulary.
-STATUS_NONFINITE = 16
-
-#: ``finished`` of an accept record: a stop token, a full context or the token limit.
-FINISH_DONE = 1
-#: ``finished`` of an accept record: the walk ended at a node whose target row was not finite.
-FINISH_NONFINITE = 2
-
-#: The log-prob that replaces -inf and NaN (the most negative float32).
-LP_FLOOR = float(np.finfo(np.float32).min)
-
-#: int32 fields before the emitted tokens in an accept record:
-#: ``[accepted_count, num_emitted, bonus_token, finished]``.
-RECORD_HEADER = 4
-
-
-def mask_words(budget: int) -> int:
-    """uint32 words per node of the ancestor bitmask: ``ceil((budget + 1) / 32)``."""
-    return -(-(int(budget) + 1) // BITMASK_WORD_BITS)
-
 
 # --------------------------------------------------------------------------- top-K
 

@@ -1,0 +1,225 @@
+// ddtree/accept.cuh: stage 3, ddtree_argmax_* (the target's argmax per node) and ddtree_accept (the
+// greedy walk, stop tokens, bonus, records).
+//
+// Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
+#pragma once
+#include "keys.cuh"
+
+namespace ddt {
+
+// ------------------------------------------------------------------------------ accept
+
+// Work item i = (row i / splits, split i % splits), rows in order; one warp per item (no block
+// barriers), the warps of the grid stride over the items and stop at the first row at or past
+// qo_indptr[max_batch]. A lane keeps ARGMAX_UNROLL 16-byte loads in flight and compares plain
+// floats (its tokens come in increasing order, so `>` keeps the first of equal maxima; -0 and
+// +0 compare equal, as their order keys do); the warp's (key, ~id) composite is folded into
+// the row's maximum with a 64-bit atomicMax (accept reads the row and clears it to 0).
+constexpr int ARGMAX_UNROLL = 4;
+
+template <typename T>
+DL_DEVICE void argmax_split(const DDTreeParams& p) {
+  using Tr = LogitTraits<T>;
+  constexpr int V = Tr::VEC;
+  constexpr int STEP = 32 * V;                   // tokens of one warp-wide vector round
+  const int lane = threadIdx.x & 31;
+  const i64 nwarps = static_cast<i64>(gridDim.x) * (SMALL_THREADS / 32);
+  // rows of this step, never past the plan's (accept reports a bad qo_indptr)
+  const i64 rows = min(max(p.qo_indptr[p.max_batch], 0ll), static_cast<i64>(p.max_batch) * (p.budget + 1));
+  const i64 items = rows * p.argmax_splits;
+  for (i64 item = static_cast<i64>(blockIdx.x) * (SMALL_THREADS / 32) + (threadIdx.x >> 5); item < items; item += nwarps) {
+    const i64 r = item / p.argmax_splits;
+    const int s = static_cast<int>(item - r * p.argmax_splits);
+    const int start = s * p.argmax_split_len;
+    const int end = min(p.vocab, start + p.argmax_split_len);
+    const T* row = static_cast<const T*>(p.target_logits) + r * p.target_row_stride;
+    float bv = DL_NEG_INF;
+    int bi = -1;
+    if (p.target_vec) {  // start and end are multiples of V
+      int i = start + lane * V;
+      for (; i + (ARGMAX_UNROLL - 1) * STEP < end; i += ARGMAX_UNROLL * STEP) {
+        float x[ARGMAX_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) Tr::load_vec(row + i + u * STEP, x[u]);
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if (x[u][e] > bv) { bv = x[u][e]; bi = i + u * STEP + e; }
+          }
+        }
+      }
+      for (; i < end; i += STEP) {
+        float x[V];
+        Tr::load_vec(row + i, x);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          if (x[e] > bv) { bv = x[e]; bi = i + e; }
+        }
+      }
+    } else {
+      for (int i = start + lane; i < end; i += 32) {
+        const float x = Tr::load(row + i);
+        if (x > bv) { bv = x; bi = i; }
+      }
+    }
+    u64 best = bi >= 0 ? composite(f32_key(bv), bi) : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const u64 w = __shfl_xor_sync(FULL, best, o);
+      best = w > best ? w : best;
+    }
+    if (lane == 0 && best) atomicMax(reinterpret_cast<unsigned long long*>(p.argmax_part + r), static_cast<unsigned long long>(best));
+  }
+}
+
+constexpr int ACCEPT_STOPS = 64;  // stop tokens per request staged in shared memory
+
+static_assert(DL_MAX_DEPTH + 1 <= 64, "AcceptSmem::path holds at most 64 nodes");
+
+struct AcceptSmem {
+  int post[ddt::MAX_K + 1];
+  int tok[ddt::MAX_K + 1];          // node tokens (the walk reads no global memory)
+  short match[ddt::MAX_K + 1];
+  int path[64];                     // the walk: at most depth_limit + 1 <= MAX_DEPTH + 1 nodes
+  int stop[ACCEPT_STOPS];
+};
+
+DL_DEVICE bool is_stop(const DDTreeParams& p, const AcceptSmem& sm, int b, int tok) {
+  if (!p.stop_tokens || tok < 0) return false;
+  if (p.n_stop <= ACCEPT_STOPS) {
+    for (int i = 0; i < p.n_stop; ++i)
+      if (sm.stop[i] == tok) return true;
+    return false;
+  }
+  for (int i = 0; i < p.n_stop; ++i)
+    if (p.stop_tokens[static_cast<size_t>(b) * p.n_stop + i] == tok) return true;
+  return false;
+}
+
+DL_DEVICE void store_record(i32* rec, int i, int v, bool host) {
+  if (host) reinterpret_cast<volatile i32*>(rec)[i] = v;
+  else rec[i] = v;
+}
+
+DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const int N = p.budget + 1, D = p.depth_limit, RW = p.record_width;
+  const i64 qo = p.qo_indptr[b];
+  const i64 q64 = p.qo_indptr[b + 1] - qo;
+  const i64 max_rows = static_cast<i64>(p.max_batch) * N;
+  const bool q_ok = q64 >= 0 && q64 <= N && qo >= 0 && qo + q64 <= max_rows;
+  if (!q_ok && tid == 0) dl::report_error(p.error, b, DL_FIELD_QO_INDPTR, q64 > N ? DL_ERR_OVER_MAX : DL_ERR_OUT_OF_RANGE);
+  const int q = q_ok ? static_cast<int>(q64) : 0;
+  const bool act = p.active[b] != 0 && q > 0;
+  const size_t tb = static_cast<size_t>(b) * N;
+  // sm.post: the target's token per node, -1 where the row had no finite argmax (the walk
+  // stops there); posterior gets 0 for such rows (ids always in [0, vocab)).
+  if (act) {
+    if (p.target_tokens) {
+      for (int i = tid; i < q; i += SMALL_THREADS) {
+        int tok = p.target_tokens[qo + i];
+        if (tok < 0 || tok >= p.vocab) {
+          dl::report_error(p.error, b, DL_FIELD_LOGITS, DL_ERR_OUT_OF_RANGE);
+          tok = -1;
+        }
+        sm.post[i] = tok;
+        sm.match[i] = -1;
+        p.posterior[qo + i] = tok < 0 ? 0 : tok;
+      }
+    } else {  // the argmax kernel's per-row maxima (0: nothing above -inf in the row)
+      for (int i = tid; i < q; i += SMALL_THREADS) {
+        const u64 c = p.argmax_part[qo + i];
+        const int tok = c ? composite_id(c) : -1;
+        sm.post[i] = tok;
+        sm.match[i] = -1;
+        p.posterior[qo + i] = tok < 0 ? 0 : tok;
+      }
+    }
+  }
+  if (!p.target_tokens && q > 0)  // clear this request's rows for the next argmax (inactive ones too)
+    for (int i = tid; i < q; i += SMALL_THREADS) p.argmax_part[qo + i] = 0ull;
+  __syncthreads();
+  if (act) {
+    for (int j = 1 + tid; j < q; j += SMALL_THREADS) {
+      const int par = p.parents[tb + j], t = p.tokens[tb + j];
+      sm.tok[j] = t;
+      if (par < 0 || par >= j) {  // the build writes parents before their children
+        dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OUT_OF_RANGE);
+        continue;
+      }
+      if (t >= 0 && t == sm.post[par]) sm.match[par] = static_cast<short>(j);
+    }
+    if (p.stop_tokens && tid < p.n_stop && p.n_stop <= ACCEPT_STOPS)
+      sm.stop[tid] = p.stop_tokens[static_cast<size_t>(b) * p.n_stop + tid];
+  }
+  __syncthreads();
+  if (tid != 0) return;
+  int a = 0, bonus = -1, finished = 0;
+  if (act) {
+    int cur = 0;
+    sm.path[a++] = 0;
+    while (sm.match[cur] >= 0) {
+      if (a > D) {  // deeper than the depth limit: the parents are not the build's
+        dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
+        break;
+      }
+      cur = sm.match[cur];
+      sm.path[a++] = cur;
+      if (is_stop(p, sm, b, sm.tok[cur])) { finished = FINISH_DONE; break; }
+    }
+    if (!finished) {
+      bonus = sm.post[cur];
+      if (bonus < 0) finished = FINISH_NONFINITE;  // no finite target row to take the next token from
+    }
+    const i64 room = p.max_context - p.committed_lens[b];
+    if (a > room) {
+      a = room > 0 ? static_cast<int>(room) : 0;
+      finished = FINISH_DONE;
+      bonus = -1;
+      atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_CONTEXT_FULL));
+    }
+    if (finished == FINISH_NONFINITE)
+      atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_NONFINITE));
+    if (bonus >= 0 && is_stop(p, sm, b, bonus)) finished = FINISH_DONE;
+  }
+  i32* rec = p.records + static_cast<size_t>(b) * RW;
+  i32* mir = p.mirror ? p.mirror + static_cast<size_t>(b) * RW : nullptr;
+  int ne = 0;
+  for (int i = 0; i <= D; ++i) {
+    const int node = i < a ? sm.path[i] : -1;
+    p.accepted_nodes[static_cast<size_t>(b) * (D + 1) + i] = node;
+  }
+  for (int i = 1; i < a; ++i) {
+    const int tok = sm.tok[sm.path[i]];
+    rec[RECORD_HEADER + ne] = tok;
+    if (mir) store_record(mir, RECORD_HEADER + ne, tok, true);
+    ++ne;
+  }
+  if (bonus >= 0) {
+    rec[RECORD_HEADER + ne] = bonus;
+    if (mir) store_record(mir, RECORD_HEADER + ne, bonus, true);
+    ++ne;
+  }
+  for (int i = ne; i <= D; ++i) {
+    rec[RECORD_HEADER + i] = -1;
+    if (mir) store_record(mir, RECORD_HEADER + i, -1, true);
+  }
+  const int head[RECORD_HEADER] = {a, ne, bonus, finished};
+  for (int i = 0; i < RECORD_HEADER; ++i) {
+    rec[i] = head[i];
+    if (mir) store_record(mir, i, head[i], true);
+  }
+  p.accepted_count[b] = a;
+  p.bonus[b] = bonus;
+  if (act) {
+    if (finished) {
+      p.active[b] = 0;
+    } else {
+      p.root_tokens[b] = bonus;
+    }
+  }
+  if (mir) __threadfence_system();
+}
+
+}  // namespace ddt

@@ -1,0 +1,203 @@
+// ddtree/build.cuh: stage 1, ddtree_build's body: merge one row's chunk candidates into its sorted
+// top-K with log-probs; the last CTA of a request selects the tree (search.cuh) and writes nodes
+// and ancestor bitmasks.
+//
+// Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
+#pragma once
+#include "topk.cuh"
+#include "search.cuh"
+
+namespace ddt {
+
+// ------------------------------------------------------------------------------ build
+
+struct BuildSmem {
+  union {
+    SelectSmem sel;       // the row merge
+    SearchSmem search;    // then the parallel search
+  };
+  u64 r64[32];
+  int ri[32];
+  float lse;
+  int last;
+};
+
+DL_DEVICE int build_k_of_chunk(const DDTreeParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
+
+// Merge one row's chunk candidates into its sorted top-K with log-probs.
+DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
+  const int tid = threadIdx.x, K = p.k, S = p.num_chunks;
+  const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
+  const u64* cand = p.cand + row_id * S * K;
+  u64 c[MERGE_ELEMS];
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) {
+    const int i = j * BUILD_THREADS + tid;
+    const int s = i / K, r = i - s * K;
+    c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
+  }
+  if (tid < 32) {  // log-sum-exp of the row from the chunk statistics
+    float m = DL_NEG_INF;
+    for (int s = tid; s < S; s += 32) m = fmaxf(m, p.chunk_max[row_id * S + s]);
+    m = dl::warp_max(m);
+    double t = 0.0;
+    for (int s = tid; s < S; s += 32) {
+      const float cm = p.chunk_max[row_id * S + s];
+      if (cm > DL_NEG_INF) t += p.chunk_sum[row_id * S + s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
+    if (tid == 0) {
+      // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
+      // distribution: its log-probs are all the floor below, and the build status says so.
+      const bool finite = isfinite(m);
+      sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
+      if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
+    }
+  }
+  u64 mine = 0;
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
+  const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
+  // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
+  // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
+  // the composites with that key. One kth_largest instance serves both passes.
+  u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
+  int need = K;
+  u64 cstar;  // picked: composite >= cstar
+  const int ecount = min(MERGE_ELEMS, (S * K + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
+  for (int pass = 0;; ++pass) {
+    const u32 r = kth_largest<BUILD_THREADS, MERGE_ELEMS, u32>(
+        [&](int j, int z) {
+          const u32 hi = static_cast<u32>(c[j] >> 32);
+          return (pass ? (hi == tk ? static_cast<u32>(c[j]) : 0u) : hi) + static_cast<u32>(z);
+        },
+        vmax, 1u, need, sm.sel, ecount);
+    if (pass) {
+      cstar = (static_cast<u64>(tk) << 32) | r;
+      break;
+    }
+    tk = r;
+    int above = 0, ties = 0;
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const u32 k = static_cast<u32>(c[j] >> 32);
+      above += k > tk;
+      ties += k == tk;
+    }
+    const int packed = dl::block_sum_int<BUILD_THREADS>((above << 16) | ties, sm.ri);  // each < 2^15
+    need = K - (packed >> 16);
+    cstar = static_cast<u64>(tk) << 32;
+    if ((packed & 0xffff) <= need) break;
+    vmax = 0xffffffffu;  // an upper bound of the low words is enough for kth_largest
+  }
+  int own = 0;
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
+  int all;
+  int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j)
+    if (c[j] >= cstar) sortbuf[pos++] = c[j];
+  int P = 1;
+  while (P < K) P <<= 1;
+  __syncthreads();
+  // Bitonic sort, descending, one element per thread (P <= MAX_K = BUILD_THREADS): strides
+  // below 32 through warp shuffles, the others through shared memory.
+  u64 v = tid < K ? sortbuf[tid] : 0ull;
+  for (int kk = 2; kk <= P; kk <<= 1) {
+    for (int j = kk >> 1; j > 0; j >>= 1) {
+      u64 o;
+      if (j >= 32) {
+        __syncthreads();
+        if (tid < P) sortbuf[tid] = v;
+        __syncthreads();
+        o = tid < P ? sortbuf[tid ^ j] : 0ull;
+      } else {
+        o = __shfl_xor_sync(FULL, v, j);
+      }
+      const bool keep_max = ((tid & j) == 0) == ((tid & kk) == 0);
+      v = keep_max ? (o > v ? o : v) : (o < v ? o : v);
+    }
+  }
+  const float lse = sm.lse;
+  if (tid < K) {
+    p.top_ids[row_id * K + tid] = composite_id(v);
+    // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
+    p.top_lp[row_id * K + tid] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
+  }
+}
+
+DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
+  const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
+  u64* sortbuf = reinterpret_cast<u64*>(dyn);
+  merge_row(p, b, d, sm, sortbuf);
+
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+  __syncthreads();
+  if (!sm.last) return;
+  if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
+  __threadfence();
+
+  // ---- best-first search of request b (this CTA finished its last row)
+  float* lp = reinterpret_cast<float*>(dyn);
+  const size_t lp_end = (static_cast<size_t>(D) * K * 4 + 15) & ~static_cast<size_t>(15);
+  u64* ovs = reinterpret_cast<u64*>(dyn + lp_end);
+  u32* ovm = reinterpret_cast<u32*>(dyn + lp_end + static_cast<size_t>(N) * 8);
+  NodeSmem ns;
+  ns.par = reinterpret_cast<short*>(dyn + p.lp_bytes);
+  ns.rank = ns.par + N;
+  ns.dep = reinterpret_cast<u8*>(ns.rank + N);
+  const float* glp = p.top_lp + static_cast<size_t>(b) * D * K;
+  for (int i = tid; i < D * K; i += BUILD_THREADS) lp[i] = __ldcg(glp + i);
+  if (tid == 0) { ns.par[0] = -1; ns.rank[0] = -1; ns.dep[0] = 0; }
+  const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
+  const int kb = min(budget_b, K);
+  __syncthreads();
+  int popped = 0;
+  if (budget_b > 0 && kb > 0 && D > 0) {
+    popped = (p.flags & FLAG_LEGACY_SEARCH) ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
+    if (popped < 0) {  // the exact heap of the reference, one warp
+      if (tid < 32) {
+        const int c = heap_select(lp, K, kb, D, budget_b, ovs, ovm, ns);
+        if (tid == 0) sm.ri[0] = c;
+      }
+      __syncthreads();
+      popped = sm.ri[0];
+    }
+  }
+  const int count = popped + 1;
+
+  // ---- nodes and ancestor masks
+  const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
+  const size_t base = static_cast<size_t>(b) * N;
+  for (int i = tid; i < N; i += BUILD_THREADS) {
+    int tok = -1, dep = -1, par = -1;
+    if (i == 0) {
+      tok = p.root_tokens[b];
+      dep = 0;
+    } else if (i < count) {
+      dep = ns.dep[i];
+      par = ns.par[i];
+      tok = __ldcg(gids + (dep - 1) * K + ns.rank[i]);
+    }
+    p.tokens[base + i] = tok;
+    p.depths[base + i] = dep;
+    p.parents[base + i] = par;
+  }
+  u32* words = reinterpret_cast<u32*>(dyn);  // the log-probs are no longer needed
+  for (int i = tid; i < N * W; i += BUILD_THREADS) words[i] = 0u;
+  __syncthreads();
+  for (int i = tid; i < count; i += BUILD_THREADS) {
+    for (int a = i; a >= 0; a = ns.par[a]) words[i * W + (a >> 5)] |= 1u << (a & 31);
+  }
+  __syncthreads();
+  u32* ganc = p.anc + base * W;
+  for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
+  if (tid == 0) p.node_counts[b] = count;
+}
+
+}  // namespace ddt

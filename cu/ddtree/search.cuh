@@ -1,0 +1,528 @@
+// ddtree/search.cuh: stage 1b, the tree search: the one-warp best-first heap (the reference's heapq
+// order) and the block-wide parallel search that reproduces it.
+//
+// Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
+#pragma once
+#include "keys.cuh"
+
+namespace ddt {
+
+// ------------------------------------------------------------------------------ heap (one warp)
+// Frontier entry = candidate child (parent node p, rank c) at depth dd, packed in 32 bits.
+
+DL_DEVICE u32 pack_meta(int p, int c, int dd) {
+  return static_cast<u32>(p) | (static_cast<u32>(c) << 16) | (static_cast<u32>(dd) << 26);
+}
+DL_DEVICE int meta_p(u32 m) { return static_cast<int>(m & 0xffffu); }
+DL_DEVICE int meta_c(u32 m) { return static_cast<int>((m >> 16) & 0x3ffu); }
+DL_DEVICE int meta_d(u32 m) { return static_cast<int>(m >> 26); }
+
+struct NodeSmem {
+  short* par;
+  short* rank;
+  u8* dep;
+};
+
+// True if candidate a's ranks tuple sorts before b's (a prefix before its extensions).
+DL_DEVICE bool ranks_less(u32 a, u32 b, const NodeSmem& ns) {
+  int pa = meta_p(a), ra = meta_c(a), da = meta_d(a);
+  int pb = meta_p(b), rb = meta_c(b), db = meta_d(b);
+  const int la = da, lb = db;
+  while (da > db) { ra = ns.rank[pa]; pa = ns.par[pa]; --da; }
+  while (db > da) { rb = ns.rank[pb]; pb = ns.par[pb]; --db; }
+  if (pa == pb && ra == rb) return la < lb;
+  while (pa != pb) {
+    ra = ns.rank[pa]; pa = ns.par[pa];
+    rb = ns.rank[pb]; pb = ns.par[pb];
+  }
+  return ra < rb;
+}
+
+// Heap order of the reference: larger key first, then the smaller ranks tuple.
+DL_DEVICE bool better(u64 sa, u32 ma, u64 sb, u32 mb, const NodeSmem& ns) {
+  return sa > sb || (sa == sb && sa != 0 && ranks_less(ma, mb, ns));
+}
+
+// Best entry of the overflow (all lanes; result uniform). Returns its index or -1.
+DL_DEVICE int overflow_max(const u64* ovs, const u32* ovm, int ovn, const NodeSmem& ns, u64* os, u32* om) {
+  const int lane = threadIdx.x & 31;
+  u64 bs = 0;
+  u32 bm = 0;
+  int bi = -1;
+  for (int i = lane; i < ovn; i += 32) {
+    const u64 s = ovs[i];
+    const u32 m = ovm[i];
+    if (bi < 0 || better(s, m, bs, bm, ns)) { bs = s; bm = m; bi = i; }
+  }
+  const u32 hi = static_cast<u32>(bs >> 32);
+  const u32 mh = __reduce_max_sync(FULL, hi);
+  const u32 ml = __reduce_max_sync(FULL, hi == mh ? static_cast<u32>(bs) : 0u);
+  const u32 tied = __ballot_sync(FULL, bi >= 0 && hi == mh && static_cast<u32>(bs) == ml);
+  if (!tied) return -1;
+  int w = __ffs(tied) - 1;
+  u32 wm = __shfl_sync(FULL, bm, w);
+  for (u32 t = tied & (tied - 1); t; t &= t - 1) {
+    const int l = __ffs(t) - 1;
+    const u32 lm = __shfl_sync(FULL, bm, l);
+    if (ranks_less(lm, wm, ns)) { w = l; wm = lm; }
+  }
+  *os = __shfl_sync(FULL, bs, w);
+  *om = wm;
+  return __shfl_sync(FULL, bi, w);
+}
+
+// Best-first search of one request on warp 0. lp: [D][ks] log-probs in shared memory.
+// Records nodes 1..count in ns; returns count (nodes besides the root).
+DL_DEVICE int heap_select(const float* lp, int ks, int kb, int D, int budget, u64* ovs, u32* ovm,
+                          const NodeSmem& ns) {
+  const int lane = threadIdx.x & 31;
+  u64 es = 0;  // this lane's frontier entry (lane 0 = best), 0 = empty
+  u32 em = 0;
+  int size = 0, ovn = 0, oi = -1;
+  u64 os = 0;  // the overflow's best entry (valid when ovn > 0)
+  u32 om = 0;
+  if (budget > 0 && kb > 0 && D > 0) {
+    if (lane == 0) { es = enc_key(static_cast<double>(lp[0])); em = pack_meta(0, 0, 1); }
+    size = 1;
+  }
+  int count = 0;
+  while (count < budget && size > 0) {
+    const u64 s0 = __shfl_sync(FULL, es, 0);
+    const u32 m0 = __shfl_sync(FULL, em, 0);
+    const int pp = meta_p(m0), c = meta_c(m0), dd = meta_d(m0);
+    const int n = count + 1;
+    if (lane == 0) { ns.par[n] = static_cast<short>(pp); ns.rank[n] = static_cast<short>(c); ns.dep[n] = static_cast<u8>(dd); }
+    const double key = dec_key(s0);
+    const float* row = lp + (dd - 1) * ks;
+    u64 xs = 0, ys = 0;
+    if (n < budget) {
+      if (c + 1 < kb) xs = enc_key(__dadd_rn(__dsub_rn(key, static_cast<double>(row[c])), static_cast<double>(row[c + 1])));
+      if (dd < D) ys = enc_key(__dadd_rn(key, static_cast<double>(lp[dd * ks])));
+    }
+    u32 xm = pack_meta(pp, c + 1, dd), ym = pack_meta(n, 0, dd + 1);
+    __syncwarp();
+    // Entries worse than the overflow's best go to the overflow.
+    if (xs && ovn > 0 && better(os, om, xs, xm, ns)) {
+      if (lane == 0) { ovs[ovn] = xs; ovm[ovn] = xm; }
+      ++ovn;
+      xs = 0;
+    }
+    if (ys && ovn > 0 && better(os, om, ys, ym, ns)) {
+      if (lane == 0) { ovs[ovn] = ys; ovm[ovn] = ym; }
+      ++ovn;
+      ys = 0;
+    }
+    if (!xs || (ys && better(ys, ym, xs, xm, ns))) {  // X = the better of the two inserted
+      const u64 ts = xs; xs = ys; ys = ts;
+      const u32 tm = xm; xm = ym; ym = tm;
+    }
+    const int ins = (xs != 0) + (ys != 0);
+    const bool rem = lane >= 1 && lane < size;
+    const int qx = __popc(__ballot_sync(FULL, rem && xs && better(es, em, xs, xm, ns)));
+    const int qy = __popc(__ballot_sync(FULL, rem && ys && better(es, em, ys, ym, ns))) + 1;
+    const int nsize = size - 1 + ins;
+    if (nsize > 32) {  // list full and two inserted: the 33rd entry moves to the overflow
+      if (qy == 32) {
+        if (lane == 0) { ovs[ovn] = ys; ovm[ovn] = ym; }
+        os = ys; om = ym;
+        ys = 0;
+      } else {
+        if (lane == 31) { ovs[ovn] = es; ovm[ovn] = em; }
+        os = __shfl_sync(FULL, es, 31);
+        om = __shfl_sync(FULL, em, 31);
+      }
+      oi = ovn++;
+    }
+    const int src = lane + 1 - ((xs && qx < lane) ? 1 : 0) - ((ys && qy < lane) ? 1 : 0);
+    u64 s_new = __shfl_sync(FULL, es, src < 32 ? src : 31);
+    u32 m_new = __shfl_sync(FULL, em, src < 32 ? src : 31);
+    if (src >= size) { s_new = 0; m_new = 0; }
+    if (xs && lane == qx) { s_new = xs; m_new = xm; }
+    if (ys && lane == qy) { s_new = ys; m_new = ym; }
+    es = s_new;
+    em = m_new;
+    size = nsize < 32 ? nsize : 32;
+    __syncwarp();
+    if (size < 32 && ovn > 0) {  // refill the list's end from the overflow
+      if (lane == size) { es = os; em = om; }
+      ++size;
+      if (lane == 0) { ovs[oi] = ovs[ovn - 1]; ovm[oi] = ovm[ovn - 1]; }
+      --ovn;
+      __syncwarp();
+      oi = ovn > 0 ? overflow_max(ovs, ovm, ovn, ns, &os, &om) : -1;
+    }
+    ++count;
+  }
+  return count;
+}
+
+// ------------------------------------------------------------------------------ parallel search
+// The best-first search of the reference pops nodes in the order of the heap key. When every
+// node's key is at most its generator's (its previous sibling's or its parent's), the pop
+// order is simply the order of all candidate nodes by (key desc, ranks tuple asc), so the
+// tree is the `budget` best nodes, sorted. The whole CTA finds them depth by depth:
+//  * keys: a child's key is parent + lp[0] and a sibling's is key - lp[r-1] + lp[r] (float64,
+//    as the reference). While every parent + lp[r] is exact in float64 (checked with TwoSum,
+//    nearly always: they are sums of at most 33 float32 values) these equal parent + lp[r],
+//    which is monotone in r -- so the keys are exactly the reference's and monotone.
+//  * a histogram of -key over SEARCH_BINS linear bins on [-lp[0][0], an upper bound of the
+//    budget-th best] gives a bin b* with at least `budget` generated nodes in bins <= b*, so
+//    every node of the answer lies in a bin <= b*: only children in bins <= b* are generated
+//    (a binary search per parent over its sorted lp row), b* shrinks as nodes are added, and
+//    parents past b* have no candidate children. A boundary check (the exact sibling chain
+//    past the last child, with a margin for rounding) keeps later siblings out for certain.
+//  * at the end the candidates in bins <= b* are bucketed by bin and ranked inside their bin
+//    by (key, ranks tuple); rank < budget gives the node index.
+// Inexact sums, a sibling past the boundary inside b*, or more than SEARCH_CAP candidates
+// after tightening set `fail`, and the caller runs the one-warp heap instead.
+
+struct SearchSmem {
+  double key[SEARCH_CAP];
+  unsigned short par[SEARCH_CAP];  // candidate index of the parent, NO_NODE = the root
+  unsigned short rd[SEARCH_CAP];   // rank | depth << 9
+  unsigned short aux[SEARCH_CAP];  // per-parent counts / offsets, compaction map, buckets, node index
+  u32 hist[SEARCH_BINS];
+  u32 cur[SEARCH_BINS];            // bucket cursors; during generation the list of big parents
+  double x_lo, x_hi, inv_w;
+  int bstar, fail, cn, seg_lo, seg_hi, nbig, nlo, nhi;
+};
+
+struct SearchBins {
+  double lo, hi, inv;
+  // Monotone (non-decreasing) in x = -key; SEARCH_BINS = past the upper bound.
+  DL_DEVICE int operator()(double x) const {
+    if (!(x > lo)) return 0;
+    if (x > hi) return SEARCH_BINS;
+    const double t = __dmul_rn(__dsub_rn(x, lo), inv);
+    return t < static_cast<double>(SEARCH_BINS - 1) ? static_cast<int>(t) : SEARCH_BINS - 1;
+  }
+};
+
+DL_DEVICE bool sum_exact(double a, double b, double s) {  // s = fl(a + b): is it exact? (TwoSum)
+  const double bb = __dsub_rn(s, a);
+  const double err = __dadd_rn(__dsub_rn(a, __dsub_rn(s, bb)), __dsub_rn(b, bb));
+  return err == 0.0;
+}
+
+// Warp-uniform: the smallest b with hist[0..b] >= need (SEARCH_BINS - 1 when the total is less).
+DL_DEVICE int search_find_bin(const u32* hist, int need) {
+  const int lane = threadIdx.x & 31;
+  constexpr int PER = SEARCH_BINS / 32;
+  u32 own = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) own += hist[lane * PER + i];
+  u32 incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u32 y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl += y;
+  }
+  const u32 hit = __ballot_sync(FULL, incl >= static_cast<u32>(need));
+  if (!hit) return SEARCH_BINS - 1;
+  const int src = __ffs(hit) - 1;
+  int bin = 0;
+  if (lane == src) {
+    u32 run = incl - own;
+    for (int i = 0; i < PER; ++i) {
+      run += hist[lane * PER + i];
+      if (run >= static_cast<u32>(need)) { bin = lane * PER + i; break; }
+    }
+  }
+  return __shfl_sync(FULL, bin, src);
+}
+
+// Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
+// prefix of the ranks (binary search). Sets *fail when a later sibling might still qualify.
+DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
+  int lo = 0, hi = kb;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (bins(-__dadd_rn(kp, static_cast<double>(row[mid]))) <= bstar) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < kb) {  // walk the exact sibling chain while rounding could still bring a key back in
+    const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+    double k = __dadd_rn(kp, static_cast<double>(row[lo]));
+    int r = lo;
+    while (bins(-__dadd_rn(k, margin)) <= bstar) {
+      if (++r >= kb) break;
+      k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
+      if (bins(-k) <= bstar) { *fail = 1; break; }
+    }
+  }
+  return lo;
+}
+
+// True if candidate a's ranks tuple sorts before b's (a prefix before its extensions); a != b.
+DL_DEVICE bool cand_ranks_less(int a, int b, const SearchSmem& s) {
+  int x = a, y = b;
+  int dx = s.rd[a] >> 9, dy = s.rd[b] >> 9;
+  while (dx > dy) { x = s.par[x]; --dx; }
+  while (dy > dx) { y = s.par[y]; --dy; }
+  if (x == y) return (s.rd[a] >> 9) < (s.rd[b] >> 9);
+  while (s.par[x] != s.par[y]) { x = s.par[x]; y = s.par[y]; }
+  return (s.rd[x] & 511) < (s.rd[y] & 511);
+}
+
+DL_DEVICE bool cand_better(int y, int x, const SearchSmem& s) {
+  const double ky = s.key[y], kx = s.key[x];
+  return ky > kx || (ky == kx && cand_ranks_less(y, x, s));
+}
+
+// Counts of the children of the parents [seg_lo, seg_lo + P) (d == 1: the root alone) under
+// bstar; thread t owns parents t*E .. t*E+E-1 (E = ceil(P / T)). Returns this thread's sum.
+DL_DEVICE int search_counts(const SearchSmem& s, const float* row, int d, int P, int seg_lo, int kb, int bstar,
+                            const SearchBins& bins, int (&cnt)[SEARCH_PER], int* fail) {
+  const int E = (P + BUILD_THREADS - 1) / BUILD_THREADS;
+  int own = 0;
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    const int i = threadIdx.x * E + e;
+    int c = 0;
+    if (e < E && i < P) {
+      const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+      if (d == 1 || bins(-kp) <= bstar) c = count_children(kp, row, kb, bstar, bins, fail);
+    }
+    cnt[e] = c;
+    own += c;
+  }
+  return own;
+}
+
+// The parallel search (every thread of the CTA). lp: [D][ks] in shared memory, kb ranks per
+// depth, n nodes wanted (n, kb, D >= 1). Fills ns for nodes 1..count and returns count, or -1
+// when the caller must run heap_select instead.
+DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, SearchSmem& s, int* scratch,
+                              const NodeSmem& ns) {
+  constexpr int T = BUILD_THREADS;
+  static_assert(T == SEARCH_BINS, "the bucket scan gives one bin to each thread");
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    const double lo = -static_cast<double>(lp[0]);
+    double hi;
+    if (kb == n) {
+      hi = -static_cast<double>(lp[n - 1]);  // n depth-1 nodes are at least this good
+    } else {  // every node: the sum of the worst log-probs, with room for rounding
+      hi = 0.0;
+      for (int d = 0; d < D; ++d) hi -= static_cast<double>(lp[d * ks + kb - 1]);
+      hi = hi * (1.0 + 0x1p-30) + 0x1p-60;
+    }
+    s.x_lo = lo;
+    s.x_hi = hi;
+    s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
+    s.bstar = SEARCH_BINS - 1;
+    s.fail = 0;
+    s.cn = 0;
+    s.seg_lo = 0;
+    s.seg_hi = 0;
+  }
+  for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
+  __syncthreads();
+  const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
+  for (int d = 1; d <= D; ++d) {
+    int seg_lo = s.seg_lo, cn = s.cn, bstar = s.bstar;
+    int P = d == 1 ? 1 : s.seg_hi - seg_lo;
+    if (P == 0) break;
+    const float* row = lp + (d - 1) * ks;
+    int fail = 0;
+    int cnt[SEARCH_PER];
+    int own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }
+    int M;
+    int base = dl::block_excl_scan<T>(own, scratch, &M);
+    bool add_hist = true;
+    if (cn + M > SEARCH_CAP) {
+      // Too many: count them all into the histogram first (tightening b*), drop the stored
+      // candidates past the new b*, and count again.
+      const int E = (P + T - 1) / T;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E + e;
+        if (e < E && i < P && cnt[e] > 0) {
+          const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+          if (cnt[e] > 32) {  // a warp adds the big ones below
+            const int q = atomicAdd(&s.nbig, 1);
+            if (q < SEARCH_BINS) { s.cur[q] = static_cast<u32>(i); s.aux[i] = static_cast<unsigned short>(cnt[e]); }
+            else fail = 1;
+          } else {
+            for (int r = 0; r < cnt[e]; ++r) {
+              const double a = row[r], k = __dadd_rn(kp, a);
+              if (!sum_exact(kp, a, k)) fail = 1;
+              atomicAdd(&s.hist[min(bins(-k), SEARCH_BINS - 1)], 1u);
+            }
+          }
+        }
+      }
+      __syncthreads();
+      const int nbig = min(s.nbig, SEARCH_BINS);
+      for (int q = tid >> 5; q < nbig; q += T / 32) {
+        const int i = static_cast<int>(s.cur[q]);
+        const int c = s.aux[i];
+        const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
+        for (int r = tid & 31; r < c; r += 32) {
+          const double a = row[r], k = __dadd_rn(kp, a);
+          if (!sum_exact(kp, a, k)) fail = 1;
+          atomicAdd(&s.hist[min(bins(-k), SEARCH_BINS - 1)], 1u);
+        }
+      }
+      if (fail) s.fail = 1;
+      __syncthreads();
+      if (tid < 32) {
+        const int b = search_find_bin(s.hist, n);
+        if (tid == 0) s.bstar = b;
+      }
+      __syncthreads();
+      bstar = s.bstar;
+      // compaction of the stored candidates (order kept; parents are never dropped before a child)
+      const int E2 = (cn + T - 1) / T;
+      double kk[SEARCH_PER];
+      int pr[SEARCH_PER], rr[SEARCH_PER];
+      int kept = 0, below_lo = 0, below_hi = 0;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        pr[e] = -1;
+        if (e < E2 && i < cn) {
+          kk[e] = s.key[i];
+          if (bins(-kk[e]) <= bstar) {
+            pr[e] = s.par[i];
+            rr[e] = s.rd[i];
+            ++kept;
+            below_lo += i < seg_lo;
+            below_hi += i < s.seg_hi;
+          }
+        }
+      }
+      if (below_lo) atomicAdd(&s.nlo, below_lo);
+      if (below_hi) atomicAdd(&s.nhi, below_hi);
+      int total_kept;
+      int nb = dl::block_excl_scan<T>(kept, scratch, &total_kept);
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        if (e < E2 && i < cn) s.aux[i] = pr[e] >= 0 ? static_cast<unsigned short>(nb++) : NO_NODE;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e)
+        if (pr[e] >= 0 && pr[e] != NO_NODE) pr[e] = s.aux[pr[e]];
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E2 + e;
+        if (e < E2 && i < cn && pr[e] >= 0) {
+          const int j = s.aux[i];
+          s.key[j] = kk[e];
+          s.par[j] = static_cast<unsigned short>(pr[e]);
+          s.rd[j] = static_cast<unsigned short>(rr[e]);
+        }
+      }
+      cn = total_kept;
+      seg_lo = s.nlo;
+      P = d == 1 ? 1 : s.nhi - seg_lo;
+      __syncthreads();
+      own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+      base = dl::block_excl_scan<T>(own, scratch, &M);
+      if (cn + M > SEARCH_CAP) fail = 1;
+      add_hist = false;
+    }
+    if (fail) s.fail = 1;
+    {  // exclusive offsets of the parents' children
+      const int E = (P + T - 1) / T;
+      int off = base;
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) {
+        const int i = tid * E + e;
+        if (e < E && i < P) {
+          s.aux[i] = static_cast<unsigned short>(min(off, 0xffff));
+          off += cnt[e];
+        }
+      }
+    }
+    __syncthreads();
+    if (s.fail) break;
+    fail = 0;
+    for (int j = tid; j < M; j += T) {
+      int lo = 0, hi = P;  // the last parent whose offset is <= j
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (s.aux[mid] <= j) lo = mid;
+        else hi = mid;
+      }
+      const int r = j - s.aux[lo];
+      const int pc = d == 1 ? NO_NODE : seg_lo + lo;
+      const double kp = d == 1 ? 0.0 : s.key[pc];
+      const double a = row[r], k = __dadd_rn(kp, a);
+      if (!sum_exact(kp, a, k)) fail = 1;
+      const int dst = cn + j;
+      s.key[dst] = k;
+      s.par[dst] = static_cast<unsigned short>(pc);
+      s.rd[dst] = static_cast<unsigned short>(r | (d << 9));
+      if (add_hist) atomicAdd(&s.hist[bins(-k)], 1u);
+    }
+    if (fail) s.fail = 1;
+    __syncthreads();
+    if (tid < 32) {
+      const int b = search_find_bin(s.hist, n);
+      if (tid == 0) {
+        s.bstar = b;
+        s.seg_lo = cn;
+        s.seg_hi = cn + M;
+        s.cn = cn + M;
+      }
+    }
+    __syncthreads();
+    if (s.fail || M == 0) break;
+  }
+  if (s.fail) return -1;
+  // ---- rank the candidates in bins <= b*: bucket by bin, then count the better ones in the bin
+  const int cn = s.cn, bstar = s.bstar;
+  const u32 h = tid <= bstar ? s.hist[tid] : 0u;
+  int total;
+  const int start = dl::block_excl_scan<T>(static_cast<int>(h), scratch, &total);
+  s.cur[tid] = static_cast<u32>(start);
+  __syncthreads();
+  for (int i = tid; i < cn; i += T) {
+    const int b = bins(-s.key[i]);
+    if (b <= bstar) s.aux[atomicAdd(&s.cur[b], 1u)] = static_cast<unsigned short>(i);
+  }
+  __syncthreads();
+  int xs[SEARCH_PER], rk[SEARCH_PER];
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    const int slot = tid + e * T;
+    xs[e] = -1;
+    rk[e] = n;
+    if (slot < total) {
+      const int x = s.aux[slot];
+      const int b = bins(-s.key[x]);
+      const int en = static_cast<int>(s.cur[b]);
+      int rank = en - static_cast<int>(s.hist[b]);
+      for (int q = en - static_cast<int>(s.hist[b]); q < en; ++q) {
+        const int y = s.aux[q];
+        if (y != x && cand_better(y, x, s)) ++rank;
+      }
+      xs[e] = x;
+      rk[e] = rank;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e)
+    if (xs[e] >= 0 && rk[e] < n) s.aux[xs[e]] = static_cast<unsigned short>(rk[e] + 1);
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SEARCH_PER; ++e) {
+    if (xs[e] >= 0 && rk[e] < n) {
+      const int i = rk[e] + 1, x = xs[e];
+      const int pp = s.par[x];
+      ns.par[i] = static_cast<short>(pp == NO_NODE ? 0 : s.aux[pp]);
+      ns.rank[i] = static_cast<short>(s.rd[x] & 511);
+      ns.dep[i] = static_cast<u8>(s.rd[x] >> 9);
+    }
+  }
+  __syncthreads();
+  return min(n, total);
+}
+
+}  // namespace ddt
