@@ -92,25 +92,20 @@ def compile_variants(filename: str, arch: str) -> list[CompileVariant]:
 
     The launcher is :data:`LAUNCHERS`' module for ``filename``; its
     ``compile_variants(arch)`` gives the variants (defines and the most dynamic shared
-    memory per kernel). A launcher that has no ``compile_variants`` yet but
-    ``compile_defines(arch)`` (and optionally ``dynamic_shared_bytes(arch)``) gives one
-    variant from those.
+    memory per kernel).
 
     Raises
     ------
     LookupError
-        If ``filename`` has no registered launcher, or the launcher declares neither hook.
+        If ``filename`` has no registered launcher, or the launcher declares no ``compile_variants``.
     """
     name = LAUNCHERS.get(filename)
     if name is None:
         raise LookupError(f"{filename} has no launcher registered in driverlevel.cli.LAUNCHERS")
     mod = importlib.import_module(name)
-    if hasattr(mod, "compile_variants"):
-        return list(mod.compile_variants(arch))
-    if hasattr(mod, "compile_defines"):  # ddtree.py, runner.py: one variant
-        dynamic = dict(mod.dynamic_shared_bytes(arch)) if hasattr(mod, "dynamic_shared_bytes") else {}
-        return [CompileVariant(dict(mod.compile_defines(arch)), dynamic)]
-    raise LookupError(f"{name} declares neither compile_variants(arch) nor compile_defines(arch)")
+    if not hasattr(mod, "compile_variants"):
+        raise LookupError(f"{name} declares no compile_variants(arch)")
+    return list(mod.compile_variants(arch))
 
 
 _COLUMNS = ("file", "kernel", "arch", "regs", "static smem", "dynamic smem", "smem limit", "headroom", "stack",

@@ -39,7 +39,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ._array import DeviceArray
-from ._compile import MAX_SHARED_PER_BLOCK, compile_file, normalize_arch
+from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
 from ._constants import (
     DDTREE_BUILD_THREADS,
     DDTREE_MERGE_ELEMS,
@@ -173,6 +173,11 @@ def dynamic_shared_bytes(arch) -> dict:
     """Largest dynamic shared memory any plan launches ``ddtree_build`` with, bytes."""
     normalize_arch(arch)
     return {"ddtree_build": build_shared_bytes(MAX_DEPTH, MAX_BUDGET, MAX_BUDGET)}
+
+
+def compile_variants(arch) -> list:
+    """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory."""
+    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
 def _argmax_layout(vocab: int, max_rows: int, sm_count: int) -> tuple:

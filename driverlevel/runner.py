@@ -47,7 +47,8 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._compile import compile_file, normalize_arch
+from ._checks import positive_int
+from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
     FINISH_NONFINITE,
@@ -55,9 +56,7 @@ from ._constants import (
     MAX_DEPTH,
     RECORD_HEADER,
     RING_HEADER,
-    STATUS_KV_CAPACITY,
     STATUS_NONFINITE,
-    STATUS_POOL_EXHAUSTED,
     kernel_defines,
 )
 from ._device import _check_device_arg
@@ -117,10 +116,22 @@ def compile_defines(arch) -> dict:
     return d
 
 
+#: Largest ``max_batch`` of a runner.
+MAX_RUNNER_BATCH = 256
+
+
 def dynamic_shared_bytes(arch) -> dict:
-    """Dynamic shared memory of the record kernels at batch 8, depth limit 15 (``bs * width * 4`` B)."""
+    """Worst-case dynamic shared memory of the record kernels: ``max_batch * record_width * 4`` B at
+    ``max_batch = 256`` and ``record_width = RECORD_HEADER + 1`` (``ar_commit``) or
+    ``RECORD_HEADER + MAX_DEPTH + 1`` (``publish_records``)."""
     normalize_arch(arch)
-    return {"ar_commit": 8 * (RECORD_HEADER + 1) * 4, "publish_records": 8 * (RECORD_HEADER + 16) * 4}
+    return {"ar_commit": MAX_RUNNER_BATCH * (RECORD_HEADER + 1) * 4,
+            "publish_records": MAX_RUNNER_BATCH * (RECORD_HEADER + MAX_DEPTH + 1) * 4}
+
+
+def compile_variants(arch) -> list:
+    """The one way ``runner.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory."""
+    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
 def _load(device):
@@ -229,9 +240,7 @@ class _RunnerBase:
                  max_batch: int, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  prefill_splits: int = 1, max_stop_tokens: int = 4, ring_slots: int = 64, stream=None,
                  slot_seed: int = 0, name: str = "runner"):
-        for pname, v in (("max_batch", max_batch), ("max_context", max_context)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{pname} must be a positive int, got {v!r}")
+        max_batch, max_context = positive_int("max_batch", max_batch), positive_int("max_context", max_context)
         if int(max_batch) * int(max_context) > 2**31 - 1:
             # kv_indptr and the kernels' kv_capacity are int32
             raise ValueError(f"max_batch * max_context = {max_batch} * {max_context} = {int(max_batch) * int(max_context)} "
@@ -240,13 +249,11 @@ class _RunnerBase:
         ensure_not_capturing(f"{type(self).__name__}()")
         if (model is None) == (target_forward is None):
             raise ValueError("pass exactly one of model= (an MLAModel) or target_forward= (a callable)")
-        for pname, v in (("max_batch", max_batch), ("max_context", max_context), ("max_prompt_len", max_prompt_len),
-                         ("num_splits", 1 if num_splits is None else num_splits), ("prefill_splits", prefill_splits),
-                         ("ring_slots", ring_slots)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{pname} must be a positive int, got {v!r}")
-        if max_batch > 256:
-            raise ValueError(f"max_batch must be <= 256, got {max_batch}")
+        for pname, v in (("max_prompt_len", max_prompt_len), ("num_splits", 1 if num_splits is None else num_splits),
+                         ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
+            positive_int(pname, v)
+        if max_batch > MAX_RUNNER_BATCH:
+            raise ValueError(f"max_batch must be <= {MAX_RUNNER_BATCH}, got {max_batch}")
         if max_stop_tokens < 1:
             raise ValueError(f"max_stop_tokens must be >= 1, got {max_stop_tokens}")
         self.model = model

@@ -43,8 +43,7 @@ def test_the_pure_modules_use_it():
 
 
 def test_no_hand_written_positive_int_check_is_left():
-    # runner.py still has its own (it is being reworked apart); drop it from here when it uses positive_int.
-    allowed = {"_checks.py", "runner.py"}
+    allowed = {"_checks.py"}
     found = sorted(p.name for p in PACKAGE.rglob("*.py") if "must be a positive int" in p.read_text()
                    and p.name not in allowed)
     assert found == []
