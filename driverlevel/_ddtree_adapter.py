@@ -72,7 +72,7 @@ class TreeSteps:
 
     def reset(self) -> None:
         """Nothing per request: the build re-arms the plan's counters itself; only stale errors go."""
-        self.plan.errors.clear()
+        self.plan.error_word.clear()
 
     def build_and_compile(self, stream) -> None:
         self.plan.build(stream, self.draft_logits, self.state)

@@ -377,7 +377,7 @@ class DDTreePlan:
 
     Bad per-step metadata
     ---------------------
-    Checked by the kernels and reported through :attr:`errors`; :meth:`check_errors`
+    Checked by the kernels and reported through :attr:`error_word`; :meth:`check_errors`
     raises :class:`~driverlevel._errors.MetadataError` naming the request and field. ``max_batch *
     max_context`` must stay below 2**31 (``kv_indptr`` is int32): checked at construction.
 
@@ -475,7 +475,7 @@ class DDTreePlan:
         for cname, shape, dtype in self._specs():
             setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
         #: The device error word the kernels report bad per-step metadata in (see :meth:`check_errors`).
-        self.errors = DeviceErrorWord(self.device, label=f"DDTreePlan {name}")
+        self.error_word = DeviceErrorWord(self.device, label=f"DDTreePlan {name}")
         stream = self.device.create_stream()
         self.counters.fill_bytes(0, stream)  # (the chunk kernel re-arms them in every build too)
         self.argmax_part.fill_bytes(0, stream)  # per-row argmax maxima: accept reads and clears them
@@ -577,7 +577,7 @@ class DDTreePlan:
         if "qlen_only" in self.mask_formats:
             p.qlen_capacity = self.qlen_mask.shape[0]
         p.paged = 1
-        p.error = self.errors.device_ptr
+        p.error = self.error_word.device_ptr
         if state is not None:
             p.active, p.root_tokens, p.committed_lens = state.active.ptr, state.root_tokens.ptr, state.committed_lens.ptr
             p.req_pool_indices, p.free_count = state.req_pool_indices.ptr, state.free_count.ptr
@@ -786,7 +786,7 @@ class DDTreePlan:
         slot ids against the free-slot stack, ``qo_indptr`` against the plan, parents,
         accepted nodes, target tokens against the vocabulary, root tokens), never read or
         write out of bounds, give the bad request a defined result (no rows this step; the
-        state left as it was) and record the first failure in :attr:`errors`.
+        state left as it was) and record the first failure in :attr:`error_word`.
 
         Parameters
         ----------
@@ -798,7 +798,7 @@ class DDTreePlan:
         MetadataError
             Naming the first bad request and the field (the word is cleared).
         """
-        self.errors.check(stream)
+        self.error_word.check(stream)
 
     def allocate_mirror(self) -> PinnedHostBuffer:
         """A mapped pinned buffer for :meth:`accept`'s ``mirror`` (read with :meth:`read_records`)."""

@@ -322,7 +322,7 @@ class _RunnerBase:
         self._ring_host = self.ring.numpy((self.ring_slots, self.entry_words), np.int32)
         self._ring_dev = self.ring.as_array((self.ring_slots * self.entry_words,), np.int32)
         #: The device error word the runner's kernels report bad per-step metadata in.
-        self.errors = DeviceErrorWord(self.device, label=f"{type(self).__name__} {name}")
+        self.error_word = DeviceErrorWord(self.device, label=f"{type(self).__name__} {name}")
         self._events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
         self._start_events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
 
@@ -504,7 +504,7 @@ class _RunnerBase:
             self.prefill_forward(s, self.prefill_buffers)
         s.synchronize()
         self._ring_host[:] = -1
-        self.errors.clear()  # (the stream is idle: no kernel writes it now)
+        self.error_word.clear()  # (the stream is idle: no kernel writes it now)
         self.history = []
         self._n_requests = n
         self._launched = self._collected = 0
@@ -633,7 +633,7 @@ class _RunnerBase:
 
         Reads mapped memory only: call it after the step's work is complete.
         """
-        self.errors.check()
+        self.error_word.check()
         tree = getattr(self, "tree", None)
         if tree is not None:
             tree.plan.check_errors()
@@ -728,7 +728,7 @@ class _RunnerBase:
         p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
         p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
         p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
-        p.error = self.errors.device_ptr
+        p.error = self.error_word.device_ptr
         p.scratch_slot, p.pool_capacity = self.scratch_slot, self.num_slots
         p.bs, p.max_context, p.n_stop = self.max_batch, self.max_context, self.n_stop
         p.record_width, p.ring_slots, p.kv_capacity = self.record_width, self.ring_slots, self.max_batch * self.max_context
