@@ -54,10 +54,9 @@ extern "C" __global__ void my_lm_head(const __nv_bfloat16* h, const __nv_bfloat1
 class MyTargetForward:
     """A target forward from "another runtime": it only launches kernels on the given stream."""
 
-    def __init__(self, model: MLAModel, *, max_batch: int, max_q: int, num_splits: int):
+    def __init__(self, model: MLAModel, *, max_batch: int, max_q: int):
         self.model = model
-        self.tree_plan = model.forward_plan(max_batch=max_batch, max_q=max_q, num_splits=num_splits,
-                                            mask_format="bitmask", name="my.tree")
+        self.tree_plan = model.forward_plan(max_batch=max_batch, max_q=max_q, mask_format="bitmask", name="my.tree")
         self.prefill_plan = None
         cubin = dl.compile_source(MY_LM_HEAD, "my_lm_head.cu", model.device.arch)
         self.lm_head = dl.load_module(model.device, cubin).kernel("my_lm_head")
@@ -79,7 +78,7 @@ class MyTargetForward:
         if buffers.logits is None:  # prompts (called by reset, never captured): only the KV matters
             if self.prefill_plan is None or self.prefill_plan.max_q < buffers.max_q:
                 self.prefill_plan = self.model.forward_plan(max_batch=buffers.batch_size, max_q=buffers.max_q,
-                                                            num_splits=1, mask_format="causal", name="my.prefill")
+                                                            mask_format="causal", name="my.prefill")
             self.prefill_plan.prepare(buffers.input_ids, buffers.positions, buffers.metadata, buffers.kv_cache,
                                       num_rows=buffers.num_rows, stop_after="attention")
             self.prefill_plan.run(stream)
@@ -98,14 +97,14 @@ def main() -> int:
     prompts = [rng.integers(0, model.vocab_size, size=n).tolist() for n in (200, 150, 90, 20)]
     kw = dict(max_batch=B, max_context=200 + max_new + budget + 2, max_prompt_len=200)
 
-    mine = MyTargetForward(model, max_batch=B, max_q=budget + 1, num_splits=4)
+    mine = MyTargetForward(model, max_batch=B, max_q=budget + 1)
     drafter = Drafter(model, max_batch=B, depth_limit=15)
     dd = DecodeStepRunner(dev, target_forward=mine, drafter=drafter, vocab_size=model.vocab_size, budget=budget,
-                          depth_limit=15, num_splits=4, **kw)
+                          depth_limit=15, **kw)
     res = dd.generate(prompts, max_new)          # captures the step with MyTargetForward inside, replays it
     names = [k.name for k in dd.graph.kernel_nodes()]
     print(f"captured step: {len(names)} kernels, including ours: {', '.join(n for n in names if n.startswith('my_'))}")
-    ar = AutoregressiveRunner(dev, model=model, num_splits=4, **kw).generate(prompts, max_new)
+    ar = AutoregressiveRunner(dev, model=model, **kw).generate(prompts, max_new)
     same = res.tokens == ar.tokens
     print(f"DDTree with an external target forward: {res.steps} steps, {res.tokens_per_step:.2f} tokens/step; "
           f"tokens {'==' if same else '!='} greedy decoding with the built-in model")

@@ -71,7 +71,7 @@ def main() -> int:
         pass
     outs = {}
     for fmt, meta in variants.items():  # a plain dict is accepted as the metadata
-        plan = VerifyAttention(dev, heads, max_batch=3, max_q=64, num_splits=8, mask_format=fmt)
+        plan = VerifyAttention(dev, heads, max_batch=3, max_q=64, mask_format=fmt)
         out = dl.DeviceBuffer.allocate(dev, md.total_q * heads * 512 * 2).as_array((md.total_q, heads, 512), dl.bfloat16)
         plan.run(stream, q, kv, meta, out)
         outs[fmt] = bf16_bits_to_f32(out.to_numpy(stream))

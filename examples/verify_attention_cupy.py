@@ -55,7 +55,7 @@ def main() -> int:
         lse = cp.empty((md.total_q, heads), dtype=cp.float32)
     cs.synchronize()
 
-    plan = VerifyAttention(dev, heads, max_batch=2, max_q=16, num_splits=4, sm_scale=sm_scale, mask_format="bitmask")
+    plan = VerifyAttention(dev, heads, max_batch=2, max_q=16, sm_scale=sm_scale, mask_format="bitmask")
     stream = dl.Stream.from_handle(cs.ptr, dev)
     plan.run(stream, q, kv, meta, out, lse)          # no copies: pointers go straight to the kernel
     cs.synchronize()
