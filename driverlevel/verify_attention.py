@@ -46,11 +46,14 @@ V_DIM = 512
 DEFAULT_SM_SCALE = 1.0 / math.sqrt(192.0)
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
+#: Largest ``num_splits`` (the optional cap on the pieces of one pair).
 MAX_SPLITS = 1024
-#: Largest ``max_batch`` and ``num_parts`` (the scheduler keeps its tables in 48 KB of static shared memory).
+#: Largest ``max_batch`` and ``num_parts`` (the scheduler's per-request and per-part tables are static
+#: shared arrays of this size: 33 KB, under the 48 KB static limit; ``kMaxBatch`` / ``kMaxParts`` in the kernel).
 MAX_BATCH = 1024
 MAX_PARTS = 1024
-#: Fixed cost of a (request, row tile) pair in key tiles: a Q-tile load and an epilogue.
+#: Fixed cost of a (request, row tile) pair in keys (a Q-tile load and an epilogue); the kernel gets it in
+#: key tiles, ``DL_OVH_TILES = max(1, 192 // keys)``.
 _OVH_KEYS = 192
 _SCHED_THREADS = 512
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
@@ -226,6 +229,9 @@ def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_le
 class VerifyMetadata:
     """SGLang-style metadata of one verify call, device arrays in their native dtypes.
 
+    The dtypes below are SGLang's; every index array may be int32 or int64 (read in
+    place, no conversion), and a bitmask ``custom_mask`` may be int32.
+
     Attributes
     ----------
     qo_indptr : int64 ``[bs + 1]``
@@ -292,8 +298,8 @@ class VerifyAttention:
         Override the tile configuration chosen by :func:`tile_config` (e.g. to run
         the sm_120 configuration on a GPU with more shared memory).
     num_parts : int, optional
-        CTAs of the persistent grid. Default: the device's SM count times the CTAs
-        of the partial kernel that fit one SM.
+        CTAs of the persistent grid (at most 1024). Default: the device's SM count
+        times the CTAs of the partial kernel that fit one SM, capped at 1024.
 
     Schedule (per replay, on the GPU)
     ---------------------------------

@@ -11,8 +11,8 @@ The work is the sequence of units (b, r, t): requests ``b`` in order, each with
 tiles. A pair costs ``key_tiles + ovh`` units; cut ``p`` is at unit
 ``min(p * per_part, total)``, ``per_part = ceil(total / num_parts)`` (raised to
 ``ceil(max_pair_cost / split_cap)`` under a cap). This is the shape of FlashMLA's
-``get_mla_metadata`` (fixed split overhead, equal-cost parts), see
-shared/research/verify_kernel.md section 4.
+``get_mla_metadata`` (fixed split overhead, equal-cost parts); the kernel's
+side is described at the top of ``cu/verify_attention.cu``.
 """
 
 from __future__ import annotations
