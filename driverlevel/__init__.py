@@ -5,7 +5,10 @@ architecture, launched through the CUDA driver API (``cuda.bindings``), and
 captured into CUDA graphs over preallocated workspace pools. No PyTorch at run
 time.
 
-The public API is re-exported here; everything else is private.
+The core API is re-exported here. The submodules without a leading underscore
+(``verify_attention``, ``ddtree``, ``runner``, ``mla_model``, ``multi_device``,
+``reference``, ...) are public too, through their ``__all__`` (the README and
+``examples/`` use them); modules named ``_*`` are private.
 """
 
 from ._array import DeviceArray, as_device_array
