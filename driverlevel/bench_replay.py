@@ -238,7 +238,7 @@ def run(ordinal: int = 0, counts=(1, 10, 50), replays: int = 10_000, repeats: in
         torch_gpu = None
         if peer is not None:
             torch_gpu = _with_torch_stream(peer, "torch", lambda: measure_gpu_us(
-                variants["torch"][0], gb, peer[3], spin, start, end, med["torch"]))
+                variants["torch"][0], gb, side_ours, spin, start, end, med["torch"]))
         rows.append(ReplayRow(n, med["ours"], med["raw"], med["eager"], ours_gpu, eager_gpu,
                               med.get("torch"), torch_gpu, samples=host))
         del exec_, graph, peer

@@ -7,6 +7,7 @@ fresh interpreter whose working directory is elsewhere, checks that
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -27,9 +28,7 @@ def _can_build_offline() -> str | None:
         return "setuptools is not installed (pip install '.[test]' brings it)"
     major_minor = tuple(int(x) for x in setuptools.__version__.split(".")[:2])
     if major_minor < (70, 1):
-        try:
-            import wheel  # noqa: F401  (setuptools < 70.1 builds wheels through it)
-        except ImportError:
+        if importlib.util.find_spec("wheel") is None:  # setuptools < 70.1 builds wheels through it
             return f"setuptools {setuptools.__version__} needs the 'wheel' package (pip install '.[test]' brings a newer setuptools)"
     return None
 
