@@ -26,8 +26,7 @@
 //   splits that pair. The scheduler also lists the split pairs for the combine kernel. (Measured
 //   and rejected on the H200, BENCHMARKS.md: rounding cuts to pair boundaries when pairs are
 //   small, and CTAs taking whole pairs from an atomic counter; both were slower.)
-//   (FlashMLA's get_mla_metadata does the same on the device; see shared/research
-//   verify_kernel.md section 4.)
+//   (FlashMLA's get_mla_metadata, deepseek-ai/FlashMLA, does the same on the device.)
 //
 // verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps.
 //   CTA p walks its part's segments (one pair, a range of its key tiles each). A segment that

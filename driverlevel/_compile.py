@@ -218,6 +218,17 @@ def normalize_arch(arch) -> str:
     return s
 
 
+def shared_limit(arch) -> int:
+    """Shared memory one block may use on ``arch``, bytes (the opt-in limit).
+
+    An architecture-specific target (``sm_90a``) has its base's limit. An architecture
+    newer than the table gets 101,376 B, the smallest limit of the supported ones
+    (sm_86/89/120), so every kernel still fits.
+    """
+    s = normalize_arch(arch)
+    return MAX_SHARED_PER_BLOCK.get(s.rstrip("a"), 101_376)
+
+
 def check_arch(name) -> str:
     """A target architecture named on a command line, checked strictly: ``"sm_90"`` from
     ``"sm_90"``, ``"SM_90"`` or ``"90"``.
@@ -392,7 +403,7 @@ def _options(arch: str, defines: dict, extra) -> list[str]:
         "--std=c++17",
         "-Xptxas=-v",
         "--device-as-default-execution-space",
-        f"-DDL_SMEM_LIMIT={MAX_SHARED_PER_BLOCK.get(arch, 101_376)}",
+        f"-DDL_SMEM_LIMIT={shared_limit(arch)}",
     ]
     for k in sorted(defines or {}):
         v = defines[k]

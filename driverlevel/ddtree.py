@@ -39,7 +39,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ._array import DeviceArray
-from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
+from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._constants import (
     DDTREE_BUILD_THREADS,
     DDTREE_MERGE_ELEMS,
@@ -442,7 +442,7 @@ class DDTreePlan:
 
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
         static = self.cubin.resources.get("ddtree_build")
-        limit = MAX_SHARED_PER_BLOCK.get(self.arch, 101_376)
+        limit = shared_limit(self.arch)
         if static is not None and self.build_smem + static.shared_bytes > limit:
             raise ValueError(f"depth_limit={self.depth_limit}, budget={self.budget} need {self.build_smem} B of shared "
                              f"memory in ddtree_build, more than {self.arch} allows ({limit} B)")

@@ -41,7 +41,7 @@ import numpy as np
 from ._array import DeviceArray, as_device_array
 from ._capture_guard import ensure_not_capturing
 from ._checks import positive_int
-from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
+from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
 from ._memory import DeviceBuffer, WorkspacePool
@@ -122,7 +122,7 @@ _STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("A", _ArgmaxParams), ("D",
 def gemm_stages(arch) -> int:
     """cp.async pipeline depth of ``mla_gemm`` on ``arch``: 3 stages (61,440 B) everywhere."""
     arch = normalize_arch(arch)
-    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    limit = shared_limit(arch)
     return 3 if limit >= gemm_shared_bytes(3) else 2
 
 

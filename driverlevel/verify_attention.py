@@ -28,7 +28,7 @@ from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import positive_int
-from ._compile import MAX_SHARED_PER_BLOCK, CompileVariant, compile_file, normalize_arch
+from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._errors import check
@@ -152,7 +152,7 @@ def tile_configs(arch) -> list[TileConfig]:
         If no configuration fits.
     """
     arch = normalize_arch(arch)
-    limit = MAX_SHARED_PER_BLOCK.get(arch, 101_376)
+    limit = shared_limit(arch)
     fits = [c for c in _CONFIGS if c.shared_bytes <= limit]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
@@ -381,7 +381,7 @@ class VerifyAttention:
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
-        if self.config.shared_bytes > MAX_SHARED_PER_BLOCK.get(self.arch, 101_376):
+        if self.config.shared_bytes > shared_limit(self.arch):
             raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
                              f"more than {self.arch} allows")
 

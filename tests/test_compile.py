@@ -380,3 +380,13 @@ def test_cuda_header_contents_are_part_of_the_cache_key(tmp_path, monkeypatch):
     monkeypatch.setattr(_compile, "_system_headers_digest", lambda dirs: "headers-B")
     key_b = _compile.compile_source(src, "hdr.cu", "sm_80").key
     assert a.data and key_a != key_b
+
+
+def test_shared_limit_of_arch_specific_and_newer_targets():
+    from driverlevel._compile import MAX_SHARED_PER_BLOCK, shared_limit
+    from driverlevel.verify_attention import tile_config
+
+    assert shared_limit("sm_90a") == shared_limit("sm_90") == MAX_SHARED_PER_BLOCK["sm_90"]
+    assert shared_limit("sm_120a") == 101_376
+    assert shared_limit("sm_130") == 101_376  # newer than the table: the smallest supported limit
+    assert tile_config("sm_90a") == tile_config("sm_90")  # not the small sm_120 tile
