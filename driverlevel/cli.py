@@ -47,7 +47,8 @@ def info():
     click.echo(f"driverlevel {__version__}")
     try:
         major, minor = nvrtc_version()
-        click.echo(f"NVRTC {major}.{minor} (kernels compile to cubin for {', '.join(SUPPORTED_ARCHS)})")
+        known = ", ".join(sorted(MAX_SHARED_PER_BLOCK, key=lambda a: int(a[3:])))
+        click.echo(f"NVRTC {major}.{minor} (kernels compile to cubin for {known}; --arch all: {', '.join(SUPPORTED_ARCHS)})")
     except Exception as exc:  # NVRTC missing: still report the driver side
         click.echo(f"NVRTC unavailable: {exc}")
     try:
@@ -140,7 +141,10 @@ def _archs(arch_opt) -> list[str]:
     elif arch_opt.strip().lower() == "all":
         return list(SUPPORTED_ARCHS)
     else:
-        names, origin = [a for a in arch_opt.split(",") if a.strip()] or [arch_opt], ""
+        names, origin = arch_opt.split(","), ""
+        if any(not a.strip() for a in names):
+            raise click.BadParameter(f"empty architecture name in {arch_opt!r}: give names separated by single commas, "
+                                     f"e.g. sm_90,sm_120, or 'all'", param_hint="--arch")
     try:
         return list(dict.fromkeys(check_arch(a) for a in names))
     except ValueError as exc:

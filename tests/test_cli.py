@@ -184,6 +184,13 @@ def test_compile_refuses_unsupported_archs(runner, arch, why):
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("arch", ["sm_90,", ",sm_90", "sm_90,,sm_120", ","])
+def test_compile_refuses_empty_names_in_the_list(runner, arch):
+    r = runner.invoke(cli.main, ["compile", "--arch", arch])
+    assert r.exit_code == 2, r.output
+    assert "empty architecture name" in " ".join(r.output.split())
+
+
 def test_compile_suffixed_arch_names_the_plain_one(runner):
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_90a"])
     assert "(use sm_90)" in " ".join(r.output.split())
