@@ -21,6 +21,7 @@ from cuda.bindings import driver
 import driverlevel as dl
 from driverlevel import bench_replay as br
 from driverlevel import selftest
+from threads_util import run_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -44,27 +45,6 @@ def upload(device, host):
 
 def iota(base, n=N):
     return base + np.arange(n, dtype=np.float32)
-
-
-def run_threads(*fns, timeout=120):
-    """Run each ``fn`` in its own thread; re-raise the first error; return their results."""
-    results, errors = [None] * len(fns), []
-
-    def target(i, fn):
-        try:
-            results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=target, args=(i, fn)) for i, fn in enumerate(fns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
-    return results
 
 
 class Step:

@@ -32,6 +32,7 @@ from cuda.bindings import driver
 import driverlevel as dl
 from driverlevel import _capture_guard, _module, selftest
 from driverlevel._dtypes import bf16_bits_to_f32
+from threads_util import run_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -81,26 +82,6 @@ def current_ctx() -> int:
 def ctx_of_pointer(ptr: int) -> int:
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT
     return int(drv("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr)))
-
-
-def run_threads(*fns, timeout=120):
-    results, errors = [None] * len(fns), []
-
-    def target(i, fn):
-        try:
-            results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=target, args=(i, fn)) for i, fn in enumerate(fns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
-    return results
 
 
 # -- 1. handles released during a capture -------------------------------------------------------------
