@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_attention.py [--quick] [--json out.json]
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -130,16 +131,19 @@ def time_plan(dl, dev, stream, flush, plan, d, iters):
     return ms, d["out"].clone()
 
 
-def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, chain=False, baseline=True):
-    """The new plan and (``baseline``) the 2026-11-30 kernel with its suggested split count, same inputs."""
-    from driverlevel.verify_attention import VerifyAttention, suggest_num_splits, tile_config
+def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, chain=False, baseline=True, tile=None):
+    """The new plan and (``baseline``) the 2026-11-30 kernel with its suggested split count, same inputs.
 
-    from baseline.v1 import V1Plan
+    ``tile``: a :class:`~driverlevel.verify_attention.TileConfig` forced on both (e.g. the sm_120 one).
+    """
+    from driverlevel.verify_attention import VerifyAttention, tile_config
+
+    from baseline.v1 import V1Plan, suggest_num_splits
 
     bs = len(prefixes)
-    cfg = tile_config(dev.arch, ntok * heads)
+    cfg = tile or tile_config(dev.arch, ntok * heads)
     fmt = "causal" if chain else "bitmask"
-    plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, mask_format=fmt)
+    plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, mask_format=fmt, tile=tile)
     d = make_data(torch, dev, heads, prefixes, ntok, chain, plan.mask_words, heads * 1000 + bs * 100 + ntok)
     ms, out_new = time_plan(dl, dev, stream, flush, plan, d, iters)
     rows = bs * ntok * heads
@@ -151,7 +155,7 @@ def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, cha
                workspace_bytes=plan.workspace_bytes, rows=rows)
     if baseline:
         splits = suggest_num_splits(dev, bs, ntok, heads, max(prefixes))
-        v1 = V1Plan(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits, mask_format=fmt)
+        v1 = V1Plan(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits, mask_format=fmt, tile=tile)
         ms1, out_old = time_plan(dl, dev, stream, flush, v1, d, iters)
         diff = (out_new.float() - out_old.float()).norm() / out_old.float().norm()
         res.update(v1_ms=ms1, v1_splits=splits, v1_workspace_bytes=v1.workspace_bytes, speedup_vs_v1=ms1 / ms,
@@ -207,6 +211,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 2026-11-30 kernel")
+    ap.add_argument("--tile", choices=("native", "sm_120", "both"), default="native",
+                    help="tile configuration: this GPU's, the one tile_config('sm_120') returns (forced with "
+                         "tile=), or both side by side")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     import driverlevel as dl
@@ -227,15 +234,21 @@ def main(argv=None):
     base = not args.no_baseline
     results, extra = [], {}
 
+    tiles = {"native": [("native", None)], "sm_120": [("sm_120", tile_config("sm_120"))],
+             "both": [("native", None), ("sm_120", tile_config("sm_120"))]}[args.tile]
+
     # -- the ragged batch of issue 9 ---------------------------------------------------------
-    alone = bench_shape(dl, torch, dev, stream, flush, 9, [200_000], 16, 10, baseline=base)
-    ragged = bench_shape(dl, torch, dev, stream, flush, 9, [200_000] + [4096] * 7, 16, 10, baseline=base)
-    extra["ragged"] = dict(alone=alone, ragged=ragged, ratio=ragged["median_ms"] / alone["median_ms"],
-                           v1_ratio=(ragged["v1_ms"] / alone["median_ms"]) if base else None)
-    print(f"# ragged 1x200k + 7x4k, 9 heads, 16 tokens: {ragged['median_ms']:.3f} ms = "
-          f"{extra['ragged']['ratio']:.2f}x the 200k request alone ({alone['median_ms']:.3f} ms)"
-          + (f"; 2026-11-30 kernel: {ragged['v1_ms']:.3f} ms ({ragged['v1_splits']} splits) = "
-             f"{extra['ragged']['v1_ratio']:.2f}x" if base else ""), flush=True)
+    for tname, tile in tiles:
+        alone = bench_shape(dl, torch, dev, stream, flush, 9, [200_000], 16, 10, baseline=base, tile=tile)
+        ragged = bench_shape(dl, torch, dev, stream, flush, 9, [200_000] + [4096] * 7, 16, 10, baseline=base,
+                             tile=tile)
+        rg = dict(alone=alone, ragged=ragged, ratio=ragged["median_ms"] / alone["median_ms"],
+                  v1_ratio=(ragged["v1_ms"] / alone["median_ms"]) if base else None)
+        extra.setdefault("ragged", {})[tname] = rg
+        print(f"# [{tname} tile {ragged['tile']}] ragged 1x200k + 7x4k, 9 heads, 16 tokens: {ragged['median_ms']:.3f} "
+              f"ms = {rg['ratio']:.2f}x the 200k request alone ({alone['median_ms']:.3f} ms)"
+              + (f"; 2026-11-30 kernel: {ragged['v1_ms']:.3f} ms ({ragged['v1_splits']} splits) = "
+                 f"{rg['v1_ratio']:.2f}x" if base else ""), flush=True)
     us = bench_scheduler(dl, dev, stream)
     extra["scheduler_us"] = us
     print(f"# scheduler kernel alone (batch 8): {us:.2f} us per replay", flush=True)
@@ -244,13 +257,10 @@ def main(argv=None):
         extra.setdefault("breakdown", []).append(dict(heads=shape[0], prefixes=shape[1], ntok=shape[2], ms=bd))
         print(f"# breakdown {shape[0]} heads, {len(shape[1])} x {shape[1][0]}, {shape[2]} tokens: scheduler "
               f"{bd[0] * 1e3:.1f} us, + partial {bd[1] * 1e3:.1f} us, + combine {bd[2] * 1e3:.1f} us", flush=True)
-    cfg = tile_config(dev.arch, 256 * 9)
-    parts = dev.sm_count  # 1 CTA of the large tile per SM on this GPU
-    extra["workspace"] = {
-        "seed_b8_q256_h9": VerifyAttention.workspace_bytes_for(parts, cfg.rows, 8),
-        "b64_q256_h16": VerifyAttention.workspace_bytes_for(parts, tile_config(dev.arch, 256 * 16).rows, 64),
-        "v1_seed_16_splits": 8 * 256 * 9 * 16 * 513 * 4,
-    }
+    extra["workspace"] = {  # from the plans themselves (their grid comes from the device's occupancy)
+        f"{tname}_b8_q256_h9": VerifyAttention(dev, 9, max_batch=8, max_q=256, tile=tile).workspace_bytes
+        for tname, tile in tiles}
+    extra["workspace"]["v1_seed_16_splits"] = 8 * 256 * 9 * 16 * 513 * 4
     print("# workspace: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in extra["workspace"].items()), flush=True)
 
     if args.quick:
@@ -259,21 +269,23 @@ def main(argv=None):
     else:
         shapes = [(h, b, p) for b in (1, 8) for p in (4096, 32768, 131072, 200000) for h in (9, 16)]
         ntoks = (16, 64, 256)
-    hdr = (f"{'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} {'ms':>8} {'TFLOP/s':>8} {'v1 ms':>8} {'x v1':>6} "
-           f"{'peer ms':>8} {'x peer':>7}")
+    hdr = (f"{'tile':>7} {'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} {'ms':>8} {'TFLOP/s':>8} {'v1 ms':>8} "
+           f"{'x v1':>6} {'peer ms':>8} {'x peer':>7}")
     print(hdr, flush=True)
     for heads, bs, prefix in shapes:
         peer = ANCHOR_PEERS.get((heads, bs, prefix))
-        for ntok in ntoks + (("16c",) if peer else ()):
+        for ntok, (tname, tile) in itertools.product(ntoks + (("16c",) if peer else ()), tiles):
             chain = ntok == "16c"
             n = 16 if chain else ntok
             iters = 5 if bs * prefix * n * heads > 2e9 else 10
-            r = bench_shape(dl, torch, dev, stream, flush, heads, [prefix] * bs, n, iters, chain=chain, baseline=base)
+            r = bench_shape(dl, torch, dev, stream, flush, heads, [prefix] * bs, n, iters, chain=chain, baseline=base,
+                            tile=tile)
             pk = 3 if chain else {16: 0, 64: 1, 256: 2}[n]
+            r["tile_config"] = tname
             r["peer_ms"] = peer[pk] if peer else None
             r["speedup_vs_peer"] = peer[pk] / r["median_ms"] if peer else None
             results.append(r)
-            print(f"{heads:>5} {bs:>3} {prefix:>7} {str(ntok):>4} {r['median_ms']:>8.3f} {r['tflops']:>8.1f} "
+            print(f"{tname:>7} {heads:>5} {bs:>3} {prefix:>7} {str(ntok):>4} {r['median_ms']:>8.3f} {r['tflops']:>8.1f} "
                   f"{r.get('v1_ms', float('nan')):>8.3f} {r.get('speedup_vs_v1', float('nan')):>6.2f} "
                   f"{r['peer_ms'] or float('nan'):>8.3f} {r['speedup_vs_peer'] or float('nan'):>7.1f}", flush=True)
     if args.json:

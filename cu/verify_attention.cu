@@ -68,17 +68,13 @@
 #ifndef DL_OVH_TILES
 #define DL_OVH_TILES 6
 #endif
-#ifndef DL_FIELD_QO_INDPTR  // normally from driverlevel/_device_error.py
-#define DL_FIELD_QO_INDPTR 1
-#define DL_FIELD_KV_INDPTR 2
-#define DL_FIELD_KV_INDICES 3
-#define DL_FIELD_OUT_CACHE_LOC 4
-#define DL_FIELD_CUSTOM_MASK 5
-#define DL_FIELD_MASK_INDPTR 6
-#define DL_ERR_NOT_MONOTONIC 1
-#define DL_ERR_OVER_MAX 2
-#define DL_ERR_OUT_OF_RANGE 3
-#define DL_ERR_INCONSISTENT 4
+// From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
+// numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
+#if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
+#error "compile with driverlevel._device_error.error_defines()"
+#endif
+#if !defined(DL_VA_MAX_BATCH) || !defined(DL_VA_MAX_PARTS) || !defined(DL_VA_REQUEST_BYTES)
+#error "compile with driverlevel.verify_attention.compile_defines()"
 #endif
 
 enum MaskMode : int { kMaskFull = 0, kMaskQlenOnly = 1, kMaskBitmask = 2, kMaskCausal = 3 };
@@ -104,6 +100,11 @@ struct VaCut {
 struct VaEntry {
   i32 b, r, p_first, p_last;  // b < 0: no entry
 };
+
+// The tables' record sizes are the ones driverlevel/_workspace_formula.py sizes the workspace with.
+static_assert(sizeof(VaRequest) == DL_VA_REQUEST_BYTES, "VaRequest differs from REQUEST_RECORD_BYTES");
+static_assert(sizeof(VaCut) == DL_VA_CUT_BYTES, "VaCut differs from CUT_RECORD_BYTES");
+static_assert(sizeof(VaEntry) == DL_VA_ENTRY_BYTES, "VaEntry differs from ENTRY_RECORD_BYTES");
 
 // The host-device contract; mirrored by driverlevel.verify_attention._Params (ctypes).
 struct VerifyAttnParams {
@@ -328,8 +329,8 @@ extern "C" __global__ void __launch_bounds__(va::SCHED_THREADS)
 verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   // Per-request exclusive prefix sums of cost and of pairs (at most 1024 requests).
-  constexpr int kMaxBatch = 1024;  // VerifyAttention.MAX_BATCH
-  constexpr int kMaxParts = 1024;  // VerifyAttention.MAX_PARTS
+  constexpr int kMaxBatch = DL_VA_MAX_BATCH;
+  constexpr int kMaxParts = DL_VA_MAX_PARTS;
   __shared__ i64 cost_excl[kMaxBatch + 1];
   __shared__ VaCut s_cuts[kMaxParts + 1];
   __shared__ i32 pair_excl[kMaxBatch + 1];
@@ -705,7 +706,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   constexpr int kRows = 2;          // rows per CTA; 4 warps of 128 value columns each
-  constexpr int kMaxPieces = 1024;  // VerifyAttention.MAX_PARTS
+  constexpr int kMaxPieces = DL_VA_MAX_PARTS;  // a pair has at most one piece per part
   __shared__ int s_slot[kMaxPieces];
   __shared__ float s_w[kRows][kMaxPieces];
   __shared__ float s_inv[kRows], s_lse[kRows];

@@ -239,8 +239,9 @@ class PreparedLaunch:
     def launch(self, stream) -> None:
         """Queue the kernel on ``stream`` (capture-safe).
 
-        Runs in the device's primary context (pushed and popped again only when
-        the caller has another context, or none, current). Inside a driverlevel
+        Runs in the device's primary context: one ``cuLaunchKernel``, and only if the
+        driver refuses it (no context, or another one, current) is the primary context
+        pushed for a second try and popped again. Inside a driverlevel
         capture (on its stream or on a side stream joined into it by events) the
         launch, and with it everything it keeps, is tied to the captured graph.
 
@@ -324,6 +325,19 @@ class Kernel:
         """A ``CUfunction_attribute`` value, e.g. ``NUM_REGS``."""
         with self.module.device.activated():
             return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
+
+    def max_active_blocks_per_sm(self, threads: int, dynamic_shared: int = 0) -> int:
+        """CTAs of this kernel that fit one SM with ``threads`` per block and ``dynamic_shared``
+        bytes of dynamic shared memory (``cuOccupancyMaxActiveBlocksPerMultiprocessor``).
+
+        Raises
+        ------
+        CudaError
+            If the driver refuses the query.
+        """
+        with self.module.device.activated():
+            return int(check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                             driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, threads, dynamic_shared)))
 
     def reserve_shared(self, nbytes: int) -> None:
         """Allow launches with ``nbytes`` of dynamic shared memory (raises the opt-in limit once).

@@ -43,8 +43,10 @@ __all__ = ["partial_workspace_bytes", "scheduler_bytes"]
 
 #: Bytes of one request record written by the scheduler (``VaRequest``).
 REQUEST_RECORD_BYTES = 40
-#: Bytes per part of the scheduler's cut and combine-entry tables (``VaCut`` + ``VaEntry``).
-PART_RECORD_BYTES = 32
+#: Bytes of one cut (``VaCut``: b, r, t, gp); the table has ``num_parts + 1``.
+CUT_RECORD_BYTES = 16
+#: Bytes of one combine entry (``VaEntry``: b, r, p_first, p_last); the table has ``num_parts``.
+ENTRY_RECORD_BYTES = 16
 
 
 def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:
@@ -91,4 +93,4 @@ def scheduler_bytes(max_batch: int, num_parts: int) -> int:
     """
     max_batch = positive_int("max_batch", max_batch)
     num_parts = positive_int("num_parts", num_parts)
-    return REQUEST_RECORD_BYTES * max_batch + PART_RECORD_BYTES * num_parts + 16
+    return REQUEST_RECORD_BYTES * max_batch + CUT_RECORD_BYTES * (num_parts + 1) + ENTRY_RECORD_BYTES * num_parts

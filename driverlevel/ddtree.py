@@ -641,7 +641,7 @@ class DDTreePlan:
             out = [self._k_chunks.prepare(grid, _TOPK_THREADS, [p]),
                    self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [p], self.build_smem)]
             for ln in out:
-                ln._keep.append((lg, state))
+                ln.keep(lg, state)
             return out
 
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
@@ -662,7 +662,7 @@ class DDTreePlan:
         def make():
             p = self._params(state)
             ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [p])
-            ln._keep.append(state)
+            ln.keep(state)
             return [ln]
 
         for ln in self._launches(("compile",) + self._state_key(state), make):
@@ -717,7 +717,7 @@ class DDTreePlan:
                 out.append(self._k_argmax.prepare(self.argmax_grid, _SMALL_THREADS, [p]))
             out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [p]))
             for ln in out:
-                ln._keep.append((tl, tt, mirror, state))
+                ln.keep(tl, tt, mirror, state)
             return out
 
         key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
@@ -732,7 +732,7 @@ class DDTreePlan:
 
         def make():
             ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [self._params(state)])
-            ln._keep.append(state)
+            ln.keep(state)
             return [ln]
 
         for ln in self._launches(("commit",) + self._state_key(state), make):
@@ -771,7 +771,7 @@ class DDTreePlan:
             out = [self._k_dense.prepare((self.max_batch, c.shape[0], 1), _SMALL_THREADS, [p]),
                    self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [q])]
             for ln in out:
-                ln._keep.append((c, state))
+                ln.keep(c, state)
             return out
 
         for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):

@@ -269,7 +269,7 @@ def argmax_launch(device, x, index, *, m_max: int, num_rows=None, top2=None, ker
     p.x, p.m_ptr, p.index, p.top2 = x.ptr, _ptr(num_rows), index.ptr, _ptr(top2)
     p.m_max, p.n, p.ld = m_max, x.shape[1], x.shape[1]
     ln = kernel.prepare((m_max, 1, 1), 256, [p])
-    ln._keep.append((x, index, top2, num_rows))
+    ln.keep(x, index, top2, num_rows)
     return ln
 
 
@@ -470,11 +470,11 @@ class MLAModel:
         grid = (math.ceil(n / _GEMM_BN), math.ceil(m_max / bm), splits)
         ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(self._gemm_stages, bm))
         keep = (a, b, c, a_index, c_index, residual, num_rows, noise_counter, workspace)
-        ln._keep.append(keep)
+        ln.keep(*keep)
         if splits == 1:
             return ln
         red = self._k_reduce.prepare((m_max, math.ceil(n / 512), 1), 256, [p])
-        red._keep.append(keep)
+        red.keep(*keep)
         return _Launches([ln, red])
 
     def embed_launch(self, tokens, positions, out, *, m_max: int, num_rows=None):
@@ -509,7 +509,7 @@ class MLAModel:
         p.tokens_i64 = 1 if tokens.dtype.name == "int64" else 0
         p.positions_i64 = 1 if positions is not None and positions.dtype.name == "int64" else 0
         ln = self._k_embed.prepare((int(m_max), 1, 1), 128, [p])
-        ln._keep.append((tokens, positions, out, num_rows))
+        ln.keep(tokens, positions, out, num_rows)
         return ln
 
     def argmax_launch(self, x, index, *, m_max: int, num_rows=None, top2=None):
@@ -780,7 +780,7 @@ class Drafter:
         p.successor, p.roots, p.guesses, p.step_counter = m.successor.ptr, roots.ptr, self.guesses.ptr, self.step_counter.ptr
         p.bs, p.depth, p.vocab = self.max_batch, self.depth_limit, m.vocab_size
         chain = m._k_chain.prepare((1, 1, 1), max(32, -(-self.max_batch // 32) * 32), [p])
-        chain._keep.append((roots, m.successor, self.guesses, self.step_counter))
+        chain.keep(roots, m.successor, self.guesses, self.step_counter)
         rows = self.max_batch * self.depth_limit
         V = m.vocab_size
         gemm = m.gemm(m.embed, m.w_lm, self.logits.reshape(rows, V), m_max=rows,

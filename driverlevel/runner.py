@@ -737,7 +737,7 @@ class _RunnerBase:
     def _prepare_record_kernel(self, kname: str, params: _StepParams):
         threads = max(32, -(-self.max_batch // 32) * 32)
         ln = self._module.kernel(kname).prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4)
-        ln._keep.append(self)
+        ln.keep(self)
         return ln
 
 
@@ -791,7 +791,7 @@ class AutoregressiveRunner(_RunnerBase):
 
         params = self._step_params()
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
-        self._prep._keep.append(self)
+        self._prep.keep(self)
         self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:],
                                      top2=self.top2)
         params.top2 = self.top2.ptr

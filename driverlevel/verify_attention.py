@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from cuda.bindings import driver
 
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
@@ -31,14 +30,14 @@ from ._checks import positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
-from ._errors import check
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
 from ._module import load_module, struct_layout_defines
-from ._workspace_formula import partial_workspace_bytes, scheduler_bytes
+from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_RECORD_BYTES, partial_workspace_bytes,
+                                 scheduler_bytes)
 
 __all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "tile_configs", "compile_defines",
-           "compile_variants", "suggest_num_splits", "DEFAULT_SM_SCALE"]
+           "compile_variants", "DEFAULT_SM_SCALE"]
 
 QK_DIM = 576
 V_DIM = 512
@@ -182,12 +181,14 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
 def compile_defines(arch, config: TileConfig | None = None) -> dict:
     """NVRTC defines of ``cu/verify_attention.cu``: the tile shape (``config``, default
     :func:`tile_config` of ``arch``), the device error word's field and code numbers
-    (:func:`driverlevel._device_error.error_defines`) and the ``VerifyAttnParams`` layout
-    (checked by ``static_assert``)."""
+    (:func:`driverlevel._device_error.error_defines`), the ``VerifyAttnParams`` layout
+    (checked by ``static_assert``) and the scheduler's limits :data:`MAX_BATCH`, :data:`MAX_PARTS`."""
     config = tile_config(arch) if config is None else config
     defines = dict(config.defines())
     defines.update(error_defines())
     defines.update(struct_layout_defines(_Params))
+    defines.update(DL_VA_MAX_BATCH=MAX_BATCH, DL_VA_MAX_PARTS=MAX_PARTS, DL_VA_REQUEST_BYTES=REQUEST_RECORD_BYTES,
+                   DL_VA_CUT_BYTES=CUT_RECORD_BYTES, DL_VA_ENTRY_BYTES=ENTRY_RECORD_BYTES)
     return defines
 
 
@@ -200,29 +201,6 @@ def compile_variants(arch) -> list[CompileVariant]:
         label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}"
         out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, label))
     return out
-
-
-def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_len: int, max_splits: int = 64) -> int:
-    """A split count that fills the GPU for requests of about ``kv_len`` prefix tokens.
-
-    Kept for callers that want an explicit cap (:class:`VerifyAttention`'s optional
-    ``num_splits``); plans need none, since the scheduler kernel splits each step's
-    work on the GPU. Models the time as (waves of CTAs) x (key tiles per split) and
-    returns the smallest split count reaching the minimum, at most ``max_splits``.
-    """
-    device = _check_device_arg(device)
-    cfg = tile_config(device.arch, max_q * num_heads)
-    row_tiles = math.ceil(max_q * num_heads / cfg.rows) * max_batch
-    key_tiles = max(1, math.ceil((kv_len + max_q) / cfg.keys))
-    sms = device.sm_count
-    best, best_cost = 1, None
-    for s in range(1, max_splits + 1):
-        per = math.ceil(key_tiles / s)
-        active = math.ceil(key_tiles / per)
-        cost = math.ceil(row_tiles * active / sms) * per
-        if best_cost is None or cost < best_cost * 0.97:
-            best, best_cost = s, cost
-    return best
 
 
 @dataclass
@@ -253,14 +231,6 @@ class VerifyMetadata:
     out_cache_loc: object
     custom_mask: object = None
     mask_indptr: object = None
-
-
-def _blocks_per_sm(kernel, threads: int, shared_bytes: int) -> int:
-    """CTAs of ``kernel`` that fit one SM (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)."""
-    kernel.module.device.set_current()
-    n = check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
-              driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel._func, threads, shared_bytes))
-    return int(n)
 
 
 class VerifyAttention:
@@ -392,7 +362,7 @@ class VerifyAttention:
         self._combine = self._module.kernel("verify_attn_combine")
         self._partial.reserve_shared(self.config.shared_bytes)  # now, never during a capture
         if num_parts is None:
-            per_sm = _blocks_per_sm(self._partial, self.config.threads, self.config.shared_bytes)
+            per_sm = self._partial.max_active_blocks_per_sm(self.config.threads, self.config.shared_bytes)
             num_parts = self.device.sm_count * max(1, per_sm)
         self.num_parts = min(int(num_parts), MAX_PARTS)
         self.grid_partial = (self.num_parts, 1, 1)
@@ -405,9 +375,10 @@ class VerifyAttention:
         slots, m = 2 * self.num_parts, self.config.rows
         self.o_part = pool.carve(f"{name}.o_part", (slots, m, V_DIM), np.float32)
         self.lse_part = pool.carve(f"{name}.lse_part", (slots, m), np.float32)
-        self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, 10), np.int32)
-        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, 4), np.int32)
-        self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, 4), np.int32)
+        # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
+        self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32)
+        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32)
+        self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)
         self.error_word = DeviceErrorWord(self.device, label=f"VerifyAttention({name})")
         self._stream_handle = None
         self._cached_key = None
@@ -593,7 +564,7 @@ class VerifyAttention:
                 self._combine.prepare(self.grid_combine, 256, [p]),
             ]
             for ln in launches:
-                ln._keep.append(keep)
+                ln.keep(*keep)
             self._launches = launches
             self._cached_key = key
         for ln in self._launches:

@@ -11,19 +11,14 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
-from driverlevel._device_error import error_defines
-from driverlevel._module import struct_layout_defines
-from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata, _Params, tile_config
+from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata, _Params, compile_defines, tile_config
 
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
 def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
     cfgs = {tile_config(arch)} | {tile_config(arch, r) for r in (144, 2304, 16)}
     for cfg in cfgs:
-        defines = dict(cfg.defines())
-        defines.update(error_defines())
-        defines.update(struct_layout_defines(_Params))
-        cub = compile_file("verify_attention.cu", arch, defines)
+        cub = compile_file("verify_attention.cu", arch, compile_defines(arch, cfg))
         assert set(cub.resources) == {"verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"}
         for name, res in cub.resources.items():
             assert res.registers > 0, name
@@ -38,10 +33,26 @@ def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
 
 
 def test_layout_mismatch_fails_the_compile():
-    defines = dict(tile_config("sm_90").defines())
-    defines.update(struct_layout_defines(_Params))
+    defines = compile_defines("sm_90")
     defines["DL_OFF_lse"] += 8
     with pytest.raises(dl.NvrtcError, match="offset differs"):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+
+
+@pytest.mark.parametrize("missing, words", [("DL_FIELD_QO_INDPTR", "error_defines"),
+                                            ("DL_VA_MAX_PARTS", "compile_defines"),
+                                            ("DL_VA_REQUEST_BYTES", "compile_defines")])
+def test_compile_without_the_launchers_defines_fails(missing, words):
+    defines = compile_defines("sm_90")
+    del defines[missing]
+    with pytest.raises(dl.NvrtcError, match=words):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+
+
+def test_scheduler_record_sizes_are_checked_against_the_formula():
+    defines = compile_defines("sm_90")
+    defines["DL_VA_REQUEST_BYTES"] += 8
+    with pytest.raises(dl.NvrtcError, match="VaRequest differs from REQUEST_RECORD_BYTES"):
         compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 

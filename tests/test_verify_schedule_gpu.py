@@ -26,18 +26,8 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def dev():
-    return dl.Device(0)
-
-
-@pytest.fixture(scope="module")
-def stream(dev):
-    return dev.create_stream()
-
-
-def plan_for(dev, prob, max_batch=None, **kw):
-    return VerifyAttention(dev, prob.heads, max_batch=max_batch or prob.meta.batch_size, max_q=prob.max_q,
+def plan_for(device, prob, max_batch=None, **kw):
+    return VerifyAttention(device, prob.heads, max_batch=max_batch or prob.meta.batch_size, max_q=prob.max_q,
                            sm_scale=SM_SCALE, mask_format=prob.mask_format, **kw)
 
 
@@ -46,19 +36,28 @@ def poison_workspace(plan, stream):
     plan.lse_part.fill_u32(F32_NAN, stream)
 
 
+def poisoned_replay(plan, bufs, stream, launch, total_q):
+    """NaN into the split workspace and the outputs, then ``launch()``; the first ``total_q`` rows of out, lse."""
+    poison_workspace(plan, stream)
+    bufs["out"].fill_u32(BF16_NAN_PAIR, stream)
+    bufs["lse"].fill_u32(F32_NAN, stream)
+    launch()
+    return bf16_bits_to_f32(bufs["out"].to_numpy(stream)[:total_q]), bufs["lse"].to_numpy(stream)[:total_q]
+
+
 # ------------------------------------------------------------------ the tables equal the reference
 
 @pytest.mark.parametrize("num_parts", [None, 1, 5, 37, 200])
-def test_device_schedule_equals_the_reference(dev, stream, num_parts):
+def test_device_schedule_equals_the_reference(device, stream, num_parts):
     rng = np.random.default_rng(11)
     prefixes = [3000, 0, 17, 700, 64]
     trees = [random_tree(n, rng) for n in (16, 3, 40, 1, 9)]
-    prob = Problem(dev, rng, 9, prefixes, trees, "bitmask")
-    plan = plan_for(dev, prob, num_parts=num_parts)
+    prob = Problem(device, rng, 9, prefixes, trees, "bitmask")
+    plan = plan_for(device, prob, num_parts=num_parts)
     poison_workspace(plan, stream)
     check(*prob.run(plan, stream), *prob.reference())
     c = plan.config
-    ref = schedule([len(t) for t in trees], prefixes, 9, c.rows, c.keys, max(1, 192 // c.keys), plan.num_parts)
+    ref = schedule([len(t) for t in trees], prefixes, 9, c.rows, c.keys, c.defines()["DL_OVH_TILES"], plan.num_parts)
     cuts = plan.sched_cuts.to_numpy(stream)
     entries = plan.sched_entries.to_numpy(stream)
     assert [tuple(x) for x in cuts.tolist()] == ref.cuts
@@ -69,83 +68,75 @@ def test_device_schedule_equals_the_reference(dev, stream, num_parts):
 # ------------------------------------------------------------------ ragged batches
 
 @pytest.mark.slow
-def test_one_long_request_and_seven_short(dev, stream):
+def test_one_long_request_and_seven_short(device, stream):
     rng = np.random.default_rng(200)
     trees = [random_tree(16, rng) for _ in range(8)]
-    prob = Problem(dev, rng, 9, [200_000] + [4096] * 7, trees, "bitmask", extra_slots=100)
-    plan = plan_for(dev, prob)
+    prob = Problem(device, rng, 9, [200_000] + [4096] * 7, trees, "bitmask", extra_slots=100)
+    plan = plan_for(device, prob)
     poison_workspace(plan, stream)
     check(*prob.run(plan, stream), *prob.reference())
 
 
-def test_all_requests_empty_but_one_and_padded_requests(dev, stream):
+def test_all_requests_empty_but_one_and_padded_requests(device, stream):
     heads, max_bs, max_q, num_slots = 16, 5, 12, 2000
-    plan, bufs, meta = _graph_setup(dev, heads, max_bs, max_q, num_slots, mask_format="full")
+    plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="full")
     for seed in range(6):
         r = np.random.default_rng(seed)
-        # kind 2 of _write_step: one active request; the others padded with 0 draft tokens
-        while True:
-            state = r.bit_generator.state
-            if int(r.integers(0, 4)) == 2:
-                r.bit_generator.state = state
-                break
-        m, (ref_out, ref_lse) = _write_step(r, bufs, heads, max_bs, max_q, num_slots, plan.mask_words, "full", 700)
+        m, (ref_out, ref_lse) = _write_step(r, bufs, heads, max_bs, max_q, num_slots, plan.mask_words, "full", 700,
+                                            kind=2)  # one active request, the others padded with 0 draft tokens
         assert (np.diff(m["qo"]) > 0).sum() == 1
-        poison_workspace(plan, stream)
-        bufs["out"].fill_u32(BF16_NAN_PAIR, stream)
-        bufs["lse"].fill_u32(F32_NAN, stream)
-        plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"])
+        out, lse = poisoned_replay(plan, bufs, stream,
+                                   lambda: plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"]), None)
         T = m["total_q"]
-        out = bf16_bits_to_f32(bufs["out"].to_numpy(stream))
-        check(out[:T], bufs["lse"].to_numpy(stream)[:T], ref_out, ref_lse)
+        check(out[:T], lse[:T], ref_out, ref_lse)
         assert np.isnan(out[T:]).all(), "rows past the step's tokens must not be written"
         plan.check_errors(stream)
 
 
-def test_a_request_whose_keys_fit_one_tile(dev, stream):
+def test_a_request_whose_keys_fit_one_tile(device, stream):
     rng = np.random.default_rng(6)
     trees = [random_tree(3, rng), random_tree(2, rng)]
-    prob = Problem(dev, rng, 9, [4, 0], trees, "bitmask")
+    prob = Problem(device, rng, 9, [4, 0], trees, "bitmask")
     for parts in (None, 1, 2):
-        plan = plan_for(dev, prob, num_parts=parts)
+        plan = plan_for(device, prob, num_parts=parts)
         poison_workspace(plan, stream)
         check(*prob.run(plan, stream), *prob.reference())
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_int32_index_arrays_read_in_place(dev, stream, dtype):
+def test_int32_index_arrays_read_in_place(device, stream, dtype):
     rng = np.random.default_rng(8)
     trees = [random_tree(n, rng) for n in (20, 7)]
-    prob = Problem(dev, rng, 9, [900, 40], trees, "full")
+    prob = Problem(device, rng, 9, [900, 40], trees, "full")
     for k in ("qo_indptr", "kv_indptr", "kv_indices", "out_cache_loc", "mask_indptr"):
-        prob.d[k] = upload(dev, prob.d[k].to_numpy().astype(dtype))
-    plan = plan_for(dev, prob)
+        prob.d[k] = upload(device, prob.d[k].to_numpy().astype(dtype))
+    plan = plan_for(device, prob)
     check(*prob.run(plan, stream), *prob.reference())
 
 
 # ------------------------------------------------------------------ one graph, many steps
 
-def _graph_setup(dev, heads, max_bs, max_q, num_slots, mask_format="bitmask", num_parts=None):
-    plan = VerifyAttention(dev, heads, max_batch=max_bs, max_q=max_q, sm_scale=SM_SCALE, mask_format=mask_format,
+def _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="bitmask", num_parts=None):
+    plan = VerifyAttention(device, heads, max_batch=max_bs, max_q=max_q, sm_scale=SM_SCALE, mask_format=mask_format,
                            num_parts=num_parts)
     words = plan.mask_words
     cap_q = max_bs * max_q
     bufs = dict(
-        q=upload(dev, np.zeros((cap_q, heads, 576), np.uint16), dl.bfloat16),
-        kv=upload(dev, np.zeros((num_slots, 576), np.uint16), dl.bfloat16),
-        qo=upload(dev, np.zeros(max_bs + 1, np.int64)),
-        kvp=upload(dev, np.zeros(max_bs + 1, np.int32)),
-        kvi=upload(dev, np.zeros(num_slots, np.int64)),
-        loc=upload(dev, np.zeros(cap_q, np.int64)),
-        out=upload(dev, np.zeros((cap_q, heads, 512), np.uint16), dl.bfloat16),
-        lse=upload(dev, np.zeros((cap_q, heads), np.float32)),
+        q=upload(device, np.zeros((cap_q, heads, 576), np.uint16), dl.bfloat16),
+        kv=upload(device, np.zeros((num_slots, 576), np.uint16), dl.bfloat16),
+        qo=upload(device, np.zeros(max_bs + 1, np.int64)),
+        kvp=upload(device, np.zeros(max_bs + 1, np.int32)),
+        kvi=upload(device, np.zeros(num_slots, np.int64)),
+        loc=upload(device, np.zeros(cap_q, np.int64)),
+        out=upload(device, np.zeros((cap_q, heads, 512), np.uint16), dl.bfloat16),
+        lse=upload(device, np.zeros((cap_q, heads), np.float32)),
     )
     if mask_format == "bitmask":
-        bufs["mask"] = upload(dev, np.zeros((cap_q, words), np.uint32))
+        bufs["mask"] = upload(device, np.zeros((cap_q, words), np.uint32))
         bufs["mip"] = None
     else:
-        bufs["mask"] = upload(dev, np.zeros(cap_q * (num_slots + max_q), np.uint8))
-        bufs["mip"] = upload(dev, np.zeros(max_bs + 1, np.int64))
+        bufs["mask"] = upload(device, np.zeros(cap_q * (num_slots + max_q), np.uint8))
+        bufs["mip"] = upload(device, np.zeros(max_bs + 1, np.int64))
     meta = VerifyMetadata(bufs["qo"], bufs["kvp"], bufs["kvi"], bufs["loc"], bufs["mask"], bufs["mip"])
     return plan, bufs, meta
 
@@ -162,10 +153,13 @@ def _pad(arr_act, active, max_bs):
     return out
 
 
-def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, max_prefix):
-    """Random step: some requests padded (0 draft tokens), ragged prefixes; returns (indptrs, reference)."""
+def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, max_prefix, kind=None):
+    """Random step: some requests padded (0 draft tokens), ragged prefixes; returns (indptrs, reference).
+
+    ``kind`` (random unless given): 0 ragged, 1 no prefixes, 2 one active request, 3 ragged again.
+    """
     cap_q = max_bs * max_q
-    kind = int(r.integers(0, 4))
+    kind = int(r.integers(0, 4)) if kind is None else kind
     active = r.random(max_bs) < 0.7
     if kind == 2:  # one request only
         active[:] = False
@@ -214,9 +208,9 @@ def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, ma
 
 @pytest.mark.slow
 @pytest.mark.parametrize("num_parts", [None, 3])
-def test_one_graph_1000_random_steps_with_a_poisoned_workspace(dev, stream, num_parts):
+def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, num_parts):
     heads, max_bs, max_q, num_slots = 4, 4, 24, 2600
-    plan, bufs, meta = _graph_setup(dev, heads, max_bs, max_q, num_slots, num_parts=num_parts)
+    plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, num_parts=num_parts)
     with dl.capture(stream) as cap:
         plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"])
     gx = cap.graph.instantiate()
@@ -226,23 +220,17 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(dev, stream, num_
     for step in range(1000 if num_parts is None else 200):
         m, (ref_out, ref_lse) = _write_step(r, bufs, heads, max_bs, max_q, num_slots, plan.mask_words, "bitmask",
                                             max_prefix=int(r.choice([1, 40, 600])))
-        poison_workspace(plan, stream)
-        bufs["out"].fill_u32(BF16_NAN_PAIR, stream)
-        bufs["lse"].fill_u32(F32_NAN, stream)
-        gx.launch(stream)
-        T = m["total_q"]
-        out = bf16_bits_to_f32(bufs["out"].to_numpy(stream)[:T])
-        lse = bufs["lse"].to_numpy(stream)[:T]
+        out, lse = poisoned_replay(plan, bufs, stream, lambda: gx.launch(stream), m["total_q"])
         check(out, lse, ref_out, ref_lse)
     plan.check_errors(stream)
 
 
 # ------------------------------------------------------------------ bad metadata: error word, no harm
 
-def test_corrupted_metadata_is_reported_and_harmless(dev, stream):
+def test_corrupted_metadata_is_reported_and_harmless(device, stream):
     """One graph; each replay corrupts one field of one request; the others stay right (fuzz)."""
     heads, max_bs, max_q, num_slots = 4, 3, 16, 3000
-    plan, bufs, meta = _graph_setup(dev, heads, max_bs, max_q, num_slots, mask_format="full")
+    plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="full")
     with dl.capture(stream) as cap:
         plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"])
     gx = cap.graph.instantiate()
@@ -287,13 +275,7 @@ def test_corrupted_metadata_is_reported_and_harmless(dev, stream):
             x[bad + 1:] -= 1
             bufs["mip"].copy_from_host(x)
             field, affected = "mask_indptr", set(range(bad, max_bs))
-        poison_workspace(plan, stream)
-        bufs["out"].fill_u32(BF16_NAN_PAIR, stream)
-        bufs["lse"].fill_u32(F32_NAN, stream)
-        gx.launch(stream)
-        T = m["total_q"]
-        out = bf16_bits_to_f32(bufs["out"].to_numpy(stream)[:T])
-        lse = bufs["lse"].to_numpy(stream)[:T]
+        out, lse = poisoned_replay(plan, bufs, stream, lambda: gx.launch(stream), m["total_q"])
         if field is None:
             plan.check_errors(stream)
             check(out, lse, ref_out, ref_lse)
@@ -318,12 +300,12 @@ def test_corrupted_metadata_is_reported_and_harmless(dev, stream):
     plan.check_errors(stream)
 
 
-def test_request_with_more_than_max_q_tokens_is_reported_not_cut(dev, stream):
+def test_request_with_more_than_max_q_tokens_is_reported_not_cut(device, stream):
     rng = np.random.default_rng(9)
     trees = [random_tree(20, rng), random_tree(5, rng)]
-    prob = Problem(dev, rng, 9, [100, 50], trees, "bitmask")
-    plan = VerifyAttention(dev, 9, max_batch=2, max_q=16, sm_scale=SM_SCALE, mask_format="bitmask")
-    prob.d["custom_mask"] = upload(dev, np.ascontiguousarray(prob.mask[:, :plan.mask_words]))
+    prob = Problem(device, rng, 9, [100, 50], trees, "bitmask")
+    plan = VerifyAttention(device, 9, max_batch=2, max_q=16, sm_scale=SM_SCALE, mask_format="bitmask")
+    prob.d["custom_mask"] = upload(device, np.ascontiguousarray(prob.mask[:, :plan.mask_words]))
     out, lse = prob.run(plan, stream)
     with pytest.raises(dl.MetadataError, match="request 0: qo_indptr is over max"):
         plan.check_errors(stream)
@@ -336,17 +318,17 @@ def test_request_with_more_than_max_q_tokens_is_reported_not_cut(dev, stream):
 # ------------------------------------------------------------------ non-finite values where they must not matter
 
 @pytest.mark.parametrize("num_parts", [None, 1])
-def test_nan_in_a_masked_leaf_has_no_influence(dev, stream, num_parts):
+def test_nan_in_a_masked_leaf_has_no_influence(device, stream, num_parts):
     rng = np.random.default_rng(12)
     parents = np.array([-1, 0, 0, 1, 1, 2, 3, 3])  # 8-node tree, nodes 4..7 are leaves
     trees = [parents, random_tree(5, rng)]
-    prob = Problem(dev, rng, 9, [100, 30], trees, "bitmask")
+    prob = Problem(device, rng, 9, [100, 30], trees, "bitmask")
     leaf = 6
     slot = int(prob.meta.out_cache_loc[leaf])
     kvb = prob.kv_bits.copy()
     kvb[slot] = f32_to_bf16_bits(np.full(576, np.nan, np.float32))
     prob.d["kv"].copy_from_host(kvb)
-    plan = plan_for(dev, prob, num_parts=num_parts)
+    plan = plan_for(device, prob, num_parts=num_parts)
     out, lse = prob.run(plan, stream)
     ref_out, ref_lse = prob.reference()  # computed with the leaf's finite row: same for rows that cannot see it
     # out is [token, head, 512]: node i of request 0 is token i; only node 6 itself sees node 6
@@ -360,18 +342,18 @@ def test_nan_in_a_masked_leaf_has_no_influence(dev, stream, num_parts):
 
 # ------------------------------------------------------------------ lifetime and streams
 
-def test_graph_replays_after_the_plan_is_dropped(dev, stream):
+def test_graph_replays_after_the_plan_is_dropped(device, stream):
     rng = np.random.default_rng(21)
     trees = [random_tree(16, rng), random_tree(9, rng)]
-    prob = Problem(dev, rng, 9, [5000, 800], trees, "bitmask")
-    plan = plan_for(dev, prob, num_parts=4)
+    prob = Problem(device, rng, 9, [5000, 800], trees, "bitmask")
+    plan = plan_for(device, prob, num_parts=4)
     ws = plan.workspace_bytes
     with dl.capture(stream) as cap:
         plan.run(stream, prob.d["q"], prob.d["kv"], prob.metadata(), prob.out, prob.lse)
     gx = cap.graph.instantiate()
     del plan, cap
     gc.collect()
-    sentinel = dl.DeviceBuffer.allocate(dev, ws, label="sentinel")
+    sentinel = dl.DeviceBuffer.allocate(device, ws, label="sentinel")
     sentinel.as_array((ws // 4,), np.uint32).fill_u32(0x12345678, stream)
     prob.out.fill_u32(BF16_NAN_PAIR, stream)
     gx.launch(stream)
@@ -380,23 +362,23 @@ def test_graph_replays_after_the_plan_is_dropped(dev, stream):
     assert (sentinel.as_array((ws // 4,), np.uint32).to_numpy() == 0x12345678).all()
 
 
-def test_one_plan_refuses_a_second_stream(dev, stream):
+def test_one_plan_refuses_a_second_stream(device, stream):
     rng = np.random.default_rng(22)
-    prob = Problem(dev, rng, 9, [10], [random_tree(4, rng)], "bitmask")
-    plan = plan_for(dev, prob)
+    prob = Problem(device, rng, 9, [10], [random_tree(4, rng)], "bitmask")
+    plan = plan_for(device, prob)
     prob.run(plan, stream)
-    other = dev.create_stream()
+    other = device.create_stream()
     with pytest.raises(ValueError, match="one stream"):
         plan.run(other, prob.d["q"], prob.d["kv"], prob.metadata(), prob.out, prob.lse)
 
 
 @pytest.mark.parametrize("num_parts", [3, 5])
-def test_many_pairs_per_part_graph_equals_eager(dev, stream, num_parts):
+def test_many_pairs_per_part_graph_equals_eager(device, stream, num_parts):
     """Several whole pairs per part, pieces at both ends; graph replays equal the eager launch."""
     rng = np.random.default_rng(30 + num_parts)
     trees = [random_tree(n, rng) for n in (64, 40, 64)]
-    prob = Problem(dev, rng, 9, [2000, 90, 700], trees, "bitmask")
-    plan = plan_for(dev, prob, num_parts=num_parts)
+    prob = Problem(device, rng, 9, [2000, 90, 700], trees, "bitmask")
+    plan = plan_for(device, prob, num_parts=num_parts)
     poison_workspace(plan, stream)
     out, lse = prob.run(plan, stream)
     check(out, lse, *prob.reference())

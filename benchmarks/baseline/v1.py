@@ -26,10 +26,27 @@ class _ParamsV1(ctypes.Structure):
         ("num_splits", ctypes.c_int32), ("mask_mode", ctypes.c_int32), ("mask_words", ctypes.c_int32)]
 
 
+def suggest_num_splits(device, max_batch: int, max_q: int, num_heads: int, kv_len: int, max_splits: int = 64) -> int:
+    """The split count the 2026-11-30 plan was run with: the smallest that minimises (waves of
+    CTAs) x (key tiles per split) for requests of about ``kv_len`` prefix tokens."""
+    cfg = tile_config(device.arch, max_q * num_heads)
+    row_tiles = math.ceil(max_q * num_heads / cfg.rows) * max_batch
+    key_tiles = max(1, math.ceil((kv_len + max_q) / cfg.keys))
+    best, best_cost = 1, None
+    for s in range(1, max_splits + 1):
+        per = math.ceil(key_tiles / s)
+        active = math.ceil(key_tiles / per)
+        cost = math.ceil(row_tiles * active / device.sm_count) * per
+        if best_cost is None or cost < best_cost * 0.97:
+            best, best_cost = s, cost
+    return best
+
+
 class V1Plan:
-    def __init__(self, dev, heads, *, max_batch, max_q, num_splits, mask_format="bitmask", sm_scale=DEFAULT_SM_SCALE):
+    def __init__(self, dev, heads, *, max_batch, max_q, num_splits, mask_format="bitmask", sm_scale=DEFAULT_SM_SCALE,
+                 tile=None):
         self.dev, self.heads, self.max_batch, self.max_q, self.num_splits = dev, heads, max_batch, max_q, num_splits
-        self.cfg = tile_config(dev.arch, max_q * heads)
+        self.cfg = tile or tile_config(dev.arch, max_q * heads)
         self.mask_format = parse_mask_format(mask_format)
         self.mask_words = bitmask_words(max_q)
         self.sm_scale = sm_scale
@@ -65,5 +82,5 @@ class V1Plan:
         if self.num_splits > 1:
             self._launches.append(self._merge.prepare(self.grid_merge, 256, [p]))
         for ln in self._launches:
-            ln._keep.append((q, kv, meta, out, lse, self.buf))
+            ln.keep(q, kv, meta, out, lse, self.buf)
             ln.launch(stream)
