@@ -8,6 +8,9 @@ Markers (declared in pyproject.toml):
 
 ``python -m pytest -m gpu`` runs only the GPU tests. The ``device`` fixture is GPU 0
 (and skips the test without one), ``stream`` a fresh non-blocking stream on it.
+
+``--reverse-order`` runs the collected tests last to first: a test that only passes after
+another one set something up (a module cache, a context, a warm allocator) fails there.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ def gpu_count() -> int:
     return _gpu_count
 
 
+def pytest_addoption(parser):
+    parser.addoption("--reverse-order", action="store_true", default=False,
+                     help="run the collected tests in reverse order (order-dependence check)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--reverse-order"):
+        items.reverse()
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU and driver: driverlevel.device_count() == 0")
     one_gpu = pytest.mark.skip(reason="needs two or more CUDA GPUs")
     for item in items:

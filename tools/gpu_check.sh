@@ -12,6 +12,7 @@
 #   BENCH_ARGS_<NAME>   extra arguments for one benchmark, e.g. BENCH_ARGS_attention="--quick"
 #   TEST_TIMEOUT   per-test timeout in seconds when pytest-timeout is installed (default 300)
 #   SKIP_TESTS=1   run only the benchmarks
+#   TWICE=1        run the GPU tests a second time in reverse order (pytest --reverse-order)
 #   PYTHON         the interpreter (default: python)
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` (falling back
@@ -82,6 +83,10 @@ if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
   fi
   run_step gpu-tests "$PY" -m pytest -m gpu -q -x -rs --durations=10 -p no:cacheprovider \
     "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests.xml" "${files[@]}"
+  if [[ "${TWICE:-0}" == "1" ]]; then
+    run_step gpu-tests-reversed "$PY" -m pytest -m gpu -q -x -rs -p no:cacheprovider --reverse-order \
+      "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests-reversed.xml" "${files[@]}"
+  fi
 fi
 
 # -- benchmarks -----------------------------------------------------------------------------
