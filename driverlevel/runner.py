@@ -5,10 +5,10 @@ cache, the request-to-token table, the free-slot pool, the verify metadata, the 
 DDTree workspaces and a mapped pinned mirror of each step's results), all allocated before
 capture. One step is::
 
-    draft      drafter logits [bs, depth_limit, vocab]           (Drafter or yours)
+    draft      drafter logits [bs, depth_limit, vocab]           (the DraftModel)
     build      DDTree best-first tree of <= budget nodes          (driverlevel.ddtree)
     compile    input ids, positions, slots, qo/kv indptr, bitmask (driverlevel.ddtree)
-    forward    target logits over every tree node                 (MLAModel or target_forward)
+    forward    target logits over every tree node                 (the TargetForward)
     accept     greedy walk from the root, bonus token, stop tokens (driverlevel.ddtree)
     commit     paged: keep accepted slots, free the rest          (driverlevel.ddtree)
     publish    max-new-tokens limit, records into the host mirror (runner.cu)
@@ -24,17 +24,23 @@ requests in the same buffers, so the graph is never captured again.
 per step (``q_len`` 1, the verify attention with a causal chain of length 1), captured
 and replayed the same way.
 
-Plugging in another runtime's target forward
---------------------------------------------
-Pass ``target_forward=callable`` instead of a model. It is called as
-``target_forward(stream, buffers)`` with a :class:`TargetBuffers` and must launch work on
-``stream`` only (it is captured with the rest of the step): read ``input_ids``,
-``positions`` and the verify ``metadata``, write each row's latent KV into ``kv_cache`` at
-``metadata.out_cache_loc``, and write float32 ``logits``. It is also called once per
-:meth:`reset` for the prompts (``buffers.logits`` is None then: only the KV matters). If it
-has a ``bind(buffers)`` method, :meth:`DecodeStepRunner.capture` calls it first, so that
-argument packing and kernel attributes are settled before the capture begins. See
-``examples/external_target_forward.py``.
+Plugging in a target and a drafter
+----------------------------------
+The runners know the target model and the drafter only through the protocols of
+:mod:`driverlevel.interfaces`:
+
+* ``model=`` a :class:`~driverlevel.interfaces.TargetModel` (``vocab_size`` and
+  ``forward_plan(...)``): the runner makes the step's forward and the prefill's from it;
+* or ``target_forward=`` a :class:`~driverlevel.interfaces.TargetForward` (with
+  ``vocab_size=``): called as ``target_forward(stream, buffers)`` with a
+  :class:`TargetBuffers`, for the step (captured) and, with ``buffers.logits = None``, for
+  the prompts of every :meth:`~DecodeStepRunner.reset`; see
+  ``examples/external_target_forward.py``;
+* ``drafter=`` a :class:`~driverlevel.interfaces.DraftModel` (``logits``,
+  ``prepare(root_tokens)``, ``run(stream)``), required by :class:`DecodeStepRunner`.
+
+The demo model and drafter (:mod:`driverlevel.demo`) plug in this way; nothing in this
+module knows them.
 """
 
 from __future__ import annotations
@@ -65,12 +71,19 @@ from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module
+from .argmax import KERNEL as _ARGMAX_KERNEL
+from .argmax import argmax_launch
+from .argmax import load as _load_argmax
+from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
 from .verify_attention import VerifyMetadata
 
 __all__ = [
     "DecodeStepRunner",
     "AutoregressiveRunner",
     "TargetBuffers",
+    "TargetForward",
+    "TargetModel",
+    "DraftModel",
     "GenerationResult",
     "RECORD_HEADER",
     "RING_HEADER",
@@ -141,58 +154,6 @@ def _load(device):
 
 # ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class TargetBuffers:
-    """What a target forward reads and writes in one step (device arrays, fixed for the runner's life).
-
-    Attributes
-    ----------
-    input_ids : int32 ``[max_rows]``
-        Token of every row (draft-tree node; root first per request). Rows past
-        ``qo_indptr[bs]`` are stale and must be ignored.
-    positions : int64 ``[max_rows]``
-        Position of every row (committed length + depth).
-    metadata : VerifyMetadata
-        ``qo_indptr`` int64 ``[bs + 1]``, ``kv_indptr`` int32 ``[bs + 1]``, ``kv_indices``
-        int64, ``out_cache_loc`` int64 ``[max_rows]`` (where each row's latent KV must be
-        written), ``custom_mask`` (uint32 bitmask ``[max_rows, words]``, or None for a
-        causal chain) and ``mask_indptr`` (None).
-    kv_cache : bf16 ``[num_slots, 576]``
-        The paged latent cache (512 ``c_kv`` + 64 ``k_pe`` per slot).
-    logits : float32 ``[max_rows, vocab]`` or None
-        Output. None during prefill (only the KV of the rows matters then).
-    num_rows : int64 ``[1]``
-        ``qo_indptr[bs]``: the rows of this step, on the device.
-    max_rows, batch_size, max_q : int
-        ``max_rows = batch_size * max_q``; ``batch_size`` is the fixed ``bs`` of the metadata.
-    mask_format : str
-        ``"bitmask"`` (a DDTree step) or ``"causal"`` (prefill, autoregressive step).
-    sglang : dict or None
-        SGLang ``custom_mask``/``mask_indptr`` in the FULL and QLEN_ONLY layouts, where
-        the tree kernels produce them.
-    """
-
-    input_ids: DeviceArray
-    positions: DeviceArray
-    metadata: VerifyMetadata
-    kv_cache: DeviceArray
-    logits: DeviceArray | None
-    num_rows: DeviceArray
-    max_rows: int
-    batch_size: int
-    max_q: int
-    mask_format: str
-    sglang: dict | None = None
-
-    def key(self) -> tuple:
-        """Addresses of every buffer (a forward packed for one key may be replayed for it)."""
-        m = self.metadata
-        ptr = lambda a: 0 if a is None else int(a.ptr)  # noqa: E731
-        return (ptr(self.input_ids), ptr(self.positions), ptr(m.qo_indptr), ptr(m.kv_indptr), ptr(m.kv_indices),
-                ptr(m.out_cache_loc), ptr(m.custom_mask), ptr(m.mask_indptr), ptr(self.kv_cache), ptr(self.logits),
-                self.max_rows, self.mask_format)
-
-
 @dataclass
 class GenerationResult:
     """What :meth:`DecodeStepRunner.generate` produced.
@@ -245,10 +206,16 @@ class _RunnerBase:
             # kv_indptr and the kernels' kv_capacity are int32
             raise ValueError(f"max_batch * max_context = {max_batch} * {max_context} = {int(max_batch) * int(max_context)} "
                              f"exceeds 2**31 - 1, the range of the int32 kv_indptr: lower max_batch or max_context")
+        if (model is None) == (target_forward is None):
+            raise ValueError("pass exactly one of model= (a TargetModel) or target_forward= (a TargetForward)")
+        if model is not None and not isinstance(model, TargetModel):
+            raise TypeError(f"model= must be a driverlevel.interfaces.TargetModel (vocab_size and forward_plan()), "
+                            f"got {type(model).__name__}")
+        if target_forward is not None and not callable(target_forward):
+            raise TypeError(f"target_forward= must be a driverlevel.interfaces.TargetForward (a callable "
+                            f"forward(stream, buffers)), got {type(target_forward).__name__}")
         self.device = _check_device_arg(device)
         ensure_not_capturing(f"{type(self).__name__}()")
-        if (model is None) == (target_forward is None):
-            raise ValueError("pass exactly one of model= (an MLAModel) or target_forward= (a callable)")
         for pname, v in (("max_prompt_len", max_prompt_len), ("num_splits", 1 if num_splits is None else num_splits),
                          ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
             positive_int(pname, v)
@@ -377,14 +344,11 @@ class _RunnerBase:
     def _pools(self) -> list:
         pools = [self.kv_pool, self.state_pool, self.logits_pool, self.prefill_pool]
         for obj in (getattr(self, "forward", None), self.prefill_forward):
-            if obj is not None and hasattr(obj, "pool"):
-                pools += [obj.pool, obj.attention.pool]
+            pools += list(getattr(obj, "pools", ()))  # TargetForward's optional member
         tree = getattr(self, "tree", None)
         if tree is not None:
             pools += tree.pools
-        dr = getattr(self, "drafter", None)
-        if dr is not None and hasattr(dr, "pool"):
-            pools.append(dr.pool)
+        pools += list(getattr(getattr(self, "drafter", None), "pools", ()))  # DraftModel's optional member
         seen, out = set(), []
         for p in pools:
             if id(p) not in seen:
@@ -638,9 +602,9 @@ class _RunnerBase:
         if tree is not None:
             tree.plan.check_errors()
         for fwd in (getattr(self, "forward", None), self.prefill_forward):
-            att = getattr(fwd, "attention", None)
-            if att is not None and hasattr(att, "check_errors"):  # the verify attention's own word
-                att.check_errors()
+            check = getattr(fwd, "check_errors", None)  # TargetForward's optional member
+            if check is not None:
+                check()
 
     def step_gpu_ms(self, k: int) -> float:
         """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
@@ -747,15 +711,17 @@ class AutoregressiveRunner(_RunnerBase):
     The same model and attention kernel as :class:`DecodeStepRunner`, with a causal plan
     of one row per request: ``ar_prepare`` (runner.cu) builds the metadata from
     ``req_to_token`` and pops a slot per active request, the target forward computes the
-    logits, ``mla_argmax`` picks the next tokens and ``ar_commit`` appends the slots,
+    logits, ``argmax_rows`` (:mod:`driverlevel.argmax`) picks the next tokens and ``ar_commit`` appends the slots,
     advances the requests, handles stop tokens and ``max_new_tokens``, and publishes.
 
     Parameters
     ----------
     device : Device or int
-    model : MLAModel, optional
-    target_forward : callable, optional
-        Instead of ``model``; see :mod:`driverlevel.runner`.
+    model : TargetModel, optional
+        Makes the step's forward (``max_q = 1``, causal) and the prefill's; e.g. the demo's
+        :class:`~driverlevel.demo.mla_model.MLAModel`.
+    target_forward : TargetForward, optional
+        Instead of ``model``; see :mod:`driverlevel.interfaces`.
     vocab_size : int, optional
         Required with ``target_forward``.
     max_batch : int
@@ -787,13 +753,13 @@ class AutoregressiveRunner(_RunnerBase):
             self.target_forward = self.forward
         else:
             self.forward = None
-        from .mla_model import argmax_launch
-
         params = self._step_params()
+        #: ``cu/argmax.cu`` loaded on the device (:mod:`driverlevel.argmax`).
+        self._argmax_module = _load_argmax(self.device)
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
         self._prep.keep(self)
         self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:],
-                                     top2=self.top2)
+                                     top2=self.top2, kernel=self._argmax_module.kernel(_ARGMAX_KERNEL))
         params.top2 = self.top2.ptr
         self._commit = self._prepare_record_kernel("ar_commit", params)
 
@@ -810,14 +776,15 @@ class DecodeStepRunner(_RunnerBase):
     Parameters
     ----------
     device : Device or int
-    model : MLAModel, optional
-        The target model (its :meth:`~driverlevel.mla_model.MLAModel.forward_plan` is used).
-    target_forward : callable, optional
+    model : TargetModel, optional
+        Makes the step's forward (``max_q = budget + 1``, bitmask) and the prefill's; e.g. the
+        demo's :class:`~driverlevel.demo.mla_model.MLAModel`.
+    target_forward : TargetForward, optional
         ``target_forward(stream, buffers: TargetBuffers)`` instead of ``model``.
-    drafter : Drafter or object, optional
-        Anything with ``prepare(roots)``, ``run(stream)`` and ``logits`` (float32
-        ``[max_batch, depth_limit, vocab]``). Default: a :class:`~driverlevel.mla_model.Drafter`
-        of ``model`` (required with ``target_forward``).
+    drafter : DraftModel
+        Required: ``logits`` (float32 ``[max_batch, depth_limit, vocab]``),
+        ``prepare(root_tokens)`` and ``run(stream)``; see :mod:`driverlevel.interfaces`. The
+        demo's is :class:`driverlevel.demo.Drafter`.
     vocab_size : int, optional
         Required with ``target_forward``.
     max_batch : int
@@ -831,13 +798,13 @@ class DecodeStepRunner(_RunnerBase):
     num_splits : int, optional
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
-    draft_noise, draft_scale, draft_seed : float, float, int
-        Parameters of the default drafter.
 
     Example
     -------
-    >>> model = MLAModel(dev)                                                # doctest: +SKIP
-    >>> r = DecodeStepRunner(dev, model=model, max_batch=8, budget=32, max_context=2048,
+    >>> from driverlevel.demo import Drafter, MLAModel                       # doctest: +SKIP
+    >>> model = MLAModel(dev)
+    >>> drafter = Drafter(model, max_batch=8, depth_limit=15)
+    >>> r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32, max_context=2048,
     ...                      max_prompt_len=512, num_splits=4)
     >>> res = r.generate(prompts, max_new_tokens=256)                        # capture + replay
     >>> res.tokens_per_step
@@ -845,9 +812,12 @@ class DecodeStepRunner(_RunnerBase):
 
     kind = "ddtree"
 
-    def __init__(self, device, *, model=None, target_forward=None, drafter=None, vocab_size=None, max_batch: int,
+    def __init__(self, device, *, model=None, target_forward=None, drafter: DraftModel, vocab_size=None, max_batch: int,
                  budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int | None = None,
-                 draft_noise: float = 1.0, draft_scale: float = 4.0, draft_seed: int = 0, name: str = "ddtree", **kw):
+                 name: str = "ddtree", **kw):
+        if not isinstance(drafter, DraftModel):
+            raise TypeError(f"drafter= must be a driverlevel.interfaces.DraftModel (logits, prepare(root_tokens), "
+                            f"run(stream)), got {type(drafter).__name__}")
         if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= MAX_BUDGET:
             raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}], got {budget!r}")
         if not isinstance(depth_limit, (int, np.integer)) or isinstance(depth_limit, bool) \
@@ -860,13 +830,11 @@ class DecodeStepRunner(_RunnerBase):
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
         B, Q = self.max_batch, self._rows_per_request
-        if drafter is None:
-            if model is None:
-                raise ValueError("drafter= is required with target_forward=")
-            from .mla_model import Drafter
-
-            drafter = Drafter(model, max_batch=B, depth_limit=self.depth_limit, noise_std=draft_noise,
-                              logit_scale=draft_scale, seed=draft_seed, name=f"{name}.drafter")
+        want = (B, self.depth_limit, self.vocab_size)
+        lg = drafter.logits
+        if getattr(lg, "dtype", None) is None or lg.dtype.name != "float32" or tuple(lg.shape) != want:
+            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
+                             f"{getattr(lg, 'dtype', None)} {list(getattr(lg, 'shape', ()))}")
         self.drafter = drafter
         drafter.prepare(self.roots)
         from ._ddtree_adapter import TreeSteps

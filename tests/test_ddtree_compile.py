@@ -148,6 +148,18 @@ def test_compile_defines_carry_the_error_word_numbers():
         assert d[k] == v
 
 
+class _NeverRunDrafter:
+    """A DraftModel that is never prepared nor run: the sizes are rejected before."""
+
+    logits = None
+
+    def prepare(self, root_tokens):
+        raise AssertionError("prepare() reached")
+
+    def run(self, stream):
+        raise AssertionError("run() reached")
+
+
 def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
     from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
@@ -155,7 +167,7 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
         AutoregressiveRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=4,
                              max_context=2**30, max_prompt_len=8)
     with pytest.raises(ValueError, match=r"max_batch \* max_context"):
-        DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
+        DecodeStepRunner(None, target_forward=lambda s, b: None, drafter=_NeverRunDrafter(), vocab_size=100, max_batch=2, budget=8,
                          max_context=1_100_000_000, max_prompt_len=8)
 
 
