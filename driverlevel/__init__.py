@@ -27,6 +27,7 @@ from ._module import Kernel, Module, PreparedLaunch, load_module
 from ._stream import Event, Stream
 from .ddtree import DDTreePlan, DDTreeState
 from .interfaces import DraftModel, TargetForward, TargetModel
+from .request_state import RequestState
 from .runner import AutoregressiveRunner, DecodeStepRunner
 from .verify_attention import VerifyAttention, VerifyMetadata
 
@@ -41,7 +42,7 @@ __all__ = [
     "Module", "Kernel", "PreparedLaunch", "load_module",
     "capture", "Graph", "GraphExec", "KernelNodeInfo",
     "VerifyAttention", "VerifyMetadata",
-    "DDTreePlan", "DDTreeState",
+    "DDTreePlan", "DDTreeState", "RequestState",
     "DecodeStepRunner", "AutoregressiveRunner", "TargetForward", "TargetModel", "DraftModel",
     "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
     "MetadataError",

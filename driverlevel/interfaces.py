@@ -158,7 +158,7 @@ class DraftModel(Protocol):
     ----------
     logits : DeviceArray, float32 ``[max_batch, depth_limit, vocab]``, C-contiguous
         Written by :meth:`run`: row ``[b, i]`` is the drafter's logits (natural-log units,
-        any offset) for position ``committed_lens[b] + i + 1`` of request ``b``. The DDTree
+        any offset) for position ``seq_lens[b] + i + 1`` of request ``b``. The DDTree
         build reads it right after :meth:`run`, in the same graph.
 
     Methods

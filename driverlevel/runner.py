@@ -1,9 +1,10 @@
 """The decode-step runner: one whole speculative-decoding step as one CUDA graph.
 
 :class:`DecodeStepRunner` owns every buffer of a batch of requests (the paged latent KV
-cache, the request-to-token table, the free-slot pool, the verify metadata, the logits, the
-DDTree workspaces and a mapped pinned mirror of each step's results), all allocated before
-capture. One step is::
+cache, the request state and slot pool -- :attr:`~DecodeStepRunner.state`, a
+:class:`~driverlevel.request_state.RequestState` that the DDTree kernels read under the same
+names --, the verify metadata, the logits, the DDTree workspaces and a mapped pinned mirror
+of each step's results), all allocated before capture. One step is::
 
     draft      drafter logits [bs, depth_limit, vocab]           (the DraftModel)
     build      DDTree best-first tree of <= budget nodes          (driverlevel.ddtree)
@@ -74,7 +75,9 @@ from ._module import load_module
 from .argmax import KERNEL as _ARGMAX_KERNEL
 from .argmax import argmax_launch
 from .argmax import load as _load_argmax
+from .ddtree import DDTreePlan
 from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
+from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
 __all__ = [
@@ -103,16 +106,16 @@ class _StepParams(ctypes.Structure):
     """ctypes mirror of ``StepParams`` in cu/runner.cu."""
 
     _fields_ = [
-        ("roots", ctypes.c_uint64), ("active", ctypes.c_uint64), ("committed", ctypes.c_uint64),
-        ("remaining", ctypes.c_uint64), ("req_to_token", ctypes.c_uint64), ("stop_tokens", ctypes.c_uint64),
-        ("pool_slots", ctypes.c_uint64), ("pool_count", ctypes.c_uint64),
+        ("root_tokens", ctypes.c_uint64), ("active", ctypes.c_uint64), ("seq_lens", ctypes.c_uint64),
+        ("remaining", ctypes.c_uint64), ("req_to_token", ctypes.c_uint64), ("req_pool_indices", ctypes.c_uint64),
+        ("stop_tokens", ctypes.c_uint64), ("free_slots", ctypes.c_uint64), ("free_count", ctypes.c_uint64),
         ("qo_indptr", ctypes.c_uint64), ("kv_indptr", ctypes.c_uint64), ("kv_indices", ctypes.c_uint64),
         ("input_ids", ctypes.c_uint64), ("positions", ctypes.c_uint64), ("out_cache_loc", ctypes.c_uint64),
         ("next_tokens", ctypes.c_uint64), ("records", ctypes.c_uint64),
         ("ring", ctypes.c_uint64), ("step_counter", ctypes.c_uint64), ("status", ctypes.c_uint64),
         ("error", ctypes.c_uint64), ("top2", ctypes.c_uint64), ("accepted_count", ctypes.c_uint64),
         ("tree_state", ctypes.c_uint64),
-        ("scratch_slot", ctypes.c_int64), ("pool_capacity", ctypes.c_int64),
+        ("scratch_slot", ctypes.c_int64), ("free_capacity", ctypes.c_int64), ("r2t_rows", ctypes.c_int64),
         ("bs", ctypes.c_int32), ("max_context", ctypes.c_int32), ("n_stop", ctypes.c_int32),
         ("record_width", ctypes.c_int32), ("ring_slots", ctypes.c_int32), ("kv_capacity", ctypes.c_int32),
     ]
@@ -251,20 +254,17 @@ class _RunnerBase:
         self.kv_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes([((S, 576), bfloat16)]),
                                               label=f"{name}.kv_cache")
         self.kv_cache = self.kv_pool.carve("kv_cache", (S, 576), bfloat16)
-        specs = [((B,), np.int32), ((B,), np.uint8), ((B,), np.int64), ((B,), np.int32), ((B, C), np.int32),
-                 ((B, self.n_stop), np.int32), ((S,), np.int64), ((1,), np.int64), ((1,), np.uint64), ((1,), np.int32),
+        #: The request state and the slot pool (:class:`~driverlevel.request_state.RequestState`), shared with
+        #: the DDTree kernels: ``active``, ``root_tokens``, ``seq_lens``, ``req_pool_indices`` (identity),
+        #: ``req_to_token`` int32 ``[max_batch, max_context]``, ``free_slots`` ``[num_slots]``,
+        #: ``free_count``, ``stop_tokens`` ``[max_batch, max_stop_tokens]`` and ``remaining``.
+        self.state = RequestState.allocate(self.device, max_batch=B, max_context=C, num_slots=S, n_stop=self.n_stop,
+                                           remaining=True, label=f"{name}.request_state")
+        specs = [((1,), np.uint64), ((1,), np.int32),
                  ((B + 1,), np.int64), ((B + 1,), np.int32), ((B * C,), np.int64), ((R,), np.int32), ((R,), np.int64),
                  ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32), ((R, 2), np.float32)]
-        self.state_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.state")
-        sp = self.state_pool
-        self.roots = sp.carve("roots", (B,), np.int32)
-        self.active = sp.carve("active", (B,), np.uint8)
-        self.committed = sp.carve("committed", (B,), np.int64)
-        self.remaining = sp.carve("remaining", (B,), np.int32)
-        self.req_to_token = sp.carve("req_to_token", (B, C), np.int32)
-        self.stop_tokens = sp.carve("stop_tokens", (B, self.n_stop), np.int32)
-        self.pool_slots = sp.carve("pool_slots", (S,), np.int64)
-        self.pool_count = sp.carve("pool_count", (1,), np.int64)
+        self.step_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.step")
+        sp = self.step_pool
         self.step_counter = sp.carve("step_counter", (1,), np.uint64)
         self.status = sp.carve("status", (1,), np.int32)
         self.qo_indptr = sp.carve("qo_indptr", (B + 1,), np.int64)
@@ -342,12 +342,12 @@ class _RunnerBase:
         return 1
 
     def _pools(self) -> list:
-        pools = [self.kv_pool, self.state_pool, self.logits_pool, self.prefill_pool]
+        pools = [self.kv_pool, self.state.pool, self.step_pool, self.logits_pool, self.prefill_pool]
         for obj in (getattr(self, "forward", None), self.prefill_forward):
             pools += list(getattr(obj, "pools", ()))  # TargetForward's optional member
         tree = getattr(self, "tree", None)
         if tree is not None:
-            pools += tree.pools
+            pools.append(tree.pool)
         pools += list(getattr(getattr(self, "drafter", None), "pools", ()))  # DraftModel's optional member
         seen, out = set(), []
         for p in pools:
@@ -456,9 +456,11 @@ class _RunnerBase:
 
         s = self.stream
         s.synchronize()
-        for arr, host in ((self.roots, roots), (self.active, active), (self.committed, committed),
-                          (self.remaining, remaining), (self.req_to_token, r2t), (self.stop_tokens, stops),
-                          (self.pool_slots, pool), (self.pool_count, np.array([top], np.int64)),
+        st = self.state
+        for arr, host in ((st.root_tokens, roots), (st.active, active), (st.seq_lens, committed),
+                          (st.remaining, remaining), (st.req_to_token, r2t), (st.stop_tokens, stops),
+                          (st.req_pool_indices, np.arange(B, dtype=np.int64)),
+                          (st.free_slots, pool), (st.free_count, np.array([top], np.int64)),
                           (self.step_counter, np.zeros(1, np.uint64)), (self.status, np.zeros(1, np.int32)),
                           (self._pf_ids, pf_ids), (self._pf_pos, pf_pos), (self._pf_loc, pf_loc), (self._pf_qo, pf_qo),
                           (self._pf_kvp, np.zeros(B + 1, np.int32)), (self._pf_kvi, np.zeros(1, np.int64))):
@@ -600,7 +602,7 @@ class _RunnerBase:
         self.error_word.check()
         tree = getattr(self, "tree", None)
         if tree is not None:
-            tree.plan.check_errors()
+            tree.check_errors()
         for fwd in (getattr(self, "forward", None), self.prefill_forward):
             check = getattr(fwd, "check_errors", None)  # TargetForward's optional member
             if check is not None:
@@ -629,12 +631,12 @@ class _RunnerBase:
         """Free slots of the pool now (synchronizes; not capture-safe)."""
         ensure_not_capturing("free_slots()", self.stream)
         self.stream.synchronize()
-        return int(self.pool_count.to_numpy()[0])
+        return int(self.state.free_count.to_numpy()[0])
 
     def committed_lengths(self) -> np.ndarray:
         """int64 ``[max_batch]`` committed lengths now (synchronizes)."""
         self.stream.synchronize()
-        return self.committed.to_numpy()
+        return self.state.seq_lens.to_numpy()
 
     def check_slots(self) -> None:
         """Check the slot pool's conservation: free + committed (+ the scratch slot) == all slots.
@@ -645,12 +647,12 @@ class _RunnerBase:
             With the counts, if slots leaked or were freed twice.
         """
         self.stream.synchronize()
-        free = int(self.pool_count.to_numpy()[0])
-        committed = int(self.committed.to_numpy().astype(np.int64).sum())
+        free = int(self.state.free_count.to_numpy()[0])
+        committed = int(self.state.seq_lens.to_numpy().astype(np.int64).sum())
         total = self.num_slots - 1
         if free + committed != total:
             raise AssertionError(f"slot pool out of balance: {free} free + {committed} committed != {total} slots")
-        stack = self.pool_slots.to_numpy()[:free]
+        stack = self.state.free_slots.to_numpy()[:free]
         if np.unique(stack).shape[0] != free:
             raise AssertionError("the free-slot stack holds a slot twice")
 
@@ -685,15 +687,16 @@ class _RunnerBase:
 
     def _step_params(self) -> _StepParams:
         p = _StepParams()
-        p.roots, p.active, p.committed, p.remaining = self.roots.ptr, self.active.ptr, self.committed.ptr, self.remaining.ptr
-        p.req_to_token, p.stop_tokens = self.req_to_token.ptr, self.stop_tokens.ptr
-        p.pool_slots, p.pool_count = self.pool_slots.ptr, self.pool_count.ptr
+        st = self.state
+        p.root_tokens, p.active, p.seq_lens, p.remaining = st.root_tokens.ptr, st.active.ptr, st.seq_lens.ptr, st.remaining.ptr
+        p.req_to_token, p.req_pool_indices, p.stop_tokens = st.req_to_token.ptr, st.req_pool_indices.ptr, st.stop_tokens.ptr
+        p.free_slots, p.free_count = st.free_slots.ptr, st.free_count.ptr
         p.qo_indptr, p.kv_indptr, p.kv_indices = self.qo_indptr.ptr, self.kv_indptr.ptr, self.kv_indices.ptr
         p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
         p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
         p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
         p.error = self.error_word.device_ptr
-        p.scratch_slot, p.pool_capacity = self.scratch_slot, self.num_slots
+        p.scratch_slot, p.free_capacity, p.r2t_rows = self.scratch_slot, self.num_slots, st.req_to_token.shape[0]
         p.bs, p.max_context, p.n_stop = self.max_batch, self.max_context, self.n_stop
         p.record_width, p.ring_slots, p.kv_capacity = self.record_width, self.ring_slots, self.max_batch * self.max_context
         return p
@@ -836,14 +839,16 @@ class DecodeStepRunner(_RunnerBase):
             raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
                              f"{getattr(lg, 'dtype', None)} {list(getattr(lg, 'shape', ()))}")
         self.drafter = drafter
-        drafter.prepare(self.roots)
-        from ._ddtree_adapter import TreeSteps
-
-        self.tree = TreeSteps(self, drafter.logits)
+        drafter.prepare(self.state.root_tokens)
+        #: The DDTree stages over :attr:`state` (build + compile before the target forward, accept
+        #: + commit after it).
+        self.tree = DDTreePlan(self.device, max_batch=B, depth_limit=self.depth_limit, vocab=self.vocab_size,
+                               budget=self.budget, max_context=self.max_context, logits_dtype="float32",
+                               name=f"{name}.tree")
+        t = self.tree
         self.buffers = TargetBuffers(
-            input_ids=self.tree.input_ids, positions=self.tree.positions, metadata=self.tree.metadata,
-            kv_cache=self.kv_cache, logits=self.logits, num_rows=self.tree.num_rows, max_rows=B * Q, batch_size=B,
-            max_q=Q, mask_format="bitmask", sglang=self.tree.sglang)
+            input_ids=t.input_ids, positions=t.positions, metadata=t.metadata(), kv_cache=self.kv_cache,
+            logits=self.logits, num_rows=t.qo_indptr[B:], max_rows=B * Q, batch_size=B, max_q=Q, mask_format="bitmask")
         if model is not None:
             self.forward = model.forward_plan(max_batch=B, max_q=Q, num_splits=self.num_splits, mask_format="bitmask",
                                               name=f"{name}.target")
@@ -851,9 +856,9 @@ class DecodeStepRunner(_RunnerBase):
         else:
             self.forward = None
         params = self._step_params()
-        params.records = self.tree.records.ptr
-        params.accepted_count = self.tree.plan.accepted_count.ptr
-        params.tree_state = self.tree.plan.step.ptr
+        params.records = t.records.ptr
+        params.accepted_count = t.accepted_count.ptr
+        params.tree_state = t.step.ptr
         self._limit = self._prepare_record_kernel("limit_records", params)
         self._publish = self._prepare_record_kernel("publish_records", params)
 
@@ -863,13 +868,14 @@ class DecodeStepRunner(_RunnerBase):
     def _reset_extra(self, prompts) -> None:
         if hasattr(self.drafter, "reset"):
             self.drafter.reset()
-        self.tree.reset()
+        self.tree.error_word.clear()  # the build re-arms the plan's counters itself; only stale errors go
 
     def _launch_step(self, stream) -> None:
         self.drafter.run(stream)
-        self.tree.build_and_compile(stream)
+        self.tree.build(stream, self.drafter.logits, self.state)
+        self.tree.compile(stream, self.state)
         self.target_forward(stream, self.buffers)
-        self.tree.accept(stream, self.logits)
+        self.tree.accept(stream, self.state, target_logits=self.logits)
         self._limit.launch(stream)  # max_new_tokens cuts the accepted path before its KV is committed
-        self.tree.commit(stream)
+        self.tree.commit(stream, self.state)
         self._publish.launch(stream)

@@ -35,10 +35,10 @@ def test_every_kernel_compiles_without_spills(arch):
 
 def test_params_layout_drift_fails_the_compile():
     defines = ddtree.compile_defines("sm_90")
-    defines["DL_OFF_committed_lens"] += 8
+    defines["DL_OFF_seq_lens"] += 8
     with pytest.raises(dl.NvrtcError) as ei:
         dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
-    assert "DDTreeParams.committed_lens offset differs from its ctypes mirror" in ei.value.log
+    assert "DDTreeParams.seq_lens offset differs from its ctypes mirror" in ei.value.log
 
 
 def test_params_mirror_is_packed_as_the_c_struct():
@@ -173,7 +173,7 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
 
 def test_cache_key_covers_every_stage_header():
     """ddtree.cu is one translation unit over cu/ddtree/*.cuh: every one of them (and common.cuh,
-    constants.cuh) is part of its compile cache key."""
+    constants.cuh, request_state.cuh) is part of its compile cache key."""
     from driverlevel._compile import _local_headers, kernel_source_dir
 
     cu = kernel_source_dir()
@@ -181,4 +181,4 @@ def test_cache_key_covers_every_stage_header():
     stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
     assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
             "ddtree/commit.cuh"} <= stages
-    assert stages | {"common.cuh", "constants.cuh"} == set(headers)
+    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh"} == set(headers)

@@ -438,9 +438,9 @@ def test_autoregressive_runner_reports_bad_metadata_after_collect(dev, small_mod
     want = R.greedy_generate_reference(small_model.weights, prompts, 8)
     ar = AutoregressiveRunner(dev, model=small_model, max_batch=2, max_context=64, max_prompt_len=10)
     ar.reset(prompts, 8)
-    c = ar.committed.to_numpy()
+    c = ar.state.seq_lens.to_numpy()
     c[1] = 10**6
-    ar.committed.copy_from_host(c)
+    ar.state.seq_lens.copy_from_host(c)
     ar.step(graph=False)
     with pytest.raises(MetadataError) as ei:
         ar.collect()
@@ -453,9 +453,9 @@ def test_ddtree_runner_reports_bad_metadata_after_collect(pair8):
     dd, ar = pair8
     prompts = prompts_for(np.random.default_rng(10), MEDIUM.vocab_size, (20, 30))
     dd.reset(prompts, 16)
-    c = dd.committed.to_numpy()
+    c = dd.state.seq_lens.to_numpy()
     c[0] = 10**6
-    dd.committed.copy_from_host(c)
+    dd.state.seq_lens.copy_from_host(c)
     dd.step(graph=False)
     with pytest.raises(MetadataError) as ei:
         dd.collect()
