@@ -65,7 +65,7 @@ def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
                                  num_slots=batch * (plan.max_context + plan.n_nodes))
     prefix = min(1000, plan.max_context - plan.n_nodes)
     state.upload(active=np.ones(batch, np.uint8), root_tokens=rng.integers(0, VOCAB, batch).astype(np.int32),
-                 committed_lens=np.full(batch, prefix, np.int64), req_pool_indices=np.arange(batch, dtype=np.int64))
+                 seq_lens=np.full(batch, prefix, np.int64), req_pool_indices=np.arange(batch, dtype=np.int64))
     slots = rng.permutation(state.free_slots.shape[0]).astype(np.int64)
     table = np.full((batch, plan.max_context), -1, np.int32)
     table[:, :prefix] = slots[:batch * prefix].reshape(batch, prefix)

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
     import driverlevel as dl
     from driverlevel._device import require_gpu
-    from driverlevel.mla_model import MLAModel, MLAModelConfig
+    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
     from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
     require_gpu()
@@ -109,8 +109,10 @@ def main(argv=None) -> int:
     splits = ar_splits = a.num_splits  # None: the verify attention's scheduler splits on the GPU
     model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed))
     s = dev.create_stream()
-    dd = DecodeStepRunner(dev, model=model, max_batch=a.batch, budget=a.budget, depth_limit=a.depth_limit,
-                          max_context=max_context, max_prompt_len=a.prompt_len, num_splits=splits, stream=s)
+    drafter = Drafter(model, max_batch=a.batch, depth_limit=a.depth_limit, name="ddtree.drafter")
+    dd = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=a.batch, budget=a.budget,
+                          depth_limit=a.depth_limit, max_context=max_context, max_prompt_len=a.prompt_len,
+                          num_splits=splits, stream=s)
     ar = AutoregressiveRunner(dev, model=model, max_batch=a.batch, max_context=max_context,
                               max_prompt_len=a.prompt_len, num_splits=ar_splits, stream=s)
 

@@ -24,10 +24,6 @@
 //   out[m, (c + pos[m]) % num_classes] = embed[token, c] for c < num_classes; features copied.
 //   Grid (m_max); Block 128. Early exit: m >= M. Out-of-range tokens are clamped.
 //
-// mla_argmax      index[m] = argmax_j x[m, j] (first index of the maximum; NaN counts as -inf; 0
-//                 for a row with nothing above -inf), optional top-2 values.
-//   Grid (m_max); Block 256. Early exit: m >= M. NaN never wins.
-//
 // draft_chain     guesses[b, 0] = root[b], guesses[b, i+1] = successor[guesses[b, i]]; block 0
 //   thread 0 also increments *step_counter (the drafter's noise counter). Grid 1; Block >= bs.
 #include "common.cuh"
@@ -63,15 +59,6 @@ struct EmbedParams {
   i32 tokens_i64, positions_i64;
 };
 
-struct ArgmaxParams {
-  const float* x;         // [M, ld]
-  const i64* m_ptr;
-  i32* index;             // [M] argmax
-  float* top2;            // [M, 2] optional: largest and second largest value
-  i64 m_max;
-  i32 n, ld;
-};
-
 struct DraftChainParams {
   const i32* successor;   // [vocab] the no-context next-token table
   const i32* roots;       // [bs] root tokens
@@ -80,7 +67,7 @@ struct DraftChainParams {
   i32 bs, depth, vocab;
 };
 
-// offsetof checks against the ctypes mirrors (the launcher passes -DDL_OFF_<P>_<field>, P = G, E, A, D).
+// offsetof checks against the ctypes mirrors (the launcher passes -DDL_OFF_<P>_<field>, P = G, E, D).
 #ifdef DL_OFF_G_a
 DL_CHECK_OFFSET(GemmParams, a, G);
 DL_CHECK_OFFSET(GemmParams, a_index, G);
@@ -115,14 +102,6 @@ DL_CHECK_OFFSET(EmbedParams, vocab, E);
 DL_CHECK_OFFSET(EmbedParams, tokens_i64, E);
 DL_CHECK_OFFSET(EmbedParams, positions_i64, E);
 static_assert(sizeof(EmbedParams) == DL_SIZEOF_E, "EmbedParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(ArgmaxParams, x, A);
-DL_CHECK_OFFSET(ArgmaxParams, m_ptr, A);
-DL_CHECK_OFFSET(ArgmaxParams, index, A);
-DL_CHECK_OFFSET(ArgmaxParams, top2, A);
-DL_CHECK_OFFSET(ArgmaxParams, m_max, A);
-DL_CHECK_OFFSET(ArgmaxParams, n, A);
-DL_CHECK_OFFSET(ArgmaxParams, ld, A);
-static_assert(sizeof(ArgmaxParams) == DL_SIZEOF_A, "ArgmaxParams size differs from its ctypes mirror");
 DL_CHECK_OFFSET(DraftChainParams, successor, D);
 DL_CHECK_OFFSET(DraftChainParams, roots, D);
 DL_CHECK_OFFSET(DraftChainParams, guesses, D);
@@ -383,68 +362,6 @@ mla_embed(const __grid_constant__ EmbedParams p) {
   const uint4* s4 = reinterpret_cast<const uint4*>(src + p.num_classes);
   uint4* d4 = reinterpret_cast<uint4*>(dst + p.num_classes);
   for (int c = threadIdx.x; c < nchunks; c += blockDim.x) d4[c] = s4[c];
-}
-
-namespace am {
-DL_DEVICE bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
-// Merge (best, index, second) triples.
-DL_DEVICE void merge(float& b, int& bi, float& s, float ob, int obi, float os) {
-  if (better(ob, obi, b, bi)) {
-    s = fmaxf(fmaxf(s, os), b);
-    b = ob;
-    bi = obi;
-  } else {
-    s = fmaxf(fmaxf(s, os), ob);
-  }
-}
-}  // namespace am
-
-extern "C" __global__ void __launch_bounds__(256)
-mla_argmax(const __grid_constant__ ArgmaxParams p) {
-  i64 M = p.m_max;
-  if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
-  const i64 m = blockIdx.x;
-  if (m >= M) return;
-  const float* x = p.x + m * p.ld;
-  float best = DL_NEG_INF, second = DL_NEG_INF;
-  int bi = 0x7fffffff;
-  for (int j = threadIdx.x; j < p.n; j += blockDim.x) {
-    const float v = x[j];
-    if (am::better(v, j, best, bi)) {
-      second = fmaxf(second, best);
-      best = v;
-      bi = j;
-    } else if (v > second) {
-      second = v;
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const int obi = __shfl_xor_sync(0xffffffffu, bi, o);
-    const float os = __shfl_xor_sync(0xffffffffu, second, o);
-    am::merge(best, bi, second, ob, obi, os);
-  }
-  __shared__ float sb[8], ss[8];
-  __shared__ int si[8];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) {
-    sb[warp] = best;
-    si[warp] = bi;
-    ss[warp] = second;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int nw = blockDim.x >> 5;
-    for (int w = 1; w < nw; ++w) am::merge(best, bi, second, sb[w], si[w], ss[w]);
-    // The package's rule: NaN counts as -inf (it never wins above); a row with no value above
-    // -inf gives id 0 (its top2[0] stays -inf, which says "not finite" to the caller).
-    p.index[m] = (bi == 0x7fffffff || !(best > DL_NEG_INF)) ? 0 : bi;
-    if (p.top2 != nullptr) {
-      p.top2[2 * m] = best;
-      p.top2[2 * m + 1] = second;
-    }
-  }
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -3,19 +3,21 @@
 // Pairs with driverlevel/runner.py (ctypes mirrors, compile_defines()). Everything per step
 // is read from device memory, so a captured graph serves every step.
 //
-// Slot pool (shared with the DDTree kernels): a stack pool_slots[0 .. *pool_count) of free
-// cache slot ids (int64), the top at *pool_count - 1.
+// Request state and slot pool (shared with the DDTree kernels, one contract: request_state.cuh,
+// driverlevel/request_state.py): active, root_tokens, seq_lens, req_pool_indices, req_to_token,
+// stop_tokens, remaining, and the stack free_slots[0 .. *free_count) of free cache slot ids
+// (int64), the top at *free_count - 1.
 //
 // ar_prepare      Grid (bs); Block 256. One token per active request: request b (rank r among
-//   the active requests) gets q row r with its root token at position committed[b] and the
-//   slot pool_slots[*pool_count - n_active + r]; its prefix req_to_token[b, 0:committed[b]] is
-//   copied to kv_indices (requests in order, inactive ones empty). Writes qo_indptr,
+//   the active requests) gets q row r with its root token at position seq_lens[b] and the
+//   slot free_slots[*free_count - n_active + r]; its prefix req_to_token[req_pool_indices[b],
+//   0:seq_lens[b]] is copied to kv_indices (requests in order, inactive ones empty). Writes qo_indptr,
 //   kv_indptr, kv_indices, input_ids, positions, out_cache_loc. The pool count is not changed
 //   here (ar_commit does). A pool with too few slots sends every row to scratch_slot and
 //   sets STATUS_POOL_EXHAUSTED.
 //
 // ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
-//   active request's slot to req_to_token, advance committed, make the argmax the next root,
+//   active request's slot to req_to_token, advance seq_lens, make the argmax the next root,
 //   count it against remaining[b], end the request on a stop token, on remaining == 0 or on
 //   a full context; pop the used slots from the pool; publish the step's records. A row whose
 //   argmax found nothing above -inf (top2[2r] == -inf: every logit NaN / -inf) emits nothing:
@@ -29,8 +31,8 @@
 // publish_records Grid 1; Block >= bs (<= 1024). After the DDTree commit: fold the tree's
 //   status bits into the runner's and publish.
 //
-// Every kernel checks the per-step metadata it reads (committed lengths against max_context,
-// the pool count and slot ids against the pool), never reads or writes out of bounds, and
+// Every kernel checks the per-step metadata it reads (seq_lens against max_context,
+// req_pool_indices against the table's rows, the pool count and slot ids against the pool), never reads or writes out of bounds, and
 // reports through the device error word (common.cuh).
 //
 // Publishing: the mirror is a ring of `ring_slots` entries in mapped pinned host memory, one
@@ -40,21 +42,23 @@
 // after the step's event; nothing is copied and nothing synchronizes inside the step.
 #include "common.cuh"
 #include "constants.cuh"
+#include "request_state.cuh"
 
 // Shared with Python: driverlevel/_constants.py, passed as -DDL_<NAME> (constants.cuh).
 constexpr int kHeader = DL_RING_HEADER;     // int32 words before the records in a ring entry
 constexpr int kRecHead = DL_RECORD_HEADER;  // int32 words before the emitted tokens in a record
 
 struct StepParams {
-  // request state
-  i32* roots;               // [bs] token processed next (the root)
+  // request state and slot pool (request_state.cuh)
+  i32* root_tokens;         // [bs] token processed next (the root)
   u8* active;               // [bs]
-  i64* committed;           // [bs] tokens whose KV is cached
+  i64* seq_lens;            // [bs] tokens whose KV is cached
   i32* remaining;           // [bs] tokens still allowed (max new tokens)
-  i32* req_to_token;        // [bs, max_context] slot ids by position
+  i32* req_to_token;        // [r2t_rows, max_context] slot ids by position
+  const i64* req_pool_indices;  // [bs] row of req_to_token
   const i32* stop_tokens;   // [bs, n_stop], -1 padded
-  i64* pool_slots;          // [pool_capacity] free-slot stack
-  i64* pool_count;          // [1]
+  i64* free_slots;          // [free_capacity] free-slot stack
+  i64* free_count;          // [1]
   // verify inputs (ar_prepare writes them)
   i64* qo_indptr;           // [bs + 1]
   i32* kv_indptr;           // [bs + 1]
@@ -74,19 +78,21 @@ struct StepParams {
   i32* accepted_count;      // [bs] DDTree accepted nodes (limit_records cuts it), or null
   const i64* tree_state;    // [4] DDTree step state (status bits at [2]), or null
   i64 scratch_slot;         // slot for rows that found the pool empty
-  i64 pool_capacity;        // entries of pool_slots; slot ids lie in [0, pool_capacity)
+  i64 free_capacity;        // entries of free_slots; slot ids lie in [0, free_capacity)
+  i64 r2t_rows;             // rows of req_to_token
   i32 bs, max_context, n_stop, record_width, ring_slots, kv_capacity;
 };
 
-#ifdef DL_OFF_S_roots
-DL_CHECK_OFFSET(StepParams, roots, S);
+#ifdef DL_OFF_S_root_tokens
+DL_CHECK_OFFSET(StepParams, root_tokens, S);
 DL_CHECK_OFFSET(StepParams, active, S);
-DL_CHECK_OFFSET(StepParams, committed, S);
+DL_CHECK_OFFSET(StepParams, seq_lens, S);
 DL_CHECK_OFFSET(StepParams, remaining, S);
 DL_CHECK_OFFSET(StepParams, req_to_token, S);
+DL_CHECK_OFFSET(StepParams, req_pool_indices, S);
 DL_CHECK_OFFSET(StepParams, stop_tokens, S);
-DL_CHECK_OFFSET(StepParams, pool_slots, S);
-DL_CHECK_OFFSET(StepParams, pool_count, S);
+DL_CHECK_OFFSET(StepParams, free_slots, S);
+DL_CHECK_OFFSET(StepParams, free_count, S);
 DL_CHECK_OFFSET(StepParams, qo_indptr, S);
 DL_CHECK_OFFSET(StepParams, kv_indptr, S);
 DL_CHECK_OFFSET(StepParams, kv_indices, S);
@@ -103,7 +109,8 @@ DL_CHECK_OFFSET(StepParams, top2, S);
 DL_CHECK_OFFSET(StepParams, accepted_count, S);
 DL_CHECK_OFFSET(StepParams, tree_state, S);
 DL_CHECK_OFFSET(StepParams, scratch_slot, S);
-DL_CHECK_OFFSET(StepParams, pool_capacity, S);
+DL_CHECK_OFFSET(StepParams, free_capacity, S);
+DL_CHECK_OFFSET(StepParams, r2t_rows, S);
 DL_CHECK_OFFSET(StepParams, bs, S);
 DL_CHECK_OFFSET(StepParams, max_context, S);
 DL_CHECK_OFFSET(StepParams, n_stop, S);
@@ -118,10 +125,11 @@ constexpr int kStatusKvCapacity = DL_STATUS_KV_CAPACITY;
 constexpr int kStatusNonfinite = DL_STATUS_NONFINITE;
 constexpr int kFinishNonfinite = DL_FINISH_NONFINITE;
 
-// A committed length as the kernels use it: 0 when outside [0, max_context] (reported once by
-// ar_prepare), identically in every CTA and thread.
+// A cached length as the kernels use it: 0 when outside [0, max_context] or when the request's
+// req_to_token row is bad (both reported once by ar_prepare), identically in every CTA and thread.
 DL_DEVICE i64 checked_len(const StepParams& p, int b) {
-  const i64 c = p.committed[b];
+  const i64 c = p.seq_lens[b];
+  if (dl::req_row(p.req_pool_indices, b, p.r2t_rows) < 0) return 0;
   return (c < 0 || c > p.max_context) ? 0 : c;
 }
 
@@ -157,7 +165,9 @@ ar_prepare(const __grid_constant__ StepParams p) {
   const i64 len = act ? checked_len(p, b) : 0;
   const i64 kvoff = s_kvoff;
   if (threadIdx.x == 0) {
-    if (act && len != p.committed[b]) dl::report_error(p.error, b, DL_FIELD_SEQ_LENS, DL_ERR_OVER_MAX);
+    if (act && dl::req_row(p.req_pool_indices, b, p.r2t_rows) < 0)
+      dl::report_error(p.error, b, DL_FIELD_REQ_POOL_INDICES, DL_ERR_OUT_OF_RANGE);
+    else if (act && len != p.seq_lens[b]) dl::report_error(p.error, b, DL_FIELD_SEQ_LENS, DL_ERR_OVER_MAX);
     if (b == 0) {
       p.qo_indptr[0] = 0;
       p.kv_indptr[0] = 0;
@@ -166,30 +176,31 @@ ar_prepare(const __grid_constant__ StepParams p) {
     p.kv_indptr[b + 1] = (i32)(kvoff + len);
     if (act) {
       const int r = s_rank;
-      const i64 count = *p.pool_count;
+      const i64 count = *p.free_count;
       i64 slot = p.scratch_slot;
-      if (count < 0 || count > p.pool_capacity) {
+      if (count < 0 || count > p.free_capacity) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
         atomicOr(p.status, kStatusPoolExhausted);
       } else if (count >= s_nact) {
-        slot = p.pool_slots[count - s_nact + r];
-        if (slot < 0 || slot >= p.pool_capacity) {
+        slot = p.free_slots[count - s_nact + r];
+        if (!dl::valid_slot(slot, p.free_capacity)) {
           dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
           slot = p.scratch_slot;
         }
       } else {
         atomicOr(p.status, kStatusPoolExhausted);
       }
-      p.input_ids[r] = p.roots[b];
+      p.input_ids[r] = p.root_tokens[b];
       p.positions[r] = len;
       p.out_cache_loc[r] = slot;
     }
   }
   if (act && kvoff + len <= p.kv_capacity) {
-    const i32* src = p.req_to_token + (i64)b * p.max_context;
+    // len > 0 only for a valid row (checked_len)
+    const i32* src = p.req_to_token + dl::req_row(p.req_pool_indices, b, p.r2t_rows) * p.max_context;
     for (i64 i = threadIdx.x; i < len; i += blockDim.x) {
       i64 slot = src[i];
-      if (slot < 0 || slot >= p.pool_capacity) {
+      if (!dl::valid_slot(slot, p.free_capacity)) {
         dl::report_error(p.error, b, DL_FIELD_REQ_TO_TOKEN, DL_ERR_OUT_OF_RANGE);
         slot = p.scratch_slot;
       }
@@ -209,7 +220,7 @@ DL_DEVICE void publish(const StepParams& p, const i32* rec, int nact) {
   __syncthreads();
   if (threadIdx.x == 0) {
     entry[1] = *p.status;
-    entry[2] = (i32)*p.pool_count;
+    entry[2] = (i32)*p.free_count;
     entry[3] = nact;
     __threadfence_system();
     entry[0] = (i32)(step & 0x7fffffffull);  // written last: the entry is complete
@@ -245,8 +256,9 @@ ar_commit(const __grid_constant__ StepParams p) {
       const int tok = p.next_tokens[rank];
       const i64 slot = p.out_cache_loc[rank];
       const i64 len = checked_len(p, b);
-      if (len < p.max_context) p.req_to_token[(i64)b * p.max_context + len] = (i32)slot;
-      p.committed[b] = len + 1;
+      const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
+      if (row >= 0 && len < p.max_context) p.req_to_token[row * p.max_context + len] = (i32)slot;
+      p.seq_lens[b] = len + 1;
       r[0] = 1;
       if (p.top2 != nullptr && !(p.top2[2 * rank] > DL_NEG_INF)) {
         // the row had no value above -inf: no token; the request ends (the root's KV is kept)
@@ -254,7 +266,7 @@ ar_commit(const __grid_constant__ StepParams p) {
         r[3] = kFinishNonfinite;
         atomicOr(p.status, kStatusNonfinite);
       } else {
-        p.roots[b] = tok;
+        p.root_tokens[b] = tok;
         const int left = p.remaining[b] - 1;
         p.remaining[b] = left;
         const bool fin = is_stop(p, b, tok) || left <= 0 || len + 1 >= p.max_context;
@@ -268,8 +280,8 @@ ar_commit(const __grid_constant__ StepParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const i64 count = *p.pool_count;
-    if (count >= s_nact && count <= p.pool_capacity) *p.pool_count = count - s_nact;
+    const i64 count = *p.free_count;
+    if (count >= s_nact && count <= p.free_capacity) *p.free_count = count - s_nact;
   }
   __syncthreads();
   int still = 0;

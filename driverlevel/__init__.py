@@ -6,9 +6,13 @@ captured into CUDA graphs over preallocated workspace pools. No PyTorch at run
 time.
 
 The core API is re-exported here. The submodules without a leading underscore
-(``verify_attention``, ``ddtree``, ``runner``, ``mla_model``, ``multi_device``,
-``reference``, ...) are public too, through their ``__all__`` (the README and
-``examples/`` use them); modules named ``_*`` are private.
+(``verify_attention``, ``ddtree``, ``runner``, ``interfaces``, ``argmax``, ``reference``,
+...) are public too, through their ``__all__`` (the README and ``examples/`` use them);
+modules named ``_*`` are private. The demo (a small MLA model, its drafter,
+``driverlevel capture-demo``, one graph per GPU) lives apart in :mod:`driverlevel.demo`:
+nothing in the core imports it; it plugs into the runner through the protocols of
+:mod:`driverlevel.interfaces` (:class:`TargetForward`, :class:`TargetModel`,
+:class:`DraftModel`), as any other runtime does.
 """
 
 from ._array import DeviceArray, as_device_array
@@ -22,6 +26,8 @@ from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool, deferred_cou
 from ._module import Kernel, Module, PreparedLaunch, load_module
 from ._stream import Event, Stream
 from .ddtree import DDTreePlan, DDTreeState
+from .interfaces import DraftModel, TargetForward, TargetModel
+from .request_state import RequestState
 from .runner import AutoregressiveRunner, DecodeStepRunner
 from .verify_attention import VerifyAttention, VerifyMetadata
 
@@ -36,8 +42,8 @@ __all__ = [
     "Module", "Kernel", "PreparedLaunch", "load_module",
     "capture", "Graph", "GraphExec", "KernelNodeInfo",
     "VerifyAttention", "VerifyMetadata",
-    "DDTreePlan", "DDTreeState",
-    "DecodeStepRunner", "AutoregressiveRunner",
+    "DDTreePlan", "DDTreeState", "RequestState",
+    "DecodeStepRunner", "AutoregressiveRunner", "TargetForward", "TargetModel", "DraftModel",
     "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
     "MetadataError",
 ]

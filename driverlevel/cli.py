@@ -17,7 +17,7 @@ from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, ch
                        nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
-from .demo_cli import capture_demo
+from .demo.capture_demo import capture_demo
 
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
@@ -83,7 +83,8 @@ LAUNCHERS = {
     "verify_attention.cu": "driverlevel.verify_attention",
     "ddtree.cu": "driverlevel.ddtree",
     "runner.cu": "driverlevel.runner",
-    "mla_model.cu": "driverlevel.mla_model",
+    "argmax.cu": "driverlevel.argmax",
+    "mla_model.cu": "driverlevel.demo.mla_model",
     "selftest.cu": "driverlevel.selftest",
 }
 

@@ -19,21 +19,19 @@ per-step value (active flags, lengths, the tree, the pool's count) lives in devi
 memory; every grid is fixed by the plan's maxima. Inputs are validated (dtype, shape,
 device, contiguity) before anything is launched.
 
-Device-side request state (:class:`DDTreeState`)
-------------------------------------------------
-``active`` uint8 ``[max_batch]``, ``root_tokens`` int32 ``[max_batch]`` (accept writes
-the next roots), ``committed_lens`` int64 ``[max_batch]`` (tokens whose KV is cached;
-the root sits at this position), ``req_pool_indices`` int64 ``[max_batch]``,
-``req_to_token`` int32/int64 ``[rows, max_context]``, the free-slot pool
-``free_slots`` int64 ``[capacity]`` + ``free_count`` int64 ``[1]``, optional
-``budgets`` int32 ``[max_batch]`` and ``stop_tokens`` int32 ``[max_batch, n_stop]``.
+Device-side request state (:class:`~driverlevel.request_state.RequestState`)
+------------------------------------------------------------------------
+The request state and the slot pool the runner uses too, under the same names (SGLang's
+where they exist): ``active``, ``root_tokens`` (accept writes the next roots),
+``seq_lens`` (tokens whose KV is cached; the root sits at this position),
+``req_pool_indices``, ``req_to_token``, the free-slot pool ``free_slots`` + ``free_count``,
+optional ``budgets`` and ``stop_tokens``. ``DDTreeState`` is the same class.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from cuda.bindings import driver
@@ -71,11 +69,13 @@ from ._module import load_module, struct_layout_defines
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
 __all__ = [
     "DDTreePlan",
     "DDTreeState",
+    "RequestState",
     "SOURCE",
     "CHUNK",
     "MAX_BUDGET",
@@ -121,7 +121,7 @@ class _Params(ctypes.Structure):
     _fields_ = [(n, _u64) for n in (
         "logits", "active", "root_tokens", "budgets", "cand", "chunk_max", "chunk_sum", "counters", "top_ids",
         "top_lp", "tokens", "depths", "parents", "node_counts", "anc",
-        "committed_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count", "stop_tokens",
+        "seq_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count", "stop_tokens",
         "input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices", "bitmask",
         "full_mask", "full_indptr", "qlen_mask", "qlen_indptr", "state",
         "target_logits", "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
@@ -225,90 +225,9 @@ def _ptr(a) -> int:
 # ------------------------------------------------------------------------------- state
 
 
-@dataclass
-class DDTreeState:
-    """Per-request device state that the DDTree kernels read and update.
-
-    Attributes
-    ----------
-    active : uint8 ``[max_batch]``
-        1 for a live request; accept clears it when the request finishes.
-    root_tokens : int32 ``[max_batch]``
-        The last committed token (its KV not cached yet); accept writes the next roots.
-    committed_lens : int64 ``[max_batch]``
-        Tokens whose KV is cached; commit advances it.
-    req_pool_indices : int64 ``[max_batch]``
-        Row of ``req_to_token`` of each request.
-    req_to_token : int32 or int64 ``[rows, max_context]``
-        Cache slot of every cached position.
-    free_slots : int64 ``[capacity]``
-        The free-slot stack; ``free_slots[:free_count]`` are free.
-    free_count : int64 ``[1]``
-    budgets : int32 ``[max_batch]``, optional
-        Per-request node budgets (clamped to ``[0, plan.budget]``); None = the plan's.
-    stop_tokens : int32 ``[max_batch, n_stop]``, optional
-        Stop tokens per request, -1 padded.
-    """
-
-    active: DeviceArray
-    root_tokens: DeviceArray
-    committed_lens: DeviceArray
-    req_pool_indices: DeviceArray
-    req_to_token: DeviceArray
-    free_slots: DeviceArray
-    free_count: DeviceArray
-    budgets: DeviceArray | None = None
-    stop_tokens: DeviceArray | None = None
-
-    @classmethod
-    def allocate(cls, device, *, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None,
-                 n_stop: int = 0, budgets: bool = False, r2t_dtype=np.int32, label: str = "ddtree.state") -> "DDTreeState":
-        """Allocate a state (zeroed, pool empty) in a new :class:`WorkspacePool`.
-
-        Parameters
-        ----------
-        device : Device or int
-        max_batch, max_context : int
-        num_slots : int
-            Capacity of the free-slot stack (the KV pool's slots).
-        req_rows : int, optional
-            Rows of ``req_to_token`` (default ``max_batch``).
-        n_stop : int
-            Stop tokens per request (0: no ``stop_tokens`` array).
-        budgets : bool
-            Allocate a per-request ``budgets`` array.
-        r2t_dtype : numpy dtype
-            int32 (SGLang) or int64.
-        """
-        device = _check_device_arg(device)
-        rows = max_batch if req_rows is None else req_rows
-        specs = [("active", (max_batch,), np.uint8), ("root_tokens", (max_batch,), np.int32),
-                 ("committed_lens", (max_batch,), np.int64), ("req_pool_indices", (max_batch,), np.int64),
-                 ("req_to_token", (rows, max_context), r2t_dtype), ("free_slots", (num_slots,), np.int64),
-                 ("free_count", (1,), np.int64)]
-        if budgets:
-            specs.append(("budgets", (max_batch,), np.int32))
-        if n_stop:
-            specs.append(("stop_tokens", (max_batch, n_stop), np.int32))
-        pool = WorkspacePool.allocate(device, WorkspacePool.required_bytes([(s, d) for _, s, d in specs]), label=label)
-        arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
-        stream = device.create_stream()
-        for a in arrays.values():
-            a.fill_bytes(0, stream)
-        stream.synchronize()
-        return cls(**arrays)
-
-    def upload(self, **host_arrays) -> None:
-        """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``."""
-        for name, value in host_arrays.items():
-            dst = getattr(self, name)
-            if dst is None:
-                raise ValueError(f"this state has no {name!r} array")
-            dst.copy_from_host(np.asarray(value, dtype=dst.dtype).reshape(dst.shape))
-
-    def download(self) -> dict:
-        """Host copies of every field (not capture-safe)."""
-        return {k: getattr(self, k).to_numpy() for k in self.__dataclass_fields__ if getattr(self, k) is not None}
+#: The request state the DDTree stages read and update: :class:`driverlevel.request_state.RequestState`
+#: (the runner's too), under the name this module has always exported.
+DDTreeState = RequestState
 
 
 # ------------------------------------------------------------------------------- plan
@@ -400,7 +319,7 @@ class DDTreePlan:
     -------
     >>> plan = DDTreePlan(dev, max_batch=8, depth_limit=15, vocab=163840, budget=256,      # doctest: +SKIP
     ...                   max_context=8192, logits_dtype="bfloat16")
-    >>> state = DDTreeState.allocate(dev, max_batch=8, max_context=8192, num_slots=1 << 16)  # doctest: +SKIP
+    >>> state = RequestState.allocate(dev, max_batch=8, max_context=8192, num_slots=1 << 16)  # doctest: +SKIP
     >>> plan.build(stream, draft_logits, state); plan.compile(stream, state)               # doctest: +SKIP
     """
 
@@ -516,12 +435,12 @@ class DDTreePlan:
         return VerifyMetadata(self.qo_indptr, self.kv_indptr, self.kv_indices, self.out_cache_loc, self.bitmask, None)
 
     # -- validation -------------------------------------------------------------------------
-    def _check_state(self, state: DDTreeState, need_table: bool = True) -> None:
+    def _check_state(self, state: RequestState, need_table: bool = True) -> None:
         dev, B = self.device, self.max_batch
-        if not isinstance(state, DDTreeState):
-            raise TypeError(f"state must be a DDTreeState, got {type(state).__name__}")
+        if not isinstance(state, RequestState):
+            raise TypeError(f"state must be a RequestState (DDTreeState), got {type(state).__name__}")
         for fname, dt, shape in (("active", ("uint8", "bool", "int8"), (B,)), ("root_tokens", ("int32",), (B,)),
-                                 ("committed_lens", ("int64",), (B,)), ("req_pool_indices", ("int64",), (B,)),
+                                 ("seq_lens", ("int64",), (B,)), ("req_pool_indices", ("int64",), (B,)),
                                  ("free_count", ("int64",), (1,))):
             a = _arr(f"state.{fname}", getattr(state, fname), dev)
             _need_dtype(f"state.{fname}", a, *dt)
@@ -559,7 +478,7 @@ class DDTreePlan:
             _need_shape(name, a, rows_shape)
         return a
 
-    def _params(self, state: DDTreeState | None) -> _Params:
+    def _params(self, state: RequestState | None) -> _Params:
         p = _Params()
         for cname, _, _ in self._specs():
             if hasattr(p, cname):
@@ -579,7 +498,7 @@ class DDTreePlan:
         p.paged = 1
         p.error = self.error_word.device_ptr
         if state is not None:
-            p.active, p.root_tokens, p.committed_lens = state.active.ptr, state.root_tokens.ptr, state.committed_lens.ptr
+            p.active, p.root_tokens, p.seq_lens = state.active.ptr, state.root_tokens.ptr, state.seq_lens.ptr
             p.req_pool_indices, p.free_count = state.req_pool_indices.ptr, state.free_count.ptr
             p.req_to_token, p.free_slots = _ptr(state.req_to_token), _ptr(state.free_slots)
             if state.req_to_token is not None:
@@ -601,10 +520,10 @@ class DDTreePlan:
 
     @staticmethod
     def _state_key(state):
-        return tuple(_ptr(getattr(state, f)) for f in state.__dataclass_fields__)
+        return state.key()
 
     # -- launches ---------------------------------------------------------------------------
-    def build(self, stream, logits, state: DDTreeState) -> None:
+    def build(self, stream, logits, state: RequestState) -> None:
         """Top-K log-probs per depth and the best-first tree of every active request.
 
         Parameters
@@ -612,7 +531,7 @@ class DDTreePlan:
         stream : Stream
         logits : float32 or bf16 ``[max_batch, depth_limit, vocab]``
             The drafter's logits (finite), C-contiguous; the plan's ``logits_dtype``.
-        state : DDTreeState
+        state : RequestState
             Reads ``active``, ``root_tokens`` and ``budgets``.
 
         Writes ``top_ids``, ``top_lp``, ``tokens``, ``depths``, ``parents``,
@@ -647,11 +566,11 @@ class DDTreePlan:
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
             ln.launch(stream)
 
-    def compile(self, stream, state: DDTreeState) -> None:
+    def compile(self, stream, state: RequestState) -> None:
         """Verify inputs, slots, metadata and masks of the trees just built.
 
         Reads ``node_counts``, ``tokens``, ``depths``, ``anc`` and the state's
-        ``committed_lens``, ``req_pool_indices``, ``req_to_token``, ``free_slots`` and
+        ``seq_lens``, ``req_pool_indices``, ``req_to_token``, ``free_slots`` and
         ``free_count`` (left unchanged: :meth:`commit` settles the pool). Writes
         ``input_ids``, ``positions``, ``out_cache_loc``, ``qo_indptr``, ``kv_indptr``,
         ``kv_indices``, ``bitmask``, the SGLang masks of ``mask_formats`` and ``step``
@@ -668,14 +587,14 @@ class DDTreePlan:
         for ln in self._launches(("compile",) + self._state_key(state), make):
             ln.launch(stream)
 
-    def accept(self, stream, state: DDTreeState, target_logits=None, target_tokens=None, mirror=None) -> None:
+    def accept(self, stream, state: RequestState, target_logits=None, target_tokens=None, mirror=None) -> None:
         """Greedy acceptance: the target's argmax per node, the walk, stop tokens, next roots.
 
         Parameters
         ----------
         stream : Stream
-        state : DDTreeState
-            Reads ``active``, ``committed_lens``, ``stop_tokens``; clears ``active`` of
+        state : RequestState
+            Reads ``active``, ``seq_lens``, ``stop_tokens``; clears ``active`` of
             finished requests and writes the next ``root_tokens``.
         target_logits : float32 or bf16 ``[>= max_batch * (budget + 1), vocab]``, optional
             Row ``qo_indptr[b] + i`` is the target's logits at node ``i`` of request ``b``.
@@ -724,9 +643,9 @@ class DDTreePlan:
         for ln in self._launches(key, make):
             ln.launch(stream)
 
-    def commit(self, stream, state: DDTreeState) -> None:
+    def commit(self, stream, state: RequestState) -> None:
         """Paged commit: append the accepted slots to ``req_to_token``, advance
-        ``committed_lens``, push the rejected slots back onto the pool and set
+        ``seq_lens``, push the rejected slots back onto the pool and set
         ``free_count``. Does nothing when :meth:`compile` found the pool exhausted."""
         self._check_state(state)
 
@@ -738,17 +657,17 @@ class DDTreePlan:
         for ln in self._launches(("commit",) + self._state_key(state), make):
             ln.launch(stream)
 
-    def commit_dense(self, stream, state: DDTreeState, cache) -> None:
+    def commit_dense(self, stream, state: RequestState, cache) -> None:
         """Dense commit: move the accepted rows of each request's appended window to its front.
 
         Parameters
         ----------
         stream : Stream
-        state : DDTreeState
-            ``committed_lens`` (advanced after the move) and ``active``.
+        state : RequestState
+            ``seq_lens`` (advanced after the move) and ``active``.
         cache : DeviceArray ``[num_layers, max_batch, >= max_context, ...]``
             C-contiguous; request ``b``'s node ``i`` sits at position
-            ``committed_lens[b] + i`` of every layer. A row (the trailing dimensions) must
+            ``seq_lens[b] + i`` of every layer. A row (the trailing dimensions) must
             be a multiple of 16 bytes.
         """
         self._check_state(state, need_table=False)

@@ -1,14 +1,15 @@
 """The decode-step runner: one whole speculative-decoding step as one CUDA graph.
 
 :class:`DecodeStepRunner` owns every buffer of a batch of requests (the paged latent KV
-cache, the request-to-token table, the free-slot pool, the verify metadata, the logits, the
-DDTree workspaces and a mapped pinned mirror of each step's results), all allocated before
-capture. One step is::
+cache, the request state and slot pool -- :attr:`~DecodeStepRunner.state`, a
+:class:`~driverlevel.request_state.RequestState` that the DDTree kernels read under the same
+names --, the verify metadata, the logits, the DDTree workspaces and a mapped pinned mirror
+of each step's results), all allocated before capture. One step is::
 
-    draft      drafter logits [bs, depth_limit, vocab]           (Drafter or yours)
+    draft      drafter logits [bs, depth_limit, vocab]           (the DraftModel)
     build      DDTree best-first tree of <= budget nodes          (driverlevel.ddtree)
     compile    input ids, positions, slots, qo/kv indptr, bitmask (driverlevel.ddtree)
-    forward    target logits over every tree node                 (MLAModel or target_forward)
+    forward    target logits over every tree node                 (the TargetForward)
     accept     greedy walk from the root, bonus token, stop tokens (driverlevel.ddtree)
     commit     paged: keep accepted slots, free the rest          (driverlevel.ddtree)
     publish    max-new-tokens limit, records into the host mirror (runner.cu)
@@ -24,17 +25,23 @@ requests in the same buffers, so the graph is never captured again.
 per step (``q_len`` 1, the verify attention with a causal chain of length 1), captured
 and replayed the same way.
 
-Plugging in another runtime's target forward
---------------------------------------------
-Pass ``target_forward=callable`` instead of a model. It is called as
-``target_forward(stream, buffers)`` with a :class:`TargetBuffers` and must launch work on
-``stream`` only (it is captured with the rest of the step): read ``input_ids``,
-``positions`` and the verify ``metadata``, write each row's latent KV into ``kv_cache`` at
-``metadata.out_cache_loc``, and write float32 ``logits``. It is also called once per
-:meth:`reset` for the prompts (``buffers.logits`` is None then: only the KV matters). If it
-has a ``bind(buffers)`` method, :meth:`DecodeStepRunner.capture` calls it first, so that
-argument packing and kernel attributes are settled before the capture begins. See
-``examples/external_target_forward.py``.
+Plugging in a target and a drafter
+----------------------------------
+The runners know the target model and the drafter only through the protocols of
+:mod:`driverlevel.interfaces`:
+
+* ``model=`` a :class:`~driverlevel.interfaces.TargetModel` (``vocab_size`` and
+  ``forward_plan(...)``): the runner makes the step's forward and the prefill's from it;
+* or ``target_forward=`` a :class:`~driverlevel.interfaces.TargetForward` (with
+  ``vocab_size=``): called as ``target_forward(stream, buffers)`` with a
+  :class:`TargetBuffers`, for the step (captured) and, with ``buffers.logits = None``, for
+  the prompts of every :meth:`~DecodeStepRunner.reset`; see
+  ``examples/external_target_forward.py``;
+* ``drafter=`` a :class:`~driverlevel.interfaces.DraftModel` (``logits``,
+  ``prepare(root_tokens)``, ``run(stream)``), required by :class:`DecodeStepRunner`.
+
+The demo model and drafter (:mod:`driverlevel.demo`) plug in this way; nothing in this
+module knows them.
 """
 
 from __future__ import annotations
@@ -65,12 +72,21 @@ from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module
+from .argmax import KERNEL as _ARGMAX_KERNEL
+from .argmax import argmax_launch
+from .argmax import load as _load_argmax
+from .ddtree import DDTreePlan
+from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
+from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
 __all__ = [
     "DecodeStepRunner",
     "AutoregressiveRunner",
     "TargetBuffers",
+    "TargetForward",
+    "TargetModel",
+    "DraftModel",
     "GenerationResult",
     "RECORD_HEADER",
     "RING_HEADER",
@@ -90,16 +106,16 @@ class _StepParams(ctypes.Structure):
     """ctypes mirror of ``StepParams`` in cu/runner.cu."""
 
     _fields_ = [
-        ("roots", ctypes.c_uint64), ("active", ctypes.c_uint64), ("committed", ctypes.c_uint64),
-        ("remaining", ctypes.c_uint64), ("req_to_token", ctypes.c_uint64), ("stop_tokens", ctypes.c_uint64),
-        ("pool_slots", ctypes.c_uint64), ("pool_count", ctypes.c_uint64),
+        ("root_tokens", ctypes.c_uint64), ("active", ctypes.c_uint64), ("seq_lens", ctypes.c_uint64),
+        ("remaining", ctypes.c_uint64), ("req_to_token", ctypes.c_uint64), ("req_pool_indices", ctypes.c_uint64),
+        ("stop_tokens", ctypes.c_uint64), ("free_slots", ctypes.c_uint64), ("free_count", ctypes.c_uint64),
         ("qo_indptr", ctypes.c_uint64), ("kv_indptr", ctypes.c_uint64), ("kv_indices", ctypes.c_uint64),
         ("input_ids", ctypes.c_uint64), ("positions", ctypes.c_uint64), ("out_cache_loc", ctypes.c_uint64),
         ("next_tokens", ctypes.c_uint64), ("records", ctypes.c_uint64),
         ("ring", ctypes.c_uint64), ("step_counter", ctypes.c_uint64), ("status", ctypes.c_uint64),
         ("error", ctypes.c_uint64), ("top2", ctypes.c_uint64), ("accepted_count", ctypes.c_uint64),
         ("tree_state", ctypes.c_uint64),
-        ("scratch_slot", ctypes.c_int64), ("pool_capacity", ctypes.c_int64),
+        ("scratch_slot", ctypes.c_int64), ("free_capacity", ctypes.c_int64), ("r2t_rows", ctypes.c_int64),
         ("bs", ctypes.c_int32), ("max_context", ctypes.c_int32), ("n_stop", ctypes.c_int32),
         ("record_width", ctypes.c_int32), ("ring_slots", ctypes.c_int32), ("kv_capacity", ctypes.c_int32),
     ]
@@ -140,58 +156,6 @@ def _load(device):
 
 
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TargetBuffers:
-    """What a target forward reads and writes in one step (device arrays, fixed for the runner's life).
-
-    Attributes
-    ----------
-    input_ids : int32 ``[max_rows]``
-        Token of every row (draft-tree node; root first per request). Rows past
-        ``qo_indptr[bs]`` are stale and must be ignored.
-    positions : int64 ``[max_rows]``
-        Position of every row (committed length + depth).
-    metadata : VerifyMetadata
-        ``qo_indptr`` int64 ``[bs + 1]``, ``kv_indptr`` int32 ``[bs + 1]``, ``kv_indices``
-        int64, ``out_cache_loc`` int64 ``[max_rows]`` (where each row's latent KV must be
-        written), ``custom_mask`` (uint32 bitmask ``[max_rows, words]``, or None for a
-        causal chain) and ``mask_indptr`` (None).
-    kv_cache : bf16 ``[num_slots, 576]``
-        The paged latent cache (512 ``c_kv`` + 64 ``k_pe`` per slot).
-    logits : float32 ``[max_rows, vocab]`` or None
-        Output. None during prefill (only the KV of the rows matters then).
-    num_rows : int64 ``[1]``
-        ``qo_indptr[bs]``: the rows of this step, on the device.
-    max_rows, batch_size, max_q : int
-        ``max_rows = batch_size * max_q``; ``batch_size`` is the fixed ``bs`` of the metadata.
-    mask_format : str
-        ``"bitmask"`` (a DDTree step) or ``"causal"`` (prefill, autoregressive step).
-    sglang : dict or None
-        SGLang ``custom_mask``/``mask_indptr`` in the FULL and QLEN_ONLY layouts, where
-        the tree kernels produce them.
-    """
-
-    input_ids: DeviceArray
-    positions: DeviceArray
-    metadata: VerifyMetadata
-    kv_cache: DeviceArray
-    logits: DeviceArray | None
-    num_rows: DeviceArray
-    max_rows: int
-    batch_size: int
-    max_q: int
-    mask_format: str
-    sglang: dict | None = None
-
-    def key(self) -> tuple:
-        """Addresses of every buffer (a forward packed for one key may be replayed for it)."""
-        m = self.metadata
-        ptr = lambda a: 0 if a is None else int(a.ptr)  # noqa: E731
-        return (ptr(self.input_ids), ptr(self.positions), ptr(m.qo_indptr), ptr(m.kv_indptr), ptr(m.kv_indices),
-                ptr(m.out_cache_loc), ptr(m.custom_mask), ptr(m.mask_indptr), ptr(self.kv_cache), ptr(self.logits),
-                self.max_rows, self.mask_format)
-
 
 @dataclass
 class GenerationResult:
@@ -245,10 +209,16 @@ class _RunnerBase:
             # kv_indptr and the kernels' kv_capacity are int32
             raise ValueError(f"max_batch * max_context = {max_batch} * {max_context} = {int(max_batch) * int(max_context)} "
                              f"exceeds 2**31 - 1, the range of the int32 kv_indptr: lower max_batch or max_context")
+        if (model is None) == (target_forward is None):
+            raise ValueError("pass exactly one of model= (a TargetModel) or target_forward= (a TargetForward)")
+        if model is not None and not isinstance(model, TargetModel):
+            raise TypeError(f"model= must be a driverlevel.interfaces.TargetModel (vocab_size and forward_plan()), "
+                            f"got {type(model).__name__}")
+        if target_forward is not None and not callable(target_forward):
+            raise TypeError(f"target_forward= must be a driverlevel.interfaces.TargetForward (a callable "
+                            f"forward(stream, buffers)), got {type(target_forward).__name__}")
         self.device = _check_device_arg(device)
         ensure_not_capturing(f"{type(self).__name__}()")
-        if (model is None) == (target_forward is None):
-            raise ValueError("pass exactly one of model= (an MLAModel) or target_forward= (a callable)")
         for pname, v in (("max_prompt_len", max_prompt_len), ("num_splits", 1 if num_splits is None else num_splits),
                          ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
             positive_int(pname, v)
@@ -284,20 +254,17 @@ class _RunnerBase:
         self.kv_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes([((S, 576), bfloat16)]),
                                               label=f"{name}.kv_cache")
         self.kv_cache = self.kv_pool.carve("kv_cache", (S, 576), bfloat16)
-        specs = [((B,), np.int32), ((B,), np.uint8), ((B,), np.int64), ((B,), np.int32), ((B, C), np.int32),
-                 ((B, self.n_stop), np.int32), ((S,), np.int64), ((1,), np.int64), ((1,), np.uint64), ((1,), np.int32),
+        #: The request state and the slot pool (:class:`~driverlevel.request_state.RequestState`), shared with
+        #: the DDTree kernels: ``active``, ``root_tokens``, ``seq_lens``, ``req_pool_indices`` (identity),
+        #: ``req_to_token`` int32 ``[max_batch, max_context]``, ``free_slots`` ``[num_slots]``,
+        #: ``free_count``, ``stop_tokens`` ``[max_batch, max_stop_tokens]`` and ``remaining``.
+        self.state = RequestState.allocate(self.device, max_batch=B, max_context=C, num_slots=S, n_stop=self.n_stop,
+                                           remaining=True, label=f"{name}.request_state")
+        specs = [((1,), np.uint64), ((1,), np.int32),
                  ((B + 1,), np.int64), ((B + 1,), np.int32), ((B * C,), np.int64), ((R,), np.int32), ((R,), np.int64),
                  ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32), ((R, 2), np.float32)]
-        self.state_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.state")
-        sp = self.state_pool
-        self.roots = sp.carve("roots", (B,), np.int32)
-        self.active = sp.carve("active", (B,), np.uint8)
-        self.committed = sp.carve("committed", (B,), np.int64)
-        self.remaining = sp.carve("remaining", (B,), np.int32)
-        self.req_to_token = sp.carve("req_to_token", (B, C), np.int32)
-        self.stop_tokens = sp.carve("stop_tokens", (B, self.n_stop), np.int32)
-        self.pool_slots = sp.carve("pool_slots", (S,), np.int64)
-        self.pool_count = sp.carve("pool_count", (1,), np.int64)
+        self.step_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.step")
+        sp = self.step_pool
         self.step_counter = sp.carve("step_counter", (1,), np.uint64)
         self.status = sp.carve("status", (1,), np.int32)
         self.qo_indptr = sp.carve("qo_indptr", (B + 1,), np.int64)
@@ -375,16 +342,13 @@ class _RunnerBase:
         return 1
 
     def _pools(self) -> list:
-        pools = [self.kv_pool, self.state_pool, self.logits_pool, self.prefill_pool]
+        pools = [self.kv_pool, self.state.pool, self.step_pool, self.logits_pool, self.prefill_pool]
         for obj in (getattr(self, "forward", None), self.prefill_forward):
-            if obj is not None and hasattr(obj, "pool"):
-                pools += [obj.pool, obj.attention.pool]
+            pools += list(getattr(obj, "pools", ()))  # TargetForward's optional member
         tree = getattr(self, "tree", None)
         if tree is not None:
-            pools += tree.pools
-        dr = getattr(self, "drafter", None)
-        if dr is not None and hasattr(dr, "pool"):
-            pools.append(dr.pool)
+            pools.append(tree.pool)
+        pools += list(getattr(getattr(self, "drafter", None), "pools", ()))  # DraftModel's optional member
         seen, out = set(), []
         for p in pools:
             if id(p) not in seen:
@@ -492,9 +456,11 @@ class _RunnerBase:
 
         s = self.stream
         s.synchronize()
-        for arr, host in ((self.roots, roots), (self.active, active), (self.committed, committed),
-                          (self.remaining, remaining), (self.req_to_token, r2t), (self.stop_tokens, stops),
-                          (self.pool_slots, pool), (self.pool_count, np.array([top], np.int64)),
+        st = self.state
+        for arr, host in ((st.root_tokens, roots), (st.active, active), (st.seq_lens, committed),
+                          (st.remaining, remaining), (st.req_to_token, r2t), (st.stop_tokens, stops),
+                          (st.req_pool_indices, np.arange(B, dtype=np.int64)),
+                          (st.free_slots, pool), (st.free_count, np.array([top], np.int64)),
                           (self.step_counter, np.zeros(1, np.uint64)), (self.status, np.zeros(1, np.int32)),
                           (self._pf_ids, pf_ids), (self._pf_pos, pf_pos), (self._pf_loc, pf_loc), (self._pf_qo, pf_qo),
                           (self._pf_kvp, np.zeros(B + 1, np.int32)), (self._pf_kvi, np.zeros(1, np.int64))):
@@ -636,11 +602,11 @@ class _RunnerBase:
         self.error_word.check()
         tree = getattr(self, "tree", None)
         if tree is not None:
-            tree.plan.check_errors()
+            tree.check_errors()
         for fwd in (getattr(self, "forward", None), self.prefill_forward):
-            att = getattr(fwd, "attention", None)
-            if att is not None and hasattr(att, "check_errors"):  # the verify attention's own word
-                att.check_errors()
+            check = getattr(fwd, "check_errors", None)  # TargetForward's optional member
+            if check is not None:
+                check()
 
     def step_gpu_ms(self, k: int) -> float:
         """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
@@ -665,12 +631,12 @@ class _RunnerBase:
         """Free slots of the pool now (synchronizes; not capture-safe)."""
         ensure_not_capturing("free_slots()", self.stream)
         self.stream.synchronize()
-        return int(self.pool_count.to_numpy()[0])
+        return int(self.state.free_count.to_numpy()[0])
 
     def committed_lengths(self) -> np.ndarray:
         """int64 ``[max_batch]`` committed lengths now (synchronizes)."""
         self.stream.synchronize()
-        return self.committed.to_numpy()
+        return self.state.seq_lens.to_numpy()
 
     def check_slots(self) -> None:
         """Check the slot pool's conservation: free + committed (+ the scratch slot) == all slots.
@@ -681,12 +647,12 @@ class _RunnerBase:
             With the counts, if slots leaked or were freed twice.
         """
         self.stream.synchronize()
-        free = int(self.pool_count.to_numpy()[0])
-        committed = int(self.committed.to_numpy().astype(np.int64).sum())
+        free = int(self.state.free_count.to_numpy()[0])
+        committed = int(self.state.seq_lens.to_numpy().astype(np.int64).sum())
         total = self.num_slots - 1
         if free + committed != total:
             raise AssertionError(f"slot pool out of balance: {free} free + {committed} committed != {total} slots")
-        stack = self.pool_slots.to_numpy()[:free]
+        stack = self.state.free_slots.to_numpy()[:free]
         if np.unique(stack).shape[0] != free:
             raise AssertionError("the free-slot stack holds a slot twice")
 
@@ -721,15 +687,16 @@ class _RunnerBase:
 
     def _step_params(self) -> _StepParams:
         p = _StepParams()
-        p.roots, p.active, p.committed, p.remaining = self.roots.ptr, self.active.ptr, self.committed.ptr, self.remaining.ptr
-        p.req_to_token, p.stop_tokens = self.req_to_token.ptr, self.stop_tokens.ptr
-        p.pool_slots, p.pool_count = self.pool_slots.ptr, self.pool_count.ptr
+        st = self.state
+        p.root_tokens, p.active, p.seq_lens, p.remaining = st.root_tokens.ptr, st.active.ptr, st.seq_lens.ptr, st.remaining.ptr
+        p.req_to_token, p.req_pool_indices, p.stop_tokens = st.req_to_token.ptr, st.req_pool_indices.ptr, st.stop_tokens.ptr
+        p.free_slots, p.free_count = st.free_slots.ptr, st.free_count.ptr
         p.qo_indptr, p.kv_indptr, p.kv_indices = self.qo_indptr.ptr, self.kv_indptr.ptr, self.kv_indices.ptr
         p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
         p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
         p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
         p.error = self.error_word.device_ptr
-        p.scratch_slot, p.pool_capacity = self.scratch_slot, self.num_slots
+        p.scratch_slot, p.free_capacity, p.r2t_rows = self.scratch_slot, self.num_slots, st.req_to_token.shape[0]
         p.bs, p.max_context, p.n_stop = self.max_batch, self.max_context, self.n_stop
         p.record_width, p.ring_slots, p.kv_capacity = self.record_width, self.ring_slots, self.max_batch * self.max_context
         return p
@@ -747,15 +714,17 @@ class AutoregressiveRunner(_RunnerBase):
     The same model and attention kernel as :class:`DecodeStepRunner`, with a causal plan
     of one row per request: ``ar_prepare`` (runner.cu) builds the metadata from
     ``req_to_token`` and pops a slot per active request, the target forward computes the
-    logits, ``mla_argmax`` picks the next tokens and ``ar_commit`` appends the slots,
+    logits, ``argmax_rows`` (:mod:`driverlevel.argmax`) picks the next tokens and ``ar_commit`` appends the slots,
     advances the requests, handles stop tokens and ``max_new_tokens``, and publishes.
 
     Parameters
     ----------
     device : Device or int
-    model : MLAModel, optional
-    target_forward : callable, optional
-        Instead of ``model``; see :mod:`driverlevel.runner`.
+    model : TargetModel, optional
+        Makes the step's forward (``max_q = 1``, causal) and the prefill's; e.g. the demo's
+        :class:`~driverlevel.demo.mla_model.MLAModel`.
+    target_forward : TargetForward, optional
+        Instead of ``model``; see :mod:`driverlevel.interfaces`.
     vocab_size : int, optional
         Required with ``target_forward``.
     max_batch : int
@@ -787,13 +756,13 @@ class AutoregressiveRunner(_RunnerBase):
             self.target_forward = self.forward
         else:
             self.forward = None
-        from .mla_model import argmax_launch
-
         params = self._step_params()
+        #: ``cu/argmax.cu`` loaded on the device (:mod:`driverlevel.argmax`).
+        self._argmax_module = _load_argmax(self.device)
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
         self._prep.keep(self)
         self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:],
-                                     top2=self.top2)
+                                     top2=self.top2, kernel=self._argmax_module.kernel(_ARGMAX_KERNEL))
         params.top2 = self.top2.ptr
         self._commit = self._prepare_record_kernel("ar_commit", params)
 
@@ -810,14 +779,15 @@ class DecodeStepRunner(_RunnerBase):
     Parameters
     ----------
     device : Device or int
-    model : MLAModel, optional
-        The target model (its :meth:`~driverlevel.mla_model.MLAModel.forward_plan` is used).
-    target_forward : callable, optional
+    model : TargetModel, optional
+        Makes the step's forward (``max_q = budget + 1``, bitmask) and the prefill's; e.g. the
+        demo's :class:`~driverlevel.demo.mla_model.MLAModel`.
+    target_forward : TargetForward, optional
         ``target_forward(stream, buffers: TargetBuffers)`` instead of ``model``.
-    drafter : Drafter or object, optional
-        Anything with ``prepare(roots)``, ``run(stream)`` and ``logits`` (float32
-        ``[max_batch, depth_limit, vocab]``). Default: a :class:`~driverlevel.mla_model.Drafter`
-        of ``model`` (required with ``target_forward``).
+    drafter : DraftModel
+        Required: ``logits`` (float32 ``[max_batch, depth_limit, vocab]``),
+        ``prepare(root_tokens)`` and ``run(stream)``; see :mod:`driverlevel.interfaces`. The
+        demo's is :class:`driverlevel.demo.Drafter`.
     vocab_size : int, optional
         Required with ``target_forward``.
     max_batch : int
@@ -831,13 +801,13 @@ class DecodeStepRunner(_RunnerBase):
     num_splits : int, optional
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
-    draft_noise, draft_scale, draft_seed : float, float, int
-        Parameters of the default drafter.
 
     Example
     -------
-    >>> model = MLAModel(dev)                                                # doctest: +SKIP
-    >>> r = DecodeStepRunner(dev, model=model, max_batch=8, budget=32, max_context=2048,
+    >>> from driverlevel.demo import Drafter, MLAModel                       # doctest: +SKIP
+    >>> model = MLAModel(dev)
+    >>> drafter = Drafter(model, max_batch=8, depth_limit=15)
+    >>> r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32, max_context=2048,
     ...                      max_prompt_len=512, num_splits=4)
     >>> res = r.generate(prompts, max_new_tokens=256)                        # capture + replay
     >>> res.tokens_per_step
@@ -845,9 +815,12 @@ class DecodeStepRunner(_RunnerBase):
 
     kind = "ddtree"
 
-    def __init__(self, device, *, model=None, target_forward=None, drafter=None, vocab_size=None, max_batch: int,
+    def __init__(self, device, *, model=None, target_forward=None, drafter: DraftModel, vocab_size=None, max_batch: int,
                  budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int | None = None,
-                 draft_noise: float = 1.0, draft_scale: float = 4.0, draft_seed: int = 0, name: str = "ddtree", **kw):
+                 name: str = "ddtree", **kw):
+        if not isinstance(drafter, DraftModel):
+            raise TypeError(f"drafter= must be a driverlevel.interfaces.DraftModel (logits, prepare(root_tokens), "
+                            f"run(stream)), got {type(drafter).__name__}")
         if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= MAX_BUDGET:
             raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}], got {budget!r}")
         if not isinstance(depth_limit, (int, np.integer)) or isinstance(depth_limit, bool) \
@@ -860,22 +833,22 @@ class DecodeStepRunner(_RunnerBase):
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
         B, Q = self.max_batch, self._rows_per_request
-        if drafter is None:
-            if model is None:
-                raise ValueError("drafter= is required with target_forward=")
-            from .mla_model import Drafter
-
-            drafter = Drafter(model, max_batch=B, depth_limit=self.depth_limit, noise_std=draft_noise,
-                              logit_scale=draft_scale, seed=draft_seed, name=f"{name}.drafter")
+        want = (B, self.depth_limit, self.vocab_size)
+        lg = drafter.logits
+        if getattr(lg, "dtype", None) is None or lg.dtype.name != "float32" or tuple(lg.shape) != want:
+            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
+                             f"{getattr(lg, 'dtype', None)} {list(getattr(lg, 'shape', ()))}")
         self.drafter = drafter
-        drafter.prepare(self.roots)
-        from ._ddtree_adapter import TreeSteps
-
-        self.tree = TreeSteps(self, drafter.logits)
+        drafter.prepare(self.state.root_tokens)
+        #: The DDTree stages over :attr:`state` (build + compile before the target forward, accept
+        #: + commit after it).
+        self.tree = DDTreePlan(self.device, max_batch=B, depth_limit=self.depth_limit, vocab=self.vocab_size,
+                               budget=self.budget, max_context=self.max_context, logits_dtype="float32",
+                               name=f"{name}.tree")
+        t = self.tree
         self.buffers = TargetBuffers(
-            input_ids=self.tree.input_ids, positions=self.tree.positions, metadata=self.tree.metadata,
-            kv_cache=self.kv_cache, logits=self.logits, num_rows=self.tree.num_rows, max_rows=B * Q, batch_size=B,
-            max_q=Q, mask_format="bitmask", sglang=self.tree.sglang)
+            input_ids=t.input_ids, positions=t.positions, metadata=t.metadata(), kv_cache=self.kv_cache,
+            logits=self.logits, num_rows=t.qo_indptr[B:], max_rows=B * Q, batch_size=B, max_q=Q, mask_format="bitmask")
         if model is not None:
             self.forward = model.forward_plan(max_batch=B, max_q=Q, num_splits=self.num_splits, mask_format="bitmask",
                                               name=f"{name}.target")
@@ -883,9 +856,9 @@ class DecodeStepRunner(_RunnerBase):
         else:
             self.forward = None
         params = self._step_params()
-        params.records = self.tree.records.ptr
-        params.accepted_count = self.tree.plan.accepted_count.ptr
-        params.tree_state = self.tree.plan.step.ptr
+        params.records = t.records.ptr
+        params.accepted_count = t.accepted_count.ptr
+        params.tree_state = t.step.ptr
         self._limit = self._prepare_record_kernel("limit_records", params)
         self._publish = self._prepare_record_kernel("publish_records", params)
 
@@ -895,13 +868,14 @@ class DecodeStepRunner(_RunnerBase):
     def _reset_extra(self, prompts) -> None:
         if hasattr(self.drafter, "reset"):
             self.drafter.reset()
-        self.tree.reset()
+        self.tree.error_word.clear()  # the build re-arms the plan's counters itself; only stale errors go
 
     def _launch_step(self, stream) -> None:
         self.drafter.run(stream)
-        self.tree.build_and_compile(stream)
+        self.tree.build(stream, self.drafter.logits, self.state)
+        self.tree.compile(stream, self.state)
         self.target_forward(stream, self.buffers)
-        self.tree.accept(stream, self.logits)
+        self.tree.accept(stream, self.state, target_logits=self.logits)
         self._limit.launch(stream)  # max_new_tokens cuts the accepted path before its KV is committed
-        self.tree.commit(stream)
+        self.tree.commit(stream, self.state)
         self._publish.launch(stream)

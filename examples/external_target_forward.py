@@ -5,7 +5,7 @@ model and kernels and lets :class:`driverlevel.runner.DecodeStepRunner` run the 
 step: drafter, tree build, tree compile, greedy accept, commit. The contract is one
 callable::
 
-    target_forward(stream, buffers)      # buffers: driverlevel.runner.TargetBuffers
+    target_forward(stream, buffers)      # driverlevel.interfaces.TargetForward; buffers: TargetBuffers
 
 It must only *launch* work on ``stream`` (it is captured into the step's graph once and
 replayed every step; no allocation, no synchronization, no host reads): read
@@ -32,7 +32,7 @@ import numpy as np
 
 import driverlevel as dl
 from driverlevel._device import require_gpu
-from driverlevel.mla_model import Drafter, MLAModel, MLAModelConfig
+from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
 from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
 MY_LM_HEAD = r"""

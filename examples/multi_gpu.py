@@ -12,7 +12,7 @@ another GPU's pools.
 import sys
 
 from driverlevel._device import require_gpu
-from driverlevel.multi_device import RankConfig, parse_devices, run_ranks_threads
+from driverlevel.demo.multi_device import RankConfig, parse_devices, run_ranks_threads
 
 
 def main() -> int:

@@ -307,7 +307,7 @@ def test_compile_variants_of_verify_attention_follow_the_plan():
 
 # -- capture-demo and bench ----------------------------------------------------------------------
 def test_capture_demo_is_the_demo_command():
-    from driverlevel import demo_cli
+    from driverlevel.demo import capture_demo as demo_cli
 
     assert cli.main.commands["capture-demo"] is demo_cli.capture_demo
 

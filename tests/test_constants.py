@@ -78,7 +78,7 @@ def test_the_reference_imports_the_neutral_module_not_the_product():
 
 
 def test_capture_demo_ranges_derive_from_the_plan_limits():
-    from driverlevel.demo_cli import capture_demo
+    from driverlevel.demo.capture_demo import capture_demo
 
     opts = {p.name: p for p in capture_demo.params}
     assert (opts["depth_limit"].type.min, opts["depth_limit"].type.max) == (1, _constants.MAX_DEPTH)

@@ -35,10 +35,10 @@ def test_every_kernel_compiles_without_spills(arch):
 
 def test_params_layout_drift_fails_the_compile():
     defines = ddtree.compile_defines("sm_90")
-    defines["DL_OFF_committed_lens"] += 8
+    defines["DL_OFF_seq_lens"] += 8
     with pytest.raises(dl.NvrtcError) as ei:
         dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
-    assert "DDTreeParams.committed_lens offset differs from its ctypes mirror" in ei.value.log
+    assert "DDTreeParams.seq_lens offset differs from its ctypes mirror" in ei.value.log
 
 
 def test_params_mirror_is_packed_as_the_c_struct():
@@ -148,6 +148,18 @@ def test_compile_defines_carry_the_error_word_numbers():
         assert d[k] == v
 
 
+class _NeverRunDrafter:
+    """A DraftModel that is never prepared nor run: the sizes are rejected before."""
+
+    logits = None
+
+    def prepare(self, root_tokens):
+        raise AssertionError("prepare() reached")
+
+    def run(self, stream):
+        raise AssertionError("run() reached")
+
+
 def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
     from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
@@ -155,13 +167,13 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
         AutoregressiveRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=4,
                              max_context=2**30, max_prompt_len=8)
     with pytest.raises(ValueError, match=r"max_batch \* max_context"):
-        DecodeStepRunner(None, target_forward=lambda s, b: None, vocab_size=100, max_batch=2, budget=8,
+        DecodeStepRunner(None, target_forward=lambda s, b: None, drafter=_NeverRunDrafter(), vocab_size=100, max_batch=2, budget=8,
                          max_context=1_100_000_000, max_prompt_len=8)
 
 
 def test_cache_key_covers_every_stage_header():
     """ddtree.cu is one translation unit over cu/ddtree/*.cuh: every one of them (and common.cuh,
-    constants.cuh) is part of its compile cache key."""
+    constants.cuh, request_state.cuh) is part of its compile cache key."""
     from driverlevel._compile import _local_headers, kernel_source_dir
 
     cu = kernel_source_dir()
@@ -169,4 +181,4 @@ def test_cache_key_covers_every_stage_header():
     stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
     assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
             "ddtree/commit.cuh"} <= stages
-    assert stages | {"common.cuh", "constants.cuh"} == set(headers)
+    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh"} == set(headers)

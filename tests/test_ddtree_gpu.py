@@ -54,7 +54,7 @@ class Rig:
         self.target = dl.DeviceBuffer.allocate(dev, self.plan.max_rows * 4).as_array((self.plan.max_rows,), np.int32)
         self.h = dict(
             active=np.ones(max_batch, np.uint8), root_tokens=rng.integers(0, vocab, max_batch).astype(np.int32),
-            committed_lens=np.zeros(max_batch, np.int64), req_pool_indices=rng.permutation(max_batch).astype(np.int64),
+            seq_lens=np.zeros(max_batch, np.int64), req_pool_indices=rng.permutation(max_batch).astype(np.int64),
             req_to_token=np.full((max_batch, max_context), -1, r2t_dtype), budgets=np.full(max_batch, budget, np.int32),
             stop_tokens=np.full((max_batch, n_stop), -1, np.int32))
         self.pool = ref.SlotPool(rng.permutation(self.num_slots).astype(np.int64), self.num_slots)
@@ -162,11 +162,11 @@ def test_compile_matches_reference(device, stream, r2t_dtype, exhaust):
     rng = np.random.default_rng(11)
     rig = Rig(device, rng, max_batch=4, depth=5, vocab=4000, budget=40, max_context=128, r2t_dtype=r2t_dtype)
     rig.h["active"][2] = 0
-    rig.h["committed_lens"][:] = [17, 3, 50, 0]
+    rig.h["seq_lens"][:] = [17, 3, 50, 0]
     used = rng.permutation(rig.num_slots)
     off = 0
     for b in range(4):
-        c = int(rig.h["committed_lens"][b])
+        c = int(rig.h["seq_lens"][b])
         rig.h["req_to_token"][rig.h["req_pool_indices"][b], :c] = used[off:off + c]
         off += c
     free = used[off:]
@@ -182,7 +182,7 @@ def test_compile_matches_reference(device, stream, r2t_dtype, exhaust):
                   "kv_indptr", "kv_indices", "bitmask", "full_mask", "qlen_mask", "full_indptr", "qlen_indptr", "step")
     tb = rig.host_tree(out)
     assert_tree_equal(tb, out, rig.h["active"])
-    st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+    st = ref.compile_tree(tb, rig.h["seq_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
     t = st.alloc_total
     assert out["step"][:3].tolist() == [st.alloc_base, t, st.status]
     assert bool(st.status & ref.STATUS_POOL_EXHAUSTED) == exhaust
@@ -217,7 +217,7 @@ def random_posterior(rng, tb, qo, vocab, follow=0.7):
 
 def check_state(rig):
     got = rig.state.download()
-    for name in ("active", "root_tokens", "committed_lens", "req_to_token"):
+    for name in ("active", "root_tokens", "seq_lens", "req_to_token"):
         np.testing.assert_array_equal(got[name], rig.h[name], err_msg=name)
     assert got["free_count"][0] == rig.pool.count
     np.testing.assert_array_equal(got["free_slots"][:rig.pool.count], rig.pool.slots[:rig.pool.count],
@@ -229,7 +229,7 @@ def test_accept_from_target_logits_with_stop_tokens_and_mirror(device, stream, d
     rng = np.random.default_rng(21)
     rig = Rig(device, rng, max_batch=5, depth=4, vocab=V, budget=30, max_context=40, dtype=dtype)
     rig.h["active"][3] = 0
-    rig.h["committed_lens"][:] = [0, 5, 38, 0, 9]  # request 2 has room for 2 nodes only
+    rig.h["seq_lens"][:] = [0, 5, 38, 0, 9]  # request 2 has room for 2 nodes only
     rig.push_state()
     rig.new_logits(scale=2.0)
     rig.plan.build(stream, rig.logits, rig.state)
@@ -238,7 +238,7 @@ def test_accept_from_target_logits_with_stop_tokens_and_mirror(device, stream, d
     out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr")
     tb = rig.host_tree(out)
     qo = out["qo_indptr"]
-    st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+    st = ref.compile_tree(tb, rig.h["seq_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
     assert st.status == ref.STATUS_CONTEXT_FULL  # request 2 cannot hold its tree
     post = random_posterior(rng, tb, qo, V, follow=0.9)
     rig.h["stop_tokens"][4, 0] = tb.tokens[4, 1]  # a stop token request 4 may accept
@@ -256,7 +256,7 @@ def test_accept_from_target_logits_with_stop_tokens_and_mirror(device, stream, d
     poison(rig.plan, stream, ("posterior", "accepted_nodes", "accepted_count", "bonus", "records"))
     rig.plan.accept(stream, rig.state, target_logits=tl, mirror=mirror)
     stream.synchronize()
-    res = ref.greedy_accept(tb, qo, host[:qo[-1]], rig.h["active"], rig.h["committed_lens"], 40, 4,
+    res = ref.greedy_accept(tb, qo, host[:qo[-1]], rig.h["active"], rig.h["seq_lens"], 40, 4,
                             root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
     got = rig.get("posterior", "accepted_nodes", "accepted_count", "bonus", "records", "step")
     act = rig.h["active"].astype(bool)
@@ -293,30 +293,30 @@ def test_thousand_rounds_count_every_slot(device, stream):
         tb = rig.host_tree(out)
         if step % 50 == 0:
             assert_tree_equal(tb, out, rig.h["active"])
-        st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+        st = ref.compile_tree(tb, rig.h["seq_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
         assert out["step"][:3].tolist() == [st.alloc_base, st.alloc_total, st.status], f"round {step}"
         np.testing.assert_array_equal(out["out_cache_loc"][:st.alloc_total], st.out_cache_loc)
         post = random_posterior(rng, tb, st.qo_indptr, V)
         rig.target.copy_from_host(np.concatenate([post, np.zeros(rig.plan.max_rows - post.size, np.int32)]))
         rig.plan.accept(stream, rig.state, target_tokens=rig.target)
         rig.plan.commit(stream, rig.state)
-        res = ref.greedy_accept(tb, st.qo_indptr, post, rig.h["active"], rig.h["committed_lens"], ctx, D,
+        res = ref.greedy_accept(tb, st.qo_indptr, post, rig.h["active"], rig.h["seq_lens"], ctx, D,
                                 root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
-        ref.commit_paged(st, res, rig.h["req_pool_indices"], rig.h["req_to_token"], rig.h["committed_lens"], rig.pool)
+        ref.commit_paged(st, res, rig.h["req_pool_indices"], rig.h["req_to_token"], rig.h["seq_lens"], rig.pool)
         rig.h["active"], rig.h["root_tokens"] = res.active, res.root_tokens
         stream.synchronize()
         check_state(rig)
-        held = [int(s) for b in range(B) for s in rig.h["req_to_token"][rig.h["req_pool_indices"][b], :rig.h["committed_lens"][b]]]
+        held = [int(s) for b in range(B) for s in rig.h["req_to_token"][rig.h["req_pool_indices"][b], :rig.h["seq_lens"][b]]]
         free = rig.state.free_slots.to_numpy()[:int(rig.state.free_count.to_numpy()[0])]
         assert len(held) + free.size == rig.num_slots, f"round {step}: a slot leaked"
         assert np.array_equal(np.sort(np.concatenate([held, free])), np.arange(rig.num_slots)), f"round {step}: double"
         for b in np.flatnonzero(rig.h["active"] == 0):  # finished: release its slots and start again
             row = rig.h["req_pool_indices"][b]
-            c = int(rig.h["committed_lens"][b])
+            c = int(rig.h["seq_lens"][b])
             rig.pool.slots[rig.pool.count:rig.pool.count + c] = rig.h["req_to_token"][row, :c]
             rig.pool.count += c
             rig.h["req_to_token"][row, :] = -1
-            rig.h["committed_lens"][b] = 0
+            rig.h["seq_lens"][b] = 0
             rig.h["active"][b] = 1
             rig.h["root_tokens"][b] = rng.integers(0, V)
         rig.push_state()
@@ -326,7 +326,7 @@ def test_commit_dense_matches_reference(device, stream):
     rng = np.random.default_rng(8)
     B, D, ctx, layers = 3, 4, 48, 2
     rig = Rig(device, rng, max_batch=B, depth=D, vocab=900, budget=20, max_context=ctx, mask_formats=("bitmask",))
-    rig.h["committed_lens"][:] = [0, 10, 20]
+    rig.h["seq_lens"][:] = [0, 10, 20]
     rig.push_state()
     x = rng.standard_normal((B, D, 900)).astype(np.float32)
     x[:, :, 5] += 12.0  # a confident drafter: the chain of token 5 comes first
@@ -351,11 +351,11 @@ def test_commit_dense_matches_reference(device, stream):
     rig.plan.accept(stream, rig.state, target_tokens=rig.target)
     rig.plan.commit_dense(stream, rig.state, cache)
     stream.synchronize()
-    res = ref.greedy_accept(tb, out["qo_indptr"], post, rig.h["active"], rig.h["committed_lens"], ctx, D)
+    res = ref.greedy_accept(tb, out["qo_indptr"], post, rig.h["active"], rig.h["seq_lens"], ctx, D)
     assert res.accepted_count.max() >= 3
-    ref.commit_dense(cache_h, res, rig.h["committed_lens"])
+    ref.commit_dense(cache_h, res, rig.h["seq_lens"])
     np.testing.assert_array_equal(cache.to_numpy(), cache_h)
-    np.testing.assert_array_equal(rig.state.committed_lens.to_numpy(), rig.h["committed_lens"])
+    np.testing.assert_array_equal(rig.state.seq_lens.to_numpy(), rig.h["seq_lens"])
 
 
 # ------------------------------------------------------------------------------ graphs
@@ -434,8 +434,8 @@ def test_validation_names_the_argument(device, stream):
     small = dl.DeviceBuffer.allocate(device, 4 * 4).as_array((4,), np.int32)
     with pytest.raises(ValueError, match="target_tokens must have shape"):
         rig.plan.accept(stream, rig.state, target_tokens=small)
-    bad_state = DDTreeState(**{**rig.state.__dict__, "committed_lens": small})
-    with pytest.raises(TypeError, match="state.committed_lens must have dtype int64"):
+    bad_state = DDTreeState(**{**rig.state.__dict__, "seq_lens": small})
+    with pytest.raises(TypeError, match="state.seq_lens must have dtype int64"):
         rig.plan.compile(stream, bad_state)
-    with pytest.raises(TypeError, match="state must be a DDTreeState"):
+    with pytest.raises(TypeError, match="state must be a RequestState"):
         rig.plan.commit(stream, {"active": None})

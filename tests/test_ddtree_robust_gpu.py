@@ -44,7 +44,7 @@ def _fill_table(rig):
     used = rig.rng.permutation(rig.num_slots)
     off = 0
     for b in range(rig.B):
-        c = int(rig.h["committed_lens"][b])
+        c = int(rig.h["seq_lens"][b])
         rig.h["req_to_token"][rig.h["req_pool_indices"][b], :c] = used[off:off + c]
         off += c
     rig.pool = ref.SlotPool(np.concatenate([used[off:], np.full(off, -3)]).astype(np.int64), used.size - off)
@@ -109,7 +109,7 @@ def test_nonfinite_target_rows_finish_the_request(device, stream, dtype, V):
     poison(rig.plan, stream, ("posterior", "accepted_nodes", "accepted_count", "bonus", "records"))
     rig.plan.accept(stream, rig.state, target_logits=tl)
     stream.synchronize()
-    res = ref.greedy_accept(tb, qo, host[:qo[-1]], rig.h["active"], rig.h["committed_lens"], ctx, D,
+    res = ref.greedy_accept(tb, qo, host[:qo[-1]], rig.h["active"], rig.h["seq_lens"], ctx, D,
                             root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
     got = rig.get("posterior", "accepted_nodes", "accepted_count", "bonus", "records", "step")
     t = int(qo[-1])
@@ -230,7 +230,7 @@ def test_dense_commit_at_the_end_of_the_window(device, stream):
     rng = np.random.default_rng(53)
     B, D, V, ctx, layers = 2, 4, 900, 64, 2
     rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=20, max_context=ctx, mask_formats=("bitmask",))
-    rig.h["committed_lens"][:] = [60, 10]
+    rig.h["seq_lens"][:] = [60, 10]
     _fill_table(rig)
     rig.push_state()
     x = rng.standard_normal((B, D, V)).astype(np.float32)
@@ -265,15 +265,15 @@ def test_dense_commit_at_the_end_of_the_window(device, stream):
     rig.plan.accept(stream, rig.state, target_tokens=rig.target)
     rig.plan.commit_dense(stream, rig.state, cache)
     stream.synchronize()
-    res = ref.greedy_accept(tb, qo, post, rig.h["active"], rig.h["committed_lens"], ctx, D,
+    res = ref.greedy_accept(tb, qo, post, rig.h["active"], rig.h["seq_lens"], ctx, D,
                             root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"])
     assert res.accepted_nodes[0, :4].tolist() == best and res.accepted_count[0] == 4
-    committed = rig.h["committed_lens"].copy()
+    committed = rig.h["seq_lens"].copy()
     status = ref.commit_dense(cache_h, res, committed)
     assert status == ref.STATUS_CONTEXT_FULL and res.accepted_count[0] < 4
     np.testing.assert_array_equal(cache.to_numpy(), cache_h)
     state = rig.state.download()
-    np.testing.assert_array_equal(state["committed_lens"], committed)
+    np.testing.assert_array_equal(state["seq_lens"], committed)
     np.testing.assert_array_equal(state["active"], res.active)
     np.testing.assert_array_equal(rig.plan.accepted_count.to_numpy(), res.accepted_count)
     assert rig.plan.step.to_numpy()[2] & ref.STATUS_CONTEXT_FULL
@@ -320,7 +320,7 @@ def _check_compile_others(rig, out, bad, h, pool, kv_fix=None):
     """The other requests' compile outputs equal the reference with request `bad` given no rows."""
     tb = rig.host_tree(out)
     tb.node_counts[bad] = 0
-    st = ref.compile_tree(tb, h["committed_lens"], np.clip(h["req_pool_indices"], 0, rig.B - 1),
+    st = ref.compile_tree(tb, h["seq_lens"], np.clip(h["req_pool_indices"], 0, rig.B - 1),
                           h["req_to_token"], pool)
     np.testing.assert_array_equal(out["qo_indptr"], st.qo_indptr)
     np.testing.assert_array_equal(out["kv_indptr"], st.kv_indptr)
@@ -339,7 +339,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     rng = np.random.default_rng(59)
     B, D, V, budget, ctx = 4, 4, 3000, 24, 64
     rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=ctx, mask_formats=("bitmask",))
-    rig.h["committed_lens"][:] = [7, 12, 3, 20]
+    rig.h["seq_lens"][:] = [7, 12, 3, 20]
     _fill_table(rig)
     clean_h = {k: v.copy() for k, v in rig.h.items()}
     clean_pool = ref.SlotPool(rig.pool.slots.copy(), rig.pool.count)
@@ -356,7 +356,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
         rig.plan.check_errors()
         tb = rig.host_tree(out)
         assert_tree_equal(tb, out, rig.h["active"])
-        st = ref.compile_tree(tb, rig.h["committed_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
+        st = ref.compile_tree(tb, rig.h["seq_lens"], rig.h["req_pool_indices"], rig.h["req_to_token"], rig.pool)
         np.testing.assert_array_equal(out["qo_indptr"], st.qo_indptr)
         np.testing.assert_array_equal(out["kv_indices"][:st.kv_indptr[-1]], st.kv_indices)
         assert out["step"][:3].tolist() == [st.alloc_base, st.alloc_total, st.status]
@@ -367,14 +367,14 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     restore()
     rig.new_logits()
     h = {k: v.copy() for k, v in rig.h.items()}
-    h["committed_lens"][1] = 1_100_000_000
-    h["committed_lens"][2] = 1_100_000_000
-    rig.state.upload(committed_lens=h["committed_lens"])
+    h["seq_lens"][1] = 1_100_000_000
+    h["seq_lens"][2] = 1_100_000_000
+    rig.state.upload(seq_lens=h["seq_lens"])
     out = _round(rig, stream)
     _expect_error(rig, (1, 2), "seq_lens", "over_max")
     _check_compile_others(rig, out, [1, 2], h, rig.pool)
     assert out["accepted_count"][1] == 0 and out["accepted_count"][0] >= 1
-    assert rig.state.committed_lens.to_numpy()[1] == 1_100_000_000  # left as it was
+    assert rig.state.seq_lens.to_numpy()[1] == 1_100_000_000  # left as it was
     clean_round_matches_reference()
 
     # 2. a req_pool_indices row outside req_to_token
@@ -409,7 +409,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     assert out["step"][2] & ref.STATUS_POOL_EXHAUSTED
     t = int(out["qo_indptr"][-1])
     assert (out["out_cache_loc"][:t] == -1).all()
-    np.testing.assert_array_equal(rig.state.committed_lens.to_numpy(), rig.h["committed_lens"])
+    np.testing.assert_array_equal(rig.state.seq_lens.to_numpy(), rig.h["seq_lens"])
     clean_round_matches_reference()
 
     # 5. a slot id in req_to_token outside the pool
@@ -427,7 +427,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
         kv[start3 + 5] = -1
         return kv
     tb = rig.host_tree(out)
-    st = ref.compile_tree(tb, h["committed_lens"], h["req_pool_indices"], h["req_to_token"], rig.pool)
+    st = ref.compile_tree(tb, h["seq_lens"], h["req_pool_indices"], h["req_to_token"], rig.pool)
     np.testing.assert_array_equal(out["kv_indices"][:st.kv_indptr[-1]], fix(st.kv_indices.copy()))
     np.testing.assert_array_equal(out["input_ids"][:st.alloc_total], st.input_ids)
     clean_round_matches_reference()
@@ -444,7 +444,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     post[pre["qo_indptr"][1]] = V + 3
     out = _round(rig, stream, target=post)
     _expect_error(rig, 1, "logits", "out_of_range")
-    res = ref.greedy_accept(tb, pre["qo_indptr"], post, rig.h["active"], rig.h["committed_lens"], ctx, D,
+    res = ref.greedy_accept(tb, pre["qo_indptr"], post, rig.h["active"], rig.h["seq_lens"], ctx, D,
                             root_tokens=rig.h["root_tokens"], stop_tokens=rig.h["stop_tokens"], vocab=V)
     np.testing.assert_array_equal(out["records"], ref.accept_records(res))
     assert res.finished[1] == ref.FINISH_NONFINITE

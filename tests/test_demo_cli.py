@@ -8,8 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from driverlevel import _device, cli, demo_cli
-from driverlevel.demo_cli import JSON_SCHEMA, NO_GPU_MESSAGE, DemoReport, check_schema
+from driverlevel import _device, cli
+from driverlevel.demo import capture_demo as demo_cli
+from driverlevel.demo.capture_demo import JSON_SCHEMA, NO_GPU_MESSAGE, DemoReport, check_schema
 
 
 @pytest.fixture

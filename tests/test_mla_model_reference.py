@@ -1,6 +1,6 @@
 """CPU tests of the demo MLA model's weights, its numpy reference, the drafter reference and
 the whole DDTree decode loop on the host (lossless against greedy decoding), plus the
-compile of cu/mla_model.cu and cu/runner.cu for every architecture."""
+compile of cu/mla_model.cu, cu/runner.cu and cu/argmax.cu for every architecture."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
-from driverlevel import mla_model, runner
+from driverlevel import argmax, runner
+from driverlevel.demo import mla_model
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
-from driverlevel._mla_weights import QK_DIM, V_DIM, MLAModelConfig, make_weights
-from driverlevel.reference import mla_model as R
+from driverlevel.demo._mla_weights import QK_DIM, V_DIM, MLAModelConfig, make_weights
+from driverlevel.demo import reference as R
 from driverlevel.reference.attention import bf16_to_f32
 from driverlevel.reference.trees import build_bitmask, chain_tree
 
@@ -198,7 +199,7 @@ def test_ddtree_loop_reference_stop_token_mid_tree(small, small_run):
 # --------------------------------------------------------------------------- compile
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
-@pytest.mark.parametrize("mod", [mla_model, runner], ids=["mla_model.cu", "runner.cu"])
+@pytest.mark.parametrize("mod", [mla_model, runner, argmax], ids=["mla_model.cu", "runner.cu", "argmax.cu"])
 def test_kernels_compile_without_spills(arch, mod):
     src = mod.SOURCE
     cub = dl.compile_file(src, arch, mod.compile_defines(arch))
@@ -210,10 +211,11 @@ def test_kernels_compile_without_spills(arch, mod):
         assert r.stack_bytes == 0, (src, arch, name, r)
         assert r.shared_bytes + dyn.get(name, 0) <= MAX_SHARED_PER_BLOCK[arch], (src, arch, name)
     if mod is mla_model:
-        assert set(cub.resources) == {"mla_gemm", "mla_gemm_m32", "mla_gemm_reduce", "mla_embed", "mla_argmax",
-                                      "draft_chain"}
+        assert set(cub.resources) == {"mla_gemm", "mla_gemm_m32", "mla_gemm_reduce", "mla_embed", "draft_chain"}
         assert dyn["mla_gemm"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch))
         assert dyn["mla_gemm_m32"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch), 32)
+    elif mod is argmax:
+        assert set(cub.resources) == {"argmax_rows"}
     else:
         assert set(cub.resources) == {"ar_prepare", "ar_commit", "limit_records", "publish_records"}
 
@@ -222,6 +224,7 @@ def test_kernels_compile_without_spills(arch, mod):
     (mla_model, "DL_OFF_G_n", "GemmParams.n"),
     (mla_model, "DL_OFF_D_roots", "DraftChainParams.roots"),
     (runner, "DL_OFF_S_ring", "StepParams.ring"),
+    (argmax, "DL_OFF_top2", "ArgmaxParams.top2"),
 ])
 def test_params_struct_drift_fails_the_compile(mod, key, struct):
     defines = mod.compile_defines("sm_90")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import driverlevel as dl
 from driverlevel.cli import main as cli_main
-from driverlevel.multi_device import RankConfig, parse_devices, run_rank, run_ranks_processes, run_ranks_threads
+from driverlevel.demo.multi_device import RankConfig, parse_devices, run_rank, run_ranks_processes, run_ranks_threads
 
 CFG = RankConfig(vocab=2048, heads=9, batch=2, prompt_len=48, max_new_tokens=200, budget=16, replays=1000)
 

@@ -23,8 +23,8 @@ COMMANDS = [
     ["-m", "driverlevel", "capture-demo"],
     ["-m", "driverlevel", "capture-demo", "--devices", "0,0"],
     ["-m", "driverlevel", "bench", "replay"],
-    ["-m", "driverlevel.demo_cli"],
-    ["-m", "driverlevel.multi_device"],
+    ["-m", "driverlevel.demo.capture_demo"],
+    ["-m", "driverlevel.demo.multi_device"],
 ]
 
 

@@ -17,8 +17,9 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
-from driverlevel.mla_model import Drafter, MLAModel, MLAModelConfig, argmax_launch
-from driverlevel.reference import mla_model as R
+from driverlevel.argmax import argmax_launch
+from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
+from driverlevel.demo import reference as R
 from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
 from driverlevel._errors import MetadataError
 from driverlevel.runner import FINISH_NONFINITE, STATUS_NONFINITE, AutoregressiveRunner, DecodeStepRunner
@@ -269,7 +270,8 @@ def test_autoregressive_runner_matches_greedy_reference(dev, small_model):
 def pair8(dev, medium_model):
     """A DDTree runner and an autoregressive runner at batch 8, sharing the model."""
     kw = dict(max_batch=8, max_context=700, max_prompt_len=300)
-    dd = DecodeStepRunner(dev, model=medium_model, budget=32, depth_limit=15, num_splits=4, **kw)
+    drafter = Drafter(medium_model, max_batch=8, depth_limit=15, name="ddtree.drafter")
+    dd = DecodeStepRunner(dev, model=medium_model, drafter=drafter, budget=32, depth_limit=15, num_splits=4, **kw)
     ar = AutoregressiveRunner(dev, model=medium_model, num_splits=4, **kw)
     return dd, ar
 
@@ -294,8 +296,8 @@ def test_lossless_batch8_256_tokens(pair8):
 
 
 def test_lossless_batch1_256_tokens(dev, medium_model):
-    dd = DecodeStepRunner(dev, model=medium_model, max_batch=1, budget=64, max_context=600, max_prompt_len=200,
-                          num_splits=8)
+    dd = DecodeStepRunner(dev, model=medium_model, drafter=Drafter(medium_model, max_batch=1, depth_limit=15),
+                          max_batch=1, budget=64, max_context=600, max_prompt_len=200, num_splits=8)
     ar = AutoregressiveRunner(dev, model=medium_model, max_batch=1, max_context=600, max_prompt_len=200,
                               num_splits=8)
     prompts = prompts_for(np.random.default_rng(1), MEDIUM.vocab_size, (200,))
@@ -436,9 +438,9 @@ def test_autoregressive_runner_reports_bad_metadata_after_collect(dev, small_mod
     want = R.greedy_generate_reference(small_model.weights, prompts, 8)
     ar = AutoregressiveRunner(dev, model=small_model, max_batch=2, max_context=64, max_prompt_len=10)
     ar.reset(prompts, 8)
-    c = ar.committed.to_numpy()
+    c = ar.state.seq_lens.to_numpy()
     c[1] = 10**6
-    ar.committed.copy_from_host(c)
+    ar.state.seq_lens.copy_from_host(c)
     ar.step(graph=False)
     with pytest.raises(MetadataError) as ei:
         ar.collect()
@@ -451,9 +453,9 @@ def test_ddtree_runner_reports_bad_metadata_after_collect(pair8):
     dd, ar = pair8
     prompts = prompts_for(np.random.default_rng(10), MEDIUM.vocab_size, (20, 30))
     dd.reset(prompts, 16)
-    c = dd.committed.to_numpy()
+    c = dd.state.seq_lens.to_numpy()
     c[0] = 10**6
-    dd.committed.copy_from_host(c)
+    dd.state.seq_lens.copy_from_host(c)
     dd.step(graph=False)
     with pytest.raises(MetadataError) as ei:
         dd.collect()

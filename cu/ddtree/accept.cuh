@@ -172,7 +172,7 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
       bonus = sm.post[cur];
       if (bonus < 0) finished = FINISH_NONFINITE;  // no finite target row to take the next token from
     }
-    const i64 room = p.max_context - p.committed_lens[b];
+    const i64 room = p.max_context - p.seq_lens[b];
     if (a > room) {
       a = room > 0 ? static_cast<int>(room) : 0;
       finished = FINISH_DONE;

@@ -24,7 +24,7 @@ DL_DEVICE int checked_accepted(const DDTreeParams& p, int r, i64 q) {
 DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x, B = p.max_batch, D = p.depth_limit;
   if (!p.paged) {
-    if (tid == 0) p.committed_lens[b] += p.accepted_count[b];  // bounded by ddtree_commit_dense
+    if (tid == 0) p.seq_lens[b] += p.accepted_count[b];  // bounded by ddtree_commit_dense
     return;
   }
   if (p.state[2] & STATUS_POOL_EXHAUSTED) return;
@@ -57,7 +57,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
   for (int i = tid; i < q; i += SMALL_THREADS) sm.keep[i] = 0;
   __syncthreads();
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
-  const i64 c = p.committed_lens[b];
+  const i64 c = p.seq_lens[b];
   const i64 row = p.req_pool_indices[b];
   const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0 && row < p.r2t_rows);
   if (tid == 0 && !table_ok) dl::report_error(p.error, b, c < 0 || c + a > p.r2t_stride ? DL_FIELD_SEQ_LENS : DL_FIELD_REQ_POOL_INDICES,
@@ -89,7 +89,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
     dst += total;
   }
   if (tid == 0) {
-    if (table_ok) p.committed_lens[b] = c + a;
+    if (table_ok) p.seq_lens[b] = c + a;
     if (b == 0) *p.free_count = alloc_base + sm.rejected_total;
   }
 }
@@ -104,7 +104,7 @@ DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
   const i64 N = p.budget + 1;
   const i64 q = p.qo_indptr[b + 1] - p.qo_indptr[b];
   const int a_raw = p.accepted_count[b];
-  const i64 c = p.committed_lens[b];
+  const i64 c = p.seq_lens[b];
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
   int a = a_raw;
   if (a_raw < 0 || a_raw > D + 1 || (a_raw > 0 && (q <= 0 || q > N || a_raw > q || c < 0))) {
@@ -121,7 +121,7 @@ DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
     if (c + node >= p.dense_window) break;
   }
   if (keep != a_raw && layer == 0 && tid == 0) {
-    p.accepted_count[b] = keep;  // the plain commit that follows advances committed_lens by it
+    p.accepted_count[b] = keep;  // the plain commit that follows advances seq_lens by it
     p.active[b] = 0;
     atomicOr(reinterpret_cast<unsigned long long*>(p.state + 2), static_cast<unsigned long long>(STATUS_CONTEXT_FULL));
   }

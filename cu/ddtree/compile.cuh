@@ -32,7 +32,7 @@ DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
       if (q < 0 || q > p.budget + 1) {
         field = DL_FIELD_TREE_TOKENS; code = DL_ERR_OVER_MAX;
       } else if (q > 0) {
-        const i64 c = p.committed_lens[b], row = p.req_pool_indices[b];
+        const i64 c = p.seq_lens[b], row = p.req_pool_indices[b];
         if (c < 0 || c > p.max_context) { field = DL_FIELD_SEQ_LENS; code = c < 0 ? DL_ERR_OUT_OF_RANGE : DL_ERR_OVER_MAX; }
         else if (row < 0 || row >= p.r2t_rows) { field = DL_FIELD_REQ_POOL_INDICES; code = DL_ERR_OUT_OF_RANGE; }
         else pre = c;
@@ -123,7 +123,7 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
   const i64 q = sm.qo[b + 1] - sm.qo[b];
   if (q == 0) return;
   const i64 qo = sm.qo[b], pre = sm.kv[b + 1] - sm.kv[b];
-  const i64 committed = p.committed_lens[b];
+  const i64 committed = p.seq_lens[b];
   const size_t tb = static_cast<size_t>(b) * N;
   if (x == 0) {
     const bool pool_ok = !(status & STATUS_POOL_EXHAUSTED);

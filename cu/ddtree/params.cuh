@@ -7,6 +7,7 @@
 #pragma once
 #include "common.cuh"
 #include "constants.cuh"
+#include "request_state.cuh"
 
 namespace ddt {
 
@@ -57,8 +58,9 @@ struct DDTreeParams {
   i32* parents;                // [B, N] root -1
   i32* node_counts;            // [B] root included; 0 for inactive requests
   u32* anc;                    // [B, N, W] ancestor-and-self bitmask words
-  // ---- engine state
-  i64* committed_lens;         // [B] tokens whose KV is cached (the root's position)
+  // ---- request state and slot pool (request_state.cuh; driverlevel.request_state.RequestState;
+  //      active, root_tokens and budgets sit with the build above)
+  i64* seq_lens;               // [B] tokens whose KV is cached (the root's position)
   const i64* req_pool_indices; // [B] row of req_to_token
   void* req_to_token;          // [rows, r2t_stride] int32 or int64 slot ids by position
   i64* free_slots;             // [capacity] free-slot stack
@@ -143,7 +145,7 @@ DL_CHECK_OFFSET(DDTreeParams, depths);
 DL_CHECK_OFFSET(DDTreeParams, parents);
 DL_CHECK_OFFSET(DDTreeParams, node_counts);
 DL_CHECK_OFFSET(DDTreeParams, anc);
-DL_CHECK_OFFSET(DDTreeParams, committed_lens);
+DL_CHECK_OFFSET(DDTreeParams, seq_lens);
 DL_CHECK_OFFSET(DDTreeParams, req_pool_indices);
 DL_CHECK_OFFSET(DDTreeParams, req_to_token);
 DL_CHECK_OFFSET(DDTreeParams, free_slots);

@@ -480,14 +480,14 @@ def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
     return out.astype(dtype)
 
 
-def compile_tree(trees: TreeBatch, committed_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
+def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
                  pool: SlotPool) -> CompiledStep:
     """Verify inputs, metadata and masks of one step (the pool's count is left unchanged).
 
     Parameters
     ----------
     trees : TreeBatch
-    committed_lens : array_like of int
+    seq_lens : array_like of int
         ``[bs]`` tokens whose KV is cached (the root's position).
     req_pool_indices : array_like of int
         ``[bs]`` row of ``req_to_token`` of each request.
@@ -501,7 +501,7 @@ def compile_tree(trees: TreeBatch, committed_lens: object, req_pool_indices: obj
     """
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
-    committed = np.asarray(committed_lens).astype(np.int64)
+    committed = np.asarray(seq_lens).astype(np.int64)
     rows = np.asarray(req_pool_indices).astype(np.int64)
     prefix = np.where(q > 0, committed, 0)
     qo = _indptr(q)
@@ -589,7 +589,7 @@ class AcceptResult:
     finite: np.ndarray | None = None
 
 
-def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: object, committed_lens: object,
+def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: object, seq_lens: object,
                   max_context: int, depth_limit: int, root_tokens: object = None,
                   stop_tokens: object = None, vocab: int | None = None) -> AcceptResult:
     """Temperature-0 acceptance of every request's tree.
@@ -604,7 +604,7 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         first index on ties, NaN as -inf) or int ``[total_q]`` target tokens.
     active : array_like of bool
         ``[bs]`` active flags at accept time.
-    committed_lens : array_like of int
+    seq_lens : array_like of int
         ``[bs]`` (limits acceptance to ``max_context - committed_len`` nodes).
     max_context : int
     depth_limit : int
@@ -631,7 +631,7 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
         post = np.where(finite, post, 0).astype(np.int32)
     act = np.asarray(active).astype(bool)
-    committed = np.asarray(committed_lens).astype(np.int64)
+    committed = np.asarray(seq_lens).astype(np.int64)
     stops = np.full((bs, 0), -1) if stop_tokens is None else np.asarray(stop_tokens).astype(np.int64)
     width = depth_limit + 1
     res = AcceptResult(
@@ -701,7 +701,7 @@ def accept_records(res: AcceptResult) -> np.ndarray:
 
 
 def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object, req_to_token: np.ndarray,
-                 committed_lens: np.ndarray, pool: SlotPool) -> None:
+                 seq_lens: np.ndarray, pool: SlotPool) -> None:
     """Keep the accepted nodes' KV (append their slots) and free the rest; in place.
 
     Parameters
@@ -712,7 +712,7 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         ``[bs]``.
     req_to_token : numpy.ndarray
         ``[max_reqs, max_context]``; updated.
-    committed_lens : numpy.ndarray
+    seq_lens : numpy.ndarray
         int ``[bs]``; advanced by the accepted counts.
     pool : SlotPool
         Rejected slots are pushed back from ``step.alloc_base``; ``count`` becomes
@@ -727,9 +727,9 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         a = int(res.accepted_count[b])
         acc = res.accepted_nodes[b, :a]
         slots = step.out_cache_loc[step.qo_indptr[b]:step.qo_indptr[b] + n]
-        c = int(committed_lens[b])
+        c = int(seq_lens[b])
         req_to_token[rows[b], c:c + a] = slots[acc]
-        committed_lens[b] = c + a
+        seq_lens[b] = c + a
         keep = np.zeros(n, bool)
         keep[acc] = True
         rejected = slots[~keep]
@@ -738,20 +738,20 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     pool.count = top
 
 
-def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarray) -> int:
+def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> int:
     """Move accepted rows to the front of each request's appended window; in place.
 
     Parameters
     ----------
     cache : numpy.ndarray
         ``[num_layers, bs, window, ...]``; request ``b``'s node ``i`` sits at position
-        ``committed_lens[b] + i`` of every layer.
+        ``seq_lens[b] + i`` of every layer.
     res : AcceptResult
-        Where a node's row ``committed_lens[b] + node`` lies at or past the window, the
+        Where a node's row ``seq_lens[b] + node`` lies at or past the window, the
         path is cut before it: ``res.accepted_count[b]`` becomes the nodes kept and the
         request finishes (``res.active[b] = 0``); the accept records (already published)
         and ``accepted_nodes`` are left as they were.
-    committed_lens : numpy.ndarray
+    seq_lens : numpy.ndarray
         int ``[bs]``; advanced by the (kept) accepted counts.
 
     Returns
@@ -761,9 +761,9 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarra
     """
     window = cache.shape[2]
     status = 0
-    for b in range(committed_lens.shape[0]):
+    for b in range(seq_lens.shape[0]):
         a = int(res.accepted_count[b])
-        c = int(committed_lens[b])
+        c = int(seq_lens[b])
         nodes = [int(v) for v in res.accepted_nodes[b, :a]]
         keep = 0
         while keep < a and c + nodes[keep] < window:
@@ -775,5 +775,5 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, committed_lens: np.ndarra
         for i, node in enumerate(nodes[:keep]):
             if node != i:  # node >= i, increasing: ascending order never overwrites a source
                 cache[:, b, c + i] = cache[:, b, c + node]
-        committed_lens[b] = c + keep
+        seq_lens[b] = c + keep
     return status

@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 
 import click
 
-from ._constants import MAX_BUDGET, MAX_DEPTH
+from .._constants import MAX_BUDGET, MAX_DEPTH
 
 __all__ = ["capture_demo", "run", "DemoReport", "JSON_SCHEMA", "NO_GPU_MESSAGE", "check_schema"]
 
-from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
+from .._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
 
 #: Keys of the ``--json`` object and their types (nested dicts list their own keys).
 JSON_SCHEMA = {
@@ -161,10 +161,11 @@ def _timed_run(runner, prompts, max_new, max_steps, bar=None):
 def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     import numpy as np
 
-    from . import _compile
-    from ._device import Device, driver_version
+    from .. import _compile
+    from .._device import Device, driver_version
+    from ..runner import AutoregressiveRunner, DecodeStepRunner
+    from .drafter import Drafter
     from .mla_model import MLAModel, MLAModelConfig
-    from .runner import AutoregressiveRunner, DecodeStepRunner
 
     t_start = time.perf_counter()
     rep = DemoReport()
@@ -199,9 +200,10 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
         f"{_mib(model.weight_bytes)} of bf16 weights from seed {cfg.seed}")
     s = dev.create_stream()
     free0 = dev.mem_info()[0]
-    dd = DecodeStepRunner(dev, model=model, max_batch=B, budget=budget, depth_limit=L, max_context=max_context,
-                          max_prompt_len=max_prompt, num_splits=splits, draft_noise=opts["draft_noise"],
-                          draft_scale=opts["draft_scale"], draft_seed=opts["seed"], stream=s, name="ddtree")
+    drafter = Drafter(model, max_batch=B, depth_limit=L, noise_std=opts["draft_noise"], logit_scale=opts["draft_scale"],
+                      seed=opts["seed"], name="ddtree.drafter")
+    dd = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=B, budget=budget, depth_limit=L,
+                          max_context=max_context, max_prompt_len=max_prompt, num_splits=splits, stream=s, name="ddtree")
     ar = AutoregressiveRunner(dev, model=model, max_batch=B, max_context=max_context, max_prompt_len=max_prompt,
                               num_splits=ar_splits, stream=s, name="ar")
     compile_s = time.perf_counter() - t0
@@ -209,7 +211,8 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     seen = set()
     for label, cub in (("mla_model.cu", model.cubin), ("verify_attention.cu (tree)", dd.forward.attention.cubin),
                        ("verify_attention.cu (chain)", ar.forward.attention.cubin),
-                       ("ddtree.cu", dd.tree.cubin), ("runner.cu", dd._module.cubin)):
+                       ("ddtree.cu", dd.tree.cubin), ("runner.cu", dd._module.cubin),
+                       ("argmax.cu", ar._argmax_module.cubin)):
         key = cub.key or id(cub)
         if key in seen:
             continue
@@ -306,7 +309,7 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
 
 def _run_ranks(opts: dict, devices: list, log: _Log) -> dict:
     """``--devices`` with several entries: one rank per entry, each capturing and replaying its own graph."""
-    from ._device import Device
+    from .._device import Device
     from .multi_device import RankConfig, run_ranks_threads
 
     for d in sorted(set(devices)):
@@ -393,7 +396,7 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--devices") from None
     if arch is not None:
-        from ._compile import check_arch
+        from .._compile import check_arch
 
         try:
             arch = check_arch(arch)

@@ -44,7 +44,7 @@ zero:
 The context therefore perturbs the next-token rule of the current token with a
 controllable rate (``steer_prob``) and strength (``steer_gain``), while every
 top-1 margin stays orders of magnitude above bf16 noise (see
-:func:`driverlevel.reference.mla_model.margin_report`).
+:func:`driverlevel.demo.reference.margin_report`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._dtypes import f32_to_bf16_bits
+from .._dtypes import f32_to_bf16_bits
 
 __all__ = ["MLAModelConfig", "MLAWeights", "make_weights", "QK_DIM", "V_DIM", "ROPE_DIM"]
 

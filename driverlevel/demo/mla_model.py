@@ -1,9 +1,11 @@
-"""The demo MLA target model and its drafter, built from driverlevel's own kernels.
+"""The demo MLA target model, built from driverlevel's own kernels.
 
-Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_embed``, ``mla_argmax``,
-``draft_chain``). The weights are bf16, generated on the host from a seed
-(:func:`driverlevel._mla_weights.make_weights`; the structure that keeps greedy decoding
-numerically stable is described there) and uploaded once. No framework, no downloads.
+Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_gemm_m32``, ``mla_gemm_reduce``,
+``mla_embed`` and the drafter's ``draft_chain``; the drafter itself is
+:class:`driverlevel.demo.drafter.Drafter`). The weights are bf16, generated on the host from
+a seed (:func:`driverlevel.demo._mla_weights.make_weights`; the structure that keeps greedy
+decoding numerically stable is described there) and uploaded once. No framework, no
+downloads.
 
 Target forward (one verify call, every launch capture-safe)::
 
@@ -15,18 +17,15 @@ Target forward (one verify call, every launch capture-safe)::
     logits = h @ w_lm^T                             mla_gemm       fp32 [rows, vocab]
 
 ``rows`` is read on the device (``qo_indptr[bs]``); the grids are sized for the plan's
-maximum and idle CTAs exit at once.
-
-Drafter (per step, capture-safe): a chain of guesses ``g_0 = root``, ``g_{i+1} =
-successor[g_i]`` where ``successor`` is the model's own argmax with the attention ablated
-(computed on the GPU at build time), then one GEMM over ``bs * depth_limit`` rows giving
-``logit_scale * (embed[g_i] @ w_lm^T) + noise_std * z`` as the logits of depth ``i + 1``;
-``z`` is a counter-based normal of (seed, step counter in device memory, row, token).
+maximum and idle CTAs exit at once. :class:`MLAModel` is a
+:class:`~driverlevel.interfaces.TargetModel` and :class:`ForwardPlan` a
+:class:`~driverlevel.interfaces.TargetForward`: the runner takes them through those protocols
+only.
 
 Example
 -------
 >>> import driverlevel as dl                                            # doctest: +SKIP
->>> from driverlevel.mla_model import MLAModel, MLAModelConfig
+>>> from driverlevel.demo import MLAModel, MLAModelConfig
 >>> dev = dl.Device(0); s = dev.create_stream()
 >>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))
 >>> fwd = model.forward_plan(max_batch=8, max_q=33, num_splits=8, mask_format="bitmask")
@@ -38,22 +37,24 @@ import ctypes
 import math
 import numpy as np
 
-from ._array import DeviceArray, as_device_array
-from ._capture_guard import ensure_not_capturing
-from ._checks import positive_int
-from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
-from ._device import _check_device_arg
-from ._dtypes import bfloat16
-from ._memory import DeviceBuffer, WorkspacePool
+from .._array import DeviceArray, as_device_array
+from .._capture_guard import ensure_not_capturing
+from .._checks import positive_int
+from .._compile import CompileVariant, compile_file, normalize_arch, shared_limit
+from .._device import _check_device_arg
+from .._dtypes import bfloat16
+from .._memory import DeviceBuffer, WorkspacePool
+from .._module import load_module
+from ..argmax import KERNEL as _ARGMAX_KERNEL
+from ..argmax import argmax_launch as _argmax_launch
+from ..argmax import load as _load_argmax
 from ._mla_weights import QK_DIM, V_DIM, MLAModelConfig, MLAWeights, make_weights
-from ._module import load_module
 
 __all__ = [
     "MLAModel",
     "MLAModelConfig",
     "MLAWeights",
     "ForwardPlan",
-    "Drafter",
     "make_weights",
     "compile_defines",
     "dynamic_shared_bytes",
@@ -61,7 +62,6 @@ __all__ = [
     "gemm_shared_bytes",
     "gemm_schedule",
     "gemm_workspace_elems",
-    "argmax_launch",
     "load",
     "SOURCE",
 ]
@@ -97,15 +97,6 @@ class _EmbedParams(ctypes.Structure):
     ]
 
 
-class _ArgmaxParams(ctypes.Structure):
-    """ctypes mirror of ``ArgmaxParams`` in cu/mla_model.cu."""
-
-    _fields_ = [
-        ("x", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64), ("index", ctypes.c_uint64), ("top2", ctypes.c_uint64),
-        ("m_max", ctypes.c_int64), ("n", ctypes.c_int32), ("ld", ctypes.c_int32),
-    ]
-
-
 class _DraftChainParams(ctypes.Structure):
     """ctypes mirror of ``DraftChainParams`` in cu/mla_model.cu."""
 
@@ -116,7 +107,7 @@ class _DraftChainParams(ctypes.Structure):
     ]
 
 
-_STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("A", _ArgmaxParams), ("D", _DraftChainParams))
+_STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("D", _DraftChainParams))
 
 
 def gemm_stages(arch) -> int:
@@ -226,53 +217,6 @@ def load(device, arch=None):
     return load_module(device, compile_file(SOURCE, arch, compile_defines(arch)))
 
 
-def argmax_launch(device, x, index, *, m_max: int, num_rows=None, top2=None, kernel=None):
-    """A prepared ``mla_argmax`` launch over the rows of ``x``.
-
-    Parameters
-    ----------
-    device : Device
-    x : float32 ``[>= m_max, n]``
-    index : int32 ``[>= m_max]``
-        Receives the first index of each row's maximum (NaN counts as -inf; a row with
-        nothing above -inf gives 0, and its top2 maximum is -inf).
-    m_max : int
-        Rows of the grid.
-    num_rows : int64 device scalar, optional
-        Rows computed = ``min(m_max, num_rows)``, read on the device.
-    top2 : float32 ``[>= m_max, 2]``, optional
-        Receives each row's largest and second largest value (the top-1 margin).
-    kernel : Kernel, optional
-        ``mla_argmax`` of an already loaded module (default: compile and load).
-
-    Returns
-    -------
-    PreparedLaunch
-    """
-    device = _check_device_arg(device)
-    if kernel is None:
-        kernel = load(device).kernel("mla_argmax")
-    x = _dev_array("x", x, device)
-    _need("x", x, ("float32",), 2)
-    index = _dev_array("index", index, device)
-    _need("index", index, ("int32",))
-    m_max = int(m_max)
-    if m_max < 1 or index.size < m_max or x.shape[0] < m_max:
-        raise ValueError(f"x and index need >= m_max={m_max} rows (x {x.shape}, index {index.shape})")
-    if top2 is not None:
-        top2 = _dev_array("top2", top2, device)
-        _need("top2", top2, ("float32",))
-        if top2.size < 2 * m_max:
-            raise ValueError(f"top2 needs >= 2*m_max={2 * m_max} floats, got {top2.size}")
-    num_rows = _row_count("num_rows", num_rows, device)
-    p = _ArgmaxParams()
-    p.x, p.m_ptr, p.index, p.top2 = x.ptr, _ptr(num_rows), index.ptr, _ptr(top2)
-    p.m_max, p.n, p.ld = m_max, x.shape[1], x.shape[1]
-    ln = kernel.prepare((m_max, 1, 1), 256, [p])
-    ln.keep(x, index, top2, num_rows)
-    return ln
-
-
 class MLAModel:
     """The demo MLA target model on one device: weights, kernels and forward plans.
 
@@ -319,7 +263,7 @@ class MLAModel:
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
         self._k_reduce = self._module.kernel("mla_gemm_reduce")
         self._k_embed = self._module.kernel("mla_embed")
-        self._k_argmax = self._module.kernel("mla_argmax")
+        self._k_argmax = _load_argmax(self.device, self.arch).kernel(_ARGMAX_KERNEL)
         self._k_chain = self._module.kernel("draft_chain")
         self._gemm_stages = gemm_stages(self.arch)
 
@@ -513,8 +457,8 @@ class MLAModel:
         return ln
 
     def argmax_launch(self, x, index, *, m_max: int, num_rows=None, top2=None):
-        """A prepared ``mla_argmax`` launch; see :func:`argmax_launch`."""
-        return argmax_launch(self.device, x, index, m_max=m_max, num_rows=num_rows, top2=top2, kernel=self._k_argmax)
+        """A prepared ``argmax_rows`` launch; see :func:`driverlevel.argmax.argmax_launch`."""
+        return _argmax_launch(self.device, x, index, m_max=m_max, num_rows=num_rows, top2=top2, kernel=self._k_argmax)
 
     # -- the drafter's table ---------------------------------------------------------------
     def compute_successor(self, stream, chunk: int = 1024) -> DeviceArray:
@@ -583,15 +527,14 @@ class ForwardPlan:
 
     Notes
     -----
-    Calling the plan (``plan(stream, buffers)``) follows the ``target_forward`` protocol of
-    :class:`driverlevel.runner.DecodeStepRunner`: ``buffers`` is a
-    :class:`driverlevel.runner.TargetBuffers`. Launches are packed on the first call and
+    A plan is a :class:`~driverlevel.interfaces.TargetForward`: ``plan(stream, buffers)``
+    with a :class:`~driverlevel.interfaces.TargetBuffers`. Launches are packed on the first call and
     reused while the buffers stay the same.
     """
 
     def __init__(self, model: MLAModel, *, max_batch: int, max_q: int, num_splits: int | None = None, mask_format="bitmask",
                  name: str = "target", attention=None):
-        from .verify_attention import VerifyAttention
+        from ..verify_attention import VerifyAttention
 
         self.model = model
         self.device = model.device
@@ -628,6 +571,18 @@ class ForwardPlan:
     @property
     def workspace_bytes(self) -> int:
         return self.pool.capacity + self.attention.pool.capacity
+
+    @property
+    def pools(self) -> list:
+        """This plan's pool and its attention's (the ``pools`` member of
+        :class:`~driverlevel.interfaces.TargetForward`)."""
+        return [self.pool, self.attention.pool]
+
+    def check_errors(self) -> None:
+        """Raise :class:`~driverlevel.MetadataError` if the verify attention found bad per-step
+        metadata since the last check (:meth:`VerifyAttention.check_errors`; the ``check_errors``
+        member of :class:`~driverlevel.interfaces.TargetForward`)."""
+        self.attention.check_errors()
 
     def prepare(self, input_ids, positions, metadata, kv_cache, logits=None, num_rows=None, *,
                 stop_after: str = "logits"):
@@ -698,7 +653,7 @@ class ForwardPlan:
             ln.launch(stream)
 
     def bind(self, buffers) -> "ForwardPlan":
-        """Pack the launches for a :class:`driverlevel.runner.TargetBuffers` (no launch; idempotent)."""
+        """Pack the launches for a :class:`driverlevel.interfaces.TargetBuffers` (no launch; idempotent)."""
         key = buffers.key()
         if key != self._key:
             self.prepare(buffers.input_ids, buffers.positions, buffers.metadata, buffers.kv_cache, buffers.logits,
@@ -707,98 +662,6 @@ class ForwardPlan:
         return self
 
     def __call__(self, stream, buffers) -> None:
-        """The ``target_forward(stream, buffers)`` protocol of :class:`driverlevel.runner.DecodeStepRunner`."""
+        """Launch the forward on ``buffers`` (:class:`driverlevel.interfaces.TargetForward`)."""
         self.bind(buffers)
         self.run(stream)
-
-
-class Drafter:
-    """The drafter: per-depth logits ``[max_batch, depth_limit, vocab]`` (fp32) for the next positions.
-
-    Parameters
-    ----------
-    model : MLAModel
-        Its embedding, LM head and no-context successor table are used.
-    max_batch : int
-    depth_limit : int
-        Depths drafted per step (the tree's depth limit; block size - 1).
-    noise_std : float
-        Standard deviation of the added normal noise, logit units (0: none).
-    logit_scale : float
-        Multiplier of the model's no-context logits (default 4: a confident drafter whose
-        rank-0 chain gets explored deep before alternatives; at 1 the per-depth
-        distributions over a large vocabulary are flat and the tree stays shallow and wide).
-    seed : int
-        Seed of the noise.
-    name : str
-        Pool label prefix.
-
-    Attributes
-    ----------
-    roots : int32 ``[max_batch]`` (device)
-        Root tokens read by :meth:`run` (the runner points this at its own buffer via :meth:`prepare`).
-    guesses : int32 ``[max_batch, depth_limit]``
-    logits : float32 ``[max_batch, depth_limit, vocab]``
-    step_counter : uint64 ``[1]``
-        Incremented by every :meth:`run`; the noise of a step depends on it.
-    """
-
-    def __init__(self, model: MLAModel, *, max_batch: int, depth_limit: int, noise_std: float = 1.0,
-                 logit_scale: float = 4.0, seed: int = 0, name: str = "drafter"):
-        self.model = model
-        self.device = model.device
-        positive_int("max_batch", max_batch)
-        positive_int("depth_limit", depth_limit)
-        if not (math.isfinite(noise_std) and noise_std >= 0):
-            raise ValueError(f"noise_std must be finite and >= 0, got {noise_std}")
-        self.max_batch, self.depth_limit = int(max_batch), int(depth_limit)
-        self.noise_std, self.logit_scale, self.seed = float(noise_std), float(logit_scale), int(seed)
-        if not model._successor_ready:  # the no-context table, computed once per model (not capture-safe)
-            model.compute_successor(self.device.create_stream())
-        V = model.vocab_size
-        B, L = self.max_batch, self.depth_limit
-        specs = [((B, L), np.int32), ((B * L, V), np.float32), ((1,), np.uint64)]
-        self.pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}")
-        self.guesses = self.pool.carve("guesses", (B, L), np.int32)
-        self.logits = self.pool.carve("logits", (B, L, V), np.float32)
-        self.step_counter = self.pool.carve("step_counter", (1,), np.uint64)
-        self.roots = None
-        self._launches = None
-
-    @property
-    def workspace_bytes(self) -> int:
-        return self.pool.capacity
-
-    def prepare(self, roots) -> "Drafter":
-        """Bind the root-token buffer (int32 ``[max_batch]``) and pack the launches."""
-        m = self.model
-        roots = _dev_array("roots", roots, self.device)
-        _need("roots", roots, ("int32",), 1)
-        if roots.shape[0] < self.max_batch:
-            raise ValueError(f"roots needs >= {self.max_batch} entries, got {roots.shape}")
-        p = _DraftChainParams()
-        p.successor, p.roots, p.guesses, p.step_counter = m.successor.ptr, roots.ptr, self.guesses.ptr, self.step_counter.ptr
-        p.bs, p.depth, p.vocab = self.max_batch, self.depth_limit, m.vocab_size
-        chain = m._k_chain.prepare((1, 1, 1), max(32, -(-self.max_batch // 32) * 32), [p])
-        chain.keep(roots, m.successor, self.guesses, self.step_counter)
-        rows = self.max_batch * self.depth_limit
-        V = m.vocab_size
-        gemm = m.gemm(m.embed, m.w_lm, self.logits.reshape(rows, V), m_max=rows,
-                      a_index=self.guesses.reshape(rows), out_scale=self.logit_scale,
-                      noise_counter=self.step_counter if self.noise_std > 0 else None,
-                      noise_seed=self.seed, noise_std=self.noise_std)
-        self.roots = roots
-        self._launches = (chain, gemm)
-        return self
-
-    def reset(self, stream=None) -> None:
-        """Set the step counter to 0 (not capture-safe: a host copy)."""
-        self.step_counter.copy_from_host(np.zeros(1, np.uint64))
-
-    def run(self, stream) -> None:
-        """Launch the drafter on ``stream`` (capture-safe): chain, then one GEMM with noise."""
-        if self._launches is None:
-            raise RuntimeError("Drafter.run() before prepare(roots)")
-        for ln in self._launches:
-            ln.launch(stream)
-

@@ -1,7 +1,7 @@
 """Numpy references of the demo MLA model, its drafter and greedy decoding (host only).
 
 Everything is computed in float64 from the bf16 weights of
-:func:`driverlevel._mla_weights.make_weights`, rounding to bf16 at the points where
+:func:`driverlevel.demo._mla_weights.make_weights`, rounding to bf16 at the points where
 the GPU stores bf16 (queries, latent KV, attention output, residual stream), so the
 logits agree with the GPU's to within fp32 accumulation noise.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from driverlevel._mla_weights import QK_DIM, V_DIM, MLAWeights
+from driverlevel.demo._mla_weights import QK_DIM, V_DIM, MLAWeights
 from driverlevel.reference.attention import round_to_bf16, verify_attention_reference
 
 __all__ = [

@@ -8,7 +8,7 @@ ranks but the read-only configuration. Two ways to run ranks:
   (an ordinal may repeat: two threads on one GPU exercise the same path where
   only one GPU is at hand);
 * :func:`run_ranks_processes`: one process per GPU, started with
-  ``CUDA_VISIBLE_DEVICES`` set to that GPU (``python -m driverlevel.multi_device``).
+  ``CUDA_VISIBLE_DEVICES`` set to that GPU (``python -m driverlevel.demo.multi_device``).
 
 Each rank reports its capture time, memory, step latency, generated tokens and
 the graph audit: pointers of its graph that lie in another device's pools
@@ -40,7 +40,7 @@ class RankConfig:
     Attributes
     ----------
     vocab, heads : int
-        Demo model size (see :class:`~driverlevel.mla_model.MLAModelConfig`).
+        Demo model size (see :class:`~driverlevel.demo.mla_model.MLAModelConfig`).
     batch, prompt_len, max_new_tokens : int
         Requests per rank, prompt length (tokens), tokens to generate per request.
     budget, depth_limit : int
@@ -141,9 +141,10 @@ def run_rank(rank: int, ordinal: int, cfg: RankConfig) -> RankResult:
     CaptureError, CudaError
         If capture or a replay fails.
     """
-    from ._device import Device
+    from .._device import Device
+    from ..runner import DecodeStepRunner
+    from .drafter import Drafter
     from .mla_model import MLAModel, MLAModelConfig
-    from .runner import DecodeStepRunner
 
     dev = Device(ordinal)
     dev.set_current()
@@ -151,9 +152,10 @@ def run_rank(rank: int, ordinal: int, cfg: RankConfig) -> RankResult:
     max_prompt = max(len(p) for p in prompts)
     model = MLAModel(dev, MLAModelConfig(vocab_size=cfg.vocab, num_heads=cfg.heads, seed=cfg.seed))
     stream = dev.create_stream()
-    runner = DecodeStepRunner(dev, model=model, max_batch=cfg.batch, budget=cfg.budget, depth_limit=cfg.depth_limit,
-                              max_context=max_prompt + cfg.max_new_tokens + cfg.budget + 2, max_prompt_len=max_prompt,
-                              draft_seed=cfg.seed, stream=stream, name=f"rank{rank}")
+    drafter = Drafter(model, max_batch=cfg.batch, depth_limit=cfg.depth_limit, seed=cfg.seed, name=f"rank{rank}.drafter")
+    runner = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=cfg.batch, budget=cfg.budget,
+                              depth_limit=cfg.depth_limit, max_context=max_prompt + cfg.max_new_tokens + cfg.budget + 2,
+                              max_prompt_len=max_prompt, stream=stream, name=f"rank{rank}")
     runner.reset(prompts, cfg.max_new_tokens)
     runner.capture()
     dev.synchronize()
@@ -206,7 +208,7 @@ def run_ranks_processes(devices, cfg: RankConfig = RankConfig(), timeout: float 
     procs = []
     for r, d in enumerate(devices):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(d))
-        cmd = [sys.executable, "-m", "driverlevel.multi_device", "--rank", str(r), "--config",
+        cmd = [sys.executable, "-m", "driverlevel.demo.multi_device", "--rank", str(r), "--config",
                json.dumps(dataclasses.asdict(cfg))]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
@@ -227,7 +229,7 @@ def _main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--config", default="{}", help="RankConfig fields as JSON")
     args = ap.parse_args(argv)
-    from ._device import require_gpu
+    from .._device import require_gpu
 
     require_gpu()
     cfg = RankConfig(**json.loads(args.config))

@@ -1,0 +1,174 @@
+"""The request state and the slot pool: one set of device arrays, one set of names.
+
+Every kernel that reads or advances requests -- the DDTree stages (``cu/ddtree/*.cuh``,
+through :class:`~driverlevel.ddtree.DDTreePlan`) and the runner's own kernels
+(``cu/runner.cu``, through :class:`~driverlevel.runner.DecodeStepRunner` and
+:class:`~driverlevel.runner.AutoregressiveRunner`) -- takes the same :class:`RequestState`,
+under the same field names, which are SGLang's where SGLang has the array
+(``req_to_token``, ``req_pool_indices``, ``seq_lens``). ``cu/request_state.cuh`` states the
+same contract on the device side.
+
+Fields (device arrays; ``B`` = max_batch)
+-----------------------------------------
+``active`` uint8 ``[B]``
+    1 for a live request; accept (or the runner's commit) clears it when the request finishes.
+``root_tokens`` int32 ``[B]``
+    The last committed token, whose KV is not cached yet: node 0 of the next draft tree,
+    the input of the next autoregressive step. Accept writes the next one.
+``seq_lens`` int64 ``[B]``
+    Tokens whose KV is cached (SGLang's ``seq_lens`` of the verify step: the prefix every
+    draft token sees); the root sits at position ``seq_lens[b]``. Commit advances it.
+``req_pool_indices`` int64 ``[B]``
+    Row of ``req_to_token`` of each request (SGLang's).
+``req_to_token`` int32 or int64 ``[rows, max_context]``
+    Cache slot of every cached position (SGLang's ``req_to_token_pool.req_to_token``).
+``free_slots`` int64 ``[capacity]``, ``free_count`` int64 ``[1]``
+    The slot pool: a stack of free cache slots, ``free_slots[:free_count]``, top at
+    ``free_count - 1``; slot ids lie in ``[0, capacity)``. A step pops the slots of its
+    rows; commit pushes the rejected ones back.
+``stop_tokens`` int32 ``[B, n_stop]``, optional
+    Stop tokens per request, -1 padded.
+``budgets`` int32 ``[B]``, optional
+    Per-request DDTree node budgets (clamped to ``[0, plan.budget]``); None = the plan's.
+``remaining`` int32 ``[B]``, optional
+    Tokens each request may still emit (the runner's ``max_new_tokens`` countdown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._array import DeviceArray
+from ._device import _check_device_arg
+from ._memory import WorkspacePool
+
+__all__ = ["RequestState", "ARRAY_FIELDS"]
+
+#: The device-array fields of a :class:`RequestState`, in order.
+ARRAY_FIELDS = ("active", "root_tokens", "seq_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count",
+                "budgets", "stop_tokens", "remaining")
+
+
+@dataclass
+class RequestState:
+    """Per-request device state and the slot pool, read and updated by the runner's and DDTree's kernels.
+
+    Attributes
+    ----------
+    active : uint8 ``[max_batch]``
+    root_tokens : int32 ``[max_batch]``
+    seq_lens : int64 ``[max_batch]``
+    req_pool_indices : int64 ``[max_batch]``
+    req_to_token : int32 or int64 ``[rows, max_context]``
+    free_slots : int64 ``[capacity]``
+    free_count : int64 ``[1]``
+    budgets : int32 ``[max_batch]`` or None
+    stop_tokens : int32 ``[max_batch, n_stop]`` or None
+    remaining : int32 ``[max_batch]`` or None
+        See :mod:`driverlevel.request_state` for what each holds.
+    pool : WorkspacePool or None
+        The pool the arrays were carved from by :meth:`allocate` (None for arrays the caller owns).
+
+    Example
+    -------
+    >>> state = RequestState.allocate(dev, max_batch=8, max_context=8192, num_slots=1 << 16)  # doctest: +SKIP
+    >>> state.upload(active=np.ones(8, np.uint8), req_pool_indices=np.arange(8))              # doctest: +SKIP
+    """
+
+    active: DeviceArray
+    root_tokens: DeviceArray
+    seq_lens: DeviceArray
+    req_pool_indices: DeviceArray
+    req_to_token: DeviceArray
+    free_slots: DeviceArray
+    free_count: DeviceArray
+    budgets: DeviceArray | None = None
+    stop_tokens: DeviceArray | None = None
+    remaining: DeviceArray | None = None
+    pool: WorkspacePool | None = field(default=None, repr=False, compare=False)
+
+    @staticmethod
+    def specs(*, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None, n_stop: int = 0,
+              budgets: bool = False, remaining: bool = False, r2t_dtype=np.int32) -> list:
+        """``(name, shape, dtype)`` of every array :meth:`allocate` carves, in carve order."""
+        rows = max_batch if req_rows is None else req_rows
+        specs = [("active", (max_batch,), np.uint8), ("root_tokens", (max_batch,), np.int32),
+                 ("seq_lens", (max_batch,), np.int64), ("req_pool_indices", (max_batch,), np.int64),
+                 ("req_to_token", (rows, max_context), r2t_dtype), ("free_slots", (num_slots,), np.int64),
+                 ("free_count", (1,), np.int64)]
+        if budgets:
+            specs.append(("budgets", (max_batch,), np.int32))
+        if n_stop:
+            specs.append(("stop_tokens", (max_batch, n_stop), np.int32))
+        if remaining:
+            specs.append(("remaining", (max_batch,), np.int32))
+        return specs
+
+    @classmethod
+    def allocate(cls, device, *, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None,
+                 n_stop: int = 0, budgets: bool = False, remaining: bool = False, r2t_dtype=np.int32,
+                 label: str = "request_state") -> "RequestState":
+        """Allocate a state (zeroed, pool empty) in a new :class:`WorkspacePool` (not capture-safe).
+
+        Parameters
+        ----------
+        device : Device or int
+        max_batch, max_context : int
+        num_slots : int
+            Capacity of the free-slot stack (the KV pool's slots).
+        req_rows : int, optional
+            Rows of ``req_to_token`` (default ``max_batch``).
+        n_stop : int
+            Stop tokens per request (0: no ``stop_tokens`` array).
+        budgets, remaining : bool
+            Allocate the per-request ``budgets`` / ``remaining`` arrays.
+        r2t_dtype : numpy dtype
+            int32 (SGLang) or int64.
+        label : str
+            The pool's label and the carve-outs' prefix.
+
+        Raises
+        ------
+        CaptureError
+            During a capture (it allocates and synchronizes).
+        """
+        device = _check_device_arg(device)
+        specs = cls.specs(max_batch=max_batch, max_context=max_context, num_slots=num_slots, req_rows=req_rows,
+                          n_stop=n_stop, budgets=budgets, remaining=remaining, r2t_dtype=r2t_dtype)
+        pool = WorkspacePool.allocate(device, WorkspacePool.required_bytes([(s, d) for _, s, d in specs]), label=label)
+        arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
+        stream = device.create_stream()
+        for a in arrays.values():
+            a.fill_bytes(0, stream)
+        stream.synchronize()
+        return cls(**arrays, pool=pool)
+
+    def arrays(self) -> dict:
+        """The device arrays present (None fields left out), by field name."""
+        return {k: getattr(self, k) for k in ARRAY_FIELDS if getattr(self, k) is not None}
+
+    def key(self) -> tuple:
+        """Addresses of every field (0 for None): launches packed for one key may be replayed for it."""
+        return tuple(0 if getattr(self, k) is None else int(getattr(self, k).ptr) for k in ARRAY_FIELDS)
+
+    def upload(self, **host_arrays) -> None:
+        """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``.
+
+        Raises
+        ------
+        ValueError
+            For a field this state does not have.
+        """
+        for name, value in host_arrays.items():
+            if name not in ARRAY_FIELDS:
+                raise ValueError(f"RequestState has no field {name!r}; fields: {', '.join(ARRAY_FIELDS)}")
+            dst = getattr(self, name)
+            if dst is None:
+                raise ValueError(f"this state has no {name!r} array")
+            dst.copy_from_host(np.asarray(value, dtype=dst.dtype).reshape(dst.shape))
+
+    def download(self) -> dict:
+        """Host copies of every array present (not capture-safe)."""
+        return {k: a.to_numpy() for k, a in self.arrays().items()}

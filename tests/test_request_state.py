@@ -1,0 +1,64 @@
+"""One request state and one slot pool under one set of names (CPU only).
+
+The runner's kernels (``cu/runner.cu``, ``StepParams``) and the DDTree stages
+(``cu/ddtree/*.cuh``, ``DDTreeParams``) read the same :class:`RequestState` under the same
+field names, SGLang's where SGLang has the array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+from driverlevel import ddtree, runner
+from driverlevel._compile import kernel_source_dir
+from driverlevel.request_state import ARRAY_FIELDS, RequestState
+
+SHARED = ("active", "root_tokens", "seq_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count",
+          "stop_tokens")
+OLD_NAMES = ("roots", "committed", "committed_lens", "pool_slots", "pool_count", "pool_capacity")
+
+
+def test_array_fields_are_the_dataclass_fields():
+    names = [f.name for f in dataclasses.fields(RequestState) if f.name != "pool"]
+    assert tuple(names) == ARRAY_FIELDS
+    assert {"req_to_token", "req_pool_indices", "seq_lens"} <= set(ARRAY_FIELDS)  # SGLang's names
+
+
+def test_ddtree_state_is_the_request_state():
+    assert ddtree.DDTreeState is RequestState
+
+
+@pytest.mark.parametrize("struct", [ddtree._Params, runner._StepParams], ids=["DDTreeParams", "StepParams"])
+def test_both_params_structs_carry_the_state_under_the_same_names(struct):
+    names = {n for n, *_ in struct._fields_}
+    assert set(SHARED) <= names
+    assert not names & set(OLD_NAMES)
+    assert "free_capacity" in names and "r2t_rows" in names
+
+
+def test_no_kernel_uses_the_old_names():
+    cu = kernel_source_dir()
+    pat = re.compile(r"\bp\.(" + "|".join(OLD_NAMES) + r")\b")
+    for path in [cu / "runner.cu", cu / "ddtree.cu", *sorted((cu / "ddtree").glob("*.cuh"))]:
+        assert not pat.search(path.read_text()), path.name
+
+
+def test_specs_and_host_checks():
+    specs = RequestState.specs(max_batch=4, max_context=16, num_slots=100, n_stop=2, remaining=True)
+    got = {n: (s, np.dtype(d)) for n, s, d in specs}
+    assert got["req_to_token"] == ((4, 16), np.dtype(np.int32))
+    assert got["free_slots"] == ((100,), np.dtype(np.int64))
+    assert got["seq_lens"] == ((4,), np.dtype(np.int64))
+    assert got["stop_tokens"] == ((4, 2), np.dtype(np.int32))
+    assert got["remaining"] == ((4,), np.dtype(np.int32))
+    assert "budgets" not in got
+    st = RequestState(*([None] * 7))
+    with pytest.raises(ValueError, match="no field 'committed_lens'"):
+        st.upload(committed_lens=[0])
+    with pytest.raises(ValueError, match="no 'budgets' array"):
+        st.upload(budgets=[0])
+    assert st.key() == (0,) * len(ARRAY_FIELDS) and st.arrays() == {}
