@@ -137,9 +137,9 @@ class TileConfig:
 
 
 _CONFIGS = (
-    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_90, sm_100
-    TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: sm_90, sm_100 (row counts like 9 heads x 16 tokens)
-    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: sm_80
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87, sm_90, sm_100
+    TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
+    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120
 )
 

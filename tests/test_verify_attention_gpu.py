@@ -14,7 +14,7 @@ import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
-from driverlevel.verify_attention import _CONFIGS, TileConfig, VerifyAttention, VerifyMetadata
+from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata
 
 pytestmark = [
     pytest.mark.gpu,
@@ -114,10 +114,7 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
 
-TILES = {"native": None, "rows48": _CONFIGS[1], "sm80": _CONFIGS[2], "sm120": _CONFIGS[3],
-         # candidates measured on 2026-12-01 (BENCHMARKS.md)
-         "sm120_n16s4": TileConfig(rows=32, csplit=4, keys=16, stages=4, qreg=True),
-         "native_s3": TileConfig(rows=64, csplit=2, keys=32, stages=3)}
+TILES = {"native": None, "rows48": _CONFIGS[1], "n16": _CONFIGS[2], "sm120": _CONFIGS[3]}
 
 
 @pytest.mark.parametrize("tile", list(TILES))
