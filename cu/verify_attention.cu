@@ -41,7 +41,11 @@
 //   zeroed after S is computed, so a masked key has no influence even when its row is NaN (a
 //   row that sees it still gets NaN through its score). Slot ids outside the cache are read as
 //   zero rows and reported.
-//   Shared memory: Q tile M*1168 B + K stages STAGES*N*1168 B + S exchange 2*WARPS*N*64 B.
+//   With QREG, each warp keeps its Q fragments (16 rows x 576/C columns) in registers, loaded
+//   from global memory at the start of a segment, and Q takes no shared memory: that is what lets
+//   the 99 KB sm_120 tile use 32-key tiles (twice the keys per barrier, rescale and S exchange).
+//   Shared memory: Q tile M*1168 B (0 with QREG) + K stages STAGES*N*1168 B + S exchange
+//   WARPS*N*32 B (one buffer: the __syncthreads at the top of every tile orders its reuse).
 //
 // verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
 //   For each split pair listed by this replay's scheduler, merges exactly the partial slots
@@ -50,7 +54,7 @@
 //   piece with four loads in flight. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES, DL_OVH_TILES.
+// DL_STAGES, DL_QREG, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -67,6 +71,9 @@
 #endif
 #ifndef DL_OVH_TILES
 #define DL_OVH_TILES 6
+#endif
+#ifndef DL_QREG
+#define DL_QREG 0
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
@@ -180,6 +187,7 @@ constexpr int C = DL_CSPLIT;                   // warps sharing 16 rows
 constexpr int N = DL_KEYS;                     // keys per tile
 constexpr int STAGES = DL_STAGES;              // K tiles in flight
 constexpr int OVH = DL_OVH_TILES;              // cost of a pair's Q load + epilogue, in key tiles
+constexpr bool QREG = DL_QREG != 0;            // Q fragments in registers (loaded from global per segment)
 constexpr int ROW_GROUPS = M / 16;
 constexpr int WARPS = ROW_GROUPS * C;
 constexpr int THREADS = WARPS * 32;
@@ -191,9 +199,9 @@ constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
 constexpr int NT_O = VCOLS / 8;                // 8-wide n-tiles of O per warp
 constexpr int XWORDS = NT_S * 4 * 32;          // one warp's S fragment, in floats
-constexpr int Q_BYTES = M * ROW_BYTES;
+constexpr int Q_BYTES = QREG ? 0 : M * ROW_BYTES;
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
-constexpr int X_BYTES = (C > 1) ? 2 * WARPS * XWORDS * 4 : 0;
+constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the per-tile __syncthreads orders reuse
 constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -475,18 +483,26 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   const u32 k_smem = q_smem + Q_BYTES;
   float* xbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES);
 
-  {  // Q tile: rows row0 .. row0+M-1 of this request (zero past the last row)
+  if constexpr (!QREG) {  // Q tile: rows row0 .. row0+M-1 of this request (zero past the last row)
     const int rr = tid / (THREADS / M);
     const bool valid = row0 + rr < rows;
     load_row_part<M>(q_smem, valid ? p.q + (rq.q_start * H + row0 + rr) * kQK : p.q, valid);
   }
-  auto load_k = [&](int t, int stage) {  // K tile t: keys t*N .. t*N+N-1 (zero past the last key)
-    const i64 key = (i64)t * N + tid / (THREADS / N);
+  // K tile t holds keys t*N .. t*N+N-1; this thread copies part of key row t*N + krow. The slot
+  // id of the next tile to load is fetched one tile ahead (fetch_slot), so its latency is hidden
+  // behind a tile of math instead of stalling the cp.async issue.
+  const int krow = tid / (THREADS / N);
+  auto fetch_slot = [&](int t) -> i64 {  // -1 past the last key (load_k checks the key again)
+    const i64 key = (i64)t * N + krow;
+    if (key >= total) return -1;
+    return key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
+                        : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
+  };
+  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows past the last key or at a bad slot id
+    const i64 key = (i64)t * N + krow;
     bool valid = key < total;
     const bf16* src = p.kv_cache;
     if (valid) {
-      const i64 slot_id = key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
-                                       : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
       if (slot_id < 0 || slot_id >= p.num_slots) {
         if (tid % (THREADS / N) == 0)
           dl::report_error(p.err, b, key < kv_len ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
@@ -499,15 +515,33 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (t_begin + s < t_end) load_k(t_begin + s, s);
+    if (t_begin + s < t_end) load_k(t_begin + s, fetch_slot(t_begin + s), s);
     dl::cp_async_commit();
   }
+  i64 next_slot = t_begin + STAGES - 1 < t_end ? fetch_slot(t_begin + STAGES - 1) : -1;
 
   // This thread's two rows in its warp's 16-row block: A (fragment elements 0,1) and B (2,3).
   const int tA = rg * 16 + (lane >> 2), tB = tA + 8;  // rows within the tile
   const int rA = row0 + tA, rB = row0 + tB;
   const int iA = rA / H, iB = rB / H;
   const bool validA = rA < rows, validB = rB < rows;
+
+  // QREG: this warp's Q fragments (rows tA, tB; its KSTEPS k-steps of the contraction) straight
+  // from global memory into registers, zero past the last row; the m16n8k16 A layout is
+  // a0 = (row g, cols 2c..2c+1), a1 = (row g+8, same), a2 = (row g, cols 8+2c..), a3 = (row g+8, 8+2c..).
+  u32 qf[QREG ? KSTEPS : 1][4];
+  if constexpr (QREG) {
+    const u32* qa = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validA ? rA : 0)) * kQK);
+    const u32* qb = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validB ? rB : 0)) * kQK);
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      const int w = ((cpart * KSTEPS + kk) * 16 + 2 * (lane & 3)) / 2;  // u32 index of the column pair
+      qf[kk][0] = validA ? __ldg(qa + w) : 0u;
+      qf[kk][1] = validB ? __ldg(qb + w) : 0u;
+      qf[kk][2] = validA ? __ldg(qa + w + 4) : 0u;
+      qf[kk][3] = validB ? __ldg(qb + w + 4) : 0u;
+    }
+  }
 
   float o[NT_O][4];
 #pragma unroll
@@ -520,7 +554,10 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     __syncthreads();  // tile t is in shared memory; every warp is done with tile t-1
     {
       const int tn = t + STAGES - 1;
-      if (tn < t_end) load_k(tn, (it + STAGES - 1) % STAGES);
+      if (tn < t_end) {
+        load_k(tn, next_slot, (it + STAGES - 1) % STAGES);
+        if (tn + 1 < t_end) next_slot = fetch_slot(tn + 1);
+      }
       dl::cp_async_commit();
     }
     const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
@@ -533,7 +570,11 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     for (int kk = 0; kk < KSTEPS; ++kk) {
       const int kcol = (cpart * KSTEPS + kk) * 16;
       u32 a[4];
-      dl::ldmatrix_x4(a, q_smem + (rg * 16 + (lane & 15)) * ROW_BYTES + (kcol + (lane >> 4) * 8) * 2);
+      if constexpr (QREG) {
+        a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
+      } else {
+        dl::ldmatrix_x4(a, q_smem + (rg * 16 + (lane & 15)) * ROW_BYTES + (kcol + (lane >> 4) * 8) * 2);
+      }
 #pragma unroll
       for (int np = 0; np < NT_S / 2; ++np) {
         u32 bk[4];
@@ -543,13 +584,13 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       }
     }
     if constexpr (C > 1) {  // sum the C partial S of this row group, in a fixed order
-      float* mine = xbuf + ((it & 1) * WARPS + warp) * XWORDS;
+      float* mine = xbuf + warp * XWORDS;
 #pragma unroll
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) mine[(n * 4 + e) * 32 + lane] = s[n][e];
       dl::named_barrier(1 + rg, C * 32);
-      const float* grp = xbuf + ((it & 1) * WARPS + rg * C) * XWORDS;
+      const float* grp = xbuf + rg * C * XWORDS;
 #pragma unroll
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll

@@ -108,12 +108,16 @@ class TileConfig:
         Keys per shared-memory tile, N.
     stages : int
         K tiles in flight (cp.async pipeline depth).
+    qreg : bool
+        Each warp keeps its Q fragments (16 rows x 576/csplit columns) in registers instead of
+        reading Q from a shared-memory tile; Q then takes no shared memory.
     """
 
     rows: int
     csplit: int
     keys: int
     stages: int
+    qreg: bool = False
 
     @property
     def threads(self) -> int:
@@ -121,21 +125,22 @@ class TileConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """Dynamic shared memory per CTA, bytes (Q tile + K stages + S exchange)."""
+        """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer)."""
         warps = self.threads // 32
-        x = 2 * warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
-        return self.rows * _ROW_BYTES + self.stages * self.keys * _ROW_BYTES + x
+        x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
+        q = 0 if self.qreg else self.rows * _ROW_BYTES
+        return q + self.stages * self.keys * _ROW_BYTES + x
 
     def defines(self) -> dict:
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
-                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_QREG": int(self.qreg), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
-    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 182,272 B: sm_90, sm_100
-    TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 155,392 B: sm_90, sm_100 (row counts like 9 heads x 16 tokens)
-    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 128,512 B: sm_80
-    TileConfig(rows=32, csplit=4, keys=16, stages=2),   #  91,136 B: sm_86, sm_89, sm_120
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87, sm_90, sm_100
+    TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
+    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120
 )
 
 
@@ -198,7 +203,7 @@ def compile_variants(arch) -> list[CompileVariant]:
     dynamic shared memory (the scheduler and the combine use static shared memory only)."""
     out = []
     for cfg in tile_configs(arch):
-        label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}"
+        label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}" + (" qreg" if cfg.qreg else "")
         out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, label))
     return out
 

@@ -11,7 +11,8 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
-from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata, _Params, compile_defines, tile_config
+from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
+                                         tile_config)
 
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
@@ -59,10 +60,13 @@ def test_scheduler_record_sizes_are_checked_against_the_formula():
 def test_tile_shared_memory_formula_and_choice():
     for cfg in _CONFIGS:
         warps = (cfg.rows // 16) * cfg.csplit
-        x = 2 * warps * (cfg.keys // 8) * 128 * 4
-        assert cfg.shared_bytes == cfg.rows * 1168 + cfg.stages * cfg.keys * 1168 + x
+        x = warps * (cfg.keys // 8) * 128 * 4
+        q = 0 if cfg.qreg else cfg.rows * 1168
+        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x
         assert cfg.threads == warps * 32
-    assert tile_config("sm_120").rows == 32 and tile_config("sm_120").shared_bytes == 91_136
+    # sm_120: Q in registers, so two 32-key stages fit 99 KB
+    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
+    assert tile_config("sm_120").shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
     assert tile_config("sm_90").rows == 64
     assert tile_config("sm_90", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
     assert tile_config("sm_90", 9 * 256).rows == 64

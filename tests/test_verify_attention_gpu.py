@@ -114,7 +114,7 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
 
-TILES = {"native": None, "rows48": _CONFIGS[1], "sm80": _CONFIGS[2], "sm120": _CONFIGS[3]}
+TILES = {"native": None, "rows48": _CONFIGS[1], "n16": _CONFIGS[2], "sm120": _CONFIGS[3]}
 
 
 @pytest.mark.parametrize("tile", list(TILES))

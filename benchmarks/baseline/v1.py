@@ -56,7 +56,11 @@ class V1Plan:
         defines.update(struct_layout_defines(_ParamsV1))
         mod = load_module(dev, compile_source(src, "verify_attention_v1.cu", dev.arch, defines))
         self._partial, self._merge = mod.kernel("verify_attn_partial"), mod.kernel("verify_attn_merge")
-        self._partial.reserve_shared(self.cfg.shared_bytes)
+        # this kernel's own layout: Q tile + K stages + a double-buffered S exchange (no qreg)
+        warps = self.cfg.threads // 32
+        self.shared_bytes = (self.cfg.rows + self.cfg.stages * self.cfg.keys) * 1168 + (
+            2 * warps * (self.cfg.keys // 8) * 512 if self.cfg.csplit > 1 else 0)
+        self._partial.reserve_shared(self.shared_bytes)
         rows = max_batch * max_q * heads
         self.workspace_bytes = rows * num_splits * 513 * 4
         self.buf = dl.DeviceBuffer.allocate(dev, self.workspace_bytes + 1024, label="v1-workspace")
@@ -78,7 +82,7 @@ class V1Plan:
         p.scale_log2 = self.sm_scale * math.log2(math.e)
         p.num_heads, p.batch_size, p.num_splits = self.heads, int(a(meta.qo_indptr).shape[0]) - 1, self.num_splits
         p.mask_mode, p.mask_words = _MASK_MODE[self.mask_format], self.mask_words
-        self._launches = [self._partial.prepare(self.grid_partial, self.cfg.threads, [p], self.cfg.shared_bytes)]
+        self._launches = [self._partial.prepare(self.grid_partial, self.cfg.threads, [p], self.shared_bytes)]
         if self.num_splits > 1:
             self._launches.append(self._merge.prepare(self.grid_merge, 256, [p]))
         for ln in self._launches:

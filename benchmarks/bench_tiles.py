@@ -1,0 +1,101 @@
+"""Tile configurations of the verify-attention plan side by side: same inputs, same run.
+
+Each named configuration is forced with ``tile=`` (``native`` = the one ``tile_config``
+picks for this GPU) and timed as in ``bench_attention.py`` (graph replays behind a 256 MB L2
+flush, median). Every configuration's output is compared with the first one's (relative
+Frobenius difference), so a variant that computes something else shows up.
+
+Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q] ...]
+(``q`` = Q fragments in registers), e.g. ``--tile sm120=32x4x32x2q --tile old120=32x4x16x2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+
+def parse_tile(spec):
+    from driverlevel.verify_attention import TileConfig, tile_config
+
+    name, _, cfg = spec.partition("=")
+    if cfg in ("native", ""):
+        return name, None
+    if cfg == "sm_120":
+        return name, tile_config("sm_120")
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)", cfg)
+    if not m:
+        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q]")
+    r, c, k, s, q = m.groups()
+    return name, TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tile", action="append", default=[])
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import driverlevel as dl
+    from driverlevel._device import require_gpu
+
+    require_gpu()
+    import torch
+
+    from bench_attention import make_data, time_plan
+    from driverlevel.verify_attention import VerifyAttention
+
+    tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]
+    dev = dl.Device(0)
+    stream = dev.create_stream()
+    flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
+    print(f"# {dev.name} ({dev.arch}), {time.strftime('%Y-%m-%d %H:%M')}; tiles: "
+          + ", ".join(f"{n}={t}" for n, t in tiles), flush=True)
+    if args.quick:
+        shapes = [(h, b, p, n) for h, b, p in ((9, 1, 32768), (16, 8, 4096), (16, 8, 32768), (9, 1, 200000))
+                  for n in (16, 256)]
+    else:
+        shapes = [(h, b, p, n) for b in (1, 8) for p in (4096, 32768, 131072) for h in (9, 16) for n in (16, 64, 256)]
+    print(f"{'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} " + " ".join(f"{n:>16}" for n, _ in tiles)
+          + "   (ms / TFLOP/s; max rel diff vs first)", flush=True)
+    results = []
+    for heads, bs, prefix, ntok in shapes:
+        iters = 5 if bs * prefix * ntok * heads > 2e9 else 10
+        d = None
+        row, first, worst = [], None, 0.0
+        for name, tile in tiles:
+            plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, tile=tile)
+            if d is None:
+                d = make_data(torch, dev, heads, [prefix] * bs, ntok, False, plan.mask_words, heads * 1000 + bs * 100 + ntok)
+            ms, out = time_plan(dl, dev, stream, flush, plan, d, iters)
+            plan.check_errors(stream)
+            flop = 2.0 * bs * ntok * heads * (prefix + ntok) * (576 + 512)
+            diff = 0.0
+            if first is None:
+                first = out
+            else:
+                diff = float((out.float() - first.float()).norm() / first.float().norm())
+                worst = max(worst, diff)
+            c = plan.config
+            results.append(dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, tile_name=name,
+                                tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg),
+                                median_ms=ms, tflops=flop / (ms / 1e3) / 1e12, rel_diff_vs_first=diff))
+            row.append(f"{ms:8.3f}/{flop / (ms / 1e3) / 1e12:6.1f}")
+            del plan
+        print(f"{heads:>5} {bs:>3} {prefix:>7} {ntok:>4} " + " ".join(f"{x:>16}" for x in row) + f"   {worst:.1e}",
+              flush=True)
+        del d, first
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"), results=results), f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

@@ -1,0 +1,47 @@
+"""One verify-attention shape run eagerly twice by one tile configuration, for Nsight Compute.
+
+The second ``verify_attn_partial`` launch is the one to read::
+
+    ncu --clock-control none -k regex:verify_attn_partial -s 1 -c 1 --section SpeedOfLight \\
+        python benchmarks/profile_tile.py --tile sm_120
+
+Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [--tokens T] [--tile native|sm_120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--prefix", type=int, default=32768)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tile", choices=["native", "sm_120"], default="native")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+
+    import driverlevel as dl
+    from bench_attention import make_data
+    from driverlevel.verify_attention import VerifyAttention, tile_config
+
+    dev = dl.Device(0)
+    stream = dev.create_stream()
+    tile = tile_config("sm_120") if args.tile == "sm_120" else None
+    plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
+    d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
+    torch.cuda.synchronize()
+    for _ in range(2):
+        plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])
+    stream.synchronize()
+    plan.check_errors(stream)
+    print(f"{args.heads} heads x {args.batch} x {args.prefix} prefix x {args.tokens} tokens, {plan!r}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
