@@ -33,6 +33,7 @@ import driverlevel as dl
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
+from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
 
 VOCAB, DEPTH = 163_840, 15
@@ -75,7 +76,7 @@ def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
     state.free_count.copy_from_host(np.array([free.size], np.int64))
     snapshot = {k: dl.DeviceBuffer.allocate(dev, getattr(state, k).nbytes).as_array(getattr(state, k).shape,
                                                                                     getattr(state, k).dtype)
-                for k in state.__dataclass_fields__ if getattr(state, k) is not None}
+                for k in ARRAY_FIELDS if getattr(state, k) is not None}
     for k, a in snapshot.items():
         a.copy_from(getattr(state, k), stream)
     stream.synchronize()
