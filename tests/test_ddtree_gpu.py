@@ -137,6 +137,52 @@ def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, ba
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("vocab", [129_280, 163_840, 151_936])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch):
+    """The build's top-K at DeepSeek-V3 / Kimi / Qwen vocabularies (none a multiple of the
+    top-K chunk), batch 1 and 8, depth 15, budgets 16 .. 512 (issue 12): top-K ids equal the
+    reference's exactly (ties by the lower id: rounded logits in one row), log-probs within a
+    few ulps, the tree equals the reference heap's on the GPU's own top-K. Rows sorted
+    ascending, all NaN, all -inf and with fewer than K finite values ride along in the last
+    request; the status says a row was not finite."""
+    rng = np.random.default_rng(vocab + batch + (dtype == "bfloat16"))
+    D = 15
+    x = rng.standard_normal((batch, D, vocab)).astype(np.float32) * 2.0
+    x[0, 1] = np.round(x[0, 1])                                # many equal logits
+    x[-1, 2] = np.sort(x[-1, 2])                               # ascending
+    x[-1, 3] = np.nan                                          # all NaN
+    x[-1, 4] = -np.inf                                         # all -inf
+    x[-1, 5, 100:] = -np.inf                                   # 100 finite values (< K at 256, 512)
+    x[-1, 5, rng.choice(np.arange(100, vocab), 1000, replace=False)] = np.nan
+    if dtype == "bfloat16":
+        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
+    kmax = 512  # the reference's order is total, so every smaller K is a prefix of the top 512
+    want = [ref.topk_logprobs(x[b], kmax) for b in range(batch)]
+    for budget in (16, 64, 256, 512):
+        rig = Rig(device, rng, max_batch=batch, depth=D, vocab=vocab, budget=budget, dtype=dtype,
+                  mask_formats=("bitmask",))
+        rig.logits.copy_from_host(f32_to_bf16_bits(x) if rig.bf16 else x)
+        rig.push_state()
+        poison(rig.plan, stream, ("top_ids", "top_lp", "cand") + TREE_OUTPUTS)
+        rig.plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        out = rig.get("top_ids", "top_lp", "step", *TREE_OUTPUTS)
+        k = rig.plan.k
+        for b in range(batch):
+            ids, lp, lse = want[b][0][:, :k], want[b][1][:, :k], want[b][2]
+            np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"budget {budget}: top-K ids of request {b}")
+            fin = lp != ref.LP_FLOOR
+            np.testing.assert_array_equal(out["top_lp"][b][~fin], lp[~fin])
+            with np.errstate(over="ignore", invalid="ignore"):
+                tol = 4 * np.spacing(np.abs(np.nan_to_num(lse)))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
+            assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"budget {budget}: log-probs of request {b}"
+        assert out["step"][3] & ref.STATUS_NONFINITE
+        assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+        del rig
+
+
 def test_build_chain_and_star_extremes(device, stream):
     """A dominant token per depth gives a chain; flat rows give a star of siblings."""
     rng = np.random.default_rng(3)
