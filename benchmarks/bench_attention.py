@@ -220,7 +220,10 @@ def main(argv=None):
     from driverlevel._device import require_gpu
 
     require_gpu()
-    import torch
+    try:
+        import torch
+    except ImportError:
+        sys.exit("benchmarks/bench_attention.py needs PyTorch with CUDA (it makes the random inputs and measures the ceilings): pip install torch")
 
     from driverlevel.verify_attention import VerifyAttention, tile_config
 

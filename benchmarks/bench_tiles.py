@@ -45,7 +45,10 @@ def main(argv=None):
     from driverlevel._device import require_gpu
 
     require_gpu()
-    import torch
+    try:
+        import torch
+    except ImportError:
+        sys.exit("benchmarks/bench_tiles.py needs PyTorch with CUDA (it makes the random inputs): pip install torch")
 
     from bench_attention import make_data, time_plan
     from driverlevel.verify_attention import VerifyAttention

@@ -24,9 +24,15 @@ def main(argv=None):
     ap.add_argument("--tile", choices=["native", "sm_120"], default="native")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
-    import torch
-
     import driverlevel as dl
+    from driverlevel._device import require_gpu
+
+    require_gpu()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("benchmarks/profile_tile.py needs PyTorch with CUDA (it makes the random inputs): pip install torch")
+
     from bench_attention import make_data
     from driverlevel.verify_attention import VerifyAttention, tile_config
 

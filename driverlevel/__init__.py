@@ -11,8 +11,8 @@ The core API is re-exported here. The submodules without a leading underscore
 modules named ``_*`` are private. The demo (a small MLA model, its drafter,
 ``driverlevel capture-demo``, one graph per GPU) lives apart in :mod:`driverlevel.demo`:
 nothing in the core imports it; it plugs into the runner through the protocols of
-:mod:`driverlevel.interfaces` (:class:`TargetForward`, :class:`TargetModel`,
-:class:`DraftModel`), as any other runtime does.
+:mod:`driverlevel.interfaces` (:class:`TargetForward` over :class:`TargetBuffers`,
+:class:`TargetModel`, :class:`DraftModel`), as any other runtime does.
 """
 
 from ._array import DeviceArray, as_device_array
@@ -26,7 +26,7 @@ from ._memory import DeviceBuffer, PinnedHostBuffer, WorkspacePool, deferred_cou
 from ._module import Kernel, Module, PreparedLaunch, load_module
 from ._stream import Event, Stream
 from .ddtree import DDTreePlan, DDTreeState
-from .interfaces import DraftModel, TargetForward, TargetModel
+from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
 from .request_state import RequestState
 from .runner import AutoregressiveRunner, DecodeStepRunner
 from .verify_attention import VerifyAttention, VerifyMetadata
@@ -43,7 +43,7 @@ __all__ = [
     "capture", "Graph", "GraphExec", "KernelNodeInfo",
     "VerifyAttention", "VerifyMetadata",
     "DDTreePlan", "DDTreeState", "RequestState",
-    "DecodeStepRunner", "AutoregressiveRunner", "TargetForward", "TargetModel", "DraftModel",
+    "DecodeStepRunner", "AutoregressiveRunner", "TargetBuffers", "TargetForward", "TargetModel", "DraftModel",
     "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
     "MetadataError",
 ]

@@ -96,6 +96,7 @@ class KernelResources:
 
     @property
     def spills(self) -> int:
+        """Spill bytes per thread, stores + loads (0 for a kernel that does not spill)."""
         return self.spill_store_bytes + self.spill_load_bytes
 
 

@@ -330,10 +330,12 @@ class Device:
 
     @property
     def name(self) -> str:
+        """The GPU's name, e.g. ``"NVIDIA H200"``."""
         return self.properties.name
 
     @property
     def compute_capability(self) -> tuple:
+        """``(major, minor)``, e.g. ``(9, 0)``."""
         return self.properties.compute_capability
 
     @property
@@ -343,6 +345,7 @@ class Device:
 
     @property
     def sm_count(self) -> int:
+        """Streaming multiprocessors of the GPU."""
         return self.properties.sm_count
 
     def mem_info(self) -> tuple[int, int]:

@@ -489,6 +489,7 @@ class WorkspacePool:
 
     @property
     def free(self) -> int:
+        """Bytes not handed out yet (``capacity - used``; a carve may need some of it for alignment)."""
         return self.capacity - self._used
 
     def _range(self):

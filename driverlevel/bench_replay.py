@@ -22,6 +22,7 @@ ours/raw <= 1.25 and ours/torch <= 1.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -296,11 +297,20 @@ def to_json(result: dict) -> str:
 
 def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -> int:
     """Entry point shared by ``driverlevel bench replay`` and ``benchmarks/bench_replay.py``."""
-    from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable
+    from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, device_count, gpu_usable
 
     if not gpu_usable():
         print(NO_GPU_MESSAGE, file=sys.stderr)
         return NO_GPU_EXIT_STATUS
+    # Usage errors found before the minutes of measuring, not as a traceback after them.
+    n = device_count()
+    if ordinal >= n:
+        print(f"--device {ordinal}: only {n} GPU(s) visible (ordinals 0 to {n - 1})", file=sys.stderr)
+        return 2
+    if json_path and json_path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
+        print(f"--json {json_path}: the directory {os.path.dirname(os.path.abspath(json_path))} does not exist",
+              file=sys.stderr)
+        return 2
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
     print(format_table(result))
     if json_path:

@@ -734,6 +734,36 @@ class AutoregressiveRunner(_RunnerBase):
     num_splits : int, optional
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
+
+    Other keyword arguments
+    -----------------------
+    prefill_splits : int
+        ``num_splits`` of the prefill's forward (default 1).
+    max_stop_tokens : int
+        Stop tokens per request :meth:`reset` accepts (default 4).
+    ring_slots : int
+        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
+    stream : Stream, optional
+        The stream the steps run on (default: a new one on ``device``).
+    slot_seed : int
+        Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
+    name : str
+        Label of the runner's pools.
+
+    Raises
+    ------
+    ValueError
+        For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
+        ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
+        ``max_context``), for neither or both of ``model`` / ``target_forward``, or
+        ``target_forward`` without ``vocab_size``.
+    TypeError
+        If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, or
+        ``target_forward`` not callable.
+    CaptureError
+        If constructed during a capture (it allocates).
+    NvrtcError, CudaError
+        If the kernels cannot be compiled or loaded.
     """
 
     kind = "autoregressive"
@@ -801,6 +831,38 @@ class DecodeStepRunner(_RunnerBase):
     num_splits : int, optional
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
+
+    Other keyword arguments
+    -----------------------
+    prefill_splits : int
+        ``num_splits`` of the prefill's forward (default 1).
+    max_stop_tokens : int
+        Stop tokens per request :meth:`reset` accepts (default 4).
+    ring_slots : int
+        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
+    stream : Stream, optional
+        The stream the steps run on (default: a new one on ``device``).
+    slot_seed : int
+        Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
+    name : str
+        Label of the runner's pools.
+
+    Raises
+    ------
+    ValueError
+        For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
+        ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
+        ``max_context``, ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
+        ``[1, MAX_DEPTH]``), for ``drafter.logits`` not float32
+        ``[max_batch, depth_limit, vocab]``, for neither or both of ``model`` /
+        ``target_forward``, or ``target_forward`` without ``vocab_size``.
+    TypeError
+        If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, ``drafter`` not a
+        :class:`~driverlevel.interfaces.DraftModel`, or ``target_forward`` not callable.
+    CaptureError
+        If constructed during a capture (it allocates).
+    NvrtcError, CudaError
+        If the kernels cannot be compiled or loaded.
 
     Example
     -------

@@ -121,6 +121,7 @@ class TileConfig:
 
     @property
     def threads(self) -> int:
+        """Threads per CTA: ``rows / 16`` warp rows x ``csplit`` warps each x 32."""
         return (self.rows // 16) * self.csplit * 32
 
     @property
@@ -132,15 +133,17 @@ class TileConfig:
         return q + self.stages * self.keys * _ROW_BYTES + x
 
     def defines(self) -> dict:
+        """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
+        ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
-    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87, sm_90, sm_100
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87, sm_90, sm_100, sm_103
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120, sm_121
 )
 
 

@@ -16,6 +16,9 @@ from driverlevel.demo.multi_device import RankConfig, parse_devices, run_ranks_t
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
     try:
         devices = parse_devices(sys.argv[1] if len(sys.argv) > 1 else "0,0")
     except ValueError as exc:

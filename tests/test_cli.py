@@ -321,6 +321,19 @@ def test_bench_replay_without_gpu(runner, monkeypatch):
     assert r.output.strip() == _device.NO_GPU_MESSAGE
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--device", "3"], "--device 3: only 1 GPU(s) visible"),
+    (["--json", "/nonexistent-dir/replay.json"], "/nonexistent-dir does not exist"),
+])
+def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, says):
+    from driverlevel import _device, bench_replay
+
+    monkeypatch.setattr(_device, "device_count", lambda: 1)
+    monkeypatch.setattr(bench_replay, "run", lambda *a, **k: pytest.fail("measured despite a usage error"))
+    r = runner.invoke(cli.main, ["bench", "replay", *args])
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("nodes", ["0", "a,b", ""])
 def test_bench_replay_bad_nodes(runner, nodes):
     r = runner.invoke(cli.main, ["bench", "replay", "--nodes", nodes])

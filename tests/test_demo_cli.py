@@ -77,6 +77,23 @@ def test_bad_options_are_usage_errors(args, hint):
     assert hint in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("args, named", [
+    (["--steps", "5"], ["--steps"]),
+    (["--num-splits", "4", "--draft-scale", "2"], ["--num-splits", "--draft-scale"]),
+    (["--arch", "sm_90"], ["--arch"]),
+    (["--draft-noise", "1.0"], ["--draft-noise"]),  # given, even if equal to the default
+])
+def test_options_the_ranks_do_not_take_are_refused_with_several_devices(no_gpu, args, named):
+    r = invoke("--devices", "0,0", *args)
+    assert r.exit_code == 2, r.output
+    assert all(n in r.output for n in named) and "several --devices" in r.output and "Traceback" not in r.output
+
+
+def test_rank_options_with_several_devices_reach_the_gpu_check(no_gpu):
+    r = invoke("--devices", "0,0", "--batch", "2", "--budget", "8", "--seed", "1", "--json")
+    assert r.exit_code == 2 and NO_GPU_MESSAGE in r.output
+
+
 def test_bad_options_through_run(capsys):
     assert demo_cli.run(["--vocab", "1001"]) == 2
     assert "--vocab" in capsys.readouterr().err

@@ -114,7 +114,7 @@ def release(handles, how):
     elif how == "cycle":
         cycles = [Cycle(x) for x in handles]
         handles.clear()
-        del cycles
+        cycles.clear()  # the last references to the cycles (``del cycles`` read as unused to pyflakes)
         gc.collect()
     elif how == "other_thread":
         box = [list(handles)]

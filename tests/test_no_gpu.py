@@ -18,7 +18,7 @@ import pytest
 from driverlevel import _device
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted(str(p.relative_to(REPO)) for p in [*REPO.glob("examples/*.py"), *REPO.glob("benchmarks/bench_*.py")])
+SCRIPTS = sorted(str(p.relative_to(REPO)) for p in [*REPO.glob("examples/*.py"), *REPO.glob("benchmarks/*.py")])
 COMMANDS = [
     ["-m", "driverlevel", "capture-demo"],
     ["-m", "driverlevel", "capture-demo", "--devices", "0,0"],

@@ -1,7 +1,7 @@
 """The demo model's kernels, the drafter and the decode-step runners on a GPU.
 
-* ``mla_gemm`` / ``mla_embed`` / ``mla_argmax`` against numpy (gathers, scatters, device row
-  counts, poisoned outputs);
+* ``mla_gemm`` / ``mla_embed`` and the core ``argmax_rows`` (cu/argmax.cu) against numpy
+  (gathers, scatters, device row counts, poisoned outputs);
 * the model's forward over a random tree batch against the float64 reference;
 * the drafter's successor table and logits against the reference;
 * the autoregressive runner against greedy decoding in numpy;

@@ -2,9 +2,9 @@
 
 Nothing here is part of the library: the core (runtime, verify attention, DDTree, the
 runner) imports nothing from this package. The demo plugs into the runner exactly as any
-other runtime does, through :class:`driverlevel.runner.TargetModel` /
-:class:`~driverlevel.runner.TargetForward` (the model and its forward plans) and
-:class:`driverlevel.runner.DraftModel` (the drafter).
+other runtime does, through :class:`driverlevel.interfaces.TargetModel` /
+:class:`~driverlevel.interfaces.TargetForward` (the model and its forward plans) and
+:class:`driverlevel.interfaces.DraftModel` (the drafter).
 
 Modules
 -------

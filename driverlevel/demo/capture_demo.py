@@ -345,6 +345,10 @@ def _finite(obj):
     return obj
 
 
+#: Options of the single-device demo that the ranks of ``--devices A,B`` do not take.
+_NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
+
+
 @click.command("capture-demo", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--heads", default=9, show_default=True, type=click.IntRange(1, 128), help="Query heads of the MLA layer.")
 @click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(2, 65536),
@@ -361,7 +365,9 @@ def _finite(obj):
 @click.option("--num-splits", default=None, type=click.IntRange(1, 1024),
               help="Cap on the verify attention's split-KV pieces per (request, row tile) pair "
                    "(default: none; its scheduler kernel splits each step's work on the GPU).")
-@click.option("--arch", default=None, metavar="sm_XX", help="Architecture to compile for, as `driverlevel compile --arch` takes it (default: the GPU's).")
+@click.option("--arch", default=None, metavar="sm_XX",
+              help="Architecture to compile for: one name, checked as `driverlevel compile --arch` checks it, and "
+                   "it must be the GPU's own (cubins are built for the exact architecture). Default: the GPU's.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of weights, prompts and noise.")
 @click.option("--vocab", default=32768, show_default=True, type=click.IntRange(64, 1 << 20),
               help="Vocabulary size (a multiple of 8).")
@@ -371,7 +377,8 @@ def _finite(obj):
               help="Sharpness of the drafter (multiplier of its no-context logits).")
 @click.option("--devices", default="0", show_default=True, metavar="LIST",
               help="GPU ordinals, comma-separated. Several entries run one rank per entry (a thread each, "
-                   "each capturing its own graph), as tensor-parallel ranks do; an ordinal may repeat.")
+                   "each capturing its own graph), as tensor-parallel ranks do; an ordinal may repeat. The ranks "
+                   "take neither --steps, --num-splits, --arch, --draft-noise nor --draft-scale.")
 @click.option("--json", "as_json", is_flag=True, help="Write one JSON object to stdout (the log goes to stderr).")
 def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, steps, num_splits, arch, seed, vocab,
                  draft_noise, draft_scale, devices, as_json):
@@ -395,6 +402,15 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
         device_list = parse_devices(devices)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--devices") from None
+    if len(device_list) > 1:
+        # The ranks run multi_device.RankConfig, which has no such settings: refuse rather than ignore them.
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in _NOT_FOR_RANKS
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: the ranks of several --devices do not take "
+                                   f"{'this option' if len(given) == 1 else 'these options'}; drop "
+                                   f"{'it' if len(given) == 1 else 'them'} or give one device")
     if arch is not None:
         from .._compile import check_arch
 
