@@ -1,7 +1,7 @@
 // mla_model.cu: the demo MLA target model's kernels and its drafter.
 //
-// Pairs with driverlevel/mla_model.py (model, forward plan, drafter; the ctypes mirrors of
-// the params structs below and compile_defines()).
+// Pairs with driverlevel/demo/mla_model.py (model, forward plan; the ctypes mirrors of the
+// params structs below and compile_defines()) and driverlevel/demo/drafter.py (the drafter).
 //
 // mla_gemm        C[m, :] = out_scale * A[a_row(m), :] . B^T (+ residual[m, :]) (+ noise)
 //   A bf16 rows of k (lda), optionally gathered by a_index (int32); B bf16 [n, k] row-major
@@ -148,7 +148,7 @@ DL_DEVICE u64 mix64(u64 x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-// Standard normal from (seed, step, row, col); driverlevel.reference.mla_model.draft_noise_reference.
+// Standard normal from (seed, step, row, col); driverlevel.demo.reference.draft_noise_reference.
 DL_DEVICE float gauss(u64 seed, u64 step, u64 row, u64 col) {
   const u64 base = mix64(seed ^ mix64(step + 1ull));
   const u64 x = mix64(base + (row << 32) + col);

@@ -45,7 +45,7 @@
 //   from global memory at the start of a segment, and Q takes no shared memory: that is what lets
 //   the 99 KB sm_120 tile use 32-key tiles (twice the keys per barrier, rescale and S exchange).
 //   Shared memory: Q tile M*1168 B (0 with QREG) + K stages STAGES*N*1168 B + S exchange
-//   WARPS*N*32 B (one buffer: the __syncthreads at the top of every tile orders its reuse).
+//   WARPS*N*64 B (one buffer: the __syncthreads at the top of every tile orders its reuse).
 //
 // verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
 //   For each split pair listed by this replay's scheduler, merges exactly the partial slots

@@ -229,8 +229,11 @@ class _RunnerBase:
         self.model = model
         if model is not None:
             vocab_size = model.vocab_size
-        if vocab_size is None or vocab_size < 2:
+        if vocab_size is None:
             raise ValueError("vocab_size is required with target_forward=")
+        if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 2:
+            src = "model.vocab_size" if model is not None else "vocab_size"
+            raise ValueError(f"{src} must be an int >= 2, got {vocab_size!r}")
         self.vocab_size = int(vocab_size)
         self.max_batch = int(max_batch)
         self.max_context = int(max_context)

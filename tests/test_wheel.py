@@ -85,3 +85,17 @@ def test_wheel_ships_kernel_sources(tmp_path):
                     "print(len(cub.resources), len(cub.data) > 0)")
     r = _run([sys.executable, "-c", ddtree_probe], cwd=elsewhere, env=env)
     assert r.stdout.split() == ["9", "True"]
+
+
+def test_one_version_everywhere():
+    """pyproject's version, ``driverlevel.__version__`` and the compile cache key's version agree
+    (three copies: the cache module cannot import the package without a cycle)."""
+    import re
+    from pathlib import Path
+
+    import driverlevel
+    from driverlevel import _compile
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    declared = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)
+    assert driverlevel.__version__ == declared == _compile._PACKAGE_VERSION
