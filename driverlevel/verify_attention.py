@@ -55,6 +55,8 @@ MAX_PARTS = 1024
 #: key tiles, ``DL_OVH_TILES = max(1, 192 // keys)``.
 _OVH_KEYS = 192
 _SCHED_THREADS = 512
+#: ``TileConfig.exchange`` -> ``DL_EXCHANGE`` of the kernel.
+_EXCHANGES = {"allreduce": 0, "reduce_scatter": 1}
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
 
 
@@ -111,6 +113,13 @@ class TileConfig:
     qreg : bool
         Each warp keeps its Q fragments (16 rows x 576/csplit columns) in registers instead of
         reading Q from a shared-memory tile; Q then takes no shared memory.
+    exchange : str
+        How the ``csplit`` warps of 16 rows combine their partial S: ``"allreduce"`` (every warp
+        sums all partials of all keys and runs the mask and softmax on the whole tile, P stays in
+        registers) or ``"reduce_scatter"`` (each warp sums, masks and exponentiates only its
+        ``keys/csplit`` keys; the warps exchange per-row maxima, hand P over in shared memory and
+        add their row sums once per segment). ``reduce_scatter`` needs ``csplit > 1`` and
+        ``keys/8`` divisible by ``csplit``.
     """
 
     rows: int
@@ -118,6 +127,20 @@ class TileConfig:
     keys: int
     stages: int
     qreg: bool = False
+    exchange: str = "allreduce"
+
+    def __post_init__(self):
+        if self.exchange not in _EXCHANGES:
+            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
+        if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
+            raise ValueError(f"exchange='reduce_scatter' needs csplit > 1 and keys/8 divisible by csplit "
+                             f"(csplit={self.csplit}, keys={self.keys})")
+
+    @property
+    def label(self) -> str:
+        """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
+        return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
+                + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else ""))
 
     @property
     def threads(self) -> int:
@@ -125,15 +148,19 @@ class TileConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer)."""
+        """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer,
+        + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
+        of row maxima / row sums)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
-        return q + self.stages * self.keys * _ROW_BYTES + x
+        rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
+        return q + self.stages * self.keys * _ROW_BYTES + x + rs
 
     def defines(self) -> dict:
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
-                "DL_QREG": int(self.qreg), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange],
+                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
@@ -141,6 +168,8 @@ _CONFIGS = (
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120
+    # the same with the reduce-scatter S exchange (94,208 B); selectable with tile=, not yet the default
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),
 )
 
 
@@ -203,8 +232,7 @@ def compile_variants(arch) -> list[CompileVariant]:
     dynamic shared memory (the scheduler and the combine use static shared memory only)."""
     out = []
     for cfg in tile_configs(arch):
-        label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}" + (" qreg" if cfg.qreg else "")
-        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, label))
+        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label))
     return out
 
 
