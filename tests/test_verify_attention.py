@@ -12,7 +12,7 @@ import pytest
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
 from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
-                                         tile_config)
+                                         tile_config, tile_configs)
 
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
@@ -62,15 +62,39 @@ def test_tile_shared_memory_formula_and_choice():
         warps = (cfg.rows // 16) * cfg.csplit
         x = warps * (cfg.keys // 8) * 128 * 4
         q = 0 if cfg.qreg else cfg.rows * 1168
-        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x
+        rs = cfg.rows * (2 * cfg.keys + 16) + cfg.rows * cfg.csplit * 4 if cfg.exchange == "reduce_scatter" else 0
+        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs
         assert cfg.threads == warps * 32
+        assert cfg.defines()["DL_EXCHANGE"] == (cfg.exchange == "reduce_scatter")
     # sm_120: Q in registers, so two 32-key stages fit 99 KB
     assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
     assert tile_config("sm_120").shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
+    # the reduce-scatter variant of the sm_120 tile: + P buffer (32 x 80 B) + row maxima (32 x 4 floats)
+    rs120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
+    assert rs120.shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
+    assert tile_configs("sm_120") == [tile_config("sm_120"), rs120]  # compiled by CI, selectable with tile=
     assert tile_config("sm_90").rows == 64
+    assert tile_config("sm_90").exchange == "allreduce"
     assert tile_config("sm_90", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
     assert tile_config("sm_90", 9 * 256).rows == 64
     assert tile_config("sm_80").shared_bytes <= MAX_SHARED_PER_BLOCK["sm_80"]
+
+
+def test_reduce_scatter_needs_whole_n_tiles_per_warp():
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        TileConfig(rows=32, csplit=4, keys=32, stages=2, exchange="allgather")
+    with pytest.raises(ValueError, match="keys/8 divisible by csplit"):
+        TileConfig(rows=32, csplit=4, keys=16, stages=2, exchange="reduce_scatter")  # 2 n-tiles, 4 warps
+    with pytest.raises(ValueError, match="csplit > 1"):
+        TileConfig(rows=16, csplit=1, keys=32, stages=2, exchange="reduce_scatter")
+    assert TileConfig(rows=64, csplit=2, keys=16, stages=2, exchange="reduce_scatter").defines()["DL_EXCHANGE"] == 1
+
+
+def test_reduce_scatter_static_assert_matches_the_python_check():
+    defines = compile_defines("sm_90", TileConfig(rows=32, csplit=4, keys=16, stages=2))
+    defines["DL_EXCHANGE"] = 1
+    with pytest.raises(dl.NvrtcError, match="reduce-scatter exchange needs"):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 
 def test_workspace_formula_is_bounded_by_the_grid():
