@@ -66,13 +66,14 @@ def test_tile_shared_memory_formula_and_choice():
         assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs
         assert cfg.threads == warps * 32
         assert cfg.defines()["DL_EXCHANGE"] == (cfg.exchange == "reduce_scatter")
-    # sm_120: Q in registers, so two 32-key stages fit 99 KB
-    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
-    assert tile_config("sm_120").shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
-    # the reduce-scatter variant of the sm_120 tile: + P buffer (32 x 80 B) + row maxima (32 x 4 floats)
-    rs120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
-    assert rs120.shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
-    assert tile_configs("sm_120") == [tile_config("sm_120"), rs120]  # compiled by CI, selectable with tile=
+    # sm_120: Q in registers, so two 32-key stages fit 99 KB; the reduce-scatter exchange adds a
+    # P buffer (32 x 80 B) and row maxima (32 x 4 floats)
+    ar120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
+    assert ar120.shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
+    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
+    assert tile_config("sm_120").shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
+    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120")
+    assert tile_configs("sm_120") == [tile_config("sm_120"), ar120]  # the old one: compiled by CI, selectable with tile=
     assert tile_config("sm_90").rows == 64
     assert tile_config("sm_90").exchange == "allreduce"
     assert tile_config("sm_90", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
