@@ -5,14 +5,19 @@ picks for this GPU) and timed as in ``bench_attention.py`` (graph replays behind
 flush, median). Every configuration's output is compared with the first one's (relative
 Frobenius difference), so a variant that computes something else shows up.
 
-Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q] ...]
-(``q`` = Q fragments in registers), e.g. ``--tile sm120=32x4x32x2q --tile old120=32x4x16x2``.
+Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r] ...]
+[--ratio A/B ...]
+(``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange), e.g. ``--tile sm120=32x4x32x2q
+--tile sm120rs=32x4x32x2qr``; ``NAME=native`` is the tile ``tile_config`` picks for the shape, ``NAME=native_rs``
+the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("sm_120")`` returns.
+``--ratio A/B`` adds a column of A's TFLOP/s over B's to the summary table printed last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -20,24 +25,51 @@ from pathlib import Path
 
 
 def parse_tile(spec):
+    """NAME=SPEC -> (NAME, tile): a TileConfig, None (native) or a function of (arch, rows) (native_rs)."""
+    from dataclasses import replace
+
     from driverlevel.verify_attention import TileConfig, tile_config
 
     name, _, cfg = spec.partition("=")
     if cfg in ("native", ""):
         return name, None
+    if cfg == "native_rs":
+        return name, lambda arch, rows: replace(tile_config(arch, rows), exchange="reduce_scatter")
     if cfg == "sm_120":
         return name, tile_config("sm_120")
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)", cfg)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)", cfg)
     if not m:
-        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q]")
-    r, c, k, s, q = m.groups()
-    return name, TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q))
+        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q][r]")
+    r, c, k, s, q, x = m.groups()
+    return name, TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
+                            exchange="reduce_scatter" if x else "allreduce")
+
+
+def summary(results, names, ratios):
+    """Print the TFLOP/s of every tile and the ratios A/B, one line per shape, then their geometric means."""
+    tf = {(r["heads"], r["batch"], r["prefix"], r["draft_tokens"], r["tile_name"]): r["tflops"] for r in results}
+    shapes_done = list(dict.fromkeys(k[:4] for k in tf))
+    print("\n# summary: TFLOP/s" + (" and ratios " + ", ".join("/".join(x) for x in ratios) if ratios else ""))
+    print(f"{'heads':>5} {'bs':>3} {'prefix':>7} {'tok':>4} " + " ".join(f"{n:>9}" for n in names)
+          + " " + " ".join(f"{'/'.join(x):>17}" for x in ratios))
+    logs = {x: [] for x in ratios}
+    for sh in shapes_done:
+        cells = [f"{tf[sh + (n,)]:9.1f}" for n in names]
+        for a, b in ratios:
+            q = tf[sh + (a,)] / tf[sh + (b,)]
+            logs[(a, b)].append(math.log(q))
+            cells.append(f"{q:17.3f}")
+        print(f"{sh[0]:>5} {sh[1]:>3} {sh[2]:>7} {sh[3]:>4} " + " ".join(cells))
+    if ratios:
+        print(f"{'geometric mean':>23} " + " ".join(" " * 9 for _ in names) + " "
+              + " ".join(f"{math.exp(sum(logs[x]) / len(logs[x])):17.3f}" for x in ratios), flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tile", action="append", default=[])
+    ap.add_argument("--ratio", action="append", default=[], help="A/B: summary column of A's TFLOP/s over B's")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -54,6 +86,11 @@ def main(argv=None):
     from driverlevel.verify_attention import VerifyAttention
 
     tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]
+    names = [n for n, _ in tiles]
+    ratios = [tuple(r.split("/")) for r in args.ratio]
+    for a_b in ratios:
+        if len(a_b) != 2 or not set(a_b) <= set(names):
+            raise SystemExit(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
     dev = dl.Device(0)
     stream = dev.create_stream()
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
@@ -72,6 +109,8 @@ def main(argv=None):
         d = None
         row, first, worst = [], None, 0.0
         for name, tile in tiles:
+            if callable(tile):
+                tile = tile(dev.arch, ntok * heads)
             plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, tile=tile)
             if d is None:
                 d = make_data(torch, dev, heads, [prefix] * bs, ntok, False, plan.mask_words, heads * 1000 + bs * 100 + ntok)
@@ -86,7 +125,8 @@ def main(argv=None):
                 worst = max(worst, diff)
             c = plan.config
             results.append(dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, tile_name=name,
-                                tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg),
+                                tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg,
+                                          exchange=c.exchange),
                                 median_ms=ms, tflops=flop / (ms / 1e3) / 1e12, rel_diff_vs_first=diff))
             row.append(f"{ms:8.3f}/{flop / (ms / 1e3) / 1e12:6.1f}")
             del plan
@@ -94,6 +134,7 @@ def main(argv=None):
               flush=True)
         del d, first
         torch.cuda.empty_cache()
+    summary(results, names, ratios)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"), results=results), f, indent=1)

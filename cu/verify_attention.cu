@@ -46,6 +46,16 @@
 //   the 99 KB sm_120 tile use 32-key tiles (twice the keys per barrier, rescale and S exchange).
 //   Shared memory: Q tile M*1168 B (0 with QREG) + K stages STAGES*N*1168 B + S exchange
 //   WARPS*N*64 B (one buffer: the __syncthreads at the top of every tile orders its reuse).
+//   The S exchange (C > 1) is one of two (DL_EXCHANGE):
+//   0 all-reduce: every warp reads all C partials of all N keys and runs the mask and the online
+//     softmax on the full 16 x N S, redundantly in the C warps; P stays in registers.
+//   1 reduce-scatter: warp cpart sums the C partials of only its N/C keys (the same fixed order,
+//     so S is bit-identical to the all-reduce), masks them and takes their row maxima; the C
+//     warps exchange the per-row maxima through shared memory (+ M*C*4 B), so the running max m
+//     and the O rescale are identical in all of them; each warp writes P of its keys as bf16 to a
+//     16 x N buffer per row group (+ M*(2N+16) B) and, after a named barrier, reads the whole P
+//     for its P V. Row sums l stay per warp (over its own keys) and are summed, in a fixed order,
+//     through the row-max buffer once at the end of the segment.
 //
 // verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
 //   For each split pair listed by this replay's scheduler, merges exactly the partial slots
@@ -54,7 +64,7 @@
 //   piece with four loads in flight. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES, DL_QREG, DL_OVH_TILES.
+// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -74,6 +84,9 @@
 #endif
 #ifndef DL_QREG
 #define DL_QREG 0
+#endif
+#ifndef DL_EXCHANGE
+#define DL_EXCHANGE 0
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
@@ -202,7 +215,16 @@ constexpr int XWORDS = NT_S * 4 * 32;          // one warp's S fragment, in floa
 constexpr int Q_BYTES = QREG ? 0 : M * ROW_BYTES;
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
 constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the per-tile __syncthreads orders reuse
-constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES;
+// Reduce-scatter exchange (DL_EXCHANGE 1): each warp finishes S, the mask and P of OWN_NT of
+// the NT_S n-tiles; P goes through a 16 x N bf16 buffer per row group (rows padded to P_ROW
+// bytes so the u32 stores and the ldmatrix reads are free of bank conflicts), the per-row
+// maxima (and at the end the row sums) through C x 16 floats per row group.
+constexpr bool RS = DL_EXCHANGE != 0;
+constexpr int OWN_NT = RS ? NT_S / C : NT_S;   // n-tiles of S this warp finishes
+constexpr int P_ROW = N * 2 + 16;              // bytes per row of the P buffer
+constexpr int P_BYTES = RS ? M * P_ROW : 0;
+constexpr int MX_BYTES = RS ? M * C * 4 : 0;
+constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -210,6 +232,8 @@ static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
 static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps and 512 columns evenly");
 static_assert(THREADS % M == 0 && THREADS % N == 0, "row loaders assume whole threads per row");
 static_assert(ROW_GROUPS <= 15, "one named barrier per row group");
+static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange needs C > 1 and whole n-tiles per warp");
+static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
@@ -482,6 +506,9 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   const u32 q_smem = dl::smem_u32(smem);
   const u32 k_smem = q_smem + Q_BYTES;
   float* xbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES);
+  // RS: this row group's P buffer (16 rows x N keys, bf16) and its C x 16 row maxima / row sums.
+  unsigned char* pbuf = smem + Q_BYTES + K_BYTES + X_BYTES + (warp / C) * 16 * P_ROW;
+  float* mxbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + X_BYTES + P_BYTES) + (warp / C) * C * 16;
 
   if constexpr (!QREG) {  // Q tile: rows row0 .. row0+M-1 of this request (zero past the last row)
     const int rr = tid / (THREADS / M);
@@ -583,7 +610,27 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         dl::mma_bf16_16816(s[2 * np + 1], a, bk[2], bk[3]);
       }
     }
-    if constexpr (C > 1) {  // sum the C partial S of this row group, in a fixed order
+    if constexpr (RS) {  // sum the C partials of this warp's OWN_NT n-tiles only, same fixed order
+      float4* mine = reinterpret_cast<float4*>(xbuf + warp * XWORDS);
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n) mine[n * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+      dl::named_barrier(1 + rg, C * 32);
+      const float4* grp = reinterpret_cast<const float4*>(xbuf + rg * C * XWORDS);
+#pragma unroll
+      for (int n = 0; n < OWN_NT; ++n) {
+        const int ng = cpart * OWN_NT + n;
+        float4 acc = grp[ng * 32 + lane];
+#pragma unroll
+        for (int c = 1; c < C; ++c) {
+          const float4 v = grp[c * (XWORDS / 4) + ng * 32 + lane];
+          acc.x += v.x;
+          acc.y += v.y;
+          acc.z += v.z;
+          acc.w += v.w;
+        }
+        s[n][0] = acc.x, s[n][1] = acc.y, s[n][2] = acc.z, s[n][3] = acc.w;
+      }
+    } else if constexpr (C > 1) {  // sum the C partial S of this row group, in a fixed order
       float* mine = xbuf + warp * XWORDS;
 #pragma unroll
       for (int n = 0; n < NT_S; ++n)
@@ -609,13 +656,15 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES));
       __syncthreads();
     }
+    // s[n] (n < OWN_NT) is n-tile n0 + n of the tile: all of them (all-reduce) or this warp's (RS)
+    const int n0 = RS ? cpart * OWN_NT : 0;
 #pragma unroll
-    for (int n = 0; n < NT_S; ++n)
+    for (int n = 0; n < OWN_NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = s[n][e] * p.scale_log2;
         if (need_mask) {
-          const i64 key = (i64)t * N + n * 8 + 2 * (lane & 3) + (e & 1);
+          const i64 key = (i64)t * N + (n0 + n) * 8 + 2 * (lane & 3) + (e & 1);
           bool vis = true;
           if (key >= total) {
             vis = false;
@@ -631,7 +680,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     // online softmax (rows A and B; a row's 4 owners are one quad of lanes)
     float mxA = mA, mxB = mB;
 #pragma unroll
-    for (int n = 0; n < NT_S; ++n) {
+    for (int n = 0; n < OWN_NT; ++n) {
       mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
       mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
     }
@@ -639,6 +688,18 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
     mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
     mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+    if constexpr (RS) {  // the max over all N keys: every warp's maxima of its keys (fmaxf: order-free)
+      if ((lane & 3) == 0) {
+        mxbuf[cpart * 16 + (lane >> 2)] = mxA;
+        mxbuf[cpart * 16 + (lane >> 2) + 8] = mxB;
+      }
+      dl::named_barrier(1 + rg, C * 32);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        mxA = fmaxf(mxA, mxbuf[c * 16 + (lane >> 2)]);
+        mxB = fmaxf(mxB, mxbuf[c * 16 + (lane >> 2) + 8]);
+      }
+    }
     const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
     const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
     const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
@@ -648,13 +709,19 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     lB *= alphaB;
     u32 pa[N / 16][4];
 #pragma unroll
-    for (int n = 0; n < NT_S; ++n) {
+    for (int n = 0; n < OWN_NT; ++n) {
       const float p0 = exp2f(s[n][0] - baseA), p1 = exp2f(s[n][1] - baseA);
       const float p2 = exp2f(s[n][2] - baseB), p3 = exp2f(s[n][3] - baseB);
       lA += p0 + p1;
       lB += p2 + p3;
-      pa[n / 2][(n & 1) * 2 + 0] = dl::pack_bf16x2(p0, p1);
-      pa[n / 2][(n & 1) * 2 + 1] = dl::pack_bf16x2(p2, p3);
+      if constexpr (RS) {  // row g = lane/4 (and g+8), keys (n0+n)*8 + 2*(lane%4) + {0,1}
+        unsigned char* pr = pbuf + (lane >> 2) * P_ROW + ((n0 + n) * 8 + 2 * (lane & 3)) * 2;
+        *reinterpret_cast<u32*>(pr) = dl::pack_bf16x2(p0, p1);
+        *reinterpret_cast<u32*>(pr + 8 * P_ROW) = dl::pack_bf16x2(p2, p3);
+      } else {
+        pa[n / 2][(n & 1) * 2 + 0] = dl::pack_bf16x2(p0, p1);
+        pa[n / 2][(n & 1) * 2 + 1] = dl::pack_bf16x2(p2, p3);
+      }
     }
 #pragma unroll
     for (int n = 0; n < NT_O; ++n) {
@@ -662,6 +729,13 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       o[n][1] *= alphaA;
       o[n][2] *= alphaB;
       o[n][3] *= alphaB;
+    }
+
+    if constexpr (RS) {  // the whole 16 x N P of the row group (m16n8k16 A fragments, as for Q)
+      dl::named_barrier(1 + rg, C * 32);
+      const u32 pb = dl::smem_u32(pbuf) + (lane & 15) * P_ROW + (lane >> 4) * 16;
+#pragma unroll
+      for (int j = 0; j < N / 16; ++j) dl::ldmatrix_x4(pa[j], pb + j * 32);
     }
 
     // O += P V over this warp's value columns (V = first 512 columns of the K tile)
@@ -682,6 +756,21 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   lA += __shfl_xor_sync(0xffffffffu, lA, 2);
   lB += __shfl_xor_sync(0xffffffffu, lB, 1);
   lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+  if constexpr (RS) {  // each warp summed its own keys: add the C sums in a fixed order, identical in all C
+    // (every warp of the group read the row-max buffer before the last tile's P barrier)
+    if ((lane & 3) == 0) {
+      mxbuf[cpart * 16 + (lane >> 2)] = lA;
+      mxbuf[cpart * 16 + (lane >> 2) + 8] = lB;
+    }
+    dl::named_barrier(1 + rg, C * 32);
+    lA = mxbuf[lane >> 2];
+    lB = mxbuf[(lane >> 2) + 8];
+#pragma unroll
+    for (int c = 1; c < C; ++c) {
+      lA += mxbuf[c * 16 + (lane >> 2)];
+      lB += mxbuf[c * 16 + (lane >> 2) + 8];
+    }
+  }
   // l == 0: no visible key (zeros, LSE -inf). A NaN l (a visible key with NaN scores) stays NaN in
   // both, so the combine cannot mistake such a piece for an empty one.
   const float invA = lA == 0.f ? 0.f : 1.f / lA, invB = lB == 0.f ? 0.f : 1.f / lB;

@@ -55,6 +55,8 @@ MAX_PARTS = 1024
 #: key tiles, ``DL_OVH_TILES = max(1, 192 // keys)``.
 _OVH_KEYS = 192
 _SCHED_THREADS = 512
+#: ``TileConfig.exchange`` -> ``DL_EXCHANGE`` of the kernel.
+_EXCHANGES = {"allreduce": 0, "reduce_scatter": 1}
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
 
 
@@ -111,6 +113,13 @@ class TileConfig:
     qreg : bool
         Each warp keeps its Q fragments (16 rows x 576/csplit columns) in registers instead of
         reading Q from a shared-memory tile; Q then takes no shared memory.
+    exchange : str
+        How the ``csplit`` warps of 16 rows combine their partial S: ``"allreduce"`` (every warp
+        sums all partials of all keys and runs the mask and softmax on the whole tile, P stays in
+        registers) or ``"reduce_scatter"`` (each warp sums, masks and exponentiates only its
+        ``keys/csplit`` keys; the warps exchange per-row maxima, hand P over in shared memory and
+        add their row sums once per segment). ``reduce_scatter`` needs ``csplit > 1`` and
+        ``keys/8`` divisible by ``csplit``.
     """
 
     rows: int
@@ -118,6 +127,20 @@ class TileConfig:
     keys: int
     stages: int
     qreg: bool = False
+    exchange: str = "allreduce"
+
+    def __post_init__(self):
+        if self.exchange not in _EXCHANGES:
+            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
+        if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
+            raise ValueError(f"exchange='reduce_scatter' needs csplit > 1 and keys/8 divisible by csplit "
+                             f"(csplit={self.csplit}, keys={self.keys})")
+
+    @property
+    def label(self) -> str:
+        """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
+        return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
+                + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else ""))
 
     @property
     def threads(self) -> int:
@@ -126,32 +149,42 @@ class TileConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer)."""
+        """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer,
+        + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
+        of row maxima / row sums)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
-        return q + self.stages * self.keys * _ROW_BYTES + x
+        rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
+        return q + self.stages * self.keys * _ROW_BYTES + x + rs
 
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
         ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
-                "DL_QREG": int(self.qreg), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange],
+                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
-    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87, sm_90, sm_100, sm_103
+    # 171,520 B: sm_90, sm_100, sm_103 (the reduce-scatter S exchange: 1.03-1.07x the all-reduce
+    # tiles below on the H200, 9-head x 16-token shapes included, BENCHMARKS.md 2026-12-01)
+    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: sm_86, sm_89, sm_120, sm_121
+    # 94,208 B: sm_86, sm_89, sm_120, sm_121 (the reduce-scatter S exchange, 1.08-1.23x the all-reduce)
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
 )
 
 
 def tile_configs(arch) -> list[TileConfig]:
-    """Every tile configuration :func:`tile_config` can pick on ``arch``, the default first.
+    """Every tile configuration compiled for ``arch`` (what ``driverlevel compile`` and CI build), the default first.
 
-    Those whose shared memory fits the architecture's per-block limit and that use the
-    key tile and contraction split of the first one that fits.
+    Those whose shared memory fits the architecture's per-block limit and that use the key
+    tile and contraction split of the first one that fits. :func:`tile_config` picks among
+    those with the default's S exchange; the others stay selectable with ``tile=``.
 
     Raises
     ------
@@ -171,7 +204,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     """The tile configuration for ``arch``.
 
     Among :func:`tile_configs` (the configurations whose shared memory fits the
-    architecture's per-block limit and that use its largest key tile), the one that pads
+    architecture's per-block limit and that use its largest key tile) with the default's S
+    exchange, the one that pads
     ``rows_per_request`` (``max_q * num_heads``) the least; ties go to the larger row
     tile (less L2 traffic).
 
@@ -181,6 +215,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
         If no configuration fits.
     """
     fits = tile_configs(arch)
+    fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
     if rows_per_request:
         return min(fits, key=lambda c: (math.ceil(rows_per_request / c.rows) * c.rows, -c.rows))
     return fits[0]
@@ -206,8 +241,7 @@ def compile_variants(arch) -> list[CompileVariant]:
     dynamic shared memory (the scheduler and the combine use static shared memory only)."""
     out = []
     for cfg in tile_configs(arch):
-        label = f"rows={cfg.rows} csplit={cfg.csplit} keys={cfg.keys} stages={cfg.stages}" + (" qreg" if cfg.qreg else "")
-        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, label))
+        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label))
     return out
 
 
@@ -583,4 +617,5 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit} smem={c.shared_bytes} B workspace={self.workspace_bytes} B>")
+                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''} smem={c.shared_bytes} B "
+                f"workspace={self.workspace_bytes} B>")

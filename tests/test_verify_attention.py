@@ -12,7 +12,7 @@ import pytest
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
 from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
-                                         tile_config)
+                                         tile_config, tile_configs)
 
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
@@ -62,15 +62,47 @@ def test_tile_shared_memory_formula_and_choice():
         warps = (cfg.rows // 16) * cfg.csplit
         x = warps * (cfg.keys // 8) * 128 * 4
         q = 0 if cfg.qreg else cfg.rows * 1168
-        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x
+        rs = cfg.rows * (2 * cfg.keys + 16) + cfg.rows * cfg.csplit * 4 if cfg.exchange == "reduce_scatter" else 0
+        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs
         assert cfg.threads == warps * 32
-    # sm_120: Q in registers, so two 32-key stages fit 99 KB
-    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
-    assert tile_config("sm_120").shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
-    assert tile_config("sm_90").rows == 64
-    assert tile_config("sm_90", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
-    assert tile_config("sm_90", 9 * 256).rows == 64
+        assert cfg.defines()["DL_EXCHANGE"] == (cfg.exchange == "reduce_scatter")
+    # sm_120: Q in registers, so two 32-key stages fit 99 KB; the reduce-scatter exchange adds a
+    # P buffer (32 x 80 B) and row maxima (32 x 4 floats)
+    ar120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
+    assert ar120.shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
+    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
+    assert tile_config("sm_120").shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
+    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120")
+    assert tile_configs("sm_120") == [tile_config("sm_120"), ar120]  # the old one: compiled by CI, selectable with tile=
+    native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
+    for arch in ("sm_90", "sm_100"):
+        # the reduce-scatter 64-row tile everywhere: on the H200 it beat the all-reduce 48-row
+        # tile even at 144 rows (9 heads x 16 tokens), where it pads 48 rows more
+        assert tile_config(arch) == tile_config(arch, 9 * 16) == tile_config(arch, 9 * 256) == native_rs
+        assert tile_configs(arch) == [native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
+                                      TileConfig(rows=48, csplit=2, keys=32, stages=2)]
+    # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
+    assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64
+    assert tile_config("sm_80", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
+    assert tile_config("sm_80", 9 * 256).rows == 64
     assert tile_config("sm_80").shared_bytes <= MAX_SHARED_PER_BLOCK["sm_80"]
+
+
+def test_reduce_scatter_needs_whole_n_tiles_per_warp():
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        TileConfig(rows=32, csplit=4, keys=32, stages=2, exchange="allgather")
+    with pytest.raises(ValueError, match="keys/8 divisible by csplit"):
+        TileConfig(rows=32, csplit=4, keys=16, stages=2, exchange="reduce_scatter")  # 2 n-tiles, 4 warps
+    with pytest.raises(ValueError, match="csplit > 1"):
+        TileConfig(rows=16, csplit=1, keys=32, stages=2, exchange="reduce_scatter")
+    assert TileConfig(rows=64, csplit=2, keys=16, stages=2, exchange="reduce_scatter").defines()["DL_EXCHANGE"] == 1
+
+
+def test_reduce_scatter_static_assert_matches_the_python_check():
+    defines = compile_defines("sm_90", TileConfig(rows=32, csplit=4, keys=16, stages=2))
+    defines["DL_EXCHANGE"] = 1
+    with pytest.raises(dl.NvrtcError, match="reduce-scatter exchange needs"):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 
 def test_workspace_formula_is_bounded_by_the_grid():

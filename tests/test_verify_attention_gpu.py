@@ -7,6 +7,8 @@ LSE within 1e-3 absolute.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
-from driverlevel.verify_attention import _CONFIGS, VerifyAttention, VerifyMetadata
+from driverlevel.verify_attention import _CONFIGS, TileConfig, VerifyAttention, VerifyMetadata
 
 pytestmark = [
     pytest.mark.gpu,
@@ -114,7 +116,13 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
 
-TILES = {"native": None, "rows48": _CONFIGS[1], "n16": _CONFIGS[2], "sm120": _CONFIGS[3]}
+SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
+# every tile of _CONFIGS, by name: the sm_120 tile with both S exchanges, the native one with the reduce-scatter too
+TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
+         "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
+         "sm120": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
+         "nativers": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")}
+assert all(c in TILES.values() for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 
 
 @pytest.mark.parametrize("tile", list(TILES))

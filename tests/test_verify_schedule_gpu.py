@@ -18,7 +18,12 @@ from driverlevel.reference.trees import build_mask, make_metadata, random_tree
 from driverlevel.reference.verify_schedule import schedule
 from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 
-from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, Problem, check, upload
+from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, Problem, check, upload
+
+# the main loop's variants that these tests also run (segments of several pairs per part, short
+# segments, masked NaN keys): the default tile, the sm_120 tile with both S exchanges, the native
+# tile with the reduce-scatter one
+LOOP_TILES = ["native", "native_ar", "sm120", "sm120rs"]  # native: the reduce-scatter 64-row tile on sm_90
 
 pytestmark = [
     pytest.mark.gpu,
@@ -93,12 +98,13 @@ def test_all_requests_empty_but_one_and_padded_requests(device, stream):
         plan.check_errors(stream)
 
 
-def test_a_request_whose_keys_fit_one_tile(device, stream):
+@pytest.mark.parametrize("tile", LOOP_TILES)
+def test_a_request_whose_keys_fit_one_tile(device, stream, tile):
     rng = np.random.default_rng(6)
     trees = [random_tree(3, rng), random_tree(2, rng)]
     prob = Problem(device, rng, 9, [4, 0], trees, "bitmask")
     for parts in (None, 1, 2):
-        plan = plan_for(device, prob, num_parts=parts)
+        plan = plan_for(device, prob, num_parts=parts, tile=TILES[tile])
         poison_workspace(plan, stream)
         check(*prob.run(plan, stream), *prob.reference())
 
@@ -317,8 +323,9 @@ def test_request_with_more_than_max_q_tokens_is_reported_not_cut(device, stream)
 
 # ------------------------------------------------------------------ non-finite values where they must not matter
 
+@pytest.mark.parametrize("tile", LOOP_TILES)
 @pytest.mark.parametrize("num_parts", [None, 1])
-def test_nan_in_a_masked_leaf_has_no_influence(device, stream, num_parts):
+def test_nan_in_a_masked_leaf_has_no_influence(device, stream, num_parts, tile):
     rng = np.random.default_rng(12)
     parents = np.array([-1, 0, 0, 1, 1, 2, 3, 3])  # 8-node tree, nodes 4..7 are leaves
     trees = [parents, random_tree(5, rng)]
@@ -328,7 +335,7 @@ def test_nan_in_a_masked_leaf_has_no_influence(device, stream, num_parts):
     kvb = prob.kv_bits.copy()
     kvb[slot] = f32_to_bf16_bits(np.full(576, np.nan, np.float32))
     prob.d["kv"].copy_from_host(kvb)
-    plan = plan_for(device, prob, num_parts=num_parts)
+    plan = plan_for(device, prob, num_parts=num_parts, tile=TILES[tile])
     out, lse = prob.run(plan, stream)
     ref_out, ref_lse = prob.reference()  # computed with the leaf's finite row: same for rows that cannot see it
     # out is [token, head, 512]: node i of request 0 is token i; only node 6 itself sees node 6
@@ -372,13 +379,14 @@ def test_one_plan_refuses_a_second_stream(device, stream):
         plan.run(other, prob.d["q"], prob.d["kv"], prob.metadata(), prob.out, prob.lse)
 
 
+@pytest.mark.parametrize("tile", LOOP_TILES)
 @pytest.mark.parametrize("num_parts", [3, 5])
-def test_many_pairs_per_part_graph_equals_eager(device, stream, num_parts):
+def test_many_pairs_per_part_graph_equals_eager(device, stream, num_parts, tile):
     """Several whole pairs per part, pieces at both ends; graph replays equal the eager launch."""
     rng = np.random.default_rng(30 + num_parts)
     trees = [random_tree(n, rng) for n in (64, 40, 64)]
     prob = Problem(device, rng, 9, [2000, 90, 700], trees, "bitmask")
-    plan = plan_for(device, prob, num_parts=num_parts)
+    plan = plan_for(device, prob, num_parts=num_parts, tile=TILES[tile])
     poison_workspace(plan, stream)
     out, lse = prob.run(plan, stream)
     check(out, lse, *prob.reference())
