@@ -95,7 +95,8 @@ def main(argv=None):
     stream = dev.create_stream()
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
     print(f"# {dev.name} ({dev.arch}), {time.strftime('%Y-%m-%d %H:%M')}; tiles: "
-          + ", ".join(f"{n}={t}" for n, t in tiles), flush=True)
+          + ", ".join(f"{n}=" + ("this GPU's default" if t is None else "its default with the reduce-scatter exchange"
+                                 if callable(t) else t.label) for n, t in tiles), flush=True)
     if args.quick:
         shapes = [(h, b, p, n) for h, b, p in ((9, 1, 32768), (16, 8, 4096), (16, 8, 32768), (9, 1, 200000))
                   for n in (16, 256)]

@@ -168,7 +168,7 @@ class TileConfig:
 
 _CONFIGS = (
     # 171,520 B: sm_90, sm_100, sm_103 (the reduce-scatter S exchange: 1.03-1.07x the all-reduce
-    # tiles below on the H200, 9-head x 16-token shapes included, BENCHMARKS.md 2026-12-01)
+    # tiles below on the H200, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
