@@ -126,10 +126,16 @@ static_assert(sizeof(VaRequest) == DL_VA_REQUEST_BYTES, "VaRequest differs from 
 static_assert(sizeof(VaCut) == DL_VA_CUT_BYTES, "VaCut differs from CUT_RECORD_BYTES");
 static_assert(sizeof(VaEntry) == DL_VA_ENTRY_BYTES, "VaEntry differs from ENTRY_RECORD_BYTES");
 
+// The latent cache's element type, named in this one place: the K rows and V columns of the
+// main loop, their shared-memory layout and the non-finite scrub are written in terms of it.
+// bf16 today; an fp8 (e4m3) cache with a per-tensor scale changes kv_elem, the K and V fragment
+// loads and their mma (sm_89+ has an e4m3 mma.sync), not the schedule, the softmax or the combine.
+using kv_elem = bf16;
+
 // The host-device contract; mirrored by driverlevel.verify_attention._Params (ctypes).
 struct VerifyAttnParams {
   const bf16* q;              // [q_rows, H, 576]
-  const bf16* kv_cache;       // [num_slots, 576]; V = first 512 columns
+  const kv_elem* kv_cache;    // [num_slots, 576]; V = first 512 columns
   const void* qo_indptr;      // [bs+1] draft-token offsets (int32 or int64)
   const void* kv_indptr;      // [bs+1] prefix offsets into kv_indices (int32 or int64)
   const void* kv_indices;     // prefix slot ids (int32 or int64)
@@ -204,9 +210,12 @@ constexpr bool QREG = DL_QREG != 0;            // Q fragments in registers (load
 constexpr int ROW_GROUPS = M / 16;
 constexpr int WARPS = ROW_GROUPS * C;
 constexpr int THREADS = WARPS * 32;
-constexpr int ROW_BYTES = kQK * 2 + 16;        // 1168: padded so 8 consecutive rows hit 8 different 16-B bank groups
-constexpr int CHUNKS = kQK * 2 / 16;           // 72 16-byte chunks per row
-constexpr int V_CHUNKS = kV * 2 / 16;          // 64 16-byte chunks of V per row
+constexpr int kQElem = sizeof(bf16);           // bytes per q element
+constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
+static_assert(kQElem == kKvElem, "Q and K tiles share ROW_BYTES: a narrower cache needs its own K row layout");
+constexpr int ROW_BYTES = kQK * kKvElem + 16;  // 1168: padded so 8 consecutive rows hit 8 different 16-B bank groups
+constexpr int CHUNKS = kQK * kKvElem / 16;     // 72 16-byte chunks per row
+constexpr int V_CHUNKS = kV * kKvElem / 16;    // 64 16-byte chunks of V per row
 constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contraction per warp
 constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
@@ -240,11 +249,12 @@ DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
   return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));
 }
 
-// Copy ROWS rows of 576 bf16 into shared memory (padded rows). Thread t copies part of row
-// t / (THREADS/ROWS); its source row is `src` (16-byte aligned), or it zero-fills when `valid`
-// is false (`src` must still be a mapped address: cp.async reads 0 bytes of it).
+// Copy ROWS rows of 576 elements (q or cache rows, CHUNKS x 16 bytes) into shared memory (padded
+// rows). Thread t copies part of row t / (THREADS/ROWS); its source row is `src` (16-byte
+// aligned), or it zero-fills when `valid` is false (`src` must still be a mapped address:
+// cp.async reads 0 bytes of it).
 template <int ROWS>
-DL_DEVICE void load_row_part(u32 smem_base, const bf16* src, bool valid) {
+DL_DEVICE void load_row_part(u32 smem_base, const void* src, bool valid) {
   constexpr int TPR = THREADS / ROWS;  // threads per row
   const int r = threadIdx.x / TPR;
   const u32 dst = smem_base + r * ROW_BYTES;
@@ -255,6 +265,7 @@ DL_DEVICE void load_row_part(u32 smem_base, const bf16* src, bool valid) {
 }
 
 // Zero every non-finite bf16 among the V columns (first 512) of a K tile in shared memory.
+static_assert(kKvElem == 2, "zero_nonfinite_v tests bf16 bit patterns: write its test for the cache's element type");
 DL_DEVICE void zero_nonfinite_v(unsigned char* tile) {
   for (int c = threadIdx.x; c < N * V_CHUNKS; c += THREADS) {
     uint4* q = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
@@ -528,7 +539,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows past the last key or at a bad slot id
     const i64 key = (i64)t * N + krow;
     bool valid = key < total;
-    const bf16* src = p.kv_cache;
+    const kv_elem* src = p.kv_cache;
     if (valid) {
       if (slot_id < 0 || slot_id >= p.num_slots) {
         if (tid % (THREADS / N) == 0)
@@ -600,12 +611,12 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       if constexpr (QREG) {
         a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
       } else {
-        dl::ldmatrix_x4(a, q_smem + (rg * 16 + (lane & 15)) * ROW_BYTES + (kcol + (lane >> 4) * 8) * 2);
+        dl::ldmatrix_x4(a, q_smem + (rg * 16 + (lane & 15)) * ROW_BYTES + (kcol + (lane >> 4) * 8) * kQElem);
       }
 #pragma unroll
       for (int np = 0; np < NT_S / 2; ++np) {
         u32 bk[4];
-        dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kcol + ((lane >> 3) & 1) * 8) * 2);
+        dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kcol + ((lane >> 3) & 1) * 8) * kKvElem);
         dl::mma_bf16_16816(s[2 * np], a, bk[0], bk[1]);
         dl::mma_bf16_16816(s[2 * np + 1], a, bk[2], bk[3]);
       }
@@ -745,7 +756,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       for (int np = 0; np < NT_O / 2; ++np) {
         u32 v[4];
         dl::ldmatrix_x4_trans(v, kt + (j * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
-                                     (cpart * VCOLS + np * 16 + (lane >> 4) * 8) * 2);
+                                     (cpart * VCOLS + np * 16 + (lane >> 4) * 8) * kKvElem);
         dl::mma_bf16_16816(o[2 * np], pa[j], v[0], v[1]);
         dl::mma_bf16_16816(o[2 * np + 1], pa[j], v[2], v[3]);
       }
