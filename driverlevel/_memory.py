@@ -26,7 +26,7 @@ release never calls them blindly:
 2. The list is drained at safe points: when the last driverlevel capture ends,
    at the next :meth:`DeviceBuffer.allocate` / :meth:`PinnedHostBuffer.allocate`
    outside a capture, and by :func:`release_deferred` (public as
-   ``driverlevel.release_deferred()``).
+   ``driverlevel.runtime.release_deferred()``).
 3. Otherwise (and when draining) the free runs with the calling thread's capture
    interaction mode switched to ``CU_STREAM_CAPTURE_MODE_RELAXED``
    (``cuThreadExchangeStreamCaptureMode``, restored right after), with the
