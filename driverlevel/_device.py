@@ -72,7 +72,16 @@ def driver_version() -> tuple[int, int]:
 
 
 def device_count() -> int:
-    """Number of CUDA devices visible to this process (0 if there is no driver)."""
+    """Number of CUDA devices visible to this process (after ``CUDA_VISIBLE_DEVICES``).
+
+    Returns 0 instead of raising :class:`~driverlevel.DriverUnavailableError` when there
+    is no driver library or no device; the GPU tests are skipped when it is 0.
+
+    Raises
+    ------
+    CudaError
+        If the driver loads but ``cuDeviceGetCount`` fails.
+    """
     try:
         init_driver()
     except DriverUnavailableError:

@@ -13,7 +13,14 @@ __all__ = ["bfloat16", "as_dtype", "dtype_name", "storage_dtype", "f32_to_bf16_b
 
 
 class _BFloat16:
-    """The bfloat16 element type (1 sign, 8 exponent, 7 mantissa bits)."""
+    """The bfloat16 element type (1 sign, 8 exponent, 7 mantissa bits; 2 bytes).
+
+    numpy has no bfloat16, so ``driverlevel.bfloat16`` (the one instance) is what
+    :meth:`WorkspacePool.carve`, :meth:`DeviceBuffer.as_array` and :class:`DeviceArray` take
+    as ``dtype`` for bf16 data (``"bfloat16"`` and ``"bf16"`` are accepted too). On the
+    host the data appears as ``numpy.uint16`` bit patterns: :meth:`DeviceArray.to_numpy`
+    returns them and :meth:`DeviceArray.copy_from_host` expects them.
+    """
 
     name = "bfloat16"
     itemsize = 2

@@ -67,7 +67,7 @@ class DriverUnavailableError(CudaError):
 class NvrtcError(RuntimeError):
     """NVRTC failed to compile a kernel source; carries the full compile log.
 
-    Raised by :func:`~driverlevel.compile_source` / :func:`~driverlevel.compile_file`
+    Raised by :func:`~driverlevel.compile_source` / :func:`~driverlevel.runtime.compile_file`
     (compile errors, a ``static_assert`` of a params layout that drifted from its ctypes
     mirror) and by every other NVRTC call. The message is one line
     ``"<call> failed: <name> while compiling <source> for <arch>"`` followed by the
@@ -122,12 +122,12 @@ class CaptureError(RuntimeError):
 
 
 class GraphUpdateError(CudaError):
-    """``cuGraphExecUpdate`` refused the new graph (:meth:`~driverlevel.GraphExec.update`).
+    """``cuGraphExecUpdate`` refused the new graph (:meth:`~driverlevel.runtime.GraphExec.update`).
 
     The new graph must have the instantiated one's topology (same nodes, edges and
     node types); the message names the reason (e.g. ``TOPOLOGY_CHANGED: the new graph
     has 5 nodes, the instantiated one 4``) and the fix: capture again and instantiate
-    a new :class:`~driverlevel.GraphExec`. The old exec stays valid and unchanged.
+    a new :class:`~driverlevel.runtime.GraphExec`. The old exec stays valid and unchanged.
     """
 
 

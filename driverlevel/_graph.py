@@ -15,7 +15,7 @@ A graph replays raw addresses, so everything it points into must outlive it.
 driverlevel guarantees this for what it can see; the rest is the caller's.
 
 1. **What a graph keeps alive.** A :class:`Graph` holds strong references to
-   (a) every :class:`~driverlevel.PreparedLaunch` queued while it was captured —
+   (a) every :class:`~driverlevel.runtime.PreparedLaunch` queued while it was captured —
    on the capture's stream *or on any side stream joined into the capture with
    events* (fork/join): each launch asks ``cuStreamGetCaptureInfo`` for its
    stream's capture id while a driverlevel capture is in progress, and the
@@ -42,7 +42,7 @@ driverlevel guarantees this for what it can see; the rest is the caller's.
    a driverlevel capture is in progress (``del``, ``gc.collect()``, ``close()``;
    any thread, any mode) are deferred until the last capture ends; other frees run
    in relaxed capture mode, so a capture driverlevel cannot see survives too (see
-   :mod:`driverlevel._memory`; ``driverlevel.release_deferred()`` drains by hand).
+   :mod:`driverlevel._memory`; ``driverlevel.runtime.release_deferred()`` drains by hand).
 5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
    points into frees it anyway (after any capture in progress): do not replay
    that graph afterwards.

@@ -26,7 +26,7 @@ release never calls them blindly:
 2. The list is drained at safe points: when the last driverlevel capture ends,
    at the next :meth:`DeviceBuffer.allocate` / :meth:`PinnedHostBuffer.allocate`
    outside a capture, and by :func:`release_deferred` (public as
-   ``driverlevel.release_deferred()``).
+   ``driverlevel.runtime.release_deferred()``).
 3. Otherwise (and when draining) the free runs with the calling thread's capture
    interaction mode switched to ``CU_STREAM_CAPTURE_MODE_RELAXED``
    (``cuThreadExchangeStreamCaptureMode``, restored right after), with the
@@ -255,15 +255,24 @@ def deferred_count() -> int:
 class DeviceBuffer:
     """One ``cuMemAlloc`` allocation, freed when the object is closed or collected.
 
-    Create with :meth:`DeviceBuffer.allocate`.
+    Create with :meth:`DeviceBuffer.allocate` (there is no public constructor) and view it
+    with :meth:`as_array`; a captured graph that points into it keeps it alive. For many
+    arrays of one plan, one :class:`WorkspacePool` is the better fit.
 
     Attributes
     ----------
     ptr : int
         Device address.
     nbytes : int
+        Size in bytes.
     device : Device
     label : str
+        Shown in graph audits and error messages.
+
+    Raises
+    ------
+    RuntimeError
+        ``DeviceBuffer()`` called directly.
     """
 
     def __init__(self, *a, **k):
@@ -332,7 +341,24 @@ class PinnedHostBuffer:
     the host reads the same bytes through :meth:`numpy` after an event, without any
     copy call.
 
-    Create with :meth:`PinnedHostBuffer.allocate`.
+    Create with :meth:`PinnedHostBuffer.allocate` (there is no public constructor).
+
+    Attributes
+    ----------
+    host_ptr : int
+        Host address.
+    device_ptr : int or None
+        Device address of a mapped buffer, None otherwise.
+    nbytes : int
+        Size in bytes.
+    mapped : bool
+    device : Device
+    label : str
+
+    Raises
+    ------
+    RuntimeError
+        ``PinnedHostBuffer()`` called directly.
     """
 
     def __init__(self, *a, **k):
@@ -340,7 +366,17 @@ class PinnedHostBuffer:
 
     @classmethod
     def allocate(cls, device, nbytes: int, *, mapped: bool = False, label: str = "pinned") -> "PinnedHostBuffer":
-        """Allocate ``nbytes`` of pinned host memory; ``mapped=True`` also maps it into ``device``."""
+        """Allocate ``nbytes`` of pinned host memory; ``mapped=True`` also maps it into ``device``.
+
+        Raises
+        ------
+        ValueError
+            If ``nbytes`` is not positive.
+        CaptureError
+            While a capture is active.
+        CudaError
+            If ``cuMemHostAlloc`` fails (e.g. out of memory).
+        """
         from ._device import _check_device_arg
 
         device = _check_device_arg(device)

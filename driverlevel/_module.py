@@ -74,7 +74,7 @@ class Module:
 
     Example
     -------
-    >>> cub = dl.compile_file("selftest.cu", dev.arch)                # doctest: +SKIP
+    >>> cub = dl.runtime.compile_file("selftest.cu", dev.arch)        # doctest: +SKIP
     >>> mod = dl.load_module(dev, cub)                                # doctest: +SKIP
     >>> mod.kernel("noop")                                            # doctest: +SKIP
     <Kernel noop from selftest.cu (sm_90)>
@@ -121,7 +121,7 @@ def load_module(device, cubin) -> Module:
 
     The module is loaded in ``device``'s primary context whatever context the
     calling thread has current (which is current again on return). Loading the same
-    cached cubin (one from :func:`~driverlevel.compile_file`, whose ``key`` is set)
+    cached cubin (one from :func:`~driverlevel.runtime.compile_file`, whose ``key`` is set)
     on the same device again returns the same :class:`Module`.
 
     Parameters
@@ -145,7 +145,7 @@ def load_module(device, cubin) -> Module:
     Example
     -------
     >>> dev = dl.Device(0)                                                 # doctest: +SKIP
-    >>> mod = dl.load_module(dev, dl.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
+    >>> mod = dl.load_module(dev, dl.runtime.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
     """
     from ._device import _check_device_arg
 
@@ -318,7 +318,7 @@ class Kernel:
 
     @property
     def resources(self):
-        """ptxas's :class:`~driverlevel.KernelResources` for this kernel (or None)."""
+        """ptxas's :class:`~driverlevel.runtime.KernelResources` for this kernel (or None)."""
         return self.module.cubin.resources.get(self.name)
 
     def attribute(self, attr) -> int:

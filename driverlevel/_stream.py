@@ -26,10 +26,28 @@ def _release(kind, handle, ctx):
 
 
 class Stream:
-    """A CUDA stream owned by driverlevel, or a borrowed foreign one.
+    """A CUDA stream (``CUstream``) owned by driverlevel, or a borrowed foreign one.
 
-    Create with :meth:`Device.create_stream` or borrow an existing handle with
-    :meth:`Stream.from_handle` (a borrowed stream is never destroyed by us).
+    Create with :meth:`Device.create_stream` (non-blocking, priority 0 by default; there is
+    no public constructor) or borrow an existing handle with :meth:`Stream.from_handle` (a
+    borrowed stream is never destroyed by us). Every plan's ``run`` queues its kernels on
+    the stream it is given; :func:`~driverlevel.capture` records what is queued on one.
+
+    Attributes
+    ----------
+    device : Device
+        The device the stream belongs to (work runs in its primary context).
+    handle : CUstream
+        The driver handle; ``int(stream)`` is its address.
+
+    Raises
+    ------
+    RuntimeError
+        ``Stream()`` called directly.
+    CaptureError
+        From :meth:`synchronize` while the stream is being captured.
+    CudaError
+        If the driver refuses a call (e.g. ``cuStreamCreateWithPriority``).
     """
 
     def __init__(self, *args, **kwargs):

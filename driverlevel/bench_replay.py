@@ -2,7 +2,7 @@
 
 Measured side by side in one run, on one device, for the same graphs:
 
-* ``ours``  — :meth:`driverlevel.GraphExec.launch` (the replay every decode step uses);
+* ``ours``  — :meth:`driverlevel.runtime.GraphExec.launch` (the replay every decode step uses);
 * ``raw``   — a bare loop of ``cuda.bindings.driver.cuGraphLaunch`` on the same exec
   (the floor for any Python caller of the driver API);
 * ``torch`` — ``torch.cuda.CUDAGraph.replay()`` of the same kernels captured through

@@ -525,7 +525,7 @@ class _RunnerBase:
 
     @property
     def graph(self):
-        """The captured :class:`~driverlevel.Graph` (None before :meth:`capture`)."""
+        """The captured :class:`~driverlevel.runtime.Graph` (None before :meth:`capture`)."""
         return self._graph
 
     @property

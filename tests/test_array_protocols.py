@@ -11,8 +11,9 @@ import gc
 import numpy as np
 import pytest
 
-from driverlevel import DeviceArray, as_device_array, bfloat16
+from driverlevel import DeviceArray, bfloat16
 from driverlevel import _array
+from driverlevel.runtime import as_device_array
 
 PTR = 0x7F12_3456_7800
 

@@ -127,7 +127,7 @@ def test_compile_sm120_every_kernel(runner):
     assert header.split()[:4] == ["file", "kernel", "arch", "regs"]
     for col in ("static smem", "dynamic smem", "smem limit", "headroom", "spill B", "cache"):
         assert col in header
-    for name in dl.kernel_sources():
+    for name in dl.runtime.kernel_sources():
         assert name in r.output
     assert "verify_attn_partial" in r.output and "noop" in r.output
     assert "SPILLS" not in r.output and "SMEM>LIMIT" not in r.output
@@ -249,7 +249,7 @@ def test_compile_reports_a_compile_error(runner, monkeypatch):
 def test_every_kernel_source_has_a_registered_launcher():
     import importlib
 
-    assert set(cli.LAUNCHERS) == set(dl.kernel_sources())
+    assert set(cli.LAUNCHERS) == set(dl.runtime.kernel_sources())
     for filename, name in cli.LAUNCHERS.items():
         mod = importlib.import_module(name)
         assert hasattr(mod, "compile_variants") or hasattr(mod, "compile_defines"), name

@@ -57,7 +57,7 @@ def test_every_kernel_source_compiles_without_spills_within_shared_limit(arch):
     limit = MAX_SHARED_PER_BLOCK[arch]
     for f in kernel_sources():
         for v in compile_variants(f, arch):
-            cub = dl.compile_file(f, arch, v.defines)
+            cub = dl.runtime.compile_file(f, arch, v.defines)
             assert cub.resources, f"{f} [{v.label}] has no kernels"
             assert set(v.dynamic_shared) <= set(cub.resources), f"{f} [{v.label}] names kernels it does not have"
             for k, r in cub.resources.items():
@@ -69,7 +69,7 @@ def test_struct_layout_drift_fails_the_compile(fresh_cache):
     defines = selftest.compile_defines("sm_90")
     defines["DL_OFF_a"] += 4
     with pytest.raises(dl.NvrtcError) as ei:
-        dl.compile_file("selftest.cu", "sm_90", defines)
+        dl.runtime.compile_file("selftest.cu", "sm_90", defines)
     assert "SaxpyParams.a offset differs from its ctypes mirror" in ei.value.log
 
 
@@ -80,7 +80,7 @@ def test_kernel_sources_are_found():
     assert "selftest.cu" in names and "verify_attention.cu" in names
     assert all(n.endswith(".cu") for n in names)
     with pytest.raises(FileNotFoundError, match="no kernel source 'nope.cu'"):
-        dl.compile_file("nope.cu", "sm_90")
+        dl.runtime.compile_file("nope.cu", "sm_90")
 
 
 @pytest.mark.parametrize("given, want", [("sm_90", "sm_90"), ("90", "sm_90"), (120, "sm_120"), ((8, 6), "sm_86"),
@@ -96,7 +96,7 @@ def test_normalize_arch_rejects(bad):
 
 
 def test_nvrtc_version():
-    major, minor = dl.nvrtc_version()
+    major, minor = dl.runtime.nvrtc_version()
     assert major >= 13 and minor >= 0
 
 

@@ -20,7 +20,7 @@ KERNELS = {
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
 def test_every_kernel_compiles_without_spills(arch):
-    cub = dl.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch))
+    cub = dl.runtime.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch))
     assert cub.data[:4] == b"\x7fELF"
     assert set(cub.resources) == KERNELS
     limit = MAX_SHARED_PER_BLOCK[arch]
@@ -37,7 +37,7 @@ def test_params_layout_drift_fails_the_compile():
     defines = ddtree.compile_defines("sm_90")
     defines["DL_OFF_seq_lens"] += 8
     with pytest.raises(dl.NvrtcError) as ei:
-        dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
+        dl.runtime.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
     assert "DDTreeParams.seq_lens offset differs from its ctypes mirror" in ei.value.log
 
 
@@ -126,7 +126,7 @@ def test_a_missing_shared_constant_fails_the_compile(missing):
     defines = ddtree.compile_defines("sm_90")
     del defines[missing]
     with pytest.raises(dl.NvrtcError) as ei:
-        dl.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
+        dl.runtime.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
     assert f"{missing} is not defined" in ei.value.log
 
 

@@ -140,9 +140,9 @@ def test_handles_released_inside_a_capture_do_not_break_it(device, stream, selft
     with dl.capture(stream, mode=mode) as cap:
         fill.launch(stream, grid(N), 256, [x, np.float32(1), np.int32(N)])
         release(handles, how)
-        assert dl.deferred_count() >= 4  # nothing freed inside the capture
+        assert dl.runtime.deferred_count() >= 4  # nothing freed inside the capture
         add.launch(stream, grid(N), 256, [x, np.float32(0.5), np.int32(N)])
-    assert dl.deferred_count() == 0  # freed when the capture ended
+    assert dl.runtime.deferred_count() == 0  # freed when the capture ended
     assert not any(is_allocated(p) for p in probes)
     ex = cap.graph.instantiate()
     for _ in range(2):
@@ -173,12 +173,12 @@ def test_handles_released_while_another_thread_captures(device, selftest_module,
         assert capturing.wait(60)
         try:
             release(handles, how)  # in this (non-capturing) thread, during the other's capture
-            assert dl.deferred_count() >= 4
+            assert dl.runtime.deferred_count() >= 4
         finally:
             released.set()
 
     (s, graph), _ = run_threads(capture_thread, main_side)
-    assert dl.deferred_count() == 0 and not any(is_allocated(p) for p in probes)
+    assert dl.runtime.deferred_count() == 0 and not any(is_allocated(p) for p in probes)
     ex = graph.instantiate()
     x.fill_u32(F32_NAN, s)
     ex.launch(s)
@@ -239,7 +239,7 @@ def test_handles_released_during_a_foreign_capture(device, selftest_module, mode
             with device.activated():
                 err, g = driver.cuStreamEndCapture(raw)
         assert err == OK, f"the foreign capture broke: {err!r}"
-        dl.release_deferred()
+        dl.runtime.release_deferred()
         assert not any(is_allocated(p) for p in probes)
         with device.activated():
             ex = drv("cuGraphInstantiate", driver.cuGraphInstantiate(g, 0))
@@ -402,7 +402,7 @@ def test_torch_tensors_imported_inside_torch_graph(device, selftest_module, torc
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):  # torch's default: global capture mode
         s = dl.Stream.from_handle(torch.cuda.current_stream().cuda_stream, device)
-        a, b, c, d = (dl.as_device_array(t) for t in (x, bf, i32, i64))
+        a, b, c, d = (dl.runtime.as_device_array(t) for t in (x, bf, i32, i64))
         add.launch(s, grid(N), 256, [a, np.float32(0.5), np.int32(N)])
         y = x * 2  # torch work after ours, in the same graph
     assert (a.ptr, a.dtype) == (x.data_ptr(), np.float32)
@@ -431,7 +431,7 @@ def test_handles_released_inside_torch_graph(device, selftest_module, torch_cuda
         selftest_module.kernel("fill_iota_f32").launch(s, grid(N), 256, [x, np.float32(6), np.int32(N)])
         release(handles, "cycle")
         x.add_(1)
-    dl.release_deferred()
+    dl.runtime.release_deferred()
     assert not any(is_allocated(p) for p in probes)
     g.replay()
     torch.cuda.synchronize()
@@ -447,7 +447,7 @@ def test_torch_import_under_a_non_default_stream_inserts_no_wait(device, selftes
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)  # keep the side stream busy (~0.1 s)
-        a, b = dl.as_device_array(x), dl.as_device_array(bf)
+        a, b = dl.runtime.as_device_array(x), dl.runtime.as_device_array(bf)
         # An implicit synchronization would have made the default stream wait for the side stream.
         default_idle = torch.cuda.default_stream().query()
         s = dl.Stream.from_handle(side.cuda_stream, device)

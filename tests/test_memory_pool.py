@@ -187,8 +187,8 @@ def test_lookup_pointer_resolves_pool_and_carve(fake_alloc):
 @pytest.mark.parametrize("cls, factory", [
     (DeviceBuffer, "DeviceBuffer.allocate"), (PinnedHostBuffer, "PinnedHostBuffer.allocate"),
     (WorkspacePool, "WorkspacePool.allocate"), (dl.Stream, "Device.create_stream"), (dl.Event, "Device.create_event"),
-    (dl.Graph, "driverlevel.capture"), (dl.GraphExec, "Graph.instantiate"), (dl.Module, "driverlevel.load_module"),
-    (dl.Kernel, "Module.kernel"),
+    (dl.runtime.Graph, "driverlevel.capture"), (dl.runtime.GraphExec, "Graph.instantiate"),
+    (dl.runtime.Module, "driverlevel.load_module"), (dl.runtime.Kernel, "Module.kernel"),
 ])
 def test_handles_have_no_public_constructor(cls, factory):
     with pytest.raises(RuntimeError, match=f"has no public constructor: use {factory.replace('.', '[.]')}"):

@@ -202,7 +202,7 @@ def test_ddtree_loop_reference_stop_token_mid_tree(small, small_run):
 @pytest.mark.parametrize("mod", [mla_model, runner, argmax], ids=["mla_model.cu", "runner.cu", "argmax.cu"])
 def test_kernels_compile_without_spills(arch, mod):
     src = mod.SOURCE
-    cub = dl.compile_file(src, arch, mod.compile_defines(arch))
+    cub = dl.runtime.compile_file(src, arch, mod.compile_defines(arch))
     dyn = mod.dynamic_shared_bytes(arch)
     assert cub.data[:4] == b"\x7fELF"
     assert cub.resources
@@ -230,7 +230,7 @@ def test_params_struct_drift_fails_the_compile(mod, key, struct):
     defines = mod.compile_defines("sm_90")
     defines[key] += 8
     with pytest.raises(dl.NvrtcError) as ei:
-        dl.compile_file(mod.SOURCE, "sm_90", defines, use_cache=False)
+        dl.runtime.compile_file(mod.SOURCE, "sm_90", defines, use_cache=False)
     assert f"{struct} offset differs from its ctypes mirror" in ei.value.log
 
 

@@ -55,7 +55,7 @@ def test_device_properties(device):
     free, total = device.mem_info()
     assert 0 < free <= total
     assert dl.Device(0) is device and dl.Device(device) is device
-    major, minor = dl.driver_version()
+    major, minor = dl.runtime.driver_version()
     assert major >= 12 and minor >= 0
 
 
@@ -327,7 +327,7 @@ def test_torch_tensor_imported_without_copy(device, stream, selftest_module, tor
     torch = torch_cuda
     t = torch.arange(N, dtype=torch.float32, device=f"cuda:{device.ordinal}") + 1
     torch.cuda.synchronize()
-    a = dl.as_device_array(t if protocol == "cai" else DLPackOnly(t))
+    a = dl.runtime.as_device_array(t if protocol == "cai" else DLPackOnly(t))
     assert a.ptr == t.data_ptr() and a.shape == (N,) and a.dtype == np.float32
     selftest_module.kernel("add_scalar_f32").launch(stream, grid(N), 256, [a, np.float32(0.5), np.int32(N)])
     stream.synchronize()
@@ -338,7 +338,7 @@ def test_torch_bfloat16_imported_through_dlpack(device, torch_cuda):
     torch = torch_cuda
     t = torch.ones((4, 576), dtype=torch.bfloat16, device=f"cuda:{device.ordinal}")
     torch.cuda.synchronize()
-    a = dl.as_device_array(t)
+    a = dl.runtime.as_device_array(t)
     assert a.dtype is dl.bfloat16 and a.ptr == t.data_ptr() and a.shape == (4, 576)
     np.testing.assert_array_equal(bf16_bits_to_f32(a.to_numpy()), np.ones((4, 576), np.float32))
 
@@ -347,7 +347,7 @@ def test_torch_strided_view_keeps_strides(device, torch_cuda):
     torch = torch_cuda
     t = torch.zeros((8, 6), dtype=torch.float32, device=f"cuda:{device.ordinal}")[:, 1:4]
     for src in (t, DLPackOnly(t)):
-        a = dl.as_device_array(src)
+        a = dl.runtime.as_device_array(src)
         assert a.ptr == t.data_ptr() and a.shape == (8, 3) and a.strides == (24, 4) and not a.is_c_contiguous
 
 
@@ -382,7 +382,7 @@ def test_cupy_array_imported_without_copy(device, stream, selftest_module, cupy_
     cupy = cupy_cuda
     c = cupy.arange(N, dtype=cupy.float32) + 1
     cupy.cuda.Device(device.ordinal).synchronize()
-    a = dl.as_device_array(c if protocol == "cai" else DLPackOnly(c))
+    a = dl.runtime.as_device_array(c if protocol == "cai" else DLPackOnly(c))
     assert a.ptr == c.data.ptr and a.shape == (N,) and a.dtype == np.float32
     selftest_module.kernel("add_scalar_f32").launch(stream, grid(N), 256, [a, np.float32(0.5), np.int32(N)])
     stream.synchronize()

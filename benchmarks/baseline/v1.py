@@ -70,7 +70,7 @@ class V1Plan:
         self.grid_merge = (math.ceil(max_q * heads / 8), max_batch, 1)
 
     def run(self, stream, q, kv, meta, out, lse):
-        a = lambda x: dl.as_device_array(x, self.dev)  # noqa: E731
+        a = lambda x: dl.runtime.as_device_array(x, self.dev)  # noqa: E731
         p = _ParamsV1()
         p.q, p.kv_cache = a(q).ptr, a(kv).ptr
         p.qo_indptr, p.kv_indptr = a(meta.qo_indptr).ptr, a(meta.kv_indptr).ptr
