@@ -44,7 +44,7 @@ def elf_sections(data: bytes) -> dict:
 
 
 def hashes(archs, kernels) -> dict:
-    from driverlevel import compile_file
+    from driverlevel.runtime import compile_file
     from driverlevel.cli import LAUNCHERS, compile_variants
 
     out = {}
