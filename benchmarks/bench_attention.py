@@ -40,6 +40,19 @@ ANCHOR_PEERS = {
 }
 
 
+def require_gpu_and_torch(script: str, why: str = "it makes the random inputs"):
+    """The GPU check (one sentence and exit 2 without a GPU), then PyTorch, or exit with one line
+    saying why ``benchmarks/<script>`` needs it; returns the ``torch`` module."""
+    from driverlevel._device import require_gpu
+
+    require_gpu()
+    try:
+        import torch
+    except ImportError:
+        sys.exit(f"benchmarks/{script} needs PyTorch with CUDA ({why}): pip install torch")
+    return torch
+
+
 def ceilings(torch):
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
@@ -217,13 +230,8 @@ def main(argv=None):
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     import driverlevel as dl
-    from driverlevel._device import require_gpu
 
-    require_gpu()
-    try:
-        import torch
-    except ImportError:
-        sys.exit("benchmarks/bench_attention.py needs PyTorch with CUDA (it makes the random inputs and measures the ceilings): pip install torch")
+    torch = require_gpu_and_torch("bench_attention.py", "it makes the random inputs and measures the ceilings")
 
     from driverlevel.verify_attention import VerifyAttention, tile_config
 

@@ -74,13 +74,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
-    from driverlevel._device import require_gpu
+    from bench_attention import require_gpu_and_torch
 
-    require_gpu()
-    try:
-        import torch
-    except ImportError:
-        sys.exit("benchmarks/bench_tiles.py needs PyTorch with CUDA (it makes the random inputs): pip install torch")
+    torch = require_gpu_and_torch("bench_tiles.py")
 
     from bench_attention import make_data, time_plan
     from driverlevel.verify_attention import VerifyAttention

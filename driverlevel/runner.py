@@ -194,6 +194,32 @@ def _as_int_list(name, x, n):
     return x
 
 
+#: The keyword arguments both runners take from :class:`_RunnerBase`, documented once and put
+#: into each runner's docstring (:func:`_with_base_kwargs`).
+_BASE_KWARGS_DOC = """    Other keyword arguments
+    -----------------------
+    prefill_splits : int
+        ``num_splits`` of the prefill's forward (default 1).
+    max_stop_tokens : int
+        Stop tokens per request :meth:`reset` accepts (default 4).
+    ring_slots : int
+        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
+    stream : Stream, optional
+        The stream the steps run on (default: a new one on ``device``).
+    slot_seed : int
+        Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
+    name : str
+        Label of the runner's pools.
+"""
+
+
+def _with_base_kwargs(cls):
+    """Class decorator: put :data:`_BASE_KWARGS_DOC` where ``cls``'s docstring says ``{other keyword arguments}``."""
+    if cls.__doc__:  # None under python -OO
+        cls.__doc__ = cls.__doc__.replace("    {other keyword arguments}\n", _BASE_KWARGS_DOC)
+    return cls
+
+
 class _RunnerBase:
     """Buffers, prefill, capture and the host mirror shared by both runners."""
 
@@ -711,6 +737,7 @@ class _RunnerBase:
         return ln
 
 
+@_with_base_kwargs
 class AutoregressiveRunner(_RunnerBase):
     """Plain greedy decoding, one token per request per step, captured as one CUDA graph.
 
@@ -738,20 +765,7 @@ class AutoregressiveRunner(_RunnerBase):
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
 
-    Other keyword arguments
-    -----------------------
-    prefill_splits : int
-        ``num_splits`` of the prefill's forward (default 1).
-    max_stop_tokens : int
-        Stop tokens per request :meth:`reset` accepts (default 4).
-    ring_slots : int
-        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
-    stream : Stream, optional
-        The stream the steps run on (default: a new one on ``device``).
-    slot_seed : int
-        Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
-    name : str
-        Label of the runner's pools.
+    {other keyword arguments}
 
     Raises
     ------
@@ -806,6 +820,7 @@ class AutoregressiveRunner(_RunnerBase):
         self._commit.launch(stream)
 
 
+@_with_base_kwargs
 class DecodeStepRunner(_RunnerBase):
     """The DDTree decode step (draft, tree, verify, accept, commit) as one CUDA graph.
 
@@ -835,20 +850,7 @@ class DecodeStepRunner(_RunnerBase):
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
         default None: its scheduler kernel splits each step's work on the GPU.
 
-    Other keyword arguments
-    -----------------------
-    prefill_splits : int
-        ``num_splits`` of the prefill's forward (default 1).
-    max_stop_tokens : int
-        Stop tokens per request :meth:`reset` accepts (default 4).
-    ring_slots : int
-        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
-    stream : Stream, optional
-        The stream the steps run on (default: a new one on ``device``).
-    slot_seed : int
-        Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
-    name : str
-        Label of the runner's pools.
+    {other keyword arguments}
 
     Raises
     ------

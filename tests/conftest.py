@@ -88,3 +88,13 @@ def fresh_cache(tmp_path, monkeypatch):
     _compile._clear_memory_cache()
     yield d
     _compile._clear_memory_cache()
+
+
+@pytest.fixture
+def torch_cuda(device):
+    """PyTorch with CUDA on ``device`` (skips without it): the peer and caller of the interop tests."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    torch.cuda.set_device(device.ordinal)
+    return torch

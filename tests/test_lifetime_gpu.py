@@ -381,15 +381,6 @@ def test_launch_cost_inside_a_capture(device, stream, selftest_module):
 
 
 # -- 6. interop under capture ---------------------------------------------------------------------------------
-@pytest.fixture
-def torch_cuda(device):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
-    torch.cuda.set_device(device.ordinal)
-    return torch
-
-
 def test_torch_tensors_imported_inside_torch_graph(device, selftest_module, torch_cuda):
     torch = torch_cuda
     where = f"cuda:{device.ordinal}"

@@ -304,15 +304,6 @@ class DLPackOnly:
 
 
 @pytest.fixture
-def torch_cuda(device):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
-    torch.cuda.set_device(device.ordinal)
-    return torch
-
-
-@pytest.fixture
 def cupy_cuda(device):
     cupy = pytest.importorskip("cupy")
     try:
