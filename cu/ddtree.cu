@@ -73,6 +73,7 @@
 #include "constants.cuh"
 #include "ddtree/params.cuh"
 #include "ddtree/keys.cuh"
+#include "ddtree/topk_threshold.cuh"
 #include "ddtree/topk.cuh"
 #include "ddtree/search.cuh"
 #include "ddtree/build.cuh"
@@ -87,6 +88,18 @@ extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_c
 }
 extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
   ddt::topk_chunk<bf16>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_sample<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_sample<bf16>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_stream<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_stream<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ DDTreeParams p) {
   __shared__ ddt::BuildSmem sm;
