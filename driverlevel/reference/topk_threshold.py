@@ -95,7 +95,8 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     for s in range(nseg):
         a = xs[s * seg:(s + 1) * seg]
         mx = max(float(t), float(a.max()))
-        parts.append((mx, float(np.exp(a - mx).sum())))
+        with np.errstate(invalid="ignore"):  # a +inf row: inf - inf (the row is not finite anyway)
+            parts.append((mx, float(np.exp(a - mx).sum())))
     m = max(p[0] for p in parts)
     if not np.isfinite(m):
         lse = np.float32(np.nan)
