@@ -22,6 +22,17 @@
 //        (one compare per logit), so ids stay in range and distinct whatever the row holds.
 //        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
 //        word): no state survives a launch, so an aborted replay cannot break later builds.
+//   ddtree_topk_sample_{f32,bf16}  (topk_mode = 1 only) 256 threads; grid (depth_limit, max_batch).
+//        T per row: the exact tk_m-th largest of 4,096 sampled logits (one 32-byte group at a
+//        hashed offset per stratum; rows of <= 4,096 tokens whole); zeroes the row's candidate
+//        counter (re-armed every launch); flags rows whose T is not finite.
+//   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
+//        smem; grid (tk_nseg, depth_limit, max_batch). Reads its segment once (16-byte loads, 16
+//        KB per tile): compare with T, exp2(x - T) summed below T; logits >= T appended as
+//        composites through a per-warp shared staging buffer (one atomicAdd per flush; the
+//        count goes on past tk_cap, writes stop there); segment max and sum of exp.
+//        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
+//        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid.
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a

@@ -194,12 +194,12 @@ def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch
             assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"budget {budget}: log-probs of request {b}"
         assert out["step"][3] & ref.STATUS_NONFINITE
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
-        if topk == "threshold":
-            check_threshold_state(rig, x, "float32" if not rig.bf16 else "bfloat16")
+        if topk == "threshold" and budget == 512:  # the twin of the first and the last request (time)
+            check_threshold_state(rig, x, "float32" if not rig.bf16 else "bfloat16", requests=sorted({0, batch - 1}))
         del rig
 
 
-def check_threshold_state(rig, x, dtype):
+def check_threshold_state(rig, x, dtype, requests=None):
     """The threshold top-K's per-row state equals its numpy twin's: T (the sample's m-th
     largest: the kernel samples the same tokens), the count of logits >= T and the fallback
     decision (the chunk top-K ran for exactly those rows)."""
@@ -208,7 +208,7 @@ def check_threshold_state(rig, x, dtype):
     plan = rig.plan
     thresh, count, flag = plan.tk_thresh.to_numpy(), plan.tk_count.to_numpy(), plan.tk_flag.to_numpy()
     B, D = x.shape[:2]
-    for b in range(B):
+    for b in (range(B) if requests is None else requests):
         if not rig.h["active"][b]:
             continue
         for d in range(D):
