@@ -16,7 +16,13 @@ Python ``heapq`` best-first search (``build_tree_from_topk``), the ancestor bitm
 ``argmax`` + ``.cpu()`` and ``greedy_accept``. Its times are host wall-clock µs (they
 include the synchronizing copies).
 
+``--topk chunked|threshold|both`` picks the build's top-K (``DDTreePlan(topk=...)``); "both"
+times the two side by side, one plan of each per row of the table. The top-K column times the
+build's launches before the tree (chunked: the chunk top-K; threshold: sample + stream + the
+chunk top-K's fallback grid, which exits at once for rows that need nothing).
+
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
+                                         [--topk chunked|threshold|both] [--no-reference]
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     from driverlevel import selftest
 
     spin = selftest.load(dev).kernel("spin_wait_ns")
-    topk_launch = build_launches(plan, stream, logits, state)[0]  # packed before any capture
+    topk_launches = build_launches(plan, stream, logits, state)[:-1]  # packed before any capture
     for k, a in snapshot.items():
         getattr(state, k).copy_from(a, stream)
     stage_calls = {
@@ -106,7 +112,7 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
         "accept": lambda: plan.accept(stream, state, target_logits=target),
         "commit": lambda: plan.commit(stream, state),
         "accept_tok": lambda: plan.accept(stream, state, target_tokens=tokens),
-        "topk": lambda: topk_launch.launch(stream),
+        "topk": lambda: [ln.launch(stream) for ln in topk_launches],
     }
     graphs = {}
     for s in STAGES + EXTRA:
@@ -248,12 +254,18 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--max-context", type=int, default=4096)
+    ap.add_argument("--topk", default="chunked", choices=("chunked", "threshold", "both"),
+                    help="the build's top-K (DDTreePlan(topk=...)); both: side by side")
+    ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
     args = ap.parse_args(argv)
     require_gpu()
-    try:
-        import torch
-    except ImportError:
-        torch = None
+    torch = None
+    if not args.no_reference:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    modes = ("chunked", "threshold") if args.topk == "both" else (args.topk,)
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(0)
@@ -263,31 +275,32 @@ def main(argv=None) -> int:
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__})")
-    head = (f"{'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
+    head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
             f"{'build x':>7}")
     print(head)
     print("-" * len(head))
-    for batch in (1, 8):
-        for budget in budgets:
-            plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
-                              max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16")
-            _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
-            g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
-            r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
-            row = {"budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
-                   "build_speedup": (r["build"] / g["build"]) if r else None,
-                   "workspace_bytes": plan.workspace_bytes}
-            results.append(row)
-            ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
-                   if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
-            sp = f"{row['build_speedup']:7.1f}" if r else f"{'-':>7}"
-            row["topk_read_tb_s"] = logits.nbytes / (g["topk"] * 1e-6) / 1e12
-            print(f"{budget:6d} {batch:5d} | {g['build']:7.1f} {g['compile']:7.1f} {g['accept']:7.1f} {g['commit']:7.1f} "
-                  f"{g['accept'] + g['commit']:7.1f} {g['accept_tok'] + g['commit']:7.1f} {g['step']:7.1f} {g['topk']:7.1f} "
-                  f"{row['topk_read_tb_s']:5.2f} | {ref} | {sp}",
-                  flush=True)
-            del plan, logits, target, tokens, state, snap
+    for batch, budget, mode in ((b, k, m) for b in (1, 8) for k in budgets for m in modes):
+        plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
+                          max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
+                          topk=mode)
+        rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths
+        _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
+        g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
+        r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
+        row = {"topk": mode, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
+               "build_speedup": (r["build"] / g["build"]) if r else None,
+               "workspace_bytes": plan.workspace_bytes}
+        results.append(row)
+        ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
+               if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
+        sp = f"{row['build_speedup']:7.1f}" if r else f"{'-':>7}"
+        row["topk_read_tb_s"] = logits.nbytes / (g["topk"] * 1e-6) / 1e12
+        print(f"{mode:>9} {budget:6d} {batch:5d} | {g['build']:7.1f} {g['compile']:7.1f} {g['accept']:7.1f} {g['commit']:7.1f} "
+              f"{g['accept'] + g['commit']:7.1f} {g['accept_tok'] + g['commit']:7.1f} {g['step']:7.1f} {g['topk']:7.1f} "
+              f"{row['topk_read_tb_s']:5.2f} | {ref} | {sp}",
+              flush=True)
+        del plan, logits, target, tokens, state, snap
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,

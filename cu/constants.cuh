@@ -58,6 +58,18 @@
 #ifndef DL_DDTREE_MERGE_ELEMS
 #error "DL_DDTREE_MERGE_ELEMS is not defined: compile with driverlevel._constants.kernel_defines()"
 #endif
+#ifndef DL_DDTREE_TK_SAMPLE_VALUES
+#error "DL_DDTREE_TK_SAMPLE_VALUES is not defined: compile with driverlevel._constants.kernel_defines()"
+#endif
+#ifndef DL_DDTREE_TK_STREAM_THREADS
+#error "DL_DDTREE_TK_STREAM_THREADS is not defined: compile with driverlevel._constants.kernel_defines()"
+#endif
+#ifndef DL_DDTREE_TK_STREAM_VECS
+#error "DL_DDTREE_TK_STREAM_VECS is not defined: compile with driverlevel._constants.kernel_defines()"
+#endif
+#ifndef DL_DDTREE_TK_WARP_STAGE
+#error "DL_DDTREE_TK_WARP_STAGE is not defined: compile with driverlevel._constants.kernel_defines()"
+#endif
 #ifndef DL_DDTREE_SMALL_THREADS
 #error "DL_DDTREE_SMALL_THREADS is not defined: compile with driverlevel._constants.kernel_defines()"
 #endif

@@ -22,6 +22,17 @@
 //        (one compare per logit), so ids stay in range and distinct whatever the row holds.
 //        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
 //        word): no state survives a launch, so an aborted replay cannot break later builds.
+//   ddtree_topk_sample_{f32,bf16}  (topk_mode = 1 only) 256 threads; grid (depth_limit, max_batch).
+//        T per row: the exact tk_m-th largest of 4,096 sampled logits (one 32-byte group at a
+//        hashed offset per stratum; rows of <= 4,096 tokens whole); zeroes the row's candidate
+//        counter (re-armed every launch); flags rows whose T is not finite.
+//   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
+//        smem; grid (tk_nseg, depth_limit, max_batch). Reads its segment once (16-byte loads, 16
+//        KB per tile): compare with T, exp2(x - T) summed below T; logits >= T appended as
+//        composites through a per-warp shared staging buffer (one atomicAdd per flush; the
+//        count goes on past tk_cap, writes stop there); segment max and sum of exp.
+//        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
+//        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid.
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
@@ -73,6 +84,7 @@
 #include "constants.cuh"
 #include "ddtree/params.cuh"
 #include "ddtree/keys.cuh"
+#include "ddtree/topk_threshold.cuh"
 #include "ddtree/topk.cuh"
 #include "ddtree/search.cuh"
 #include "ddtree/build.cuh"
@@ -87,6 +99,18 @@ extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_c
 }
 extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
   ddt::topk_chunk<bf16>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_sample<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_sample<bf16>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_stream<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ DDTreeParams p) {
+  ddt::topk_stream<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ DDTreeParams p) {
   __shared__ ddt::BuildSmem sm;

@@ -38,6 +38,10 @@ __all__ = [
     "DDTREE_BUILD_THREADS",
     "DDTREE_MERGE_ELEMS",
     "DDTREE_SMALL_THREADS",
+    "DDTREE_TK_SAMPLE_VALUES",
+    "DDTREE_TK_STREAM_THREADS",
+    "DDTREE_TK_STREAM_VECS",
+    "DDTREE_TK_WARP_STAGE",
     "KERNEL_CONSTANTS",
     "kernel_defines",
     "mask_words",
@@ -98,6 +102,14 @@ DDTREE_BUILD_THREADS = 512
 DDTREE_MERGE_ELEMS = 24
 #: Threads of ``ddtree_compile``, ``ddtree_argmax_*``, ``ddtree_accept``, ``ddtree_commit*``.
 DDTREE_SMALL_THREADS = 256
+#: Threshold top-K (``DDTreePlan(topk="threshold")``, driverlevel._topk_threshold): logits the
+#: sample kernel reads per row (its 256 threads hold 16 each).
+DDTREE_TK_SAMPLE_VALUES = 4096
+#: Threads of a ``ddtree_topk_stream_*`` CTA, and its 16-byte loads per thread per tile.
+DDTREE_TK_STREAM_THREADS = 256
+DDTREE_TK_STREAM_VECS = 4
+#: Candidates one warp of the stream kernel stages in shared memory before it flushes them.
+DDTREE_TK_WARP_STAGE = 64
 
 #: Every constant passed to the kernels (``-DDL_<name>``), by name.
 KERNEL_CONSTANTS = (
@@ -105,7 +117,8 @@ KERNEL_CONSTANTS = (
     "STATUS_NONFINITE", "FINISH_DONE", "FINISH_NONFINITE", "RECORD_HEADER", "RING_HEADER",
     "MAX_DEPTH", "MAX_BUDGET", "MAX_BATCH", "FLAG_LEGACY_SEARCH",
     "DDTREE_TOPK_THREADS", "DDTREE_TOPK_ELEMS", "DDTREE_BUILD_THREADS", "DDTREE_MERGE_ELEMS",
-    "DDTREE_SMALL_THREADS",
+    "DDTREE_SMALL_THREADS", "DDTREE_TK_SAMPLE_VALUES", "DDTREE_TK_STREAM_THREADS", "DDTREE_TK_STREAM_VECS",
+    "DDTREE_TK_WARP_STAGE",
 )
 
 

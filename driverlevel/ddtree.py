@@ -69,6 +69,7 @@ from ._module import load_module, struct_layout_defines
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from . import _topk_threshold as _tk
 from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
@@ -109,6 +110,9 @@ _SMALL_THREADS = DDTREE_SMALL_THREADS
 _ARGMAX_GRAIN = 1024
 _ARGMAX_CTAS_PER_SM = 4
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
+#: ``DDTreePlan(topk=...)``: the chunk top-K alone (the default), or the threshold top-K
+#: (:mod:`driverlevel._topk_threshold`) with the chunk top-K as its exact fallback.
+TOPK_MODES = ("chunked", "threshold")
 
 _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
@@ -131,7 +135,9 @@ class _Params(ctypes.Structure):
         "dense_pos_stride", "dense_row_bytes", "dense_window", "r2t_rows", "free_capacity")] + [(n, _i32) for n in (
         "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
         "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
-        "lp_bytes", "flags")]
+        "lp_bytes", "flags")] + [(n, _u64) for n in (
+        "tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_max", "tk_sum")] + [(n, _i32) for n in (
+        "topk_mode", "tk_m", "tk_cap", "tk_nseg", "tk_seg_len", "tk_pad")]
 
 
 def compile_defines(arch) -> dict:
@@ -257,6 +263,11 @@ class DDTreePlan:
         ``"full"`` carves ``max_batch * N * (max_context + N)`` bytes (SGLang FULL).
     compile_ctas : int
         CTAs per request of ``ddtree_compile`` (kv_indices and mask rows are spread over them).
+    topk : {"chunked", "threshold"}
+        The build's top-K. ``"chunked"`` (default): an exact top-K per 7,680-token chunk, merged
+        per row. ``"threshold"`` (opt-in until measured): a sampled threshold per row, one
+        streaming pass that keeps the logits above it, and the chunk top-K only for the rows
+        where the threshold failed (:mod:`driverlevel._topk_threshold`); same results.
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise).
     name : str
@@ -270,7 +281,9 @@ class DDTreePlan:
     ``max_batch * depth_limit * ceil(vocab / 7680) * K * 8`` (K = min(budget, vocab)),
     ``kv_indices`` (``max_batch * max_context * 8``), the target argmax partials
     (``max_batch * (budget + 1) * 8``: one running maximum per row, which accept clears) and
-    the optional FULL mask.
+    the optional FULL mask. ``topk="threshold"`` adds ``max_batch * depth_limit * tk_cap * 8``
+    bytes of candidates (``tk_cap``: 3,072-5,376 at the model vocabularies) and per-segment
+    statistics.
 
     Outputs (device arrays of the plan)
     -----------------------------------
@@ -324,7 +337,8 @@ class DDTreePlan:
     """
 
     def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
-                 logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None):
+                 logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None,
+                 topk: str = "chunked"):
         self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
         self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
         self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
@@ -343,6 +357,9 @@ class DDTreePlan:
         if bad:
             raise ValueError(f"mask_formats must be a subset of {_MASK_FORMATS}, got {formats}")
         self.mask_formats = formats
+        if topk not in TOPK_MODES:
+            raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
+        self.topk = topk
         self.k = min(self.budget, self.vocab)
         self.n_nodes = self.budget + 1
         self.n_words = mask_words(self.budget)
@@ -356,6 +373,13 @@ class DDTreePlan:
         self.argmax_split_len, self.argmax_splits, self.argmax_grid = _argmax_layout(
             self.vocab, self.max_rows, self.device.sm_count)
         self.flags = 0
+        bf16 = self.logits_dtype is bfloat16
+        #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample,
+        #: the candidates kept per row, the stream CTAs per row and their tokens.
+        self.tk_m = _tk.sample_rank(self.k, self.vocab)
+        self.tk_cap = _tk.candidate_capacity(self.k, self.vocab, MERGE_CAPACITY)
+        self.tk_nseg, self.tk_seg_len = _tk.stream_segments(self.max_batch * self.depth_limit, self.vocab, bf16,
+                                                            self.device.sm_count)
         self.arch = normalize_arch(arch or self.device.arch)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
 
@@ -373,6 +397,8 @@ class DDTreePlan:
         # that several share an SM (a hint; 100 = the largest carveout)
         check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
             self._k_chunks._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
+        self._k_sample = kern(f"ddtree_topk_sample_{suffix}")
+        self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
         self._k_argmax = kern("ddtree_argmax_" + ("bf16" if self.target_dtype is bfloat16 else "f32"))
@@ -419,6 +445,11 @@ class DDTreePlan:
             ("accepted_count", (B,), np.int32), ("bonus", (B,), np.int32),
             ("records", (B, self.record_width), np.int32),
         ]
+        if self.topk == "threshold":
+            R = B * D
+            specs += [("tk_thresh", (R,), np.float32), ("tk_count", (R,), np.uint32), ("tk_flag", (R,), np.uint32),
+                      ("tk_cand", (R, self.tk_cap), np.uint64), ("tk_max", (R, self.tk_nseg), np.float32),
+                      ("tk_sum", (R, self.tk_nseg), np.float64)]
         if "full" in self.mask_formats:
             specs += [("full_mask", (B * N * (self.max_context + N),), np.uint8), ("full_indptr", (B + 1,), np.int64)]
         if "qlen_only" in self.mask_formats:
@@ -489,6 +520,9 @@ class DDTreePlan:
         p.argmax_splits, p.argmax_split_len = self.argmax_splits, self.argmax_split_len
         p.lp_bytes = _build_union_bytes(self.depth_limit, self.k, self.budget)
         p.flags = self.flags
+        if self.topk == "threshold":
+            p.topk_mode = 1
+            p.tk_m, p.tk_cap, p.tk_nseg, p.tk_seg_len = self.tk_m, self.tk_cap, self.tk_nseg, self.tk_seg_len
         p.max_context = self.max_context
         p.kv_capacity = self.max_batch * self.max_context
         if "full" in self.mask_formats:
@@ -557,7 +591,12 @@ class DDTreePlan:
             vec = 4 if self.logits_dtype is not bfloat16 else 8
             p.logits_vec = int(lg.ptr % 16 == 0 and self.vocab % vec == 0)
             grid = (self.num_chunks, self.depth_limit, self.max_batch)
-            out = [self._k_chunks.prepare(grid, _TOPK_THREADS, [p]),
+            out = []
+            if self.topk == "threshold":  # sample -> stream -> the chunk top-K for the rows that failed
+                out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [p]),
+                        self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
+                                               [p])]
+            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [p]),
                    self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [p], self.build_smem)]
             for ln in out:
                 ln.keep(lg, state)

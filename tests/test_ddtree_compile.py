@@ -15,6 +15,7 @@ from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
 KERNELS = {
     "ddtree_topk_chunks_f32", "ddtree_topk_chunks_bf16", "ddtree_build", "ddtree_compile",
     "ddtree_argmax_f32", "ddtree_argmax_bf16", "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
+    "ddtree_topk_sample_f32", "ddtree_topk_sample_bf16", "ddtree_topk_stream_f32", "ddtree_topk_stream_bf16",
 }
 
 
@@ -31,6 +32,9 @@ def test_every_kernel_compiles_without_spills(arch):
         assert r.shared_bytes + dynamic.get(name, 0) <= limit, f"{name} on {arch}: {r}"
     # two 320-thread chunk CTAs per SM: at most 65536 / 640 registers per thread
     assert cub.resources["ddtree_topk_chunks_f32"].registers <= 102
+    # the threshold top-K's stream kernel: four 256-thread CTAs per SM (64 KB of loads in flight)
+    for name in ("ddtree_topk_stream_f32", "ddtree_topk_stream_bf16"):
+        assert cub.resources[name].registers <= 64, f"{name} on {arch}"
 
 
 def test_params_layout_drift_fails_the_compile():
@@ -43,8 +47,9 @@ def test_params_layout_drift_fails_the_compile():
 
 def test_params_mirror_is_packed_as_the_c_struct():
     p = ddtree._Params
-    assert ctypes.sizeof(p) == 44 * 8 + 15 * 8 + 18 * 4
+    assert ctypes.sizeof(p) == 44 * 8 + 15 * 8 + 18 * 4 + 6 * 8 + 6 * 4
     assert p.logits.offset == 0 and p.logits_batch_stride.offset == 44 * 8 and p.max_batch.offset == 59 * 8
+    assert p.tk_thresh.offset == 59 * 8 + 18 * 4 and p.topk_mode.offset == 65 * 8 + 18 * 4
 
 
 @pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])

@@ -19,6 +19,15 @@ from driverlevel.reference import ddtree as ref
 pytestmark = pytest.mark.gpu
 
 TREE_OUTPUTS = ("tokens", "depths", "parents", "node_counts", "anc")
+#: The build's two top-K paths (DDTreePlan(topk=...)): every top-K test runs both.
+TOPK_MODES = ("chunked", "threshold")
+#: Workspace of the threshold top-K, poisoned with the outputs (the kernels must re-arm it).
+TK_STATE = ("tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_max", "tk_sum")
+
+
+def poison_topk(plan, stream):
+    """Poison the top-K workspace of either path (the chunk candidates; the threshold state)."""
+    poison(plan, stream, ("cand", "chunk_max", "chunk_sum") + (TK_STATE if plan.topk == "threshold" else ()))
 STEP_OUTPUTS = ("top_ids", "top_lp", "tokens", "depths", "parents", "node_counts", "anc", "input_ids", "positions",
                 "out_cache_loc", "qo_indptr", "kv_indptr", "bitmask", "step", "posterior", "accepted_nodes",
                 "accepted_count", "bonus", "records")
@@ -40,10 +49,11 @@ class Rig:
     """A plan, a device state and the host copy of that state, kept in step by the tests."""
 
     def __init__(self, dev, rng, *, max_batch, depth, vocab, budget, max_context=64, num_slots=None,
-                 dtype="float32", mask_formats=("bitmask", "full", "qlen_only"), n_stop=2, r2t_dtype=np.int32):
+                 dtype="float32", mask_formats=("bitmask", "full", "qlen_only"), n_stop=2, r2t_dtype=np.int32,
+                 topk="chunked"):
         self.dev, self.rng = dev, rng
         self.plan = DDTreePlan(dev, max_batch=max_batch, depth_limit=depth, vocab=vocab, budget=budget,
-                               max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats)
+                               max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats, topk=topk)
         self.B, self.D, self.V, self.budget = max_batch, depth, vocab, budget
         self.num_slots = num_slots or max_batch * (max_context + budget + 1)
         self.state = DDTreeState.allocate(dev, max_batch=max_batch, max_context=max_context,
@@ -99,6 +109,7 @@ def assert_tree_equal(tb, out, active):
 # ------------------------------------------------------------------------------ build
 
 
+@pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("dtype, vocab, depth, budget, batch, ties", [
     ("float32", 163840, 15, 256, 3, False),
     ("bfloat16", 163840, 15, 512, 2, False),
@@ -109,9 +120,9 @@ def assert_tree_equal(tb, out, active):
     ("float32", 3001, 3, 40, 2, False),   # odd vocab: element loads instead of 16-byte vectors
     ("bfloat16", 12345, 4, 64, 2, True),
 ])
-def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, batch, ties):
+def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, batch, ties, topk):
     rng = np.random.default_rng(vocab + budget)
-    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=vocab, budget=budget, dtype=dtype)
+    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=vocab, budget=budget, dtype=dtype, topk=topk)
     rig.h["active"][1] = 0
     rig.h["budgets"][:] = rng.integers(0, budget + 1, batch)
     rig.h["budgets"][0] = budget
@@ -119,6 +130,7 @@ def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, ba
     for _ in range(2):  # twice: the per-request counters must be back at 0 after a launch
         x = rig.new_logits(ties=ties)
         poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        poison_topk(rig.plan, stream)
         rig.plan.build(stream, rig.logits, rig.state)
         stream.synchronize()
         out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
@@ -137,10 +149,11 @@ def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, ba
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
 
 
+@pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("vocab", [129_280, 163_840, 151_936])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch):
+def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch, topk):
     """The build's top-K at DeepSeek-V3 / Kimi / Qwen vocabularies (none a multiple of the
     top-K chunk), batch 1 and 8, depth 15, budgets 16 .. 512 (issue 12): top-K ids equal the
     reference's exactly (ties by the lower id: rounded logits in one row), log-probs within a
@@ -162,10 +175,11 @@ def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch
     want = [ref.topk_logprobs(x[b], kmax) for b in range(batch)]
     for budget in (16, 64, 256, 512):
         rig = Rig(device, rng, max_batch=batch, depth=D, vocab=vocab, budget=budget, dtype=dtype,
-                  mask_formats=("bitmask",))
+                  mask_formats=("bitmask",), topk=topk)
         rig.logits.copy_from_host(f32_to_bf16_bits(x) if rig.bf16 else x)
         rig.push_state()
-        poison(rig.plan, stream, ("top_ids", "top_lp", "cand") + TREE_OUTPUTS)
+        poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        poison_topk(rig.plan, stream)
         rig.plan.build(stream, rig.logits, rig.state)
         stream.synchronize()
         out = rig.get("top_ids", "top_lp", "step", *TREE_OUTPUTS)
@@ -180,7 +194,98 @@ def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch
             assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"budget {budget}: log-probs of request {b}"
         assert out["step"][3] & ref.STATUS_NONFINITE
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+        if topk == "threshold" and budget == 512:  # the twin of the first and the last request (time)
+            check_threshold_state(rig, x, "float32" if not rig.bf16 else "bfloat16", requests=sorted({0, batch - 1}))
         del rig
+
+
+def check_threshold_state(rig, x, dtype, requests=None):
+    """The threshold top-K's per-row state equals its numpy twin's: T (the sample's m-th
+    largest: the kernel samples the same tokens), the count of logits >= T and the fallback
+    decision (the chunk top-K ran for exactly those rows)."""
+    from driverlevel.reference import topk_threshold as twin
+
+    plan = rig.plan
+    thresh, count, flag = plan.tk_thresh.to_numpy(), plan.tk_count.to_numpy(), plan.tk_flag.to_numpy()
+    B, D = x.shape[:2]
+    for b in (range(B) if requests is None else requests):
+        if not rig.h["active"][b]:
+            continue
+        for d in range(D):
+            r = twin.threshold_topk(x[b, d], plan.k, dtype == "bfloat16", sm_count=rig.dev.sm_count,
+                                    rows=B * D)
+            row = b * D + d
+            want_t = np.float32(r.threshold)
+            assert thresh[row] == want_t or (np.isnan(want_t) and np.isnan(thresh[row])), \
+                f"row ({b}, {d}): T {thresh[row]} want {want_t}"
+            early = bool(flag[row])
+            assert early == (not np.isfinite(want_t)), f"row ({b}, {d}): flag {flag[row]}"
+            if not early:
+                assert count[row] == r.count, f"row ({b}, {d}): count {count[row]} want {r.count}"
+            fallback = early or count[row] < plan.k or count[row] > plan.tk_cap
+            assert fallback == r.fallback, f"row ({b}, {d}): fallback {fallback} want {r.fallback}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_threshold_fallback_rows_are_exact(device, stream, dtype):
+    """Rows where the sampled threshold fails take the chunk top-K and stay exact: the sampled
+    tokens boosted above the rest (count < K), a constant row and a flat row with spikes (count >
+    capacity: every value ties with T), an all-NaN row (T not finite), beside rows that keep
+    the threshold (normal, integer-valued with ties at T, large logits clustered at low ids);
+    the twin predicts every decision; replayed from a graph, equal."""
+    from driverlevel._topk_threshold import group_tokens, sample_groups
+
+    rng = np.random.default_rng(71)
+    B, D, V, budget = 2, 6, 129_280, 256
+    bf16 = dtype == "bfloat16"
+    rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, dtype=dtype, mask_formats=("bitmask",),
+              topk="threshold")
+    rig.push_state()
+    x = rng.standard_normal((B, D, V)).astype(np.float32) * 2.0
+    g = group_tokens(bf16)
+    sampled = (sample_groups(V, bf16)[:, None] + np.arange(g)[None, :]).reshape(-1)
+    x[0, 0, sampled] += 50.0                # only the sampled tokens are large: count = m < K
+    x[0, 1] = 1.25                          # constant: count = V > capacity
+    x[0, 2] = 0.0                           # flat with 100 spikes: T = 0, every value ties with it:
+    x[0, 2, rng.choice(V, 100, replace=False)] = 7.0  # count > capacity
+    x[0, 3] = np.nan                        # T = NaN (-inf): the stream skips the row
+    x[0, 5] = np.round(x[0, 5])             # integers: many ties at T, the threshold holds
+    x[1, 4, :3000] += 6.0                   # large logits clustered at low ids: the threshold holds
+    if bf16:
+        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
+    rig.logits.copy_from_host(f32_to_bf16_bits(x) if bf16 else x)
+    with dl.capture(stream) as cap:
+        rig.plan.build(stream, rig.logits, rig.state)
+    gexec = cap.graph.instantiate()
+    first = None
+    for rnd in range(3):
+        poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        poison_topk(rig.plan, stream)
+        if rnd == 1:
+            gexec.launch(stream)
+        else:
+            rig.plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+        k = rig.plan.k
+        for b in range(B):
+            ids, lp, lse = ref.topk_logprobs(x[b], k)
+            np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"round {rnd}: top-K ids of request {b}")
+            fin = lp != ref.LP_FLOOR
+            np.testing.assert_array_equal(out["top_lp"][b][~fin], lp[~fin])
+            with np.errstate(over="ignore", invalid="ignore"):
+                tol = 4 * np.spacing(np.abs(np.nan_to_num(lse)))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
+            assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"round {rnd}: log-probs of request {b}"
+        assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+        check_threshold_state(rig, x, dtype)
+        count, flag = rig.plan.tk_count.to_numpy(), rig.plan.tk_flag.to_numpy()
+        fb = (flag != 0) | (count < k) | (count > rig.plan.tk_cap)
+        assert fb[:4].all() and not fb[4:].any(), f"fallback rows {np.flatnonzero(fb)}"
+        if first is None:
+            first = out
+        else:  # eager and replayed builds are bitwise equal
+            for n in out:
+                np.testing.assert_array_equal(out[n], first[n], err_msg=f"round {rnd}: {n}")
 
 
 def test_build_chain_and_star_extremes(device, stream):
@@ -407,10 +512,12 @@ def test_commit_dense_matches_reference(device, stream):
 # ------------------------------------------------------------------------------ graphs
 
 
-def test_graph_replay_with_new_logits_equals_eager(device, stream):
+@pytest.mark.parametrize("topk", TOPK_MODES)
+def test_graph_replay_with_new_logits_equals_eager(device, stream, topk):
     rng = np.random.default_rng(9)
     B, D, V, budget, ctx = 4, 6, 12000, 48, 200
-    eager = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=ctx, mask_formats=("bitmask",))
+    eager = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=ctx, mask_formats=("bitmask",),
+                topk=topk)
     plan = eager.plan
     graph_state = DDTreeState.allocate(device, max_batch=B, max_context=ctx, num_slots=eager.num_slots, n_stop=2,
                                        budgets=True)

@@ -12,7 +12,8 @@ import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel._errors import MetadataError
 from driverlevel.reference import ddtree as ref
-from test_ddtree_gpu import TREE_OUTPUTS, Rig, assert_tree_equal, poison, random_posterior, upload
+from test_ddtree_gpu import (TOPK_MODES, TREE_OUTPUTS, Rig, assert_tree_equal, check_threshold_state, poison, poison_topk,
+                             random_posterior, upload)
 
 pytestmark = pytest.mark.gpu
 
@@ -131,15 +132,16 @@ def test_nonfinite_target_rows_finish_the_request(device, stream, dtype, V):
     rig.plan.check_errors()  # not-finite rows are data, not bad metadata
 
 
+@pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype):
+def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype, topk):
     """Top-K of rows that are all NaN, all -inf, +inf, NaN-sprinkled, with fewer than K finite
     values, or with a whole chunk of -inf: ids equal the reference (NaN = -inf, ties by id),
     distinct and in range; log-probs equal it (the floor exactly); the tree is the reference's."""
     rng = np.random.default_rng(43)
     B, D, V, budget = 3, 4, 20000, 64
     rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=128, dtype=dtype,
-              mask_formats=("bitmask",))
+              mask_formats=("bitmask",), topk=topk)
     rig.push_state()
     x = rng.standard_normal((B, D, V)).astype(np.float32) * 3.0
     x[0, 1] = np.nan                                           # all NaN
@@ -157,6 +159,7 @@ def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype):
         rig.logits.copy_from_host(x)
     for _ in range(2):
         poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        poison_topk(rig.plan, stream)
         rig.plan.build(stream, rig.logits, rig.state)
         rig.plan.compile(stream, rig.state)
         stream.synchronize()
@@ -187,17 +190,21 @@ def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype):
                 kids = tok[1:][par[1:] == p]
                 assert np.unique(kids).size == kids.size, f"duplicate siblings in request {b}"
         assert out["step"][3] & ref.STATUS_NONFINITE and out["step"][2] & ref.STATUS_NONFINITE
+        if topk == "threshold":
+            check_threshold_state(rig, x, dtype)
 
 
 # ------------------------------------------------------------------------------ 8: poisoned counter
 
 
-def test_poisoned_build_counter_is_rearmed_in_every_build(device, stream):
+@pytest.mark.parametrize("topk", TOPK_MODES)
+def test_poisoned_build_counter_is_rearmed_in_every_build(device, stream, topk):
     """A per-request counter left non-zero (an aborted replay) must not break later builds,
-    eager or replayed from a graph."""
+    eager or replayed from a graph (threshold top-K: its row counters and flags too)."""
     rng = np.random.default_rng(47)
     B, D, V, budget = 3, 5, 9000, 40
-    rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=128, mask_formats=("bitmask",))
+    rig = Rig(device, rng, max_batch=B, depth=D, vocab=V, budget=budget, max_context=128, mask_formats=("bitmask",),
+              topk=topk)
     rig.push_state()
     with dl.capture(stream) as cap:
         rig.plan.build(stream, rig.logits, rig.state)
@@ -205,6 +212,9 @@ def test_poisoned_build_counter_is_rearmed_in_every_build(device, stream):
     for rnd, value in enumerate((0x01, 0x5A, 0xFF, 0x03, 0x80, 0x7F)):
         x = rig.new_logits(scale=2.5)
         rig.plan.counters.fill_bytes(value, stream)
+        if topk == "threshold":
+            rig.plan.tk_count.fill_bytes(value, stream)
+            rig.plan.tk_flag.fill_bytes(value, stream)
         poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
         if rnd % 2:
             gexec.launch(stream)

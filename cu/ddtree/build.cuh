@@ -25,25 +25,41 @@ struct BuildSmem {
 DL_DEVICE int build_k_of_chunk(const DDTreeParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
 
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
+// topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
+// (topk_threshold.cuh), its statistics the stream segments'; otherwise the chunk top-K's.
 DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
-  const int tid = threadIdx.x, K = p.k, S = p.num_chunks;
+  const int tid = threadIdx.x, K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
-  const u64* cand = p.cand + row_id * S * K;
+  const bool thr = p.topk_mode == TOPK_MODE_THRESHOLD && !tk_fallback(p, row_id);  // (uniform)
+  const int S = thr ? p.tk_nseg : p.num_chunks;
+  const float* part_max = thr ? p.tk_max : p.chunk_max;
+  const double* part_sum = thr ? p.tk_sum : p.chunk_sum;
+  const int n_cand = thr ? static_cast<int>(p.tk_count[row_id]) : S * K;  // thr: <= tk_cap <= the capacity
   u64 c[MERGE_ELEMS];
+  if (thr) {
+    const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
 #pragma unroll
-  for (int j = 0; j < MERGE_ELEMS; ++j) {
-    const int i = j * BUILD_THREADS + tid;
-    const int s = i / K, r = i - s * K;
-    c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const int i = j * BUILD_THREADS + tid;
+      c[j] = i < n_cand ? cand[i] : 0ull;
+    }
+  } else {
+    const u64* cand = p.cand + row_id * S * K;
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const int i = j * BUILD_THREADS + tid;
+      const int s = i / K, r = i - s * K;
+      c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
+    }
   }
-  if (tid < 32) {  // log-sum-exp of the row from the chunk statistics
+  if (tid < 32) {  // log-sum-exp of the row from the chunk (segment) statistics
     float m = DL_NEG_INF;
-    for (int s = tid; s < S; s += 32) m = fmaxf(m, p.chunk_max[row_id * S + s]);
+    for (int s = tid; s < S; s += 32) m = fmaxf(m, part_max[row_id * S + s]);
     m = dl::warp_max(m);
     double t = 0.0;
     for (int s = tid; s < S; s += 32) {
-      const float cm = p.chunk_max[row_id * S + s];
-      if (cm > DL_NEG_INF) t += p.chunk_sum[row_id * S + s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+      const float cm = part_max[row_id * S + s];
+      if (cm > DL_NEG_INF) t += part_sum[row_id * S + s] * exp(static_cast<double>(cm) - static_cast<double>(m));
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
@@ -65,7 +81,7 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
   int need = K;
   u64 cstar;  // picked: composite >= cstar
-  const int ecount = min(MERGE_ELEMS, (S * K + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
+  const int ecount = min(MERGE_ELEMS, (n_cand + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
   for (int pass = 0;; ++pass) {
     const u32 r = kth_largest<BUILD_THREADS, MERGE_ELEMS, u32>(
         [&](int j, int z) {

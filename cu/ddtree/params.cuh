@@ -35,6 +35,12 @@ constexpr int SEARCH_CAP = 1536;                        // candidate nodes the p
 constexpr int SEARCH_BINS = 512;                        // key histogram of the parallel search
 constexpr int SEARCH_PER = (SEARCH_CAP + BUILD_THREADS - 1) / BUILD_THREADS;
 constexpr unsigned short NO_NODE = 0xffff;
+// Threshold top-K (topk_threshold.cuh; driverlevel._topk_threshold).
+constexpr int TK_SAMPLE_VALUES = DL_DDTREE_TK_SAMPLE_VALUES;
+constexpr int TK_STREAM_THREADS = DL_DDTREE_TK_STREAM_THREADS;
+constexpr int TK_STREAM_VECS = DL_DDTREE_TK_STREAM_VECS;
+constexpr int TK_WARP_STAGE = DL_DDTREE_TK_WARP_STAGE;
+constexpr int TOPK_MODE_THRESHOLD = 1;                  // DDTreeParams::topk_mode (0: the chunk top-K alone)
 
 }  // namespace ddt
 
@@ -127,6 +133,19 @@ struct DDTreeParams {
   i32 record_width;            // RECORD_HEADER + D + 1
   i32 lp_bytes;                // union region of ddtree_build's dynamic smem (multiple of 16)
   i32 flags;                   // ddt::FLAG_* (0 = the fast paths; FLAG_LEGACY_SEARCH is for tests)
+  // ---- threshold top-K (topk_mode = 1; R = B * D rows; unused, null, with topk_mode = 0)
+  float* tk_thresh;            // [R] T: the sample's m-th largest logit
+  u32* tk_count;               // [R] logits >= T (the sample kernel zeroes it every launch)
+  u32* tk_flag;                // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
+  u64* tk_cand;                // [R, tk_cap] composites of the logits >= T (unordered)
+  float* tk_max;               // [R, tk_nseg] segment max (>= T)
+  double* tk_sum;              // [R, tk_nseg] sum of exp(x - tk_max) over the segment
+  i32 topk_mode;               // 0: chunk top-K; 1: threshold top-K with the chunk top-K as fallback
+  i32 tk_m;                    // rank of T in the sample (1 .. TK_SAMPLE_VALUES)
+  i32 tk_cap;                  // candidate capacity per row (<= BUILD_THREADS * MERGE_ELEMS)
+  i32 tk_nseg;                 // stream CTAs per row
+  i32 tk_seg_len;              // tokens per stream CTA (a multiple of its tile)
+  i32 tk_pad;
 };
 
 #ifdef DL_OFF_logits
@@ -207,5 +226,17 @@ DL_CHECK_OFFSET(DDTreeParams, dense_layers);
 DL_CHECK_OFFSET(DDTreeParams, record_width);
 DL_CHECK_OFFSET(DDTreeParams, lp_bytes);
 DL_CHECK_OFFSET(DDTreeParams, flags);
+DL_CHECK_OFFSET(DDTreeParams, tk_thresh);
+DL_CHECK_OFFSET(DDTreeParams, tk_count);
+DL_CHECK_OFFSET(DDTreeParams, tk_flag);
+DL_CHECK_OFFSET(DDTreeParams, tk_cand);
+DL_CHECK_OFFSET(DDTreeParams, tk_max);
+DL_CHECK_OFFSET(DDTreeParams, tk_sum);
+DL_CHECK_OFFSET(DDTreeParams, topk_mode);
+DL_CHECK_OFFSET(DDTreeParams, tk_m);
+DL_CHECK_OFFSET(DDTreeParams, tk_cap);
+DL_CHECK_OFFSET(DDTreeParams, tk_nseg);
+DL_CHECK_OFFSET(DDTreeParams, tk_seg_len);
+DL_CHECK_OFFSET(DDTreeParams, tk_pad);
 static_assert(sizeof(DDTreeParams) == DL_SIZEOF_PARAMS, "DDTreeParams size differs from its ctypes mirror");
 #endif

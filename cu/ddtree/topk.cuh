@@ -4,6 +4,7 @@
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "keys.cuh"
+#include "topk_threshold.cuh"
 
 namespace ddt {
 
@@ -66,6 +67,11 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
   if (s == 0 && d == 0 && tid == 0) {
     p.counters[b] = 0u;
     if (b == 0) p.state[3] = 0;
+  }
+  // topk_mode = 1: the exact fallback of the threshold top-K, for the rows it failed only
+  // (the launch and its grid are always there: a graph has a fixed shape).
+  if (p.topk_mode == TOPK_MODE_THRESHOLD) {
+    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) return;  // (uniform)
   }
   const bool live = p.active[b] != 0;  // checked after the logits loads are in flight
   const int start = s * CHUNK;

@@ -1,0 +1,272 @@
+// ddtree/topk_threshold.cuh: stage 1a of topk_mode = 1 (DDTreePlan(topk="threshold")): the
+// threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample,
+// ddtree_topk_stream_* reads every row once and keeps the logits >= T (plus the row's max and
+// sum of exp); the chunk top-K (topk.cuh) then runs only for rows where T failed (fewer than K
+// or more than tk_cap logits >= T, or T not finite), and ddtree_build merges whichever list the
+// row has. Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
+// driverlevel/reference/topk_threshold.py.
+//
+// Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
+#pragma once
+#include "keys.cuh"
+
+namespace ddt {
+
+// ------------------------------------------------------------------------------ shared rule
+
+// The row takes the chunk top-K (the exact fallback): T not finite, or the stream's count says
+// that the logits >= T do not hold the top K, or that they did not fit the candidate list.
+DL_DEVICE bool tk_fallback(const DDTreeParams& p, size_t row) {
+  if (p.tk_flag[row] != 0u) return true;
+  const u32 n = p.tk_count[row];
+  return n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
+}
+
+DL_DEVICE float ex2_approx(float y) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+}
+constexpr float LOG2E = 1.4426950408889634f;
+
+DL_DEVICE u32 hash32(u32 i) {  // driverlevel._topk_threshold.hash32
+  u32 h = i * 0x9E3779B1u;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  return h;
+}
+
+// ------------------------------------------------------------------------------ sample
+
+constexpr int TK_SAMPLE_THREADS = 256;
+constexpr int TK_SAMPLE_PER = TK_SAMPLE_VALUES / TK_SAMPLE_THREADS;  // 16 keys per thread
+static_assert(TK_SAMPLE_PER == 16, "one 32-byte group of bf16 (two of fp32) per sample thread");
+
+struct SampleSmem {
+  SelectSmem sel;
+  u64 r64[32];
+};
+
+// One CTA per row: the TK_SAMPLE_VALUES sampled logits (a whole row of <= TK_SAMPLE_VALUES
+// tokens; else one 32-byte group at a hashed offset in each of TK_SAMPLE_VALUES / G strata),
+// their exact tk_m-th largest order key as T; re-arms the row's candidate counter.
+template <typename T>
+DL_DEVICE void topk_sample(const DDTreeParams& p) {
+  using Tr = LogitTraits<T>;
+  constexpr int V = Tr::VEC;
+  constexpr int G = 2 * V;                      // tokens of a 32-byte group: 8 fp32, 16 bf16
+  constexpr int NS = TK_SAMPLE_VALUES / G;      // strata (groups sampled)
+  constexpr int IPT = TK_SAMPLE_PER / G;        // groups per thread: 2 fp32, 1 bf16
+  __shared__ SampleSmem sm;
+  const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
+  if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
+    if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
+    return;
+  }
+  const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
+               static_cast<i64>(d) * p.logits_row_stride;
+  const int vocab = p.vocab;
+  u32 key[TK_SAMPLE_PER];  // 0 = no value
+  if (vocab <= TK_SAMPLE_VALUES) {  // the whole row (coalesced)
+#pragma unroll
+    for (int j = 0; j < TK_SAMPLE_PER; ++j) {
+      const int tok = j * TK_SAMPLE_THREADS + tid;
+      key[j] = tok < vocab ? logit_key(Tr::load(x + tok)) : 0u;
+    }
+  } else {
+    const i64 ng = vocab / G;  // >= NS here
+#pragma unroll
+    for (int it = 0; it < IPT; ++it) {
+      const int i = tid * IPT + it;
+      const i64 lo = i * ng / NS, hi = (i + 1) * ng / NS;
+      const i64 tok0 = (lo + static_cast<i64>(hash32(static_cast<u32>(i)) % static_cast<u32>(hi - lo))) * G;
+      if (p.logits_vec) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v[V];
+          Tr::load_vec(x + tok0 + h * V, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) key[it * G + h * V + e] = logit_key(v[e]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < G; ++e) key[it * G + e] = logit_key(Tr::load(x + tok0 + e));
+      }
+    }
+  }
+  u32 kloc = 0;
+#pragma unroll
+  for (int j = 0; j < TK_SAMPLE_PER; ++j) kloc = key[j] > kloc ? key[j] : kloc;
+  const u32 kmax = static_cast<u32>(dl::block_max_u64<TK_SAMPLE_THREADS>(kloc, sm.r64));
+  // tk_m <= the sampled values (host: driverlevel._topk_threshold.sample_rank), all keys >= 1
+  const u32 t = kth_largest<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
+      [&](int j, int z) -> u32 { return key[j] + static_cast<u32>(z); }, kmax, 1u, p.tk_m, sm.sel);
+  if (tid == 0) {
+    const float tf = key_f32(t);
+    p.tk_thresh[row] = tf;
+    p.tk_count[row] = 0u;  // re-armed every launch: the stream kernel counts from here
+    p.tk_flag[row] = (t <= KEY_NEG_INF || !isfinite(tf)) ? 1u : 0u;
+  }
+}
+
+// ------------------------------------------------------------------------------ stream
+
+constexpr int TK_STREAM_WARPS = TK_STREAM_THREADS / 32;
+
+struct StreamSmem {
+  u64 stage[TK_STREAM_WARPS][TK_WARP_STAGE];
+  float wmax[TK_STREAM_WARPS];
+  double wsum[TK_STREAM_WARPS];
+};
+
+// Warp-uniform: append the warp's staged candidates to the row's list (one atomicAdd).
+DL_DEVICE void tk_flush(const u64* stage, int fill, u32* count, u64* out, u32 cap, int lane) {
+  __syncwarp();
+  u32 base = 0;
+  if (lane == 0) base = atomicAdd(count, static_cast<u32>(fill));
+  base = __shfl_sync(FULL, base, 0);
+  for (int i = lane; i < fill; i += 32)
+    if (base + static_cast<u32>(i) < cap) out[base + i] = stage[i];
+  __syncwarp();
+}
+
+// One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x TK_STREAM_VECS
+// 16-byte loads). Per logit: one compare with T and exp2(x - T) into the thread's sum of the
+// logits below T; a tile where some lane holds logits >= T (a few per warp tile) appends them,
+// reloaded from L1 by index, as composites through the warp's shared staging buffer, and folds
+// them into the thread's (max, sum) above T. At the end the CTA's max and sum of exp (relative
+// to that max) go to tk_max / tk_sum of its segment.
+template <typename T>
+DL_DEVICE void topk_stream(const DDTreeParams& p) {
+  using Tr = LogitTraits<T>;
+  constexpr int V = Tr::VEC;
+  constexpr int U = TK_STREAM_VECS;
+  constexpr int TILE = TK_STREAM_THREADS * U * V;
+  static_assert(U * V <= 32, "one candidate bit per logit of a thread's tile");
+  __shared__ StreamSmem sm;
+  const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
+  if (!p.active[b] || p.tk_flag[row] != 0u) return;  // (uniform)
+  const float thr = p.tk_thresh[row];
+  const int start = s * p.tk_seg_len;
+  const int end = min(p.vocab, start + p.tk_seg_len);
+  const bool vec = p.logits_vec != 0;
+  const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
+               static_cast<i64>(d) * p.logits_row_stride;
+  u32* count = p.tk_count + row;
+  u64* out = p.tk_cand + row * static_cast<size_t>(p.tk_cap);
+  const u32 cap = static_cast<u32>(p.tk_cap);
+  u64* stage = sm.stage[warp];
+
+  float slo = 0.f;           // sum of exp(x - thr) over this thread's logits below thr (NaN, -inf: 0)
+  float mhi = DL_NEG_INF;    // max and sum of exp(x - mhi) over its logits >= thr
+  float shi = 0.f;
+  int fill = 0;              // (warp-uniform) staged candidates
+#pragma unroll 1
+  for (int t0 = start; t0 < end; t0 += TILE) {
+    float v[U][V];
+    if (vec) {  // tile boundaries are multiples of V and vocab % V == 0: a vector is whole or absent
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int tok = t0 + (u * TK_STREAM_THREADS + tid) * V;
+        if (tok < end) {
+          Tr::load_vec(x + tok, v[u]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[u][e] = DL_NEG_INF;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int tok = t0 + (u * TK_STREAM_THREADS + tid) * V + e;
+          v[u][e] = tok < end ? Tr::load(x + tok) : DL_NEG_INF;
+        }
+    }
+    u32 mask = 0;  // bit u * V + e: v[u][e] >= thr (never NaN)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xv = v[u][e];
+        const bool ge = xv >= thr;
+        mask |= (ge ? 1u : 0u) << (u * V + e);
+        // NaN: fmaxf gives -200, exp2 -> 0; -inf -> 0; candidates are summed above thr instead
+        const float ev = ex2_approx(fmaxf((xv - thr) * LOG2E, -200.f));
+        slo += ge ? 0.f : ev;
+      }
+    if (__any_sync(FULL, mask != 0u)) {
+      const int c = __popc(mask);
+      int incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const int tot = __shfl_sync(FULL, incl, 31);
+      if (fill + tot > TK_WARP_STAGE) {
+        tk_flush(stage, fill, count, out, cap, lane);
+        fill = 0;
+      }
+      const bool direct = tot > TK_WARP_STAGE;  // (uniform) more than a stage: straight to the list
+      u32 pos = static_cast<u32>(fill + incl - c);
+      if (direct) {
+        u32 base = 0;
+        if (lane == 0) base = atomicAdd(count, static_cast<u32>(tot));
+        pos += __shfl_sync(FULL, base, 0);
+      }
+      for (u32 m = mask; m; m &= m - 1) {
+        const int i = __ffs(m) - 1;
+        const int tok = t0 + ((i / V) * TK_STREAM_THREADS + tid) * V + (i % V);
+        const float xv = Tr::load(x + tok);  // just loaded: an L1 hit
+        if (xv > mhi) {
+          shi = shi * ex2_approx((mhi - xv) * LOG2E) + 1.f;
+          mhi = xv;
+        } else {
+          shi += ex2_approx((xv - mhi) * LOG2E);
+        }
+        const u64 cv = composite(f32_key(xv), tok);
+        if (direct) {
+          if (pos < cap) out[pos] = cv;
+        } else {
+          stage[pos] = cv;
+        }
+        ++pos;
+      }
+      if (!direct) fill += tot;
+      __syncwarp();
+    }
+  }
+  if (fill > 0) tk_flush(stage, fill, count, out, cap, lane);
+
+  // The segment's max and sum of exp: thread (m_t, s_t), then warp, then block (fixed order).
+  const float mt = fmaxf(thr, mhi);
+  const float st = slo * ex2_approx((thr - mt) * LOG2E) + (shi > 0.f ? shi * ex2_approx((mhi - mt) * LOG2E) : 0.f);
+  const float wm = dl::warp_max(mt);
+  double ws = static_cast<double>(st * ex2_approx((mt - wm) * LOG2E));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(FULL, ws, o);
+  if (lane == 0) {
+    sm.wmax[warp] = wm;
+    sm.wsum[warp] = ws;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float m = sm.wmax[0];
+#pragma unroll
+    for (int w = 1; w < TK_STREAM_WARPS; ++w) m = fmaxf(m, sm.wmax[w]);
+    double total = 0.0;
+#pragma unroll
+    for (int w = 0; w < TK_STREAM_WARPS; ++w) total += sm.wsum[w] * exp(static_cast<double>(sm.wmax[w]) - m);
+    const size_t at = row * static_cast<size_t>(p.tk_nseg) + s;
+    p.tk_max[at] = m;
+    p.tk_sum[at] = total;
+  }
+}
+
+}  // namespace ddt

@@ -1,0 +1,133 @@
+"""Host-side layout of the threshold top-K (``DDTreePlan(topk="threshold")``), shared by the
+launcher (:mod:`driverlevel.ddtree`) and the numpy twin (:mod:`driverlevel.reference.topk_threshold`).
+
+The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
+
+1. **sample** (``ddtree_topk_sample_*``, one CTA per row): ``SAMPLE_VALUES`` = 4,096 logits
+   read as ``SAMPLE_ITEMS`` 32-byte groups (8 fp32 / 16 bf16 tokens each), one group at a
+   hashed offset inside each of ``SAMPLE_ITEMS`` equal strata of the row (stratified: a
+   contiguous or a plain strided sample is biased when large logits cluster, e.g. at the
+   low, frequent token ids). The threshold ``T`` is the exact ``m``-th largest sampled value
+   (:func:`sample_rank`), chosen so that the row holds at least ``K`` values ``>= T`` with
+   overwhelming probability. Rows of at most 4,096 tokens are sampled whole (``m = K``:
+   then ``count >= K`` always). The kernel re-arms the row's candidate counter.
+2. **stream** (``ddtree_topk_stream_*``, ``segments`` CTAs per row): one pass over the row;
+   each value is compared with ``T``; the few ``>= T`` are appended (warp-aggregated, through
+   a per-warp shared staging buffer) to the row's candidate list of ``capacity`` entries;
+   the log-softmax normaliser (max and sum of exp) of every segment comes from the same pass.
+3. **fallback**: the chunk top-K of ``topk="chunked"`` is launched always, but its CTAs
+   return at once for every row except those where the threshold failed
+   (``count < K``, ``count > capacity``, or ``T`` not finite); the row merge of
+   ``ddtree_build`` reads the chunk candidates for those rows and the threshold candidates for
+   the others. Either way the result is the exact top-K (see the twin).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_THREADS, DDTREE_TK_STREAM_VECS,
+                         DDTREE_TK_WARP_STAGE)
+
+__all__ = [
+    "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "WARP_STAGE",
+    "group_tokens", "sample_items", "sample_groups", "sample_rank", "candidate_capacity",
+    "stream_tile_tokens", "stream_segments", "hash32",
+]
+
+#: Logits the sample kernel reads per row (16 KB of fp32 or bf16; 256 threads x 16).
+SAMPLE_VALUES = DDTREE_TK_SAMPLE_VALUES
+#: Standard deviations of safety in :func:`sample_rank` (fallback probability per row ~3e-7
+#: for a uniform random sample; the stratified sample does no worse).
+SAMPLE_Z = 5.0
+#: Block size of the sample kernel (16 sampled logits per thread).
+SAMPLE_THREADS = 256
+#: Block size of the stream kernel, 16-byte vectors per thread per tile.
+STREAM_THREADS = DDTREE_TK_STREAM_THREADS
+STREAM_VECS = DDTREE_TK_STREAM_VECS
+#: Candidates a warp stages in shared memory before one global atomicAdd flushes them.
+WARP_STAGE = DDTREE_TK_WARP_STAGE
+
+
+def group_tokens(bf16: bool) -> int:
+    """Tokens of one 32-byte sample group: 8 fp32 or 16 bf16."""
+    return 16 if bf16 else 8
+
+
+def sample_items(bf16: bool) -> int:
+    """Sample groups per row (512 fp32 / 256 bf16: 4,096 values either way)."""
+    return SAMPLE_VALUES // group_tokens(bf16)
+
+
+def hash32(i):
+    """The kernel's integer hash of a stratum index (uint32 arithmetic)."""
+    h = np.asarray(i, np.uint64) * np.uint64(0x9E3779B1) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = h * np.uint64(0x85EBCA6B) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(13)
+    return h
+
+
+def sample_groups(vocab: int, bf16: bool):
+    """First token of every sampled group, or ``None`` when the row is sampled whole
+    (``vocab <= SAMPLE_VALUES``)."""
+    if vocab <= SAMPLE_VALUES:
+        return None
+    g = group_tokens(bf16)
+    ns = sample_items(bf16)
+    ng = vocab // g  # whole groups (>= ns here); the tail of < g tokens is never sampled
+    i = np.arange(ns, dtype=np.int64)
+    lo = i * ng // ns
+    hi = (i + 1) * ng // ns
+    off = (hash32(i) % (hi - lo).astype(np.uint64)).astype(np.int64)
+    return (lo + off) * g
+
+
+def sample_rank(k: int, vocab: int) -> int:
+    """``m``: the threshold is the ``m``-th largest of the sampled values.
+
+    With ``n`` sampled of ``vocab`` values, the row count above the ``m``-th largest sampled
+    value is about ``m * vocab / n`` with a relative spread of ``1 / sqrt(m)``; ``m`` solves
+    ``m - z sqrt(m) = K n / vocab`` (z = :data:`SAMPLE_Z`), so ``count >= K`` unless the
+    sample is ``z`` standard deviations off. A row sampled whole uses ``m = K`` (exact).
+    """
+    if vocab <= SAMPLE_VALUES:
+        return k
+    a = k * SAMPLE_VALUES / vocab
+    s = (SAMPLE_Z + math.sqrt(SAMPLE_Z * SAMPLE_Z + 4 * a)) / 2
+    return max(1, min(SAMPLE_VALUES, math.ceil(s * s)))
+
+
+def candidate_capacity(k: int, vocab: int, merge_capacity: int) -> int:
+    """Candidates kept per row (a multiple of 256, at most the row merge's ``merge_capacity``).
+
+    Room for ``m + 2 z sqrt(m) + 16`` sampled-value equivalents (``vocab / n`` each), at
+    least ``4 K``; a row with more candidates (e.g. a constant row: every value ties with
+    ``T``) takes the exact fallback.
+    """
+    if vocab <= SAMPLE_VALUES:
+        want = 4 * k + 1024
+    else:
+        m = sample_rank(k, vocab)
+        want = max(4 * k, (m + 2 * SAMPLE_Z * math.sqrt(m) + 16) * vocab / SAMPLE_VALUES)
+    cap = -(-int(math.ceil(want)) // 256) * 256
+    return int(min(merge_capacity, max(256, cap)))
+
+
+def stream_tile_tokens(bf16: bool) -> int:
+    """Tokens one stream CTA reads per tile (256 threads x 4 vectors of 16 bytes: 16 KB)."""
+    return STREAM_THREADS * STREAM_VECS * (8 if bf16 else 4)
+
+
+def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int) -> tuple[int, int]:
+    """``(segments, segment_tokens)`` of the stream kernel: the row is cut into segments of
+    whole tiles, about two waves of 4 CTAs per SM over all rows (at least one tile per CTA),
+    so that batch 1 (15 rows) fills the GPU too."""
+    tile = stream_tile_tokens(bf16)
+    tiles = -(-vocab // tile)
+    want_ctas = 8 * max(1, sm_count)
+    per = max(1, round(rows * tiles / want_ctas))
+    seg = per * tile
+    return -(-vocab // seg), seg
