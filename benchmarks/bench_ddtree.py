@@ -44,6 +44,8 @@ from driverlevel.reference import ddtree as ref
 
 VOCAB, DEPTH = 163_840, 15
 STAGES = ("build", "compile", "accept", "commit")
+#: The build's launches, in order, per top-K mode (build_part_times prints their cumulative times).
+PART_NAMES = {"chunked": ("chunk top-K", "+tree"), "threshold": ("sample", "+stream", "+chunk fallback", "+tree")}
 EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax already known); the build's
 # top-K kernel alone (ddtree_topk_*, the first launch of build); each timed on its own
 
@@ -161,6 +163,40 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     out = {s: statistics.median(v) for s, v in per.items()}
     out["step"] = statistics.median(total)
     return out
+
+
+def build_part_times(dev, stream, plan, logits, state, snapshot, reps):
+    """Cumulative median GPU µs of the build's launches: ``[t(first), t(first two), ...]``.
+
+    Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
+    tree; chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
+    :func:`gpu_stage_times` times a stage (state restored, a spin kernel ahead, events around
+    it), so consecutive differences are each launch's share, boundaries included.
+    """
+    from driverlevel import selftest
+
+    spin = selftest.load(dev).kernel("spin_wait_ns")
+    launches = build_launches(plan, stream, logits, state)
+    graphs = []
+    for i in range(1, len(launches) + 1):
+        with dl.capture(stream) as cap:
+            for ln in launches[:i]:
+                ln.launch(stream)
+        graphs.append(cap.graph.instantiate())
+    ev = [dev.create_event() for _ in range(2)]
+    per = [[] for _ in graphs]
+    for r in range(reps + 3):
+        for i, g in enumerate(graphs):
+            for k, a in snapshot.items():
+                getattr(state, k).copy_from(a, stream)
+            spin.launch(stream, 1, 32, [np.int64(100_000)])
+            ev[0].record(stream)
+            g.launch(stream)
+            ev[1].record(stream)
+            stream.synchronize()
+            if r >= 3:
+                per[i].append(ev[0].elapsed_ms(ev[1]) * 1e3)
+    return [statistics.median(v) for v in per]
 
 
 def build_launches(plan, stream, logits, state):
@@ -287,10 +323,11 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
+        parts = build_part_times(dev, stream, plan, logits, state, snap, reps)
         r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
         row = {"topk": mode, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
-               "workspace_bytes": plan.workspace_bytes}
+               "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts}
         results.append(row)
         ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
                if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
@@ -300,6 +337,9 @@ def main(argv=None) -> int:
               f"{g['accept'] + g['commit']:7.1f} {g['accept_tok'] + g['commit']:7.1f} {g['step']:7.1f} {g['topk']:7.1f} "
               f"{row['topk_read_tb_s']:5.2f} | {ref} | {sp}",
               flush=True)
+        names = PART_NAMES[mode]
+        print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
+              + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts)), flush=True)
         del plan, logits, target, tokens, state, snap
     if args.json:
         with open(args.json, "w") as f:

@@ -11,7 +11,8 @@
 // Kernels (block size, grid, dynamic shared memory, early exits):
 //   ddtree_topk_chunks_{f32,bf16}  320 threads (four CTAs per SM on sm_90 for fp32, three for
 //        bf16: <= 48 / 64 registers, 41.6 KB static smem); grid (num_chunks, depth_limit,
-//        max_batch). One CTA holds one 7,680-token chunk of one depth row as order keys in
+//        max_batch), or (a few, ...) as the threshold's fallback: CTA x takes chunks x,
+//        x + gridDim.x, ... of its row. A CTA holds one 7,680-token chunk of one depth row as order keys in
 //        shared memory (24 per thread); one block reduction gives the chunk max, sum of exp
 //        (for the row's log-sum-exp) and the moments of a normal cutoff that keeps about 4K
 //        candidates; those go to a list (one block scan), and the exact top-K of the chunk by
@@ -27,12 +28,13 @@
 //        hashed offset per stratum; rows of <= 4,096 tokens whole); zeroes the row's candidate
 //        counter (re-armed every launch); flags rows whose T is not finite.
 //   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
-//        smem; grid (tk_nseg, depth_limit, max_batch). Reads its segment once (16-byte loads, 16
-//        KB per tile): compare with T, exp2(x - T) summed below T; logits >= T appended as
+//        smem; grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its segment once
+//        (16-byte loads, 4,096 tokens per tile, the next tile's loads in flight during this one's work): compare with T, exp2(x - T) summed below T; logits >= T appended as
 //        composites through a per-warp shared staging buffer (one atomicAdd per flush; the
 //        count goes on past tk_cap, writes stop there); segment max and sum of exp.
 //        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
-//        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid.
+//        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid of
+//        about one wave (driverlevel._topk_threshold.fallback_ctas).
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a

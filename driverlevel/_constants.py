@@ -105,7 +105,8 @@ DDTREE_SMALL_THREADS = 256
 #: Threshold top-K (``DDTreePlan(topk="threshold")``, driverlevel._topk_threshold): logits the
 #: sample kernel reads per row (its 256 threads hold 16 each).
 DDTREE_TK_SAMPLE_VALUES = 4096
-#: Threads of a ``ddtree_topk_stream_*`` CTA, and its 16-byte loads per thread per tile.
+#: Threads of a ``ddtree_topk_stream_*`` CTA, and its 16-byte fp32 loads per thread per tile
+#: (bf16: half as many; 16 tokens per thread either way).
 DDTREE_TK_STREAM_THREADS = 256
 DDTREE_TK_STREAM_VECS = 4
 #: Candidates one warp of the stream kernel stages in shared memory before it flushes them.

@@ -32,7 +32,8 @@ from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_THREADS, DDTR
                          DDTREE_TK_WARP_STAGE)
 
 __all__ = [
-    "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "WARP_STAGE",
+    "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
+    "WARP_STAGE", "fallback_ctas",
     "group_tokens", "sample_items", "sample_groups", "sample_rank", "candidate_capacity",
     "stream_tile_tokens", "stream_segments", "hash32",
 ]
@@ -47,6 +48,8 @@ SAMPLE_THREADS = 256
 #: Block size of the stream kernel, 16-byte vectors per thread per tile.
 STREAM_THREADS = DDTREE_TK_STREAM_THREADS
 STREAM_VECS = DDTREE_TK_STREAM_VECS
+#: Stream CTAs resident per SM (the kernels' ``__launch_bounds__`` minimum): one wave's width.
+STREAM_CTAS_PER_SM = 4
 #: Candidates a warp stages in shared memory before one global atomicAdd flushes them.
 WARP_STAGE = DDTREE_TK_WARP_STAGE
 
@@ -117,17 +120,41 @@ def candidate_capacity(k: int, vocab: int, merge_capacity: int) -> int:
 
 
 def stream_tile_tokens(bf16: bool) -> int:
-    """Tokens one stream CTA reads per tile (256 threads x 4 vectors of 16 bytes: 16 KB)."""
-    return STREAM_THREADS * STREAM_VECS * (8 if bf16 else 4)
+    """Tokens one stream CTA reads per tile: 256 threads x 16 (four 16-byte vectors of fp32,
+    two of bf16): 4,096 tokens, 16 KB of fp32 or 8 KB of bf16."""
+    return STREAM_THREADS * STREAM_VECS * 4
 
 
 def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int) -> tuple[int, int]:
-    """``(segments, segment_tokens)`` of the stream kernel: the row is cut into segments of
-    whole tiles, about two waves of 4 CTAs per SM over all rows (at least one tile per CTA),
-    so that batch 1 (15 rows) fills the GPU too."""
+    """``(segments, segment_tokens)`` of the stream kernel: each row is cut into ``segments``
+    segments of ``per`` whole tiles.
+
+    A CTA streams its tiles one after the other with the next tile's loads in flight, so a wave
+    of CTAs takes about ``per + 1`` load latencies; ``per`` minimises
+    ``waves * (per + 1)`` with ``waves = ceil(rows * segments / (4 * sm_count))`` (four CTAs
+    of the stream kernel fit an SM: :data:`STREAM_CTAS_PER_SM`), the larger ``per`` on a
+    tie (fewer CTAs). Batch 8 (120 rows of 40 fp32 tiles, 132 SMs): 4 segments of 10 tiles,
+    one wave; batch 1 (15 rows): 20 segments of 2 tiles.
+    """
     tile = stream_tile_tokens(bf16)
     tiles = -(-vocab // tile)
-    want_ctas = 8 * max(1, sm_count)
-    per = max(1, round(rows * tiles / want_ctas))
-    seg = per * tile
+    slots = STREAM_CTAS_PER_SM * max(1, sm_count)
+    best = None
+    for per in range(1, tiles + 1):
+        segs = -(-tiles // per)
+        cost = -(-(rows * segs) // slots) * (per + 1)
+        if best is None or cost <= best[0]:
+            best = (cost, per)
+    seg = best[1] * tile
     return -(-vocab // seg), seg
+
+
+def fallback_ctas(num_chunks: int, rows: int, sm_count: int) -> int:
+    """CTAs per row of the chunk top-K when it is the threshold top-K's fallback.
+
+    They loop over the row's ``num_chunks`` chunks; almost every row needs none, so the grid
+    is kept to about one wave (four CTAs per SM) over all ``rows`` instead of one CTA per
+    chunk: at batch 8 (120 rows) 4 CTAs per row, at batch 1 (15 rows) one per chunk.
+    """
+    return max(1, min(num_chunks, (4 * max(1, sm_count)) // max(1, rows)))
+

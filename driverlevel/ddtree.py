@@ -590,7 +590,10 @@ class DDTreePlan:
             p.logits_batch_stride = self.depth_limit * self.vocab
             vec = 4 if self.logits_dtype is not bfloat16 else 8
             p.logits_vec = int(lg.ptr % 16 == 0 and self.vocab % vec == 0)
-            grid = (self.num_chunks, self.depth_limit, self.max_batch)
+            # threshold: the chunk top-K is the fallback, a few CTAs per row looping over its chunks
+            fb = self.num_chunks if self.topk == "chunked" else _tk.fallback_ctas(
+                self.num_chunks, self.max_batch * self.depth_limit, self.device.sm_count)
+            grid = (fb, self.depth_limit, self.max_batch)
             out = []
             if self.topk == "threshold":  # sample -> stream -> the chunk top-K for the rows that failed
                 out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [p]),

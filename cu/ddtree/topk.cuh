@@ -51,28 +51,16 @@ DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
   return keep;
 }
 
-// One CTA: one CHUNK-token chunk of one depth row. The order keys live in shared memory (few
-// registers, so several CTAs share an SM); the chunk's max, sum of exp and the moments of the
-// normal cutoff come from one block reduction; then the exact top-kc by (logit desc, id asc)
-// (kth_largest on the keys, ties at the threshold by id) is written with one block scan.
+// One CTA, one CHUNK-token chunk s of depth row d of request b. The order keys live in shared
+// memory (few registers, so several CTAs share an SM); the chunk's max, sum of exp and the
+// moments of the normal cutoff come from one block reduction; then the exact top-kc by (logit
+// desc, id asc) (kth_largest on the keys, ties at the threshold by id) is written with one
+// block scan.
 template <typename T>
-DL_DEVICE void topk_chunk(const DDTreeParams& p) {
+DL_DEVICE void topk_one_chunk(const DDTreeParams& p, ChunkSmem& sm, int s, int d, int b) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
-  __shared__ ChunkSmem sm;
-  const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
-  // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
-  // row counter and the build's status word. ddtree_build runs after this kernel completes.
-  if (s == 0 && d == 0 && tid == 0) {
-    p.counters[b] = 0u;
-    if (b == 0) p.state[3] = 0;
-  }
-  // topk_mode = 1: the exact fallback of the threshold top-K, for the rows it failed only
-  // (the launch and its grid are always there: a graph has a fixed shape).
-  if (p.topk_mode == TOPK_MODE_THRESHOLD) {
-    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) return;  // (uniform)
-  }
+  const int tid = threadIdx.x;
   const bool live = p.active[b] != 0;  // checked after the logits loads are in flight
   const int start = s * CHUNK;
   const int n = min(CHUNK, p.vocab - start);
@@ -226,6 +214,31 @@ DL_DEVICE void topk_chunk(const DDTreeParams& p) {
 #pragma unroll
   for (int j = 0; j < TOPK_ELEMS; ++j)
     if ((picked >> j) & 1u) out[pos++] = composite(skey[j * TOPK_THREADS], token(j));
+}
+
+// Grid (gridDim.x, depth_limit, max_batch): CTA x takes chunks x, x + gridDim.x, ... of its row.
+// topk_mode = 0 launches one CTA per chunk; topk_mode = 1 (the exact fallback of the threshold
+// top-K, needed for the rows it failed only: the launch and its grid are always there, since a
+// graph has a fixed shape) launches a few, so that the rows that need nothing cost little.
+template <typename T>
+DL_DEVICE void topk_chunk(const DDTreeParams& p) {
+  __shared__ ChunkSmem sm;
+  const int d = blockIdx.y, b = blockIdx.z;
+  // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
+  // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
+  // row counter and the build's status word. ddtree_build runs after this kernel completes.
+  if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) {
+    p.counters[b] = 0u;
+    if (b == 0) p.state[3] = 0;
+  }
+  if (p.topk_mode == TOPK_MODE_THRESHOLD) {
+    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) return;  // (uniform)
+  }
+#pragma unroll 1
+  for (int s = blockIdx.x; s < p.num_chunks; s += gridDim.x) {
+    if (s != static_cast<int>(blockIdx.x)) __syncthreads();  // the previous chunk's shared memory is read
+    topk_one_chunk<T>(p, sm, s, d, b);
+  }
 }
 
 }  // namespace ddt

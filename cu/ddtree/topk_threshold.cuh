@@ -132,8 +132,47 @@ DL_DEVICE void tk_flush(const u64* stage, int fill, u32* count, u64* out, u32 ca
   __syncwarp();
 }
 
-// One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x TK_STREAM_VECS
-// 16-byte loads). Per logit: one compare with T and exp2(x - T) into the thread's sum of the
+// The raw 32-bit words of one 16-byte vector of logits at token `tok` (V = 4 fp32 or 8 bf16
+// tokens; a bf16 word holds tokens 2i (low half) and 2i + 1): one vector load when the row is
+// aligned (vec: tile boundaries are multiples of V and vocab % V == 0, so a vector is whole or
+// absent), element loads otherwise; tokens at or past `end` read as -inf.
+template <typename T> DL_DEVICE uint4 tk_load_raw(const T* x, int tok, int end, bool vec);
+template <> DL_DEVICE uint4 tk_load_raw<float>(const float* x, int tok, int end, bool vec) {
+  constexpr u32 NI = 0xff800000u;  // -inf
+  if (vec) return tok < end ? *reinterpret_cast<const uint4*>(x + tok) : make_uint4(NI, NI, NI, NI);
+  u32 w[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) w[e] = tok + e < end ? __float_as_uint(x[tok + e]) : NI;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+template <> DL_DEVICE uint4 tk_load_raw<bf16>(const bf16* x, int tok, int end, bool vec) {
+  constexpr u32 NI = 0xff80ff80u;  // two -inf
+  if (vec) return tok < end ? *reinterpret_cast<const uint4*>(x + tok) : make_uint4(NI, NI, NI, NI);
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(x);
+  u32 w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const u32 lo = tok + 2 * i < end ? h[tok + 2 * i] : 0xff80u;
+    const u32 hi = tok + 2 * i + 1 < end ? h[tok + 2 * i + 1] : 0xff80u;
+    w[i] = lo | (hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+DL_DEVICE void tk_unpack(const uint4& q, float (&v)[4]) {
+  v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y); v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
+}
+DL_DEVICE void tk_unpack(const uint4& q, float (&v)[8]) {
+  const u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB
+// of fp32, 8 KB of bf16), the next tile's loads in flight while this one is processed (raw words in
+// registers). Per logit: one compare with T and exp2(x - T) into the thread's sum of the
 // logits below T; a tile where some lane holds logits >= T (a few per warp tile) appends them,
 // reloaded from L1 by index, as composites through the warp's shared staging buffer, and folds
 // them into the thread's (max, sum) above T. At the end the CTA's max and sum of exp (relative
@@ -142,9 +181,11 @@ template <typename T>
 DL_DEVICE void topk_stream(const DDTreeParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
-  constexpr int U = TK_STREAM_VECS;
+  // 16 tokens per thread and tile: TK_STREAM_VECS fp32 vectors or half as many bf16 ones (two
+  // tiles of raw words, this one and the next, then fit 64 registers either way)
+  constexpr int U = V == 4 ? TK_STREAM_VECS : TK_STREAM_VECS / 2;
   constexpr int TILE = TK_STREAM_THREADS * U * V;
-  static_assert(U * V <= 32, "one candidate bit per logit of a thread's tile");
+  static_assert(U * V == 16 && U * V <= 32, "one candidate bit per logit of a thread's tile");
   __shared__ StreamSmem sm;
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
@@ -165,41 +206,32 @@ DL_DEVICE void topk_stream(const DDTreeParams& p) {
   float mhi = DL_NEG_INF;    // max and sum of exp(x - mhi) over its logits >= thr
   float shi = 0.f;
   int fill = 0;              // (warp-uniform) staged candidates
+  uint4 cur[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) cur[u] = tk_load_raw<T>(x, start + (u * TK_STREAM_THREADS + tid) * V, end, vec);
 #pragma unroll 1
   for (int t0 = start; t0 < end; t0 += TILE) {
-    float v[U][V];
-    if (vec) {  // tile boundaries are multiples of V and vocab % V == 0: a vector is whole or absent
+    const int tn = t0 + TILE;
+    uint4 nxt[U];
+    if (tn < end) {  // (uniform) the next tile's loads go out before this tile is processed
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int tok = t0 + (u * TK_STREAM_THREADS + tid) * V;
-        if (tok < end) {
-          Tr::load_vec(x + tok, v[u]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) v[u][e] = DL_NEG_INF;
-        }
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int tok = t0 + (u * TK_STREAM_THREADS + tid) * V + e;
-          v[u][e] = tok < end ? Tr::load(x + tok) : DL_NEG_INF;
-        }
+      for (int u = 0; u < U; ++u) nxt[u] = tk_load_raw<T>(x, tn + (u * TK_STREAM_THREADS + tid) * V, end, vec);
     }
-    u32 mask = 0;  // bit u * V + e: v[u][e] >= thr (never NaN)
+    u32 mask = 0;  // bit u * V + e: token t0 + (u * TK_STREAM_THREADS + tid) * V + e is >= thr (never NaN)
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      float v[V];
+      tk_unpack(cur[u], v);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float xv = v[u][e];
+        const float xv = v[e];
         const bool ge = xv >= thr;
         mask |= (ge ? 1u : 0u) << (u * V + e);
         // NaN: fmaxf gives -200, exp2 -> 0; -inf -> 0; candidates are summed above thr instead
         const float ev = ex2_approx(fmaxf((xv - thr) * LOG2E, -200.f));
         slo += ge ? 0.f : ev;
       }
+    }
     if (__any_sync(FULL, mask != 0u)) {
       const int c = __popc(mask);
       int incl = c;
@@ -223,7 +255,7 @@ DL_DEVICE void topk_stream(const DDTreeParams& p) {
       for (u32 m = mask; m; m &= m - 1) {
         const int i = __ffs(m) - 1;
         const int tok = t0 + ((i / V) * TK_STREAM_THREADS + tid) * V + (i % V);
-        const float xv = Tr::load(x + tok);  // just loaded: an L1 hit
+        const float xv = Tr::load(x + tok);  // loaded with this tile: an L1 hit
         if (xv > mhi) {
           shi = shi * ex2_approx((mhi - xv) * LOG2E) + 1.f;
           mhi = xv;
@@ -240,6 +272,10 @@ DL_DEVICE void topk_stream(const DDTreeParams& p) {
       }
       if (!direct) fill += tot;
       __syncwarp();
+    }
+    if (tn < end) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
     }
   }
   if (fill > 0) tk_flush(stage, fill, count, out, cap, lane);

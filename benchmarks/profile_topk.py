@@ -1,0 +1,52 @@
+"""One DDTree build run eagerly twice, for Nsight Compute (the top-K launches of the second build).
+
+With ``--topk threshold`` a build launches sample, stream, the chunk fallback and the tree
+kernel; skip the first build's launches and read the second's::
+
+    ncu --clock-control none -k regex:ddtree_topk -s 3 -c 3 --section SpeedOfLight \\
+        python benchmarks/profile_topk.py --batch 8 --budget 256
+
+Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunked|threshold]
+                                         [--logits-dtype float32|bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--budget", type=int, default=256)
+    ap.add_argument("--topk", choices=("chunked", "threshold"), default="threshold")
+    ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import numpy as np
+
+    import driverlevel as dl
+    from driverlevel._device import require_gpu
+    from driverlevel.ddtree import DDTreePlan
+    from bench_ddtree import DEPTH, VOCAB, make_inputs
+
+    require_gpu()
+    dev = dl.Device(0)
+    stream = dev.create_stream()
+    plan = DDTreePlan(dev, max_batch=args.batch, depth_limit=DEPTH, vocab=VOCAB, budget=args.budget,
+                      max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16", topk=args.topk)
+    rng = np.random.default_rng(1000 * args.batch + args.budget)
+    _, logits, _, _, state, snap = make_inputs(dev, stream, rng, plan, args.batch, args.logits_dtype)
+    for _ in range(2):
+        for k, a in snap.items():
+            getattr(state, k).copy_from(a, stream)
+        plan.build(stream, logits, state)
+    stream.synchronize()
+    print(f"batch {args.batch}, budget {args.budget}, {args.topk} top-K, {args.logits_dtype} logits: "
+          f"{plan.tk_nseg} stream segments of {plan.tk_seg_len} tokens per row", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
