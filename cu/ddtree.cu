@@ -54,13 +54,9 @@
 //        Checks node counts, committed lengths (<= max_context: with the plan's
 //        max_batch * max_context < 2^31 the int32 kv_indptr cannot wrap), req_pool_indices,
 //        the pool count and every slot id it copies; a bad request gets no rows.
-//   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. One warp
-//        per (row, split) work item, grid-strided, 16-byte loads (4 in flight per lane), a
-//        float compare per logit; the warp's (key, ~id) composite goes into the row's
-//        maximum with a 64-bit atomicMax (first index on ties). Stops at the first row at or
-//        past qo_indptr[max_batch].
-//   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the
-//        row maxima, which it clears for the next argmax, or the given tokens), the walk
+//   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the row
+//        composites of argmax.cu's argmax_rows_*, launched before it by the plan, which it clears
+//        for the next argmax; or the given tokens), the walk
 //        (tokens and stop tokens staged in shared memory), the context room, next roots;
 //        records mirrored to a mapped host buffer with volatile stores and
 //        __threadfence_system(). A target row with nothing above -inf (or a target token
@@ -130,12 +126,6 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ DDTreeParams p) {
   __shared__ ddt::CompileSmem sm;
   ddt::compile_step(p, sm);
-}
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_argmax_f32(const __grid_constant__ DDTreeParams p) {
-  ddt::argmax_split<float>(p);
-}
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_argmax_bf16(const __grid_constant__ DDTreeParams p) {
-  ddt::argmax_split<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ DDTreeParams p) {
   __shared__ ddt::AcceptSmem sm;

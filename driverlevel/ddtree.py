@@ -70,6 +70,7 @@ from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from . import _topk_threshold as _tk
+from . import argmax as _argmax
 from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
@@ -106,9 +107,6 @@ MERGE_CAPACITY = DDTREE_BUILD_THREADS * DDTREE_MERGE_ELEMS
 _TOPK_THREADS = DDTREE_TOPK_THREADS
 _BUILD_THREADS = DDTREE_BUILD_THREADS
 _SMALL_THREADS = DDTREE_SMALL_THREADS
-#: Tokens of one argmax work item are a multiple of this (a warp: 32 lanes x 4 16-byte loads of bf16).
-_ARGMAX_GRAIN = 1024
-_ARGMAX_CTAS_PER_SM = 4
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
 #: ``DDTreePlan(topk=...)``: the chunk top-K alone (the default), or the threshold top-K
 #: (:mod:`driverlevel._topk_threshold`) with the chunk top-K as its exact fallback.
@@ -128,13 +126,13 @@ class _Params(ctypes.Structure):
         "seq_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count", "stop_tokens",
         "input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices", "bitmask",
         "full_mask", "full_indptr", "qlen_mask", "qlen_indptr", "state",
-        "target_logits", "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
+        "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
         "records", "mirror", "dense_cache", "error")] + [(n, _i64) for n in (
-        "logits_batch_stride", "logits_row_stride", "target_row_stride", "kv_capacity", "full_capacity",
+        "logits_batch_stride", "logits_row_stride", "kv_capacity", "full_capacity",
         "qlen_capacity", "max_context", "r2t_stride", "dense_layer_stride", "dense_batch_stride",
         "dense_pos_stride", "dense_row_bytes", "dense_window", "r2t_rows", "free_capacity")] + [(n, _i32) for n in (
-        "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
-        "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
+        "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec",
+        "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
         "lp_bytes", "flags")] + [(n, _u64) for n in (
         "tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_max", "tk_sum")] + [(n, _i32) for n in (
         "topk_mode", "tk_m", "tk_cap", "tk_nseg", "tk_seg_len", "tk_pad")]
@@ -184,23 +182,6 @@ def dynamic_shared_bytes(arch) -> dict:
 def compile_variants(arch) -> list:
     """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory."""
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
-
-
-def _argmax_layout(vocab: int, max_rows: int, sm_count: int) -> tuple:
-    """``(split_len, splits, grid)`` of ``ddtree_argmax_*``.
-
-    One warp reduces one (row, split) work item of ``split_len`` tokens (a multiple of
-    1,024) and folds it into the row's maximum with one 64-bit ``atomicMax``; the grid's
-    ``4 * sm_count`` CTAs of 8 warps stride over the items. The split gives about four items
-    per warp when every row is a node (``max_rows``), so the read of the target logits is
-    spread over the whole GPU whatever the tree size.
-    """
-    warps = _ARGMAX_CTAS_PER_SM * sm_count * (_SMALL_THREADS // 32)
-    splits = max(1, min(-(-4 * warps // max_rows), -(-vocab // _ARGMAX_GRAIN)))
-    split_len = -(-(-(-vocab // splits)) // _ARGMAX_GRAIN) * _ARGMAX_GRAIN
-    splits = -(-vocab // split_len)
-    grid = max(1, min(_ARGMAX_CTAS_PER_SM * sm_count, -(-max_rows * splits // (_SMALL_THREADS // 32))))
-    return split_len, splits, grid
 
 
 def _pos_int(name, v, lo=1, hi=None):
@@ -370,8 +351,6 @@ class DDTreePlan:
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)
-        self.argmax_split_len, self.argmax_splits, self.argmax_grid = _argmax_layout(
-            self.vocab, self.max_rows, self.device.sm_count)
         self.flags = 0
         bf16 = self.logits_dtype is bfloat16
         #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample,
@@ -401,7 +380,8 @@ class DDTreePlan:
         self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
-        self._k_argmax = kern("ddtree_argmax_" + ("bf16" if self.target_dtype is bfloat16 else "f32"))
+        #: ``cu/argmax.cu`` loaded on the device: the target's argmax per node before :meth:`accept`.
+        self._argmax_module = _argmax.load(self.device, self.arch)
         self._k_accept = kern("ddtree_accept")
         self._k_commit = kern("ddtree_commit")
         self._k_dense = kern("ddtree_commit_dense")
@@ -517,7 +497,6 @@ class DDTreePlan:
         p.state = self.step.ptr
         p.max_batch, p.depth_limit, p.vocab, p.budget, p.k = self.max_batch, self.depth_limit, self.vocab, self.budget, self.k
         p.num_chunks, p.n_words, p.record_width = self.num_chunks, self.n_words, self.record_width
-        p.argmax_splits, p.argmax_split_len = self.argmax_splits, self.argmax_split_len
         p.lp_bytes = _build_union_bytes(self.depth_limit, self.k, self.budget)
         p.flags = self.flags
         if self.topk == "threshold":
@@ -667,12 +646,10 @@ class DDTreePlan:
             p = self._params(state)
             p.target_tokens, p.mirror = _ptr(tt), _ptr(mir)
             out = []
-            if tl is not None:
-                p.target_logits = tl.ptr
-                p.target_row_stride = self.vocab
-                vec = 4 if self.target_dtype is not bfloat16 else 8
-                p.target_vec = int(tl.ptr % 16 == 0 and self.vocab % vec == 0)
-                out.append(self._k_argmax.prepare(self.argmax_grid, _SMALL_THREADS, [p]))
+            if tl is not None:  # argmax.cu's composites per row, which accept reads and clears
+                out.append(_argmax.argmax_rows_launch(self.device, tl, m_max=self.max_rows, part=self.argmax_part,
+                                                      num_rows=self.qo_indptr[self.max_batch:],
+                                                      module=self._argmax_module))
             out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [p]))
             for ln in out:
                 ln.keep(tl, tt, mirror, state)

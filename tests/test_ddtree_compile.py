@@ -14,7 +14,7 @@ from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
 
 KERNELS = {
     "ddtree_topk_chunks_f32", "ddtree_topk_chunks_bf16", "ddtree_build", "ddtree_compile",
-    "ddtree_argmax_f32", "ddtree_argmax_bf16", "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
+    "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
     "ddtree_topk_sample_f32", "ddtree_topk_sample_bf16", "ddtree_topk_stream_f32", "ddtree_topk_stream_bf16",
 }
 
@@ -47,9 +47,9 @@ def test_params_layout_drift_fails_the_compile():
 
 def test_params_mirror_is_packed_as_the_c_struct():
     p = ddtree._Params
-    assert ctypes.sizeof(p) == 44 * 8 + 15 * 8 + 18 * 4 + 6 * 8 + 6 * 4
-    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 44 * 8 and p.max_batch.offset == 59 * 8
-    assert p.tk_thresh.offset == 59 * 8 + 18 * 4 and p.topk_mode.offset == 65 * 8 + 18 * 4
+    assert ctypes.sizeof(p) == 43 * 8 + 14 * 8 + 16 * 4 + 6 * 8 + 6 * 4
+    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 43 * 8 and p.max_batch.offset == 57 * 8
+    assert p.tk_thresh.offset == 57 * 8 + 16 * 4 and p.topk_mode.offset == 63 * 8 + 16 * 4
 
 
 @pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])
@@ -186,4 +186,4 @@ def test_cache_key_covers_every_stage_header():
     stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
     assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
             "ddtree/commit.cuh"} <= stages
-    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh"} == set(headers)
+    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh", "logit_keys.cuh"} == set(headers)

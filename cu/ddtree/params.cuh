@@ -20,7 +20,7 @@ constexpr int BUILD_THREADS = DL_DDTREE_BUILD_THREADS;
 constexpr int MERGE_ELEMS = DL_DDTREE_MERGE_ELEMS;      // candidates per thread in a row merge
 constexpr int MAX_K = DL_MAX_BUDGET;
 constexpr int OVERSAMPLE = 4;                           // chunk cutoff aims at ~4K candidates (kernel-only)
-constexpr int SMALL_THREADS = DL_DDTREE_SMALL_THREADS;  // compile, argmax, accept, commit
+constexpr int SMALL_THREADS = DL_DDTREE_SMALL_THREADS;  // compile, accept, commit
 constexpr int STATUS_POOL_EXHAUSTED = DL_STATUS_POOL_EXHAUSTED;
 constexpr int STATUS_CONTEXT_FULL = DL_STATUS_CONTEXT_FULL;
 constexpr int STATUS_KV_CAPACITY = DL_STATUS_KV_CAPACITY;
@@ -86,8 +86,7 @@ struct DDTreeParams {
   i64* qlen_indptr;            // [B + 1] or null
   i64* state;                  // [4] alloc_base, alloc_total, status bits, unused
   // ---- accept
-  const void* target_logits;   // [>= Q, vocab] fp32/bf16 rows by qo_indptr, or null
-  u64* argmax_part;            // [Q] running argmax composite per row; accept reads and clears it
+  u64* argmax_part;            // [Q] argmax.cu's composite per row (target logits); accept reads and clears it
   const i32* target_tokens;    // [Q] argmax given by the caller, or null
   i32* posterior;              // [Q] argmax per node
   i32* accepted_nodes;         // [B, D + 1]
@@ -102,7 +101,6 @@ struct DDTreeParams {
   // ---- scalars
   i64 logits_batch_stride;
   i64 logits_row_stride;
-  i64 target_row_stride;
   i64 kv_capacity;
   i64 full_capacity;
   i64 qlen_capacity;
@@ -123,9 +121,6 @@ struct DDTreeParams {
   i32 num_chunks;
   i32 n_words;
   i32 logits_vec;              // 1: 16-byte loads of the drafter logits
-  i32 target_vec;              // 1: 16-byte loads of the target logits
-  i32 argmax_splits;
-  i32 argmax_split_len;
   i32 n_stop;
   i32 r2t_is64;
   i32 paged;
@@ -182,7 +177,6 @@ DL_CHECK_OFFSET(DDTreeParams, full_indptr);
 DL_CHECK_OFFSET(DDTreeParams, qlen_mask);
 DL_CHECK_OFFSET(DDTreeParams, qlen_indptr);
 DL_CHECK_OFFSET(DDTreeParams, state);
-DL_CHECK_OFFSET(DDTreeParams, target_logits);
 DL_CHECK_OFFSET(DDTreeParams, argmax_part);
 DL_CHECK_OFFSET(DDTreeParams, target_tokens);
 DL_CHECK_OFFSET(DDTreeParams, posterior);
@@ -195,7 +189,6 @@ DL_CHECK_OFFSET(DDTreeParams, dense_cache);
 DL_CHECK_OFFSET(DDTreeParams, error);
 DL_CHECK_OFFSET(DDTreeParams, logits_batch_stride);
 DL_CHECK_OFFSET(DDTreeParams, logits_row_stride);
-DL_CHECK_OFFSET(DDTreeParams, target_row_stride);
 DL_CHECK_OFFSET(DDTreeParams, kv_capacity);
 DL_CHECK_OFFSET(DDTreeParams, full_capacity);
 DL_CHECK_OFFSET(DDTreeParams, qlen_capacity);
@@ -216,9 +209,6 @@ DL_CHECK_OFFSET(DDTreeParams, k);
 DL_CHECK_OFFSET(DDTreeParams, num_chunks);
 DL_CHECK_OFFSET(DDTreeParams, n_words);
 DL_CHECK_OFFSET(DDTreeParams, logits_vec);
-DL_CHECK_OFFSET(DDTreeParams, target_vec);
-DL_CHECK_OFFSET(DDTreeParams, argmax_splits);
-DL_CHECK_OFFSET(DDTreeParams, argmax_split_len);
 DL_CHECK_OFFSET(DDTreeParams, n_stop);
 DL_CHECK_OFFSET(DDTreeParams, r2t_is64);
 DL_CHECK_OFFSET(DDTreeParams, paged);
