@@ -131,7 +131,7 @@ constexpr int kFinishNonfinite = DL_FINISH_NONFINITE;
 DL_DEVICE i64 checked_len(const StepParams& p, int b) {
   const i64 c = p.seq_lens[b];
   if (dl::req_row(p.req_pool_indices, b, p.r2t_rows) < 0) return 0;
-  return (c < 0 || c > p.max_context) ? 0 : c;
+  return dl::valid_seq_len(c, p.max_context) ? c : 0;
 }
 
 DL_DEVICE bool is_stop(const StepParams& p, int b, int tok) {
@@ -179,7 +179,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
       const int r = s_rank;
       const i64 count = *p.free_count;
       i64 slot = p.scratch_slot;
-      if (count < 0 || count > p.free_capacity) {
+      if (!dl::valid_pool_count(count, p.free_capacity)) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
         atomicOr(p.status, kStatusPoolExhausted);
       } else if (count >= s_nact) {

@@ -58,8 +58,8 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
   __syncthreads();
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
   const i64 c = p.seq_lens[b];
-  const i64 row = p.req_pool_indices[b];
-  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0 && row < p.r2t_rows);
+  const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
+  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0);
   if (tid == 0 && !table_ok) dl::report_error(p.error, b, c < 0 || c + a > p.r2t_stride ? DL_FIELD_SEQ_LENS : DL_FIELD_REQ_POOL_INDICES,
                                               DL_ERR_OUT_OF_RANGE);
   const i64 rowb = row * p.r2t_stride;
@@ -72,8 +72,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
     sm.keep[node] = 1;
     if (!table_ok) continue;
     const i64 slot = p.out_cache_loc[qo + node];
-    if (p.r2t_is64) static_cast<i64*>(p.req_to_token)[rowb + c + i] = slot;
-    else static_cast<i32*>(p.req_to_token)[rowb + c + i] = static_cast<i32>(slot);
+    dl::r2t_store(p.req_to_token, p.r2t_is64, rowb + c + i, slot);
   }
   __syncthreads();
   i64 dst = alloc_base + sm.rejected_before;
