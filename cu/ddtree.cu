@@ -1,9 +1,10 @@
 // ddtree.cu: DDTree on the GPU -- tree build, tree compile, greedy accept, KV commit.
 //
-// Pairs with driverlevel/ddtree.py (DDTreePlan; the ctypes mirror of DDTreeParams) and
+// Pairs with driverlevel/ddtree.py (DDTreePlan; the ctypes mirrors of the stages' params) and
 // with the numpy reference driverlevel/reference/ddtree.py, which defines every result
 // these kernels must reproduce exactly (Ringel & Romano 2026, arXiv 2604.12989).
-// Every kernel takes the one DDTreeParams struct by value (__grid_constant__); all
+// Every kernel takes its stage's params struct by value (__grid_constant__: TopKParams,
+// BuildParams, CompileParams, AcceptParams, CommitParams, ddtree/params.cuh); all
 // per-step values (active flags, lengths, the tree, the pool's count) are read from
 // device memory, and every grid is fixed by the plan's maxima, so one captured graph
 // serves every step.
@@ -74,7 +75,7 @@
 // the kernels never read or write out of bounds and give the bad request a defined result.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
-// constants and DDTreeParams; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
+// constants and the stages' params structs; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
 #include "common.cuh"
 #include "constants.cuh"
@@ -90,25 +91,25 @@
 
 // ------------------------------------------------------------------------------ entry points
 
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_chunk<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_chunk<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_sample<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_sample<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
   const int b = blockIdx.y;
@@ -123,18 +124,18 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   }
   ddt::build_tree(p, sm, dyn);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ CompileParams p) {
   __shared__ ddt::CompileSmem sm;
   ddt::compile_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ AcceptParams p) {
   __shared__ ddt::AcceptSmem sm;
   ddt::accept_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit(const __grid_constant__ CommitParams p) {
   __shared__ ddt::CommitSmem sm;
   ddt::commit_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit_dense(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit_dense(const __grid_constant__ CommitParams p) {
   ddt::commit_dense_rows(p);
 }

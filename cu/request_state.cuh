@@ -2,7 +2,7 @@
 //
 // One contract, mirrored by driverlevel/request_state.py (RequestState) and carried under the
 // same names (SGLang's where SGLang has the array) by the runner's StepParams (runner.cu) and
-// the DDTree stages' DDTreeParams (ddtree/params.cuh). B = max_batch.
+// the DDTree stages' params structs (ddtree/params.cuh). B = max_batch.
 //
 //   active            u8  [B]                  1 = live; cleared when a request finishes
 //   root_tokens       i32 [B]                  last committed token (KV not cached yet)

@@ -21,7 +21,7 @@ struct AcceptSmem {
   int stop[ACCEPT_STOPS];
 };
 
-DL_DEVICE bool is_stop(const DDTreeParams& p, const AcceptSmem& sm, int b, int tok) {
+DL_DEVICE bool is_stop(const AcceptParams& p, const AcceptSmem& sm, int b, int tok) {
   if (!p.stop_tokens || tok < 0) return false;
   if (p.n_stop <= ACCEPT_STOPS) {
     for (int i = 0; i < p.n_stop; ++i)
@@ -38,7 +38,7 @@ DL_DEVICE void store_record(i32* rec, int i, int v, bool host) {
   else rec[i] = v;
 }
 
-DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
+DL_DEVICE void accept_step(const AcceptParams& p, AcceptSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x;
   const int N = p.budget + 1, D = p.depth_limit, RW = p.record_width;
   const i64 qo = p.qo_indptr[b];

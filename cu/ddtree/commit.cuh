@@ -16,12 +16,12 @@ struct CommitSmem {
 };
 
 // Accepted nodes of request b, checked: 0 <= a <= min(q, D + 1) (else 0, the same in every CTA).
-DL_DEVICE int checked_accepted(const DDTreeParams& p, int r, i64 q) {
+DL_DEVICE int checked_accepted(const CommitParams& p, int r, i64 q) {
   const int a = p.accepted_count[r];
   return (a < 0 || a > q || a > p.depth_limit + 1) ? 0 : a;
 }
 
-DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
+DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x, B = p.max_batch, D = p.depth_limit;
   if (!p.paged) {
     if (tid == 0) p.seq_lens[b] += p.accepted_count[b];  // bounded by ddtree_commit_dense
@@ -98,7 +98,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
 // not fit: compile set STATUS_CONTEXT_FULL), so acceptance is cut before it -- accepted_count
 // becomes the nodes kept, the request finishes (active = 0) and STATUS_CONTEXT_FULL is set.
 // Nothing outside the request's window is read or written.
-DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
+DL_DEVICE void commit_dense_rows(const CommitParams& p) {
   const int b = blockIdx.x, layer = blockIdx.y, tid = threadIdx.x, D = p.depth_limit;
   const i64 N = p.budget + 1;
   const i64 q = p.qo_indptr[b + 1] - p.qo_indptr[b];

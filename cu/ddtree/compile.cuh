@@ -15,7 +15,7 @@ struct CompileSmem {
 };
 
 // Prefix sums of the per-request sizes over the batch (warp 0), identical in every CTA.
-DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
+DL_DEVICE void compile_prefix(const CompileParams& p, CompileSmem& sm) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0;  // one CTA reports (every CTA checks alike)
@@ -97,7 +97,7 @@ DL_DEVICE void fill_ones(u8* dst, i64 n, int tid, int nthreads) {
   for (i64 i = head + (vecs << 4) + tid; i < n; i += nthreads) dst[i] = 1;
 }
 
-DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
+DL_DEVICE void compile_step(const CompileParams& p, CompileSmem& sm) {
   const int b = blockIdx.x, x = blockIdx.y, X = gridDim.y, tid = threadIdx.x;
   const int B = p.max_batch, N = p.budget + 1, W = p.n_words;
   compile_prefix(p, sm);

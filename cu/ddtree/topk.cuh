@@ -56,7 +56,7 @@ DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
 // normal cutoff come from one block reduction; then the exact top-kc by (logit desc, id asc)
 // (kth_largest on the keys, ties at the threshold by id) is written with one block scan.
 template <typename T>
-DL_DEVICE void topk_chunk(const DDTreeParams& p) {
+DL_DEVICE void topk_chunk(const TopKParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   __shared__ ChunkSmem sm;
