@@ -1,9 +1,10 @@
 // ddtree.cu: DDTree on the GPU -- tree build, tree compile, greedy accept, KV commit.
 //
-// Pairs with driverlevel/ddtree.py (DDTreePlan; the ctypes mirror of DDTreeParams) and
+// Pairs with driverlevel/ddtree.py (DDTreePlan; the ctypes mirrors of the stages' params) and
 // with the numpy reference driverlevel/reference/ddtree.py, which defines every result
 // these kernels must reproduce exactly (Ringel & Romano 2026, arXiv 2604.12989).
-// Every kernel takes the one DDTreeParams struct by value (__grid_constant__); all
+// Every kernel takes its stage's params struct by value (__grid_constant__: TopKParams,
+// BuildParams, CompileParams, AcceptParams, CommitParams, ddtree/params.cuh); all
 // per-step values (active flags, lengths, the tree, the pool's count) are read from
 // device memory, and every grid is fixed by the plan's maxima, so one captured graph
 // serves every step.
@@ -56,13 +57,9 @@
 //        Checks node counts, committed lengths (<= max_context: with the plan's
 //        max_batch * max_context < 2^31 the int32 kv_indptr cannot wrap), req_pool_indices,
 //        the pool count and every slot id it copies; a bad request gets no rows.
-//   ddtree_argmax_{f32,bf16}     256 threads; grid (argmax_grid), fixed by the plan. One warp
-//        per (row, split) work item, grid-strided, 16-byte loads (4 in flight per lane), a
-//        float compare per logit; the warp's (key, ~id) composite goes into the row's
-//        maximum with a 64-bit atomicMax (first index on ties). Stops at the first row at or
-//        past qo_indptr[max_batch].
-//   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the
-//        row maxima, which it clears for the next argmax, or the given tokens), the walk
+//   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the row
+//        composites of argmax.cu's argmax_rows_*, launched before it by the plan, which it clears
+//        for the next argmax; or the given tokens), the walk
 //        (tokens and stop tokens staged in shared memory), the context room, next roots;
 //        records mirrored to a mapped host buffer with volatile stores and
 //        __threadfence_system(). A target row with nothing above -inf (or a target token
@@ -80,7 +77,7 @@
 // the kernels never read or write out of bounds and give the bad request a defined result.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
-// constants and DDTreeParams; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
+// constants and the stages' params structs; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
 #include "common.cuh"
 #include "constants.cuh"
@@ -96,25 +93,25 @@
 
 // ------------------------------------------------------------------------------ entry points
 
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_chunk<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 3) ddtree_topk_chunks_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_chunk<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_sample<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_sample<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
   const int b = blockIdx.y;
@@ -129,24 +126,18 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   }
   ddt::build_tree(p, sm, dyn);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ CompileParams p) {
   __shared__ ddt::CompileSmem sm;
   ddt::compile_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_argmax_f32(const __grid_constant__ DDTreeParams p) {
-  ddt::argmax_split<float>(p);
-}
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_argmax_bf16(const __grid_constant__ DDTreeParams p) {
-  ddt::argmax_split<bf16>(p);
-}
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ AcceptParams p) {
   __shared__ ddt::AcceptSmem sm;
   ddt::accept_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit(const __grid_constant__ CommitParams p) {
   __shared__ ddt::CommitSmem sm;
   ddt::commit_step(p, sm);
 }
-extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit_dense(const __grid_constant__ DDTreeParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit_dense(const __grid_constant__ CommitParams p) {
   ddt::commit_dense_rows(p);
 }

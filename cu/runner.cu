@@ -19,9 +19,11 @@
 // ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
 //   active request's slot to req_to_token, advance seq_lens, make the argmax the next root,
 //   count it against remaining[b], end the request on a stop token, on remaining == 0 or on
-//   a full context; pop the used slots from the pool; publish the step's records. A row whose
-//   argmax found nothing above -inf (top2[2r] == -inf: every logit NaN / -inf) emits nothing:
-//   the root's KV is kept, the request finishes with FINISH_NONFINITE and STATUS_NONFINITE.
+//   a full context; pop the used slots from the pool; publish the step's records. The argmax is
+//   argmax.cu's composite per q row (argmax_part, logit_keys.cuh), which ar_commit reads and
+//   clears for the next step. A row whose argmax found nothing above -inf (composite 0: every
+//   logit NaN / -inf) emits nothing: the root's KV is kept, the request finishes with
+//   FINISH_NONFINITE and STATUS_NONFINITE.
 //
 // limit_records   Grid 1; Block >= bs (<= 1024). After DDTree accept, BEFORE its commit: apply
 //   the max-new-tokens limit (remaining[b] -= emitted; past the limit the emitted tokens are
@@ -43,6 +45,7 @@
 #include "common.cuh"
 #include "constants.cuh"
 #include "request_state.cuh"
+#include "logit_keys.cuh"
 
 // Shared with Python: driverlevel/_constants.py, passed as -DDL_<NAME> (constants.cuh).
 constexpr int kHeader = DL_RING_HEADER;     // int32 words before the records in a ring entry
@@ -66,7 +69,7 @@ struct StepParams {
   i32* input_ids;           // [bs]
   i64* positions;           // [bs]
   i64* out_cache_loc;       // [bs]
-  const i32* next_tokens;   // [bs] argmax of each q row (ar_commit reads)
+  u64* argmax_part;         // [bs] argmax.cu's composite of each q row (ar_commit reads and clears it)
   // DDTree records (limit_records edits, publish_records reads): [bs, record_width]
   i32* records;
   // mirror
@@ -74,7 +77,6 @@ struct StepParams {
   u64* step_counter;        // [1] steps published so far
   i32* status;              // [1] sticky status bits (device)
   dl::DeviceErrorWord* error;  // bad per-step metadata, or null
-  const float* top2;        // [bs, 2] the argmax's largest value per q row (ar_commit), or null
   i32* accepted_count;      // [bs] DDTree accepted nodes (limit_records cuts it), or null
   const i64* tree_state;    // [4] DDTree step state (status bits at [2]), or null
   i64 scratch_slot;         // slot for rows that found the pool empty
@@ -99,13 +101,12 @@ DL_CHECK_OFFSET(StepParams, kv_indices, S);
 DL_CHECK_OFFSET(StepParams, input_ids, S);
 DL_CHECK_OFFSET(StepParams, positions, S);
 DL_CHECK_OFFSET(StepParams, out_cache_loc, S);
-DL_CHECK_OFFSET(StepParams, next_tokens, S);
+DL_CHECK_OFFSET(StepParams, argmax_part, S);
 DL_CHECK_OFFSET(StepParams, records, S);
 DL_CHECK_OFFSET(StepParams, ring, S);
 DL_CHECK_OFFSET(StepParams, step_counter, S);
 DL_CHECK_OFFSET(StepParams, status, S);
 DL_CHECK_OFFSET(StepParams, error, S);
-DL_CHECK_OFFSET(StepParams, top2, S);
 DL_CHECK_OFFSET(StepParams, accepted_count, S);
 DL_CHECK_OFFSET(StepParams, tree_state, S);
 DL_CHECK_OFFSET(StepParams, scratch_slot, S);
@@ -130,7 +131,7 @@ constexpr int kFinishNonfinite = DL_FINISH_NONFINITE;
 DL_DEVICE i64 checked_len(const StepParams& p, int b) {
   const i64 c = p.seq_lens[b];
   if (dl::req_row(p.req_pool_indices, b, p.r2t_rows) < 0) return 0;
-  return (c < 0 || c > p.max_context) ? 0 : c;
+  return dl::valid_seq_len(c, p.max_context) ? c : 0;
 }
 
 DL_DEVICE bool is_stop(const StepParams& p, int b, int tok) {
@@ -178,7 +179,7 @@ ar_prepare(const __grid_constant__ StepParams p) {
       const int r = s_rank;
       const i64 count = *p.free_count;
       i64 slot = p.scratch_slot;
-      if (count < 0 || count > p.free_capacity) {
+      if (!dl::valid_pool_count(count, p.free_capacity)) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
         atomicOr(p.status, kStatusPoolExhausted);
       } else if (count >= s_nact) {
@@ -253,14 +254,16 @@ ar_commit(const __grid_constant__ StepParams p) {
     r[2] = -1;
     r[3] = 0;
     if (act) {
-      const int tok = p.next_tokens[rank];
+      const u64 am = p.argmax_part[rank];
+      p.argmax_part[rank] = 0ull;  // cleared for the next step's argmax
+      const int tok = dl::argmax_token(am);
       const i64 slot = p.out_cache_loc[rank];
       const i64 len = checked_len(p, b);
       const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
       if (row >= 0 && len < p.max_context) p.req_to_token[row * p.max_context + len] = (i32)slot;
       p.seq_lens[b] = len + 1;
       r[0] = 1;
-      if (p.top2 != nullptr && !(p.top2[2 * rank] > DL_NEG_INF)) {
+      if (!dl::argmax_finite(am)) {
         // the row had no value above -inf: no token; the request ends (the root's KV is kept)
         p.active[b] = 0;
         r[3] = kFinishNonfinite;

@@ -100,7 +100,7 @@ DDTREE_TOPK_ELEMS = 24
 DDTREE_BUILD_THREADS = 512
 #: Chunk candidates per thread of ``ddtree_build``'s row merge.
 DDTREE_MERGE_ELEMS = 24
-#: Threads of ``ddtree_compile``, ``ddtree_argmax_*``, ``ddtree_accept``, ``ddtree_commit*``.
+#: Threads of ``ddtree_compile``, ``ddtree_accept``, ``ddtree_commit*``.
 DDTREE_SMALL_THREADS = 256
 #: Threshold top-K (``DDTreePlan(topk="threshold")``, driverlevel._topk_threshold): logits the
 #: sample kernel reads per row (its 256 threads hold 16 each).

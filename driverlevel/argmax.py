@@ -1,57 +1,79 @@
-"""Greedy argmax over rows of float32 logits: the next token of an autoregressive step.
+"""The package's one greedy argmax over rows of logits (float32 or bfloat16).
 
-Pairs with ``cu/argmax.cu`` (kernel ``argmax_rows``; ``ArgmaxParams`` mirrored here by
-:class:`_ArgmaxParams`, its layout checked at compile time). The
-:class:`~driverlevel.runner.AutoregressiveRunner` launches it on the target's logits every
-step; the demo model (:mod:`driverlevel.demo.mla_model`) uses it for its no-context
-successor table.
+Pairs with ``cu/argmax.cu`` (kernels ``argmax_rows_f32`` / ``argmax_rows_bf16``, launched by
+:func:`argmax_rows_launch`; ``ArgmaxParams`` mirrored here by :class:`_ArgmaxParams`, its
+layout checked at compile time). Its callers: :meth:`driverlevel.ddtree.DDTreePlan.accept`
+(the target's argmax per draft node), the :class:`~driverlevel.runner.AutoregressiveRunner`
+(the next token of every request, each step) and the demo model's successor table
+(:mod:`driverlevel.demo.mla_model`).
 
-One rule for non-finite values, the package's: NaN counts as -inf, the first index of the
-maximum wins, and a row with nothing above -inf gives index 0 with ``top2[m, 0] = -inf``
-(which tells the caller the row was not finite).
+One rule for every argmax and top-K of the package (``cu/logit_keys.cuh``): NaN counts as
+-inf, equal values go to the lower id, ids are always in ``[0, vocab)``, and a row with
+nothing above -inf is "not finite".
+
+Two outputs, either or both:
+
+- ``part`` uint64 ``[>= m_max]``: row ``r``'s largest composite ``(order key << 32) | ~id``,
+  folded in with a 64-bit ``atomicMax`` by every warp that reads a piece of the row (the row
+  is split so that the read spreads over the whole GPU). ``part`` must hold 0 before the
+  launch; the consumer reads it and clears it (``ddtree_accept``, ``ar_commit``). Decoded by
+  :func:`decode_part`: 0 means not finite (token 0); otherwise the token is ``~low 32 bits``.
+- ``index`` int32 ``[>= m_max]``: the token itself (0 for a row that is not finite); one warp
+  then reads a whole row (no split).
 
 Example
 -------
 >>> import numpy as np, driverlevel as dl                              # doctest: +SKIP
->>> from driverlevel.argmax import argmax_launch
+>>> from driverlevel.argmax import argmax_rows_launch
 >>> dev = dl.Device(0); s = dev.create_stream()
 >>> x = dl.DeviceBuffer.allocate(dev, 4 * 8 * 1000).as_array((8, 1000), np.float32)
 >>> idx = dl.DeviceBuffer.allocate(dev, 4 * 8).as_array((8,), np.int32)
->>> argmax_launch(dev, x, idx, m_max=8).launch(s)
+>>> argmax_rows_launch(dev, x, index=idx, m_max=8).launch(s)
 """
 
 from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ._checks import device_array_arg, need_dtype, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
+from ._dtypes import bfloat16
 from ._module import Module, PreparedLaunch, load_module, struct_layout_defines
 
-__all__ = ["SOURCE", "KERNEL", "THREADS", "argmax_launch", "compile_defines", "dynamic_shared_bytes",
-           "compile_variants", "load"]
+__all__ = ["SOURCE", "KERNELS", "THREADS", "argmax_rows_launch", "argmax_layout", "decode_part", "compile_defines",
+           "dynamic_shared_bytes", "compile_variants", "load"]
 
 SOURCE = "argmax.cu"
-#: The kernel's name in :data:`SOURCE`.
-KERNEL = "argmax_rows"
-#: Threads per row (one CTA per row).
+#: The kernels of :data:`SOURCE` by logits dtype name.
+KERNELS = {"float32": "argmax_rows_f32", "bfloat16": "argmax_rows_bf16"}
+#: Threads per CTA (8 warps; one warp per work item). Passed to the kernel as ``DL_ARGMAX_THREADS``.
 THREADS = 256
+#: Tokens of one work item are a multiple of this (a warp: 32 lanes x 4 16-byte loads of bf16).
+GRAIN = 1024
+#: The grid is at most this many CTAs per SM.
+CTAS_PER_SM = 4
 
 
 class _ArgmaxParams(ctypes.Structure):
     """ctypes mirror of ``ArgmaxParams`` in cu/argmax.cu."""
 
     _fields_ = [
-        ("x", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64), ("index", ctypes.c_uint64), ("top2", ctypes.c_uint64),
-        ("m_max", ctypes.c_int64), ("n", ctypes.c_int32), ("ld", ctypes.c_int32),
+        ("x", ctypes.c_uint64), ("m_ptr", ctypes.c_uint64), ("part", ctypes.c_uint64), ("index", ctypes.c_uint64),
+        ("m_max", ctypes.c_int64), ("ld", ctypes.c_int64), ("n", ctypes.c_int32), ("vec", ctypes.c_int32),
+        ("splits", ctypes.c_int32), ("split_len", ctypes.c_int32),
     ]
 
 
 def compile_defines(arch) -> dict:
-    """NVRTC defines of ``cu/argmax.cu``: the ``ArgmaxParams`` layout, checked by static_assert."""
+    """NVRTC defines of ``cu/argmax.cu``: the ``ArgmaxParams`` layout (checked by static_assert)
+    and ``DL_ARGMAX_THREADS``."""
     normalize_arch(arch)
-    return struct_layout_defines(_ArgmaxParams)
+    d = struct_layout_defines(_ArgmaxParams)
+    d["DL_ARGMAX_THREADS"] = THREADS
+    return d
 
 
 def dynamic_shared_bytes(arch) -> dict:
@@ -78,64 +100,113 @@ def load(device, arch=None) -> Module:
     return load_module(device, compile_file(SOURCE, arch, compile_defines(arch)))
 
 
-def argmax_launch(device, x, index, *, m_max: int, num_rows=None, top2=None, kernel=None) -> PreparedLaunch:
-    """A prepared ``argmax_rows`` launch over the rows of ``x`` (capture-safe to launch).
+def argmax_layout(vocab: int, max_rows: int, sm_count: int, *, split: bool = True) -> tuple:
+    """``(split_len, splits, grid)`` of an ``argmax_rows_*`` launch.
+
+    One warp reduces one (row, split) work item of ``split_len`` tokens (a multiple of
+    :data:`GRAIN`) and folds it into the row's maximum with one 64-bit ``atomicMax``; the
+    grid's at most ``CTAS_PER_SM * sm_count`` CTAs of 8 warps stride over the items. The split
+    gives about four items per warp when all ``max_rows`` rows are computed, so the read of the
+    logits is spread over the whole GPU whatever the row count. ``split=False``: one item per
+    row (``splits = 1``, as the ``index`` output needs).
+    """
+    vocab, max_rows, sm_count = int(vocab), int(max_rows), int(sm_count)
+    warps_per_cta = THREADS // 32
+    warps = CTAS_PER_SM * sm_count * warps_per_cta
+    splits = max(1, min(-(-4 * warps // max_rows), -(-vocab // GRAIN))) if split else 1
+    split_len = -(-(-(-vocab // splits)) // GRAIN) * GRAIN
+    splits = -(-vocab // split_len)
+    grid = max(1, min(CTAS_PER_SM * sm_count, -(-max_rows * splits // warps_per_cta)))
+    return split_len, splits, grid
+
+
+def decode_part(part) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens int32, finite bool)`` of host uint64 composites as the kernels write ``part``
+    (the host twin of ``argmax_token`` / ``argmax_finite`` in ``cu/logit_keys.cuh``)."""
+    c = np.asarray(part, dtype=np.uint64)
+    finite = c != 0
+    ids = (~(c & np.uint64(0xFFFFFFFF))) & np.uint64(0xFFFFFFFF)
+    return np.where(finite, ids, 0).astype(np.int32), finite
+
+
+def _is_bf16(a) -> bool:
+    return a.dtype is bfloat16 or a.dtype.name == "uint16"
+
+
+def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows=None,
+                       module: Module | None = None) -> PreparedLaunch:
+    """A prepared ``argmax_rows_{f32,bf16}`` launch over the rows of ``x`` (capture-safe to launch).
 
     Parameters
     ----------
     device : Device or int
-    x : float32 ``[>= m_max, n]``, C-contiguous, on ``device``
-        Logits (any units; only the order matters).
-    index : int32 ``[>= m_max]``
-        Receives the first index of each row's maximum (NaN counts as -inf; a row with
-        nothing above -inf gives 0, and its top2 maximum is -inf).
+    x : float32 or bfloat16 ``[>= m_max, n]``, C-contiguous, on ``device``
+        Logits (any units; only the order matters). bfloat16 may also be given as uint16 bit
+        patterns.
     m_max : int
-        Rows of the grid (one CTA of :data:`THREADS` threads each).
+        Rows the grid is sized for.
+    part : uint64 ``[>= m_max]``, optional
+        Receives each row's largest ``(order key << 32) | ~id`` composite through ``atomicMax``:
+        must hold 0 before the launch (the consumer clears it); 0 after it means the row had
+        nothing above -inf. See :func:`decode_part`.
+    index : int32 ``[>= m_max]``, optional
+        Receives each row's argmax (the first index of the maximum; 0 for a row with nothing
+        above -inf). One warp reads a whole row (no split).
     num_rows : int64 device scalar (``[1]``), optional
-        Rows computed = ``min(m_max, num_rows)``, read on the device each launch (e.g.
-        ``qo_indptr[bs:]``).
-    top2 : float32 ``[>= m_max, 2]``, optional
-        Receives each row's largest and second largest value (the top-1 margin).
-    kernel : Kernel, optional
-        ``argmax_rows`` of an already loaded module (default: :func:`load` it).
+        Rows computed = ``min(m_max, max(num_rows, 0))``, read on the device each launch (e.g.
+        ``qo_indptr[bs:]``); default ``m_max``.
+    module : Module, optional
+        ``cu/argmax.cu`` already loaded on ``device`` (default: :func:`load` it).
 
     Returns
     -------
     PreparedLaunch
-        Holds ``x``, ``index``, ``top2`` and ``num_rows`` alive.
+        Holds ``x``, ``part``, ``index`` and ``num_rows`` alive.
 
     Raises
     ------
     TypeError, ValueError
-        Wrong dtype, device, layout or too few rows, naming the argument.
+        Wrong dtype, device, layout, too few rows, or neither ``part`` nor ``index``, naming the
+        argument.
     """
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)
     x = device_array_arg("x", x, device)
-    need_dtype("x", x, "float32")
+    bf16 = _is_bf16(x)
+    if not bf16:
+        need_dtype("x", x, "float32")
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D, got shape {x.shape}")
-    index = device_array_arg("index", index, device)
-    need_dtype("index", index, "int32")
-    if index.size < m_max or x.shape[0] < m_max:
-        raise ValueError(f"x and index need >= m_max={m_max} rows (x {x.shape}, index {index.shape})")
-    if top2 is not None:
-        top2 = device_array_arg("top2", top2, device)
-        need_dtype("top2", top2, "float32")
-        if top2.size < 2 * m_max:
-            raise ValueError(f"top2 needs >= 2*m_max={2 * m_max} floats, got {top2.size}")
+    if x.shape[0] < m_max:
+        raise ValueError(f"x needs >= m_max={m_max} rows, got shape {x.shape}")
+    if part is None and index is None:
+        raise ValueError("pass part, index or both: the launch would write nothing")
+    if part is not None:
+        part = device_array_arg("part", part, device)
+        need_dtype("part", part, "uint64")
+        if part.ndim != 1 or part.size < m_max:
+            raise ValueError(f"part must be 1-D with >= m_max={m_max} entries, got shape {part.shape}")
+    if index is not None:
+        index = device_array_arg("index", index, device)
+        need_dtype("index", index, "int32")
+        if index.ndim != 1 or index.size < m_max:
+            raise ValueError(f"index must be 1-D with >= m_max={m_max} entries, got shape {index.shape}")
     if num_rows is not None:
         num_rows = device_array_arg("num_rows", num_rows, device)
         need_dtype("num_rows", num_rows, "int64")
         if num_rows.size != 1:
             raise ValueError(f"num_rows must hold one int64 (e.g. qo_indptr[bs:]), got shape {num_rows.shape}")
-    if kernel is None:
-        kernel = load(device).kernel(KERNEL)
+    if module is None:
+        module = load(device)
+    n = x.shape[1]
+    split_len, splits, grid = argmax_layout(n, m_max, device.sm_count, split=index is None)
+    vec = 8 if bf16 else 4
     p = _ArgmaxParams()
-    p.x, p.index = x.ptr, index.ptr
-    p.m_ptr = 0 if num_rows is None else num_rows.ptr
-    p.top2 = 0 if top2 is None else top2.ptr
-    p.m_max, p.n, p.ld = m_max, x.shape[1], x.shape[1]
-    ln = kernel.prepare((m_max, 1, 1), THREADS, [p])
-    ln.keep(x, index, top2, num_rows)
+    p.x, p.m_ptr = x.ptr, 0 if num_rows is None else num_rows.ptr
+    p.part, p.index = 0 if part is None else part.ptr, 0 if index is None else index.ptr
+    p.m_max, p.ld, p.n = m_max, n, n
+    p.vec = int(x.ptr % 16 == 0 and n % vec == 0)
+    p.splits, p.split_len = splits, split_len
+    ln = module.kernel(KERNELS["bfloat16" if bf16 else "float32"]).prepare((grid, 1, 1), THREADS, [p])
+    ln.keep(x, part, index, num_rows)
     return ln

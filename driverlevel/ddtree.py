@@ -1,7 +1,9 @@
 """DDTree on the GPU: tree build, tree compile, greedy accept and KV commit, capture-safe.
 
-Pairs with ``cu/ddtree.cu`` and its stage headers ``cu/ddtree/*.cuh`` (one ``DDTreeParams``
-struct, mirrored here by ``_Params``) and with the numpy reference
+Pairs with ``cu/ddtree.cu`` and its stage headers ``cu/ddtree/*.cuh`` (a params struct per
+stage over a shared one, ``cu/ddtree/params.cuh``, mirrored here by ``_Shared``,
+``_TopKParams``, ``_BuildParams``, ``_CompileParams``, ``_AcceptParams`` and ``_CommitParams``)
+and with the numpy reference
 :mod:`driverlevel.reference.ddtree`, which defines every result exactly (the algorithm of
 Ringel & Romano 2026, arXiv 2604.12989; the pool, slot and stop-token rules are spelled out
 there).
@@ -65,11 +67,12 @@ from ._dtypes import as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._errors import check
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module, struct_layout_defines
+from ._module import load_module
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from . import _topk_threshold as _tk
+from . import argmax as _argmax
 from .request_state import RequestState
 from .verify_attention import VerifyMetadata
 
@@ -106,9 +109,6 @@ MERGE_CAPACITY = DDTREE_BUILD_THREADS * DDTREE_MERGE_ELEMS
 _TOPK_THREADS = DDTREE_TOPK_THREADS
 _BUILD_THREADS = DDTREE_BUILD_THREADS
 _SMALL_THREADS = DDTREE_SMALL_THREADS
-#: Tokens of one argmax work item are a multiple of this (a warp: 32 lanes x 4 16-byte loads of bf16).
-_ARGMAX_GRAIN = 1024
-_ARGMAX_CTAS_PER_SM = 4
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
 #: ``DDTreePlan(topk=...)``: the chunk top-K alone (the default), or the threshold top-K
 #: (:mod:`driverlevel._topk_threshold`) with the chunk top-K as its exact fallback.
@@ -119,33 +119,113 @@ _i64 = ctypes.c_int64
 _i32 = ctypes.c_int32
 
 
-class _Params(ctypes.Structure):
-    """ctypes mirror of ``DDTreeParams`` in cu/ddtree.cu (offsets checked at compile time)."""
+class _Shared(ctypes.Structure):
+    """ctypes mirror of ``DDTreeShared`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``SH``)."""
 
-    _fields_ = [(n, _u64) for n in (
-        "logits", "active", "root_tokens", "budgets", "cand", "chunk_max", "chunk_sum", "counters", "top_ids",
-        "top_lp", "tokens", "depths", "parents", "node_counts", "anc",
-        "seq_lens", "req_pool_indices", "req_to_token", "free_slots", "free_count", "stop_tokens",
-        "input_ids", "positions", "out_cache_loc", "qo_indptr", "kv_indptr", "kv_indices", "bitmask",
-        "full_mask", "full_indptr", "qlen_mask", "qlen_indptr", "state",
-        "target_logits", "argmax_part", "target_tokens", "posterior", "accepted_nodes", "accepted_count", "bonus",
-        "records", "mirror", "dense_cache", "error")] + [(n, _i64) for n in (
-        "logits_batch_stride", "logits_row_stride", "target_row_stride", "kv_capacity", "full_capacity",
-        "qlen_capacity", "max_context", "r2t_stride", "dense_layer_stride", "dense_batch_stride",
-        "dense_pos_stride", "dense_row_bytes", "dense_window", "r2t_rows", "free_capacity")] + [(n, _i32) for n in (
-        "max_batch", "depth_limit", "vocab", "budget", "k", "num_chunks", "n_words", "logits_vec", "target_vec",
-        "argmax_splits", "argmax_split_len", "n_stop", "r2t_is64", "paged", "dense_layers", "record_width",
-        "lp_bytes", "flags")] + [(n, _u64) for n in (
-        "tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_max", "tk_sum")] + [(n, _i32) for n in (
-        "topk_mode", "tk_m", "tk_cap", "tk_nseg", "tk_seg_len", "tk_pad")]
+    _fields_ = [("state", _u64), ("error", _u64), ("max_batch", _i32), ("depth_limit", _i32), ("vocab", _i32),
+        ("budget", _i32), ("k", _i32), ("n_words", _i32), ("flags", _i32), ("shared_pad", _i32)]
+
+
+class _TopKParams(_Shared):
+    """ctypes mirror of ``TopKParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``TK``)."""
+
+    _fields_ = [("logits", _u64), ("active", _u64), ("cand", _u64), ("chunk_max", _u64), ("chunk_sum", _u64),
+        ("counters", _u64), ("tk_thresh", _u64), ("tk_count", _u64), ("tk_flag", _u64), ("tk_cand", _u64),
+        ("tk_max", _u64), ("tk_sum", _u64), ("logits_batch_stride", _i64), ("logits_row_stride", _i64),
+        ("num_chunks", _i32), ("logits_vec", _i32), ("topk_mode", _i32), ("tk_m", _i32), ("tk_cap", _i32),
+        ("tk_nseg", _i32), ("tk_seg_len", _i32), ("tk_pad", _i32)]
+
+
+class _BuildParams(_TopKParams):
+    """ctypes mirror of ``BuildParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``BD``)."""
+
+    _fields_ = [("root_tokens", _u64), ("budgets", _u64), ("top_ids", _u64), ("top_lp", _u64), ("tokens", _u64),
+        ("depths", _u64), ("parents", _u64), ("node_counts", _u64), ("anc", _u64), ("lp_bytes", _i32),
+        ("build_pad", _i32)]
+
+
+class _CompileParams(_Shared):
+    """ctypes mirror of ``CompileParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``CP``)."""
+
+    _fields_ = [("seq_lens", _u64), ("req_pool_indices", _u64), ("req_to_token", _u64), ("free_slots", _u64),
+        ("free_count", _u64), ("tokens", _u64), ("depths", _u64), ("node_counts", _u64), ("anc", _u64),
+        ("input_ids", _u64), ("positions", _u64), ("out_cache_loc", _u64), ("qo_indptr", _u64), ("kv_indptr", _u64),
+        ("kv_indices", _u64), ("bitmask", _u64), ("full_mask", _u64), ("full_indptr", _u64), ("qlen_mask", _u64),
+        ("qlen_indptr", _u64), ("kv_capacity", _i64), ("full_capacity", _i64), ("qlen_capacity", _i64),
+        ("max_context", _i64), ("r2t_stride", _i64), ("r2t_rows", _i64), ("free_capacity", _i64), ("r2t_is64", _i32),
+        ("compile_pad", _i32)]
+
+
+class _AcceptParams(_Shared):
+    """ctypes mirror of ``AcceptParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``AC``)."""
+
+    _fields_ = [("active", _u64), ("root_tokens", _u64), ("seq_lens", _u64), ("stop_tokens", _u64),
+        ("qo_indptr", _u64), ("tokens", _u64), ("parents", _u64), ("argmax_part", _u64), ("target_tokens", _u64),
+        ("posterior", _u64), ("accepted_nodes", _u64), ("accepted_count", _u64), ("bonus", _u64), ("records", _u64),
+        ("mirror", _u64), ("max_context", _i64), ("n_stop", _i32), ("record_width", _i32)]
+
+
+class _CommitParams(_Shared):
+    """ctypes mirror of ``CommitParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``CM``)."""
+
+    _fields_ = [("active", _u64), ("seq_lens", _u64), ("req_pool_indices", _u64), ("req_to_token", _u64),
+        ("free_slots", _u64), ("free_count", _u64), ("qo_indptr", _u64), ("out_cache_loc", _u64),
+        ("accepted_nodes", _u64), ("accepted_count", _u64), ("dense_cache", _u64), ("r2t_stride", _i64),
+        ("r2t_rows", _i64), ("free_capacity", _i64), ("dense_layer_stride", _i64), ("dense_batch_stride", _i64),
+        ("dense_pos_stride", _i64), ("dense_row_bytes", _i64), ("dense_window", _i64), ("r2t_is64", _i32),
+        ("paged", _i32), ("dense_layers", _i32), ("commit_pad", _i32)]
+
+
+#: The stages' params mirrors by their define prefix (``DL_OFF_<prefix>_<field>``, ``DL_SIZEOF_<prefix>``).
+_STRUCTS = {"SH": _Shared, "TK": _TopKParams, "BD": _BuildParams, "CP": _CompileParams, "AC": _AcceptParams,
+            "CM": _CommitParams}
+
+
+def _struct_fields(cls) -> list:
+    """Every field name of a ctypes params class, its bases' first (the C layout's order)."""
+    names = []
+    for c in reversed(cls.__mro__):
+        names += [n for n, *_ in c.__dict__.get("_fields_", ())]
+    return names
+
+
+#: Every field name of every stage's struct (a field of one name means one value in every stage).
+_ALL_FIELDS = frozenset(n for c in _STRUCTS.values() for n in _struct_fields(c))
+
+
+class _Values:
+    """The values of one launch's params, by field name, for every stage (0 where not set).
+
+    :func:`_pack` copies the fields of one stage's struct out of it; setting a name that no
+    stage's struct has raises ``AttributeError`` (a typo would otherwise launch a 0)."""
+
+    def __init__(self):
+        for n in _ALL_FIELDS:
+            object.__setattr__(self, n, 0)
+
+    def __setattr__(self, name, value):
+        if name not in _ALL_FIELDS:
+            raise AttributeError(f"no DDTree params struct has a field {name!r}")
+        object.__setattr__(self, name, value)
+
+
+def _pack(cls, v: _Values):
+    """The ``cls`` struct (one stage's params) filled from ``v``."""
+    p = cls()
+    for n in _struct_fields(cls):
+        setattr(p, n, getattr(v, n))
+    return p
 
 
 def compile_defines(arch) -> dict:
-    """Defines for ``ddtree.cu``: the ``DDTreeParams`` layout (checked by static_assert), the
+    """Defines for ``ddtree.cu``: the stages' params layouts (checked by static_assert), the
     shared constants (:func:`driverlevel._constants.kernel_defines`) and the device error word's
     field and code numbers (:func:`driverlevel._device_error.error_defines`)."""
     normalize_arch(arch)
-    d = struct_layout_defines(_Params)
+    d = {}
+    for prefix, cls in _STRUCTS.items():
+        d.update({f"DL_OFF_{prefix}_{n}": getattr(cls, n).offset for n in _struct_fields(cls)})
+        d[f"DL_SIZEOF_{prefix}"] = ctypes.sizeof(cls)
     d.update(kernel_defines())
     d.update(error_defines())
     return d
@@ -184,23 +264,6 @@ def dynamic_shared_bytes(arch) -> dict:
 def compile_variants(arch) -> list:
     """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory."""
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
-
-
-def _argmax_layout(vocab: int, max_rows: int, sm_count: int) -> tuple:
-    """``(split_len, splits, grid)`` of ``ddtree_argmax_*``.
-
-    One warp reduces one (row, split) work item of ``split_len`` tokens (a multiple of
-    1,024) and folds it into the row's maximum with one 64-bit ``atomicMax``; the grid's
-    ``4 * sm_count`` CTAs of 8 warps stride over the items. The split gives about four items
-    per warp when every row is a node (``max_rows``), so the read of the target logits is
-    spread over the whole GPU whatever the tree size.
-    """
-    warps = _ARGMAX_CTAS_PER_SM * sm_count * (_SMALL_THREADS // 32)
-    splits = max(1, min(-(-4 * warps // max_rows), -(-vocab // _ARGMAX_GRAIN)))
-    split_len = -(-(-(-vocab // splits)) // _ARGMAX_GRAIN) * _ARGMAX_GRAIN
-    splits = -(-vocab // split_len)
-    grid = max(1, min(_ARGMAX_CTAS_PER_SM * sm_count, -(-max_rows * splits // (_SMALL_THREADS // 32))))
-    return split_len, splits, grid
 
 
 def _pos_int(name, v, lo=1, hi=None):
@@ -370,8 +433,6 @@ class DDTreePlan:
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)
-        self.argmax_split_len, self.argmax_splits, self.argmax_grid = _argmax_layout(
-            self.vocab, self.max_rows, self.device.sm_count)
         self.flags = 0
         bf16 = self.logits_dtype is bfloat16
         #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample,
@@ -401,7 +462,8 @@ class DDTreePlan:
         self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
-        self._k_argmax = kern("ddtree_argmax_" + ("bf16" if self.target_dtype is bfloat16 else "f32"))
+        #: ``cu/argmax.cu`` loaded on the device: the target's argmax per node before :meth:`accept`.
+        self._argmax_module = _argmax.load(self.device, self.arch)
         self._k_accept = kern("ddtree_accept")
         self._k_commit = kern("ddtree_commit")
         self._k_dense = kern("ddtree_commit_dense")
@@ -509,15 +571,14 @@ class DDTreePlan:
             _need_shape(name, a, rows_shape)
         return a
 
-    def _params(self, state: RequestState | None) -> _Params:
-        p = _Params()
+    def _params(self, state: RequestState | None) -> _Values:
+        p = _Values()
         for cname, _, _ in self._specs():
-            if hasattr(p, cname):
+            if cname in _ALL_FIELDS:
                 setattr(p, cname, getattr(self, cname).ptr)
         p.state = self.step.ptr
         p.max_batch, p.depth_limit, p.vocab, p.budget, p.k = self.max_batch, self.depth_limit, self.vocab, self.budget, self.k
         p.num_chunks, p.n_words, p.record_width = self.num_chunks, self.n_words, self.record_width
-        p.argmax_splits, p.argmax_split_len = self.argmax_splits, self.argmax_split_len
         p.lp_bytes = _build_union_bytes(self.depth_limit, self.k, self.budget)
         p.flags = self.flags
         if self.topk == "threshold":
@@ -594,13 +655,15 @@ class DDTreePlan:
             fb = self.num_chunks if self.topk == "chunked" else _tk.fallback_ctas(
                 self.num_chunks, self.max_batch * self.depth_limit, self.device.sm_count)
             grid = (fb, self.depth_limit, self.max_batch)
+            tkp = _pack(_TopKParams, p)
             out = []
             if self.topk == "threshold":  # sample -> stream -> the chunk top-K for the rows that failed
-                out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [p]),
+                out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
                         self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
-                                               [p])]
-            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [p]),
-                   self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [p], self.build_smem)]
+                                               [tkp])]
+            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp]),
+                   self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
+                                         self.build_smem)]
             for ln in out:
                 ln.keep(lg, state)
             return out
@@ -622,7 +685,7 @@ class DDTreePlan:
 
         def make():
             p = self._params(state)
-            ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [p])
+            ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [_pack(_CompileParams, p)])
             ln.keep(state)
             return [ln]
 
@@ -670,13 +733,11 @@ class DDTreePlan:
             p = self._params(state)
             p.target_tokens, p.mirror = _ptr(tt), _ptr(mir)
             out = []
-            if tl is not None:
-                p.target_logits = tl.ptr
-                p.target_row_stride = self.vocab
-                vec = 4 if self.target_dtype is not bfloat16 else 8
-                p.target_vec = int(tl.ptr % 16 == 0 and self.vocab % vec == 0)
-                out.append(self._k_argmax.prepare(self.argmax_grid, _SMALL_THREADS, [p]))
-            out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [p]))
+            if tl is not None:  # argmax.cu's composites per row, which accept reads and clears
+                out.append(_argmax.argmax_rows_launch(self.device, tl, m_max=self.max_rows, part=self.argmax_part,
+                                                      num_rows=self.qo_indptr[self.max_batch:],
+                                                      module=self._argmax_module))
+            out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [_pack(_AcceptParams, p)]))
             for ln in out:
                 ln.keep(tl, tt, mirror, state)
             return out
@@ -692,7 +753,7 @@ class DDTreePlan:
         self._check_state(state)
 
         def make():
-            ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [self._params(state)])
+            ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [_pack(_CommitParams, self._params(state))])
             ln.keep(state)
             return [ln]
 
@@ -729,8 +790,8 @@ class DDTreePlan:
             p.dense_window = c.shape[2]
             q = self._params(state)
             q.paged = 0
-            out = [self._k_dense.prepare((self.max_batch, c.shape[0], 1), _SMALL_THREADS, [p]),
-                   self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [q])]
+            out = [self._k_dense.prepare((self.max_batch, c.shape[0], 1), _SMALL_THREADS, [_pack(_CommitParams, p)]),
+                   self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [_pack(_CommitParams, q)])]
             for ln in out:
                 ln.keep(c, state)
             return out

@@ -72,8 +72,7 @@ from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module
-from .argmax import KERNEL as _ARGMAX_KERNEL
-from .argmax import argmax_launch
+from .argmax import argmax_rows_launch
 from .argmax import load as _load_argmax
 from .ddtree import DDTreePlan
 from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
@@ -111,9 +110,9 @@ class _StepParams(ctypes.Structure):
         ("stop_tokens", ctypes.c_uint64), ("free_slots", ctypes.c_uint64), ("free_count", ctypes.c_uint64),
         ("qo_indptr", ctypes.c_uint64), ("kv_indptr", ctypes.c_uint64), ("kv_indices", ctypes.c_uint64),
         ("input_ids", ctypes.c_uint64), ("positions", ctypes.c_uint64), ("out_cache_loc", ctypes.c_uint64),
-        ("next_tokens", ctypes.c_uint64), ("records", ctypes.c_uint64),
+        ("argmax_part", ctypes.c_uint64), ("records", ctypes.c_uint64),
         ("ring", ctypes.c_uint64), ("step_counter", ctypes.c_uint64), ("status", ctypes.c_uint64),
-        ("error", ctypes.c_uint64), ("top2", ctypes.c_uint64), ("accepted_count", ctypes.c_uint64),
+        ("error", ctypes.c_uint64), ("accepted_count", ctypes.c_uint64),
         ("tree_state", ctypes.c_uint64),
         ("scratch_slot", ctypes.c_int64), ("free_capacity", ctypes.c_int64), ("r2t_rows", ctypes.c_int64),
         ("bs", ctypes.c_int32), ("max_context", ctypes.c_int32), ("n_stop", ctypes.c_int32),
@@ -291,7 +290,7 @@ class _RunnerBase:
                                            remaining=True, label=f"{name}.request_state")
         specs = [((1,), np.uint64), ((1,), np.int32),
                  ((B + 1,), np.int64), ((B + 1,), np.int32), ((B * C,), np.int64), ((R,), np.int32), ((R,), np.int64),
-                 ((R,), np.int64), ((R,), np.int32), ((B, self.record_width), np.int32), ((R, 2), np.float32)]
+                 ((R,), np.int64), ((R,), np.uint64), ((B, self.record_width), np.int32)]
         self.step_pool = WorkspacePool.allocate(self.device, WorkspacePool.required_bytes(specs), label=f"{name}.step")
         sp = self.step_pool
         self.step_counter = sp.carve("step_counter", (1,), np.uint64)
@@ -302,9 +301,9 @@ class _RunnerBase:
         self.input_ids = sp.carve("input_ids", (R,), np.int32)
         self.positions = sp.carve("positions", (R,), np.int64)
         self.out_cache_loc = sp.carve("out_cache_loc", (R,), np.int64)
-        self.next_tokens = sp.carve("next_tokens", (R,), np.int32)
+        #: argmax.cu's composite per q row (the autoregressive step's next token; ar_commit reads and clears it).
+        self.argmax_part = sp.carve("argmax_part", (R,), np.uint64)
         self.records = sp.carve("records", (B, self.record_width), np.int32)
-        self.top2 = sp.carve("top2", (R, 2), np.float32)  # the argmax's two largest values per row
         zero = self.device.create_stream()
         sp_all = DeviceArray(sp.base, (sp.capacity,), np.uint8, self.device, owner=sp)
         sp_all.fill_bytes(0, zero)  # no request is active until reset()
@@ -722,7 +721,7 @@ class _RunnerBase:
         p.free_slots, p.free_count = st.free_slots.ptr, st.free_count.ptr
         p.qo_indptr, p.kv_indptr, p.kv_indices = self.qo_indptr.ptr, self.kv_indptr.ptr, self.kv_indices.ptr
         p.input_ids, p.positions, p.out_cache_loc = self.input_ids.ptr, self.positions.ptr, self.out_cache_loc.ptr
-        p.next_tokens, p.records = self.next_tokens.ptr, self.records.ptr
+        p.argmax_part, p.records = self.argmax_part.ptr, self.records.ptr
         p.ring, p.step_counter, p.status = self._ring_dev.ptr, self.step_counter.ptr, self.status.ptr
         p.error = self.error_word.device_ptr
         p.scratch_slot, p.free_capacity, p.r2t_rows = self.scratch_slot, self.num_slots, st.req_to_token.shape[0]
@@ -744,7 +743,7 @@ class AutoregressiveRunner(_RunnerBase):
     The same model and attention kernel as :class:`DecodeStepRunner`, with a causal plan
     of one row per request: ``ar_prepare`` (runner.cu) builds the metadata from
     ``req_to_token`` and pops a slot per active request, the target forward computes the
-    logits, ``argmax_rows`` (:mod:`driverlevel.argmax`) picks the next tokens and ``ar_commit`` appends the slots,
+    logits, ``argmax_rows_f32`` (:mod:`driverlevel.argmax`) picks the next tokens and ``ar_commit`` appends the slots,
     advances the requests, handles stop tokens and ``max_new_tokens``, and publishes.
 
     Parameters
@@ -808,9 +807,8 @@ class AutoregressiveRunner(_RunnerBase):
         self._argmax_module = _load_argmax(self.device)
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
         self._prep.keep(self)
-        self._argmax = argmax_launch(self.device, self.logits, self.next_tokens, m_max=B, num_rows=self.qo_indptr[B:],
-                                     top2=self.top2, kernel=self._argmax_module.kernel(_ARGMAX_KERNEL))
-        params.top2 = self.top2.ptr
+        self._argmax = argmax_rows_launch(self.device, self.logits, m_max=B, part=self.argmax_part,
+                                          num_rows=self.qo_indptr[B:], module=self._argmax_module)
         self._commit = self._prepare_record_kernel("ar_commit", params)
 
     def _launch_step(self, stream) -> None:

@@ -14,7 +14,7 @@ from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
 
 KERNELS = {
     "ddtree_topk_chunks_f32", "ddtree_topk_chunks_bf16", "ddtree_build", "ddtree_compile",
-    "ddtree_argmax_f32", "ddtree_argmax_bf16", "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
+    "ddtree_accept", "ddtree_commit", "ddtree_commit_dense",
     "ddtree_topk_sample_f32", "ddtree_topk_sample_bf16", "ddtree_topk_stream_f32", "ddtree_topk_stream_bf16",
 }
 
@@ -40,19 +40,51 @@ def test_every_kernel_compiles_without_spills(arch):
         assert regs * STREAM_THREADS * STREAM_CTAS_PER_SM <= 65536, f"{name} on {arch}: {regs}"
 
 
-def test_params_layout_drift_fails_the_compile():
+@pytest.mark.parametrize("key, struct", [("DL_OFF_CP_seq_lens", "CompileParams.seq_lens"),
+                                         ("DL_OFF_BD_vocab", "BuildParams.vocab"),
+                                         ("DL_OFF_TK_tk_cand", "TopKParams.tk_cand"),
+                                         ("DL_OFF_AC_argmax_part", "AcceptParams.argmax_part"),
+                                         ("DL_OFF_CM_dense_window", "CommitParams.dense_window")])
+def test_params_layout_drift_fails_the_compile(key, struct):
     defines = ddtree.compile_defines("sm_90")
-    defines["DL_OFF_seq_lens"] += 8
+    defines[key] += 8
     with pytest.raises(dl.NvrtcError) as ei:
         dl.runtime.compile_file(ddtree.SOURCE, "sm_90", defines, use_cache=False)
-    assert "DDTreeParams.seq_lens offset differs from its ctypes mirror" in ei.value.log
+    assert f"{struct} offset differs from its ctypes mirror" in ei.value.log
 
 
-def test_params_mirror_is_packed_as_the_c_struct():
-    p = ddtree._Params
-    assert ctypes.sizeof(p) == 44 * 8 + 15 * 8 + 18 * 4 + 6 * 8 + 6 * 4
-    assert p.logits.offset == 0 and p.logits_batch_stride.offset == 44 * 8 and p.max_batch.offset == 59 * 8
-    assert p.tk_thresh.offset == 59 * 8 + 18 * 4 and p.topk_mode.offset == 65 * 8 + 18 * 4
+def test_params_mirrors_are_packed_as_the_c_structs():
+    """A struct per stage over the shared one: every size a multiple of 8 (so a derived struct's
+    own fields start at its base's size, in C as in ctypes), the shared fields first."""
+    sh = ddtree._Shared
+    assert ctypes.sizeof(sh) == 2 * 8 + 8 * 4
+    sizes = {}
+    for prefix, cls in ddtree._STRUCTS.items():
+        assert ctypes.sizeof(cls) % 8 == 0, prefix
+        names = ddtree._struct_fields(cls)
+        assert names[:len(sh._fields_)] == [n for n, _ in sh._fields_], prefix
+        assert len(set(names)) == len(names), prefix
+        sizes[prefix] = ctypes.sizeof(cls)
+    assert ddtree._BuildParams.root_tokens.offset == sizes["TK"]
+    assert ddtree._TopKParams.logits.offset == ddtree._AcceptParams.active.offset == sizes["SH"]
+    # each stage's struct is far smaller than the one struct all stages shared (592 B)
+    assert max(sizes.values()) <= 280, sizes
+
+
+def test_a_field_of_one_name_has_one_type_in_every_stage():
+    seen = {}
+    for cls in ddtree._STRUCTS.values():
+        for c in cls.__mro__:
+            for n, t in c.__dict__.get("_fields_", ()):
+                assert seen.setdefault(n, t) is t, n
+
+
+def test_values_reject_a_name_no_stage_has():
+    v = ddtree._Values()
+    v.vocab = 7
+    assert ddtree._pack(ddtree._AcceptParams, v).vocab == 7
+    with pytest.raises(AttributeError, match="no DDTree params struct has a field 'vocabulary'"):
+        v.vocabulary = 7
 
 
 @pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])
@@ -189,4 +221,4 @@ def test_cache_key_covers_every_stage_header():
     stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
     assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
             "ddtree/commit.cuh"} <= stages
-    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh"} == set(headers)
+    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh", "logit_keys.cuh"} == set(headers)

@@ -1,7 +1,7 @@
 """One request state and one slot pool under one set of names (CPU only).
 
 The runner's kernels (``cu/runner.cu``, ``StepParams``) and the DDTree stages
-(``cu/ddtree/*.cuh``, ``DDTreeParams``) read the same :class:`RequestState` under the same
+(``cu/ddtree/*.cuh``, the stages' params structs) read the same :class:`RequestState` under the same
 field names, SGLang's where SGLang has the array.
 """
 
@@ -32,9 +32,13 @@ def test_ddtree_state_is_the_request_state():
     assert ddtree.DDTreeState is RequestState
 
 
-@pytest.mark.parametrize("struct", [ddtree._Params, runner._StepParams], ids=["DDTreeParams", "StepParams"])
-def test_both_params_structs_carry_the_state_under_the_same_names(struct):
-    names = {n for n, *_ in struct._fields_}
+def _ddtree_state_fields():
+    return {n for c in ddtree._STRUCTS.values() for n in ddtree._struct_fields(c)}
+
+
+@pytest.mark.parametrize("names", [_ddtree_state_fields(), {n for n, *_ in runner._StepParams._fields_}],
+                         ids=["DDTree stages", "StepParams"])
+def test_both_params_structs_carry_the_state_under_the_same_names(names):
     assert set(SHARED) <= names
     assert not names & set(OLD_NAMES)
     assert "free_capacity" in names and "r2t_rows" in names

@@ -1,6 +1,6 @@
 """The demo model's kernels, the drafter and the decode-step runners on a GPU.
 
-* ``mla_gemm`` / ``mla_embed`` and the core ``argmax_rows`` (cu/argmax.cu) against numpy
+* ``mla_gemm`` / ``mla_embed`` and the core ``argmax_rows_*`` (cu/argmax.cu) against numpy
   (gathers, scatters, device row counts, poisoned outputs);
 * the model's forward over a random tree batch against the float64 reference;
 * the drafter's successor table and logits against the reference;
@@ -17,7 +17,7 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
-from driverlevel.argmax import argmax_launch
+from driverlevel.argmax import argmax_rows_launch, decode_part
 from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
 from driverlevel.demo import reference as R
 from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
@@ -139,27 +139,41 @@ def test_gemm_validation_names_the_argument(dev, small_model):
         small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=9)
 
 
-def test_argmax_ties_nan_and_top2(dev, s):
+def _argmax_both(dev, s, x, *, dtype="float32", num_rows=None):
+    """(index, decoded part tokens, part finite) of argmax_rows_launch over x, both outputs:
+    index through one warp per row, part through the split layout (a second launch)."""
+    X = upload(dev, f32_to_bf16_bits(x) if dtype == "bf16" else x, "uint16" if dtype == "bf16" else None)
+    m = x.shape[0]
+    idx = dev_array(dev, (m,), "int32")
+    idx.fill_bytes(0xA5, s)
+    part = dev_array(dev, (m,), "uint64")
+    part.fill_bytes(0, s)
+    nr = None if num_rows is None else upload(dev, np.array([num_rows], np.int64))
+    argmax_rows_launch(dev, X, m_max=m, index=idx, num_rows=nr).launch(s)
+    argmax_rows_launch(dev, X, m_max=m, part=part, num_rows=nr).launch(s)
+    tok, fin = decode_part(part.to_numpy(s))
+    return idx.to_numpy(s), tok, fin
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+def test_argmax_ties_nan_and_first_index(dev, s, dtype):
     x = np.random.default_rng(1).standard_normal((5, 3000)).astype(np.float32)
     x[1, [7, 2000]] = 50.0         # tie: first index wins
     x[2, 5] = np.nan               # NaN never wins
     x[2, 9] = 40.0
     x[3, :] = -np.inf
-    X = upload(dev, x)
-    idx = dev_array(dev, (5,), "int32")
-    top2 = dev_array(dev, (5, 2), "float32")
-    argmax_launch(dev, X, idx, m_max=5, top2=top2).launch(s)
-    got = idx.to_numpy(s)
-    assert got[0] == np.argmax(x[0]) and got[1] == 7 and got[2] == 9 and got[3] == 0
-    t2 = top2.to_numpy(s)
-    assert t2[1, 0] == 50.0 and t2[1, 1] == 50.0
-    srt = np.sort(x[4])
-    assert t2[4, 0] == srt[-1] and t2[4, 1] == srt[-2]
+    x[4, [0, 2999]] = [-0.0, 60.0]
+    x[4, 1500] = 60.0              # a tie across the splits of the row: the lower id
+    xr = bf16_bits_to_f32(f32_to_bf16_bits(x)) if dtype == "bf16" else x
+    idx, tok, fin = _argmax_both(dev, s, x, dtype=dtype)
+    want = [int(np.argmax(xr[0])), 7, 9, 0, 1500]
+    assert idx.tolist() == want and tok.tolist() == want
+    assert fin.tolist() == [True, True, True, False, True]
 
 
 def test_argmax_rows_with_nothing_above_minus_inf_give_zero(dev, s):
     """The package's rule (issue 11): NaN counts as -inf; a row with nothing above -inf gives id 0
-    and a top-1 value of -inf, whatever the mix of NaN and -inf."""
+    and is not finite (composite 0), whatever the mix of NaN and -inf."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((6, 1500)).astype(np.float32)
     x[0] = np.nan
@@ -170,16 +184,21 @@ def test_argmax_rows_with_nothing_above_minus_inf_give_zero(dev, s):
     x[3, 0] = np.nan                      # the first -inf is at 1: still 0
     x[4, :700] = np.nan                   # NaN before a finite maximum
     x[5, 1234] = np.inf
-    X = upload(dev, x)
-    idx = dev_array(dev, (6,), "int32")
-    idx.fill_bytes(0xA5, s)
-    top2 = dev_array(dev, (6, 2), "float32")
-    argmax_launch(dev, X, idx, m_max=6, top2=top2).launch(s)
-    got = idx.to_numpy(s)
-    assert got[:4].tolist() == [0, 0, 0, 0]
-    assert got[4] == 700 + np.argmax(x[4, 700:]) and got[5] == 1234
-    t2 = top2.to_numpy(s)
-    assert (t2[:4, 0] == -np.inf).all() and t2[4, 0] == np.nanmax(x[4]) and t2[5, 0] == np.inf
+    idx, tok, fin = _argmax_both(dev, s, x)
+    want = [0, 0, 0, 0, 700 + int(np.argmax(x[4, 700:])), 1234]
+    assert idx.tolist() == want and tok.tolist() == want
+    assert fin.tolist() == [False] * 4 + [True, True]
+
+
+def test_argmax_rows_device_row_count_and_odd_vocab(dev, s):
+    """Rows past min(m_max, max(num_rows, 0)) are not touched; a vocabulary that is no multiple
+    of the vector takes the scalar loads."""
+    x = np.random.default_rng(3).standard_normal((7, 1001)).astype(np.float32)
+    for n in (4, -3, 99):
+        idx, tok, fin = _argmax_both(dev, s, x, num_rows=n)
+        k = min(7, max(n, 0))
+        assert idx[:k].tolist() == np.argmax(x[:k], axis=1).tolist() == tok[:k].tolist()
+        assert (idx[k:] == np.int32(np.uint32(0xA5A5A5A5).view(np.int32))).all() and not fin[k:].any()
 
 
 def test_embed_rotates_the_class_by_position(dev, s, small_model):

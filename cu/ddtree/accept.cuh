@@ -1,5 +1,5 @@
-// ddtree/accept.cuh: stage 3, ddtree_argmax_* (the target's argmax per node) and ddtree_accept (the
-// greedy walk, stop tokens, bonus, records).
+// ddtree/accept.cuh: stage 3, ddtree_accept (the greedy walk, stop tokens, bonus, records) over the
+// target's argmax per node (argmax.cu's argmax_rows_* composites, or the given tokens).
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
@@ -8,70 +8,6 @@
 namespace ddt {
 
 // ------------------------------------------------------------------------------ accept
-
-// Work item i = (row i / splits, split i % splits), rows in order; one warp per item (no block
-// barriers), the warps of the grid stride over the items and stop at the first row at or past
-// qo_indptr[max_batch]. A lane keeps ARGMAX_UNROLL 16-byte loads in flight and compares plain
-// floats (its tokens come in increasing order, so `>` keeps the first of equal maxima; -0 and
-// +0 compare equal, as their order keys do); the warp's (key, ~id) composite is folded into
-// the row's maximum with a 64-bit atomicMax (accept reads the row and clears it to 0).
-constexpr int ARGMAX_UNROLL = 4;
-
-template <typename T>
-DL_DEVICE void argmax_split(const DDTreeParams& p) {
-  using Tr = LogitTraits<T>;
-  constexpr int V = Tr::VEC;
-  constexpr int STEP = 32 * V;                   // tokens of one warp-wide vector round
-  const int lane = threadIdx.x & 31;
-  const i64 nwarps = static_cast<i64>(gridDim.x) * (SMALL_THREADS / 32);
-  // rows of this step, never past the plan's (accept reports a bad qo_indptr)
-  const i64 rows = min(max(p.qo_indptr[p.max_batch], 0ll), static_cast<i64>(p.max_batch) * (p.budget + 1));
-  const i64 items = rows * p.argmax_splits;
-  for (i64 item = static_cast<i64>(blockIdx.x) * (SMALL_THREADS / 32) + (threadIdx.x >> 5); item < items; item += nwarps) {
-    const i64 r = item / p.argmax_splits;
-    const int s = static_cast<int>(item - r * p.argmax_splits);
-    const int start = s * p.argmax_split_len;
-    const int end = min(p.vocab, start + p.argmax_split_len);
-    const T* row = static_cast<const T*>(p.target_logits) + r * p.target_row_stride;
-    float bv = DL_NEG_INF;
-    int bi = -1;
-    if (p.target_vec) {  // start and end are multiples of V
-      int i = start + lane * V;
-      for (; i + (ARGMAX_UNROLL - 1) * STEP < end; i += ARGMAX_UNROLL * STEP) {
-        float x[ARGMAX_UNROLL][V];
-#pragma unroll
-        for (int u = 0; u < ARGMAX_UNROLL; ++u) Tr::load_vec(row + i + u * STEP, x[u]);
-#pragma unroll
-        for (int u = 0; u < ARGMAX_UNROLL; ++u) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            if (x[u][e] > bv) { bv = x[u][e]; bi = i + u * STEP + e; }
-          }
-        }
-      }
-      for (; i < end; i += STEP) {
-        float x[V];
-        Tr::load_vec(row + i, x);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          if (x[e] > bv) { bv = x[e]; bi = i + e; }
-        }
-      }
-    } else {
-      for (int i = start + lane; i < end; i += 32) {
-        const float x = Tr::load(row + i);
-        if (x > bv) { bv = x; bi = i; }
-      }
-    }
-    u64 best = bi >= 0 ? composite(f32_key(bv), bi) : 0ull;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const u64 w = __shfl_xor_sync(FULL, best, o);
-      best = w > best ? w : best;
-    }
-    if (lane == 0 && best) atomicMax(reinterpret_cast<unsigned long long*>(p.argmax_part + r), static_cast<unsigned long long>(best));
-  }
-}
 
 constexpr int ACCEPT_STOPS = 64;  // stop tokens per request staged in shared memory
 
@@ -85,7 +21,7 @@ struct AcceptSmem {
   int stop[ACCEPT_STOPS];
 };
 
-DL_DEVICE bool is_stop(const DDTreeParams& p, const AcceptSmem& sm, int b, int tok) {
+DL_DEVICE bool is_stop(const AcceptParams& p, const AcceptSmem& sm, int b, int tok) {
   if (!p.stop_tokens || tok < 0) return false;
   if (p.n_stop <= ACCEPT_STOPS) {
     for (int i = 0; i < p.n_stop; ++i)
@@ -102,7 +38,7 @@ DL_DEVICE void store_record(i32* rec, int i, int v, bool host) {
   else rec[i] = v;
 }
 
-DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
+DL_DEVICE void accept_step(const AcceptParams& p, AcceptSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x;
   const int N = p.budget + 1, D = p.depth_limit, RW = p.record_width;
   const i64 qo = p.qo_indptr[b];
@@ -127,10 +63,10 @@ DL_DEVICE void accept_step(const DDTreeParams& p, AcceptSmem& sm) {
         sm.match[i] = -1;
         p.posterior[qo + i] = tok < 0 ? 0 : tok;
       }
-    } else {  // the argmax kernel's per-row maxima (0: nothing above -inf in the row)
+    } else {  // argmax_rows' per-row composites (logit_keys.cuh: 0 = nothing above -inf in the row)
       for (int i = tid; i < q; i += SMALL_THREADS) {
         const u64 c = p.argmax_part[qo + i];
-        const int tok = c ? composite_id(c) : -1;
+        const int tok = dl::argmax_finite(c) ? dl::argmax_token(c) : -1;
         sm.post[i] = tok;
         sm.match[i] = -1;
         p.posterior[qo + i] = tok < 0 ? 0 : tok;

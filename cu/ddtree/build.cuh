@@ -22,12 +22,12 @@ struct BuildSmem {
   int last;
 };
 
-DL_DEVICE int build_k_of_chunk(const DDTreeParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
+DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
 
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
 // topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
 // (topk_threshold.cuh), its statistics the stream segments'; otherwise the chunk top-K's.
-DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
+DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
   const int tid = threadIdx.x, K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   const bool thr = p.topk_mode == TOPK_MODE_THRESHOLD && !tk_fallback(p, row_id);  // (uniform)
@@ -144,7 +144,7 @@ DL_DEVICE void merge_row(const DDTreeParams& p, int b, int d, BuildSmem& sm, u64
   }
 }
 
-DL_DEVICE void build_tree(const DDTreeParams& p, BuildSmem& sm, u8* dyn) {
+DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
   u64* sortbuf = reinterpret_cast<u64*>(dyn);

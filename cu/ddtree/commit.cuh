@@ -16,12 +16,12 @@ struct CommitSmem {
 };
 
 // Accepted nodes of request b, checked: 0 <= a <= min(q, D + 1) (else 0, the same in every CTA).
-DL_DEVICE int checked_accepted(const DDTreeParams& p, int r, i64 q) {
+DL_DEVICE int checked_accepted(const CommitParams& p, int r, i64 q) {
   const int a = p.accepted_count[r];
   return (a < 0 || a > q || a > p.depth_limit + 1) ? 0 : a;
 }
 
-DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
+DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
   const int b = blockIdx.x, tid = threadIdx.x, B = p.max_batch, D = p.depth_limit;
   if (!p.paged) {
     if (tid == 0) p.seq_lens[b] += p.accepted_count[b];  // bounded by ddtree_commit_dense
@@ -58,8 +58,8 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
   __syncthreads();
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
   const i64 c = p.seq_lens[b];
-  const i64 row = p.req_pool_indices[b];
-  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0 && row < p.r2t_rows);
+  const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
+  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0);
   if (tid == 0 && !table_ok) dl::report_error(p.error, b, c < 0 || c + a > p.r2t_stride ? DL_FIELD_SEQ_LENS : DL_FIELD_REQ_POOL_INDICES,
                                               DL_ERR_OUT_OF_RANGE);
   const i64 rowb = row * p.r2t_stride;
@@ -72,8 +72,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
     sm.keep[node] = 1;
     if (!table_ok) continue;
     const i64 slot = p.out_cache_loc[qo + node];
-    if (p.r2t_is64) static_cast<i64*>(p.req_to_token)[rowb + c + i] = slot;
-    else static_cast<i32*>(p.req_to_token)[rowb + c + i] = static_cast<i32>(slot);
+    dl::r2t_store(p.req_to_token, p.r2t_is64, rowb + c + i, slot);
   }
   __syncthreads();
   i64 dst = alloc_base + sm.rejected_before;
@@ -99,7 +98,7 @@ DL_DEVICE void commit_step(const DDTreeParams& p, CommitSmem& sm) {
 // not fit: compile set STATUS_CONTEXT_FULL), so acceptance is cut before it -- accepted_count
 // becomes the nodes kept, the request finishes (active = 0) and STATUS_CONTEXT_FULL is set.
 // Nothing outside the request's window is read or written.
-DL_DEVICE void commit_dense_rows(const DDTreeParams& p) {
+DL_DEVICE void commit_dense_rows(const CommitParams& p) {
   const int b = blockIdx.x, layer = blockIdx.y, tid = threadIdx.x, D = p.depth_limit;
   const i64 N = p.budget + 1;
   const i64 q = p.qo_indptr[b + 1] - p.qo_indptr[b];

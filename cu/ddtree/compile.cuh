@@ -15,7 +15,7 @@ struct CompileSmem {
 };
 
 // Prefix sums of the per-request sizes over the batch (warp 0), identical in every CTA.
-DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
+DL_DEVICE void compile_prefix(const CompileParams& p, CompileSmem& sm) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0;  // one CTA reports (every CTA checks alike)
@@ -32,9 +32,9 @@ DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
       if (q < 0 || q > p.budget + 1) {
         field = DL_FIELD_TREE_TOKENS; code = DL_ERR_OVER_MAX;
       } else if (q > 0) {
-        const i64 c = p.seq_lens[b], row = p.req_pool_indices[b];
-        if (c < 0 || c > p.max_context) { field = DL_FIELD_SEQ_LENS; code = c < 0 ? DL_ERR_OUT_OF_RANGE : DL_ERR_OVER_MAX; }
-        else if (row < 0 || row >= p.r2t_rows) { field = DL_FIELD_REQ_POOL_INDICES; code = DL_ERR_OUT_OF_RANGE; }
+        const i64 c = p.seq_lens[b];
+        if (!dl::valid_seq_len(c, p.max_context)) { field = DL_FIELD_SEQ_LENS; code = c < 0 ? DL_ERR_OUT_OF_RANGE : DL_ERR_OVER_MAX; }
+        else if (dl::req_row(p.req_pool_indices, b, p.r2t_rows) < 0) { field = DL_FIELD_REQ_POOL_INDICES; code = DL_ERR_OUT_OF_RANGE; }
         else pre = c;
       }
       if (code) {
@@ -73,7 +73,7 @@ DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
     sm.qlen[B] = run_l;
     i64 avail = *p.free_count;
     int status = ctx_full ? STATUS_CONTEXT_FULL : 0;
-    if (avail < 0 || avail > p.free_capacity) {  // a bad pool count: hand out no slot
+    if (!dl::valid_pool_count(avail, p.free_capacity)) {  // a bad pool count: hand out no slot
       if (reporter) dl::report_error(p.error, -1, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
       avail = 0;
       status |= STATUS_POOL_EXHAUSTED;
@@ -84,10 +84,6 @@ DL_DEVICE void compile_prefix(const DDTreeParams& p, CompileSmem& sm) {
     sm.status = status;
     sm.alloc_base = (status & STATUS_POOL_EXHAUSTED) ? avail : avail - run_q;
   }
-}
-
-DL_DEVICE i64 r2t_load(const DDTreeParams& p, i64 idx) {
-  return p.r2t_is64 ? static_cast<const i64*>(p.req_to_token)[idx] : static_cast<i64>(static_cast<const i32*>(p.req_to_token)[idx]);
 }
 
 // Fill n bytes at dst with ones (16-byte stores in the aligned middle).
@@ -101,7 +97,7 @@ DL_DEVICE void fill_ones(u8* dst, i64 n, int tid, int nthreads) {
   for (i64 i = head + (vecs << 4) + tid; i < n; i += nthreads) dst[i] = 1;
 }
 
-DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
+DL_DEVICE void compile_step(const CompileParams& p, CompileSmem& sm) {
   const int b = blockIdx.x, x = blockIdx.y, X = gridDim.y, tid = threadIdx.x;
   const int B = p.max_batch, N = p.budget + 1, W = p.n_words;
   compile_prefix(p, sm);
@@ -131,7 +127,7 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
       p.input_ids[qo + i] = p.tokens[tb + i];
       p.positions[qo + i] = committed + p.depths[tb + i];
       i64 slot = pool_ok ? p.free_slots[sm.alloc_base + qo + i] : -1;
-      if (pool_ok && (slot < 0 || slot >= p.free_capacity)) {
+      if (pool_ok && !dl::valid_slot(slot, p.free_capacity)) {
         dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
         slot = -1;
       }
@@ -143,8 +139,8 @@ DL_DEVICE void compile_step(const DDTreeParams& p, CompileSmem& sm) {
     const i64 rowb = p.req_pool_indices[b] * p.r2t_stride;
     const i64 kvo = sm.kv[b];
     for (i64 i = static_cast<i64>(x) * SMALL_THREADS + tid; i < pre; i += static_cast<i64>(X) * SMALL_THREADS) {
-      i64 slot = r2t_load(p, rowb + i);
-      if (slot < 0 || slot >= p.free_capacity) {
+      i64 slot = dl::r2t_load(p.req_to_token, p.r2t_is64, rowb + i);
+      if (!dl::valid_slot(slot, p.free_capacity)) {
         dl::report_error(p.error, b, DL_FIELD_REQ_TO_TOKEN, DL_ERR_OUT_OF_RANGE);
         slot = -1;
       }

@@ -1,32 +1,23 @@
-// ddtree/keys.cuh: order keys of logits and path scores, (key, id) composites, logit loads, and the
-// exact block-wide select (k-th largest) that the chunk top-K and the row merge share.
+// ddtree/keys.cuh: order keys of path scores, the logit keys of logit_keys.cuh taken into namespace
+// ddt, and the exact block-wide select (k-th largest) that the chunk top-K and the row merge share.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "params.cuh"
+#include "logit_keys.cuh"
 
 namespace ddt {
 
 // ------------------------------------------------------------------------------ keys
 
-// Order-preserving u32 of a float: larger float -> larger key; -0 and +0 map alike.
-DL_DEVICE u32 f32_key(float x) {
-  u32 b = __float_as_uint(x);
-  if (b == 0x80000000u) b = 0u;
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-DL_DEVICE float key_f32(u32 k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
-// The one rule of every top-K and argmax of the package: NaN counts as -inf (ids stay in range
-// and distinct; a row with nothing above -inf is "not finite"). The key of a loaded logit:
-constexpr u32 KEY_NEG_INF = 0x007fffffu;  // f32_key(-inf): the smallest key a logit can have (never 0)
-DL_DEVICE u32 logit_key(float x) {
-  const u32 b = __float_as_uint(x);
-  return (b & 0x7fffffffu) > 0x7f800000u ? KEY_NEG_INF : f32_key(x);
-}
-
-// (key, id) as one 64-bit value: larger logit first, then lower id. 0 = no candidate.
-DL_DEVICE u64 composite(u32 key, int id) { return (static_cast<u64>(key) << 32) | static_cast<u32>(~id); }
-DL_DEVICE int composite_id(u64 c) { return static_cast<int>(~static_cast<u32>(c)); }
+// Logit order keys, (key, id) composites and logit loads: logit_keys.cuh (shared with argmax.cu).
+using dl::f32_key;
+using dl::key_f32;
+using dl::KEY_NEG_INF;
+using dl::logit_key;
+using dl::composite;
+using dl::composite_id;
+using dl::LogitTraits;
 
 // Order-preserving u64 of a float64 path key (larger key -> larger score); valid scores
 // are never 0 (0 marks an empty entry).
@@ -38,29 +29,6 @@ DL_DEVICE u64 enc_key(double k) {
 DL_DEVICE double dec_key(u64 s) {
   return __longlong_as_double(static_cast<long long>((s >> 63) ? (s & 0x7fffffffffffffffull) : ~s));
 }
-
-template <typename T> struct LogitTraits;
-template <> struct LogitTraits<float> {
-  static constexpr int VEC = 4;
-  DL_DEVICE static void load_vec(const float* p, float (&v)[4]) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-  }
-  DL_DEVICE static float load(const float* p) { return *p; }
-};
-template <> struct LogitTraits<bf16> {
-  static constexpr int VEC = 8;
-  DL_DEVICE static void load_vec(const bf16* p, float (&v)[8]) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
-    const u32 w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  }
-  DL_DEVICE static float load(const bf16* p) { return __bfloat162float(*p); }
-};
 
 // ------------------------------------------------------------------------------ exact select
 // The need-th largest (with multiplicity) of a block's values v = get(j) (u32 or u64; 0 =

@@ -1,7 +1,6 @@
-// ddtree/params.cuh: the constants of the DDTree kernels and DDTreeParams, the one params
-// struct of the nine kernels (mirrored by driverlevel.ddtree._Params; its layout is checked at
-// compile time). Still one struct: a struct per stage would change every kernel's argument
-// layout, which a refactor that keeps the cubins identical cannot do.
+// ddtree/params.cuh: the constants of the DDTree kernels and their params structs, one per stage
+// (TopKParams, BuildParams, CompileParams, AcceptParams, CommitParams) over the shared
+// DDTreeShared, mirrored by driverlevel.ddtree's ctypes classes (layouts checked at compile time).
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
@@ -20,7 +19,7 @@ constexpr int BUILD_THREADS = DL_DDTREE_BUILD_THREADS;
 constexpr int MERGE_ELEMS = DL_DDTREE_MERGE_ELEMS;      // candidates per thread in a row merge
 constexpr int MAX_K = DL_MAX_BUDGET;
 constexpr int OVERSAMPLE = 4;                           // chunk cutoff aims at ~4K candidates (kernel-only)
-constexpr int SMALL_THREADS = DL_DDTREE_SMALL_THREADS;  // compile, argmax, accept, commit
+constexpr int SMALL_THREADS = DL_DDTREE_SMALL_THREADS;  // compile, accept, commit
 constexpr int STATUS_POOL_EXHAUSTED = DL_STATUS_POOL_EXHAUSTED;
 constexpr int STATUS_CONTEXT_FULL = DL_STATUS_CONTEXT_FULL;
 constexpr int STATUS_KV_CAPACITY = DL_STATUS_KV_CAPACITY;
@@ -40,203 +39,352 @@ constexpr int TK_SAMPLE_VALUES = DL_DDTREE_TK_SAMPLE_VALUES;
 constexpr int TK_STREAM_THREADS = DL_DDTREE_TK_STREAM_THREADS;
 constexpr int TK_STREAM_VECS = DL_DDTREE_TK_STREAM_VECS;
 constexpr int TK_WARP_STAGE = DL_DDTREE_TK_WARP_STAGE;
-constexpr int TOPK_MODE_THRESHOLD = 1;                  // DDTreeParams::topk_mode (0: the chunk top-K alone)
+constexpr int TOPK_MODE_THRESHOLD = 1;                  // TopKParams::topk_mode (0: the chunk top-K alone)
 
 }  // namespace ddt
 
-// Mirrored by driverlevel.ddtree._Params (ctypes). Shapes use the plan's maxima:
-// B = max_batch, D = depth_limit, K = min(budget, vocab), N = budget + 1 nodes,
-// W = n_words, S = num_chunks, Q = B * N draft rows.
-struct DDTreeParams {
-  // ---- build
-  const void* logits;          // [B, D, vocab] fp32 or bf16, strides below (elements)
-  u8* active;                  // [B] 1 = request live; accept clears finished requests
-  i32* root_tokens;            // [B] node 0's token; accept writes the next roots
-  const i32* budgets;          // [B] nodes besides the root, clamped to [0, budget]; null = budget
-  u64* cand;                   // [B, D, S, K] chunk top-K composites (workspace)
-  float* chunk_max;            // [B, D, S]
-  double* chunk_sum;           // [B, D, S] sum of exp(x - chunk_max)
-  u32* counters;               // [B] rows finished per request; zero between launches
-  i32* top_ids;                // [B, D, K] by rank
-  float* top_lp;               // [B, D, K] log-probs, non-increasing
-  i32* tokens;                 // [B, N] -1 past the count
-  i32* depths;                 // [B, N]
-  i32* parents;                // [B, N] root -1
-  i32* node_counts;            // [B] root included; 0 for inactive requests
-  u32* anc;                    // [B, N, W] ancestor-and-self bitmask words
-  // ---- request state and slot pool (request_state.cuh; driverlevel.request_state.RequestState;
-  //      active, root_tokens and budgets sit with the build above)
-  i64* seq_lens;               // [B] tokens whose KV is cached (the root's position)
-  const i64* req_pool_indices; // [B] row of req_to_token
-  void* req_to_token;          // [rows, r2t_stride] int32 or int64 slot ids by position
-  i64* free_slots;             // [capacity] free-slot stack
-  i64* free_count;             // [1]
-  const i32* stop_tokens;      // [B, n_stop] -1 padded, or null
-  // ---- compile
-  i32* input_ids;              // [Q]
-  i64* positions;              // [Q]
-  i64* out_cache_loc;          // [Q]
-  i64* qo_indptr;              // [B + 1]
-  i32* kv_indptr;              // [B + 1]
-  i64* kv_indices;             // [kv_capacity]
-  u32* bitmask;                // [Q, W] packed mask by global draft row
-  u8* full_mask;               // [full_capacity] SGLang FULL, or null
-  i64* full_indptr;            // [B + 1] or null
-  u8* qlen_mask;               // [qlen_capacity] SGLang QLEN_ONLY, or null
-  i64* qlen_indptr;            // [B + 1] or null
-  i64* state;                  // [4] alloc_base, alloc_total, status bits, unused
-  // ---- accept
-  const void* target_logits;   // [>= Q, vocab] fp32/bf16 rows by qo_indptr, or null
-  u64* argmax_part;            // [Q] running argmax composite per row; accept reads and clears it
-  const i32* target_tokens;    // [Q] argmax given by the caller, or null
-  i32* posterior;              // [Q] argmax per node
-  i32* accepted_nodes;         // [B, D + 1]
-  i32* accepted_count;         // [B]
-  i32* bonus;                  // [B] -1 = none
-  i32* records;                // [B, record_width] device copy of the accept records
-  i32* mirror;                 // same layout in mapped host memory, or null
-  // ---- dense commit
-  u8* dense_cache;             // base of the dense cache
-  // ---- errors
-  dl::DeviceErrorWord* error;  // bad per-step metadata (common.cuh), or null
-  // ---- scalars
-  i64 logits_batch_stride;
-  i64 logits_row_stride;
-  i64 target_row_stride;
-  i64 kv_capacity;
-  i64 full_capacity;
-  i64 qlen_capacity;
-  i64 max_context;
-  i64 r2t_stride;
-  i64 dense_layer_stride;      // bytes
-  i64 dense_batch_stride;      // bytes
-  i64 dense_pos_stride;        // bytes
-  i64 dense_row_bytes;         // multiple of 16
-  i64 dense_window;            // positions per request window of the dense cache
-  i64 r2t_rows;                // rows of req_to_token
-  i64 free_capacity;           // entries of free_slots; slot ids must lie in [0, free_capacity)
+// The params structs of the stages, mirrored by driverlevel.ddtree (_Shared, _TopKParams,
+// _BuildParams, _CompileParams, _AcceptParams, _CommitParams; ctypes subclasses in the same
+// order). Each stage derives from DDTreeShared (BuildParams from TopKParams), so that the stage
+// code reads p.vocab, p.state, ... whatever its struct. Every struct's size is a multiple of 8 (the
+// explicit *_pad fields), so a derived struct's own fields start right after its base, as in ctypes.
+// The same names as RequestState (request_state.cuh) for the request state and the slot pool.
+// Shapes use the plan's maxima: B = max_batch, D = depth_limit, K = min(budget, vocab),
+// N = budget + 1 nodes, W = n_words, S = num_chunks, Q = B * N draft rows.
+
+// Shared by every stage: the plan's shape, the step's state words, the error word, flags.
+struct DDTreeShared {
+  i64* state;                    // [4] alloc_base, alloc_total, status bits, the build's status bits
+  dl::DeviceErrorWord* error;    // bad per-step metadata (common.cuh), or null
   i32 max_batch;
   i32 depth_limit;
   i32 vocab;
   i32 budget;
   i32 k;
-  i32 num_chunks;
   i32 n_words;
-  i32 logits_vec;              // 1: 16-byte loads of the drafter logits
-  i32 target_vec;              // 1: 16-byte loads of the target logits
-  i32 argmax_splits;
-  i32 argmax_split_len;
-  i32 n_stop;
-  i32 r2t_is64;
-  i32 paged;
-  i32 dense_layers;
-  i32 record_width;            // RECORD_HEADER + D + 1
-  i32 lp_bytes;                // union region of ddtree_build's dynamic smem (multiple of 16)
-  i32 flags;                   // ddt::FLAG_* (0 = the fast paths; FLAG_LEGACY_SEARCH is for tests)
-  // ---- threshold top-K (topk_mode = 1; R = B * D rows; unused, null, with topk_mode = 0)
-  float* tk_thresh;            // [R] T: the sample's m-th largest logit
-  u32* tk_count;               // [R] logits >= T (the sample kernel zeroes it every launch)
-  u32* tk_flag;                // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
-  u64* tk_cand;                // [R, tk_cap] composites of the logits >= T (unordered)
-  float* tk_max;               // [R, tk_nseg] segment max (>= T)
-  double* tk_sum;              // [R, tk_nseg] sum of exp(x - tk_max) over the segment
-  i32 topk_mode;               // 0: chunk top-K; 1: threshold top-K with the chunk top-K as fallback
-  i32 tk_m;                    // rank of T in the sample (1 .. TK_SAMPLE_VALUES)
-  i32 tk_cap;                  // candidate capacity per row (<= BUILD_THREADS * MERGE_ELEMS)
-  i32 tk_nseg;                 // stream CTAs per row
-  i32 tk_seg_len;              // tokens per stream CTA (a multiple of its tile)
+  i32 flags;                     // ddt::FLAG_* (0 = the fast paths; FLAG_LEGACY_SEARCH is for tests)
+  i32 shared_pad;
+};
+
+// Stage 1a, ddtree_topk_{chunks,sample,stream}_*: the drafter logits to the per-chunk (or threshold)
+// top-K candidates and statistics.
+struct TopKParams : DDTreeShared {
+  const void* logits;            // [B, D, vocab] fp32 or bf16, strides below (elements)
+  const u8* active;              // [B] 1 = request live
+  u64* cand;                     // [B, D, S, K] chunk top-K composites (workspace)
+  float* chunk_max;              // [B, D, S]
+  double* chunk_sum;             // [B, D, S] sum of exp(x - chunk_max)
+  u32* counters;                 // [B] rows finished per request (the build's); zero between launches
+  float* tk_thresh;              // [R] T: the sample's m-th largest logit (R = B * D rows; threshold top-K only)
+  u32* tk_count;                 // [R] logits >= T (the sample kernel zeroes it every launch)
+  u32* tk_flag;                  // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
+  u64* tk_cand;                  // [R, tk_cap] composites of the logits >= T (unordered)
+  float* tk_max;                 // [R, tk_nseg] segment max (>= T)
+  double* tk_sum;                // [R, tk_nseg] sum of exp(x - tk_max) over the segment
+  i64 logits_batch_stride;
+  i64 logits_row_stride;
+  i32 num_chunks;
+  i32 logits_vec;                // 1: 16-byte loads of the drafter logits
+  i32 topk_mode;                 // 0: chunk top-K; 1: threshold top-K with the chunk top-K as fallback
+  i32 tk_m;                      // rank of T in the sample (1 .. TK_SAMPLE_VALUES)
+  i32 tk_cap;                    // candidate capacity per row (<= BUILD_THREADS * MERGE_ELEMS)
+  i32 tk_nseg;                   // stream CTAs per row
+  i32 tk_seg_len;                // tokens per stream CTA (a multiple of its tile)
   i32 tk_pad;
 };
 
-#ifdef DL_OFF_logits
-DL_CHECK_OFFSET(DDTreeParams, logits);
-DL_CHECK_OFFSET(DDTreeParams, active);
-DL_CHECK_OFFSET(DDTreeParams, root_tokens);
-DL_CHECK_OFFSET(DDTreeParams, budgets);
-DL_CHECK_OFFSET(DDTreeParams, cand);
-DL_CHECK_OFFSET(DDTreeParams, chunk_max);
-DL_CHECK_OFFSET(DDTreeParams, chunk_sum);
-DL_CHECK_OFFSET(DDTreeParams, counters);
-DL_CHECK_OFFSET(DDTreeParams, top_ids);
-DL_CHECK_OFFSET(DDTreeParams, top_lp);
-DL_CHECK_OFFSET(DDTreeParams, tokens);
-DL_CHECK_OFFSET(DDTreeParams, depths);
-DL_CHECK_OFFSET(DDTreeParams, parents);
-DL_CHECK_OFFSET(DDTreeParams, node_counts);
-DL_CHECK_OFFSET(DDTreeParams, anc);
-DL_CHECK_OFFSET(DDTreeParams, seq_lens);
-DL_CHECK_OFFSET(DDTreeParams, req_pool_indices);
-DL_CHECK_OFFSET(DDTreeParams, req_to_token);
-DL_CHECK_OFFSET(DDTreeParams, free_slots);
-DL_CHECK_OFFSET(DDTreeParams, free_count);
-DL_CHECK_OFFSET(DDTreeParams, stop_tokens);
-DL_CHECK_OFFSET(DDTreeParams, input_ids);
-DL_CHECK_OFFSET(DDTreeParams, positions);
-DL_CHECK_OFFSET(DDTreeParams, out_cache_loc);
-DL_CHECK_OFFSET(DDTreeParams, qo_indptr);
-DL_CHECK_OFFSET(DDTreeParams, kv_indptr);
-DL_CHECK_OFFSET(DDTreeParams, kv_indices);
-DL_CHECK_OFFSET(DDTreeParams, bitmask);
-DL_CHECK_OFFSET(DDTreeParams, full_mask);
-DL_CHECK_OFFSET(DDTreeParams, full_indptr);
-DL_CHECK_OFFSET(DDTreeParams, qlen_mask);
-DL_CHECK_OFFSET(DDTreeParams, qlen_indptr);
-DL_CHECK_OFFSET(DDTreeParams, state);
-DL_CHECK_OFFSET(DDTreeParams, target_logits);
-DL_CHECK_OFFSET(DDTreeParams, argmax_part);
-DL_CHECK_OFFSET(DDTreeParams, target_tokens);
-DL_CHECK_OFFSET(DDTreeParams, posterior);
-DL_CHECK_OFFSET(DDTreeParams, accepted_nodes);
-DL_CHECK_OFFSET(DDTreeParams, accepted_count);
-DL_CHECK_OFFSET(DDTreeParams, bonus);
-DL_CHECK_OFFSET(DDTreeParams, records);
-DL_CHECK_OFFSET(DDTreeParams, mirror);
-DL_CHECK_OFFSET(DDTreeParams, dense_cache);
-DL_CHECK_OFFSET(DDTreeParams, error);
-DL_CHECK_OFFSET(DDTreeParams, logits_batch_stride);
-DL_CHECK_OFFSET(DDTreeParams, logits_row_stride);
-DL_CHECK_OFFSET(DDTreeParams, target_row_stride);
-DL_CHECK_OFFSET(DDTreeParams, kv_capacity);
-DL_CHECK_OFFSET(DDTreeParams, full_capacity);
-DL_CHECK_OFFSET(DDTreeParams, qlen_capacity);
-DL_CHECK_OFFSET(DDTreeParams, max_context);
-DL_CHECK_OFFSET(DDTreeParams, r2t_stride);
-DL_CHECK_OFFSET(DDTreeParams, dense_layer_stride);
-DL_CHECK_OFFSET(DDTreeParams, dense_batch_stride);
-DL_CHECK_OFFSET(DDTreeParams, dense_pos_stride);
-DL_CHECK_OFFSET(DDTreeParams, dense_row_bytes);
-DL_CHECK_OFFSET(DDTreeParams, dense_window);
-DL_CHECK_OFFSET(DDTreeParams, r2t_rows);
-DL_CHECK_OFFSET(DDTreeParams, free_capacity);
-DL_CHECK_OFFSET(DDTreeParams, max_batch);
-DL_CHECK_OFFSET(DDTreeParams, depth_limit);
-DL_CHECK_OFFSET(DDTreeParams, vocab);
-DL_CHECK_OFFSET(DDTreeParams, budget);
-DL_CHECK_OFFSET(DDTreeParams, k);
-DL_CHECK_OFFSET(DDTreeParams, num_chunks);
-DL_CHECK_OFFSET(DDTreeParams, n_words);
-DL_CHECK_OFFSET(DDTreeParams, logits_vec);
-DL_CHECK_OFFSET(DDTreeParams, target_vec);
-DL_CHECK_OFFSET(DDTreeParams, argmax_splits);
-DL_CHECK_OFFSET(DDTreeParams, argmax_split_len);
-DL_CHECK_OFFSET(DDTreeParams, n_stop);
-DL_CHECK_OFFSET(DDTreeParams, r2t_is64);
-DL_CHECK_OFFSET(DDTreeParams, paged);
-DL_CHECK_OFFSET(DDTreeParams, dense_layers);
-DL_CHECK_OFFSET(DDTreeParams, record_width);
-DL_CHECK_OFFSET(DDTreeParams, lp_bytes);
-DL_CHECK_OFFSET(DDTreeParams, flags);
-DL_CHECK_OFFSET(DDTreeParams, tk_thresh);
-DL_CHECK_OFFSET(DDTreeParams, tk_count);
-DL_CHECK_OFFSET(DDTreeParams, tk_flag);
-DL_CHECK_OFFSET(DDTreeParams, tk_cand);
-DL_CHECK_OFFSET(DDTreeParams, tk_max);
-DL_CHECK_OFFSET(DDTreeParams, tk_sum);
-DL_CHECK_OFFSET(DDTreeParams, topk_mode);
-DL_CHECK_OFFSET(DDTreeParams, tk_m);
-DL_CHECK_OFFSET(DDTreeParams, tk_cap);
-DL_CHECK_OFFSET(DDTreeParams, tk_nseg);
-DL_CHECK_OFFSET(DDTreeParams, tk_seg_len);
-DL_CHECK_OFFSET(DDTreeParams, tk_pad);
-static_assert(sizeof(DDTreeParams) == DL_SIZEOF_PARAMS, "DDTreeParams size differs from its ctypes mirror");
+// Stage 1b, ddtree_build: the top-K stage's buffers (it merges them: hence derived from TopKParams),
+// the request's root and budget, and the tree it writes.
+struct BuildParams : TopKParams {
+  const i32* root_tokens;        // [B] node 0's token
+  const i32* budgets;            // [B] nodes besides the root, clamped to [0, budget]; null = budget
+  i32* top_ids;                  // [B, D, K] by rank
+  float* top_lp;                 // [B, D, K] log-probs, non-increasing
+  i32* tokens;                   // [B, N] -1 past the count
+  i32* depths;                   // [B, N]
+  i32* parents;                  // [B, N] root -1
+  i32* node_counts;              // [B] root included; 0 for inactive requests
+  u32* anc;                      // [B, N, W] ancestor-and-self bitmask words
+  i32 lp_bytes;                  // union region of ddtree_build's dynamic smem (multiple of 16)
+  i32 build_pad;
+};
+
+// Stage 2, ddtree_compile: the tree, the request state and slot pool (read only), the verify inputs.
+struct CompileParams : DDTreeShared {
+  const i64* seq_lens;           // [B] tokens whose KV is cached (the root's position)
+  const i64* req_pool_indices;   // [B] row of req_to_token
+  const void* req_to_token;      // [r2t_rows, r2t_stride] int32 or int64 slot ids by position
+  const i64* free_slots;         // [free_capacity] free-slot stack
+  const i64* free_count;         // [1]
+  const i32* tokens;             // [B, N] the build's
+  const i32* depths;             // [B, N]
+  const i32* node_counts;        // [B]
+  const u32* anc;                // [B, N, W]
+  i32* input_ids;                // [Q]
+  i64* positions;                // [Q]
+  i64* out_cache_loc;            // [Q]
+  i64* qo_indptr;                // [B + 1]
+  i32* kv_indptr;                // [B + 1]
+  i64* kv_indices;               // [kv_capacity]
+  u32* bitmask;                  // [Q, W] packed mask by global draft row
+  u8* full_mask;                 // [full_capacity] SGLang FULL, or null
+  i64* full_indptr;              // [B + 1] or null
+  u8* qlen_mask;                 // [qlen_capacity] SGLang QLEN_ONLY, or null
+  i64* qlen_indptr;              // [B + 1] or null
+  i64 kv_capacity;
+  i64 full_capacity;
+  i64 qlen_capacity;
+  i64 max_context;
+  i64 r2t_stride;
+  i64 r2t_rows;                  // rows of req_to_token
+  i64 free_capacity;             // entries of free_slots; slot ids must lie in [0, free_capacity)
+  i32 r2t_is64;
+  i32 compile_pad;
+};
+
+// Stage 3, ddtree_accept: the target's argmax, the walk, the records and the next roots.
+struct AcceptParams : DDTreeShared {
+  u8* active;                    // [B] accept clears finished requests
+  i32* root_tokens;              // [B] accept writes the next roots
+  const i64* seq_lens;           // [B]
+  const i32* stop_tokens;        // [B, n_stop] -1 padded, or null
+  const i64* qo_indptr;          // [B + 1] compile's
+  const i32* tokens;             // [B, N] the build's
+  const i32* parents;            // [B, N]
+  u64* argmax_part;              // [Q] argmax.cu's composite per row (target logits); accept reads and clears it
+  const i32* target_tokens;      // [Q] argmax given by the caller, or null
+  i32* posterior;                // [Q] argmax per node
+  i32* accepted_nodes;           // [B, D + 1]
+  i32* accepted_count;           // [B]
+  i32* bonus;                    // [B] -1 = none
+  i32* records;                  // [B, record_width] device copy of the accept records
+  i32* mirror;                   // same layout in mapped host memory, or null
+  i64 max_context;
+  i32 n_stop;
+  i32 record_width;              // RECORD_HEADER + D + 1
+};
+
+// Stage 4, ddtree_commit and ddtree_commit_dense: the accepted path into req_to_token and the pool.
+struct CommitParams : DDTreeShared {
+  u8* active;                    // [B] the dense commit ends requests it cuts
+  i64* seq_lens;                 // [B] advanced by the accepted nodes
+  const i64* req_pool_indices;   // [B]
+  void* req_to_token;            // [r2t_rows, r2t_stride] int32 or int64
+  i64* free_slots;               // [free_capacity] rejected slots go back here
+  i64* free_count;               // [1]
+  const i64* qo_indptr;          // [B + 1] compile's
+  const i64* out_cache_loc;      // [Q] compile's
+  const i32* accepted_nodes;     // [B, D + 1] accept's
+  i32* accepted_count;           // [B] accept's (the dense commit cuts it)
+  u8* dense_cache;               // base of the dense cache
+  i64 r2t_stride;
+  i64 r2t_rows;
+  i64 free_capacity;
+  i64 dense_layer_stride;        // bytes
+  i64 dense_batch_stride;        // bytes
+  i64 dense_pos_stride;          // bytes
+  i64 dense_row_bytes;           // multiple of 16
+  i64 dense_window;              // positions per request window of the dense cache
+  i32 r2t_is64;
+  i32 paged;                     // 1: paged commit; 0: only advance seq_lens (after ddtree_commit_dense)
+  i32 dense_layers;
+  i32 commit_pad;
+};
+
+#ifdef DL_OFF_SH_state
+// offsetof of a derived struct's field: not a standard-layout class, which NVRTC warns about;
+// the layout is the Itanium ABI's (bases first, no tail padding to reuse) and checked here.
+#pragma nv_diag_suppress 1427
+DL_CHECK_OFFSET(DDTreeShared, state, SH);
+DL_CHECK_OFFSET(DDTreeShared, error, SH);
+DL_CHECK_OFFSET(DDTreeShared, max_batch, SH);
+DL_CHECK_OFFSET(DDTreeShared, depth_limit, SH);
+DL_CHECK_OFFSET(DDTreeShared, vocab, SH);
+DL_CHECK_OFFSET(DDTreeShared, budget, SH);
+DL_CHECK_OFFSET(DDTreeShared, k, SH);
+DL_CHECK_OFFSET(DDTreeShared, n_words, SH);
+DL_CHECK_OFFSET(DDTreeShared, flags, SH);
+DL_CHECK_OFFSET(DDTreeShared, shared_pad, SH);
+static_assert(sizeof(DDTreeShared) == DL_SIZEOF_SH, "DDTreeShared size differs from its ctypes mirror");
+DL_CHECK_OFFSET(TopKParams, state, TK);
+DL_CHECK_OFFSET(TopKParams, error, TK);
+DL_CHECK_OFFSET(TopKParams, max_batch, TK);
+DL_CHECK_OFFSET(TopKParams, depth_limit, TK);
+DL_CHECK_OFFSET(TopKParams, vocab, TK);
+DL_CHECK_OFFSET(TopKParams, budget, TK);
+DL_CHECK_OFFSET(TopKParams, k, TK);
+DL_CHECK_OFFSET(TopKParams, n_words, TK);
+DL_CHECK_OFFSET(TopKParams, flags, TK);
+DL_CHECK_OFFSET(TopKParams, shared_pad, TK);
+DL_CHECK_OFFSET(TopKParams, logits, TK);
+DL_CHECK_OFFSET(TopKParams, active, TK);
+DL_CHECK_OFFSET(TopKParams, cand, TK);
+DL_CHECK_OFFSET(TopKParams, chunk_max, TK);
+DL_CHECK_OFFSET(TopKParams, chunk_sum, TK);
+DL_CHECK_OFFSET(TopKParams, counters, TK);
+DL_CHECK_OFFSET(TopKParams, tk_thresh, TK);
+DL_CHECK_OFFSET(TopKParams, tk_count, TK);
+DL_CHECK_OFFSET(TopKParams, tk_flag, TK);
+DL_CHECK_OFFSET(TopKParams, tk_cand, TK);
+DL_CHECK_OFFSET(TopKParams, tk_max, TK);
+DL_CHECK_OFFSET(TopKParams, tk_sum, TK);
+DL_CHECK_OFFSET(TopKParams, logits_batch_stride, TK);
+DL_CHECK_OFFSET(TopKParams, logits_row_stride, TK);
+DL_CHECK_OFFSET(TopKParams, num_chunks, TK);
+DL_CHECK_OFFSET(TopKParams, logits_vec, TK);
+DL_CHECK_OFFSET(TopKParams, topk_mode, TK);
+DL_CHECK_OFFSET(TopKParams, tk_m, TK);
+DL_CHECK_OFFSET(TopKParams, tk_cap, TK);
+DL_CHECK_OFFSET(TopKParams, tk_nseg, TK);
+DL_CHECK_OFFSET(TopKParams, tk_seg_len, TK);
+DL_CHECK_OFFSET(TopKParams, tk_pad, TK);
+static_assert(sizeof(TopKParams) == DL_SIZEOF_TK, "TopKParams size differs from its ctypes mirror");
+DL_CHECK_OFFSET(BuildParams, state, BD);
+DL_CHECK_OFFSET(BuildParams, error, BD);
+DL_CHECK_OFFSET(BuildParams, max_batch, BD);
+DL_CHECK_OFFSET(BuildParams, depth_limit, BD);
+DL_CHECK_OFFSET(BuildParams, vocab, BD);
+DL_CHECK_OFFSET(BuildParams, budget, BD);
+DL_CHECK_OFFSET(BuildParams, k, BD);
+DL_CHECK_OFFSET(BuildParams, n_words, BD);
+DL_CHECK_OFFSET(BuildParams, flags, BD);
+DL_CHECK_OFFSET(BuildParams, shared_pad, BD);
+DL_CHECK_OFFSET(BuildParams, logits, BD);
+DL_CHECK_OFFSET(BuildParams, active, BD);
+DL_CHECK_OFFSET(BuildParams, cand, BD);
+DL_CHECK_OFFSET(BuildParams, chunk_max, BD);
+DL_CHECK_OFFSET(BuildParams, chunk_sum, BD);
+DL_CHECK_OFFSET(BuildParams, counters, BD);
+DL_CHECK_OFFSET(BuildParams, tk_thresh, BD);
+DL_CHECK_OFFSET(BuildParams, tk_count, BD);
+DL_CHECK_OFFSET(BuildParams, tk_flag, BD);
+DL_CHECK_OFFSET(BuildParams, tk_cand, BD);
+DL_CHECK_OFFSET(BuildParams, tk_max, BD);
+DL_CHECK_OFFSET(BuildParams, tk_sum, BD);
+DL_CHECK_OFFSET(BuildParams, logits_batch_stride, BD);
+DL_CHECK_OFFSET(BuildParams, logits_row_stride, BD);
+DL_CHECK_OFFSET(BuildParams, num_chunks, BD);
+DL_CHECK_OFFSET(BuildParams, logits_vec, BD);
+DL_CHECK_OFFSET(BuildParams, topk_mode, BD);
+DL_CHECK_OFFSET(BuildParams, tk_m, BD);
+DL_CHECK_OFFSET(BuildParams, tk_cap, BD);
+DL_CHECK_OFFSET(BuildParams, tk_nseg, BD);
+DL_CHECK_OFFSET(BuildParams, tk_seg_len, BD);
+DL_CHECK_OFFSET(BuildParams, tk_pad, BD);
+DL_CHECK_OFFSET(BuildParams, root_tokens, BD);
+DL_CHECK_OFFSET(BuildParams, budgets, BD);
+DL_CHECK_OFFSET(BuildParams, top_ids, BD);
+DL_CHECK_OFFSET(BuildParams, top_lp, BD);
+DL_CHECK_OFFSET(BuildParams, tokens, BD);
+DL_CHECK_OFFSET(BuildParams, depths, BD);
+DL_CHECK_OFFSET(BuildParams, parents, BD);
+DL_CHECK_OFFSET(BuildParams, node_counts, BD);
+DL_CHECK_OFFSET(BuildParams, anc, BD);
+DL_CHECK_OFFSET(BuildParams, lp_bytes, BD);
+DL_CHECK_OFFSET(BuildParams, build_pad, BD);
+static_assert(sizeof(BuildParams) == DL_SIZEOF_BD, "BuildParams size differs from its ctypes mirror");
+DL_CHECK_OFFSET(CompileParams, state, CP);
+DL_CHECK_OFFSET(CompileParams, error, CP);
+DL_CHECK_OFFSET(CompileParams, max_batch, CP);
+DL_CHECK_OFFSET(CompileParams, depth_limit, CP);
+DL_CHECK_OFFSET(CompileParams, vocab, CP);
+DL_CHECK_OFFSET(CompileParams, budget, CP);
+DL_CHECK_OFFSET(CompileParams, k, CP);
+DL_CHECK_OFFSET(CompileParams, n_words, CP);
+DL_CHECK_OFFSET(CompileParams, flags, CP);
+DL_CHECK_OFFSET(CompileParams, shared_pad, CP);
+DL_CHECK_OFFSET(CompileParams, seq_lens, CP);
+DL_CHECK_OFFSET(CompileParams, req_pool_indices, CP);
+DL_CHECK_OFFSET(CompileParams, req_to_token, CP);
+DL_CHECK_OFFSET(CompileParams, free_slots, CP);
+DL_CHECK_OFFSET(CompileParams, free_count, CP);
+DL_CHECK_OFFSET(CompileParams, tokens, CP);
+DL_CHECK_OFFSET(CompileParams, depths, CP);
+DL_CHECK_OFFSET(CompileParams, node_counts, CP);
+DL_CHECK_OFFSET(CompileParams, anc, CP);
+DL_CHECK_OFFSET(CompileParams, input_ids, CP);
+DL_CHECK_OFFSET(CompileParams, positions, CP);
+DL_CHECK_OFFSET(CompileParams, out_cache_loc, CP);
+DL_CHECK_OFFSET(CompileParams, qo_indptr, CP);
+DL_CHECK_OFFSET(CompileParams, kv_indptr, CP);
+DL_CHECK_OFFSET(CompileParams, kv_indices, CP);
+DL_CHECK_OFFSET(CompileParams, bitmask, CP);
+DL_CHECK_OFFSET(CompileParams, full_mask, CP);
+DL_CHECK_OFFSET(CompileParams, full_indptr, CP);
+DL_CHECK_OFFSET(CompileParams, qlen_mask, CP);
+DL_CHECK_OFFSET(CompileParams, qlen_indptr, CP);
+DL_CHECK_OFFSET(CompileParams, kv_capacity, CP);
+DL_CHECK_OFFSET(CompileParams, full_capacity, CP);
+DL_CHECK_OFFSET(CompileParams, qlen_capacity, CP);
+DL_CHECK_OFFSET(CompileParams, max_context, CP);
+DL_CHECK_OFFSET(CompileParams, r2t_stride, CP);
+DL_CHECK_OFFSET(CompileParams, r2t_rows, CP);
+DL_CHECK_OFFSET(CompileParams, free_capacity, CP);
+DL_CHECK_OFFSET(CompileParams, r2t_is64, CP);
+DL_CHECK_OFFSET(CompileParams, compile_pad, CP);
+static_assert(sizeof(CompileParams) == DL_SIZEOF_CP, "CompileParams size differs from its ctypes mirror");
+DL_CHECK_OFFSET(AcceptParams, state, AC);
+DL_CHECK_OFFSET(AcceptParams, error, AC);
+DL_CHECK_OFFSET(AcceptParams, max_batch, AC);
+DL_CHECK_OFFSET(AcceptParams, depth_limit, AC);
+DL_CHECK_OFFSET(AcceptParams, vocab, AC);
+DL_CHECK_OFFSET(AcceptParams, budget, AC);
+DL_CHECK_OFFSET(AcceptParams, k, AC);
+DL_CHECK_OFFSET(AcceptParams, n_words, AC);
+DL_CHECK_OFFSET(AcceptParams, flags, AC);
+DL_CHECK_OFFSET(AcceptParams, shared_pad, AC);
+DL_CHECK_OFFSET(AcceptParams, active, AC);
+DL_CHECK_OFFSET(AcceptParams, root_tokens, AC);
+DL_CHECK_OFFSET(AcceptParams, seq_lens, AC);
+DL_CHECK_OFFSET(AcceptParams, stop_tokens, AC);
+DL_CHECK_OFFSET(AcceptParams, qo_indptr, AC);
+DL_CHECK_OFFSET(AcceptParams, tokens, AC);
+DL_CHECK_OFFSET(AcceptParams, parents, AC);
+DL_CHECK_OFFSET(AcceptParams, argmax_part, AC);
+DL_CHECK_OFFSET(AcceptParams, target_tokens, AC);
+DL_CHECK_OFFSET(AcceptParams, posterior, AC);
+DL_CHECK_OFFSET(AcceptParams, accepted_nodes, AC);
+DL_CHECK_OFFSET(AcceptParams, accepted_count, AC);
+DL_CHECK_OFFSET(AcceptParams, bonus, AC);
+DL_CHECK_OFFSET(AcceptParams, records, AC);
+DL_CHECK_OFFSET(AcceptParams, mirror, AC);
+DL_CHECK_OFFSET(AcceptParams, max_context, AC);
+DL_CHECK_OFFSET(AcceptParams, n_stop, AC);
+DL_CHECK_OFFSET(AcceptParams, record_width, AC);
+static_assert(sizeof(AcceptParams) == DL_SIZEOF_AC, "AcceptParams size differs from its ctypes mirror");
+DL_CHECK_OFFSET(CommitParams, state, CM);
+DL_CHECK_OFFSET(CommitParams, error, CM);
+DL_CHECK_OFFSET(CommitParams, max_batch, CM);
+DL_CHECK_OFFSET(CommitParams, depth_limit, CM);
+DL_CHECK_OFFSET(CommitParams, vocab, CM);
+DL_CHECK_OFFSET(CommitParams, budget, CM);
+DL_CHECK_OFFSET(CommitParams, k, CM);
+DL_CHECK_OFFSET(CommitParams, n_words, CM);
+DL_CHECK_OFFSET(CommitParams, flags, CM);
+DL_CHECK_OFFSET(CommitParams, shared_pad, CM);
+DL_CHECK_OFFSET(CommitParams, active, CM);
+DL_CHECK_OFFSET(CommitParams, seq_lens, CM);
+DL_CHECK_OFFSET(CommitParams, req_pool_indices, CM);
+DL_CHECK_OFFSET(CommitParams, req_to_token, CM);
+DL_CHECK_OFFSET(CommitParams, free_slots, CM);
+DL_CHECK_OFFSET(CommitParams, free_count, CM);
+DL_CHECK_OFFSET(CommitParams, qo_indptr, CM);
+DL_CHECK_OFFSET(CommitParams, out_cache_loc, CM);
+DL_CHECK_OFFSET(CommitParams, accepted_nodes, CM);
+DL_CHECK_OFFSET(CommitParams, accepted_count, CM);
+DL_CHECK_OFFSET(CommitParams, dense_cache, CM);
+DL_CHECK_OFFSET(CommitParams, r2t_stride, CM);
+DL_CHECK_OFFSET(CommitParams, r2t_rows, CM);
+DL_CHECK_OFFSET(CommitParams, free_capacity, CM);
+DL_CHECK_OFFSET(CommitParams, dense_layer_stride, CM);
+DL_CHECK_OFFSET(CommitParams, dense_batch_stride, CM);
+DL_CHECK_OFFSET(CommitParams, dense_pos_stride, CM);
+DL_CHECK_OFFSET(CommitParams, dense_row_bytes, CM);
+DL_CHECK_OFFSET(CommitParams, dense_window, CM);
+DL_CHECK_OFFSET(CommitParams, r2t_is64, CM);
+DL_CHECK_OFFSET(CommitParams, paged, CM);
+DL_CHECK_OFFSET(CommitParams, dense_layers, CM);
+DL_CHECK_OFFSET(CommitParams, commit_pad, CM);
+static_assert(sizeof(CommitParams) == DL_SIZEOF_CM, "CommitParams size differs from its ctypes mirror");
+#pragma nv_diag_default 1427
 #endif

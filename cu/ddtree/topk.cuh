@@ -57,7 +57,7 @@ DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
 // desc, id asc) (kth_largest on the keys, ties at the threshold by id) is written with one
 // block scan.
 template <typename T>
-DL_DEVICE void topk_one_chunk(const DDTreeParams& p, ChunkSmem& sm, int s, int d, int b) {
+DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, int b) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   const int tid = threadIdx.x;
@@ -221,7 +221,7 @@ DL_DEVICE void topk_one_chunk(const DDTreeParams& p, ChunkSmem& sm, int s, int d
 // top-K, needed for the rows it failed only: the launch and its grid are always there, since a
 // graph has a fixed shape) launches a few, so that the rows that need nothing cost little.
 template <typename T>
-DL_DEVICE void topk_chunk(const DDTreeParams& p) {
+DL_DEVICE void topk_chunk(const TopKParams& p) {
   __shared__ ChunkSmem sm;
   const int d = blockIdx.y, b = blockIdx.z;
   // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,

@@ -16,7 +16,7 @@ namespace ddt {
 
 // The row takes the chunk top-K (the exact fallback): T not finite, or the stream's count says
 // that the logits >= T do not hold the top K, or that they did not fit the candidate list.
-DL_DEVICE bool tk_fallback(const DDTreeParams& p, size_t row) {
+DL_DEVICE bool tk_fallback(const TopKParams& p, size_t row) {
   if (p.tk_flag[row] != 0u) return true;
   const u32 n = p.tk_count[row];
   return n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
@@ -52,7 +52,7 @@ struct SampleSmem {
 // tokens; else one 32-byte group at a hashed offset in each of TK_SAMPLE_VALUES / G strata),
 // their exact tk_m-th largest order key as T; re-arms the row's candidate counter.
 template <typename T>
-DL_DEVICE void topk_sample(const DDTreeParams& p) {
+DL_DEVICE void topk_sample(const TopKParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   constexpr int G = 2 * V;                      // tokens of a 32-byte group: 8 fp32, 16 bf16
@@ -178,7 +178,7 @@ DL_DEVICE void tk_unpack(const uint4& q, float (&v)[8]) {
 // them into the thread's (max, sum) above T. At the end the CTA's max and sum of exp (relative
 // to that max) go to tk_max / tk_sum of its segment.
 template <typename T>
-DL_DEVICE void topk_stream(const DDTreeParams& p) {
+DL_DEVICE void topk_stream(const TopKParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   // 16 tokens per thread and tile: TK_STREAM_VECS fp32 vectors or half as many bf16 ones (two

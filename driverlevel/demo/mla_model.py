@@ -45,8 +45,7 @@ from .._device import _check_device_arg
 from .._dtypes import bfloat16
 from .._memory import DeviceBuffer, WorkspacePool
 from .._module import load_module
-from ..argmax import KERNEL as _ARGMAX_KERNEL
-from ..argmax import argmax_launch as _argmax_launch
+from ..argmax import argmax_rows_launch as _argmax_rows_launch
 from ..argmax import load as _load_argmax
 from ._mla_weights import QK_DIM, V_DIM, MLAModelConfig, MLAWeights, make_weights
 
@@ -263,7 +262,7 @@ class MLAModel:
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
         self._k_reduce = self._module.kernel("mla_gemm_reduce")
         self._k_embed = self._module.kernel("mla_embed")
-        self._k_argmax = _load_argmax(self.device, self.arch).kernel(_ARGMAX_KERNEL)
+        self._argmax_module = _load_argmax(self.device, self.arch)
         self._k_chain = self._module.kernel("draft_chain")
         self._gemm_stages = gemm_stages(self.arch)
 
@@ -456,9 +455,10 @@ class MLAModel:
         ln.keep(tokens, positions, out, num_rows)
         return ln
 
-    def argmax_launch(self, x, index, *, m_max: int, num_rows=None, top2=None):
-        """A prepared ``argmax_rows`` launch; see :func:`driverlevel.argmax.argmax_launch`."""
-        return _argmax_launch(self.device, x, index, m_max=m_max, num_rows=num_rows, top2=top2, kernel=self._k_argmax)
+    def argmax_rows_launch(self, x, *, m_max: int, part=None, index=None, num_rows=None):
+        """A prepared ``argmax_rows_*`` launch; see :func:`driverlevel.argmax.argmax_rows_launch`."""
+        return _argmax_rows_launch(self.device, x, m_max=m_max, part=part, index=index, num_rows=num_rows,
+                                   module=self._argmax_module)
 
     # -- the drafter's table ---------------------------------------------------------------
     def compute_successor(self, stream, chunk: int = 1024) -> DeviceArray:
@@ -477,7 +477,7 @@ class MLAModel:
         for s in range(0, V, chunk):
             rows = min(chunk, V - s)
             self.gemm(self.embed[s:s + rows], self.w_lm, logits, m_max=rows).launch(stream)
-            self.argmax_launch(logits, self.successor[s:s + rows], m_max=rows).launch(stream)
+            self.argmax_rows_launch(logits, index=self.successor[s:s + rows], m_max=rows).launch(stream)
         stream.synchronize()
         tmp.close()
         self._successor_ready = True
