@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--max-context", type=int, default=4096)
-    ap.add_argument("--topk", default="chunked", choices=("chunked", "threshold", "both"),
+    ap.add_argument("--topk", default="both", choices=("chunked", "threshold", "both"),
                     help="the build's top-K (DDTreePlan(topk=...)); both: side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
     args = ap.parse_args(argv)

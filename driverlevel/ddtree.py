@@ -327,10 +327,12 @@ class DDTreePlan:
     compile_ctas : int
         CTAs per request of ``ddtree_compile`` (kv_indices and mask rows are spread over them).
     topk : {"chunked", "threshold"}
-        The build's top-K. ``"chunked"`` (default): an exact top-K per 7,680-token chunk, merged
-        per row. ``"threshold"`` (opt-in until measured): a sampled threshold per row, one
-        streaming pass that keeps the logits above it, and the chunk top-K only for the rows
-        where the threshold failed (:mod:`driverlevel._topk_threshold`); same results.
+        The build's top-K; both give the same (exact) result. ``"threshold"`` (default): a
+        sampled threshold per row, one streaming pass over the logits that keeps those above
+        it, and the chunk top-K only for the rows where the threshold failed
+        (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8 it builds the tree in
+        half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
+        top-K per 7,680-token chunk, merged per row (less workspace, see below).
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise).
     name : str
@@ -401,7 +403,7 @@ class DDTreePlan:
 
     def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
                  logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None,
-                 topk: str = "chunked"):
+                 topk: str = "threshold"):
         self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
         self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
         self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)

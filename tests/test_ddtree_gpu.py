@@ -50,7 +50,7 @@ class Rig:
 
     def __init__(self, dev, rng, *, max_batch, depth, vocab, budget, max_context=64, num_slots=None,
                  dtype="float32", mask_formats=("bitmask", "full", "qlen_only"), n_stop=2, r2t_dtype=np.int32,
-                 topk="chunked"):
+                 topk="threshold"):  # the plan's default; top-K tests run both
         self.dev, self.rng = dev, rng
         self.plan = DDTreePlan(dev, max_batch=max_batch, depth_limit=depth, vocab=vocab, budget=budget,
                                max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats, topk=topk)
