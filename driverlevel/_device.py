@@ -147,6 +147,8 @@ class DeviceProperties:
         Bytes of shared memory a block may use without opting in (48 KB).
     l2_cache_bytes : int
     total_memory_bytes : int
+    max_shared_memory_per_multiprocessor : int
+        Bytes of shared memory of one SM, shared by its resident blocks (0 where unknown).
     """
 
     name: str
@@ -156,6 +158,7 @@ class DeviceProperties:
     max_shared_memory_per_block: int
     l2_cache_bytes: int
     total_memory_bytes: int
+    max_shared_memory_per_multiprocessor: int = 0
 
     @property
     def arch(self) -> str:
@@ -334,6 +337,8 @@ class Device:
                 max_shared_memory_per_block=_attr(self._dev, A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
                 l2_cache_bytes=_attr(self._dev, A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
                 total_memory_bytes=total,
+                max_shared_memory_per_multiprocessor=_attr(
+                    self._dev, A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
             )
         return self._props
 

@@ -313,7 +313,7 @@ class Kernel:
         self.module = module
         self.name = name
         self._func = func
-        self._max_dynamic_shared = 48 * 1024
+        self._max_dynamic_shared = None  # read from the function on first use (48 KB - static)
         return self
 
     @property
@@ -350,6 +350,9 @@ class Kernel:
         ValueError
             If ``nbytes`` plus the kernel's static shared memory exceeds the device's limit.
         """
+        if self._max_dynamic_shared is None:  # the default: 48 KB less the static shared memory
+            self._max_dynamic_shared = self.attribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         if nbytes > self._max_dynamic_shared:
             dev = self.module.device
             limit = dev.properties.max_shared_memory_per_block_optin
