@@ -7,7 +7,7 @@ kernel; skip the first build's launches and read the second's::
         python benchmarks/profile_topk.py --batch 8 --budget 256
 
 Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunked|threshold]
-                                         [--logits-dtype float32|bfloat16]
+                                         [--logits-dtype float32|bfloat16] [--search parallel|heap]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=int, default=256)
     ap.add_argument("--topk", choices=("chunked", "threshold"), default="threshold")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
+                    help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     import numpy as np
@@ -37,6 +39,8 @@ def main(argv=None):
     stream = dev.create_stream()
     plan = DDTreePlan(dev, max_batch=args.batch, depth_limit=DEPTH, vocab=VOCAB, budget=args.budget,
                       max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16", topk=args.topk)
+    if args.search == "heap":
+        plan.flags = dl.ddtree.FLAG_LEGACY_SEARCH
     rng = np.random.default_rng(1000 * args.batch + args.budget)
     _, logits, _, _, state, snap = make_inputs(dev, stream, rng, plan, args.batch, args.logits_dtype)
     for _ in range(2):

@@ -29,8 +29,10 @@
 //        hashed offset per stratum; rows of <= 4,096 tokens whole); zeroes the row's candidate
 //        counter (re-armed every launch); flags rows whose T is not finite.
 //   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
-//        smem; grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its segment once
-//        (16-byte loads, 4,096 tokens per tile, the next tile's loads in flight during this one's work): compare with T, exp2(x - T) summed below T; logits >= T appended as
+//        static smem + a ring of 2-8 tiles (its dynamic smem: driverlevel._topk_threshold.
+//        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its
+//        segment once through the ring (cp.async, 4,096 tokens per tile, all but one tile in
+//        flight): compare with T, exp2(x - T) summed below T; logits >= T appended as
 //        composites through a per-warp shared staging buffer (one atomicAdd per flush; the
 //        count goes on past tk_cap, writes stop there); segment max and sum of exp.
 //        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed

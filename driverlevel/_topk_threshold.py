@@ -11,10 +11,12 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    (:func:`sample_rank`), chosen so that the row holds at least ``K`` values ``>= T`` with
    overwhelming probability. Rows of at most 4,096 tokens are sampled whole (``m = K``:
    then ``count >= K`` always). The kernel re-arms the row's candidate counter.
-2. **stream** (``ddtree_topk_stream_*``, ``segments`` CTAs per row): one pass over the row;
-   each value is compared with ``T``; the few ``>= T`` are appended (warp-aggregated, through
-   a per-warp shared staging buffer) to the row's candidate list of ``capacity`` entries;
-   the log-softmax normaliser (max and sum of exp) of every segment comes from the same pass.
+2. **stream** (``ddtree_topk_stream_*``, ``segments`` CTAs per row, :func:`stream_segments`):
+   one pass over the row through a ring of :func:`stream_config` tiles in shared memory
+   (cp.async, several tiles in flight per CTA); each value is compared with ``T``; the few
+   ``>= T`` are appended (warp-aggregated, through a per-warp shared staging buffer) to the
+   row's candidate list of ``capacity`` entries; the log-softmax normaliser (max and sum of
+   exp) of every segment comes from the same pass.
 3. **fallback**: the chunk top-K of ``topk="chunked"`` is launched always, but its CTAs
    return at once for every row except those where the threshold failed
    (``count < K``, ``count > capacity``, or ``T`` not finite); the row merge of
@@ -33,7 +35,7 @@ from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_THREADS, DDTR
 
 __all__ = [
     "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
-    "WARP_STAGE", "fallback_ctas",
+    "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "fallback_ctas", "stream_tile_bytes", "stream_config",
     "group_tokens", "sample_items", "sample_groups", "sample_rank", "candidate_capacity",
     "stream_tile_tokens", "stream_segments", "hash32",
 ]
@@ -48,8 +50,13 @@ SAMPLE_THREADS = 256
 #: Block size of the stream kernel, 16-byte vectors per thread per tile.
 STREAM_THREADS = DDTREE_TK_STREAM_THREADS
 STREAM_VECS = DDTREE_TK_STREAM_VECS
-#: Stream CTAs resident per SM (the kernels' ``__launch_bounds__`` minimum): one wave's width.
+#: Stream CTAs per SM the kernels are built for (``__launch_bounds__``: <= 64 registers).
 STREAM_CTAS_PER_SM = 4
+#: Most tiles in the stream kernel's shared-memory ring.
+STREAM_MAX_STAGES = 8
+#: Upper bound of the stream kernel's static shared memory plus the 1 KB the driver reserves
+#: per block, bytes (its resource report says about 4.2 KB; a CPU test checks the bound).
+STREAM_STATIC_BYTES = 6 * 1024
 #: Candidates a warp stages in shared memory before one global atomicAdd flushes them.
 WARP_STAGE = DDTREE_TK_WARP_STAGE
 
@@ -125,24 +132,50 @@ def stream_tile_tokens(bf16: bool) -> int:
     return STREAM_THREADS * STREAM_VECS * 4
 
 
-def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int) -> tuple[int, int]:
+def stream_tile_bytes(bf16: bool) -> int:
+    """Bytes of one stream tile (16 KB of fp32, 8 KB of bf16): one slot of the ring."""
+    return stream_tile_tokens(bf16) * (2 if bf16 else 4)
+
+
+def stream_config(bf16: bool, smem_per_sm: int, smem_per_block: int) -> tuple[int, int]:
+    """``(ctas_per_sm, stages)`` of the stream kernel on a GPU with ``smem_per_sm`` bytes of
+    shared memory per SM and ``smem_per_block`` per block (opt-in).
+
+    The ring's ``stages`` tiles (dynamic shared memory, ``stages * stream_tile_bytes``) keep
+    ``stages - 1`` tiles per CTA in flight; the most CTAs per SM (up to
+    :data:`STREAM_CTAS_PER_SM`) that still fit 3 stages each, else 2 CTAs of 2 or more.
+    H200 (228 KB per SM): 4 CTAs x 3 fp32 tiles (48 KB), 4 x 6 bf16 tiles; sm_120 (100 KB):
+    2 x 2 fp32 tiles, 3 x 3 bf16 tiles.
+    """
+    tile = stream_tile_bytes(bf16)
+    for ctas in range(STREAM_CTAS_PER_SM, 0, -1):
+        room = min(smem_per_sm // ctas, smem_per_block) - STREAM_STATIC_BYTES
+        stages = min(STREAM_MAX_STAGES, room // tile)
+        if stages >= 3 or (ctas <= 2 and stages >= 2):
+            return ctas, int(stages)
+    raise ValueError(f"the stream kernel needs two {tile} B tiles of shared memory per block, the GPU has "
+                     f"{smem_per_block} B")
+
+
+def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int,
+                    ctas_per_sm: int = STREAM_CTAS_PER_SM) -> tuple[int, int]:
     """``(segments, segment_tokens)`` of the stream kernel: each row is cut into ``segments``
     segments of ``per`` whole tiles.
 
-    A CTA streams its tiles one after the other with the next tile's loads in flight, so a wave
-    of CTAs takes about ``per + 1`` load latencies; ``per`` minimises
-    ``waves * (per + 1)`` with ``waves = ceil(rows * segments / (4 * sm_count))`` (four CTAs
-    of the stream kernel fit an SM: :data:`STREAM_CTAS_PER_SM`), the larger ``per`` on a
-    tie (fewer CTAs). Batch 8 (120 rows of 40 fp32 tiles, 132 SMs): 4 segments of 10 tiles,
-    one wave; batch 1 (15 rows): 20 segments of 2 tiles.
+    A CTA puts its first tiles in flight, then streams its tiles with more in flight, so a
+    wave of CTAs takes about ``per + 2`` tile times (the ring's start and drain counted as
+    two); ``per`` minimises ``waves * (per + 2)`` with
+    ``waves = ceil(rows * segments / (ctas_per_sm * sm_count))``, the larger ``per`` on a tie
+    (fewer CTAs). Batch 8 (120 rows of 40 fp32 tiles, 132 SMs, 4 CTAs per SM): 4 segments of
+    10 tiles, one wave; batch 1 (15 rows): 20 segments of 2 tiles.
     """
     tile = stream_tile_tokens(bf16)
     tiles = -(-vocab // tile)
-    slots = STREAM_CTAS_PER_SM * max(1, sm_count)
+    slots = max(1, ctas_per_sm) * max(1, sm_count)
     best = None
     for per in range(1, tiles + 1):
         segs = -(-tiles // per)
-        cost = -(-(rows * segs) // slots) * (per + 1)
+        cost = -(-(rows * segs) // slots) * (per + 2)
         if best is None or cost <= best[0]:
             best = (cost, per)
     seg = best[1] * tile

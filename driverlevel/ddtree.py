@@ -226,6 +226,7 @@ def compile_defines(arch) -> dict:
     for prefix, cls in _STRUCTS.items():
         d.update({f"DL_OFF_{prefix}_{n}": getattr(cls, n).offset for n in _struct_fields(cls)})
         d[f"DL_SIZEOF_{prefix}"] = ctypes.sizeof(cls)
+        d[f"DL_FIELDS_{prefix}"] = " ".join(f"DL_F({n})" for n in _struct_fields(cls))  # params.cuh checks each
     d.update(kernel_defines())
     d.update(error_defines())
     return d
@@ -238,7 +239,7 @@ def _align16(n: int) -> int:
 def _build_union_bytes(depth_limit: int, k: int, budget: int) -> int:
     """The union region of ``ddtree_build``'s dynamic shared memory, bytes (``lp_bytes``)."""
     n = budget + 1
-    sort = 8 * (1 << max(k - 1, 0).bit_length())           # bitonic buffer of the row merge
+    sort = 8 * (1 << max(k - 1, 0).bit_length())           # the row merge's picked composites
     heap = _align16(4 * depth_limit * k) + 12 * n            # log-probs + overflow frontier
     masks = 4 * n * mask_words(budget)                       # ancestor-mask staging
     return _align16(max(sort, heap, masks))
@@ -256,9 +257,15 @@ def build_shared_bytes(depth_limit: int, k: int, budget: int) -> int:
 
 
 def dynamic_shared_bytes(arch) -> dict:
-    """Largest dynamic shared memory any plan launches ``ddtree_build`` with, bytes."""
-    normalize_arch(arch)
-    return {"ddtree_build": build_shared_bytes(MAX_DEPTH, MAX_BUDGET, MAX_BUDGET)}
+    """Largest dynamic shared memory any plan launches ``ddtree_build`` and the stream kernels
+    with on ``arch``, bytes (the stream's ring as :func:`driverlevel._topk_threshold.stream_config`
+    sizes it for the arch's shared memory per block; one SM holds 1 KB more)."""
+    limit = shared_limit(normalize_arch(arch))
+    out = {"ddtree_build": build_shared_bytes(MAX_DEPTH, MAX_BUDGET, MAX_BUDGET)}
+    for suffix, bf16 in (("f32", False), ("bf16", True)):
+        _, stages = _tk.stream_config(bf16, limit + 1024, limit)
+        out[f"ddtree_topk_stream_{suffix}"] = stages * _tk.stream_tile_bytes(bf16)
+    return out
 
 
 def compile_variants(arch) -> list:
@@ -441,8 +448,14 @@ class DDTreePlan:
         #: the candidates kept per row, the stream CTAs per row and their tokens.
         self.tk_m = _tk.sample_rank(self.k, self.vocab)
         self.tk_cap = _tk.candidate_capacity(self.k, self.vocab, MERGE_CAPACITY)
+        props = self.device.properties
+        #: The stream kernel's CTAs per SM and ring tiles, from the GPU's shared memory.
+        self.tk_ctas_per_sm, self.tk_stages = _tk.stream_config(
+            bf16, props.max_shared_memory_per_multiprocessor or props.max_shared_memory_per_block_optin,
+            props.max_shared_memory_per_block_optin)
+        self.tk_ring_bytes = self.tk_stages * _tk.stream_tile_bytes(bf16)
         self.tk_nseg, self.tk_seg_len = _tk.stream_segments(self.max_batch * self.depth_limit, self.vocab, bf16,
-                                                            self.device.sm_count)
+                                                            self.device.sm_count, self.tk_ctas_per_sm)
         self.arch = normalize_arch(arch or self.device.arch)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
 
@@ -462,6 +475,11 @@ class DDTreePlan:
             self._k_chunks._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
         self._k_sample = kern(f"ddtree_topk_sample_{suffix}")
         self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
+        if self.topk == "threshold":  # the ring is dynamic shared memory; prefer shared memory over L1
+            self._k_stream.reserve_shared(self.tk_ring_bytes)
+            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
+                self._k_stream._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100))
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
         #: ``cu/argmax.cu`` loaded on the device: the target's argmax per node before :meth:`accept`.
@@ -472,10 +490,6 @@ class DDTreePlan:
         # The opt-in now, never during a capture. The default limit of dynamic shared memory is
         # 48 KB minus the static part, so raise it whenever the sum passes 48 KB (only ever raise:
         # plans of other sizes share the loaded kernel).
-        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        if self._k_build.attribute(attr) < self.build_smem:
-            self.device.set_current()
-            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self._k_build._func, attr, self.build_smem))
         self._k_build.reserve_shared(self.build_smem)
 
         if pool is None:
@@ -662,7 +676,7 @@ class DDTreePlan:
             if self.topk == "threshold":  # sample -> stream -> the chunk top-K for the rows that failed
                 out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
                         self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
-                                               [tkp])]
+                                               [tkp], self.tk_ring_bytes)]
             out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp]),
                    self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
                                          self.build_smem)]

@@ -34,10 +34,13 @@ def test_every_kernel_compiles_without_spills(arch):
     assert cub.resources["ddtree_topk_chunks_f32"].registers <= 102
     # the threshold top-K's stream kernel: as many 256-thread CTAs per SM as its segments
     # assume (_topk_threshold.STREAM_CTAS_PER_SM), registers allocated by 8
-    from driverlevel._topk_threshold import STREAM_CTAS_PER_SM, STREAM_THREADS
+    from driverlevel._topk_threshold import STREAM_CTAS_PER_SM, STREAM_STATIC_BYTES, STREAM_THREADS
     for name in ("ddtree_topk_stream_f32", "ddtree_topk_stream_bf16"):
         regs = -(-cub.resources[name].registers // 8) * 8
         assert regs * STREAM_THREADS * STREAM_CTAS_PER_SM <= 65536, f"{name} on {arch}: {regs}"
+        # the ring is sized with this bound of the static part (+ the 1 KB the driver reserves)
+        assert cub.resources[name].shared_bytes + 1024 <= STREAM_STATIC_BYTES, f"{name} on {arch}"
+        assert dynamic[name] >= 2 * (16384 if name.endswith("f32") else 8192), f"{name} on {arch}: a ring of 2 tiles"
 
 
 @pytest.mark.parametrize("key, struct", [("DL_OFF_CP_seq_lens", "CompileParams.seq_lens"),

@@ -191,200 +191,35 @@ struct CommitParams : DDTreeShared {
   i32 commit_pad;
 };
 
-#ifdef DL_OFF_SH_state
+#ifdef DL_FIELDS_SH
+// Every field of every ctypes mirror at the mirror's offset, and the sizes equal: the field lists
+// come from Python (-DDL_FIELDS_<prefix>="DL_F(state) DL_F(error) ...", bases' fields first).
 // offsetof of a derived struct's field: not a standard-layout class, which NVRTC warns about;
 // the layout is the Itanium ABI's (bases first, no tail padding to reuse) and checked here.
 #pragma nv_diag_suppress 1427
-DL_CHECK_OFFSET(DDTreeShared, state, SH);
-DL_CHECK_OFFSET(DDTreeShared, error, SH);
-DL_CHECK_OFFSET(DDTreeShared, max_batch, SH);
-DL_CHECK_OFFSET(DDTreeShared, depth_limit, SH);
-DL_CHECK_OFFSET(DDTreeShared, vocab, SH);
-DL_CHECK_OFFSET(DDTreeShared, budget, SH);
-DL_CHECK_OFFSET(DDTreeShared, k, SH);
-DL_CHECK_OFFSET(DDTreeShared, n_words, SH);
-DL_CHECK_OFFSET(DDTreeShared, flags, SH);
-DL_CHECK_OFFSET(DDTreeShared, shared_pad, SH);
+#define DL_F(f) DL_CHECK_OFFSET(DDTreeShared, f, SH);
+DL_FIELDS_SH
+#undef DL_F
+#define DL_F(f) DL_CHECK_OFFSET(TopKParams, f, TK);
+DL_FIELDS_TK
+#undef DL_F
+#define DL_F(f) DL_CHECK_OFFSET(BuildParams, f, BD);
+DL_FIELDS_BD
+#undef DL_F
+#define DL_F(f) DL_CHECK_OFFSET(CompileParams, f, CP);
+DL_FIELDS_CP
+#undef DL_F
+#define DL_F(f) DL_CHECK_OFFSET(AcceptParams, f, AC);
+DL_FIELDS_AC
+#undef DL_F
+#define DL_F(f) DL_CHECK_OFFSET(CommitParams, f, CM);
+DL_FIELDS_CM
+#undef DL_F
 static_assert(sizeof(DDTreeShared) == DL_SIZEOF_SH, "DDTreeShared size differs from its ctypes mirror");
-DL_CHECK_OFFSET(TopKParams, state, TK);
-DL_CHECK_OFFSET(TopKParams, error, TK);
-DL_CHECK_OFFSET(TopKParams, max_batch, TK);
-DL_CHECK_OFFSET(TopKParams, depth_limit, TK);
-DL_CHECK_OFFSET(TopKParams, vocab, TK);
-DL_CHECK_OFFSET(TopKParams, budget, TK);
-DL_CHECK_OFFSET(TopKParams, k, TK);
-DL_CHECK_OFFSET(TopKParams, n_words, TK);
-DL_CHECK_OFFSET(TopKParams, flags, TK);
-DL_CHECK_OFFSET(TopKParams, shared_pad, TK);
-DL_CHECK_OFFSET(TopKParams, logits, TK);
-DL_CHECK_OFFSET(TopKParams, active, TK);
-DL_CHECK_OFFSET(TopKParams, cand, TK);
-DL_CHECK_OFFSET(TopKParams, chunk_max, TK);
-DL_CHECK_OFFSET(TopKParams, chunk_sum, TK);
-DL_CHECK_OFFSET(TopKParams, counters, TK);
-DL_CHECK_OFFSET(TopKParams, tk_thresh, TK);
-DL_CHECK_OFFSET(TopKParams, tk_count, TK);
-DL_CHECK_OFFSET(TopKParams, tk_flag, TK);
-DL_CHECK_OFFSET(TopKParams, tk_cand, TK);
-DL_CHECK_OFFSET(TopKParams, tk_max, TK);
-DL_CHECK_OFFSET(TopKParams, tk_sum, TK);
-DL_CHECK_OFFSET(TopKParams, logits_batch_stride, TK);
-DL_CHECK_OFFSET(TopKParams, logits_row_stride, TK);
-DL_CHECK_OFFSET(TopKParams, num_chunks, TK);
-DL_CHECK_OFFSET(TopKParams, logits_vec, TK);
-DL_CHECK_OFFSET(TopKParams, topk_mode, TK);
-DL_CHECK_OFFSET(TopKParams, tk_m, TK);
-DL_CHECK_OFFSET(TopKParams, tk_cap, TK);
-DL_CHECK_OFFSET(TopKParams, tk_nseg, TK);
-DL_CHECK_OFFSET(TopKParams, tk_seg_len, TK);
-DL_CHECK_OFFSET(TopKParams, tk_pad, TK);
 static_assert(sizeof(TopKParams) == DL_SIZEOF_TK, "TopKParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(BuildParams, state, BD);
-DL_CHECK_OFFSET(BuildParams, error, BD);
-DL_CHECK_OFFSET(BuildParams, max_batch, BD);
-DL_CHECK_OFFSET(BuildParams, depth_limit, BD);
-DL_CHECK_OFFSET(BuildParams, vocab, BD);
-DL_CHECK_OFFSET(BuildParams, budget, BD);
-DL_CHECK_OFFSET(BuildParams, k, BD);
-DL_CHECK_OFFSET(BuildParams, n_words, BD);
-DL_CHECK_OFFSET(BuildParams, flags, BD);
-DL_CHECK_OFFSET(BuildParams, shared_pad, BD);
-DL_CHECK_OFFSET(BuildParams, logits, BD);
-DL_CHECK_OFFSET(BuildParams, active, BD);
-DL_CHECK_OFFSET(BuildParams, cand, BD);
-DL_CHECK_OFFSET(BuildParams, chunk_max, BD);
-DL_CHECK_OFFSET(BuildParams, chunk_sum, BD);
-DL_CHECK_OFFSET(BuildParams, counters, BD);
-DL_CHECK_OFFSET(BuildParams, tk_thresh, BD);
-DL_CHECK_OFFSET(BuildParams, tk_count, BD);
-DL_CHECK_OFFSET(BuildParams, tk_flag, BD);
-DL_CHECK_OFFSET(BuildParams, tk_cand, BD);
-DL_CHECK_OFFSET(BuildParams, tk_max, BD);
-DL_CHECK_OFFSET(BuildParams, tk_sum, BD);
-DL_CHECK_OFFSET(BuildParams, logits_batch_stride, BD);
-DL_CHECK_OFFSET(BuildParams, logits_row_stride, BD);
-DL_CHECK_OFFSET(BuildParams, num_chunks, BD);
-DL_CHECK_OFFSET(BuildParams, logits_vec, BD);
-DL_CHECK_OFFSET(BuildParams, topk_mode, BD);
-DL_CHECK_OFFSET(BuildParams, tk_m, BD);
-DL_CHECK_OFFSET(BuildParams, tk_cap, BD);
-DL_CHECK_OFFSET(BuildParams, tk_nseg, BD);
-DL_CHECK_OFFSET(BuildParams, tk_seg_len, BD);
-DL_CHECK_OFFSET(BuildParams, tk_pad, BD);
-DL_CHECK_OFFSET(BuildParams, root_tokens, BD);
-DL_CHECK_OFFSET(BuildParams, budgets, BD);
-DL_CHECK_OFFSET(BuildParams, top_ids, BD);
-DL_CHECK_OFFSET(BuildParams, top_lp, BD);
-DL_CHECK_OFFSET(BuildParams, tokens, BD);
-DL_CHECK_OFFSET(BuildParams, depths, BD);
-DL_CHECK_OFFSET(BuildParams, parents, BD);
-DL_CHECK_OFFSET(BuildParams, node_counts, BD);
-DL_CHECK_OFFSET(BuildParams, anc, BD);
-DL_CHECK_OFFSET(BuildParams, lp_bytes, BD);
-DL_CHECK_OFFSET(BuildParams, build_pad, BD);
 static_assert(sizeof(BuildParams) == DL_SIZEOF_BD, "BuildParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(CompileParams, state, CP);
-DL_CHECK_OFFSET(CompileParams, error, CP);
-DL_CHECK_OFFSET(CompileParams, max_batch, CP);
-DL_CHECK_OFFSET(CompileParams, depth_limit, CP);
-DL_CHECK_OFFSET(CompileParams, vocab, CP);
-DL_CHECK_OFFSET(CompileParams, budget, CP);
-DL_CHECK_OFFSET(CompileParams, k, CP);
-DL_CHECK_OFFSET(CompileParams, n_words, CP);
-DL_CHECK_OFFSET(CompileParams, flags, CP);
-DL_CHECK_OFFSET(CompileParams, shared_pad, CP);
-DL_CHECK_OFFSET(CompileParams, seq_lens, CP);
-DL_CHECK_OFFSET(CompileParams, req_pool_indices, CP);
-DL_CHECK_OFFSET(CompileParams, req_to_token, CP);
-DL_CHECK_OFFSET(CompileParams, free_slots, CP);
-DL_CHECK_OFFSET(CompileParams, free_count, CP);
-DL_CHECK_OFFSET(CompileParams, tokens, CP);
-DL_CHECK_OFFSET(CompileParams, depths, CP);
-DL_CHECK_OFFSET(CompileParams, node_counts, CP);
-DL_CHECK_OFFSET(CompileParams, anc, CP);
-DL_CHECK_OFFSET(CompileParams, input_ids, CP);
-DL_CHECK_OFFSET(CompileParams, positions, CP);
-DL_CHECK_OFFSET(CompileParams, out_cache_loc, CP);
-DL_CHECK_OFFSET(CompileParams, qo_indptr, CP);
-DL_CHECK_OFFSET(CompileParams, kv_indptr, CP);
-DL_CHECK_OFFSET(CompileParams, kv_indices, CP);
-DL_CHECK_OFFSET(CompileParams, bitmask, CP);
-DL_CHECK_OFFSET(CompileParams, full_mask, CP);
-DL_CHECK_OFFSET(CompileParams, full_indptr, CP);
-DL_CHECK_OFFSET(CompileParams, qlen_mask, CP);
-DL_CHECK_OFFSET(CompileParams, qlen_indptr, CP);
-DL_CHECK_OFFSET(CompileParams, kv_capacity, CP);
-DL_CHECK_OFFSET(CompileParams, full_capacity, CP);
-DL_CHECK_OFFSET(CompileParams, qlen_capacity, CP);
-DL_CHECK_OFFSET(CompileParams, max_context, CP);
-DL_CHECK_OFFSET(CompileParams, r2t_stride, CP);
-DL_CHECK_OFFSET(CompileParams, r2t_rows, CP);
-DL_CHECK_OFFSET(CompileParams, free_capacity, CP);
-DL_CHECK_OFFSET(CompileParams, r2t_is64, CP);
-DL_CHECK_OFFSET(CompileParams, compile_pad, CP);
 static_assert(sizeof(CompileParams) == DL_SIZEOF_CP, "CompileParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(AcceptParams, state, AC);
-DL_CHECK_OFFSET(AcceptParams, error, AC);
-DL_CHECK_OFFSET(AcceptParams, max_batch, AC);
-DL_CHECK_OFFSET(AcceptParams, depth_limit, AC);
-DL_CHECK_OFFSET(AcceptParams, vocab, AC);
-DL_CHECK_OFFSET(AcceptParams, budget, AC);
-DL_CHECK_OFFSET(AcceptParams, k, AC);
-DL_CHECK_OFFSET(AcceptParams, n_words, AC);
-DL_CHECK_OFFSET(AcceptParams, flags, AC);
-DL_CHECK_OFFSET(AcceptParams, shared_pad, AC);
-DL_CHECK_OFFSET(AcceptParams, active, AC);
-DL_CHECK_OFFSET(AcceptParams, root_tokens, AC);
-DL_CHECK_OFFSET(AcceptParams, seq_lens, AC);
-DL_CHECK_OFFSET(AcceptParams, stop_tokens, AC);
-DL_CHECK_OFFSET(AcceptParams, qo_indptr, AC);
-DL_CHECK_OFFSET(AcceptParams, tokens, AC);
-DL_CHECK_OFFSET(AcceptParams, parents, AC);
-DL_CHECK_OFFSET(AcceptParams, argmax_part, AC);
-DL_CHECK_OFFSET(AcceptParams, target_tokens, AC);
-DL_CHECK_OFFSET(AcceptParams, posterior, AC);
-DL_CHECK_OFFSET(AcceptParams, accepted_nodes, AC);
-DL_CHECK_OFFSET(AcceptParams, accepted_count, AC);
-DL_CHECK_OFFSET(AcceptParams, bonus, AC);
-DL_CHECK_OFFSET(AcceptParams, records, AC);
-DL_CHECK_OFFSET(AcceptParams, mirror, AC);
-DL_CHECK_OFFSET(AcceptParams, max_context, AC);
-DL_CHECK_OFFSET(AcceptParams, n_stop, AC);
-DL_CHECK_OFFSET(AcceptParams, record_width, AC);
 static_assert(sizeof(AcceptParams) == DL_SIZEOF_AC, "AcceptParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(CommitParams, state, CM);
-DL_CHECK_OFFSET(CommitParams, error, CM);
-DL_CHECK_OFFSET(CommitParams, max_batch, CM);
-DL_CHECK_OFFSET(CommitParams, depth_limit, CM);
-DL_CHECK_OFFSET(CommitParams, vocab, CM);
-DL_CHECK_OFFSET(CommitParams, budget, CM);
-DL_CHECK_OFFSET(CommitParams, k, CM);
-DL_CHECK_OFFSET(CommitParams, n_words, CM);
-DL_CHECK_OFFSET(CommitParams, flags, CM);
-DL_CHECK_OFFSET(CommitParams, shared_pad, CM);
-DL_CHECK_OFFSET(CommitParams, active, CM);
-DL_CHECK_OFFSET(CommitParams, seq_lens, CM);
-DL_CHECK_OFFSET(CommitParams, req_pool_indices, CM);
-DL_CHECK_OFFSET(CommitParams, req_to_token, CM);
-DL_CHECK_OFFSET(CommitParams, free_slots, CM);
-DL_CHECK_OFFSET(CommitParams, free_count, CM);
-DL_CHECK_OFFSET(CommitParams, qo_indptr, CM);
-DL_CHECK_OFFSET(CommitParams, out_cache_loc, CM);
-DL_CHECK_OFFSET(CommitParams, accepted_nodes, CM);
-DL_CHECK_OFFSET(CommitParams, accepted_count, CM);
-DL_CHECK_OFFSET(CommitParams, dense_cache, CM);
-DL_CHECK_OFFSET(CommitParams, r2t_stride, CM);
-DL_CHECK_OFFSET(CommitParams, r2t_rows, CM);
-DL_CHECK_OFFSET(CommitParams, free_capacity, CM);
-DL_CHECK_OFFSET(CommitParams, dense_layer_stride, CM);
-DL_CHECK_OFFSET(CommitParams, dense_batch_stride, CM);
-DL_CHECK_OFFSET(CommitParams, dense_pos_stride, CM);
-DL_CHECK_OFFSET(CommitParams, dense_row_bytes, CM);
-DL_CHECK_OFFSET(CommitParams, dense_window, CM);
-DL_CHECK_OFFSET(CommitParams, r2t_is64, CM);
-DL_CHECK_OFFSET(CommitParams, paged, CM);
-DL_CHECK_OFFSET(CommitParams, dense_layers, CM);
-DL_CHECK_OFFSET(CommitParams, commit_pad, CM);
 static_assert(sizeof(CommitParams) == DL_SIZEOF_CM, "CommitParams size differs from its ctypes mirror");
 #pragma nv_diag_default 1427
 #endif

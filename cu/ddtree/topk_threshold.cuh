@@ -1,9 +1,10 @@
 // ddtree/topk_threshold.cuh: stage 1a of topk_mode = 1 (DDTreePlan(topk="threshold")): the
 // threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample,
-// ddtree_topk_stream_* reads every row once and keeps the logits >= T (plus the row's max and
-// sum of exp); the chunk top-K (topk.cuh) then runs only for rows where T failed (fewer than K
-// or more than tk_cap logits >= T, or T not finite), and ddtree_build merges whichever list the
-// row has. Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
+// ddtree_topk_stream_* reads every row once through a shared-memory ring and keeps the logits
+// >= T (plus each segment's max and sum of exp); the chunk top-K (topk.cuh) then runs only for
+// rows where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), and
+// ddtree_build merges whichever list the row has.
+// Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
 // driverlevel/reference/topk_threshold.py.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
@@ -48,25 +49,18 @@ struct SampleSmem {
   u64 r64[32];
 };
 
-// One CTA per row: the TK_SAMPLE_VALUES sampled logits (a whole row of <= TK_SAMPLE_VALUES
-// tokens; else one 32-byte group at a hashed offset in each of TK_SAMPLE_VALUES / G strata),
-// their exact tk_m-th largest order key as T; re-arms the row's candidate counter.
+// The row's threshold key (every thread): of the TK_SAMPLE_VALUES sampled logits (a whole row of
+// <= TK_SAMPLE_VALUES tokens; else one 32-byte group at a hashed offset in each of
+// TK_SAMPLE_VALUES / G strata), the exact tk_m-th largest order key (the tokens:
+// driverlevel._topk_threshold.sample_groups).
 template <typename T>
-DL_DEVICE void topk_sample(const TopKParams& p) {
+DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   constexpr int G = 2 * V;                      // tokens of a 32-byte group: 8 fp32, 16 bf16
   constexpr int NS = TK_SAMPLE_VALUES / G;      // strata (groups sampled)
   constexpr int IPT = TK_SAMPLE_PER / G;        // groups per thread: 2 fp32, 1 bf16
-  __shared__ SampleSmem sm;
-  const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
-  if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
-    if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
-    return;
-  }
-  const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
-               static_cast<i64>(d) * p.logits_row_stride;
+  const int tid = threadIdx.x;
   const int vocab = p.vocab;
   u32 key[TK_SAMPLE_PER];  // 0 = no value
   if (vocab <= TK_SAMPLE_VALUES) {  // the whole row (coalesced)
@@ -101,12 +95,28 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   for (int j = 0; j < TK_SAMPLE_PER; ++j) kloc = key[j] > kloc ? key[j] : kloc;
   const u32 kmax = static_cast<u32>(dl::block_max_u64<TK_SAMPLE_THREADS>(kloc, sm.r64));
   // tk_m <= the sampled values (host: driverlevel._topk_threshold.sample_rank), all keys >= 1
-  const u32 t = kth_largest<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
+  return kth_largest<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
       [&](int j, int z) -> u32 { return key[j] + static_cast<u32>(z); }, kmax, 1u, p.tk_m, sm.sel);
+}
+
+// One CTA per row: T from the sample, the flag, and the row's candidate count re-armed (every
+// launch: no state survives an earlier or aborted one).
+template <typename T>
+DL_DEVICE void topk_sample(const TopKParams& p) {
+  __shared__ SampleSmem sm;
+  const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
+  if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
+    if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
+    return;
+  }
+  const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
+               static_cast<i64>(d) * p.logits_row_stride;
+  const u32 t = sample_threshold<T>(p, x, sm);
   if (tid == 0) {
     const float tf = key_f32(t);
     p.tk_thresh[row] = tf;
-    p.tk_count[row] = 0u;  // re-armed every launch: the stream kernel counts from here
+    p.tk_count[row] = 0u;  // the stream kernel counts from here
     p.tk_flag[row] = (t <= KEY_NEG_INF || !isfinite(tf)) ? 1u : 0u;
   }
 }
@@ -116,7 +126,7 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
 constexpr int TK_STREAM_WARPS = TK_STREAM_THREADS / 32;
 
 struct StreamSmem {
-  u64 stage[TK_STREAM_WARPS][TK_WARP_STAGE];
+  u64 stage[TK_STREAM_WARPS][TK_WARP_STAGE];      // the warps' candidate staging
   float wmax[TK_STREAM_WARPS];
   double wsum[TK_STREAM_WARPS];
 };
@@ -170,34 +180,80 @@ DL_DEVICE void tk_unpack(const uint4& q, float (&v)[8]) {
   }
 }
 
-// One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB
-// of fp32, 8 KB of bf16), the next tile's loads in flight while this one is processed (raw words in
-// registers). Per logit: one compare with T and exp2(x - T) into the thread's sum of the
-// logits below T; a tile where some lane holds logits >= T (a few per warp tile) appends them,
-// reloaded from L1 by index, as composites through the warp's shared staging buffer, and folds
-// them into the thread's (max, sum) above T. At the end the CTA's max and sum of exp (relative
-// to that max) go to tk_max / tk_sum of its segment.
+// cp.async.wait_group with a run-time count of groups left in flight (an immediate in PTX).
+DL_DEVICE void tk_wait_groups(int n) {
+  switch (n) {
+    case 0: dl::cp_async_wait<0>(); break;
+    case 1: dl::cp_async_wait<1>(); break;
+    case 2: dl::cp_async_wait<2>(); break;
+    case 3: dl::cp_async_wait<3>(); break;
+    case 4: dl::cp_async_wait<4>(); break;
+    case 5: dl::cp_async_wait<5>(); break;
+    case 6: dl::cp_async_wait<6>(); break;
+    default: dl::cp_async_wait<7>(); break;
+  }
+}
+
+// One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB of
+// fp32, 8 KB of bf16). Aligned rows (logits_vec) stream through a ring of tiles in the dynamic
+// shared memory (as many as it holds, up to 8; the launch sizes it) filled by cp.async (each
+// thread copies and reads back only its own 16-byte vectors: no block barrier), all but one in
+// flight ahead of the tile processed (the first ones issued before the row's T and flag are
+// read). Unaligned rows, or a ring of fewer than 2 tiles, load each tile directly. Per logit:
+// one compare with T and exp2(x - T) into the thread's sum of the logits below T; a tile where
+// some lane holds logits >= T (a few per warp tile) appends them as composites through the
+// warp's shared staging buffer and folds them into the thread's (max, sum) above T. At the end
+// the CTA's max and sum of exp (relative to that max) go to tk_max / tk_sum of its segment.
 template <typename T>
 DL_DEVICE void topk_stream(const TopKParams& p) {
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
-  // 16 tokens per thread and tile: TK_STREAM_VECS fp32 vectors or half as many bf16 ones (two
-  // tiles of raw words, this one and the next, then fit 64 registers either way)
-  constexpr int U = V == 4 ? TK_STREAM_VECS : TK_STREAM_VECS / 2;
+  constexpr int U = V == 4 ? TK_STREAM_VECS : TK_STREAM_VECS / 2;  // 16-byte vectors per thread and tile
   constexpr int TILE = TK_STREAM_THREADS * U * V;
-  static_assert(U * V == 16 && U * V <= 32, "one candidate bit per logit of a thread's tile");
+  static_assert(U * V == 16, "one candidate bit per logit of a thread's tile");
+  constexpr u32 NEG_WORD = V == 4 ? 0xff800000u : 0xff80ff80u;  // a 32-bit word of -inf logits
   __shared__ StreamSmem sm;
+  extern __shared__ uint4 tk_ring[];  // [stages][U][TK_STREAM_THREADS]
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
-  if (!p.active[b] || p.tk_flag[row] != 0u) return;  // (uniform)
-  const float thr = p.tk_thresh[row];
+  if (!p.active[b]) return;  // (uniform) the build skips the request
   const int start = s * p.tk_seg_len;
   const int end = min(p.vocab, start + p.tk_seg_len);
-  const bool vec = p.logits_vec != 0;
+  const int ntiles = (end - start + TILE - 1) / TILE;
+  u32 ring_bytes;  // the launch's dynamic shared memory: the ring's tiles never exceed it
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(ring_bytes));
+  const int stages = min(static_cast<int>(ring_bytes / (U * TK_STREAM_THREADS * 16)), 8);
+  const bool vec = p.logits_vec != 0 && stages >= 2;
   const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
                static_cast<i64>(d) * p.logits_row_stride;
-  u32* count = p.tk_count + row;
+  // This thread's vector u of tile i: tokens start + i * TILE + u * VSTEP + tid * V .. + V - 1
+  // (whole or absent when vec: it exists iff its offset from the thread's first token < rem);
+  // in the ring, slot r holds it at col[(r * U + u) * TK_STREAM_THREADS].
+  constexpr int VSTEP = TK_STREAM_THREADS * V;
+  const T* xt = x + start + tid * V;
+  const int rem = end - (start + tid * V);
+  uint4* col = tk_ring + tid;
+  auto issue = [&](int i, int slot) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int off = i * TILE + u * VSTEP;
+      if (off < rem) dl::cp_async_16(dl::smem_u32(col + (slot * U + u) * TK_STREAM_THREADS), xt + off, 16);
+    }
+  };
+  if (vec) {
+    for (int i = 0; i < stages - 1; ++i) {  // one commit group per tile, empty past the segment
+      if (i < ntiles) issue(i, i);
+      dl::cp_async_commit();
+    }
+  }
+
+  if (p.tk_flag[row] != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
+    if (vec) dl::cp_async_wait<0>();
+    return;
+  }
+  const float thr = p.tk_thresh[row];
+  u32* count = p.tk_count + row;  // zeroed by the sample kernel
   u64* out = p.tk_cand + row * static_cast<size_t>(p.tk_cap);
   const u32 cap = static_cast<u32>(p.tk_cap);
   u64* stage = sm.stage[warp];
@@ -206,22 +262,29 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   float mhi = DL_NEG_INF;    // max and sum of exp(x - mhi) over its logits >= thr
   float shi = 0.f;
   int fill = 0;              // (warp-uniform) staged candidates
-  uint4 cur[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) cur[u] = tk_load_raw<T>(x, start + (u * TK_STREAM_THREADS + tid) * V, end, vec);
+  int rd = 0, wr = stages - 1;  // ring slots of tile i and of tile i + stages - 1
 #pragma unroll 1
-  for (int t0 = start; t0 < end; t0 += TILE) {
-    const int tn = t0 + TILE;
-    uint4 nxt[U];
-    if (tn < end) {  // (uniform) the next tile's loads go out before this tile is processed
+  for (int i = 0; i < ntiles; ++i) {
+    uint4 q[U];
+    const uint4* slot = col + rd * U * TK_STREAM_THREADS;
+    if (vec) {
+      if (i + stages - 1 < ntiles) issue(i + stages - 1, wr);
+      dl::cp_async_commit();
+      tk_wait_groups(stages - 1);  // tile i has landed (this thread's copies)
 #pragma unroll
-      for (int u = 0; u < U; ++u) nxt[u] = tk_load_raw<T>(x, tn + (u * TK_STREAM_THREADS + tid) * V, end, vec);
+      for (int u = 0; u < U; ++u)
+        q[u] = i * TILE + u * VSTEP < rem ? slot[u * TK_STREAM_THREADS] : make_uint4(NEG_WORD, NEG_WORD, NEG_WORD, NEG_WORD);
+      rd = rd + 1 == stages ? 0 : rd + 1;
+      wr = wr + 1 == stages ? 0 : wr + 1;
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) q[u] = tk_load_raw<T>(x, start + i * TILE + u * VSTEP + tid * V, end, false);
     }
-    u32 mask = 0;  // bit u * V + e: token t0 + (u * TK_STREAM_THREADS + tid) * V + e is >= thr (never NaN)
+    u32 mask = 0;  // bit u * V + e: token start + i * TILE + u * VSTEP + tid * V + e is >= thr (never NaN)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float v[V];
-      tk_unpack(cur[u], v);
+      tk_unpack(q[u], v);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float xv = v[e];
@@ -253,9 +316,14 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
         pos += __shfl_sync(FULL, base, 0);
       }
       for (u32 m = mask; m; m &= m - 1) {
-        const int i = __ffs(m) - 1;
-        const int tok = t0 + ((i / V) * TK_STREAM_THREADS + tid) * V + (i % V);
-        const float xv = Tr::load(x + tok);  // loaded with this tile: an L1 hit
+        const int bit = __ffs(m) - 1;
+        const int u = bit / V, e = bit % V;
+        const int tok = start + i * TILE + u * VSTEP + tid * V + e;
+        // this thread's own copy in the ring (vec), else the tile's load again (an L1 hit)
+        const uint4* w = slot + u * TK_STREAM_THREADS;
+        const float xv = vec ? (V == 4 ? reinterpret_cast<const float*>(w)[e]
+                                       : __uint_as_float(static_cast<u32>(reinterpret_cast<const unsigned short*>(w)[e]) << 16))
+                             : Tr::load(x + tok);
         if (xv > mhi) {
           shi = shi * ex2_approx((mhi - xv) * LOG2E) + 1.f;
           mhi = xv;
@@ -273,11 +341,8 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       if (!direct) fill += tot;
       __syncwarp();
     }
-    if (tn < end) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-    }
   }
+  if (vec) dl::cp_async_wait<0>();  // (only empty groups are left)
   if (fill > 0) tk_flush(stage, fill, count, out, cap, lane);
 
   // The segment's max and sum of exp: thread (m_t, s_t), then warp, then block (fixed order).
@@ -292,16 +357,16 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     sm.wsum[warp] = ws;
   }
   __syncthreads();
-  if (tid == 0) {
-    float m = sm.wmax[0];
+  if (tid < 32) {  // lane w: warp w's term (one double exp each, not eight in a row)
+    const float m = dl::warp_max(lane < TK_STREAM_WARPS ? sm.wmax[lane] : DL_NEG_INF);
+    double t = lane < TK_STREAM_WARPS ? sm.wsum[lane] * exp(static_cast<double>(sm.wmax[lane]) - m) : 0.0;
 #pragma unroll
-    for (int w = 1; w < TK_STREAM_WARPS; ++w) m = fmaxf(m, sm.wmax[w]);
-    double total = 0.0;
-#pragma unroll
-    for (int w = 0; w < TK_STREAM_WARPS; ++w) total += sm.wsum[w] * exp(static_cast<double>(sm.wmax[w]) - m);
-    const size_t at = row * static_cast<size_t>(p.tk_nseg) + s;
-    p.tk_max[at] = m;
-    p.tk_sum[at] = total;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
+    if (lane == 0) {
+      const size_t at = row * static_cast<size_t>(p.tk_nseg) + s;
+      p.tk_max[at] = m;
+      p.tk_sum[at] = t;
+    }
   }
 }
 

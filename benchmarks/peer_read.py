@@ -1,0 +1,56 @@
+"""The machine's read-bandwidth ceiling for the top-K's input, and PyTorch as a peer.
+
+Times, on the logits shape of ``bench_ddtree`` (batch x depth 15 x vocab 163,840), a plain
+row max (``torch.amax``: one read of every logit, the floor any top-K pays) and
+``torch.topk(K)`` with CUDA events (median of N runs, each after an L2-flushing write of
+256 MB), and prints µs and TB/s (logit bytes / time). PyTorch is a peer here, never a
+dependency of driverlevel.
+
+Usage: python benchmarks/peer_read.py [--batch 8] [--k 256] [--dtype float32|bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--k", type=int, default=256)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--reps", type=int, default=50)
+    args = ap.parse_args(argv)
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_attention import require_gpu_and_torch
+
+    torch = require_gpu_and_torch("peer_read.py", "it is the peer measured")
+
+    dt = getattr(torch, args.dtype)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    print(f"| batch | bytes MB | amax µs (TB/s) | topk µs (TB/s) |  [{torch.cuda.get_device_name()}, {args.dtype}]")
+    for b in args.batch:
+        x = torch.randn(b, 15, 163840, device="cuda").to(dt)
+        nbytes = x.numel() * x.element_size()
+        res = []
+        for fn in (lambda: x.amax(-1), lambda: torch.topk(x, args.k, dim=-1)):
+            ts = []
+            for _ in range(args.reps):
+                flush.fill_(1)
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                fn()
+                e1.record()
+                torch.cuda.synchronize()
+                ts.append(e0.elapsed_time(e1) * 1e3)
+            us = statistics.median(ts)
+            res.append(f"{us:.1f} ({nbytes / us / 1e6:.2f})")
+        print(f"| {b} | {nbytes / 1e6:.1f} | {res[0]} | {res[1]} |")
+
+
+if __name__ == "__main__":
+    main()
