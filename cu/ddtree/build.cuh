@@ -52,24 +52,16 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
     }
   }
-  if (tid < 32) {  // log-sum-exp of the row from the chunk (segment) statistics
-    float m = DL_NEG_INF;
-    for (int s = tid; s < S; s += 32) m = fmaxf(m, part_max[row_id * S + s]);
-    m = dl::warp_max(m);
-    double t = 0.0;
-    for (int s = tid; s < S; s += 32) {
-      const float cm = part_max[row_id * S + s];
-      if (cm > DL_NEG_INF) t += part_sum[row_id * S + s] * exp(static_cast<double>(cm) - static_cast<double>(m));
-    }
+  // The chunk (segment) statistics of the row's log-sum-exp: the first 64 loaded now by warp 0,
+  // used after the select (their latency hides under it).
+  const float* pm_row = part_max + row_id * S;
+  const double* ps_row = part_sum + row_id * S;
+  float pm[2] = {DL_NEG_INF, DL_NEG_INF};
+  double ps[2] = {0.0, 0.0};
+  if (tid < 32) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
-    if (tid == 0) {
-      // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
-      // distribution: its log-probs are all the floor below, and the build status says so.
-      const bool finite = isfinite(m);
-      sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
-      if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
-    }
+    for (int h = 0; h < 2; ++h)
+      if (tid + 32 * h < S) { pm[h] = pm_row[tid + 32 * h]; ps[h] = ps_row[tid + 32 * h]; }
   }
   u64 mine = 0;
 #pragma unroll
@@ -110,37 +102,65 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   int own = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
-  int all;
+  int all;  // = K: the composites are distinct
   int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
+  if (tid < 32) {  // the row's log-sum-exp (warp 0; read after the barriers below)
+    float m = fmaxf(pm[0], pm[1]);
+    for (int s = tid + 64; s < S; s += 32) m = fmaxf(m, pm_row[s]);
+    m = dl::warp_max(m);
+    double t = 0.0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (pm[h] > DL_NEG_INF) t += ps[h] * exp(static_cast<double>(pm[h]) - static_cast<double>(m));
+    for (int s = tid + 64; s < S; s += 32) {
+      const float cm = pm_row[s];
+      if (cm > DL_NEG_INF) t += ps_row[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
+    if (tid == 0) {
+      // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
+      // distribution: its log-probs are all the floor below, and the build status says so.
+      const bool finite = isfinite(m);
+      sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
+      if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
+    }
+  }
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j)
     if (c[j] >= cstar) sortbuf[pos++] = c[j];
-  int P = 1;
-  while (P < K) P <<= 1;
+  u32* rank = sm.sel.hist;  // the select is done: K <= MAX_K = 512 counters
+  for (int i = tid; i < K; i += BUILD_THREADS) rank[i] = 0u;
   __syncthreads();
-  // Bitonic sort, descending, one element per thread (P <= MAX_K = BUILD_THREADS): strides
-  // below 32 through warp shuffles, the others through shared memory.
-  u64 v = tid < K ? sortbuf[tid] : 0ull;
-  for (int kk = 2; kk <= P; kk <<= 1) {
-    for (int j = kk >> 1; j > 0; j >>= 1) {
-      u64 o;
-      if (j >= 32) {
-        __syncthreads();
-        if (tid < P) sortbuf[tid] = v;
-        __syncthreads();
-        o = tid < P ? sortbuf[tid ^ j] : 0ull;
-      } else {
-        o = __shfl_xor_sync(FULL, v, j);
-      }
-      const bool keep_max = ((tid & j) == 0) == ((tid & kk) == 0);
-      v = keep_max ? (o > v ? o : v) : (o < v ? o : v);
+  // Sorted by rank: the rank of the i-th picked composite is the number of picked ones above it
+  // (distinct, so the ranks are 0..K-1; whatever the list holds, they stay below K). `parts`
+  // threads share an element, each counting over a slice of the K (one broadcast read each).
+  const int parts = max(1, BUILD_THREADS / K);
+  if (tid < parts * K) {
+    const int i = tid % K, part = tid / K;
+    const u64 v = sortbuf[i];
+    const int j0 = (part * K / parts) & ~1;  // slices of whole pairs (16-byte reads) but the last
+    const int j1 = part + 1 == parts ? K : ((part + 1) * K / parts) & ~1;
+    const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(sortbuf);
+    u32 a0 = 0, a1 = 0;
+    int j = j0;
+#pragma unroll 4
+    for (; j + 1 < j1; j += 2) {
+      const ulonglong2 w = pairs[j >> 1];
+      a0 += w.x > v;
+      a1 += w.y > v;
     }
+    if (j < j1) a0 += sortbuf[j] > v;
+    atomicAdd(&rank[i], a0 + a1);
   }
+  __syncthreads();
   const float lse = sm.lse;
-  if (tid < K) {
-    p.top_ids[row_id * K + tid] = composite_id(v);
+  for (int i = tid; i < K; i += BUILD_THREADS) {
+    const u64 v = sortbuf[i];
+    const size_t at = row_id * K + min(rank[i], static_cast<u32>(K - 1));
+    p.top_ids[at] = composite_id(v);
     // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
-    p.top_lp[row_id * K + tid] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
+    p.top_lp[at] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
   }
 }
 
