@@ -172,6 +172,9 @@ _CONFIGS = (
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
+    # 147,328 B: sm_90, sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
+    # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
+    TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
     # 94,208 B: sm_86, sm_89, sm_120, sm_121 (the reduce-scatter S exchange, 1.08-1.23x the all-reduce)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),

@@ -76,12 +76,13 @@ def test_tile_shared_memory_formula_and_choice():
     assert tile_configs("sm_120") == [tile_config("sm_120"), ar120]  # the old one: compiled by CI, selectable with tile=
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
     for arch in ("sm_90", "sm_100"):
-        # the reduce-scatter 64-row tile at every row count (on the H200: 1.09x and 1.12x v1 at 144
-        # rows, 9 heads x 16 tokens; a 48-row reduce-scatter tile, 4% faster there in bench_tiles, is
-        # in the GPU tests' tile list and becomes the 144-row choice once they have run it)
-        assert tile_config(arch) == tile_config(arch, 9 * 16) == tile_config(arch, 9 * 256) == native_rs
+        # the reduce-scatter 64-row tile, but at 144 rows (9 heads x 16 tokens) the 48-row
+        # reduce-scatter tile (3 tiles of 48, not of 64: 4% faster there in bench_tiles)
+        rs48 = TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
+        assert tile_config(arch) == tile_config(arch, 9 * 256) == native_rs
+        assert tile_config(arch, 9 * 16) == rs48 and rs48.shared_bytes == 147_328
         assert tile_configs(arch) == [native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
-                                      TileConfig(rows=48, csplit=2, keys=32, stages=2)]
+                                      TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48]
     # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
     assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64
     assert tile_config("sm_80", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
