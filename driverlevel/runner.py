@@ -193,8 +193,17 @@ def _as_int_list(name, x, n):
     return x
 
 
-#: The keyword arguments both runners take from :class:`_RunnerBase`, documented once and put
-#: into each runner's docstring (:func:`_with_base_kwargs`).
+#: What both runners' docstrings share, written once and put in by :func:`_with_base_kwargs`:
+#: the ``num_splits`` parameter, the keyword arguments of :class:`_RunnerBase`, the common errors.
+_NUM_SPLITS_DOC = """    num_splits : int, optional
+        Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
+        default None: its scheduler kernel splits each step's work on the GPU.
+"""
+_COMMON_RAISES_DOC = """    CaptureError
+        If constructed during a capture (it allocates).
+    NvrtcError, CudaError
+        If the kernels cannot be compiled or loaded.
+"""
 _BASE_KWARGS_DOC = """    Other keyword arguments
     -----------------------
     prefill_splits : int
@@ -213,9 +222,12 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
 
 
 def _with_base_kwargs(cls):
-    """Class decorator: put :data:`_BASE_KWARGS_DOC` where ``cls``'s docstring says ``{other keyword arguments}``."""
+    """Class decorator: put the shared parts where ``cls``'s docstring says ``{num_splits}``,
+    ``{other keyword arguments}`` and ``{common raises}``."""
     if cls.__doc__:  # None under python -OO
-        cls.__doc__ = cls.__doc__.replace("    {other keyword arguments}\n", _BASE_KWARGS_DOC)
+        for key, text in (("num_splits", _NUM_SPLITS_DOC), ("other keyword arguments", _BASE_KWARGS_DOC),
+                          ("common raises", _COMMON_RAISES_DOC)):
+            cls.__doc__ = cls.__doc__.replace("    {" + key + "}\n", text)
     return cls
 
 
@@ -760,9 +772,7 @@ class AutoregressiveRunner(_RunnerBase):
     max_context : int
         Most tokens (prompt + generated) of one request.
     max_prompt_len : int
-    num_splits : int, optional
-        Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
-        default None: its scheduler kernel splits each step's work on the GPU.
+    {num_splits}
 
     {other keyword arguments}
 
@@ -776,10 +786,7 @@ class AutoregressiveRunner(_RunnerBase):
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, or
         ``target_forward`` not callable.
-    CaptureError
-        If constructed during a capture (it allocates).
-    NvrtcError, CudaError
-        If the kernels cannot be compiled or loaded.
+    {common raises}
     """
 
     kind = "autoregressive"
@@ -844,9 +851,7 @@ class DecodeStepRunner(_RunnerBase):
     max_context : int
         Most tokens (prompt + generated) of one request.
     max_prompt_len : int
-    num_splits : int, optional
-        Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
-        default None: its scheduler kernel splits each step's work on the GPU.
+    {num_splits}
 
     {other keyword arguments}
 
@@ -862,10 +867,7 @@ class DecodeStepRunner(_RunnerBase):
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, ``drafter`` not a
         :class:`~driverlevel.interfaces.DraftModel`, or ``target_forward`` not callable.
-    CaptureError
-        If constructed during a capture (it allocates).
-    NvrtcError, CudaError
-        If the kernels cannot be compiled or loaded.
+    {common raises}
 
     Example
     -------

@@ -185,18 +185,23 @@ def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch
         out = rig.get("top_ids", "top_lp", "step", *TREE_OUTPUTS)
         k = rig.plan.k
         for b in range(batch):
-            ids, lp, lse = want[b][0][:, :k], want[b][1][:, :k], want[b][2]
-            np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"budget {budget}: top-K ids of request {b}")
-            fin = lp != ref.LP_FLOOR
-            np.testing.assert_array_equal(out["top_lp"][b][~fin], lp[~fin])
-            with np.errstate(over="ignore", invalid="ignore"):
-                tol = 4 * np.spacing(np.abs(np.nan_to_num(lse)))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
-            assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"budget {budget}: log-probs of request {b}"
+            assert_topk_matches(out, b, want[b][0][:, :k], want[b][1][:, :k], want[b][2], f"budget {budget}")
         assert out["step"][3] & ref.STATUS_NONFINITE
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
         if topk == "threshold" and budget == 512:  # the twin of the first and the last request (time)
             check_threshold_state(rig, x, "float32" if not rig.bf16 else "bfloat16", requests=sorted({0, batch - 1}))
         del rig
+
+
+def assert_topk_matches(out, b, ids, lp, lse, what):
+    """Request ``b``'s top-K equals the reference's: ids exactly, log-probs at the floor exactly
+    (rows with no finite value), the others within a few ulps of the float64 log-sum-exp."""
+    np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"{what}: top-K ids of request {b}")
+    fin = lp != ref.LP_FLOOR
+    np.testing.assert_array_equal(out["top_lp"][b][~fin], lp[~fin])
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = 4 * np.spacing(np.abs(np.nan_to_num(lse)))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
+    assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"{what}: log-probs of request {b}"
 
 
 def check_threshold_state(rig, x, dtype, requests=None):
@@ -269,13 +274,7 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
         out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
         k = rig.plan.k
         for b in range(B):
-            ids, lp, lse = ref.topk_logprobs(x[b], k)
-            np.testing.assert_array_equal(out["top_ids"][b], ids, err_msg=f"round {rnd}: top-K ids of request {b}")
-            fin = lp != ref.LP_FLOOR
-            np.testing.assert_array_equal(out["top_lp"][b][~fin], lp[~fin])
-            with np.errstate(over="ignore", invalid="ignore"):
-                tol = 4 * np.spacing(np.abs(np.nan_to_num(lse)))[:, None] + 2 * np.spacing(np.abs(lp)) + 1e-7
-            assert (np.abs(out["top_lp"][b] - lp)[fin] <= tol[fin]).all(), f"round {rnd}: log-probs of request {b}"
+            assert_topk_matches(out, b, *ref.topk_logprobs(x[b], k), f"round {rnd}")
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
         check_threshold_state(rig, x, dtype)
         count, flag = rig.plan.tk_count.to_numpy(), rig.plan.tk_flag.to_numpy()
