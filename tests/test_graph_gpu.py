@@ -262,7 +262,8 @@ def test_audit_lists_kernels_and_resolves_pointers(device, stream, selftest_modu
     step = pool.carve("audit.step", (1,), np.int32)
     x = pool.carve("audit.x", (N,), np.float32)
     y = pool.carve("audit.y", (N,), np.float32)
-    raw = int(dl._errors.check("cuMemAlloc", driver.cuMemAlloc(N * 4)))  # memory driverlevel does not know
+    with device.activated():  # raw driver calls need the context current (driverlevel leaves the caller's alone)
+        raw = int(dl._errors.check("cuMemAlloc", driver.cuMemAlloc(N * 4)))  # memory driverlevel does not know
     try:
         stray = dl.DeviceArray(raw, (N,), np.float32, device)
         params = selftest.SaxpyParams(x=x.ptr, y=y.ptr, a=2.0, n=N, tag=0)
@@ -293,7 +294,8 @@ def test_audit_lists_kernels_and_resolves_pointers(device, stream, selftest_modu
         assert text.splitlines()[0] == "3 kernel node(s) of 4 node(s):"
         assert "audit/audit.step" in text and "audit/audit.y" in text and "UNREGISTERED" in text
     finally:
-        driver.cuMemFree(raw)
+        with device.activated():
+            driver.cuMemFree(raw)
 
 
 def test_audit_flags_a_cupy_array(device, stream, selftest_module):
