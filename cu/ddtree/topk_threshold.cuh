@@ -143,21 +143,18 @@ DL_DEVICE void tk_flush(const u64* stage, int fill, u32* count, u64* out, u32 ca
 }
 
 // The raw 32-bit words of one 16-byte vector of logits at token `tok` (V = 4 fp32 or 8 bf16
-// tokens; a bf16 word holds tokens 2i (low half) and 2i + 1): one vector load when the row is
-// aligned (vec: tile boundaries are multiples of V and vocab % V == 0, so a vector is whole or
-// absent), element loads otherwise; tokens at or past `end` read as -inf.
-template <typename T> DL_DEVICE uint4 tk_load_raw(const T* x, int tok, int end, bool vec);
-template <> DL_DEVICE uint4 tk_load_raw<float>(const float* x, int tok, int end, bool vec) {
+// tokens; a bf16 word holds tokens 2i (low half) and 2i + 1), by element loads: the rows the
+// ring cannot take (unaligned, or a ring of fewer than 2 tiles); tokens at or past `end` read
+// as -inf.
+template <typename T> DL_DEVICE uint4 tk_load_raw(const T* x, int tok, int end);
+template <> DL_DEVICE uint4 tk_load_raw<float>(const float* x, int tok, int end) {
   constexpr u32 NI = 0xff800000u;  // -inf
-  if (vec) return tok < end ? *reinterpret_cast<const uint4*>(x + tok) : make_uint4(NI, NI, NI, NI);
   u32 w[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) w[e] = tok + e < end ? __float_as_uint(x[tok + e]) : NI;
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
-template <> DL_DEVICE uint4 tk_load_raw<bf16>(const bf16* x, int tok, int end, bool vec) {
-  constexpr u32 NI = 0xff80ff80u;  // two -inf
-  if (vec) return tok < end ? *reinterpret_cast<const uint4*>(x + tok) : make_uint4(NI, NI, NI, NI);
+template <> DL_DEVICE uint4 tk_load_raw<bf16>(const bf16* x, int tok, int end) {
   const unsigned short* h = reinterpret_cast<const unsigned short*>(x);
   u32 w[4];
 #pragma unroll
@@ -278,7 +275,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       wr = wr + 1 == stages ? 0 : wr + 1;
     } else {
 #pragma unroll
-      for (int u = 0; u < U; ++u) q[u] = tk_load_raw<T>(x, start + i * TILE + u * VSTEP + tid * V, end, false);
+      for (int u = 0; u < U; ++u) q[u] = tk_load_raw<T>(x, start + i * TILE + u * VSTEP + tid * V, end);
     }
     u32 mask = 0;  // bit u * V + e: token start + i * TILE + u * VSTEP + tid * V + e is >= thr (never NaN)
 #pragma unroll
