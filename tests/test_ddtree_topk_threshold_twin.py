@@ -166,3 +166,17 @@ def test_fallback_is_rare_on_random_rows():
             counts.append(int((x >= t).sum()))
         counts = np.array(counts)
         assert counts.min() >= k and counts.max() <= cap, (k, counts.min(), counts.max(), cap)
+
+
+def test_stream_ring_per_gpu():
+    """The stream kernel's (CTAs per SM, ring tiles) from the shared memory per SM / per block:
+    the H200's 228 / 227 KB, sm_120's 100 / 99 KB (as the docstring says), and a GPU too small
+    for two tiles refused."""
+    h200, sm120 = (233_472, 232_448), (102_400, 101_376)
+    assert tk.stream_config(False, *h200) == (4, 3) and tk.stream_config(True, *h200) == (4, 6)
+    assert tk.stream_config(False, *sm120) == (2, 2) and tk.stream_config(True, *sm120) == (3, 3)
+    for bf16 in (False, True):
+        ctas, stages = tk.stream_config(bf16, *h200)
+        assert ctas * (stages * tk.stream_tile_bytes(bf16) + tk.STREAM_STATIC_BYTES) <= h200[0]
+    with pytest.raises(ValueError, match="two 16384 B tiles"):
+        tk.stream_config(False, 30_000, 30_000)
