@@ -10,6 +10,9 @@ type would be a guess.
 :meth:`Kernel.prepare` packs the arguments once into a :class:`PreparedLaunch`
 whose :meth:`~PreparedLaunch.launch` is a single ``cuLaunchKernel`` call (the hot
 path); :meth:`PreparedLaunch.set_arg` updates one argument in place.
+``prepare(..., programmatic=True)`` makes it a programmatic dependent launch instead
+(``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``,
+sm_90 and newer): see :meth:`Kernel.prepare`.
 
 Lifetime: a prepared launch keeps its arguments alive (arrays and, through them,
 the buffers or pools they view) plus whatever :meth:`PreparedLaunch.keep` was
@@ -49,6 +52,29 @@ _NP_TO_CTYPES = {
     np.dtype(np.float32): ctypes.c_float,
     np.dtype(np.float64): ctypes.c_double,
 }
+
+
+#: The first architecture with programmatic dependent launch (``griddepcontrol``, PTX ISA 7.8).
+PDL_MIN_ARCH = "sm_90"
+
+
+def programmatic_supported(arch) -> bool:
+    """True if code compiled for ``arch`` (``"sm_90"``, a Device, ...) may be launched with
+    ``programmatic=True``: sm_90 and newer, where ``griddepcontrol.wait`` exists."""
+    from ._compile import normalize_arch
+
+    return int(normalize_arch(arch)[3:].rstrip("a")) >= int(PDL_MIN_ARCH[3:])
+
+
+def _programmatic_attrs():
+    """The one launch attribute of a programmatic launch (CUDA Programming Guide, "Programmatic
+    Dependent Launch and Synchronization"): the launch may begin once every CTA of the kernel
+    before it on the stream has run ``griddepcontrol.launch_dependents`` (or exited); it must
+    run ``griddepcontrol.wait`` before it reads what that kernel wrote."""
+    a = driver.CUlaunchAttribute()
+    a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    a.value.programmaticStreamSerializationAllowed = 1
+    return [a]
 
 
 def _unload(handle, ctx):
@@ -199,15 +225,26 @@ class PreparedLaunch:
     grid, block : tuple of 3 int
     shared_mem : int
         Dynamic shared memory per block, bytes.
+    programmatic : bool
+        A programmatic dependent launch (see :meth:`Kernel.prepare`).
     """
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "_values", "_argv", "_argv_addr", "_keep", "_func", "_ctx_dev", "__weakref__")
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "programmatic", "_values", "_argv", "_argv_addr", "_keep",
+                 "_func", "_ctx_dev", "_configs", "__weakref__")
 
-    def __init__(self, kernel, grid, block, shared_mem, args):
+    def __init__(self, kernel, grid, block, shared_mem, args, programmatic=False):
         self.kernel = kernel
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
         self.shared_mem = int(shared_mem)
+        if not isinstance(programmatic, (bool, np.bool_)):
+            raise TypeError(f"programmatic must be a bool, got {type(programmatic).__name__}")
+        self.programmatic = bool(programmatic)
+        if self.programmatic and not programmatic_supported(kernel.module.cubin.arch):
+            # Below sm_90 the code has no griddepcontrol.wait, so nothing would hold the kernel's
+            # reads back until the previous kernel's writes are visible (NVIDIA/cccl#9134).
+            raise ValueError(f"{kernel.name}: a programmatic launch needs code for {PDL_MIN_ARCH} or newer "
+                             f"(compute capability 9.0), this kernel is compiled for {kernel.module.cubin.arch}")
         kernel.reserve_shared(self.shared_mem)
         packed = [_pack_one(a) for a in args]
         self._values = [p[0] for p in packed]
@@ -216,6 +253,9 @@ class PreparedLaunch:
         self._argv_addr = ctypes.addressof(self._argv)
         self._func = kernel._func
         self._ctx_dev = kernel.module.device
+        # programmatic: one CUlaunchConfig per stream (int handle -> config), made on the first
+        # launch there; none are shared between streams, so launches stay reentrant
+        self._configs = {} if self.programmatic else None
 
     def set_arg(self, index: int, value) -> None:
         """Replace argument ``index`` in place (same C type as before)."""
@@ -236,33 +276,56 @@ class PreparedLaunch:
         self._keep.extend(objs)
         return self
 
+    def _config(self, stream):
+        """The ``CUlaunchConfig`` of a programmatic launch on ``stream`` (made once per stream)."""
+        h = stream.handle
+        key = int(h)
+        cfg = self._configs.get(key)
+        if cfg is None:
+            cfg = driver.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+            cfg.sharedMemBytes = self.shared_mem
+            cfg.hStream = h
+            cfg.attrs = _programmatic_attrs()  # copied into the config
+            cfg.numAttrs = 1
+            self._configs[key] = cfg
+        return cfg
+
+    def _submit(self, stream):
+        """One launch attempt; returns the driver's ``(CUresult,)``."""
+        if self._configs is not None:
+            return driver.cuLaunchKernelEx(self._config(stream), self._func, self._argv_addr, 0)
+        g, b = self.grid, self.block
+        return driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                     stream.handle, self._argv_addr, 0)
+
     def launch(self, stream) -> None:
         """Queue the kernel on ``stream`` (capture-safe).
 
-        Runs in the device's primary context: one ``cuLaunchKernel``, and only if the
-        driver refuses it (no context, or another one, current) is the primary context
-        pushed for a second try and popped again. Inside a driverlevel
-        capture (on its stream or on a side stream joined into it by events) the
+        Runs in the device's primary context: one ``cuLaunchKernel`` (``cuLaunchKernelEx``
+        for a programmatic launch), and only if the driver refuses it (no context, or another
+        one, current) is the primary context pushed for a second try and popped again. Inside a
+        driverlevel capture (on its stream or on a side stream joined into it by events) the
         launch, and with it everything it keeps, is tied to the captured graph.
 
         Raises
         ------
         CudaError
-            If ``cuLaunchKernel`` fails; the message names the kernel and configuration.
+            If the launch fails; the message names the kernel and configuration.
         """
-        g, b = self.grid, self.block
-        # Optimistic: one cuLaunchKernel on the hot path; only if the driver refuses it (no
+        # Optimistic: one launch call on the hot path; only if the driver refuses it (no
         # context current, or another one) is the primary context pushed for a second try.
-        (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                       stream.handle, self._argv_addr, 0)
+        (err,) = self._submit(stream)
         if err:
             dev = self._ctx_dev
             pushed = dev._push()
             try:
-                (err,) = driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                               stream.handle, self._argv_addr, 0)
+                (err,) = self._submit(stream)
                 if err:
-                    check("cuLaunchKernel", (err,), f"{self.kernel.name} grid={g} block={b} smem={self.shared_mem}")
+                    check("cuLaunchKernelEx" if self.programmatic else "cuLaunchKernel", (err,),
+                          f"{self.kernel.name} grid={self.grid} block={self.block} smem={self.shared_mem}"
+                          + (" programmatic" if self.programmatic else ""))
             finally:
                 if pushed:
                     dev._pop()
@@ -365,7 +428,7 @@ class Kernel:
                     self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
             self._max_dynamic_shared = nbytes
 
-    def prepare(self, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
+    def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False) -> PreparedLaunch:
         """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`.
 
         Parameters
@@ -377,15 +440,33 @@ class Kernel:
         shared_mem : int
             Dynamic shared memory per CTA, bytes (the opt-in limit is raised here,
             never during a capture, when it exceeds 48 KiB).
+        programmatic : bool
+            False (default): an ordinary launch (``cuLaunchKernel``), which starts after the
+            work before it on the stream has completed. True: a programmatic dependent
+            launch (``cuLaunchKernelEx`` with the attribute
+            ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``; CUDA Programming
+            Guide, "Programmatic Dependent Launch and Synchronization"): the kernel may start
+            as soon as every CTA of the kernel before it has run
+            ``griddepcontrol.launch_dependents`` (or exited), so its prologue overlaps that
+            kernel's tail. The kernel must then run ``griddepcontrol.wait``
+            (``dl::pdl_wait()`` of cu/common.cuh), which waits for the kernel before it to
+            complete and its writes to be visible, before it touches anything that kernel
+            reads or writes; every CTA should run it before exiting, so that the kernel's
+            completion still implies that of those before it. Stream capture records the
+            dependency as a programmatic graph edge (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC``
+            edge data, CUDA 12.3 and newer). A kernel whose code has no wait must never be
+            launched this way.
 
         Raises
         ------
         TypeError
-            For an argument with no explicit C type (plain ``int``/``float``/``bool``).
+            For an argument with no explicit C type (plain ``int``/``float``/``bool``), or a
+            ``programmatic`` that is not a bool.
         ValueError
-            For a grid or block dimension below 1, or more shared memory than the device allows.
+            For a grid or block dimension below 1, more shared memory than the device allows,
+            or ``programmatic=True`` for code compiled below sm_90 (no ``griddepcontrol``).
         """
-        return PreparedLaunch(self, grid, block, shared_mem, args)
+        return PreparedLaunch(self, grid, block, shared_mem, args, programmatic)
 
     def launch(self, stream, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
         """Pack and queue one launch on ``stream``; returns the prepared launch for reuse.
