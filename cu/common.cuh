@@ -4,7 +4,8 @@
 // the fixed-width types are spelled out below. Inline PTX wrappers cover the
 // sm_80+ instructions the kernels use: cp.async (16-byte global->shared copies,
 // zero-filling), ldmatrix, mma.sync m16n8k16 bf16 with fp32 accumulation, and
-// named barriers. All of them exist on sm_80 ... sm_120.
+// named barriers. All of them exist on sm_80 ... sm_120. The programmatic dependent
+// launch controls (griddepcontrol, sm_90+) compile to nothing below sm_90.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -79,6 +80,35 @@ DL_DEVICE u32 pack_bf16x2(float lo, float hi) {
 // Barrier among `count` threads (a multiple of 32) using hardware barrier `id` (1..15).
 DL_DEVICE void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Programmatic dependent launch (CUDA Programming Guide, "Programmatic Dependent Launch and
+// Synchronization"; PTX ISA, griddepcontrol; sm_90+). A kernel launched with
+// programmatic=True (driverlevel/_module.py: cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) may start while the kernel before it
+// on the stream is still running:
+//   pdl_wait()               waits until the grids this one depends on have completed and their
+//                            memory operations are visible to it. Every thread that touches what
+//                            they read or write runs it first (it is per thread), and every CTA
+//                            runs it before it exits (a CTA that exits early too), so that this
+//                            grid's completion still implies its predecessors' (a chain of
+//                            programmatic launches stays ordered like a plain stream). It returns
+//                            at once in a kernel launched without the attribute.
+//   pdl_launch_dependents()  lets the next kernel, if launched programmatically, start once every
+//                            CTA of this grid has run it (or exited). It orders no memory: the
+//                            dependent's pdl_wait() still waits for this whole grid.
+// Below sm_90 both are empty, and the host never launches such code programmatically
+// (PreparedLaunch refuses it): the stream orders the kernels as always. The "memory" clobber
+// keeps the compiler from moving loads or stores across the wait.
+DL_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+DL_DEVICE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
 }
 
 // The device error word (driverlevel/_device_error.py): {code, request, field, count}, in mapped
