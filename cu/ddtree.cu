@@ -77,6 +77,12 @@
 //        request finishes, STATUS_CONTEXT_FULL).
 // Bad per-step metadata is reported through the device error word (p.error, common.cuh):
 // the kernels never read or write out of bounds and give the bad request a defined result.
+// Programmatic dependent launch (DDTreePlan(pdl=...), sm_90+; dl::pdl_wait / pdl_launch_dependents
+// in common.cuh): the build's kernels after its first (stream, chunks, build) may be launched
+// programmatically. The sample, stream and chunk kernels let their successor start at once;
+// each programmatic kernel runs pdl_wait() in every CTA before it reads or writes anything an
+// earlier kernel of the build touches: the stream kernel after issuing its first tiles, the chunk
+// kernel after re-arming the build's counter, ddtree_build after reading its root token.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
 // constants and the stages' params structs; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
@@ -117,8 +123,12 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
   const int b = blockIdx.y;
-  const int root = p.root_tokens[b];
+  const int root = p.root_tokens[b];  // request state, final before the build's first launch
   const bool bad_root = root < 0 || root >= p.vocab;
+  // PDL (common.cuh): all that follows reads what the top-K kernels wrote (candidates,
+  // statistics, tk_*), the counter the chunk kernel re-armed, or writes the tree; the chunk
+  // kernel's completion implies the earlier top-K kernels'. Inactive CTAs wait too.
+  dl::pdl_wait();
   if (!p.active[b] || bad_root) {  // no tree: compile gives the request no rows
     if (blockIdx.x == 0 && threadIdx.x == 0) {
       p.node_counts[b] = 0;

@@ -227,10 +227,20 @@ DL_DEVICE void topk_chunk(const TopKParams& p) {
   // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
   // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
   // row counter and the build's status word. ddtree_build runs after this kernel completes.
+  // Before the PDL wait below: neither the sample nor the stream kernel touches these two, and
+  // every reader from an earlier step (ddtree_build, ddtree_compile) completed before the build's
+  // first, ordinary launch started; this build's ddtree_build waits for this grid first.
   if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) {
     p.counters[b] = 0u;
     if (b == 0) p.state[3] = 0;
   }
+  // PDL (common.cuh): ddtree_build may start now (its pdl_wait() waits for this whole grid);
+  // this grid waits for the stream kernel (threshold: a programmatic launch), whose tk_count
+  // and the sample's tk_flag decide the fallback below, and whose completion implies the
+  // sample's. topk_mode = 0: this is the build's first kernel, an ordinary launch, and the
+  // wait returns at once.
+  dl::pdl_launch_dependents();
+  dl::pdl_wait();
   if (p.topk_mode == TOPK_MODE_THRESHOLD) {
     if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) return;  // (uniform)
   }

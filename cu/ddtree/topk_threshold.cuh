@@ -105,6 +105,11 @@ template <typename T>
 DL_DEVICE void topk_sample(const TopKParams& p) {
   __shared__ SampleSmem sm;
   const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  // PDL (common.cuh): the stream kernel may start now and issue its first logits tiles. Safe at
+  // once: it reads nothing this kernel writes before its pdl_wait(), which waits for this whole
+  // grid. This kernel is the build's first, an ordinary launch: all it reads (logits, active) is
+  // complete and visible before it starts, so it has no wait of its own.
+  dl::pdl_launch_dependents();
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
   if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
     if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
@@ -214,7 +219,15 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
-  if (!p.active[b]) return;  // (uniform) the build skips the request
+  // PDL (common.cuh): the chunk kernel may start now; its pdl_wait() waits for this whole grid
+  // (and so, through this grid's own waits below, for the sample kernel too).
+  dl::pdl_launch_dependents();
+  // Before the wait this kernel reads only what was written before the build's first (ordinary)
+  // launch, the sample kernel, started: active and the logits; it writes nothing global.
+  if (!p.active[b]) {  // (uniform) the build skips the request
+    dl::pdl_wait();    // every CTA waits before it exits (common.cuh)
+    return;
+  }
   const int start = s * p.tk_seg_len;
   const int end = min(p.vocab, start + p.tk_seg_len);
   const int ntiles = (end - start + TILE - 1) / TILE;
@@ -244,6 +257,9 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       dl::cp_async_commit();
     }
   }
+  // PDL: the sample kernel's T, flag and zeroed count are read (and the count, candidates and
+  // segment statistics written) only after it has completed; the tiles above are in flight.
+  dl::pdl_wait();
 
   if (p.tk_flag[row] != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
     if (vec) dl::cp_async_wait<0>();
