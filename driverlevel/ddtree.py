@@ -67,7 +67,7 @@ from ._dtypes import as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._errors import check
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module
+from ._module import load_module, programmatic_supported
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
@@ -273,6 +273,18 @@ def compile_variants(arch) -> list:
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
+def _resolve_pdl(pdl, arch) -> bool:
+    """``DDTreePlan(pdl=...)`` for a plan compiled for ``arch``: None -> whether ``arch`` has
+    programmatic dependent launch (sm_90+); True below sm_90 raises ``ValueError``."""
+    supported = programmatic_supported(arch)
+    if pdl is None:
+        return supported
+    if pdl and not supported:
+        raise ValueError(f"pdl=True needs sm_90 or newer (griddepcontrol), the plan compiles for "
+                         f"{normalize_arch(arch)}: pass pdl=None or pdl=False")
+    return bool(pdl)
+
+
 def _pos_int(name, v, lo=1, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -346,6 +358,21 @@ class DDTreePlan:
         Prefix of the carve-out names.
     arch : str, optional
         Compile for this architecture instead of the device's.
+    pdl : bool, optional
+        Programmatic dependent launch of :meth:`build`'s kernels (CUDA Programming Guide,
+        "Programmatic Dependent Launch and Synchronization"). None (default): on where the
+        plan's architecture is sm_90 or newer; False: off; True: on (``ValueError`` below
+        sm_90). On, every launch of the build but its first (threshold: the stream kernel, the
+        chunk top-K and ``ddtree_build``; chunked: ``ddtree_build``) is queued with
+        ``cuLaunchKernelEx`` and ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
+        (:meth:`~driverlevel.runtime.Kernel.prepare`): it may start while the kernel before
+        it finishes, and waits inside (``griddepcontrol.wait``, every CTA) before it touches
+        what that kernel writes, instead of paying a full launch gap (~1.5-3 µs each on the
+        H200). The first launch stays ordinary, so the build starts after whatever came
+        before it on the stream, and it ends only when all of its kernels have. The results do
+        not depend on it: ``tests/test_ddtree_gpu.py`` compares builds with it on and off
+        bitwise, eager and replayed from a graph (stream capture records the dependencies as
+        programmatic edges).
 
     Workspace
     ---------
@@ -392,6 +419,9 @@ class DDTreePlan:
         one-warp heap for every request (the parallel search falls back to it by itself in
         the rare cases where it cannot prove it matches the heap); for tests.
         Set it before the first launch of a stage (launches are packed once).
+    pdl : bool
+        Whether :meth:`build` launches its kernels after the first programmatically (the
+        ``pdl`` parameter resolved for the plan's architecture; fixed at construction).
 
     Raises
     ------
@@ -410,7 +440,7 @@ class DDTreePlan:
 
     def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
                  logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None,
-                 topk: str = "threshold"):
+                 topk: str = "threshold", pdl: bool | None = None):
         self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
         self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
         self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
@@ -431,6 +461,8 @@ class DDTreePlan:
         self.mask_formats = formats
         if topk not in TOPK_MODES:
             raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
+        if pdl is not None and not isinstance(pdl, (bool, np.bool_)):
+            raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
         self.topk = topk
         self.k = min(self.budget, self.vocab)
         self.n_nodes = self.budget + 1
@@ -457,6 +489,7 @@ class DDTreePlan:
         self.tk_nseg, self.tk_seg_len = _tk.stream_segments(self.max_batch * self.depth_limit, self.vocab, bf16,
                                                             self.device.sm_count, self.tk_ctas_per_sm)
         self.arch = normalize_arch(arch or self.device.arch)
+        self.pdl = _resolve_pdl(pdl, self.arch)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
 
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
@@ -672,14 +705,17 @@ class DDTreePlan:
                 self.num_chunks, self.max_batch * self.depth_limit, self.device.sm_count)
             grid = (fb, self.depth_limit, self.max_batch)
             tkp = _pack(_TopKParams, p)
+            # pdl: every launch but the build's first is programmatic (the kernels wait inside,
+            # cu/ddtree.cu); the first is ordinary, so the build starts after what came before it
+            thr, pdl = self.topk == "threshold", self.pdl
             out = []
-            if self.topk == "threshold":  # sample -> stream -> the chunk top-K for the rows that failed
+            if thr:  # sample -> stream -> the chunk top-K for the rows that failed
                 out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
                         self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
-                                               [tkp], self.tk_ring_bytes)]
-            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp]),
+                                               [tkp], self.tk_ring_bytes, programmatic=pdl)]
+            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp], programmatic=pdl and thr),
                    self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
-                                         self.build_smem)]
+                                         self.build_smem, programmatic=pdl)]
             for ln in out:
                 ln.keep(lg, state)
             return out
@@ -849,5 +885,5 @@ class DDTreePlan:
 
     def __repr__(self):
         return (f"<DDTreePlan max_batch={self.max_batch} depth_limit={self.depth_limit} vocab={self.vocab} "
-                f"budget={self.budget} K={self.k} chunks={self.num_chunks} {self.arch} "
-                f"workspace={self.workspace_bytes} B>")
+                f"budget={self.budget} K={self.k} chunks={self.num_chunks} topk={self.topk} pdl={self.pdl} "
+                f"{self.arch} workspace={self.workspace_bytes} B>")
