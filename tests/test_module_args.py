@@ -185,3 +185,72 @@ def test_no_arguments():
 def test_bad_grid_is_refused(grid):
     with pytest.raises(ValueError, match="grid must be 1 to 3 positive ints"):
         PreparedLaunch(FakeKernel(), grid, 32, 0, [])
+
+
+# -- programmatic dependent launch: cuLaunchKernelEx with one attribute -------------------------
+class FakeStream:
+    def __init__(self, handle):
+        from cuda.bindings import driver
+
+        self.handle = driver.CUstream(handle)
+
+
+def _fake_kernel(arch):
+    k = FakeKernel()
+    k.module.cubin = type("C", (), {"arch": arch})()
+    return k
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_programmatic_launch_is_refused_below_sm_90(arch):
+    with pytest.raises(ValueError, match=f"needs code for sm_90 or newer.*compiled for {arch}"):
+        PreparedLaunch(_fake_kernel(arch), 1, 32, 0, [], programmatic=True)
+    assert not PreparedLaunch(_fake_kernel(arch), 1, 32, 0, []).programmatic  # the default: ordinary
+
+
+def test_programmatic_must_be_a_bool():
+    with pytest.raises(TypeError, match="programmatic must be a bool"):
+        PreparedLaunch(_fake_kernel("sm_90"), 1, 32, 0, [], programmatic=1)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100", "sm_120"])
+def test_programmatic_launch_config(arch):
+    """One CUlaunchConfig per stream: the grid, block, shared memory and stream of the launch,
+    and one attribute, PROGRAMMATIC_STREAM_SERIALIZATION = 1."""
+    from cuda.bindings import driver
+
+    p = PreparedLaunch(_fake_kernel(arch), (3, 2), (128, 2), 4096, [np.int32(1)], programmatic=True)
+    assert p.programmatic
+    s1, s2 = FakeStream(0x1000), FakeStream(0x2000)
+    cfg = p._config(s1)
+    assert p._config(s1) is cfg and p._config(s2) is not cfg  # made once per stream
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ) == (3, 2, 1)
+    assert (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) == (128, 2, 1)
+    assert cfg.sharedMemBytes == 4096 and int(cfg.hStream) == 0x1000 and int(p._config(s2).hStream) == 0x2000
+    assert cfg.numAttrs == 1 and len(cfg.attrs) == 1
+    attr = cfg.attrs[0]
+    assert attr.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert attr.value.programmaticStreamSerializationAllowed == 1
+
+
+def test_launch_calls_the_driver_once_with_the_packed_argv(monkeypatch):
+    """Ordinary: cuLaunchKernel(func, grid, block, smem, stream, argv address, 0), as before;
+    programmatic: cuLaunchKernelEx(config, func, the same argv address, 0)."""
+    from cuda.bindings import driver
+
+    from driverlevel import _module
+
+    calls = []
+    ok = (driver.CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(_module.driver, "cuLaunchKernel", lambda *a: calls.append(("plain", a)) or ok)
+    monkeypatch.setattr(_module.driver, "cuLaunchKernelEx", lambda *a: calls.append(("ex", a)) or ok)
+    s = FakeStream(0x3000)
+    plain = PreparedLaunch(_fake_kernel("sm_90"), 2, 64, 128, [np.int32(5)])
+    plain.launch(s)
+    assert calls == [("plain", (plain._func, 2, 1, 1, 64, 1, 1, 128, s.handle, plain._argv_addr, 0))]
+    calls.clear()
+    pdl = PreparedLaunch(_fake_kernel("sm_90"), 2, 64, 128, [np.int32(5)], programmatic=True)
+    pdl.launch(s)
+    pdl.launch(s)
+    cfg = pdl._config(s)
+    assert calls == [("ex", (cfg, pdl._func, pdl._argv_addr, 0))] * 2
