@@ -3,7 +3,8 @@
 Trees node for node, masks bit for bit, metadata and pool state exactly; log-probs within
 a few float32 ulps of the float64 reference (the GPU sums the exponentials in another
 order). Outputs are poisoned before every call. 1,000 random build/compile/accept/commit
-rounds count every slot; a captured graph replayed with new logits equals eager launches.
+rounds count every slot; a captured graph replayed with new logits equals eager launches; the
+build with programmatic dependent launch (sm_90+) equals the one without, bitwise.
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ class Rig:
 
     def __init__(self, dev, rng, *, max_batch, depth, vocab, budget, max_context=64, num_slots=None,
                  dtype="float32", mask_formats=("bitmask", "full", "qlen_only"), n_stop=2, r2t_dtype=np.int32,
-                 topk="threshold"):  # the plan's default; top-K tests run both
+                 topk="threshold", pdl=None):  # the plan's defaults; top-K tests run both paths
         self.dev, self.rng = dev, rng
         self.plan = DDTreePlan(dev, max_batch=max_batch, depth_limit=depth, vocab=vocab, budget=budget,
-                               max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats, topk=topk)
+                               max_context=max_context, logits_dtype=dtype, mask_formats=mask_formats, topk=topk,
+                               pdl=pdl)
         self.B, self.D, self.V, self.budget = max_batch, depth, vocab, budget
         self.num_slots = num_slots or max_batch * (max_context + budget + 1)
         self.state = DDTreeState.allocate(dev, max_batch=max_batch, max_context=max_context,
@@ -567,6 +569,130 @@ def test_graph_replay_with_new_logits_equals_eager(device, stream, topk):
         for name, value in graph_state.download().items():
             np.testing.assert_array_equal(value, want_state[name], err_msg=f"step {step}: state.{name}")
         np.testing.assert_array_equal(plan.read_records(mirror), want["records"])
+
+
+# ------------------------------------------------------------------------------ programmatic launch
+
+
+def need_pdl(device):
+    """Skip below compute capability 9.0 (DDTreePlan(pdl=True) refuses it there)."""
+    if device.compute_capability < (9, 0):
+        pytest.skip(f"programmatic dependent launch needs sm_90 or newer, GPU 0 is {device.arch}")
+
+
+def plan_outputs(plan, names):
+    return {n: getattr(plan, n).to_numpy() for n in names}
+
+
+@pytest.mark.parametrize("topk", TOPK_MODES)
+@pytest.mark.parametrize("dtype, vocab, depth, budget, batch", [
+    ("float32", 163840, 15, 256, 8),
+    ("bfloat16", 129280, 15, 512, 3),
+    ("float32", 20000, 6, 64, 5),
+    ("bfloat16", 3001, 4, 40, 2),   # odd vocab: the stream loads elements (no cp.async prologue)
+])
+def test_build_with_pdl_equals_without(device, stream, dtype, vocab, depth, budget, batch, topk):
+    """DDTreePlan(pdl=True) (the stream, chunk and build kernels launched programmatically,
+    waiting inside) gives bitwise the build of pdl=False on the same logits and state: top-K,
+    log-probs, tree, the threshold state; eager and replayed from a graph, several rounds with
+    the outputs poisoned in between; both equal the reference. An inactive request (its CTAs
+    exit early, after the wait) and rows that take the threshold's fallback (a constant row:
+    count > capacity; an all-NaN row: flagged) ride along."""
+    need_pdl(device)
+    rng = np.random.default_rng(vocab + budget + batch)
+    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=vocab, budget=budget, dtype=dtype,
+              mask_formats=("bitmask",), topk=topk, pdl=False)
+    on = DDTreePlan(device, max_batch=batch, depth_limit=depth, vocab=vocab, budget=budget, max_context=64,
+                    logits_dtype=dtype, mask_formats=("bitmask",), topk=topk, pdl=True)
+    assert on.pdl and not rig.plan.pdl
+    rig.h["active"][1] = 0
+    rig.h["budgets"][:] = rng.integers(0, budget + 1, batch)
+    rig.h["budgets"][0] = budget
+    rig.push_state()
+    names = ("top_ids", "top_lp") + TREE_OUTPUTS + (("tk_thresh", "tk_count", "tk_flag") if topk == "threshold" else ())
+    plans = {"off": rig.plan, "on": on}
+    graphs = {}
+    for key, plan in plans.items():  # packed and captured once; replays read the logits buffer anew
+        with dl.capture(stream) as cap:
+            plan.build(stream, rig.logits, rig.state)
+        graphs[key] = cap.graph.instantiate()
+    for rnd in range(3):
+        x = rig.new_logits(ties=rnd == 1)
+        x[0, 0] = 1.25      # constant: count = vocab > capacity, the chunk top-K takes the row
+        x[0, 1] = np.nan    # T not finite: flagged, the stream skips the row
+        rig.logits.copy_from_host(f32_to_bf16_bits(x) if rig.bf16 else x)
+        got = {}
+        for key, plan in plans.items():
+            for how in ("eager", "graph", "graph again"):
+                poison(plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+                poison_topk(plan, stream)
+                if how == "eager":
+                    plan.build(stream, rig.logits, rig.state)
+                else:
+                    graphs[key].launch(stream)
+                stream.synchronize()
+                got[key, how] = plan_outputs(plan, names)
+                assert (plan.counters.to_numpy() == 0).all(), f"round {rnd}, pdl {key}, {how}: counters"
+        want = got["off", "eager"]
+        for (key, how), out in got.items():
+            for n in names:
+                np.testing.assert_array_equal(out[n], want[n], err_msg=f"round {rnd}, pdl {key}, {how}: {n}")
+        k = rig.plan.k
+        for b in np.flatnonzero(rig.h["active"]):
+            assert_topk_matches(want, b, *ref.topk_logprobs(x[b], k), f"round {rnd}")
+        assert_tree_equal(rig.host_tree(want), want, rig.h["active"])
+        assert (want["node_counts"][rig.h["active"] == 0] == 0).all()
+
+
+def graph_edges(graph):
+    """``[(from kernel name, to kernel name, CUgraphEdgeData)]`` of a captured graph."""
+    from cuda.bindings import driver
+
+    from driverlevel._errors import check
+
+    def name(node):
+        params = check("cuGraphKernelNodeGetParams", driver.cuGraphKernelNodeGetParams(node))
+        n = check("cuFuncGetName", driver.cuFuncGetName(params.func))
+        return n.decode() if isinstance(n, bytes) else str(n)
+
+    with graph.device.activated():
+        err, _, _, _, count = driver.cuGraphGetEdges(graph.handle, 0)
+        check("cuGraphGetEdges", (err,))
+        err, frm, to, data, count = driver.cuGraphGetEdges(graph.handle, count)
+        check("cuGraphGetEdges", (err,))
+        return [(name(frm[i]), name(to[i]), data[i]) for i in range(count)]
+
+
+@pytest.mark.parametrize("topk", TOPK_MODES)
+def test_pdl_build_captures_programmatic_edges(device, stream, topk):
+    """Stream capture of a pdl build records each programmatic launch's dependency as a
+    programmatic edge (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC): threshold sample -> stream ->
+    chunks -> build, chunked chunks -> build; with pdl=False every edge is a plain one. (Without
+    such edges a replayed graph would run correctly but serialize the kernels as before.)"""
+    from cuda.bindings import driver
+
+    need_pdl(device)
+    rng = np.random.default_rng(5)
+    sfx = "f32"
+    chain = ([f"ddtree_topk_sample_{sfx}", f"ddtree_topk_stream_{sfx}"] if topk == "threshold" else []) + [
+        f"ddtree_topk_chunks_{sfx}", "ddtree_build"]
+    want_pairs = list(zip(chain[:-1], chain[1:]))
+    for pdl in (False, True):
+        rig = Rig(device, rng, max_batch=2, depth=3, vocab=5000, budget=16, mask_formats=("bitmask",), topk=topk,
+                  pdl=pdl)
+        rig.push_state()
+        rig.new_logits()
+        with dl.capture(stream) as cap:
+            rig.plan.build(stream, rig.logits, rig.state)
+        edges = graph_edges(cap.graph)
+        assert sorted((a, b) for a, b, _ in edges) == sorted(want_pairs), f"pdl={pdl}: edges {edges}"
+        kinds = {(a, b): (int(d.type), int(d.from_port), int(d.to_port)) for a, b, d in edges}
+        want = int(driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) if pdl else 0
+        for pair, kind in kinds.items():
+            assert kind[0] == want, f"pdl={pdl}: edge {pair} has (type, from_port, to_port) {kind}, want type {want}"
+        gexec = cap.graph.instantiate()  # instantiable and runs
+        gexec.launch(stream)
+        stream.synchronize()
 
 
 # ------------------------------------------------------------------------------ validation
