@@ -21,8 +21,12 @@ times the two side by side, one plan of each per row of the table. The top-K col
 build's launches before the tree (chunked: the chunk top-K; threshold: sample + stream + the
 chunk top-K's fallback grid, which exits at once for rows that need nothing).
 
+``--pdl on|off|both`` sets ``DDTreePlan(pdl=...)``, programmatic dependent launch of the build's
+kernels after its first (default: the plan's, on from sm_90); "both" times off and on side by
+side on the same inputs, one plan each per row (the last column says which).
+
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
-                                         [--topk chunked|threshold|both] [--no-reference]
+                                         [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
 """
 
 from __future__ import annotations
@@ -292,6 +296,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-context", type=int, default=4096)
     ap.add_argument("--topk", default="both", choices=("chunked", "threshold", "both"),
                     help="the build's top-K (DDTreePlan(topk=...)); both: side by side")
+    ap.add_argument("--pdl", default=None, choices=("on", "off", "both"),
+                    help="programmatic dependent launch of the build's kernels (DDTreePlan(pdl=...)); "
+                         "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
     args = ap.parse_args(argv)
     require_gpu()
@@ -302,6 +309,7 @@ def main(argv=None) -> int:
         except ImportError:
             torch = None
     modes = ("chunked", "threshold") if args.topk == "both" else (args.topk,)
+    pdls = {None: (None,), "on": (True,), "off": (False,), "both": (False, True)}[args.pdl]
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(0)
@@ -313,19 +321,19 @@ def main(argv=None) -> int:
           f"{'not installed' if torch is None else torch.__version__})")
     head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
-            f"{'build x':>7}")
+            f"{'build x':>7} | {'pdl':>3}")
     print(head)
     print("-" * len(head))
-    for batch, budget, mode in ((b, k, m) for b in (1, 8) for k in budgets for m in modes):
+    for batch, budget, mode, pdl in ((b, k, m, p) for b in (1, 8) for k in budgets for m in modes for p in pdls):
         plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                           max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
-                          topk=mode)
-        rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths
+                          topk=mode, pdl=pdl)
+        rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
         parts = build_part_times(dev, stream, plan, logits, state, snap, reps)
         r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
-        row = {"topk": mode, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
+        row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
                "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts}
         results.append(row)
@@ -335,7 +343,7 @@ def main(argv=None) -> int:
         row["topk_read_tb_s"] = logits.nbytes / (g["topk"] * 1e-6) / 1e12
         print(f"{mode:>9} {budget:6d} {batch:5d} | {g['build']:7.1f} {g['compile']:7.1f} {g['accept']:7.1f} {g['commit']:7.1f} "
               f"{g['accept'] + g['commit']:7.1f} {g['accept_tok'] + g['commit']:7.1f} {g['step']:7.1f} {g['topk']:7.1f} "
-              f"{row['topk_read_tb_s']:5.2f} | {ref} | {sp}",
+              f"{row['topk_read_tb_s']:5.2f} | {ref} | {sp} | {'on' if plan.pdl else 'off':>3}",
               flush=True)
         names = PART_NAMES[mode]
         print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
