@@ -67,6 +67,9 @@
 #ifndef DL_DDTREE_TK_STREAM_VECS
 #error "DL_DDTREE_TK_STREAM_VECS is not defined: compile with driverlevel._constants.kernel_defines()"
 #endif
+#ifndef DL_DDTREE_TK_STREAM_CTAS_PER_SM
+#error "DL_DDTREE_TK_STREAM_CTAS_PER_SM is not defined: compile with driverlevel._constants.kernel_defines()"
+#endif
 #ifndef DL_DDTREE_TK_WARP_STAGE
 #error "DL_DDTREE_TK_WARP_STAGE is not defined: compile with driverlevel._constants.kernel_defines()"
 #endif

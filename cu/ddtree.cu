@@ -113,10 +113,10 @@ extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_t
 extern "C" __global__ void __launch_bounds__(ddt::TK_SAMPLE_THREADS, 1) ddtree_topk_sample_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_sample<bf16>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_f32(const __grid_constant__ TopKParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, ddt::TK_STREAM_CTAS_PER_SM) ddtree_topk_stream_f32(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, 4) ddtree_topk_stream_bf16(const __grid_constant__ TopKParams p) {
+extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, ddt::TK_STREAM_CTAS_PER_SM) ddtree_topk_stream_bf16(const __grid_constant__ TopKParams p) {
   ddt::topk_stream<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {

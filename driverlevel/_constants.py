@@ -41,6 +41,7 @@ __all__ = [
     "DDTREE_TK_SAMPLE_VALUES",
     "DDTREE_TK_STREAM_THREADS",
     "DDTREE_TK_STREAM_VECS",
+    "DDTREE_TK_STREAM_CTAS_PER_SM",
     "DDTREE_TK_WARP_STAGE",
     "KERNEL_CONSTANTS",
     "kernel_defines",
@@ -109,6 +110,8 @@ DDTREE_TK_SAMPLE_VALUES = 4096
 #: (bf16: half as many; 16 tokens per thread either way).
 DDTREE_TK_STREAM_THREADS = 256
 DDTREE_TK_STREAM_VECS = 4
+#: Stream CTAs per SM the kernel is built for (its ``__launch_bounds__``: <= 64 registers).
+DDTREE_TK_STREAM_CTAS_PER_SM = 4
 #: Candidates one warp of the stream kernel stages in shared memory before it flushes them.
 DDTREE_TK_WARP_STAGE = 64
 
@@ -119,7 +122,7 @@ KERNEL_CONSTANTS = (
     "MAX_DEPTH", "MAX_BUDGET", "MAX_BATCH", "FLAG_LEGACY_SEARCH",
     "DDTREE_TOPK_THREADS", "DDTREE_TOPK_ELEMS", "DDTREE_BUILD_THREADS", "DDTREE_MERGE_ELEMS",
     "DDTREE_SMALL_THREADS", "DDTREE_TK_SAMPLE_VALUES", "DDTREE_TK_STREAM_THREADS", "DDTREE_TK_STREAM_VECS",
-    "DDTREE_TK_WARP_STAGE",
+    "DDTREE_TK_STREAM_CTAS_PER_SM", "DDTREE_TK_WARP_STAGE",
 )
 
 

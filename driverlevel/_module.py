@@ -413,6 +413,8 @@ class Kernel:
         ValueError
             If ``nbytes`` plus the kernel's static shared memory exceeds the device's limit.
         """
+        if nbytes <= 0:  # nothing to allow (no driver call: prepare may run inside a capture)
+            return
         if self._max_dynamic_shared is None:  # the default: 48 KB less the static shared memory
             self._max_dynamic_shared = self.attribute(
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
@@ -427,6 +429,25 @@ class Kernel:
                 check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
                     self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
             self._max_dynamic_shared = nbytes
+
+    def prefer_shared_memory(self, percent: int = 100) -> None:
+        """Hint that this kernel's CTAs want ``percent`` % of the unified L1 / shared-memory
+        storage as shared memory (``CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``; 100
+        = the largest carveout), so that more of them fit on an SM. A hint: the driver may pick
+        another configuration. Call it at plan construction, not during a capture.
+
+        Raises
+        ------
+        ValueError
+            If ``percent`` is not in [0, 100].
+        CudaError
+            If the driver refuses the attribute.
+        """
+        if isinstance(percent, bool) or not isinstance(percent, (int, np.integer)) or not 0 <= percent <= 100:
+            raise ValueError(f"{self.name}: the shared-memory carveout is a percentage in [0, 100], got {percent!r}")
+        with self.module.device.activated():
+            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
+                self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, int(percent)))
 
     def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False) -> PreparedLaunch:
         """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`.

@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_THREADS, DDTREE_TK_STREAM_VECS,
-                         DDTREE_TK_WARP_STAGE)
+from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_CTAS_PER_SM, DDTREE_TK_STREAM_THREADS,
+                         DDTREE_TK_STREAM_VECS, DDTREE_TK_WARP_STAGE)
 
 __all__ = [
     "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
@@ -51,7 +51,7 @@ SAMPLE_THREADS = 256
 STREAM_THREADS = DDTREE_TK_STREAM_THREADS
 STREAM_VECS = DDTREE_TK_STREAM_VECS
 #: Stream CTAs per SM the kernels are built for (``__launch_bounds__``: <= 64 registers).
-STREAM_CTAS_PER_SM = 4
+STREAM_CTAS_PER_SM = DDTREE_TK_STREAM_CTAS_PER_SM
 #: Most tiles in the stream kernel's shared-memory ring.
 STREAM_MAX_STAGES = 8
 #: Upper bound of the stream kernel's static shared memory plus the 1 KB the driver reserves

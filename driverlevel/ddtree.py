@@ -36,7 +36,6 @@ import ctypes
 import math
 
 import numpy as np
-from cuda.bindings import driver
 
 from ._array import DeviceArray
 from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
@@ -65,7 +64,6 @@ from ._constants import (
 from ._device import _check_device_arg
 from ._dtypes import as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
-from ._errors import check
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module, programmatic_supported
 from ._checks import device_array_arg as _arr
@@ -367,8 +365,8 @@ class DDTreePlan:
         ``cuLaunchKernelEx`` and ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
         (:meth:`~driverlevel.runtime.Kernel.prepare`): it may start while the kernel before
         it finishes, and waits inside (``griddepcontrol.wait``, every CTA) before it touches
-        what that kernel writes, instead of paying a full launch gap (~1.5-3 µs each on the
-        H200). The first launch stays ordinary, so the build starts after whatever came
+        what that kernel writes, instead of paying a full launch gap (on the H200 it saves
+        1.3-5.3 µs of a threshold build, BENCHMARKS.md 2026-12-01, fifth session). The first launch stays ordinary, so the build starts after whatever came
         before it on the stream, and it ends only when all of its kernels have. The results do
         not depend on it: ``tests/test_ddtree_gpu.py`` compares builds with it on and off
         bitwise, eager and replayed from a graph (stream capture records the dependencies as
@@ -504,15 +502,12 @@ class DDTreePlan:
         self._k_chunks = kern(f"ddtree_topk_chunks_{suffix}")
         # the chunk CTAs keep their logits in shared memory: prefer shared memory over L1 so
         # that several share an SM (a hint; 100 = the largest carveout)
-        check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
-            self._k_chunks._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
+        self._k_chunks.prefer_shared_memory(100)
         self._k_sample = kern(f"ddtree_topk_sample_{suffix}")
         self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
         if self.topk == "threshold":  # the ring is dynamic shared memory; prefer shared memory over L1
             self._k_stream.reserve_shared(self.tk_ring_bytes)
-            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                self._k_stream._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                100))
+            self._k_stream.prefer_shared_memory(100)
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
         #: ``cu/argmax.cu`` loaded on the device: the target's argmax per node before :meth:`accept`.

@@ -254,3 +254,50 @@ def test_launch_calls_the_driver_once_with_the_packed_argv(monkeypatch):
     pdl.launch(s)
     cfg = pdl._config(s)
     assert calls == [("ex", (cfg, pdl._func, pdl._argv_addr, 0))] * 2
+
+
+# -- Kernel: shared-memory opt-in and carveout hint ------------------------------------------
+class _Activation:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+
+def _bare_kernel(log):
+    from driverlevel._module import Kernel
+
+    dev = type("D", (), {"activated": lambda self: _Activation(log)})()
+    return Kernel._create(type("M", (), {"device": dev})(), "fake", object())
+
+
+def test_reserve_shared_of_nothing_calls_no_driver(monkeypatch):
+    """reserve_shared(0) returns at once: a kernel's first prepare may run inside a capture."""
+    from driverlevel import _module
+
+    log = []
+    monkeypatch.setattr(_module.driver, "cuFuncGetAttribute", lambda *a: log.append("get") or (1, 0))
+    monkeypatch.setattr(_module.driver, "cuFuncSetAttribute", lambda *a: log.append("set") or (1,))
+    _bare_kernel(log).reserve_shared(0)
+    assert log == []
+
+
+def test_prefer_shared_memory_sets_the_carveout_in_the_primary_context(monkeypatch):
+    from cuda.bindings import driver
+
+    from driverlevel import _module
+
+    log = []
+    ok = (driver.CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(_module.driver, "cuFuncSetAttribute", lambda *a: log.append(("set",) + a) or ok)
+    k = _bare_kernel(log)
+    k.prefer_shared_memory(100)
+    assert log == ["enter", ("set", k._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                             100), "exit"]
+    for bad in (-1, 101, 50.0, True):
+        with pytest.raises(ValueError, match="percentage in"):
+            k.prefer_shared_memory(bad)

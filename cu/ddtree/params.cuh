@@ -38,6 +38,7 @@ constexpr unsigned short NO_NODE = 0xffff;
 constexpr int TK_SAMPLE_VALUES = DL_DDTREE_TK_SAMPLE_VALUES;
 constexpr int TK_STREAM_THREADS = DL_DDTREE_TK_STREAM_THREADS;
 constexpr int TK_STREAM_VECS = DL_DDTREE_TK_STREAM_VECS;
+constexpr int TK_STREAM_CTAS_PER_SM = DL_DDTREE_TK_STREAM_CTAS_PER_SM;  // its __launch_bounds__
 constexpr int TK_WARP_STAGE = DL_DDTREE_TK_WARP_STAGE;
 constexpr int TOPK_MODE_THRESHOLD = 1;                  // TopKParams::topk_mode (0: the chunk top-K alone)
 

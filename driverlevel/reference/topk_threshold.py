@@ -88,9 +88,10 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     cx = x[cid] + np.float32(0.0)
     order = np.lexsort((cid, -cx))[:k]  # logit descending, then lower id
     ids = cid[order].astype(np.int32)
-    # log-sum-exp as the kernels form it, in float64 here: the stream kernel's per-segment sums
-    # of exp(x - T) over the logits below T, and ddtree_build's sum of exp(x - m) over the
-    # candidates (m: their maximum, the row's)
+    # log-sum-exp in float64 here, from the same parts as the kernels: the stream kernel's
+    # per-segment sums of exp(x - T) over the logits below T, and the candidates' sum (the
+    # stream's per-segment sums above T, or ddtree_build's own sum relative to the row maximum m
+    # when a logit is 80 or more above T), written here relative to m
     nseg, seg = stream_segments(rows, v, bf16, sm_count)
     xs = np.where(np.isnan(x), -np.inf, x).astype(np.float64)
     below = []
