@@ -1,7 +1,7 @@
 """The driver and NVRTC layer, public: devices, streams, memory, arrays, compilation, modules, graphs.
 
-Everything the private modules ``_device``, ``_stream``, ``_memory``, ``_array``, ``_compile``,
-``_module`` and ``_graph`` list in their ``__all__`` is re-exported here, so that code
+Everything the private modules ``_device``, ``_stream``, ``_memory``, ``_array``, ``_dtypes``,
+``_compile``, ``_module`` and ``_graph`` list in their ``__all__`` is re-exported here, so that code
 beyond the product API (its own kernels, launch argument packing, graph audits, the cubin
 cache, the deferred-release bookkeeping) has one supported import path:
 
@@ -30,6 +30,10 @@ memory (``_memory``)
 arrays (``_array``)
     :class:`DeviceArray`, :func:`as_device_array` (any ``__cuda_array_interface__`` or
     DLPack array, without a copy).
+element types (``_dtypes``)
+    :data:`bfloat16` (also at the root), :func:`as_dtype`, :func:`dtype_name`,
+    :func:`storage_dtype`, and the host-side bf16 conversions :func:`f32_to_bf16_bits`
+    (float32 to bf16 bit patterns, round to nearest even) and :func:`bf16_bits_to_f32`.
 compilation (``_compile``)
     :class:`Cubin`, :class:`KernelResources`, :class:`CompileVariant`, :func:`compile_source`,
     :func:`compile_file` (a file of the package's ``cu/``), :func:`kernel_sources`,
@@ -46,6 +50,7 @@ graphs (``_graph``)
 from __future__ import annotations
 
 from ._array import DeviceArray, as_device_array
+from ._dtypes import as_dtype, bf16_bits_to_f32, bfloat16, dtype_name, f32_to_bf16_bits, storage_dtype
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, Cubin, KernelResources, cache_dir,
                        check_arch, compile_file, compile_source, kernel_source_dir, kernel_sources, normalize_arch,
                        nvrtc_version)
@@ -68,6 +73,8 @@ __all__ = [
     "release_deferred", "deferred_count",
     # arrays
     "DeviceArray", "as_device_array",
+    # element types
+    "bfloat16", "as_dtype", "dtype_name", "storage_dtype", "f32_to_bf16_bits", "bf16_bits_to_f32",
     # compilation
     "Cubin", "KernelResources", "CompileVariant", "compile_source", "compile_file", "kernel_sources",
     "kernel_source_dir", "nvrtc_version", "normalize_arch", "check_arch", "cache_dir", "SUPPORTED_ARCHS",

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
-from driverlevel._device import require_gpu
+from driverlevel.runtime import require_gpu
 from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
 from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 

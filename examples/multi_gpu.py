@@ -11,7 +11,7 @@ another GPU's pools.
 
 import sys
 
-from driverlevel._device import require_gpu
+from driverlevel.runtime import require_gpu
 from driverlevel.demo.multi_device import RankConfig, parse_devices, run_ranks_threads
 
 

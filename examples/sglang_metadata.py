@@ -24,8 +24,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
-from driverlevel._device import require_gpu
-from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from driverlevel.runtime import bf16_bits_to_f32, f32_to_bf16_bits, require_gpu
 from driverlevel.reference.trees import build_bitmask, build_full_mask, build_qlen_only_mask, make_metadata, random_tree
 from driverlevel.verify_attention import VerifyAttention
 

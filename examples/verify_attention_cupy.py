@@ -15,8 +15,7 @@ import sys
 import numpy as np
 
 import driverlevel as dl
-from driverlevel._device import require_gpu
-from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from driverlevel.runtime import bf16_bits_to_f32, f32_to_bf16_bits, require_gpu
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_bitmask, make_metadata, random_tree
 from driverlevel.verify_attention import VerifyAttention, VerifyMetadata

@@ -60,6 +60,22 @@ def test_demo_imports_core_only_through_public_or_runtime_modules():
         assert not any(n.startswith(("driverlevel.runner._", "driverlevel.ddtree._")) for n in names), path.name
 
 
+def test_examples_import_only_the_public_api():
+    """The examples show how a user writes against the package: none imports a private (underscore) module."""
+    examples = sorted((PKG.parent / "examples").glob("*.py"))
+    assert examples
+    for path in examples:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        private = sorted(n for n in names if n.split(".")[0] == PKG.name and any(
+            part.startswith("_") for part in n.split(".")[1:]))
+        assert not private, f"{path.name} imports private modules: {private}"
+
+
 def test_demo_model_and_drafter_have_the_runner_protocols_methods():
     from driverlevel.demo import Drafter, ForwardPlan, MLAModel
 

@@ -191,7 +191,7 @@ def test_runtime_reexports_every_name_of_the_driver_layer():
     import driverlevel.runtime as rt
 
     layer = {}
-    for mod in ("_device", "_stream", "_memory", "_array", "_compile", "_module", "_graph"):
+    for mod in ("_device", "_stream", "_memory", "_array", "_dtypes", "_compile", "_module", "_graph"):
         m = importlib.import_module(f"driverlevel.{mod}")
         for name in m.__all__:
             layer[name] = getattr(m, name)
