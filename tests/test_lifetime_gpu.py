@@ -354,8 +354,10 @@ def test_prepared_launch_keep_ties_an_owner_to_the_graph(device, stream, selftes
     assert ref() is None
 
 
-def test_launch_cost_inside_a_capture(device, stream, selftest_module):
-    """The capture-id lookup is one driver call per launch, paid only while a driverlevel capture runs."""
+def test_launches_inside_a_capture_become_nodes(device, stream, selftest_module):
+    """Every launch inside a capture becomes one graph node (the capture-id lookup runs for each,
+    one driver call, only while a driverlevel capture runs). The per-launch times are printed for
+    information; speed is the benchmarks' business (``driverlevel bench replay``), not a test's."""
     ln = selftest_module.kernel("noop").prepare(1, 32, [])
     reps = 2000
 
@@ -377,7 +379,6 @@ def test_launch_cost_inside_a_capture(device, stream, selftest_module):
     print(f"launch: eager {eager:.2f} us, inside a capture {captured:.2f} us, "
           f"cuStreamGetCaptureInfo {lookup:.2f} us, {cap.graph.node_count()} nodes")
     assert cap.graph.node_count() == reps
-    assert lookup < 20
 
 
 # -- 6. interop under capture ---------------------------------------------------------------------------------
