@@ -3,8 +3,8 @@
 Measured side by side in one run with the machine's own ceilings (bf16 matrix
 rate through cuBLAS, device-to-device copy bandwidth, both via PyTorch, which is
 used here only to make random data on the GPU and to measure the ceilings).
-L2 is flushed (a 256 MB write) before every timed call, as in the peer
-measurements of shared/ANCHORS.md. Each call is a replay of a CUDA graph holding the plan's kernels, queued behind
+L2 is flushed (a 256 MB write) before every timed call, as in the project's peer
+measurements (their medians: ``ANCHOR_PEERS`` below). Each call is a replay of a CUDA graph holding the plan's kernels, queued behind
 the flush so that no host time falls between the events. The peer columns quote
 those measurements
 (SGLang Triton tree path and chain path on the same kind of machine): no peer
@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-# Peer medians (ms) from shared/ANCHORS.md: (heads, batch, prefix) -> (tree 16, tree 64, tree 256, chain 16)
+# Peer medians (ms), the project's anchor measurements on an H200 (SGLang 0.5.23: the Triton tree path
+# extend_attention_fwd and the chain path verify_mla): (heads, batch, prefix) -> (tree 16, tree 64, tree 256, chain 16)
 ANCHOR_PEERS = {
     (9, 1, 4096): (0.687, 0.653, 0.688, 0.117), (16, 1, 4096): (0.653, 0.652, 0.699, 0.110),
     (9, 1, 32768): (5.37, 5.09, 5.10, 0.287), (16, 1, 32768): (5.09, 5.08, 5.16, 0.258),
