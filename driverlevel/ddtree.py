@@ -366,8 +366,9 @@ class DDTreePlan:
         (:meth:`~driverlevel.runtime.Kernel.prepare`): it may start while the kernel before
         it finishes, and waits inside (``griddepcontrol.wait``, every CTA) before it touches
         what that kernel writes, instead of paying a full launch gap (on the H200 it saves
-        1.3-5.3 µs of a threshold build, BENCHMARKS.md 2026-12-01, fifth session). The first launch stays ordinary, so the build starts after whatever came
-        before it on the stream, and it ends only when all of its kernels have. The results do
+        1.3-5.3 µs of a threshold build, BENCHMARKS.md 2026-12-01, fifth session). The first
+        launch stays ordinary, so the build starts after whatever came before it on the
+        stream, and it ends only when all of its kernels have. The results do
         not depend on it: ``tests/test_ddtree_gpu.py`` compares builds with it on and off
         bitwise, eager and replayed from a graph (stream capture records the dependencies as
         programmatic edges).
