@@ -389,6 +389,11 @@ class Kernel:
         with self.module.device.activated():
             return int(check("cuFuncGetAttribute", driver.cuFuncGetAttribute(attr, self._func)))
 
+    def _set_attribute(self, attr, value: int) -> None:
+        """Set a ``CUfunction_attribute`` in the device's primary context."""
+        with self.module.device.activated():
+            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(self._func, attr, int(value)))
+
     def max_active_blocks_per_sm(self, threads: int, dynamic_shared: int = 0) -> int:
         """CTAs of this kernel that fit one SM with ``threads`` per block and ``dynamic_shared``
         bytes of dynamic shared memory (``cuOccupancyMaxActiveBlocksPerMultiprocessor``).
@@ -425,9 +430,7 @@ class Kernel:
             if nbytes + static > limit:
                 raise ValueError(f"{self.name}: {nbytes} B dynamic + {static} B static shared memory exceeds "
                                  f"the device's {limit} B per block")
-            with dev.activated():
-                check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                    self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))
+            self._set_attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
             self._max_dynamic_shared = nbytes
 
     def prefer_shared_memory(self, percent: int = 100) -> None:
@@ -445,9 +448,7 @@ class Kernel:
         """
         if isinstance(percent, bool) or not isinstance(percent, (int, np.integer)) or not 0 <= percent <= 100:
             raise ValueError(f"{self.name}: the shared-memory carveout is a percentage in [0, 100], got {percent!r}")
-        with self.module.device.activated():
-            check("cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                self._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, int(percent)))
+        self._set_attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
 
     def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False) -> PreparedLaunch:
         """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`.
