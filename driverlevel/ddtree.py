@@ -129,7 +129,7 @@ class _TopKParams(_Shared):
 
     _fields_ = [("logits", _u64), ("active", _u64), ("cand", _u64), ("chunk_max", _u64), ("chunk_sum", _u64),
         ("counters", _u64), ("tk_thresh", _u64), ("tk_count", _u64), ("tk_flag", _u64), ("tk_cand", _u64),
-        ("tk_max", _u64), ("tk_sum", _u64), ("logits_batch_stride", _i64), ("logits_row_stride", _i64),
+        ("tk_sum", _u64), ("logits_batch_stride", _i64), ("logits_row_stride", _i64),
         ("num_chunks", _i32), ("logits_vec", _i32), ("topk_mode", _i32), ("tk_m", _i32), ("tk_cap", _i32),
         ("tk_nseg", _i32), ("tk_seg_len", _i32), ("tk_pad", _i32)]
 
@@ -555,8 +555,7 @@ class DDTreePlan:
         if self.topk == "threshold":
             R = B * D
             specs += [("tk_thresh", (R,), np.float32), ("tk_count", (R,), np.uint32), ("tk_flag", (R,), np.uint32),
-                      ("tk_cand", (R, self.tk_cap), np.uint64), ("tk_max", (R, self.tk_nseg), np.float32),
-                      ("tk_sum", (R, self.tk_nseg), np.float64)]
+                      ("tk_cand", (R, self.tk_cap), np.uint64), ("tk_sum", (R, self.tk_nseg, 2), np.float64)]
         if "full" in self.mask_formats:
             specs += [("full_mask", (B * N * (self.max_context + N),), np.uint8), ("full_indptr", (B + 1,), np.int64)]
         if "qlen_only" in self.mask_formats:

@@ -23,7 +23,7 @@ TREE_OUTPUTS = ("tokens", "depths", "parents", "node_counts", "anc")
 #: The build's two top-K paths (DDTreePlan(topk=...)): every top-K test runs both.
 TOPK_MODES = ("chunked", "threshold")
 #: Workspace of the threshold top-K, poisoned with the outputs (the kernels must re-arm it).
-TK_STATE = ("tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_max", "tk_sum")
+TK_STATE = ("tk_thresh", "tk_count", "tk_flag", "tk_cand", "tk_sum")
 
 
 def poison_topk(plan, stream):

@@ -136,7 +136,7 @@ def test_nonfinite_target_rows_finish_the_request(device, stream, dtype, V):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype, topk):
     """Top-K of rows that are all NaN, all -inf, +inf, NaN-sprinkled, with fewer than K finite
-    values, or with a whole chunk of -inf: ids equal the reference (NaN = -inf, ties by id),
+    values, with a whole chunk of -inf, or with one logit 60 or 200 above the rest: ids equal the reference (NaN = -inf, ties by id),
     distinct and in range; log-probs equal it (the floor exactly); the tree is the reference's."""
     rng = np.random.default_rng(43)
     B, D, V, budget = 3, 4, 20000, 64
@@ -151,6 +151,8 @@ def test_nonfinite_drafter_rows_topk_and_tree(device, stream, dtype, topk):
     x[1, 3, rng.choice(V, 500, replace=False)] = np.nan        # NaN sprinkled over a normal row
     x[2, 2, 7680:15360] = -np.inf                              # a whole chunk of -inf
     x[2, 3, 7] = np.inf                                        # +inf: no distribution
+    x[2, 0, 5] = 60.0                                          # far above the rest: a large term e^(x - T)
+    x[2, 1, 123] = 200.0                                       # >= 80 above T: ddtree_build sums the candidates
     if dtype == "bfloat16":
         bits = f32_to_bf16_bits(x)
         rig.logits.copy_from_host(bits)

@@ -26,14 +26,14 @@ DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, mi
 
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
 // topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
-// (topk_threshold.cuh), its statistics the stream segments'; otherwise the chunk top-K's.
+// (topk_threshold.cuh), which hold the row's maximum m; its log-sum-exp is
+// m + log(exp(T - m) * (sum over its stream segments of their sums below and above T)).
+// Otherwise the chunk top-K's candidates and per-chunk (max, sum of exp) statistics.
 DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
   const int tid = threadIdx.x, K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   const bool thr = p.topk_mode == TOPK_MODE_THRESHOLD && !tk_fallback(p, row_id);  // (uniform)
   const int S = thr ? p.tk_nseg : p.num_chunks;
-  const float* part_max = thr ? p.tk_max : p.chunk_max;
-  const double* part_sum = thr ? p.tk_sum : p.chunk_sum;
   const int n_cand = thr ? static_cast<int>(p.tk_count[row_id]) : S * K;  // thr: <= tk_cap <= the capacity
   u64 c[MERGE_ELEMS];
   if (thr) {
@@ -52,16 +52,13 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
     }
   }
-  // The chunk (segment) statistics of the row's log-sum-exp: the first 64 loaded now by warp 0,
-  // used after the select (their latency hides under it).
-  const float* pm_row = part_max + row_id * S;
-  const double* ps_row = part_sum + row_id * S;
-  float pm[2] = {DL_NEG_INF, DL_NEG_INF};
-  double ps[2] = {0.0, 0.0};
-  if (tid < 32) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (tid + 32 * h < S) { pm[h] = pm_row[tid + 32 * h]; ps[h] = ps_row[tid + 32 * h]; }
+  // thr: warp 0 loads the row's T and its first 32 segments' sums now (used after the select).
+  double2 t_pre = make_double2(0.0, 0.0);
+  float t_thr = 0.f;
+  const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
+  if (thr && tid < 32) {
+    t_thr = p.tk_thresh[row_id];
+    if (tid < S) t_pre = tk_sums[tid];
   }
   u64 mine = 0;
 #pragma unroll
@@ -105,19 +102,54 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   int all;  // = K: the composites are distinct
   int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
   if (tid < 32) {  // the row's log-sum-exp (warp 0; read after the barriers below)
-    float m = fmaxf(pm[0], pm[1]);
-    for (int s = tid + 64; s < S; s += 32) m = fmaxf(m, pm_row[s]);
-    m = dl::warp_max(m);
+    float m;
     double t = 0.0;
+    if (thr) {  // relative to T: below + above (NaN: a logit 80 or more above T)
+      m = key_f32(static_cast<u32>(cmax >> 32));
+      double2 ts = t_pre;
+      for (int s = tid + 32; s < S; s += 32) {
+        const double2 v = tk_sums[s];
+        ts.x += v.x;
+        ts.y += v.y;
+      }
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (pm[h] > DL_NEG_INF) t += ps[h] * exp(static_cast<double>(pm[h]) - static_cast<double>(m));
-    for (int s = tid + 64; s < S; s += 32) {
-      const float cm = pm_row[s];
-      if (cm > DL_NEG_INF) t += ps_row[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+      for (int o = 16; o > 0; o >>= 1) {
+        ts.x += __shfl_xor_sync(FULL, ts.x, o);
+        ts.y += __shfl_xor_sync(FULL, ts.y, o);
+      }
+      if (!isnan(ts.y)) {
+        t = (ts.x + ts.y) * exp(static_cast<double>(t_thr) - static_cast<double>(m));  // relative to m
+      } else if (isfinite(m)) {
+        // The rare row: its candidates' sum relative to their maximum m, from the list, in fixed
+        // point (units of 2^-38, terms <= 1 truncated, < 2^52 in all: exact in double) so that
+        // the order in which the stream listed them cannot change the sum (the build stays
+        // bitwise reproducible).
+        const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+        u64 fix = 0;
+        for (int i = tid; i < n_cand; i += 32) {
+          // exp(x - m) = (24-bit mantissa) * 2^(E - 150); times 2^38: a shift by E - 112 (<= 15)
+          const u32 w = __float_as_uint(ex2_approx((key_f32(static_cast<u32>(cand[i] >> 32)) - m) * LOG2E));
+          const int sh = min(static_cast<int>(w >> 23) - 112, 15);
+          const u64 mant = (w & 0x7fffffu) | 0x800000u;
+          fix += sh >= 0 ? mant << sh : (sh > -24 ? mant >> -sh : 0ull);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) fix += __shfl_xor_sync(FULL, fix, o);
+        t = static_cast<double>(fix) * 0x1p-38 + ts.x * exp(static_cast<double>(t_thr) - static_cast<double>(m));
+      }
+    } else {
+      const float* pm = p.chunk_max + row_id * S;
+      const double* ps = p.chunk_sum + row_id * S;
+      m = DL_NEG_INF;
+      for (int s = tid; s < S; s += 32) m = fmaxf(m, pm[s]);
+      m = dl::warp_max(m);
+      for (int s = tid; s < S; s += 32) {
+        const float cm = pm[s];
+        if (cm > DL_NEG_INF) t += ps[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
     if (tid == 0) {
       // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
       // distribution: its log-probs are all the floor below, and the build status says so.

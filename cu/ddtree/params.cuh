@@ -80,8 +80,7 @@ struct TopKParams : DDTreeShared {
   u32* tk_count;                 // [R] logits >= T (the sample kernel zeroes it every launch)
   u32* tk_flag;                  // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
   u64* tk_cand;                  // [R, tk_cap] composites of the logits >= T (unordered)
-  float* tk_max;                 // [R, tk_nseg] segment max (>= T)
-  double* tk_sum;                // [R, tk_nseg] sum of exp(x - tk_max) over the segment
+  double* tk_sum;                // [R, tk_nseg, 2] sums of exp(x - T) over the segment's logits < T, >= T (NaN: see the stream)
   i64 logits_batch_stride;
   i64 logits_row_stride;
   i32 num_chunks;

@@ -132,8 +132,8 @@ constexpr int TK_STREAM_WARPS = TK_STREAM_THREADS / 32;
 
 struct StreamSmem {
   u64 stage[TK_STREAM_WARPS][TK_WARP_STAGE];      // the warps' candidate staging
-  float wmax[TK_STREAM_WARPS];
-  double wsum[TK_STREAM_WARPS];
+  u32 fill[TK_STREAM_WARPS];                      // each warp's staged count (positions by atomicAdd)
+  double2 wsum[TK_STREAM_WARPS];                  // the warps' (below, above) sums
 };
 
 // Warp-uniform: append the warp's staged candidates to the row's list (one atomicAdd).
@@ -196,16 +196,49 @@ DL_DEVICE void tk_wait_groups(int n) {
   }
 }
 
+// min(y, 0) keeping NaN (PTX min.NaN.f32, sm_80+).
+DL_DEVICE float min0_keep_nan(float y) {
+  float r;
+  asm("min.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(y));
+  return r;
+}
+
+// The exact sum of exp(x - T) over this thread's logits < T of the segment (NaN as -inf),
+// token by token from global memory: the stream's rare path (a NaN in the row, or T * log2(e)
+// not finite). Out of line: it costs the hot loop no registers.
+template <typename T>
+__noinline__ __device__ float tk_recount(const T* x, float thr, int start, int end, int ntiles) {
+  constexpr int V = LogitTraits<T>::VEC;
+  constexpr int VSTEP = TK_STREAM_THREADS * V, TILE = TK_STREAM_THREADS * 16;
+  float st = 0.f;
+  for (int i = 0; i < ntiles; ++i)
+    for (int j = 0; j < 16; ++j) {
+      const int tok = start + i * TILE + (j / V) * VSTEP + threadIdx.x * V + j % V;
+      if (tok >= end) continue;
+      const float xv = LogitTraits<T>::load(x + tok);
+      if (xv < thr) st += ex2_approx(fmaxf((xv - thr) * LOG2E, -200.f));
+    }
+  return st;
+}
+
 // One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB of
 // fp32, 8 KB of bf16). Aligned rows (logits_vec) stream through a ring of tiles in the dynamic
 // shared memory (as many as it holds, up to 8; the launch sizes it) filled by cp.async (each
 // thread copies and reads back only its own 16-byte vectors: no block barrier), all but one in
 // flight ahead of the tile processed (the first ones issued before the row's T and flag are
-// read). Unaligned rows, or a ring of fewer than 2 tiles, load each tile directly. Per logit:
-// one compare with T and exp2(x - T) into the thread's sum of the logits below T; a tile where
-// some lane holds logits >= T (a few per warp tile) appends them as composites through the
-// warp's shared staging buffer and folds them into the thread's (max, sum) above T. At the end
-// the CTA's max and sum of exp (relative to that max) go to tk_max / tk_sum of its segment.
+// read). Unaligned rows, or a ring of fewer than 2 tiles, load each tile directly.
+// Per logit x, four instructions besides the candidate test x >= T:
+//   sum += exp2(min(x * log2(e) - T * log2(e), 0))
+// so every logit >= T adds exactly exp2(0) = 1 (subtracted at the end: the thread counts its
+// candidates), every other one exp(x - T) < 1, -inf adds 0, and a NaN makes the sum NaN: a thread
+// whose sum is NaN recounts its tokens exactly at the end (NaN counts as -inf: it adds 0).
+// A warp tile where some lane holds logits >= T (a few per warp tile; ~1% of them hold none)
+// appends them as composites through the warp's shared staging buffer (positions by a shared
+// atomicAdd, one global atomicAdd per flush), and adds exp(x - T) of each to the thread's sum
+// above T. At the end the CTA's two sums relative to T, (below, above), go to tk_sum of its
+// segment: no maximum is needed, below each term is < 1, above each is < e^80; a logit 80 or more
+// above T (or +inf) makes the segment's sum above NaN, and ddtree_build then sums the row's
+// candidates itself, relative to their maximum.
 template <typename T>
 DL_DEVICE void topk_stream(const TopKParams& p) {
   using Tr = LogitTraits<T>;
@@ -231,6 +264,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   const int start = s * p.tk_seg_len;
   const int end = min(p.vocab, start + p.tk_seg_len);
   const int ntiles = (end - start + TILE - 1) / TILE;
+  const int nfull = (end - start) / TILE;  // tiles whose every vector exists
   u32 ring_bytes;  // the launch's dynamic shared memory: the ring's tiles never exceed it
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(ring_bytes));
   const int stages = min(static_cast<int>(ring_bytes / (U * TK_STREAM_THREADS * 16)), 8);
@@ -258,7 +292,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     }
   }
   // PDL: the sample kernel's T, flag and zeroed count are read (and the count, candidates and
-  // segment statistics written) only after it has completed; the tiles above are in flight.
+  // segment sums written) only after it has completed; the tiles above are in flight.
   dl::pdl_wait();
 
   if (p.tk_flag[row] != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
@@ -266,27 +300,32 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     return;
   }
   const float thr = p.tk_thresh[row];
-  u32* count = p.tk_count + row;  // zeroed by the sample kernel
+  const float ythr = thr * LOG2E;  // y = x * log2(e) - ythr ~ (x - T) * log2(e)
+  u32* count = p.tk_count + row;   // zeroed by the sample kernel
   u64* out = p.tk_cand + row * static_cast<size_t>(p.tk_cap);
   const u32 cap = static_cast<u32>(p.tk_cap);
   u64* stage = sm.stage[warp];
+  u32* wfill = sm.fill + warp;
+  if (lane == 0) *wfill = 0u;
+  __syncwarp();
 
-  float slo = 0.f;           // sum of exp(x - thr) over this thread's logits below thr (NaN, -inf: 0)
-  float mhi = DL_NEG_INF;    // max and sum of exp(x - mhi) over its logits >= thr
-  float shi = 0.f;
-  int fill = 0;              // (warp-uniform) staged candidates
+  float sum = 0.f;    // sum of exp2(min(y, 0)) over this thread's logits (each candidate adds 1)
+  int ncand = 0;      // this thread's logits >= T
+  float above = 0.f;  // sum of exp(x - T) over them (NaN once one is 80 or more above T)
+  int fill = 0;     // (warp-uniform) staged candidates, = *wfill
   int rd = 0, wr = stages - 1;  // ring slots of tile i and of tile i + stages - 1
 #pragma unroll 1
   for (int i = 0; i < ntiles; ++i) {
     uint4 q[U];
     const uint4* slot = col + rd * U * TK_STREAM_THREADS;
+    const bool full = i < nfull;  // (uniform)
     if (vec) {
       if (i + stages - 1 < ntiles) issue(i + stages - 1, wr);
       dl::cp_async_commit();
       tk_wait_groups(stages - 1);  // tile i has landed (this thread's copies)
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        q[u] = i * TILE + u * VSTEP < rem ? slot[u * TK_STREAM_THREADS] : make_uint4(NEG_WORD, NEG_WORD, NEG_WORD, NEG_WORD);
+        q[u] = full || i * TILE + u * VSTEP < rem ? slot[u * TK_STREAM_THREADS] : make_uint4(NEG_WORD, NEG_WORD, NEG_WORD, NEG_WORD);
       rd = rd + 1 == stages ? 0 : rd + 1;
       wr = wr + 1 == stages ? 0 : wr + 1;
     } else {
@@ -300,49 +339,39 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       tk_unpack(q[u], v);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float xv = v[e];
-        const bool ge = xv >= thr;
-        mask |= (ge ? 1u : 0u) << (u * V + e);
-        // NaN: fmaxf gives -200, exp2 -> 0; -inf -> 0; candidates are summed above thr instead
-        const float ev = ex2_approx(fmaxf((xv - thr) * LOG2E, -200.f));
-        slo += ge ? 0.f : ev;
+        mask |= (v[e] >= thr ? 1u : 0u) << (u * V + e);
+        sum += ex2_approx(min0_keep_nan(fmaf(v[e], LOG2E, -ythr)));
       }
     }
     if (__any_sync(FULL, mask != 0u)) {
       const int c = __popc(mask);
-      int incl = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(FULL, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const int tot = __shfl_sync(FULL, incl, 31);
-      if (fill + tot > TK_WARP_STAGE) {
+      ncand += c;
+      const int tot = static_cast<int>(__reduce_add_sync(FULL, static_cast<u32>(c)));
+      if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
         tk_flush(stage, fill, count, out, cap, lane);
         fill = 0;
+        if (lane == 0) *wfill = 0u;
+        __syncwarp();
       }
       const bool direct = tot > TK_WARP_STAGE;  // (uniform) more than a stage: straight to the list
-      u32 pos = static_cast<u32>(fill + incl - c);
-      if (direct) {
-        u32 base = 0;
-        if (lane == 0) base = atomicAdd(count, static_cast<u32>(tot));
-        pos += __shfl_sync(FULL, base, 0);
-      }
+      u32 pos = 0;
+      if (c != 0) pos = direct ? atomicAdd(count, static_cast<u32>(c)) : atomicAdd(wfill, static_cast<u32>(c));
+      const int tok0 = start + i * TILE + tid * V;
       for (u32 m = mask; m; m &= m - 1) {
-        const int bit = __ffs(m) - 1;
-        const int u = bit / V, e = bit % V;
-        const int tok = start + i * TILE + u * VSTEP + tid * V + e;
+        const u32 bit = static_cast<u32>(__ffs(m) - 1);
+        const u32 u = bit / V, e = bit % V;
+        const int tok = tok0 + static_cast<int>(u) * VSTEP + static_cast<int>(e);
         // this thread's own copy in the ring (vec), else the tile's load again (an L1 hit)
-        const uint4* w = slot + u * TK_STREAM_THREADS;
-        const float xv = vec ? (V == 4 ? reinterpret_cast<const float*>(w)[e]
-                                       : __uint_as_float(static_cast<u32>(reinterpret_cast<const unsigned short*>(w)[e]) << 16))
-                             : Tr::load(x + tok);
-        if (xv > mhi) {
-          shi = shi * ex2_approx((mhi - xv) * LOG2E) + 1.f;
-          mhi = xv;
+        float xv;
+        if (vec) {
+          const uint4* w = slot + u * TK_STREAM_THREADS;
+          xv = V == 4 ? reinterpret_cast<const float*>(w)[e]
+                      : __uint_as_float(static_cast<u32>(reinterpret_cast<const unsigned short*>(w)[e]) << 16);
         } else {
-          shi += ex2_approx((xv - mhi) * LOG2E);
+          xv = Tr::load(x + tok);
         }
+        const float dx = xv - thr;
+        above += dx < 80.f ? ex2_approx(dx * LOG2E) : __int_as_float(0x7fffffff);
         const u64 cv = composite(f32_key(xv), tok);
         if (direct) {
           if (pos < cap) out[pos] = cv;
@@ -358,28 +387,28 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   if (vec) dl::cp_async_wait<0>();  // (only empty groups are left)
   if (fill > 0) tk_flush(stage, fill, count, out, cap, lane);
 
-  // The segment's max and sum of exp: thread (m_t, s_t), then warp, then block (fixed order).
-  const float mt = fmaxf(thr, mhi);
-  const float st = slo * ex2_approx((thr - mt) * LOG2E) + (shi > 0.f ? shi * ex2_approx((mhi - mt) * LOG2E) : 0.f);
-  const float wm = dl::warp_max(mt);
-  double ws = static_cast<double>(st * ex2_approx((mt - wm) * LOG2E));
+  // This thread's sum of exp(x - T) over its logits < T: the candidates' exact 1s out, or, if
+  // a NaN reached the sum, recounted token by token (NaN as -inf: no term).
+  const float one = ex2_approx(0.f);  // exp2(0) as the loop computes it (asm: not folded)
+  float st = sum - static_cast<float>(ncand) * one;
+  if (isnan(sum) || !isfinite(ythr)) st = tk_recount<T>(x, thr, start, end, ntiles);
+  // The segment's sums: thread, then warp, then block (fixed order), in double.
+  double2 ws = make_double2(static_cast<double>(st), static_cast<double>(above));
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(FULL, ws, o);
-  if (lane == 0) {
-    sm.wmax[warp] = wm;
-    sm.wsum[warp] = ws;
+  for (int o = 16; o > 0; o >>= 1) {
+    ws.x += __shfl_xor_sync(FULL, ws.x, o);
+    ws.y += __shfl_xor_sync(FULL, ws.y, o);
   }
+  if (lane == 0) sm.wsum[warp] = ws;
   __syncthreads();
-  if (tid < 32) {  // lane w: warp w's term (one double exp each, not eight in a row)
-    const float m = dl::warp_max(lane < TK_STREAM_WARPS ? sm.wmax[lane] : DL_NEG_INF);
-    double t = lane < TK_STREAM_WARPS ? sm.wsum[lane] * exp(static_cast<double>(sm.wmax[lane]) - m) : 0.0;
+  if (tid == 0) {
+    double2 t = make_double2(0.0, 0.0);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
-    if (lane == 0) {
-      const size_t at = row * static_cast<size_t>(p.tk_nseg) + s;
-      p.tk_max[at] = m;
-      p.tk_sum[at] = t;
+    for (int w = 0; w < TK_STREAM_WARPS; ++w) {
+      t.x += sm.wsum[w].x;
+      t.y += sm.wsum[w].y;
     }
+    reinterpret_cast<double2*>(p.tk_sum)[row * static_cast<size_t>(p.tk_nseg) + s] = t;
   }
 }
 

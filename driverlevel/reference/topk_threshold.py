@@ -6,8 +6,8 @@ the stratified sample (:func:`driverlevel._topk_threshold.sample_groups`), the t
 early fallback when ``T`` is not finite, the candidate count of the stream pass
 (``x >= T`` as a float compare, so NaN is never a candidate) and the fallback decision
 (``count < K`` or ``count > capacity``); then the exact top-K of the candidates by
-(logit descending, lower id first) and the log-sum-exp from the per-segment partials the
-stream kernel writes. The CPU tests check it against :func:`driverlevel.reference.ddtree.topk_logprobs`
+(logit descending, lower id first) and the log-sum-exp from the stream kernel's per-segment
+sums below ``T`` and the candidates' sum above it. The CPU tests check it against :func:`driverlevel.reference.ddtree.topk_logprobs`
 on adversarial rows, and count how often the fallback triggers.
 """
 
@@ -88,21 +88,22 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     cx = x[cid] + np.float32(0.0)
     order = np.lexsort((cid, -cx))[:k]  # logit descending, then lower id
     ids = cid[order].astype(np.int32)
-    # log-sum-exp from the stream kernel's per-segment partials (max, sum of exp), float64 here
+    # log-sum-exp in float64 here, from the same parts as the kernels: the stream kernel's
+    # per-segment sums of exp(x - T) over the logits below T, and the candidates' sum (the
+    # stream's per-segment sums above T, or ddtree_build's own sum relative to the row maximum m
+    # when a logit is 80 or more above T), written here relative to m
     nseg, seg = stream_segments(rows, v, bf16, sm_count)
     xs = np.where(np.isnan(x), -np.inf, x).astype(np.float64)
-    parts = []
+    below = []
     for s in range(nseg):
         a = xs[s * seg:(s + 1) * seg]
-        mx = max(float(t), float(a.max()))
-        with np.errstate(invalid="ignore"):  # a +inf row: inf - inf (the row is not finite anyway)
-            parts.append((mx, float(np.exp(a - mx).sum())))
-    m = max(p[0] for p in parts)
+        below.append(float(np.exp(a[a < float(t)] - float(t)).sum()))
+    m = float(xs[cid].max())
     if not np.isfinite(m):
         lse = np.float32(np.nan)
         lp = np.full(k, LP_FLOOR, np.float32)
     else:
-        tot = sum(s * np.exp(mx - m) for mx, s in parts)
+        tot = float(np.exp(xs[cid] - m).sum()) + sum(below) * np.exp(float(t) - m)
         lse = np.float32(m + np.log(tot))
         with np.errstate(over="ignore", invalid="ignore"):
             lp = np.maximum(x[ids] - lse, LP_FLOOR).astype(np.float32)
