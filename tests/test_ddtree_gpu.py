@@ -289,6 +289,40 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
                 np.testing.assert_array_equal(out[n], first[n], err_msg=f"round {rnd}: {n}")
 
 
+@pytest.mark.parametrize("topk", TOPK_MODES)
+@pytest.mark.parametrize("vocab, depth, batch", [(2048, 6, 4), (32768, 15, 8)])
+def test_build_on_the_demo_drafters_rows(device, stream, vocab, depth, batch, topk):
+    """The rows the decode-step runner builds from: the demo drafter's logits (its float64
+    reference, rounded to fp32: 4 x the model's no-context logits + noise, so the row maximum is
+    ~25 above the rest; with vocab 2,048 the sample is the whole row and the count is exactly K),
+    budget 16: top-K and tree equal the reference's."""
+    from driverlevel.demo._mla_weights import MLAModelConfig, make_weights
+    from driverlevel.demo.reference import drafter_logits_reference, no_context_successor
+
+    rng = np.random.default_rng(vocab)
+    w = make_weights(MLAModelConfig(vocab_size=vocab, num_heads=9, num_classes=64, feature_dim=128, seed=3))
+    roots = rng.integers(0, vocab, batch)
+    x = drafter_logits_reference(w, no_context_successor(w), roots, depth, seed=0, step=1, noise_std=1.0,
+                                 logit_scale=4.0).astype(np.float32)
+    budget = 16
+    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=vocab, budget=budget, topk=topk)
+    rig.h["root_tokens"][:] = roots
+    rig.push_state()
+    rig.logits.copy_from_host(x)
+    for _ in range(2):
+        poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+        poison_topk(rig.plan, stream)
+        rig.plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+        for b in range(batch):
+            ids, lp, lse = ref.topk_logprobs(x[b], rig.plan.k)
+            assert_topk_matches(out, b, ids, lp, lse, f"demo rows, {topk}")
+        assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+        if topk == "threshold":
+            check_threshold_state(rig, x, "float32")
+
+
 def test_build_chain_and_star_extremes(device, stream):
     """A dominant token per depth gives a chain; flat rows give a star of siblings."""
     rng = np.random.default_rng(3)
