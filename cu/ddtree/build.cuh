@@ -137,6 +137,11 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
         for (int o = 16; o > 0; o >>= 1) fix += __shfl_xor_sync(FULL, fix, o);
         t = static_cast<double>(fix) * 0x1p-38 + ts.x * exp(static_cast<double>(t_thr) - static_cast<double>(m));
       }
+      // The maximum's own term is exactly 1 relative to m, so t >= 1 and lse >= m (every
+      // log-prob <= 0, as the parallel search needs). Formed relative to T in fp32, exp(m - T)
+      // can come out ~1e-6 short when the maximum dominates its row (the demo drafter's rows:
+      // lse rounded one ulp below m, a positive log-prob, children ranked before parents).
+      t = fmax(t, 1.0);
     } else {
       const float* pm = p.chunk_max + row_id * S;
       const double* ps = p.chunk_sum + row_id * S;

@@ -311,13 +311,19 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     s.x_hi = hi;
     s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
     s.bstar = SEARCH_BINS - 1;
-    s.fail = 0;
+    // Keys are monotone (the precondition above) only where no log-prob is positive; the rows
+    // are sorted, so their first entries decide. A positive one (a log-sum-exp that rounded
+    // below its row maximum) sends the request to the exact heap instead.
+    int pos = 0;
+    for (int d = 0; d < D; ++d) pos |= lp[d * ks] > 0.f;
+    s.fail = pos;
     s.cn = 0;
     s.seg_lo = 0;
     s.seg_hi = 0;
   }
   for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
   __syncthreads();
+  if (s.fail) return -1;  // (uniform)
   const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
   for (int d = 1; d <= D; ++d) {
     int seg_lo = s.seg_lo, cn = s.cn, bstar = s.bstar;
