@@ -124,7 +124,10 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "sm120": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
          # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
          # all-reduce tile)
-         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")}
+         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+         # P V over row pairs (issue 10): the native reduce-scatter tile and the sm_120 one
+         "native_pv32": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
+         "sm120pv32": replace(SM120, exchange="reduce_scatter", pv_rows=32)}
 assert all(c in TILES.values() or c == tile_config("sm_90") for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 
 
