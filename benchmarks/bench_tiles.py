@@ -124,7 +124,7 @@ def main(argv=None):
             c = plan.config
             results.append(dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, tile_name=name,
                                 tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg,
-                                          exchange=c.exchange),
+                                          exchange=c.exchange, pv_rows=c.pv_rows),
                                 median_ms=ms, tflops=flop / (ms / 1e3) / 1e12, rel_diff_vs_first=diff))
             row.append(f"{ms:8.3f}/{flop / (ms / 1e3) / 1e12:6.1f}")
             del plan

@@ -35,13 +35,18 @@ def main(argv=None):
     from bench_attention import make_data
     from dataclasses import replace
 
-    from driverlevel.verify_attention import VerifyAttention, tile_config
+    from driverlevel.verify_attention import VerifyAttention, tile_config, tile_configs
 
     dev = dl.Device(0)
     stream = dev.create_stream()
     tile = tile_config("sm_120") if args.tile.startswith("sm_120") else None
-    if args.tile.endswith("_pv32"):
-        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), pv_rows=32)
+    if args.tile == "sm_120_pv32":
+        tile = replace(tile, pv_rows=32)
+    elif args.tile == "native_pv32":  # the GPU's own row-pair tile (the 64-row reduce-scatter one)
+        pv = [c for c in tile_configs(dev.arch) if c.pv_rows == 32]
+        if not pv:
+            raise SystemExit(f"profile_tile.py: no row-pair (pv_rows=32) tile fits {dev.arch}")
+        tile = pv[0]
     plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
     d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
     torch.cuda.synchronize()

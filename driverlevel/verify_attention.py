@@ -638,5 +638,6 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''} smem={c.shared_bytes} B "
+                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''}{' pv32' if c.pv_rows == 32 else ''} "
+                f"smem={c.shared_bytes} B "
                 f"workspace={self.workspace_bytes} B>")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
+from driverlevel._compile import shared_limit
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
@@ -112,6 +113,8 @@ def check(out, lse, ref_out, ref_lse, tol=5e-3):
 
 
 def make_plan(dev, prob, num_splits, bs=None, tile=None):
+    if tile is not None and tile.shared_bytes > shared_limit(dev.arch):
+        pytest.skip(f"tile {tile.label} ({tile.shared_bytes} B) does not fit {dev.arch}'s shared memory per block")
     return VerifyAttention(dev, prob.heads, max_batch=bs or prob.meta.batch_size, max_q=prob.max_q,
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
