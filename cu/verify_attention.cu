@@ -63,8 +63,16 @@
 //   shared memory first (lane-parallel), then each warp streams its 128 columns of every
 //   piece with four loads in flight. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
+// PV rows (DL_PV_ROWS, reduce-scatter only): 16 (default) -- each warp accumulates P V for its
+//   own 16 rows and 512/C value columns; 32 -- the 2C warps of two row groups (a pair) share
+//   their 32 rows: each accumulates P V for all 32 rows and 512/(2C) columns (the same number of
+//   accumulators), so every V fragment read from shared memory feeds two m16 tiles instead of
+//   one (half the V bytes per mma). The pair's warps then sync the row maxima and P with a
+//   named barrier over the pair, track the partner group's running max (identical bits: fmaxf of
+//   the same buffer), and read its final row sums from a per-row buffer (+ M*4 B) at the end.
+//
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_OVH_TILES.
+// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -87,6 +95,9 @@
 #endif
 #ifndef DL_EXCHANGE
 #define DL_EXCHANGE 0
+#endif
+#ifndef DL_PV_ROWS
+#define DL_PV_ROWS 16
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
@@ -219,7 +230,6 @@ constexpr int V_CHUNKS = kV * kKvElem / 16;    // 64 16-byte chunks of V per row
 constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contraction per warp
 constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
-constexpr int NT_O = VCOLS / 8;                // 8-wide n-tiles of O per warp
 constexpr int XWORDS = NT_S * 4 * 32;          // one warp's S fragment, in floats
 constexpr int Q_BYTES = QREG ? 0 : M * ROW_BYTES;
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
@@ -233,7 +243,13 @@ constexpr int OWN_NT = RS ? NT_S / C : NT_S;   // n-tiles of S this warp finishe
 constexpr int P_ROW = N * 2 + 16;              // bytes per row of the P buffer
 constexpr int P_BYTES = RS ? M * P_ROW : 0;
 constexpr int MX_BYTES = RS ? M * C * 4 : 0;
-constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES;
+// PV over row pairs (DL_PV_ROWS 32): MT m16 tiles per warp, PV_COLS value columns each.
+constexpr bool PV2 = DL_PV_ROWS == 32;
+constexpr int MT = PV2 ? 2 : 1;
+constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
+constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
+constexpr int L_BYTES = PV2 ? M * 4 : 0;       // final row sums, read across the pair
+constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + L_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -241,6 +257,9 @@ static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
 static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps and 512 columns evenly");
 static_assert(THREADS % M == 0 && THREADS % N == 0, "row loaders assume whole threads per row");
 static_assert(ROW_GROUPS <= 15, "one named barrier per row group");
+static_assert(DL_PV_ROWS == 16 || DL_PV_ROWS == 32, "DL_PV_ROWS: 16 or 32");
+static_assert(!PV2 || (RS && ROW_GROUPS % 2 == 0 && PV_COLS % 16 == 0), "32 PV rows need the reduce-scatter exchange and whole row pairs");
+static_assert(1 + ROW_GROUPS + (PV2 ? ROW_GROUPS / 2 : 0) <= 16, "named barriers: 0, one per row group, one per pair");
 static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange needs C > 1 and whole n-tiles per warp");
 static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
@@ -520,6 +539,13 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   // RS: this row group's P buffer (16 rows x N keys, bf16) and its C x 16 row maxima / row sums.
   unsigned char* pbuf = smem + Q_BYTES + K_BYTES + X_BYTES + (warp / C) * 16 * P_ROW;
   float* mxbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + X_BYTES + P_BYTES) + (warp / C) * C * 16;
+  // PV over the row pair (PV2): its first row group, this warp's block of PV_COLS columns among
+  // the pair's 2C warps, the pair's named barrier, the partner group's row maxima, the row sums.
+  const int pv_rg0 = PV2 ? (rg & ~1) : rg;
+  const int pv_k = PV2 ? (rg & 1) * C + cpart : cpart;
+  const int pair_bar = 1 + ROW_GROUPS + rg / 2;
+  const float* mxpartner = mxbuf + ((rg ^ 1) - rg) * C * 16;
+  float* lbuf = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES);
 
   if constexpr (!QREG) {  // Q tile: rows row0 .. row0+M-1 of this request (zero past the last row)
     const int rr = tid / (THREADS / M);
@@ -581,10 +607,13 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     }
   }
 
-  float o[NT_O][4];
+  float o[MT][NT_OP][4];  // m16 tile mt: rows of row group pv_rg0 + mt
 #pragma unroll
-  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NT_OP; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
   float mA = DL_NEG_INF, mB = DL_NEG_INF, lA = 0.f, lB = 0.f;
+  float mpA = DL_NEG_INF, mpB = DL_NEG_INF;  // PV2: the partner group's running maxima (its rows A, B)
 
   for (int t = t_begin; t < t_end; ++t) {
     const int it = t - t_begin;
@@ -704,12 +733,28 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         mxbuf[cpart * 16 + (lane >> 2)] = mxA;
         mxbuf[cpart * 16 + (lane >> 2) + 8] = mxB;
       }
-      dl::named_barrier(1 + rg, C * 32);
+      if constexpr (PV2) dl::named_barrier(pair_bar, 2 * C * 32);  // the partner's maxima too
+      else dl::named_barrier(1 + rg, C * 32);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         mxA = fmaxf(mxA, mxbuf[c * 16 + (lane >> 2)]);
         mxB = fmaxf(mxB, mxbuf[c * 16 + (lane >> 2) + 8]);
       }
+    }
+    // PV2: the partner group's new maxima and rescale factors, as its own warps compute them
+    // (fmaxf over the same values: the same bits)
+    float palphaA = 1.f, palphaB = 1.f;
+    if constexpr (PV2) {
+      float pxA = mpA, pxB = mpB;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        pxA = fmaxf(pxA, mxpartner[c * 16 + (lane >> 2)]);
+        pxB = fmaxf(pxB, mxpartner[c * 16 + (lane >> 2) + 8]);
+      }
+      palphaA = exp2f(mpA - (pxA == DL_NEG_INF ? 0.f : pxA));
+      palphaB = exp2f(mpB - (pxB == DL_NEG_INF ? 0.f : pxB));
+      mpA = pxA;
+      mpB = pxB;
     }
     const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
     const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
@@ -718,7 +763,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     mB = mxB;
     lA *= alphaA;
     lB *= alphaB;
-    u32 pa[N / 16][4];
+    u32 pa[MT][N / 16][4];  // P as m16n8k16 A fragments, per m16 tile of this warp's PV rows
 #pragma unroll
     for (int n = 0; n < OWN_NT; ++n) {
       const float p0 = exp2f(s[n][0] - baseA), p1 = exp2f(s[n][1] - baseA);
@@ -730,35 +775,49 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         *reinterpret_cast<u32*>(pr) = dl::pack_bf16x2(p0, p1);
         *reinterpret_cast<u32*>(pr + 8 * P_ROW) = dl::pack_bf16x2(p2, p3);
       } else {
-        pa[n / 2][(n & 1) * 2 + 0] = dl::pack_bf16x2(p0, p1);
-        pa[n / 2][(n & 1) * 2 + 1] = dl::pack_bf16x2(p2, p3);
+        pa[0][n / 2][(n & 1) * 2 + 0] = dl::pack_bf16x2(p0, p1);
+        pa[0][n / 2][(n & 1) * 2 + 1] = dl::pack_bf16x2(p2, p3);
       }
     }
 #pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      o[n][0] *= alphaA;
-      o[n][1] *= alphaA;
-      o[n][2] *= alphaB;
-      o[n][3] *= alphaB;
-    }
-
-    if constexpr (RS) {  // the whole 16 x N P of the row group (m16n8k16 A fragments, as for Q)
-      dl::named_barrier(1 + rg, C * 32);
-      const u32 pb = dl::smem_u32(pbuf) + (lane & 15) * P_ROW + (lane >> 4) * 16;
+    for (int mt = 0; mt < MT; ++mt) {
+      const bool own = !PV2 || mt == (rg & 1);
+      const float aA = own ? alphaA : palphaA, aB = own ? alphaB : palphaB;
 #pragma unroll
-      for (int j = 0; j < N / 16; ++j) dl::ldmatrix_x4(pa[j], pb + j * 32);
+      for (int n = 0; n < NT_OP; ++n) {
+        o[mt][n][0] *= aA;
+        o[mt][n][1] *= aA;
+        o[mt][n][2] *= aB;
+        o[mt][n][3] *= aB;
+      }
     }
 
-    // O += P V over this warp's value columns (V = first 512 columns of the K tile)
+    if constexpr (RS) {  // the whole 16 x N P of each PV row group (m16n8k16 A fragments, as for Q)
+      if constexpr (PV2) dl::named_barrier(pair_bar, 2 * C * 32);
+      else dl::named_barrier(1 + rg, C * 32);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const u32 pb = dl::smem_u32(PV2 ? smem + Q_BYTES + K_BYTES + X_BYTES + (pv_rg0 + mt) * 16 * P_ROW : pbuf) +
+                       (lane & 15) * P_ROW + (lane >> 4) * 16;
+#pragma unroll
+        for (int j = 0; j < N / 16; ++j) dl::ldmatrix_x4(pa[mt][j], pb + j * 32);
+      }
+    }
+
+    // O += P V over this warp's value columns (V = first 512 columns of the K tile); with PV2
+    // each V fragment feeds both m16 tiles
 #pragma unroll
     for (int j = 0; j < N / 16; ++j)
 #pragma unroll
-      for (int np = 0; np < NT_O / 2; ++np) {
+      for (int np = 0; np < NT_OP / 2; ++np) {
         u32 v[4];
         dl::ldmatrix_x4_trans(v, kt + (j * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
-                                     (cpart * VCOLS + np * 16 + (lane >> 4) * 8) * kKvElem);
-        dl::mma_bf16_16816(o[2 * np], pa[j], v[0], v[1]);
-        dl::mma_bf16_16816(o[2 * np + 1], pa[j], v[2], v[3]);
+                                     (pv_k * PV_COLS + np * 16 + (lane >> 4) * 8) * kKvElem);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          dl::mma_bf16_16816(o[mt][2 * np], pa[mt][j], v[0], v[1]);
+          dl::mma_bf16_16816(o[mt][2 * np + 1], pa[mt][j], v[2], v[3]);
+        }
       }
   }
   dl::cp_async_wait<0>();
@@ -782,30 +841,57 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       lB += mxbuf[c * 16 + (lane >> 2) + 8];
     }
   }
+  // PV2: the pair's warps hold O for both row groups: every row's final sum through lbuf
+  if constexpr (PV2) {
+    if (cpart == 0 && (lane & 3) == 0) {
+      lbuf[tA] = lA;
+      lbuf[tB] = lB;
+    }
+    dl::named_barrier(pair_bar, 2 * C * 32);
+  }
   // l == 0: no visible key (zeros, LSE -inf). A NaN l (a visible key with NaN scores) stays NaN in
-  // both, so the combine cannot mistake such a piece for an empty one.
-  const float invA = lA == 0.f ? 0.f : 1.f / lA, invB = lB == 0.f ? 0.f : 1.f / lB;
+  // both, so the combine cannot mistake such a piece for an empty one. The output rows are this
+  // warp's PV rows (m16 tile mt: tAm and tAm + 8); the LSE rows its own (QK) rows tA, tB.
+  float invA[MT], invB[MT];
+  bool vA[MT], vB[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int tAm = PV2 ? (pv_rg0 + mt) * 16 + (lane >> 2) : tA;
+    const float lAm = PV2 ? lbuf[tAm] : lA, lBm = PV2 ? lbuf[tAm + 8] : lB;
+    invA[mt] = lAm == 0.f ? 0.f : 1.f / lAm;
+    invB[mt] = lBm == 0.f ? 0.f : 1.f / lBm;
+    vA[mt] = PV2 ? row0 + tAm < rows : validA;
+    vB[mt] = PV2 ? row0 + tAm + 8 < rows : validB;
+  }
   const float lse2A = lA == 0.f ? DL_NEG_INF : mA + log2f(lA);
   const float lse2B = lB == 0.f ? DL_NEG_INF : mB + log2f(lB);
-  const int col0 = cpart * VCOLS + 2 * (lane & 3);
+  const int col0 = pv_k * PV_COLS + 2 * (lane & 3);
   if (complete) {  // all of the pair's keys: final bf16 output and natural-log LSE
-    const i64 growA = rq.q_start * H + rA, growB = rq.q_start * H + rB;
 #pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      if (validA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[n][0] * invA, o[n][1] * invA);
-      if (validB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[n][2] * invB, o[n][3] * invB);
+    for (int mt = 0; mt < MT; ++mt) {
+      const int rAm = PV2 ? row0 + (pv_rg0 + mt) * 16 + (lane >> 2) : rA, rBm = PV2 ? rAm + 8 : rB;
+      const i64 growA = rq.q_start * H + rAm, growB = rq.q_start * H + rBm;
+#pragma unroll
+      for (int n = 0; n < NT_OP; ++n) {
+        if (vA[mt]) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA[mt], o[mt][n][1] * invA[mt]);
+        if (vB[mt]) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB[mt], o[mt][n][3] * invB[mt]);
+      }
     }
     if (p.lse != nullptr && cpart == 0 && (lane & 3) == 0) {
-      if (validA) p.lse[growA] = lse2A * kLn2;
-      if (validB) p.lse[growB] = lse2B * kLn2;
+      if (validA) p.lse[rq.q_start * H + rA] = lse2A * kLn2;
+      if (validB) p.lse[rq.q_start * H + rB] = lse2B * kLn2;
     }
   } else {  // one piece of a split pair: fp32 partial (normalised by its own sum) + base-2 LSE
-    float* dA = p.o_part + ((i64)slot * M + tA) * kV + col0;
-    float* dB = p.o_part + ((i64)slot * M + tB) * kV + col0;
 #pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      if (validA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[n][0] * invA, o[n][1] * invA);
-      if (validB) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[n][2] * invB, o[n][3] * invB);
+    for (int mt = 0; mt < MT; ++mt) {
+      const int tAm = PV2 ? (pv_rg0 + mt) * 16 + (lane >> 2) : tA, tBm = PV2 ? tAm + 8 : tB;
+      float* dA = p.o_part + ((i64)slot * M + tAm) * kV + col0;
+      float* dB = p.o_part + ((i64)slot * M + tBm) * kV + col0;
+#pragma unroll
+      for (int n = 0; n < NT_OP; ++n) {
+        if (vA[mt]) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA[mt], o[mt][n][1] * invA[mt]);
+        if (vB[mt]) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[mt][n][2] * invB[mt], o[mt][n][3] * invB[mt]);
+      }
     }
     if (cpart == 0 && (lane & 3) == 0) {
       if (validA) p.lse_part[(i64)slot * M + tA] = lse2A;

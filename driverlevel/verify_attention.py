@@ -120,6 +120,11 @@ class TileConfig:
         ``keys/csplit`` keys; the warps exchange per-row maxima, hand P over in shared memory and
         add their row sums once per segment). ``reduce_scatter`` needs ``csplit > 1`` and
         ``keys/8`` divisible by ``csplit``.
+    pv_rows : int
+        Rows of each warp's P·V accumulator: 16 (its own row group, ``512/csplit`` value
+        columns) or 32 (``reduce_scatter`` only, ``rows/16`` even: the ``2*csplit`` warps of two
+        row groups each take all 32 rows and ``512/(2*csplit)`` columns, so every V fragment
+        read from shared memory feeds two m16 tiles; + ``rows * 4`` B of shared memory).
     """
 
     rows: int
@@ -128,6 +133,7 @@ class TileConfig:
     stages: int
     qreg: bool = False
     exchange: str = "allreduce"
+    pv_rows: int = 16
 
     def __post_init__(self):
         if self.exchange not in _EXCHANGES:
@@ -135,12 +141,18 @@ class TileConfig:
         if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
             raise ValueError(f"exchange='reduce_scatter' needs csplit > 1 and keys/8 divisible by csplit "
                              f"(csplit={self.csplit}, keys={self.keys})")
+        if self.pv_rows not in (16, 32):
+            raise ValueError(f"pv_rows must be 16 or 32, got {self.pv_rows!r}")
+        if self.pv_rows == 32 and (self.exchange != "reduce_scatter" or (self.rows // 16) % 2):
+            raise ValueError(f"pv_rows=32 needs exchange='reduce_scatter' and an even number of 16-row groups "
+                             f"(rows={self.rows}, exchange={self.exchange!r})")
 
     @property
     def label(self) -> str:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
-                + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else ""))
+                + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else "")
+                + (" pv32" if self.pv_rows == 32 else ""))
 
     @property
     def threads(self) -> int:
@@ -151,18 +163,19 @@ class TileConfig:
     def shared_bytes(self) -> int:
         """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer,
         + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
-        of row maxima / row sums)."""
+        of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
-        return q + self.stages * self.keys * _ROW_BYTES + x + rs
+        pv = self.rows * 4 if self.pv_rows == 32 else 0
+        return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv
 
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
-        ``DL_OVH_TILES``)."""
+        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
-                "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange],
+                "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
@@ -175,10 +188,15 @@ _CONFIGS = (
     # 147,328 B: sm_90, sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+    # 171,776 B: P V over row pairs (each V fragment feeds two m16 tiles); selectable with tile=,
+    # not measured yet (issue 10)
+    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
     # 94,208 B: sm_86, sm_89, sm_120, sm_121 (the reduce-scatter S exchange, 1.08-1.23x the all-reduce)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
+    # 94,336 B: the sm_120 tile with P V over its row pair; selectable with tile=, not measured yet
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),
 )
 
 
@@ -620,5 +638,6 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''} smem={c.shared_bytes} B "
+                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''}{' pv32' if c.pv_rows == 32 else ''} "
+                f"smem={c.shared_bytes} B "
                 f"workspace={self.workspace_bytes} B>")

@@ -63,9 +63,11 @@ def test_tile_shared_memory_formula_and_choice():
         x = warps * (cfg.keys // 8) * 128 * 4
         q = 0 if cfg.qreg else cfg.rows * 1168
         rs = cfg.rows * (2 * cfg.keys + 16) + cfg.rows * cfg.csplit * 4 if cfg.exchange == "reduce_scatter" else 0
-        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs
+        pv = cfg.rows * 4 if cfg.pv_rows == 32 else 0  # the final row sums, read across a row pair
+        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs + pv
         assert cfg.threads == warps * 32
         assert cfg.defines()["DL_EXCHANGE"] == (cfg.exchange == "reduce_scatter")
+        assert cfg.defines()["DL_PV_ROWS"] == cfg.pv_rows
     # sm_120: Q in registers, so two 32-key stages fit 99 KB; the reduce-scatter exchange adds a
     # P buffer (32 x 80 B) and row maxima (32 x 4 floats)
     ar120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
@@ -73,7 +75,18 @@ def test_tile_shared_memory_formula_and_choice():
     assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
     assert tile_config("sm_120").shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
     assert tile_config("sm_120", 9 * 16) == tile_config("sm_120")
-    assert tile_configs("sm_120") == [tile_config("sm_120"), ar120]  # the old one: compiled by CI, selectable with tile=
+    # P V over row pairs: compiled and selectable, never the default (not measured yet)
+    assert all(c.pv_rows == 16 for a in ("sm_80", "sm_86", "sm_90", "sm_100", "sm_120") for c in
+               [tile_config(a)] + [tile_config(a, r) for r in (16, 144, 256, 1024)])
+    pv120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32)
+    assert pv120 in tile_configs("sm_120") and pv120.shared_bytes == 94_208 + 32 * 4
+    with pytest.raises(ValueError, match="pv_rows=32 needs"):
+        TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
+    with pytest.raises(ValueError, match="pv_rows=32 needs"):
+        TileConfig(rows=64, csplit=2, keys=32, stages=2, pv_rows=32)
+    with pytest.raises(ValueError, match="pv_rows must be"):
+        TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=64)
+    assert tile_configs("sm_120") == [tile_config("sm_120"), ar120, pv120]  # compiled by CI, selectable with tile=
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
     for arch in ("sm_90", "sm_100"):
         # the reduce-scatter 64-row tile, but at 144 rows (9 heads x 16 tokens) the 48-row
@@ -82,7 +95,9 @@ def test_tile_shared_memory_formula_and_choice():
         assert tile_config(arch) == tile_config(arch, 9 * 256) == native_rs
         assert tile_config(arch, 9 * 16) == rs48 and rs48.shared_bytes == 147_328
         assert tile_configs(arch) == [native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
-                                      TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48]
+                                      TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48,
+                                      TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter",
+                                                 pv_rows=32)]
     # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
     assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64
     assert tile_config("sm_80", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
+from driverlevel._compile import shared_limit
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
@@ -112,6 +113,8 @@ def check(out, lse, ref_out, ref_lse, tol=5e-3):
 
 
 def make_plan(dev, prob, num_splits, bs=None, tile=None):
+    if tile is not None and tile.shared_bytes > shared_limit(dev.arch):
+        pytest.skip(f"tile {tile.label} ({tile.shared_bytes} B) does not fit {dev.arch}'s shared memory per block")
     return VerifyAttention(dev, prob.heads, max_batch=bs or prob.meta.batch_size, max_q=prob.max_q,
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
@@ -124,7 +127,10 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "sm120": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
          # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
          # all-reduce tile)
-         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")}
+         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+         # P V over row pairs (issue 10): the native reduce-scatter tile and the sm_120 one
+         "native_pv32": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
+         "sm120pv32": replace(SM120, exchange="reduce_scatter", pv_rows=32)}
 assert all(c in TILES.values() or c == tile_config("sm_90") for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 
 
