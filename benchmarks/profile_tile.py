@@ -6,9 +6,10 @@ The second ``verify_attn_partial`` launch is the one to read::
         python benchmarks/profile_tile.py --tile sm_120
 
 Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [--tokens T]
-                                         [--tile native|sm_120|native_pv32|sm_120_pv32]
+                                         [--tile native|sm_120|native_pv16|sm_120_pv16]
 
-``native_pv32`` / ``sm_120_pv32``: the same tile with P V over row pairs (``pv_rows=32``).
+``native`` / ``sm_120``: the default tiles (P V over row pairs, ``pv_rows=32``, where the tile
+has them); ``native_pv16`` / ``sm_120_pv16``: the same tiles with 16 P V rows per warp.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tile", choices=["native", "sm_120", "native_pv32", "sm_120_pv32"], default="native")
+    ap.add_argument("--tile", choices=["native", "sm_120", "native_pv16", "sm_120_pv16"], default="native")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
@@ -35,18 +36,13 @@ def main(argv=None):
     from bench_attention import make_data
     from dataclasses import replace
 
-    from driverlevel.verify_attention import VerifyAttention, tile_config, tile_configs
+    from driverlevel.verify_attention import VerifyAttention, tile_config
 
     dev = dl.Device(0)
     stream = dev.create_stream()
     tile = tile_config("sm_120") if args.tile.startswith("sm_120") else None
-    if args.tile == "sm_120_pv32":
-        tile = replace(tile, pv_rows=32)
-    elif args.tile == "native_pv32":  # the GPU's own row-pair tile (the 64-row reduce-scatter one)
-        pv = [c for c in tile_configs(dev.arch) if c.pv_rows == 32]
-        if not pv:
-            raise SystemExit(f"profile_tile.py: no row-pair (pv_rows=32) tile fits {dev.arch}")
-        tile = pv[0]
+    if args.tile.endswith("_pv16"):  # the same tile with 16 P V rows per warp
+        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), pv_rows=16)
     plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
     d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
     torch.cuda.synchronize()

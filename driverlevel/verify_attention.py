@@ -180,23 +180,22 @@ class TileConfig:
 
 
 _CONFIGS = (
-    # 171,520 B: sm_90, sm_100, sm_103 (the reduce-scatter S exchange: 1.03-1.07x the all-reduce
-    # tiles below on the H200, BENCHMARKS.md 2026-12-01)
-    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+    # 171,776 B: sm_90, sm_100, sm_103: the reduce-scatter S exchange (1.03-1.07x the all-reduce
+    # tiles below on the H200) with P V over row pairs (each V fragment feeds two m16 tiles;
+    # 1.02-1.05x the same tile without, BENCHMARKS.md 2026-12-01 sixth session)
+    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
+    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),  # 171,520 B: the same, 16 PV rows
     TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
     # 147,328 B: sm_90, sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
-    # 171,776 B: P V over row pairs (each V fragment feeds two m16 tiles); selectable with tile=,
-    # not measured yet (issue 10)
-    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    # 94,208 B: sm_86, sm_89, sm_120, sm_121 (the reduce-scatter S exchange, 1.08-1.23x the all-reduce)
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
-    # 94,336 B: the sm_120 tile with P V over its row pair; selectable with tile=, not measured yet
+    # 94,336 B: sm_86, sm_89, sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the
+    # all-reduce) with P V over the row pair (1.01-1.03x without, on the H200)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),  # 94,208 B: 16 PV rows
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
 )
 
 

@@ -72,32 +72,32 @@ def test_tile_shared_memory_formula_and_choice():
     # P buffer (32 x 80 B) and row maxima (32 x 4 floats)
     ar120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
     assert ar120.shared_bytes == 2 * 32 * 1168 + 8 * 4 * 128 * 4 == 91_136
-    assert tile_config("sm_120") == TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
-    assert tile_config("sm_120").shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
-    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120")
-    # P V over row pairs: compiled and selectable, never the default (not measured yet)
-    assert all(c.pv_rows == 16 for a in ("sm_80", "sm_86", "sm_90", "sm_100", "sm_120") for c in
-               [tile_config(a)] + [tile_config(a, r) for r in (16, 144, 256, 1024)])
+    rs120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter")
+    assert rs120.shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
+    # the default: P V over the row pair (+ 32 row sums)
     pv120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32)
-    assert pv120 in tile_configs("sm_120") and pv120.shared_bytes == 94_208 + 32 * 4
+    assert tile_config("sm_120") == pv120 and pv120.shared_bytes == 94_208 + 32 * 4 == 94_336
+    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120") == tile_config("sm_86") == tile_config("sm_89")
+    # sm_80: row pairs need the reduce-scatter exchange, which does not fit its 64-row tile
+    assert all(c.pv_rows == 16 for c in [tile_config("sm_80")] + [tile_config("sm_80", r) for r in (16, 144, 256, 1024)])
     with pytest.raises(ValueError, match="pv_rows=32 needs"):
         TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
     with pytest.raises(ValueError, match="pv_rows=32 needs"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, pv_rows=32)
     with pytest.raises(ValueError, match="pv_rows must be"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=64)
-    assert tile_configs("sm_120") == [tile_config("sm_120"), ar120, pv120]  # compiled by CI, selectable with tile=
+    assert tile_configs("sm_120") == [pv120, rs120, ar120]  # compiled by CI, selectable with tile=
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
+    native_pv = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
     for arch in ("sm_90", "sm_100"):
-        # the reduce-scatter 64-row tile, but at 144 rows (9 heads x 16 tokens) the 48-row
-        # reduce-scatter tile (3 tiles of 48, not of 64: 4% faster there in bench_tiles)
+        # the reduce-scatter 64-row tile with P V over row pairs, but at 144 rows (9 heads x 16
+        # tokens) the 48-row reduce-scatter tile (3 tiles of 48, not of 64: 4% faster there in
+        # bench_tiles; 3 row groups make no pairs)
         rs48 = TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
-        assert tile_config(arch) == tile_config(arch, 9 * 256) == native_rs
+        assert tile_config(arch) == tile_config(arch, 9 * 256) == native_pv and native_pv.shared_bytes == 171_776
         assert tile_config(arch, 9 * 16) == rs48 and rs48.shared_bytes == 147_328
-        assert tile_configs(arch) == [native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
-                                      TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48,
-                                      TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter",
-                                                 pv_rows=32)]
+        assert tile_configs(arch) == [native_pv, native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
+                                      TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48]
     # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
     assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64
     assert tile_config("sm_80", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64

@@ -23,7 +23,7 @@ from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, P
 # the main loop's variants that these tests also run (segments of several pairs per part, short
 # segments, masked NaN keys): the default tile, the sm_120 tile with both S exchanges, the native
 # tile with the reduce-scatter one
-LOOP_TILES = ["native", "native_ar", "sm120", "sm120rs"]  # native: the reduce-scatter 64-row tile on sm_90
+LOOP_TILES = ["native", "native_ar", "sm120", "sm120rs"]  # native: sm_90's 64-row reduce-scatter tile, P V over row pairs
 
 pytestmark = [
     pytest.mark.gpu,
