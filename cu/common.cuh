@@ -55,6 +55,38 @@ DL_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); 
 template <int N>
 DL_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Bulk copies and mbarriers (sm_90+; PTX ISA 8.0: cp.async.bulk, mbarrier.expect_tx). One
+// thread copies a whole contiguous block global -> shared without registers or the LSU's 16-byte
+// requests; its completion is counted in bytes by an mbarrier in shared memory, on which the
+// consumers wait (acquire: the data is then visible to the waiting thread).
+//   mbar_init(bar, n)            a phase completes after n arrivals and every expected byte
+//   mbar_arrive_expect_tx(b, x)  one arrival, and x more bytes to expect in the current phase
+//   mbar_arrive(bar)             one arrival, no bytes
+//   bulk_copy_g2s(dst, src, x, bar)  x bytes (multiple of 16; both addresses 16-byte aligned)
+//   mbar_wait(bar, parity)       until the phase with that parity has completed
+//   fence_proxy_async()          orders this thread's generic-proxy shared-memory accesses
+//                                before later async-proxy ones (a bulk copy into memory it wrote)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+DL_DEVICE void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+DL_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+DL_DEVICE void mbar_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+DL_DEVICE void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+DL_DEVICE void mbar_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+DL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#endif
+
 DL_DEVICE void ldmatrix_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));

@@ -71,8 +71,16 @@
 //   named barrier over the pair, track the partner group's running max (identical bits: fmaxf of
 //   the same buffer), and read its final row sums from a per-row buffer (+ M*4 B) at the end.
 //
+// K tile loads (DL_BULK): 0 -- every thread copies part of a key row with 16-byte cp.async
+//   (THREADS/N threads per row), tile t waited for with cp.async.wait_group + __syncthreads;
+//   1 (sm_90+; cp.async below) -- one thread per key row copies its 1,152 B with one
+//   cp.async.bulk, completing one mbarrier per stage (N arrivals + the bytes); every thread waits
+//   on the stage's phase before the tile's __syncthreads. Rows past the last key or at a bad slot
+//   id are zeroed by that thread (then fence.proxy.async, as the non-finite scrub of V does, so a
+//   later bulk copy into the stage is ordered after those generic writes).
+//
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_OVH_TILES.
+// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -98,6 +106,9 @@
 #endif
 #ifndef DL_PV_ROWS
 #define DL_PV_ROWS 16
+#endif
+#ifndef DL_BULK
+#define DL_BULK 0
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
@@ -249,7 +260,17 @@ constexpr int MT = PV2 ? 2 : 1;
 constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
 constexpr int L_BYTES = PV2 ? M * 4 : 0;       // final row sums, read across the pair
-constexpr int SMEM_BYTES = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + L_BYTES;
+// K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
+// row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
+// whatever the architecture, so the size the host computes does not depend on it).
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool BULK = true;
+#else
+constexpr bool BULK = false;
+#endif
+constexpr int BAR_BYTES = DL_BULK ? STAGES * 8 : 0;
+constexpr int BAR_OFFSET = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + L_BYTES;
+constexpr int SMEM_BYTES = BAR_OFFSET + BAR_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -523,9 +544,11 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
 // ---------------------------------------------------------------------------------------------
 namespace va {
 // Attention of rows r*M .. r*M+M-1 of request rq over its key tiles [t_begin, t_end). Writes the
-// final output if `complete`, else partial slot `slot`.
+// final output if `complete`, else partial slot `slot`. `loaded`: K tiles this CTA has loaded
+// before the segment (BULK: tile g goes to stage g % STAGES, the (g / STAGES)-th phase of its
+// mbarrier); advanced by the segment's tiles.
 DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, int b, const VaRequest& rq, int r,
-                              int t_begin, int t_end, bool complete, int slot) {
+                              int t_begin, int t_end, bool complete, int slot, u32& loaded) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = warp / C, cpart = warp % C;
   const int H = p.num_heads;
@@ -556,8 +579,14 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   // id of the next tile to load is fetched one tile ahead (fetch_slot), so its latency is hidden
   // behind a tile of math instead of stalling the cp.async issue.
   const int krow = tid / (THREADS / N);
+  const bool leader = BULK && tid % (THREADS / N) == 0;  // BULK: the one thread that copies row krow
+  const u32 bars = q_smem + BAR_OFFSET;
+  const u32 g0 = loaded;
   auto fetch_slot = [&](int t) -> i64 {  // -1 past the last key (load_k checks the key again)
     const i64 key = (i64)t * N + krow;
+    if constexpr (BULK) {
+      if (!leader) return -1;  // (not used)
+    }
     if (key >= total) return -1;
     return key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
                         : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
@@ -575,11 +604,30 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         src = p.kv_cache + slot_id * kQK;
       }
     }
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (leader) {  // one arrival per key row and tile: the row's bytes, or zeros written here
+      const u32 bar = bars + stage * 8;
+      const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
+      if (valid) {
+        dl::mbar_arrive_expect_tx(bar, kQK * kKvElem);
+        dl::bulk_copy_g2s(dst, src, kQK * kKvElem, bar);
+      } else {
+        uint4* z = reinterpret_cast<uint4*>(smem + (dst - q_smem));
+#pragma unroll 8
+        for (int c = 0; c < CHUNKS; ++c) z[c] = make_uint4(0u, 0u, 0u, 0u);
+        dl::fence_proxy_async();  // before a later bulk copy into this row
+        dl::mbar_arrive(bar);
+      }
+    }
+#else
     load_row_part<N>(k_smem + stage * (N * ROW_BYTES), src, valid);
+#endif
   };
+  // the shared-memory stage of the segment's it-th tile
+  auto stage_of = [&](int it) -> int { return BULK ? static_cast<int>((g0 + it) % STAGES) : it % STAGES; };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (t_begin + s < t_end) load_k(t_begin + s, fetch_slot(t_begin + s), s);
+    if (t_begin + s < t_end) load_k(t_begin + s, fetch_slot(t_begin + s), stage_of(s));
     dl::cp_async_commit();
   }
   i64 next_slot = t_begin + STAGES - 1 < t_end ? fetch_slot(t_begin + STAGES - 1) : -1;
@@ -617,17 +665,20 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 
   for (int t = t_begin; t < t_end; ++t) {
     const int it = t - t_begin;
-    dl::cp_async_wait<STAGES - 2>();
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    dl::mbar_wait(bars + stage_of(it) * 8, ((g0 + it) / STAGES) & 1u);  // tile t's rows have landed
+#endif
+    dl::cp_async_wait<STAGES - 2>();  // (BULK: only the Q tile's copies are cp.async)
     __syncthreads();  // tile t is in shared memory; every warp is done with tile t-1
     {
       const int tn = t + STAGES - 1;
       if (tn < t_end) {
-        load_k(tn, next_slot, (it + STAGES - 1) % STAGES);
+        load_k(tn, next_slot, stage_of(it + STAGES - 1));
         if (tn + 1 < t_end) next_slot = fetch_slot(tn + 1);
       }
       dl::cp_async_commit();
     }
-    const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
+    const u32 kt = k_smem + stage_of(it) * (N * ROW_BYTES);
 
     // S (partial over this warp's slice of the 576-dim contraction)
     float s[NT_S][4];
@@ -693,7 +744,10 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     const bool need_mask = (i64)(t + 1) * N > kv_len;  // uniform across the CTA
     if (need_mask) {  // masked keys must have no influence, finite or not: zero non-finite V
       __syncthreads();  // every warp has read this tile's K for S
-      zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES));
+      zero_nonfinite_v(smem + Q_BYTES + stage_of(it) * (N * ROW_BYTES));
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      dl::fence_proxy_async();  // these generic writes before the bulk copy that refills the stage
+#endif
       __syncthreads();
     }
     // s[n] (n < OWN_NT) is n-tile n0 + n of the tile: all of them (all-reduce) or this warp's (RS)
@@ -821,6 +875,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       }
   }
   dl::cp_async_wait<0>();
+  if constexpr (BULK) loaded = g0 + static_cast<u32>(t_end - t_begin);
 
   lA += __shfl_xor_sync(0xffffffffu, lA, 1);
   lA += __shfl_xor_sync(0xffffffffu, lA, 2);
@@ -911,11 +966,17 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   const VaCut s = p.cuts[part];
   const VaCut e = p.cuts[part + 1];
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
+  u32 loaded = 0;  // K tiles loaded so far (BULK: which stage and mbarrier phase comes next)
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x < STAGES) dl::mbar_init(dl::smem_u32(smem) + BAR_OFFSET + threadIdx.x * 8, N);  // N rows per tile
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncthreads();
+#endif
   for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {
     const VaRequest rq = p.reqs[b];
     const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
     if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
-    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1));
+    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
     ++gp;
     ++r;
     t0 = 0;

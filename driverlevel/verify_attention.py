@@ -125,6 +125,11 @@ class TileConfig:
         columns) or 32 (``reduce_scatter`` only, ``rows/16`` even: the ``2*csplit`` warps of two
         row groups each take all 32 rows and ``512/(2*csplit)`` columns, so every V fragment
         read from shared memory feeds two m16 tiles; + ``rows * 4`` B of shared memory).
+    bulk : bool
+        K tiles by bulk copies where the architecture has them (sm_90 and later; ``cp.async``
+        below): one thread per key row copies its 1,152 B with one ``cp.async.bulk``, each stage's
+        completion counted by an mbarrier (+ ``8 * stages`` B of shared memory on every
+        architecture). PTX ISA 8.0, "cp.async.bulk" and "mbarrier".
     """
 
     rows: int
@@ -134,6 +139,7 @@ class TileConfig:
     qreg: bool = False
     exchange: str = "allreduce"
     pv_rows: int = 16
+    bulk: bool = False
 
     def __post_init__(self):
         if self.exchange not in _EXCHANGES:
@@ -152,7 +158,7 @@ class TileConfig:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
                 + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else "")
-                + (" pv32" if self.pv_rows == 32 else ""))
+                + (" pv32" if self.pv_rows == 32 else "") + (" bulk" if self.bulk else ""))
 
     @property
     def threads(self) -> int:
@@ -163,20 +169,22 @@ class TileConfig:
     def shared_bytes(self) -> int:
         """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer,
         + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
-        of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums)."""
+        of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums, + with ``bulk``
+        one 8-byte mbarrier per stage)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
         pv = self.rows * 4 if self.pv_rows == 32 else 0
-        return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv
+        bars = 8 * self.stages if self.bulk else 0
+        return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
-        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_OVH_TILES``)."""
+        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
-                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_BULK": int(self.bulk), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
@@ -185,15 +193,20 @@ _CONFIGS = (
     # 1.02-1.05x the same tile without, BENCHMARKS.md 2026-12-01 sixth session)
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),  # 171,520 B: the same, 16 PV rows
+    # 171,792 B: the same with K tiles by bulk copies: 0.92-0.97x (BENCHMARKS.md, sixth session),
+    # selectable with tile=
+    TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32, bulk=True),
     TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
     # 147,328 B: sm_90, sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    # 94,336 B: sm_86, sm_89, sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the
-    # all-reduce) with P V over the row pair (1.01-1.03x without, on the H200)
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),
+    # 94,352 B: sm_86, sm_89, sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the
+    # all-reduce) with P V over the row pair (1.01-1.03x without) and K tiles by bulk copies on
+    # sm_120 (cp.async on sm_86/sm_89; 0.97-1.11x cp.async, geomean 1.047), all on the H200
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32, bulk=True),
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),  # 94,336 B
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),  # 94,208 B: 16 PV rows
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
 )

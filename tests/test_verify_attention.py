@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from dataclasses import replace
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
@@ -64,7 +65,9 @@ def test_tile_shared_memory_formula_and_choice():
         q = 0 if cfg.qreg else cfg.rows * 1168
         rs = cfg.rows * (2 * cfg.keys + 16) + cfg.rows * cfg.csplit * 4 if cfg.exchange == "reduce_scatter" else 0
         pv = cfg.rows * 4 if cfg.pv_rows == 32 else 0  # the final row sums, read across a row pair
-        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs + pv
+        bars = 8 * cfg.stages if cfg.bulk else 0  # one mbarrier per K stage
+        assert cfg.shared_bytes == q + cfg.stages * cfg.keys * 1168 + x + rs + pv + bars
+        assert cfg.defines()["DL_BULK"] == int(cfg.bulk)
         assert cfg.threads == warps * 32
         assert cfg.defines()["DL_EXCHANGE"] == (cfg.exchange == "reduce_scatter")
         assert cfg.defines()["DL_PV_ROWS"] == cfg.pv_rows
@@ -76,8 +79,13 @@ def test_tile_shared_memory_formula_and_choice():
     assert rs120.shared_bytes == 91_136 + 32 * 80 + 32 * 4 * 4 == 94_208
     # the default: P V over the row pair (+ 32 row sums)
     pv120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32)
-    assert tile_config("sm_120") == pv120 and pv120.shared_bytes == 94_208 + 32 * 4 == 94_336
+    assert pv120.shared_bytes == 94_208 + 32 * 4 == 94_336
+    # ... and K tiles by bulk copies (+ two mbarriers; cp.async on sm_86/sm_89)
+    bulk120 = replace(pv120, bulk=True)
+    assert tile_config("sm_120") == bulk120 and bulk120.shared_bytes == 94_336 + 16
+    assert bulk120.label.endswith("pv32 bulk")
     assert tile_config("sm_120", 9 * 16) == tile_config("sm_120") == tile_config("sm_86") == tile_config("sm_89")
+    assert not any(c.bulk for c in [tile_config(a, r) for a in ("sm_80", "sm_90", "sm_100") for r in (None, 144, 256)])
     # sm_80: row pairs need the reduce-scatter exchange, which does not fit its 64-row tile
     assert all(c.pv_rows == 16 for c in [tile_config("sm_80")] + [tile_config("sm_80", r) for r in (16, 144, 256, 1024)])
     with pytest.raises(ValueError, match="pv_rows=32 needs"):
@@ -86,7 +94,7 @@ def test_tile_shared_memory_formula_and_choice():
         TileConfig(rows=64, csplit=2, keys=32, stages=2, pv_rows=32)
     with pytest.raises(ValueError, match="pv_rows must be"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=64)
-    assert tile_configs("sm_120") == [pv120, rs120, ar120]  # compiled by CI, selectable with tile=
+    assert tile_configs("sm_120") == [bulk120, pv120, rs120, ar120]  # compiled by CI, selectable with tile=
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
     native_pv = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
     for arch in ("sm_90", "sm_100"):
@@ -96,7 +104,8 @@ def test_tile_shared_memory_formula_and_choice():
         rs48 = TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
         assert tile_config(arch) == tile_config(arch, 9 * 256) == native_pv and native_pv.shared_bytes == 171_776
         assert tile_config(arch, 9 * 16) == rs48 and rs48.shared_bytes == 147_328
-        assert tile_configs(arch) == [native_pv, native_rs, TileConfig(rows=64, csplit=2, keys=32, stages=2),
+        assert tile_configs(arch) == [native_pv, native_rs, replace(native_pv, bulk=True),
+                                      TileConfig(rows=64, csplit=2, keys=32, stages=2),
                                       TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48]
     # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
     assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64

@@ -122,15 +122,19 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
 SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
 # every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_90/sm_100 the
 # 64-row reduce-scatter tile with P V over row pairs), "sm120" the tile tile_config("sm_120")
-# returns (reduce-scatter, P V over its row pair), the other tiles forced
+# returns (reduce-scatter, P V over its row pair, K tiles by bulk copies), the other tiles forced
 TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
          "native_rs": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
-         "sm120": replace(SM120, exchange="reduce_scatter", pv_rows=32),
+         "sm120": replace(SM120, exchange="reduce_scatter", pv_rows=32, bulk=True),
+         "sm120pv": replace(SM120, exchange="reduce_scatter", pv_rows=32),
          "sm120ar": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
          # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
          # all-reduce tile)
-         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")}
+         "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+         # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
+         "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
+                                   bulk=True)}
 assert TILES["sm120"] == tile_config("sm_120")
 assert all(c in TILES.values() or c == tile_config("sm_90") for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 
