@@ -1,0 +1,41 @@
+"""tools/sass.py's schedule statistics on a hand-written SASS fragment (no GPU, no nvdisasm)."""
+
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("sass_tool", Path(__file__).parents[1] / "tools" / "sass.py")
+sass = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sass)
+
+
+def test_ldsm_to_hmma_distances_and_opcodes():
+    ins = [
+        "LDSM.16.M88.4 R40, [R182]",          # 0: A fragment
+        "LDSM.16.M88.4 R32, [R148]",          # 1: B fragment
+        "IMAD R5, R6, 0x2, R7",               # 2
+        "HMMA.16816.F32.BF16 R156, R40, R32, RZ",   # 3: A from 0, B from 1 -> distance 2
+        "@P0 BRA 0x100",                      # 4
+        "HMMA.16816.F32.BF16 R156, R40, R34, R156",  # 5: A from 0 (5), B R34 from 1 (4) -> 4
+        "MOV R34, R5",                        # 6: R34 now written by a MOV (R35 still by LDSM 1)
+        "HMMA.16816.F32.BF16 R172, R44, R34, RZ",   # 7: A never written, B: R35 from 1 -> 6
+        "MOV R35, R5",                        # 8
+        "HMMA.16816.F32.BF16 R176, R44, R34, RZ",   # 9: no operand from an LDSM -> not counted
+    ]
+    ops, dist = sass.stats(ins)
+    assert ops == {"LDSM": 2, "IMAD": 1, "HMMA": 4, "BRA": 1, "MOV": 2}
+    assert dist == {2: 1, 4: 1, 6: 1}
+
+
+def test_disassembly_parser_keeps_instructions_of_each_kernel():
+    text = """
+//--------------------- .text.k1 --------------------------
+.text.k1:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/               @P0 EXIT ;
+//--------------------- .text.k2 --------------------------
+.text.k2:
+        /*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, RZ ;
+"""
+    kernels = sass.parse_nvdisasm(text)
+    assert kernels == {"k1": ["LDC R1, c[0x0][0x28]", "@P0 EXIT"], "k2": ["HMMA.16816.F32.BF16 R4, R8, R12, RZ"]}
