@@ -6,11 +6,12 @@ The second ``verify_attn_partial`` launch is the one to read::
         python benchmarks/profile_tile.py --tile sm_120
 
 Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [--tokens T]
-                                         [--tile native|sm_120|native_pv16|sm_120_pv16|native_bulk|sm_120_bulk]
+                                         [--tile native|sm_120|native_pv16|sm_120_pv16|native_bulk|sm_120_cp]
 
 ``native`` / ``sm_120``: the default tiles (P V over row pairs, ``pv_rows=32``, where the tile
-has them); ``native_pv16`` / ``sm_120_pv16``: the same tiles with 16 P V rows per warp; ``native_bulk`` /
-``sm_120_bulk``: with K tiles by bulk copies.
+has them); ``native_pv16`` / ``sm_120_pv16``: the same tiles with 16 P V rows per warp (``cp.async``);
+``native_bulk``: the native tile with K tiles by bulk copies; ``sm_120_cp``: the sm_120 tile
+with ``cp.async`` instead of bulk copies.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tile", choices=["native", "sm_120", "native_pv16", "sm_120_pv16", "native_bulk", "sm_120_bulk"], default="native")
+    ap.add_argument("--tile", choices=["native", "sm_120", "native_pv16", "sm_120_pv16", "native_bulk", "sm_120_cp"],
+                    default="native")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
@@ -42,10 +44,12 @@ def main(argv=None):
     dev = dl.Device(0)
     stream = dev.create_stream()
     tile = tile_config("sm_120") if args.tile.startswith("sm_120") else None
-    if args.tile.endswith("_pv16"):  # the same tile with 16 P V rows per warp
-        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), pv_rows=16)
-    elif args.tile.endswith("_bulk"):  # the same tile with K tiles by bulk copies
-        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), bulk=True)
+    if args.tile.endswith("_pv16"):  # the same tile with 16 P V rows per warp, cp.async
+        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), pv_rows=16, bulk=False)
+    elif args.tile == "native_bulk":  # the native tile with K tiles by bulk copies
+        tile = replace(tile_config(dev.arch, args.heads * args.tokens), bulk=True)
+    elif args.tile == "sm_120_cp":  # the sm_120 tile with cp.async instead of bulk copies (sm_86/sm_89's)
+        tile = replace(tile, bulk=False)
     plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
     d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
     torch.cuda.synchronize()

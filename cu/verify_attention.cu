@@ -115,7 +115,7 @@
 #if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
 #error "compile with driverlevel._device_error.error_defines()"
 #endif
-#if !defined(DL_VA_MAX_BATCH) || !defined(DL_VA_MAX_PARTS) || !defined(DL_VA_REQUEST_BYTES)
+#if !defined(DL_VA_MAX_BATCH) || !defined(DL_VA_MAX_PARTS) || !defined(DL_VA_REQUEST_BYTES) || !defined(DL_SMEM_BYTES)
 #error "compile with driverlevel.verify_attention.compile_defines()"
 #endif
 
@@ -284,6 +284,8 @@ static_assert(1 + ROW_GROUPS + (PV2 ? ROW_GROUPS / 2 : 0) <= 16, "named barriers
 static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange needs C > 1 and whole n-tiles per warp");
 static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
+static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
+static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
   return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));

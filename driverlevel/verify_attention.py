@@ -202,11 +202,12 @@ _CONFIGS = (
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    # 94,352 B: sm_86, sm_89, sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the
-    # all-reduce) with P V over the row pair (1.01-1.03x without) and K tiles by bulk copies on
-    # sm_120 (cp.async on sm_86/sm_89; 0.97-1.11x cp.async, geomean 1.047), all on the H200
+    # 94,352 B: sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the all-reduce) with
+    # P V over the row pair (1.01-1.03x without) and K tiles by bulk copies (0.97-1.11x cp.async,
+    # geomean 1.047), all measured with this tile on the H200, not yet on an sm_120 part
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32, bulk=True),
-    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),  # 94,336 B
+    # 94,336 B: the same with cp.async: sm_86, sm_89 (no bulk copies)
+    TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),  # 94,208 B: 16 PV rows
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile
 )
@@ -216,8 +217,10 @@ def tile_configs(arch) -> list[TileConfig]:
     """Every tile configuration compiled for ``arch`` (what ``driverlevel compile`` and CI build), the default first.
 
     Those whose shared memory fits the architecture's per-block limit and that use the key
-    tile and contraction split of the first one that fits. :func:`tile_config` picks among
-    those with the default's S exchange; the others stay selectable with ``tile=``.
+    tile and contraction split of the first one that fits; ``bulk`` ones only from sm_90 (below,
+    such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``).
+    :func:`tile_config` picks among those with the default's S exchange; the others stay
+    selectable with ``tile=``.
 
     Raises
     ------
@@ -226,7 +229,8 @@ def tile_configs(arch) -> list[TileConfig]:
     """
     arch = normalize_arch(arch)
     limit = shared_limit(arch)
-    fits = [c for c in _CONFIGS if c.shared_bytes <= limit]
+    has_bulk = int(arch[3:].rstrip("a")) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
+    fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]
@@ -240,7 +244,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     architecture's per-block limit and that use its largest key tile) with the default's S
     exchange, the one that pads
     ``rows_per_request`` (``max_q * num_heads``) the least; ties go to the larger row
-    tile (less L2 traffic).
+    tile (less L2 traffic), then to the first in ``_CONFIGS`` order (which is how P V over row
+    pairs wins over 16 P V rows, and on sm_120 bulk copies over ``cp.async``).
 
     Raises
     ------
@@ -258,9 +263,12 @@ def compile_defines(arch, config: TileConfig | None = None) -> dict:
     """NVRTC defines of ``cu/verify_attention.cu``: the tile shape (``config``, default
     :func:`tile_config` of ``arch``), the device error word's field and code numbers
     (:func:`driverlevel._device_error.error_defines`), the ``VerifyAttnParams`` layout
-    (checked by ``static_assert``) and the scheduler's limits :data:`MAX_BATCH`, :data:`MAX_PARTS`."""
+    (checked by ``static_assert``), the shared-memory bytes the host launches with
+    (``DL_SMEM_BYTES``, checked against the kernel's own layout) and the scheduler's limits
+    :data:`MAX_BATCH`, :data:`MAX_PARTS`."""
     config = tile_config(arch) if config is None else config
     defines = dict(config.defines())
+    defines["DL_SMEM_BYTES"] = config.shared_bytes  # the kernel checks its layout against it
     defines.update(error_defines())
     defines.update(struct_layout_defines(_Params))
     defines.update(DL_VA_MAX_BATCH=MAX_BATCH, DL_VA_MAX_PARTS=MAX_PARTS, DL_VA_REQUEST_BYTES=REQUEST_RECORD_BYTES,
@@ -650,6 +658,7 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''}{' pv32' if c.pv_rows == 32 else ''} "
+                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''}{' pv32' if c.pv_rows == 32 else ''}"
+                f"{' bulk' if c.bulk else ''} "
                 f"smem={c.shared_bytes} B "
                 f"workspace={self.workspace_bytes} B>")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from dataclasses import replace
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
@@ -43,11 +43,31 @@ def test_layout_mismatch_fails_the_compile():
 
 @pytest.mark.parametrize("missing, words", [("DL_FIELD_QO_INDPTR", "error_defines"),
                                             ("DL_VA_MAX_PARTS", "compile_defines"),
-                                            ("DL_VA_REQUEST_BYTES", "compile_defines")])
+                                            ("DL_VA_REQUEST_BYTES", "compile_defines"),
+                                            ("DL_SMEM_BYTES", "compile_defines")])
 def test_compile_without_the_launchers_defines_fails(missing, words):
     defines = compile_defines("sm_90")
     del defines[missing]
     with pytest.raises(dl.NvrtcError, match=words):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+
+
+@pytest.mark.parametrize("arch, cfg", [("sm_90", None), ("sm_120", None),
+                                       ("sm_90", TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter",
+                                                            pv_rows=32, bulk=True))])
+def test_host_shared_bytes_are_checked_against_the_kernel_layout(arch, cfg):
+    # the host launches with TileConfig.shared_bytes: a formula that undercounts (the mbarriers
+    # or the row sums at the end would land past the allocation) must not compile
+    defines = compile_defines(arch, cfg)
+    defines["DL_SMEM_BYTES"] -= 8
+    with pytest.raises(dl.NvrtcError, match="differs from TileConfig.shared_bytes"):
+        compile_file("verify_attention.cu", arch, defines, use_cache=False)
+
+
+def test_row_pairs_need_the_reduce_scatter_exchange_in_the_kernel_too():
+    defines = compile_defines("sm_90", TileConfig(rows=64, csplit=2, keys=32, stages=2))
+    defines["DL_PV_ROWS"] = 32
+    with pytest.raises(dl.NvrtcError, match="32 PV rows need the reduce-scatter exchange"):
         compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 
@@ -84,7 +104,10 @@ def test_tile_shared_memory_formula_and_choice():
     bulk120 = replace(pv120, bulk=True)
     assert tile_config("sm_120") == bulk120 and bulk120.shared_bytes == 94_336 + 16
     assert bulk120.label.endswith("pv32 bulk")
-    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120") == tile_config("sm_86") == tile_config("sm_89")
+    assert tile_config("sm_120", 9 * 16) == tile_config("sm_120")
+    # sm_86 / sm_89 have no bulk copies: the same tile with cp.async, and no bulk twin compiled
+    assert tile_config("sm_86") == tile_config("sm_89") == pv120 == tile_config("sm_86", 9 * 16)
+    assert tile_configs("sm_86") == tile_configs("sm_89") == [pv120, rs120, ar120]
     assert not any(c.bulk for c in [tile_config(a, r) for a in ("sm_80", "sm_90", "sm_100") for r in (None, 144, 256)])
     # sm_80: row pairs need the reduce-scatter exchange, which does not fit its 64-row tile
     assert all(c.pv_rows == 16 for c in [tile_config("sm_80")] + [tile_config("sm_80", r) for r in (16, 144, 256, 1024)])

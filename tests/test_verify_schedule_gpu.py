@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
+from driverlevel._compile import shared_limit
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, make_metadata, random_tree
@@ -21,9 +22,10 @@ from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, Problem, check, upload
 
 # the main loop's variants that these tests also run (segments of several pairs per part, short
-# segments, masked NaN keys): the default tile, the sm_120 tile with both S exchanges, the native
-# tile with the reduce-scatter one
-LOOP_TILES = ["native", "native_ar", "sm120", "sm120rs"]  # native: sm_90's 64-row reduce-scatter tile, P V over row pairs
+# segments, masked NaN keys): the default tile (sm_90: 64 rows, reduce-scatter, P V over row
+# pairs), the native all-reduce tile, the native tile with bulk copies, the sm_120 tile (bulk
+# copies), the same with cp.async (what sm_86/sm_89 run) and with 16 P V rows
+LOOP_TILES = ["native", "native_ar", "native_bulk", "sm120", "sm120pv", "sm120rs"]
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,6 +34,9 @@ pytestmark = [
 
 
 def plan_for(device, prob, max_batch=None, **kw):
+    tile = kw.get("tile")
+    if tile is not None and tile.shared_bytes > shared_limit(device.arch):
+        pytest.skip(f"tile {tile.label} ({tile.shared_bytes} B) does not fit {device.arch}'s shared memory per block")
     return VerifyAttention(device, prob.heads, max_batch=max_batch or prob.meta.batch_size, max_q=prob.max_q,
                            sm_scale=SM_SCALE, mask_format=prob.mask_format, **kw)
 
@@ -122,9 +127,9 @@ def test_int32_index_arrays_read_in_place(device, stream, dtype):
 
 # ------------------------------------------------------------------ one graph, many steps
 
-def _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="bitmask", num_parts=None):
+def _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="bitmask", num_parts=None, tile=None):
     plan = VerifyAttention(device, heads, max_batch=max_bs, max_q=max_q, sm_scale=SM_SCALE, mask_format=mask_format,
-                           num_parts=num_parts)
+                           num_parts=num_parts, tile=tile)
     words = plan.mask_words
     cap_q = max_bs * max_q
     bufs = dict(
@@ -233,10 +238,13 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, n
 
 # ------------------------------------------------------------------ bad metadata: error word, no harm
 
-def test_corrupted_metadata_is_reported_and_harmless(device, stream):
+@pytest.mark.parametrize("tile", ["native", "sm120", "native_bulk"])  # bulk: bad slots zeroed by the row's copier
+def test_corrupted_metadata_is_reported_and_harmless(device, stream, tile):
     """One graph; each replay corrupts one field of one request; the others stay right (fuzz)."""
     heads, max_bs, max_q, num_slots = 4, 3, 16, 3000
-    plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="full")
+    if TILES[tile] is not None and TILES[tile].shared_bytes > shared_limit(device.arch):
+        pytest.skip(f"tile {tile} does not fit {device.arch}'s shared memory per block")
+    plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="full", tile=TILES[tile])
     with dl.capture(stream) as cap:
         plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"])
     gx = cap.graph.instantiate()
