@@ -66,6 +66,7 @@ DL_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(
 //   mbar_wait(bar, parity)       until the phase with that parity has completed
 //   fence_proxy_async()          orders this thread's generic-proxy shared-memory accesses
 //                                before later async-proxy ones (a bulk copy into memory it wrote)
+//   fence_mbarrier_init()        makes mbar_init visible to the async proxy (bulk copies)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 DL_DEVICE void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -85,6 +86,8 @@ DL_DEVICE void mbar_wait(u32 bar, u32 parity) {
       " @!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 DL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// after mbar_init and before the mbarriers' first use by the async proxy (then a block barrier)
+DL_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 #endif
 
 DL_DEVICE void ldmatrix_x4(u32 (&r)[4], u32 addr) {

@@ -32,18 +32,19 @@
 //        static smem + a ring of 2-8 tiles (its dynamic smem: driverlevel._topk_threshold.
 //        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its
 //        segment once through the ring (cp.async, 4,096 tokens per tile, all but one tile in
-//        flight): compare with T, exp2(x - T) summed below T; logits >= T appended as
-//        composites through a per-warp shared staging buffer (one atomicAdd per flush; the
-//        count goes on past tk_cap, writes stop there); segment max and sum of exp.
+//        flight): compare with T, exp2(min(x - T, 0)) summed over every logit; logits >= T
+//        appended as composites through a per-warp shared staging buffer (one atomicAdd per
+//        flush; the count goes on past tk_cap, writes stop there); per segment the sums of
+//        exp(x - T) below and above T.
 //        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
 //        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid of
 //        about one wave (driverlevel._topk_threshold.fallback_ctas).
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
-//        histogram select, the K-th composite among equal keys only when needed, then a
-//        bitonic sort with warp shuffles for strides below 32 -- with log-probs (fp32: logit
-//        - lse, lse summed in fp64 from the chunks). The last CTA of a request to finish (a
+//        histogram select, the K-th composite among equal keys only when needed, then each
+//        placed by its rank (how many picked ones are above it) -- with log-probs (fp32: logit
+//        - lse, lse summed in fp64 from the chunks' or the stream segments' sums). The last CTA of a request to finish (a
 //        per-request counter, reset by that CTA) selects the tree with the whole CTA
 //        (parallel_search: depth by depth, a key histogram bounds the candidates, the nodes
 //        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;

@@ -110,6 +110,13 @@
 #ifndef DL_BULK
 #define DL_BULK 0
 #endif
+// The bulk-copy path is compiled where the architecture has it (its mbarrier wrappers in
+// common.cuh exist from sm_90); below, DL_BULK only reserves the mbarriers' bytes.
+#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DL_VA_BULK 1
+#else
+#define DL_VA_BULK 0
+#endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
 #if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
@@ -263,11 +270,7 @@ constexpr int L_BYTES = PV2 ? M * 4 : 0;       // final row sums, read across th
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
-#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-constexpr bool BULK = true;
-#else
-constexpr bool BULK = false;
-#endif
+constexpr bool BULK = DL_VA_BULK != 0;
 constexpr int BAR_BYTES = DL_BULK ? STAGES * 8 : 0;
 constexpr int BAR_OFFSET = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + L_BYTES;
 constexpr int SMEM_BYTES = BAR_OFFSET + BAR_BYTES;
@@ -606,7 +609,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         src = p.kv_cache + slot_id * kQK;
       }
     }
-#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if DL_VA_BULK
     if (leader) {  // one arrival per key row and tile: the row's bytes, or zeros written here
       const u32 bar = bars + stage * 8;
       const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
@@ -667,7 +670,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 
   for (int t = t_begin; t < t_end; ++t) {
     const int it = t - t_begin;
-#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if DL_VA_BULK
     dl::mbar_wait(bars + stage_of(it) * 8, ((g0 + it) / STAGES) & 1u);  // tile t's rows have landed
 #endif
     dl::cp_async_wait<STAGES - 2>();  // (BULK: only the Q tile's copies are cp.async)
@@ -747,7 +750,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     if (need_mask) {  // masked keys must have no influence, finite or not: zero non-finite V
       __syncthreads();  // every warp has read this tile's K for S
       zero_nonfinite_v(smem + Q_BYTES + stage_of(it) * (N * ROW_BYTES));
-#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if DL_VA_BULK
       dl::fence_proxy_async();  // these generic writes before the bulk copy that refills the stage
 #endif
       __syncthreads();
@@ -969,9 +972,9 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   const VaCut e = p.cuts[part + 1];
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
   u32 loaded = 0;  // K tiles loaded so far (BULK: which stage and mbarrier phase comes next)
-#if DL_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if DL_VA_BULK
   if (threadIdx.x < STAGES) dl::mbar_init(dl::smem_u32(smem) + BAR_OFFSET + threadIdx.x * 8, N);  // N rows per tile
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  dl::fence_mbarrier_init();
   __syncthreads();
 #endif
   for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {

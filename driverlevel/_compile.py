@@ -219,6 +219,18 @@ def normalize_arch(arch) -> str:
     return s
 
 
+def arch_number(arch) -> int:
+    """The compute capability of ``arch`` as one number: 90 for ``"sm_90"`` and ``"sm_90a"``
+    (any form :func:`normalize_arch` takes).
+
+    Raises
+    ------
+    ValueError
+        As :func:`normalize_arch`.
+    """
+    return int(normalize_arch(arch)[3:].rstrip("a"))
+
+
 def shared_limit(arch) -> int:
     """Shared memory one block may use on ``arch``, bytes (the opt-in limit).
 

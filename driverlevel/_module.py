@@ -61,9 +61,9 @@ PDL_MIN_ARCH = "sm_90"
 def programmatic_supported(arch) -> bool:
     """True if code compiled for ``arch`` (``"sm_90"``, a Device, ...) may be launched with
     ``programmatic=True``: sm_90 and newer, where ``griddepcontrol.wait`` exists."""
-    from ._compile import normalize_arch
+    from ._compile import arch_number
 
-    return int(normalize_arch(arch)[3:].rstrip("a")) >= int(PDL_MIN_ARCH[3:])
+    return arch_number(arch) >= arch_number(PDL_MIN_ARCH)
 
 
 def _programmatic_attrs():

@@ -15,8 +15,9 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    one pass over the row through a ring of :func:`stream_config` tiles in shared memory
    (cp.async, several tiles in flight per CTA); each value is compared with ``T``; the few
    ``>= T`` are appended (warp-aggregated, through a per-warp shared staging buffer) to the
-   row's candidate list of ``capacity`` entries; the log-softmax normaliser (max and sum of
-   exp) of every segment comes from the same pass.
+   row's candidate list of ``capacity`` entries; the log-softmax normaliser comes from the same
+   pass (per segment the sums of ``exp(x - T)`` below and above ``T``; ``ddtree_build`` adds
+   them up relative to the row maximum).
 3. **fallback**: the chunk top-K of ``topk="chunked"`` is launched always, but its CTAs
    return at once for every row except those where the threshold failed
    (``count < K``, ``count > capacity``, or ``T`` not finite); the row merge of

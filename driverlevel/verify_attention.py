@@ -27,7 +27,7 @@ from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import positive_int
-from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
+from ._compile import CompileVariant, arch_number, compile_file, normalize_arch, shared_limit
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
@@ -154,11 +154,16 @@ class TileConfig:
                              f"(rows={self.rows}, exchange={self.exchange!r})")
 
     @property
+    def _loop_flags(self) -> str:
+        """`` rs``, `` pv32``, `` bulk`` where set (part of :attr:`label` and of the plan's repr)."""
+        return ((" rs" if self.exchange == "reduce_scatter" else "") + (" pv32" if self.pv_rows == 32 else "")
+                + (" bulk" if self.bulk else ""))
+
+    @property
     def label(self) -> str:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
-                + (" qreg" if self.qreg else "") + (" rs" if self.exchange == "reduce_scatter" else "")
-                + (" pv32" if self.pv_rows == 32 else "") + (" bulk" if self.bulk else ""))
+                + (" qreg" if self.qreg else "") + self._loop_flags)
 
     @property
     def threads(self) -> int:
@@ -229,7 +234,7 @@ def tile_configs(arch) -> list[TileConfig]:
     """
     arch = normalize_arch(arch)
     limit = shared_limit(arch)
-    has_bulk = int(arch[3:].rstrip("a")) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
+    has_bulk = arch_number(arch) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
     fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
@@ -658,7 +663,5 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit}{' rs' if c.exchange == 'reduce_scatter' else ''}{' pv32' if c.pv_rows == 32 else ''}"
-                f"{' bulk' if c.bulk else ''} "
-                f"smem={c.shared_bytes} B "
+                f"C={c.csplit}{c._loop_flags} smem={c.shared_bytes} B "
                 f"workspace={self.workspace_bytes} B>")

@@ -89,6 +89,11 @@ def test_normalize_arch(given, want):
     assert normalize_arch(given) == want
 
 
+@pytest.mark.parametrize("given, want", [("sm_90", 90), ("sm_90a", 90), ("120", 120), ((8, 6), 86), ("sm_100", 100)])
+def test_arch_number(given, want):
+    assert _compile.arch_number(given) == want
+
+
 @pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70])
 def test_normalize_arch_rejects(bad):
     with pytest.raises(ValueError, match="unsupported architecture"):

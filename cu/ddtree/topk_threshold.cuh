@@ -1,7 +1,7 @@
 // ddtree/topk_threshold.cuh: stage 1a of topk_mode = 1 (DDTreePlan(topk="threshold")): the
 // threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample,
 // ddtree_topk_stream_* reads every row once through a shared-memory ring and keeps the logits
-// >= T (plus each segment's max and sum of exp); the chunk top-K (topk.cuh) then runs only for
+// >= T (plus each segment's sums of exp(x - T) below and above T); the chunk top-K (topk.cuh) then runs only for
 // rows where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), and
 // ddtree_build merges whichever list the row has.
 // Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
