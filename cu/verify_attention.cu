@@ -76,8 +76,8 @@
 //   1 (sm_90+; cp.async below) -- one thread per key row copies its 1,152 B with one
 //   cp.async.bulk, completing one mbarrier per stage (N arrivals + the bytes); every thread waits
 //   on the stage's phase before the tile's __syncthreads. Rows past the last key or at a bad slot
-//   id are zeroed by that thread (then fence.proxy.async, as the non-finite scrub of V does, so a
-//   later bulk copy into the stage is ordered after those generic writes).
+//   id are zeroed by the row's THREADS/N threads (then fence.proxy.async, as the non-finite scrub
+//   of V does, so a later bulk copy into the stage is ordered after those generic writes).
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_OVH_TILES.
@@ -289,6 +289,7 @@ static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
+static_assert(!DL_BULK || (32 % (THREADS / N) == 0), "BULK: a key row's threads are lanes of one warp");
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
   return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));
@@ -610,17 +611,24 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       }
     }
 #if DL_VA_BULK
-    if (leader) {  // one arrival per key row and tile: the row's bytes, or zeros written here
-      const u32 bar = bars + stage * 8;
-      const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
-      if (valid) {
+    // The row's THREADS/N threads (consecutive lanes of one warp) learn from its leader whether
+    // the row is copied; a missing row (past the last key, or a bad slot id) is zeroed by all of
+    // them (each fences its own generic writes before a later bulk copy into the row). The
+    // consumers read it after the __syncthreads at the top of its tile, so the leader's arrival
+    // only has to count.
+    const bool row_valid = __shfl_sync(0xffffffffu, valid, (threadIdx.x & 31) & ~(THREADS / N - 1));
+    const u32 bar = bars + stage * 8;
+    const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
+    if (!row_valid) {
+      uint4* z = reinterpret_cast<uint4*>(smem + (dst - q_smem));
+      for (int c = tid % (THREADS / N); c < CHUNKS; c += THREADS / N) z[c] = make_uint4(0u, 0u, 0u, 0u);
+      dl::fence_proxy_async();
+    }
+    if (leader) {  // one arrival per key row and tile: the row's bytes, or none
+      if (row_valid) {
         dl::mbar_arrive_expect_tx(bar, kQK * kKvElem);
         dl::bulk_copy_g2s(dst, src, kQK * kKvElem, bar);
       } else {
-        uint4* z = reinterpret_cast<uint4*>(smem + (dst - q_smem));
-#pragma unroll 8
-        for (int c = 0; c < CHUNKS; ++c) z[c] = make_uint4(0u, 0u, 0u, 0u);
-        dl::fence_proxy_async();  // before a later bulk copy into this row
         dl::mbar_arrive(bar);
       }
     }
@@ -880,7 +888,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       }
   }
   dl::cp_async_wait<0>();
-  if constexpr (BULK) loaded = g0 + static_cast<u32>(t_end - t_begin);
+  if constexpr (BULK) loaded = g0 + static_cast<u32>(max(0, t_end - t_begin));  // the tiles loaded above
 
   lA += __shfl_xor_sync(0xffffffffu, lA, 1);
   lA += __shfl_xor_sync(0xffffffffu, lA, 2);
