@@ -117,6 +117,9 @@
 #else
 #define DL_VA_BULK 0
 #endif
+#ifndef DL_WS
+#define DL_WS 0
+#endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
 #if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
@@ -237,7 +240,13 @@ constexpr int STAGES = DL_STAGES;              // K tiles in flight
 constexpr int OVH = DL_OVH_TILES;              // cost of a pair's Q load + epilogue, in key tiles
 constexpr bool QREG = DL_QREG != 0;            // Q fragments in registers (loaded from global per segment)
 constexpr int ROW_GROUPS = M / 16;
-constexpr int WARPS = ROW_GROUPS * C;
+// DL_WS: QK warps and PV warps (research/verify_ws.md): M/16 QK warps (16 rows each, Q's latent
+// columns in registers, the whole contraction, no S exchange) and M/8 PV warps (M/32 row pairs x
+// 4 quarters of the value columns, 32 x 128 accumulators); DL_CSPLIT is 1.
+constexpr bool WS = DL_WS != 0;
+constexpr int WS_QK_WARPS = M / 16;
+constexpr int WS_PV_WARPS = M / 8;
+constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
 constexpr int THREADS = WARPS * 32;
 constexpr int kQElem = sizeof(bf16);           // bytes per q element
 constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
@@ -249,7 +258,8 @@ constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contractio
 constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
 constexpr int XWORDS = NT_S * 4 * 32;          // one warp's S fragment, in floats
-constexpr int Q_BYTES = QREG ? 0 : M * ROW_BYTES;
+constexpr int WS_ROPE_ROW = 64 * 2 + 16;      // WS: bytes per row of the Q rope tile (64 columns, padded)
+constexpr int Q_BYTES = WS ? M * WS_ROPE_ROW : (QREG ? 0 : M * ROW_BYTES);
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
 constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the per-tile __syncthreads orders reuse
 // Reduce-scatter exchange (DL_EXCHANGE 1): each warp finishes S, the mask and P of OWN_NT of
@@ -259,14 +269,14 @@ constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the pe
 constexpr bool RS = DL_EXCHANGE != 0;
 constexpr int OWN_NT = RS ? NT_S / C : NT_S;   // n-tiles of S this warp finishes
 constexpr int P_ROW = N * 2 + 16;              // bytes per row of the P buffer
-constexpr int P_BYTES = RS ? M * P_ROW : 0;
-constexpr int MX_BYTES = RS ? M * C * 4 : 0;
+constexpr int P_BYTES = WS ? 2 * M * P_ROW : (RS ? M * P_ROW : 0);  // WS: two P slots
+constexpr int MX_BYTES = WS ? 2 * M * 4 : (RS ? M * C * 4 : 0);      // WS: two slots of rescale factors
 // PV over row pairs (DL_PV_ROWS 32): MT m16 tiles per warp, PV_COLS value columns each.
 constexpr bool PV2 = DL_PV_ROWS == 32;
 constexpr int MT = PV2 ? 2 : 1;
 constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
-constexpr int L_BYTES = PV2 ? M * 4 : 0;       // final row sums, read across the pair
+constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 : (PV2 ? M * 4 : 0);  // final row sums (WS: maxima, visibility words)
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
@@ -286,6 +296,8 @@ static_assert(!PV2 || (RS && ROW_GROUPS % 2 == 0 && PV_COLS % 16 == 0), "32 PV r
 static_assert(1 + ROW_GROUPS + (PV2 ? ROW_GROUPS / 2 : 0) <= 16, "named barriers: 0, one per row group, one per pair");
 static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange needs C > 1 and whole n-tiles per warp");
 static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
+static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && M % 32 == 0 && STAGES >= 3),
+              "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, whole row pairs, >= 3 stages");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
@@ -967,6 +979,315 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
     }
   }
 }
+
+// DL_WS: the same contract as attend_segment (rows r*M .. r*M+M-1 of request rq over key tiles
+// [t_begin, t_end), final output if `complete`, else partial slot `slot`) with QK warps and PV
+// warps (research/verify_ws.md). Iteration it (0 .. nt): the QK warps compute S, the mask, the
+// online softmax and P of tile it (into P slot it % 2, with each row's rescale factor), while the
+// PV warps apply tile it-1 (O = alpha O + P V from slot (it-1) % 2). Tile it+1 is loaded into
+// stage (it+1) % STAGES during iteration it (the stage PV(it-2) and QK(it-2) used), so STAGES >= 3.
+DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem, int b, const VaRequest& rq, int r,
+                                 int t_begin, int t_end, bool complete, int slot) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int H = p.num_heads;
+  const int rows = rq.q_len * H;
+  const int row0 = r * M;
+  const int kv_len = rq.kv_len, q_len = rq.q_len;
+  const i64 total = (i64)kv_len + q_len;
+  const int nt = max(0, t_end - t_begin);
+  const u32 rope_smem = dl::smem_u32(smem);
+  const u32 k_smem = rope_smem + Q_BYTES;
+  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
+  float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
+  float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M sums, M maxima
+  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows: bit k = key k of the tile visible
+  const bool qk = warp < WS_QK_WARPS;
+
+  // Q rope tile (columns 512..575 of rows row0.., zero past the last row) and tile 0: one group.
+  for (int c = tid; c < M * 8; c += THREADS) {
+    const int rr = c >> 3, ch = c & 7;
+    const bool valid = row0 + rr < rows;
+    const bf16* src = valid ? p.q + (rq.q_start * H + row0 + rr) * kQK + 512 + ch * 8 : p.q;
+    dl::cp_async_16(rope_smem + rr * WS_ROPE_ROW + ch * 16, src, valid ? 16 : 0);
+  }
+  // K/V tiles are loaded by the PV warps only (LOADERS threads, LPR per key row): the QK warps'
+  // registers hold Q. The QK warps wait for them through the per-iteration CTA barrier.
+  constexpr int LOADERS = WS_PV_WARPS * 32, LPR = LOADERS / N;
+  static_assert(LOADERS % N == 0, "whole loader threads per key row");
+  const int ltid = tid - WS_QK_WARPS * 32;  // (PV warps: 0 .. LOADERS-1)
+  const int krow = ltid / LPR;
+  auto fetch_slot = [&](int t) -> i64 {
+    const i64 key = (i64)t * N + krow;
+    if (key >= total) return -1;
+    return key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
+                        : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
+  };
+  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows past the last key or at a bad slot id
+    const i64 key = (i64)t * N + krow;
+    bool valid = key < total;
+    const kv_elem* src = p.kv_cache;
+    if (valid) {
+      if (slot_id < 0 || slot_id >= p.num_slots) {
+        if (ltid % LPR == 0)
+          dl::report_error(p.err, b, key < kv_len ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+        valid = false;
+      } else {
+        src = p.kv_cache + slot_id * kQK;
+      }
+    }
+    const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
+    const char* sp = reinterpret_cast<const char*>(src);
+#pragma unroll
+    for (int c = ltid % LPR; c < CHUNKS; c += LPR) dl::cp_async_16(dst + c * 16, sp + (valid ? c * 16 : 0), valid ? 16 : 0);
+  };
+  // PV warps: the visibility words of the segment's tile `it` (only where it holds draft keys or
+  // keys past the end), for the QK warps of the next iteration: KPT keys of one row per thread, the
+  // row's LPW = N / KPT threads adjacent lanes (OR-reduced by shuffles).
+  constexpr int KPT = N * M / LOADERS, LPW = N / KPT;
+  static_assert(N * M % LOADERS == 0 && LPW >= 1 && (LPW & (LPW - 1)) == 0 && LPW <= 32, "mask words: whole keys per thread");
+  auto make_mask = [&](int it) {
+    const int t = t_begin + it;
+    if ((i64)(t + 1) * N <= kv_len) return;  // (uniform) no draft key and no key past the end
+    const int row = ltid / LPW, g = ltid % LPW;
+    const int rr = row0 + row;
+    const bool rvalid = rr < rows;
+    u32 bits = 0;
+#pragma unroll 1
+    for (int k = 0; k < KPT; ++k) {
+      const int kt = g * KPT + k;
+      const i64 key = (i64)t * N + kt;
+      bool vis = key < total;
+      if (vis && key >= kv_len && rvalid) vis = draft_visible(p, rq, rr / H, static_cast<int>(key - kv_len));
+      bits |= static_cast<u32>(vis) << kt;
+    }
+#pragma unroll
+    for (int o = 1; o < LPW; o <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, o);
+    if (g == 0) mwords[(it & 1) * M + row] = bits;
+  };
+  i64 next_slot = -1;
+  if (!qk) {
+    if (nt > 0) make_mask(0);
+    if (nt > 0) load_k(t_begin, fetch_slot(t_begin), 0);
+    next_slot = nt > 1 ? fetch_slot(t_begin + 1) : -1;
+  }
+  dl::cp_async_commit();
+
+  // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
+  // together; each role keeps only its own registers live (Q fragments or O accumulators).
+  auto next_tile = [&](int it) {  // (PV warps)
+    if (it + 1 < nt) {
+      load_k(t_begin + it + 1, next_slot, (it + 1) % STAGES);
+      if (it + 2 < nt) next_slot = fetch_slot(t_begin + it + 2);
+    }
+    dl::cp_async_commit();
+  };
+  if (qk) {
+    // QK warp rg: rows tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
+    const int rg = warp;  // (QK warps only)
+    const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
+    const int rA = row0 + tA, rB = row0 + tB;
+    const bool validA = rA < rows, validB = rB < rows;
+    u32 qf[32][4];
+    float mA = DL_NEG_INF, mB = DL_NEG_INF, lA = 0.f, lB = 0.f;
+    {
+      const u32* qa = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validA ? rA : 0)) * kQK);
+      const u32* qb = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validB ? rB : 0)) * kQK);
+#pragma unroll
+      for (int kk = 0; kk < 32; ++kk) {
+        const int w = (kk * 16 + 2 * (lane & 3)) / 2;
+        qf[kk][0] = validA ? __ldg(qa + w) : 0u;
+        qf[kk][1] = validB ? __ldg(qb + w) : 0u;
+        qf[kk][2] = validA ? __ldg(qa + w + 4) : 0u;
+        qf[kk][3] = validB ? __ldg(qb + w + 4) : 0u;
+      }
+    }
+    for (int it = 0; it <= nt; ++it) {
+      dl::cp_async_wait<0>();
+      __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+      if (it < nt) {
+        const int t = t_begin + it;
+        const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
+        float s[NT_S][4];
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < kQK / 16; ++kk) {
+          u32 a[4];
+          if (kk < 32) {
+            a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
+          } else {
+            dl::ldmatrix_x4(a, rope_smem + (rg * 16 + (lane & 15)) * WS_ROPE_ROW + ((kk - 32) * 16 + (lane >> 4) * 8) * kQElem);
+          }
+#pragma unroll
+          for (int np = 0; np < NT_S / 2; ++np) {
+            u32 bk[4];
+            dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kk * 16 + ((lane >> 3) & 1) * 8) * kKvElem);
+            dl::mma_bf16_16816(s[2 * np], a, bk[0], bk[1]);
+            dl::mma_bf16_16816(s[2 * np + 1], a, bk[2], bk[3]);
+          }
+        }
+        const bool need_mask = (i64)(t + 1) * N > kv_len;  // uniform across the CTA
+        const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = s[n][e] * p.scale_log2;
+            if (need_mask && !((e >= 2 ? wB : wA) >> (n * 8 + 2 * (lane & 3) + (e & 1)) & 1u)) v = DL_NEG_INF;
+            s[n][e] = v;
+          }
+        float mxA = mA, mxB = mB;
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n) {
+          mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
+          mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
+        }
+        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
+        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
+        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+        const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
+        const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
+        const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
+        mA = mxA;
+        mB = mxB;
+        lA *= alphaA;
+        lB *= alphaB;
+        unsigned char* ps = pslots + (it & 1) * (M * P_ROW);
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n) {
+          const float p0 = exp2f(s[n][0] - baseA), p1 = exp2f(s[n][1] - baseA);
+          const float p2 = exp2f(s[n][2] - baseB), p3 = exp2f(s[n][3] - baseB);
+          lA += p0 + p1;
+          lB += p2 + p3;
+          unsigned char* prow = ps + tA * P_ROW + (n * 8 + 2 * (lane & 3)) * 2;
+          *reinterpret_cast<u32*>(prow) = dl::pack_bf16x2(p0, p1);
+          *reinterpret_cast<u32*>(prow + 8 * P_ROW) = dl::pack_bf16x2(p2, p3);
+        }
+        if ((lane & 3) == 0) {
+          alpha[(it & 1) * M + tA] = alphaA;
+          alpha[(it & 1) * M + tB] = alphaB;
+        }
+        if (need_mask) {  // masked keys must have no influence on P V, finite or not: scrub V of this stage
+          dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
+          unsigned char* tile = smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES);
+          for (int c = tid; c < N * V_CHUNKS; c += WS_QK_WARPS * 32) {
+            uint4* q4 = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
+            uint4 v = *q4;
+            u32 w[4] = {v.x, v.y, v.z, v.w};
+            bool changed = false;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const u32 lo = (w[k] & 0x7f80u) == 0x7f80u ? 0u : (w[k] & 0xffffu);
+              const u32 hi = (w[k] & 0x7f800000u) == 0x7f800000u ? 0u : (w[k] & 0xffff0000u);
+              changed |= (lo | hi) != w[k];
+              w[k] = lo | hi;
+            }
+            if (changed) *q4 = make_uint4(w[0], w[1], w[2], w[3]);
+          }
+        }
+      }
+    }
+    dl::cp_async_wait<0>();
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+    if ((lane & 3) == 0) {
+      lm[tA] = lA;
+      lm[tB] = lB;
+    }
+    const float lse2A = lA == 0.f ? DL_NEG_INF : mA + log2f(lA);
+    const float lse2B = lB == 0.f ? DL_NEG_INF : mB + log2f(lB);
+    if ((lane & 3) == 0) {
+      if (complete) {
+        if (p.lse != nullptr) {
+          if (validA) p.lse[rq.q_start * H + rA] = lse2A * kLn2;
+          if (validB) p.lse[rq.q_start * H + rB] = lse2B * kLn2;
+        }
+      } else {
+        if (validA) p.lse_part[(i64)slot * M + tA] = lse2A;
+        if (validB) p.lse_part[(i64)slot * M + tB] = lse2B;
+      }
+    }
+    __syncthreads();  // the row sums are in shared memory; every PV warp has applied the last tile
+  } else {
+    // PV warp: row pair pr (rows pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
+    const int pw = warp - WS_QK_WARPS, pr = pw >> 2, cq = pw & 3;
+    float o[2][16][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int n = 0; n < 16; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    for (int it = 0; it <= nt; ++it) {
+      dl::cp_async_wait<0>();
+      __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+      next_tile(it);
+      if (it + 1 < nt) make_mask(it + 1);  // read by the QK warps after the next barrier
+      if (it >= 1) {  // tile it-1
+        const int j = it - 1;
+        const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
+        const unsigned char* ps = pslots + (j & 1) * (M * P_ROW);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int t0 = pr * 32 + mt * 16 + (lane >> 2);
+          const float aA = alpha[(j & 1) * M + t0], aB = alpha[(j & 1) * M + t0 + 8];
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+            o[mt][n][0] *= aA;
+            o[mt][n][1] *= aA;
+            o[mt][n][2] *= aB;
+            o[mt][n][3] *= aB;
+          }
+        }
+        const u32 pb = dl::smem_u32(ps) + (pr * 32 + (lane & 15)) * P_ROW + (lane >> 4) * 16;
+#pragma unroll
+        for (int jj = 0; jj < N / 16; ++jj) {
+          u32 pa[2][4];  // P of 16 keys for both m16 tiles (one k-step of P V at a time: fewer registers)
+          dl::ldmatrix_x4(pa[0], pb + jj * 32);
+          dl::ldmatrix_x4(pa[1], pb + 16 * P_ROW + jj * 32);
+#pragma unroll
+          for (int np = 0; np < 8; ++np) {
+            u32 v[4];
+            dl::ldmatrix_x4_trans(v, vt + (jj * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
+                                         (cq * 128 + np * 16 + (lane >> 4) * 8) * kKvElem);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              dl::mma_bf16_16816(o[mt][2 * np], pa[mt], v[0], v[1]);
+              dl::mma_bf16_16816(o[mt][2 * np + 1], pa[mt], v[2], v[3]);
+            }
+          }
+        }
+      }
+    }
+    dl::cp_async_wait<0>();
+    __syncthreads();  // the QK warps' row sums
+    const int col0 = cq * 128 + 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int tAm = pr * 32 + mt * 16 + (lane >> 2), tBm = tAm + 8;
+      const float lAm = lm[tAm], lBm = lm[tBm];
+      const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
+      const bool vA = row0 + tAm < rows, vB = row0 + tBm < rows;
+      if (complete) {
+        const i64 growA = rq.q_start * H + row0 + tAm, growB = rq.q_start * H + row0 + tBm;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          if (vA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
+          if (vB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
+        }
+      } else {
+        float* dA = p.o_part + ((i64)slot * M + tAm) * kV + col0;
+        float* dB = p.o_part + ((i64)slot * M + tBm) * kV + col0;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          if (vA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA, o[mt][n][1] * invA);
+          if (vB) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[mt][n][2] * invB, o[mt][n][3] * invB);
+        }
+      }
+    }
+  }
+}
 }  // namespace va
 
 extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
@@ -989,7 +1310,11 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     const VaRequest rq = p.reqs[b];
     const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
     if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
-    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
+    if constexpr (WS) {
+      attend_segment_ws(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1));
+    } else {
+      attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
+    }
     ++gp;
     ++r;
     t0 = 0;

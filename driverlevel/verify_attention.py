@@ -130,6 +130,13 @@ class TileConfig:
         below): one thread per key row copies its 1,152 B with one ``cp.async.bulk``, each stage's
         completion counted by an mbarrier (+ ``8 * stages`` B of shared memory on every
         architecture). PTX ISA 8.0, "cp.async.bulk" and "mbarrier".
+    ws : bool
+        QK warps and PV warps (research/verify_ws.md, a first step, selectable with ``tile=``):
+        ``rows/16`` QK warps keep Q's 512 latent columns in registers and compute S, the mask, the
+        softmax and P for their 16 rows over the whole contraction (no S exchange); ``rows/8`` PV
+        warps accumulate 32 rows x 128 value columns each; tile t's S overlaps tile t-1's P V.
+        Needs ``csplit=1``, ``stages >= 3``, ``rows`` a multiple of 32, and none of ``qreg``,
+        ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
     """
 
     rows: int
@@ -140,8 +147,13 @@ class TileConfig:
     exchange: str = "allreduce"
     pv_rows: int = 16
     bulk: bool = False
+    ws: bool = False
 
     def __post_init__(self):
+        if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows % 32 or self.qreg
+                        or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
+            raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows a multiple of 32 and no qreg, "
+                             f"reduce-scatter, pv_rows=32 or bulk (got {self})")
         if self.exchange not in _EXCHANGES:
             raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
         if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
@@ -163,11 +175,14 @@ class TileConfig:
     def label(self) -> str:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
-                + (" qreg" if self.qreg else "") + self._loop_flags)
+                + (" qreg" if self.qreg else "") + self._loop_flags + (" ws" if self.ws else ""))
 
     @property
     def threads(self) -> int:
-        """Threads per CTA: ``rows / 16`` warp rows x ``csplit`` warps each x 32."""
+        """Threads per CTA: ``rows / 16`` warp rows x ``csplit`` warps each x 32 (``ws``: ``rows / 16``
+        QK warps + ``rows / 8`` PV warps)."""
+        if self.ws:
+            return (self.rows // 16 + self.rows // 8) * 32
         return (self.rows // 16) * self.csplit * 32
 
     @property
@@ -182,6 +197,10 @@ class TileConfig:
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
         pv = self.rows * 4 if self.pv_rows == 32 else 0
         bars = 8 * self.stages if self.bulk else 0
+        if self.ws:  # Q rope tile (64 columns + 16 B a row), K stages, two P slots, two alpha slots, l and m,
+            # two slots of visibility words
+            return (self.rows * 144 + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
+                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4)
         return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
@@ -189,7 +208,7 @@ class TileConfig:
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
-                "DL_BULK": int(self.bulk), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (
