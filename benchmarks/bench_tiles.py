@@ -8,7 +8,7 @@ Frobenius difference), so a variant that computes something else shows up.
 Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b] ...]
 [--ratio A/B ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
-pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies), e.g. ``--tile sm120=32x4x32x2q
+pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``), e.g. ``--tile sm120=32x4x32x2q
 --tile sm120rs=32x4x32x2qr``; ``NAME=native`` is the tile ``tile_config`` picks for the shape, ``NAME=native_rs``
 the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("sm_120")`` returns.
 ``--ratio A/B`` adds a column of A's TFLOP/s over B's to the summary table printed last.
@@ -38,13 +38,13 @@ def parse_tile(spec):
         return name, lambda arch, rows: replace(tile_config(arch, rows), exchange="reduce_scatter")
     if cfg == "sm_120":
         return name, tile_config("sm_120")
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)", cfg)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)", cfg)
     if not m:
-        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b]")
-    r, c, k, s, q, x, pv, bulk = m.groups()
+        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w]")
+    r, c, k, s, q, x, pv, bulk, ws = m.groups()
     return name, TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
                             exchange="reduce_scatter" if x else "allreduce", pv_rows=32 if pv else 16,
-                            bulk=bool(bulk))
+                            bulk=bool(bulk), ws=bool(ws))
 
 
 def summary(results, names, ratios):
@@ -125,7 +125,7 @@ def main(argv=None):
             c = plan.config
             results.append(dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, tile_name=name,
                                 tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg,
-                                          exchange=c.exchange, pv_rows=c.pv_rows, bulk=c.bulk),
+                                          exchange=c.exchange, pv_rows=c.pv_rows, bulk=c.bulk, ws=c.ws),
                                 median_ms=ms, tflops=flop / (ms / 1e3) / 1e12, rel_diff_vs_first=diff))
             row.append(f"{ms:8.3f}/{flop / (ms / 1e3) / 1e12:6.1f}")
             del plan

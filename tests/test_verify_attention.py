@@ -71,6 +71,26 @@ def test_row_pairs_need_the_reduce_scatter_exchange_in_the_kernel_too():
         compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100", "sm_120"])
+@pytest.mark.parametrize("keys, stages", [(16, 4), (32, 3)])
+def test_ws_tile_compiles_with_the_hosts_shared_memory_size(arch, keys, stages):
+    # QK warps + PV warps: 12 warps of 64 rows; the kernel's static_assert checks its layout
+    # against TileConfig.shared_bytes (research/verify_ws.md)
+    cfg = TileConfig(rows=64, csplit=1, keys=keys, stages=stages, ws=True)
+    assert cfg.threads == 384 and cfg.label.endswith(" ws")
+    if cfg.shared_bytes > MAX_SHARED_PER_BLOCK[arch]:
+        pytest.skip(f"{cfg.shared_bytes} B do not fit {arch}")
+    cub = compile_file("verify_attention.cu", arch, compile_defines(arch, cfg))
+    assert cub.resources["verify_attn_partial"].registers <= 168
+
+
+def test_ws_tile_rejects_what_it_does_not_support():
+    for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True)):
+        kw = dict(rows=64, csplit=1, keys=32, stages=3, ws=True) | bad
+        with pytest.raises(ValueError, match="ws=True needs"):
+            TileConfig(**kw)
+
+
 def test_scheduler_record_sizes_are_checked_against_the_formula():
     defines = compile_defines("sm_90")
     defines["DL_VA_REQUEST_BYTES"] += 8

@@ -132,6 +132,9 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
          # all-reduce tile)
          "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
+         # QK warps + PV warps (branch h-ws-proto, research/verify_ws.md; not a default)
+         "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
+         "ws32": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True)}
