@@ -984,8 +984,8 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 // [t_begin, t_end), final output if `complete`, else partial slot `slot`) with QK warps and PV
 // warps (research/verify_ws.md). Iteration it (0 .. nt): the QK warps compute S, the mask, the
 // online softmax and P of tile it (into P slot it % 2, with each row's rescale factor), while the
-// PV warps apply tile it-1 (O = alpha O + P V from slot (it-1) % 2). Tile it+1 is loaded into
-// stage (it+1) % STAGES during iteration it (the stage PV(it-2) and QK(it-2) used), so STAGES >= 3.
+// PV warps apply tile it-1 (O = alpha O + P V from slot (it-1) % 2). The PV warps load tile
+// it + STAGES - 2 during iteration it (into the stage PV(it-2) and QK(it-2) used), so STAGES >= 3.
 DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem, int b, const VaRequest& rq, int r,
                                  int t_begin, int t_end, bool complete, int slot) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1064,20 +1064,27 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     for (int o = 1; o < LPW; o <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, o);
     if (g == 0) mwords[(it & 1) * M + row] = bits;
   };
+  // Tiles are loaded AHEAD = STAGES - 2 iterations ahead: tile it + AHEAD goes to the stage of tile
+  // it + AHEAD - STAGES <= it - 2, which QK(it-2) and PV(it-2) (in iteration it-1) are done with.
+  // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
+  // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
+  constexpr int AHEAD = STAGES - 2;
+  static_assert(AHEAD >= 1, "DL_WS needs STAGES >= 3");
   i64 next_slot = -1;
-  if (!qk) {
-    if (nt > 0) make_mask(0);
-    if (nt > 0) load_k(t_begin, fetch_slot(t_begin), 0);
-    next_slot = nt > 1 ? fetch_slot(t_begin + 1) : -1;
+  if (!qk && nt > 0) make_mask(0);
+#pragma unroll
+  for (int a = 0; a < AHEAD; ++a) {
+    if (!qk && a < nt) load_k(t_begin + a, fetch_slot(t_begin + a), a);
+    dl::cp_async_commit();
   }
-  dl::cp_async_commit();
+  if (!qk) next_slot = AHEAD < nt ? fetch_slot(t_begin + AHEAD) : -1;
 
   // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
   auto next_tile = [&](int it) {  // (PV warps)
-    if (it + 1 < nt) {
-      load_k(t_begin + it + 1, next_slot, (it + 1) % STAGES);
-      if (it + 2 < nt) next_slot = fetch_slot(t_begin + it + 2);
+    if (it + AHEAD < nt) {
+      load_k(t_begin + it + AHEAD, next_slot, (it + AHEAD) % STAGES);
+      if (it + AHEAD + 1 < nt) next_slot = fetch_slot(t_begin + it + AHEAD + 1);
     }
     dl::cp_async_commit();
   };
@@ -1102,7 +1109,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       }
     }
     for (int it = 0; it <= nt; ++it) {
-      dl::cp_async_wait<0>();
+      dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it < nt) {
         const int t = t_begin + it;
@@ -1220,7 +1227,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
 #pragma unroll
       for (int n = 0; n < 16; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
     for (int it = 0; it <= nt; ++it) {
-      dl::cp_async_wait<0>();
+      dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       next_tile(it);
       if (it + 1 < nt) make_mask(it + 1);  // read by the QK warps after the next barrier
