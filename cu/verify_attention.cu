@@ -120,6 +120,9 @@
 #ifndef DL_WS
 #define DL_WS 0
 #endif
+#ifndef DL_QK_CHAINS
+#define DL_QK_CHAINS 1
+#endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
 #if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
@@ -247,6 +250,7 @@ constexpr bool WS = DL_WS != 0;
 constexpr int WS_QK_WARPS = M / 16;
 constexpr int WS_PV_WARPS = M / 8;
 constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
+constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK warp (interleaved k-steps)
 constexpr int THREADS = WARPS * 32;
 constexpr int kQElem = sizeof(bf16);           // bytes per q element
 constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
@@ -1068,8 +1072,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // it + AHEAD - STAGES <= it - 2, which QK(it-2) and PV(it-2) (in iteration it-1) are done with.
   // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
-  constexpr int AHEAD = STAGES - 2;
-  static_assert(AHEAD >= 1, "DL_WS needs STAGES >= 3");
+  constexpr int AHEAD = STAGES > 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
   i64 next_slot = -1;
   if (!qk && nt > 0) make_mask(0);
 #pragma unroll
@@ -1114,9 +1117,13 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       if (it < nt) {
         const int t = t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
-        float s[NT_S][4];
+        // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
+        // single QK warp per scheduler), added in a fixed order at the end
+        float sc[QK_CHAINS][NT_S][4];
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        for (int ch = 0; ch < QK_CHAINS; ++ch)
+#pragma unroll
+          for (int n = 0; n < NT_S; ++n) sc[ch][n][0] = sc[ch][n][1] = sc[ch][n][2] = sc[ch][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < kQK / 16; ++kk) {
           u32 a[4];
@@ -1129,10 +1136,20 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           for (int np = 0; np < NT_S / 2; ++np) {
             u32 bk[4];
             dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kk * 16 + ((lane >> 3) & 1) * 8) * kKvElem);
-            dl::mma_bf16_16816(s[2 * np], a, bk[0], bk[1]);
-            dl::mma_bf16_16816(s[2 * np + 1], a, bk[2], bk[3]);
+            dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np], a, bk[0], bk[1]);
+            dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np + 1], a, bk[2], bk[3]);
           }
         }
+        float s[NT_S][4];
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = sc[0][n][e];
+#pragma unroll
+            for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
+            s[n][e] = v;
+          }
         const bool need_mask = (i64)(t + 1) * N > kv_len;  // uniform across the CTA
         const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
 #pragma unroll

@@ -137,6 +137,9 @@ class TileConfig:
         warps accumulate 32 rows x 128 value columns each; tile t's S overlaps tile t-1's P V.
         Needs ``csplit=1``, ``stages >= 3``, ``rows`` a multiple of 32, and none of ``qreg``,
         ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
+    qk_chains : int
+        ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 or 2; 2 doubles the
+        independent mma chains of the one QK warp per scheduler, + 4*keys/8 registers).
     """
 
     rows: int
@@ -148,8 +151,11 @@ class TileConfig:
     pv_rows: int = 16
     bulk: bool = False
     ws: bool = False
+    qk_chains: int = 1
 
     def __post_init__(self):
+        if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
+            raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows % 32 or self.qreg
                         or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
             raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows a multiple of 32 and no qreg, "
@@ -175,7 +181,8 @@ class TileConfig:
     def label(self) -> str:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
-                + (" qreg" if self.qreg else "") + self._loop_flags + (" ws" if self.ws else ""))
+                + (" qreg" if self.qreg else "") + self._loop_flags + (" ws" if self.ws else "")
+                + (f" chains={self.qk_chains}" if self.qk_chains != 1 else ""))
 
     @property
     def threads(self) -> int:
@@ -208,7 +215,7 @@ class TileConfig:
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
-                "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains, "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (

@@ -85,6 +85,9 @@ def test_ws_tile_compiles_with_the_hosts_shared_memory_size(arch, keys, stages):
 
 
 def test_ws_tile_rejects_what_it_does_not_support():
+    with pytest.raises(ValueError, match="qk_chains must be"):
+        TileConfig(rows=64, csplit=2, keys=32, stages=2, qk_chains=2)
+    assert TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2).defines()["DL_QK_CHAINS"] == 2
     for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True)):
         kw = dict(rows=64, csplit=1, keys=32, stages=3, ws=True) | bad
         with pytest.raises(ValueError, match="ws=True needs"):

@@ -135,6 +135,7 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # QK warps + PV warps (branch h-ws-proto, research/verify_ws.md; not a default)
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
          "ws32": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True),
+         "ws16c2": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True)}
