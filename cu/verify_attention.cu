@@ -1072,7 +1072,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // it + AHEAD - STAGES <= it - 2, which QK(it-2) and PV(it-2) (in iteration it-1) are done with.
   // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
-  constexpr int AHEAD = STAGES > 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
+  constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
   i64 next_slot = -1;
   if (!qk && nt > 0) make_mask(0);
 #pragma unroll
@@ -1247,7 +1247,6 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       next_tile(it);
-      if (it + 1 < nt) make_mask(it + 1);  // read by the QK warps after the next barrier
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
         const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
@@ -1283,6 +1282,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
         }
       }
+      if (it + 1 < nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     dl::cp_async_wait<0>();
     __syncthreads();  // the QK warps' row sums

@@ -25,7 +25,7 @@ from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, P
 # segments, masked NaN keys): the default tile (sm_90: 64 rows, reduce-scatter, P V over row
 # pairs), the native all-reduce tile, the native tile with bulk copies, the sm_120 tile (bulk
 # copies), the same with cp.async (what sm_86/sm_89 run) and with 16 P V rows
-LOOP_TILES = ["native", "native_ar", "native_bulk", "sm120", "sm120pv", "sm120rs"]
+LOOP_TILES = ["native", "native_ar", "native_bulk", "sm120", "sm120pv", "sm120rs", "ws16", "ws32"]  # ws: branch h-ws-proto
 
 pytestmark = [
     pytest.mark.gpu,
@@ -238,7 +238,7 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, n
 
 # ------------------------------------------------------------------ bad metadata: error word, no harm
 
-@pytest.mark.parametrize("tile", ["native", "sm120", "native_bulk"])  # bulk: bad slots zeroed by the row's copier
+@pytest.mark.parametrize("tile", ["native", "sm120", "native_bulk", "ws16", "ws32"])  # bulk: bad slots zeroed by the row's copier
 def test_corrupted_metadata_is_reported_and_harmless(device, stream, tile):
     """One graph; each replay corrupts one field of one request; the others stay right (fuzz)."""
     heads, max_bs, max_q, num_slots = 4, 3, 16, 3000
