@@ -7,6 +7,7 @@ The second ``verify_attn_partial`` launch is the one to read::
 
 Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [--tokens T]
                                          [--tile native|sm_120|native_pv16|sm_120_pv16|native_bulk|sm_120_cp]
+                                         [--spec ROWSxCSPLITxKEYSxSTAGES[flags] (bench_tiles.py's)]
 
 ``native`` / ``sm_120``: the default tiles (P V over row pairs, ``pv_rows=32``, where the tile
 has them); ``native_pv16`` / ``sm_120_pv16``: the same tiles with 16 P V rows per warp (``cp.async``);
@@ -29,6 +30,7 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--tile", choices=["native", "sm_120", "native_pv16", "sm_120_pv16", "native_bulk", "sm_120_cp"],
                     default="native")
+    ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
@@ -50,6 +52,10 @@ def main(argv=None):
         tile = replace(tile_config(dev.arch, args.heads * args.tokens), bulk=True)
     elif args.tile == "sm_120_cp":  # the sm_120 tile with cp.async instead of bulk copies (sm_86/sm_89's)
         tile = replace(tile, bulk=False)
+    if args.spec:
+        from bench_tiles import parse_tile
+
+        tile = parse_tile("t=" + args.spec)[1]
     plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
     d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
     torch.cuda.synchronize()

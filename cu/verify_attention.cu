@@ -123,6 +123,9 @@
 #ifndef DL_QK_CHAINS
 #define DL_QK_CHAINS 1
 #endif
+#ifndef DL_WS_QREGS
+#define DL_WS_QREGS 32
+#endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
 #if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
@@ -250,7 +253,8 @@ constexpr bool WS = DL_WS != 0;
 constexpr int WS_QK_WARPS = M / 16;
 constexpr int WS_PV_WARPS = M / 8;
 constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
-constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK warp (interleaved k-steps)
+constexpr int QK_CHAINS = DL_QK_CHAINS;
+static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");        // WS: accumulator sets of a QK warp (interleaved k-steps)
 constexpr int THREADS = WARPS * 32;
 constexpr int kQElem = sizeof(bf16);           // bytes per q element
 constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
@@ -262,8 +266,10 @@ constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contractio
 constexpr int VCOLS = kV / C;                  // value columns per warp
 constexpr int NT_S = N / 8;                    // 8-wide n-tiles of S
 constexpr int XWORDS = NT_S * 4 * 32;          // one warp's S fragment, in floats
-constexpr int WS_ROPE_ROW = 64 * 2 + 16;      // WS: bytes per row of the Q rope tile (64 columns, padded)
-constexpr int Q_BYTES = WS ? M * WS_ROPE_ROW : (QREG ? 0 : M * ROW_BYTES);
+constexpr int WS_QREGS = DL_WS_QREGS;          // WS: k-steps of Q's latent columns in a QK warp's registers
+constexpr int WS_QS_COLS = kQK - 16 * WS_QREGS;  // WS: Q columns read from shared memory (the rest + rope)
+constexpr int WS_QS_ROW = WS_QS_COLS * 2 + 16;   // WS: bytes per row of that Q tile (padded)
+constexpr int Q_BYTES = WS ? M * WS_QS_ROW : (QREG ? 0 : M * ROW_BYTES);
 constexpr int K_BYTES = STAGES * N * ROW_BYTES;
 constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the per-tile __syncthreads orders reuse
 // Reduce-scatter exchange (DL_EXCHANGE 1): each warp finishes S, the mask and P of OWN_NT of
@@ -280,7 +286,10 @@ constexpr bool PV2 = DL_PV_ROWS == 32;
 constexpr int MT = PV2 ? 2 : 1;
 constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
-constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 : (PV2 ? M * 4 : 0);  // final row sums (WS: maxima, visibility words)
+// WS: final row sums and maxima, two slots of visibility words, and 16 B where the part's loop
+// parks its position (b, r, gp, seg) during a segment, so no register holds it there.
+constexpr int WS_PARK_BYTES = 16;
+constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 + WS_PARK_BYTES : (PV2 ? M * 4 : 0);
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
@@ -999,20 +1008,22 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   const int kv_len = rq.kv_len, q_len = rq.q_len;
   const i64 total = (i64)kv_len + q_len;
   const int nt = max(0, t_end - t_begin);
-  const u32 rope_smem = dl::smem_u32(smem);
-  const u32 k_smem = rope_smem + Q_BYTES;
+  const u32 qs_smem = dl::smem_u32(smem);
+  const u32 k_smem = qs_smem + Q_BYTES;
   unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
   float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
   float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M sums, M maxima
   u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows: bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
 
-  // Q rope tile (columns 512..575 of rows row0.., zero past the last row) and tile 0: one group.
-  for (int c = tid; c < M * 8; c += THREADS) {
-    const int rr = c >> 3, ch = c & 7;
+  // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in
+  // registers; zero past the last row) and tile 0: one group.
+  constexpr int QS_CHUNKS = WS_QS_COLS / 8;
+  for (int c = tid; c < M * QS_CHUNKS; c += THREADS) {
+    const int rr = c / QS_CHUNKS, ch = c % QS_CHUNKS;
     const bool valid = row0 + rr < rows;
-    const bf16* src = valid ? p.q + (rq.q_start * H + row0 + rr) * kQK + 512 + ch * 8 : p.q;
-    dl::cp_async_16(rope_smem + rr * WS_ROPE_ROW + ch * 16, src, valid ? 16 : 0);
+    const bf16* src = valid ? p.q + (rq.q_start * H + row0 + rr) * kQK + 16 * WS_QREGS + ch * 8 : p.q;
+    dl::cp_async_16(qs_smem + rr * WS_QS_ROW + ch * 16, src, valid ? 16 : 0);
   }
   // K/V tiles are loaded by the PV warps only (LOADERS threads, LPR per key row): the QK warps'
   // registers hold Q. The QK warps wait for them through the per-iteration CTA barrier.
@@ -1097,13 +1108,13 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
     const int rA = row0 + tA, rB = row0 + tB;
     const bool validA = rA < rows, validB = rB < rows;
-    u32 qf[32][4];
+    u32 qf[WS_QREGS][4];
     float mA = DL_NEG_INF, mB = DL_NEG_INF, lA = 0.f, lB = 0.f;
     {
       const u32* qa = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validA ? rA : 0)) * kQK);
       const u32* qb = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validB ? rB : 0)) * kQK);
 #pragma unroll
-      for (int kk = 0; kk < 32; ++kk) {
+      for (int kk = 0; kk < WS_QREGS; ++kk) {
         const int w = (kk * 16 + 2 * (lane & 3)) / 2;
         qf[kk][0] = validA ? __ldg(qa + w) : 0u;
         qf[kk][1] = validB ? __ldg(qb + w) : 0u;
@@ -1127,10 +1138,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
 #pragma unroll
         for (int kk = 0; kk < kQK / 16; ++kk) {
           u32 a[4];
-          if (kk < 32) {
+          if (kk < WS_QREGS) {
             a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
           } else {
-            dl::ldmatrix_x4(a, rope_smem + (rg * 16 + (lane & 15)) * WS_ROPE_ROW + ((kk - 32) * 16 + (lane >> 4) * 8) * kQElem);
+            dl::ldmatrix_x4(a, qs_smem + (rg * 16 + (lane & 15)) * WS_QS_ROW + ((kk - WS_QREGS) * 16 + (lane >> 4) * 8) * kQElem);
           }
 #pragma unroll
           for (int np = 0; np < NT_S / 2; ++np) {
@@ -1335,7 +1346,21 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
     if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
     if constexpr (WS) {
+      // The loop's position waits in shared memory while the segment runs (its registers are the
+      // limit of this kernel); thread 0 writes it, every thread reads it after the segment's
+      // last CTA barrier.
+      volatile i32* park = reinterpret_cast<volatile i32*>(smem + BAR_OFFSET - WS_PARK_BYTES);
+      if (threadIdx.x == 0) {
+        park[0] = b;
+        park[1] = r;
+        park[2] = gp;
+        park[3] = seg;
+      }
       attend_segment_ws(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1));
+      b = park[0];
+      r = park[1];
+      gp = park[2];
+      seg = park[3];
     } else {
       attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
     }

@@ -140,6 +140,12 @@ class TileConfig:
     qk_chains : int
         ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 or 2; 2 doubles the
         independent mma chains of the one QK warp per scheduler, + 4*keys/8 registers).
+    q_regs : int
+        ``ws`` only: k-steps of Q's 512 latent columns a QK warp holds in registers (4 registers
+        each, 1..32; default 32). The rest of Q, latent columns ``16*q_regs..511`` and the 64 rope
+        columns, is read from shared memory with ``ldmatrix`` in every tile (``rows * ((36 -
+        q_regs) * 32 + 16)`` B): fewer registers for Q leave room to load K fragments further
+        ahead.
     """
 
     rows: int
@@ -152,10 +158,13 @@ class TileConfig:
     bulk: bool = False
     ws: bool = False
     qk_chains: int = 1
+    q_regs: int = 32
 
     def __post_init__(self):
         if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
             raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
+        if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
+            raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows % 32 or self.qreg
                         or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
             raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows a multiple of 32 and no qreg, "
@@ -182,7 +191,8 @@ class TileConfig:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
                 + (" qreg" if self.qreg else "") + self._loop_flags + (" ws" if self.ws else "")
-                + (f" chains={self.qk_chains}" if self.qk_chains != 1 else ""))
+                + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
+                + (f" qregs={self.q_regs}" if self.q_regs != 32 else ""))
 
     @property
     def threads(self) -> int:
@@ -204,10 +214,10 @@ class TileConfig:
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
         pv = self.rows * 4 if self.pv_rows == 32 else 0
         bars = 8 * self.stages if self.bulk else 0
-        if self.ws:  # Q rope tile (64 columns + 16 B a row), K stages, two P slots, two alpha slots, l and m,
+        if self.ws:  # Q columns not in registers (+ 16 B a row), K stages, two P slots, two alpha slots, l and m,
             # two slots of visibility words
-            return (self.rows * 144 + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
-                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4)
+            return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
+                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4 + 16)  # + the part's parked position
         return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
@@ -215,7 +225,8 @@ class TileConfig:
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
-                "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains, "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
+                "DL_WS_QREGS": self.q_regs, "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 _CONFIGS = (

@@ -136,6 +136,8 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
          "ws32": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True),
          "ws16c2": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2),
+         # part of Q from shared memory: room for K fragments loaded ahead and two chain sets
+         "ws16q24": TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True)}

@@ -110,6 +110,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--variant", type=int, default=0, help="index into --list (default 0: the default variant)")
     ap.add_argument("--kernel", default="", help="regular expression on kernel names (default: all)")
+    ap.add_argument("--tile", default="", help="verify_attention.cu only: a bench_tiles.py tile spec "
+                    "(e.g. 64x1x16x4w) instead of --variant")
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     ap.add_argument("--stats", action="store_true", help="opcode counts and LDSM -> HMMA distances, not the SASS")
     args = ap.parse_args(argv)
@@ -121,6 +123,17 @@ def main(argv=None) -> int:
     if not 0 <= args.variant < len(variants):
         raise SystemExit(f"tools/sass.py: --variant {args.variant} out of range 0..{len(variants) - 1} (see --list)")
     v = variants[args.variant]
+    if args.tile:
+        if args.file != "verify_attention.cu":
+            raise SystemExit("tools/sass.py: --tile is for verify_attention.cu")
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        from bench_tiles import parse_tile
+
+        from driverlevel.cli import CompileVariant
+        from driverlevel.verify_attention import compile_defines
+
+        cfg = parse_tile("t=" + args.tile)[1]
+        v = CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
     kernels = disassemble(compile_file(args.file, args.arch, v.defines).data)
     print(f"// {args.file} {args.arch} [{v.label}]")
     for name, ins in kernels.items():
