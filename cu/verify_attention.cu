@@ -154,6 +154,14 @@ struct VaRequest {
 struct VaCut {
   i32 b, r, t, gp;
 };
+// DL_WS: the segment a CTA works on, in shared memory (thread 0 writes it, every thread reads its
+// fields where they are used: the kernel's limit is registers, and no register then holds the
+// segment's bookkeeping across the main loop), and thread 0's position in the part's walk.
+struct WsSeg {
+  VaRequest rq;
+  i32 b, r, t_begin, t_end, slot, complete, done;
+  i32 walk_b, walk_r, walk_t, walk_gp, walk_seg;
+};
 // A split pair for the combine kernel: its pieces are in parts p_first .. p_last.
 struct VaEntry {
   i32 b, r, p_first, p_last;  // b < 0: no entry
@@ -286,10 +294,9 @@ constexpr bool PV2 = DL_PV_ROWS == 32;
 constexpr int MT = PV2 ? 2 : 1;
 constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
-// WS: final row sums and maxima, two slots of visibility words, and 16 B where the part's loop
-// parks its position (b, r, gp, seg) during a segment, so no register holds it there.
-constexpr int WS_PARK_BYTES = 16;
-constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 + WS_PARK_BYTES : (PV2 ? M * 4 : 0);
+// WS: final row sums and maxima, two slots of visibility words, and the segment record (WsSeg).
+constexpr int WS_SEG_BYTES = 96;
+constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 + WS_SEG_BYTES : (PV2 ? M * 4 : 0);
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
@@ -314,6 +321,7 @@ static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && M % 32 == 0 
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
+static_assert(!WS || sizeof(WsSeg) <= WS_SEG_BYTES, "WsSeg outgrew its shared-memory record");
 static_assert(!DL_BULK || (32 % (THREADS / N) == 0), "BULK: a key row's threads are lanes of one warp");
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
@@ -999,30 +1007,51 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 // online softmax and P of tile it (into P slot it % 2, with each row's rescale factor), while the
 // PV warps apply tile it-1 (O = alpha O + P V from slot (it-1) % 2). The PV warps load tile
 // it + STAGES - 2 during iteration it (into the stage PV(it-2) and QK(it-2) used), so STAGES >= 3.
-DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem, int b, const VaRequest& rq, int r,
-                                 int t_begin, int t_end, bool complete, int slot) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+DL_DEVICE VaRequest ws_request(const volatile WsSeg* sd) {
+  VaRequest rq;
+  rq.q_start = sd->rq.q_start;
+  rq.kv_start = sd->rq.kv_start;
+  rq.mask_base = sd->rq.mask_base;
+  rq.q_len = sd->rq.q_len;
+  rq.kv_len = sd->rq.kv_len;
+  rq.row_tiles = sd->rq.row_tiles;
+  rq.key_tiles = sd->rq.key_tiles;
+  return rq;
+}
+
+// threadIdx.x read by a volatile asm: what a segment derives from it is computed in the segment,
+// not hoisted to the kernel's start where it would hold registers across the whole part.
+DL_DEVICE int thread_index_here() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
+DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem, const volatile WsSeg* sd) {
+  const int tid = thread_index_here(), lane = tid & 31, warp = tid >> 5;
   const int H = p.num_heads;
-  const int rows = rq.q_len * H;
-  const int row0 = r * M;
-  const int kv_len = rq.kv_len, q_len = rq.q_len;
-  const i64 total = (i64)kv_len + q_len;
-  const int nt = max(0, t_end - t_begin);
+  // the segment's fields, read from shared memory at each use
+  auto rows = [&] { return sd->rq.q_len * H; };
+  auto row0 = [&] { return sd->r * M; };
+  auto kv_len = [&] { return sd->rq.kv_len; };
+  auto total = [&] { return (i64)sd->rq.kv_len + sd->rq.q_len; };
+  auto t_begin = [&] { return sd->t_begin; };
+  auto nt = [&] { return max(0, sd->t_end - sd->t_begin); };
   const u32 qs_smem = dl::smem_u32(smem);
   const u32 k_smem = qs_smem + Q_BYTES;
-  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
+  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows() x P_ROW
   float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
   float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M sums, M maxima
-  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows: bit k = key k of the tile visible
+  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows(): bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
 
-  // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in
+  // Q's columns 16*WS_QREGS..575 of rows() row0().. (the rope part and the latent k-steps not held in
   // registers; zero past the last row) and tile 0: one group.
   constexpr int QS_CHUNKS = WS_QS_COLS / 8;
   for (int c = tid; c < M * QS_CHUNKS; c += THREADS) {
     const int rr = c / QS_CHUNKS, ch = c % QS_CHUNKS;
-    const bool valid = row0 + rr < rows;
-    const bf16* src = valid ? p.q + (rq.q_start * H + row0 + rr) * kQK + 16 * WS_QREGS + ch * 8 : p.q;
+    const bool valid = row0() + rr < rows();
+    const bf16* src = valid ? p.q + (sd->rq.q_start * H + row0() + rr) * kQK + 16 * WS_QREGS + ch * 8 : p.q;
     dl::cp_async_16(qs_smem + rr * WS_QS_ROW + ch * 16, src, valid ? 16 : 0);
   }
   // K/V tiles are loaded by the PV warps only (LOADERS threads, LPR per key row): the QK warps'
@@ -1033,18 +1062,18 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   const int krow = ltid / LPR;
   auto fetch_slot = [&](int t) -> i64 {
     const i64 key = (i64)t * N + krow;
-    if (key >= total) return -1;
-    return key < kv_len ? load_index(p.kv_indices, p.idx64 & kKvi64, rq.kv_start + key)
-                        : load_index(p.out_cache_loc, p.idx64 & kLoc64, rq.q_start + (key - kv_len));
+    if (key >= total()) return -1;
+    return key < kv_len() ? load_index(p.kv_indices, p.idx64 & kKvi64, sd->rq.kv_start + key)
+                        : load_index(p.out_cache_loc, p.idx64 & kLoc64, sd->rq.q_start + (key - kv_len()));
   };
-  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows past the last key or at a bad slot id
+  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows() past the last key or at a bad slot id
     const i64 key = (i64)t * N + krow;
-    bool valid = key < total;
+    bool valid = key < total();
     const kv_elem* src = p.kv_cache;
     if (valid) {
       if (slot_id < 0 || slot_id >= p.num_slots) {
         if (ltid % LPR == 0)
-          dl::report_error(p.err, b, key < kv_len ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+          dl::report_error(p.err, sd->b, key < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
         valid = false;
       } else {
         src = p.kv_cache + slot_id * kQK;
@@ -1061,18 +1090,18 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   constexpr int KPT = N * M / LOADERS, LPW = N / KPT;
   static_assert(N * M % LOADERS == 0 && LPW >= 1 && (LPW & (LPW - 1)) == 0 && LPW <= 32, "mask words: whole keys per thread");
   auto make_mask = [&](int it) {
-    const int t = t_begin + it;
-    if ((i64)(t + 1) * N <= kv_len) return;  // (uniform) no draft key and no key past the end
+    const int t = t_begin() + it;
+    if ((i64)(t + 1) * N <= kv_len()) return;  // (uniform) no draft key and no key past the end
     const int row = ltid / LPW, g = ltid % LPW;
-    const int rr = row0 + row;
-    const bool rvalid = rr < rows;
+    const int rr = row0() + row;
+    const bool rvalid = rr < rows();
     u32 bits = 0;
 #pragma unroll 1
     for (int k = 0; k < KPT; ++k) {
       const int kt = g * KPT + k;
       const i64 key = (i64)t * N + kt;
-      bool vis = key < total;
-      if (vis && key >= kv_len && rvalid) vis = draft_visible(p, rq, rr / H, static_cast<int>(key - kv_len));
+      bool vis = key < total();
+      if (vis && key >= kv_len() && rvalid) vis = draft_visible(p, ws_request(sd), rr / H, static_cast<int>(key - kv_len()));
       bits |= static_cast<u32>(vis) << kt;
     }
 #pragma unroll
@@ -1085,34 +1114,34 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
   constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
   i64 next_slot = -1;
-  if (!qk && nt > 0) make_mask(0);
+  if (!qk && nt() > 0) make_mask(0);
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) {
-    if (!qk && a < nt) load_k(t_begin + a, fetch_slot(t_begin + a), a);
+    if (!qk && a < nt()) load_k(t_begin() + a, fetch_slot(t_begin() + a), a);
     dl::cp_async_commit();
   }
-  if (!qk) next_slot = AHEAD < nt ? fetch_slot(t_begin + AHEAD) : -1;
+  if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : -1;
 
-  // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
+  // Both roles run nt() + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
   auto next_tile = [&](int it) {  // (PV warps)
-    if (it + AHEAD < nt) {
-      load_k(t_begin + it + AHEAD, next_slot, (it + AHEAD) % STAGES);
-      if (it + AHEAD + 1 < nt) next_slot = fetch_slot(t_begin + it + AHEAD + 1);
+    if (it + AHEAD < nt()) {
+      load_k(t_begin() + it + AHEAD, next_slot, (it + AHEAD) % STAGES);
+      if (it + AHEAD + 1 < nt()) next_slot = fetch_slot(t_begin() + it + AHEAD + 1);
     }
     dl::cp_async_commit();
   };
   if (qk) {
-    // QK warp rg: rows tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
+    // QK warp rg: rows() tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
     const int rg = warp;  // (QK warps only)
     const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
-    const int rA = row0 + tA, rB = row0 + tB;
-    const bool validA = rA < rows, validB = rB < rows;
+    const int rA = row0() + tA, rB = row0() + tB;
+    const bool validA = rA < rows(), validB = rB < rows();
     u32 qf[WS_QREGS][4];
     float mA = DL_NEG_INF, mB = DL_NEG_INF, lA = 0.f, lB = 0.f;
     {
-      const u32* qa = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validA ? rA : 0)) * kQK);
-      const u32* qb = reinterpret_cast<const u32*>(p.q + (rq.q_start * H + (validB ? rB : 0)) * kQK);
+      const u32* qa = reinterpret_cast<const u32*>(p.q + (sd->rq.q_start * H + (validA ? rA : 0)) * kQK);
+      const u32* qb = reinterpret_cast<const u32*>(p.q + (sd->rq.q_start * H + (validB ? rB : 0)) * kQK);
 #pragma unroll
       for (int kk = 0; kk < WS_QREGS; ++kk) {
         const int w = (kk * 16 + 2 * (lane & 3)) / 2;
@@ -1122,11 +1151,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         qf[kk][3] = validB ? __ldg(qb + w + 4) : 0u;
       }
     }
-    for (int it = 0; it <= nt; ++it) {
+    for (int it = 0; it <= nt(); ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
-      if (it < nt) {
-        const int t = t_begin + it;
+      if (it < nt()) {
+        const int t = t_begin() + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
         // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
         // single QK warp per scheduler), added in a fixed order at the end
@@ -1161,7 +1190,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
             s[n][e] = v;
           }
-        const bool need_mask = (i64)(t + 1) * N > kv_len;  // uniform across the CTA
+        const bool need_mask = (i64)(t + 1) * N > kv_len();  // uniform across the CTA
         const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
 #pragma unroll
         for (int n = 0; n < NT_S; ++n)
@@ -1235,26 +1264,26 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const float lse2A = lA == 0.f ? DL_NEG_INF : mA + log2f(lA);
     const float lse2B = lB == 0.f ? DL_NEG_INF : mB + log2f(lB);
     if ((lane & 3) == 0) {
-      if (complete) {
+      if (sd->complete) {
         if (p.lse != nullptr) {
-          if (validA) p.lse[rq.q_start * H + rA] = lse2A * kLn2;
-          if (validB) p.lse[rq.q_start * H + rB] = lse2B * kLn2;
+          if (validA) p.lse[sd->rq.q_start * H + rA] = lse2A * kLn2;
+          if (validB) p.lse[sd->rq.q_start * H + rB] = lse2B * kLn2;
         }
       } else {
-        if (validA) p.lse_part[(i64)slot * M + tA] = lse2A;
-        if (validB) p.lse_part[(i64)slot * M + tB] = lse2B;
+        if (validA) p.lse_part[(i64)sd->slot * M + tA] = lse2A;
+        if (validB) p.lse_part[(i64)sd->slot * M + tB] = lse2B;
       }
     }
     __syncthreads();  // the row sums are in shared memory; every PV warp has applied the last tile
   } else {
-    // PV warp: row pair pr (rows pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
+    // PV warp: row pair pr (rows() pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
     const int pw = warp - WS_QK_WARPS, pr = pw >> 2, cq = pw & 3;
     float o[2][16][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int n = 0; n < 16; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
-    for (int it = 0; it <= nt; ++it) {
+    for (int it = 0; it <= nt(); ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       next_tile(it);
@@ -1293,7 +1322,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
         }
       }
-      if (it + 1 < nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
+      if (it + 1 < nt()) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     dl::cp_async_wait<0>();
     __syncthreads();  // the QK warps' row sums
@@ -1303,17 +1332,17 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       const int tAm = pr * 32 + mt * 16 + (lane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
-      const bool vA = row0 + tAm < rows, vB = row0 + tBm < rows;
-      if (complete) {
-        const i64 growA = rq.q_start * H + row0 + tAm, growB = rq.q_start * H + row0 + tBm;
+      const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();
+      if (sd->complete) {
+        const i64 growA = sd->rq.q_start * H + row0() + tAm, growB = sd->rq.q_start * H + row0() + tBm;
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           if (vA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
           if (vB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
         }
       } else {
-        float* dA = p.o_part + ((i64)slot * M + tAm) * kV + col0;
-        float* dB = p.o_part + ((i64)slot * M + tBm) * kV + col0;
+        float* dA = p.o_part + ((i64)sd->slot * M + tAm) * kV + col0;
+        float* dB = p.o_part + ((i64)sd->slot * M + tBm) * kV + col0;
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           if (vA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA, o[mt][n][1] * invA);
@@ -1321,6 +1350,63 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         }
       }
     }
+  }
+}
+
+// DL_WS: CTA `part` walks its part's segments as verify_attn_partial does for the other tiles,
+// but only thread 0 walks (its position in the WsSeg record) and every thread reads the current
+// segment from shared memory.
+DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int part) {
+  volatile WsSeg* sd = reinterpret_cast<volatile WsSeg*>(smem + BAR_OFFSET - WS_SEG_BYTES);
+  if (threadIdx.x == 0) {
+    const VaCut s = p.cuts[part];
+    sd->walk_b = s.b;
+    sd->walk_r = s.r;
+    sd->walk_t = s.t;
+    sd->walk_gp = s.gp;
+    sd->walk_seg = 0;
+  }
+  for (;;) {
+    if (threadIdx.x == 0) {
+      const VaCut e = p.cuts[part + 1];
+      const int B = p.batch_size;
+      int b = sd->walk_b, r = sd->walk_r, gp = sd->walk_gp;
+      const int t0 = sd->walk_t;
+      const bool more = b < B && (gp < e.gp || (gp == e.gp && t0 < e.t));
+      sd->done = !more;
+      if (more) {
+        const VaRequest rq = p.reqs[b];
+        const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
+        sd->rq.q_start = rq.q_start;
+        sd->rq.kv_start = rq.kv_start;
+        sd->rq.mask_base = rq.mask_base;
+        sd->rq.q_len = rq.q_len;
+        sd->rq.kv_len = rq.kv_len;
+        sd->rq.row_tiles = rq.row_tiles;
+        sd->rq.key_tiles = rq.key_tiles;
+        sd->b = b;
+        sd->r = r;
+        sd->t_begin = t0;
+        sd->t_end = t1;
+        sd->complete = t0 == 0 && t1 == rq.key_tiles;
+        sd->slot = 2 * part + (sd->walk_seg == 0 ? 0 : 1);
+        ++gp;
+        ++r;
+        while (b < B && r >= p.reqs[b].row_tiles) {  // next pair (requests without rows have none)
+          ++b;
+          r = 0;
+        }
+        sd->walk_b = b;
+        sd->walk_r = r;
+        sd->walk_t = 0;
+        sd->walk_gp = gp;
+        sd->walk_seg = 1;
+      }
+    }
+    __syncthreads();  // the record is written
+    if (sd->done) return;
+    attend_segment_ws(p, smem, sd);
+    __syncthreads();  // the segment is done with shared memory and its record
   }
 }
 }  // namespace va
@@ -1332,6 +1418,10 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   const int part = blockIdx.x;
   if (part >= p.num_parts) return;
   const int B = p.batch_size;
+  if constexpr (WS) {
+    run_part_ws(p, smem, part);
+    return;
+  }
   const VaCut s = p.cuts[part];
   const VaCut e = p.cuts[part + 1];
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
@@ -1345,25 +1435,7 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
     const VaRequest rq = p.reqs[b];
     const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
     if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
-    if constexpr (WS) {
-      // The loop's position waits in shared memory while the segment runs (its registers are the
-      // limit of this kernel); thread 0 writes it, every thread reads it after the segment's
-      // last CTA barrier.
-      volatile i32* park = reinterpret_cast<volatile i32*>(smem + BAR_OFFSET - WS_PARK_BYTES);
-      if (threadIdx.x == 0) {
-        park[0] = b;
-        park[1] = r;
-        park[2] = gp;
-        park[3] = seg;
-      }
-      attend_segment_ws(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1));
-      b = park[0];
-      r = park[1];
-      gp = park[2];
-      seg = park[3];
-    } else {
-      attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
-    }
+    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
     ++gp;
     ++r;
     t0 = 0;

@@ -217,7 +217,7 @@ class TileConfig:
         if self.ws:  # Q columns not in registers (+ 16 B a row), K stages, two P slots, two alpha slots, l and m,
             # two slots of visibility words
             return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
-                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4 + 16)  # + the part's parked position
+                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4 + 96)  # + the segment record (WsSeg)
         return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
