@@ -1039,13 +1039,13 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   auto nt = [&] { return max(0, sd->t_end - sd->t_begin); };
   const u32 qs_smem = dl::smem_u32(smem);
   const u32 k_smem = qs_smem + Q_BYTES;
-  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows() x P_ROW
+  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
   float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
   float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M sums, M maxima
-  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows(): bit k = key k of the tile visible
+  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows: bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
 
-  // Q's columns 16*WS_QREGS..575 of rows() row0().. (the rope part and the latent k-steps not held in
+  // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in
   // registers; zero past the last row) and tile 0: one group.
   constexpr int QS_CHUNKS = WS_QS_COLS / 8;
   for (int c = tid; c < M * QS_CHUNKS; c += THREADS) {
@@ -1060,25 +1060,23 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   static_assert(LOADERS % N == 0, "whole loader threads per key row");
   const int ltid = tid - WS_QK_WARPS * 32;  // (PV warps: 0 .. LOADERS-1)
   const int krow = ltid / LPR;
-  auto fetch_slot = [&](int t) -> i64 {
+  // The cache slot of this thread's key row of tile t as an int (one register for the slot id
+  // fetched an iteration ahead): the id if it is in [0, num_slots) (and fits an int, as any real
+  // pool does), kNoKey past the segment's keys, kBadSlot for an out-of-range id.
+  constexpr int kNoKey = -1, kBadSlot = -2;
+  auto fetch_slot = [&](int t) -> int {
     const i64 key = (i64)t * N + krow;
-    if (key >= total()) return -1;
-    return key < kv_len() ? load_index(p.kv_indices, p.idx64 & kKvi64, sd->rq.kv_start + key)
-                        : load_index(p.out_cache_loc, p.idx64 & kLoc64, sd->rq.q_start + (key - kv_len()));
+    if (key >= total()) return kNoKey;
+    const i64 id = key < kv_len() ? load_index(p.kv_indices, p.idx64 & kKvi64, sd->rq.kv_start + key)
+                                  : load_index(p.out_cache_loc, p.idx64 & kLoc64, sd->rq.q_start + (key - kv_len()));
+    return id >= 0 && id < p.num_slots && id <= 0x7fffffff ? static_cast<int>(id) : kBadSlot;
   };
-  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows() past the last key or at a bad slot id
-    const i64 key = (i64)t * N + krow;
-    bool valid = key < total();
-    const kv_elem* src = p.kv_cache;
-    if (valid) {
-      if (slot_id < 0 || slot_id >= p.num_slots) {
-        if (ltid % LPR == 0)
-          dl::report_error(p.err, sd->b, key < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
-        valid = false;
-      } else {
-        src = p.kv_cache + slot_id * kQK;
-      }
-    }
+  auto load_k = [&](int t, int slot_id, int stage) {  // zero rows past the last key or at a bad slot id
+    const bool valid = slot_id >= 0;
+    if (slot_id == kBadSlot && ltid % LPR == 0)
+      dl::report_error(p.err, sd->b, (i64)t * N + krow < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC,
+                       DL_ERR_OUT_OF_RANGE);
+    const kv_elem* src = valid ? p.kv_cache + (i64)slot_id * kQK : p.kv_cache;
     const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
     const char* sp = reinterpret_cast<const char*>(src);
 #pragma unroll
@@ -1113,16 +1111,16 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
   constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
-  i64 next_slot = -1;
+  int next_slot = kNoKey;
   if (!qk && nt() > 0) make_mask(0);
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) {
     if (!qk && a < nt()) load_k(t_begin() + a, fetch_slot(t_begin() + a), a);
     dl::cp_async_commit();
   }
-  if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : -1;
+  if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : kNoKey;
 
-  // Both roles run nt() + 1 iterations with one CTA barrier each and issue the next tile's loads
+  // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
   auto next_tile = [&](int it) {  // (PV warps)
     if (it + AHEAD < nt()) {
@@ -1132,7 +1130,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     dl::cp_async_commit();
   };
   if (qk) {
-    // QK warp rg: rows() tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
+    // QK warp rg: rows tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
     const int rg = warp;  // (QK warps only)
     const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
     const int rA = row0() + tA, rB = row0() + tB;
@@ -1151,11 +1149,13 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         qf[kk][3] = validB ? __ldg(qb + w + 4) : 0u;
       }
     }
-    for (int it = 0; it <= nt(); ++it) {
+    // (the QK warps are the critical path: their loop keeps these three in registers)
+    const int qk_nt = nt(), qk_t_begin = t_begin(), qk_kv_len = kv_len();
+    for (int it = 0; it <= qk_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
-      if (it < nt()) {
-        const int t = t_begin() + it;
+      if (it < qk_nt) {
+        const int t = qk_t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
         // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
         // single QK warp per scheduler), added in a fixed order at the end
@@ -1190,7 +1190,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
             s[n][e] = v;
           }
-        const bool need_mask = (i64)(t + 1) * N > kv_len();  // uniform across the CTA
+        const bool need_mask = (i64)(t + 1) * N > qk_kv_len;  // uniform across the CTA
         const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
 #pragma unroll
         for (int n = 0; n < NT_S; ++n)
@@ -1276,7 +1276,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     }
     __syncthreads();  // the row sums are in shared memory; every PV warp has applied the last tile
   } else {
-    // PV warp: row pair pr (rows() pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
+    // PV warp: row pair pr (rows pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
     const int pw = warp - WS_QK_WARPS, pr = pw >> 2, cq = pw & 3;
     float o[2][16][4];
 #pragma unroll

@@ -131,10 +131,12 @@ class TileConfig:
         completion counted by an mbarrier (+ ``8 * stages`` B of shared memory on every
         architecture). PTX ISA 8.0, "cp.async.bulk" and "mbarrier".
     ws : bool
-        QK warps and PV warps (research/verify_ws.md, a first step, selectable with ``tile=``):
-        ``rows/16`` QK warps keep Q's 512 latent columns in registers and compute S, the mask, the
-        softmax and P for their 16 rows over the whole contraction (no S exchange); ``rows/8`` PV
-        warps accumulate 32 rows x 128 value columns each; tile t's S overlaps tile t-1's P V.
+        QK warps and PV warps (research/verify_ws.md; the default on 99 KB parts: sm_86, sm_89,
+        sm_120): ``rows/16`` QK warps keep Q's latent columns (``q_regs`` k-steps of them) in
+        registers and compute S, the mask, the softmax and P for their 16 rows over the whole
+        contraction (no S exchange); ``rows/8`` PV warps accumulate 32 rows x 128 value columns
+        each; tile t's S overlaps tile t-1's P V. The segment's bookkeeping lives in shared memory
+        (a 96-byte record), so the kernel fits 168 registers per thread without spilling.
         Needs ``csplit=1``, ``stages >= 3``, ``rows`` a multiple of 32, and none of ``qreg``,
         ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
     qk_chains : int
@@ -244,11 +246,16 @@ _CONFIGS = (
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
-    # 94,352 B: sm_120, sm_121: the reduce-scatter S exchange (1.08-1.23x the all-reduce) with
-    # P V over the row pair (1.01-1.03x without) and K tiles by bulk copies (0.97-1.11x cp.async,
-    # geomean 1.047), all measured with this tile on the H200, not yet on an sm_120 part
+    # 89,440 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
+    # warps with 24 of Q's 32 latent k-steps in registers and two accumulator sets, 8 PV warps of
+    # 32 x 128 accumulators, 3 stages of 16 keys; 0 spills everywhere. On the H200 (its sm_90 build):
+    # 1.37x the 32-row tile below (geomean of bench_tiles, BENCHMARKS.md 2026-12-01 seventh session)
+    TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+    # 94,352 B: sm_120's tile before the ws tile (selectable with tile=): the reduce-scatter S
+    # exchange (1.08-1.23x the all-reduce) with P V over the row pair (1.01-1.03x without) and K
+    # tiles by bulk copies (0.97-1.11x cp.async, geomean 1.047), measured on the H200
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32, bulk=True),
-    # 94,336 B: the same with cp.async: sm_86, sm_89 (no bulk copies)
+    # 94,336 B: the same with cp.async (sm_86, sm_89's tile before the ws tile)
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter", pv_rows=32),
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True, exchange="reduce_scatter"),  # 94,208 B: 16 PV rows
     TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True),  # 91,136 B: the all-reduce sm_120 tile

@@ -126,7 +126,9 @@ SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
 TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
          "native_rs": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
-         "sm120": replace(SM120, exchange="reduce_scatter", pv_rows=32, bulk=True),
+         # tile_config("sm_120") (and sm_86/89's) since 2026-12-01: QK warps + PV warps
+         "sm120": TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+         "sm120b32": replace(SM120, exchange="reduce_scatter", pv_rows=32, bulk=True),  # its 32-row tile before
          "sm120pv": replace(SM120, exchange="reduce_scatter", pv_rows=32),
          "sm120ar": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
          # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
@@ -135,9 +137,8 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # QK warps + PV warps (branch h-ws-proto, research/verify_ws.md; not a default)
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
          "ws32": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True),
-         "ws16c2": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2),
-         # part of Q from shared memory: room for K fragments loaded ahead and two chain sets
-         "ws16q24": TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+         # the fastest tile on the H200 (bench_tiles, 2026-12-01), not a default: it spills on sm_90
+         "ws32c24": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True)}
