@@ -1133,11 +1133,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // QK warp rg: rows tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
     const int rg = warp;  // (QK warps only)
     const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
-    const int rA = row0() + tA, rB = row0() + tB;
-    const bool validA = rA < rows(), validB = rB < rows();
     u32 qf[WS_QREGS][4];
     float mA = DL_NEG_INF, mB = DL_NEG_INF, lA = 0.f, lB = 0.f;
-    {
+    {  // (the rows' global indices are recomputed in the epilogue: no register holds them in the loop)
+      const int rA = row0() + tA, rB = row0() + tB;
+      const bool validA = rA < rows(), validB = rB < rows();
       const u32* qa = reinterpret_cast<const u32*>(p.q + (sd->rq.q_start * H + (validA ? rA : 0)) * kQK);
       const u32* qb = reinterpret_cast<const u32*>(p.q + (sd->rq.q_start * H + (validB ? rB : 0)) * kQK);
 #pragma unroll
@@ -1264,6 +1264,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const float lse2A = lA == 0.f ? DL_NEG_INF : mA + log2f(lA);
     const float lse2B = lB == 0.f ? DL_NEG_INF : mB + log2f(lB);
     if ((lane & 3) == 0) {
+      const int rA = row0() + tA, rB = row0() + tB;
+      const bool validA = rA < rows(), validB = rB < rows();
       if (sd->complete) {
         if (p.lse != nullptr) {
           if (validA) p.lse[sd->rq.q_start * H + rA] = lse2A * kLn2;
@@ -1326,10 +1328,12 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     }
     dl::cp_async_wait<0>();
     __syncthreads();  // the QK warps' row sums
-    const int col0 = cq * 128 + 2 * (lane & 3);
+    // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
+    const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
+    const int col0 = (epw & 3) * 128 + 2 * (elane & 3);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      const int tAm = pr * 32 + mt * 16 + (lane >> 2), tBm = tAm + 8;
+      const int tAm = (epw >> 2) * 32 + mt * 16 + (elane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
       const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();

@@ -231,8 +231,17 @@ class TileConfig:
                 "DL_WS_QREGS": self.q_regs, "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
+# The sm_90 tile since 2026-12-01: QK warps and PV warps (research/verify_ws.md) over 3 stages of
+# 32 keys, two QK accumulator sets, 24 of Q's latent k-steps in registers: 1.13-1.27x the 64-row
+# tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
+# but not on sm_100 with NVRTC 13 (44/48 B), so sm_100 keeps the tile below (_SPILLS_FROM).
+_WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
+#: The first architecture number whose build of a configuration spills (tile_configs skips it there).
+_SPILLS_FROM = {_WS32: 100}
+
 _CONFIGS = (
-    # 171,776 B: sm_90, sm_100, sm_103: the reduce-scatter S exchange (1.03-1.07x the all-reduce
+    _WS32,  # 149,600 B: sm_80, sm_90
+    # 171,776 B: sm_100, sm_103 (sm_90's before the ws tile): the reduce-scatter S exchange (1.03-1.07x the all-reduce
     # tiles below on the H200) with P V over row pairs (each V fragment feeds two m16 tiles;
     # 1.02-1.05x the same tile without, BENCHMARKS.md 2026-12-01 sixth session)
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
@@ -279,7 +288,8 @@ def tile_configs(arch) -> list[TileConfig]:
     arch = normalize_arch(arch)
     limit = shared_limit(arch)
     has_bulk = arch_number(arch) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
-    fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)]
+    fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)
+            and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]

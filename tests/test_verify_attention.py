@@ -153,20 +153,22 @@ def test_tile_shared_memory_formula_and_choice():
     assert all(c.shared_bytes <= 101_376 for c in (bulk120, pv120, rs120, ar120))
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
     native_pv = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
-    for arch in ("sm_90", "sm_100"):
-        # the reduce-scatter 64-row tile with P V over row pairs, but at 144 rows (9 heads x 16
-        # tokens) the 48-row reduce-scatter tile (3 tiles of 48, not of 64: 4% faster there in
-        # bench_tiles; 3 row groups make no pairs)
-        rs48 = TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
-        assert tile_config(arch) == tile_config(arch, 9 * 256) == native_pv and native_pv.shared_bytes == 171_776
-        assert tile_config(arch, 9 * 16) == rs48 and rs48.shared_bytes == 147_328
-        assert tile_configs(arch) == [native_pv, native_rs, replace(native_pv, bulk=True),
+    # sm_80 and sm_90 since 2026-12-01: QK warps + PV warps over 3 stages of 32 keys (the only tile
+    # of its key tile and split, so also at 144 rows: 3 x 64 of it beat 3 x 48 of the others)
+    ws90 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
+    assert ws90.shared_bytes == 64 * 400 + 3 * 32 * 1168 + 2 * 64 * 80 + 512 + 512 + 512 + 96 == 149_600
+    for arch in ("sm_80", "sm_90"):
+        assert tile_configs(arch) == [ws90]
+        assert tile_config(arch) == tile_config(arch, 9 * 16) == tile_config(arch, 9 * 256) == ws90
+    # sm_100: the ws tile spills there (NVRTC 13), so the reduce-scatter 64-row tile with P V over
+    # row pairs, and at 144 rows (9 heads x 16 tokens) the 48-row reduce-scatter tile (3 tiles of
+    # 48, not of 64: 4% faster there in bench_tiles; 3 row groups make no pairs)
+    rs48 = TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
+    assert tile_config("sm_100") == tile_config("sm_100", 9 * 256) == native_pv and native_pv.shared_bytes == 171_776
+    assert tile_config("sm_100", 9 * 16) == rs48 and rs48.shared_bytes == 147_328
+    assert tile_configs("sm_100") == [native_pv, native_rs, replace(native_pv, bulk=True),
                                       TileConfig(rows=64, csplit=2, keys=32, stages=2),
                                       TileConfig(rows=48, csplit=2, keys=32, stages=2), rs48]
-    # sm_80 (166,912 B): the reduce-scatter native tile does not fit; all-reduce, 48 rows for 144
-    assert tile_config("sm_80").exchange == "allreduce" and tile_config("sm_80").rows == 64
-    assert tile_config("sm_80", 9 * 16).rows == 48   # 144 rows: 3 tiles of 48 instead of 3 of 64
-    assert tile_config("sm_80", 9 * 256).rows == 64
     assert tile_config("sm_80").shared_bytes <= MAX_SHARED_PER_BLOCK["sm_80"]
 
 
