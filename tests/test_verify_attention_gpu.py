@@ -136,9 +136,8 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          # QK warps + PV warps (branch h-ws-proto, research/verify_ws.md; not a default)
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
-         "ws32": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True),
-         # the fastest tile on the H200 (bench_tiles, 2026-12-01), not a default: it spills on sm_90
-         "ws32c24": TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24),
+         # sm_100's tile (sm_90's before 2026-12-01, when "native" became the 32-key ws tile)
+         "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True)}
