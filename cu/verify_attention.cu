@@ -28,7 +28,7 @@
 //   small, and CTAs taking whole pairs from an atomic counter; both were slower.)
 //   (FlashMLA's get_mla_metadata, deepseek-ai/FlashMLA, does the same on the device.)
 //
-// verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps.
+// verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps (DL_WS: M/16 + M/8).
 //   CTA p walks its part's segments (one pair, a range of its key tiles each). A segment that
 //   holds all of its pair's key tiles writes the final bf16 output and LSE; a split one writes
 //   fp32 partial output + base-2 LSE to partial slot 2p (the part's first segment) or 2p+1 (its
@@ -79,8 +79,25 @@
 //   id are zeroed by the row's THREADS/N threads (then fence.proxy.async, as the non-finite scrub
 //   of V does, so a later bulk copy into the stage is ordered after those generic writes).
 //
+// QK warps and PV warps (DL_WS; the default tile on sm_80, sm_86, sm_89, sm_90 and sm_120,
+// research/verify_ws.md): instead of C warps per row group, M/16 QK warps and M/8 PV warps.
+//   QK warp g owns rows 16g..16g+15 and the whole 576-dim contraction: DL_WS_QREGS k-steps of
+//   Q's latent part in registers (from global memory once per segment), the other columns
+//   (latent rest + rope) from a Q tile in shared memory; DL_QK_CHAINS accumulator sets over
+//   interleaved k-steps; then the mask (visibility words the PV warps prepared), the online
+//   softmax, P as bf16 into P slot t%2 and each row's rescale factor into alpha slot t%2.
+//   PV warp w owns rows 32(w/4).. +32 (two m16 tiles) and value columns 128(w%4).. +128: in
+//   iteration t it applies tile t-1 (O = alpha O + P V) while the QK warps compute tile t, loads
+//   tile t+STAGES-2 with cp.async (one group per tile) and prepares tile t+1's visibility words.
+//   One CTA barrier per iteration; a masked tile's V is scrubbed by the QK warps after a QK-only
+//   named barrier. The segment's bookkeeping (request, tile range, output slot, and thread 0's
+//   walk over the part) is a shared-memory record (WsSeg) read where it is used: registers are
+//   this layout's limit (168 per thread for 384 threads), and no register holds it across the
+//   loop. Outputs, partial slots and the combine are the same as for the other tiles.
+//
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
-// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_OVH_TILES.
+// DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
+// DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
