@@ -5,7 +5,7 @@ picks for this GPU) and timed as in ``bench_attention.py`` (graph replays behind
 flush, median). Every configuration's output is compared with the first one's (relative
 Frobenius difference), so a variant that computes something else shows up.
 
-Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b] ...]
+Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c][_N] ...]
 [--ratio A/B ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
 pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator chains, ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
@@ -17,6 +17,7 @@ the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -35,7 +36,13 @@ def parse_tile(spec):
     if cfg in ("native", ""):
         return name, None
     if cfg == "native_rs":
-        return name, lambda arch, rows: replace(tile_config(arch, rows), exchange="reduce_scatter")
+        def native_rs(arch, rows):
+            c = tile_config(arch, rows)
+            if c.ws:
+                raise SystemExit(f"--tile {spec}: {arch}'s tile has QK and PV warps, no S exchange to change")
+            return replace(c, exchange="reduce_scatter")
+
+        return name, native_rs
     if cfg == "sm_120":
         return name, tile_config("sm_120")
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c?)(?:_(\d+))?", cfg)
@@ -125,8 +132,7 @@ def main(argv=None):
                 worst = max(worst, diff)
             c = plan.config
             results.append(dict(heads=heads, batch=bs, prefix=prefix, draft_tokens=ntok, tile_name=name,
-                                tile=dict(rows=c.rows, csplit=c.csplit, keys=c.keys, stages=c.stages, qreg=c.qreg,
-                                          exchange=c.exchange, pv_rows=c.pv_rows, bulk=c.bulk, ws=c.ws),
+                                tile=dataclasses.asdict(c),
                                 median_ms=ms, tflops=flop / (ms / 1e3) / 1e12, rel_diff_vs_first=diff))
             row.append(f"{ms:8.3f}/{flop / (ms / 1e3) / 1e12:6.1f}")
             del plan

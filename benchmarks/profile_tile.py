@@ -6,13 +6,12 @@ The second ``verify_attn_partial`` launch is the one to read::
         python benchmarks/profile_tile.py --tile sm_120
 
 Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [--tokens T]
-                                         [--tile native|sm_120|native_pv16|sm_120_pv16|native_bulk|sm_120_cp]
-                                         [--spec ROWSxCSPLITxKEYSxSTAGES[flags] (bench_tiles.py's)]
+                                         [--tile native|sm_120] [--spec SPEC]
 
-``native`` / ``sm_120``: the default tiles (P V over row pairs, ``pv_rows=32``, where the tile
-has them); ``native_pv16`` / ``sm_120_pv16``: the same tiles with 16 P V rows per warp (``cp.async``);
-``native_bulk``: the native tile with K tiles by bulk copies; ``sm_120_cp``: the sm_120 tile
-with ``cp.async`` instead of bulk copies.
+``native`` / ``sm_120``: the tile ``tile_config`` returns for this GPU / for sm_120; ``--spec``
+any tile in ``bench_tiles.py``'s notation instead, e.g. ``64x2x32x2rp`` (sm_90's tile before the
+ws tile, sm_100's today), ``64x2x32x2rpb`` (the same with bulk copies), ``32x4x32x2qrpb``
+(sm_120's before the ws tile), ``64x1x32x3wc_24`` (sm_90's ws tile).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tile", choices=["native", "sm_120", "native_pv16", "sm_120_pv16", "native_bulk", "sm_120_cp"],
-                    default="native")
+    ap.add_argument("--tile", choices=["native", "sm_120"], default="native")
     ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -39,19 +37,12 @@ def main(argv=None):
     torch = require_gpu_and_torch("profile_tile.py")
 
     from bench_attention import make_data
-    from dataclasses import replace
 
     from driverlevel.verify_attention import VerifyAttention, tile_config
 
     dev = dl.Device(0)
     stream = dev.create_stream()
-    tile = tile_config("sm_120") if args.tile.startswith("sm_120") else None
-    if args.tile.endswith("_pv16"):  # the same tile with 16 P V rows per warp, cp.async
-        tile = replace(tile or tile_config(dev.arch, args.heads * args.tokens), pv_rows=16, bulk=False)
-    elif args.tile == "native_bulk":  # the native tile with K tiles by bulk copies
-        tile = replace(tile_config(dev.arch, args.heads * args.tokens), bulk=True)
-    elif args.tile == "sm_120_cp":  # the sm_120 tile with cp.async instead of bulk copies (sm_86/sm_89's)
-        tile = replace(tile, bulk=False)
+    tile = tile_config("sm_120") if args.tile == "sm_120" else None
     if args.spec:
         from bench_tiles import parse_tile
 

@@ -271,15 +271,16 @@ constexpr int STAGES = DL_STAGES;              // K tiles in flight
 constexpr int OVH = DL_OVH_TILES;              // cost of a pair's Q load + epilogue, in key tiles
 constexpr bool QREG = DL_QREG != 0;            // Q fragments in registers (loaded from global per segment)
 constexpr int ROW_GROUPS = M / 16;
-// DL_WS: QK warps and PV warps (research/verify_ws.md): M/16 QK warps (16 rows each, Q's latent
-// columns in registers, the whole contraction, no S exchange) and M/8 PV warps (M/32 row pairs x
+// DL_WS: QK warps and PV warps (research/verify_ws.md): M/16 QK warps (16 rows each, DL_WS_QREGS
+// k-steps of Q's latent columns in registers, the whole contraction, no S exchange) and M/8 PV warps (M/32 row pairs x
 // 4 quarters of the value columns, 32 x 128 accumulators); DL_CSPLIT is 1.
 constexpr bool WS = DL_WS != 0;
 constexpr int WS_QK_WARPS = M / 16;
 constexpr int WS_PV_WARPS = M / 8;
 constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
-constexpr int QK_CHAINS = DL_QK_CHAINS;
-static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");        // WS: accumulator sets of a QK warp (interleaved k-steps)
+constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK warp (interleaved k-steps)
+static_assert(QK_CHAINS == 1 || QK_CHAINS == 2, "DL_QK_CHAINS: 1 or 2");
+static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");
 constexpr int THREADS = WARPS * 32;
 constexpr int kQElem = sizeof(bf16);           // bytes per q element
 constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
@@ -335,11 +336,22 @@ static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange need
 static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
 static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && M % 32 == 0 && STAGES >= 3),
               "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, whole row pairs, >= 3 stages");
+static_assert(!WS || N <= 32, "DL_WS: a row's visibility word holds one tile's keys (u32)");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
 static_assert(!WS || sizeof(WsSeg) <= WS_SEG_BYTES, "WsSeg outgrew its shared-memory record");
 static_assert(!DL_BULK || (32 % (THREADS / N) == 0), "BULK: a key row's threads are lanes of one warp");
+
+// The maximum / sum of v over the quad of lanes that owns one row of an m16n8 fragment.
+DL_DEVICE float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+DL_DEVICE float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
   return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));
@@ -841,10 +853,8 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
       mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
     }
-    mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
-    mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
-    mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
-    mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+    mxA = quad_max(mxA);
+    mxB = quad_max(mxB);
     if constexpr (RS) {  // the max over all N keys: every warp's maxima of its keys (fmaxf: order-free)
       if ((lane & 3) == 0) {
         mxbuf[cpart * 16 + (lane >> 2)] = mxA;
@@ -940,10 +950,8 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   dl::cp_async_wait<0>();
   if constexpr (BULK) loaded = g0 + static_cast<u32>(max(0, t_end - t_begin));  // the tiles loaded above
 
-  lA += __shfl_xor_sync(0xffffffffu, lA, 1);
-  lA += __shfl_xor_sync(0xffffffffu, lA, 2);
-  lB += __shfl_xor_sync(0xffffffffu, lB, 1);
-  lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+  lA = quad_sum(lA);
+  lB = quad_sum(lB);
   if constexpr (RS) {  // each warp summed its own keys: add the C sums in a fixed order, identical in all C
     // (every warp of the group read the row-max buffer before the last tile's P barrier)
     if ((lane & 3) == 0) {
@@ -1147,7 +1155,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     dl::cp_async_commit();
   };
   if (qk) {
-    // QK warp rg: rows tA, tB of its 16; Q's 32 latent k-steps as m16n8k16 A fragments.
+    // QK warp rg: rows tA, tB of its 16; WS_QREGS of Q's latent k-steps as m16n8k16 A fragments.
     const int rg = warp;  // (QK warps only)
     const int tA = rg * 16 + (lane >> 2), tB = tA + 8;
     u32 qf[WS_QREGS][4];
@@ -1223,10 +1231,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
           mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
         }
-        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
-        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
-        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
-        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+        mxA = quad_max(mxA);
+        mxB = quad_max(mxB);
         const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
         const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
         const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
@@ -1270,10 +1276,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       }
     }
     dl::cp_async_wait<0>();
-    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
-    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
-    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
-    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+    lA = quad_sum(lA);
+    lB = quad_sum(lB);
     if ((lane & 3) == 0) {
       lm[tA] = lA;
       lm[tB] = lB;
@@ -1438,11 +1442,11 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int part = blockIdx.x;
   if (part >= p.num_parts) return;
-  const int B = p.batch_size;
   if constexpr (WS) {
     run_part_ws(p, smem, part);
     return;
   }
+  const int B = p.batch_size;
   const VaCut s = p.cuts[part];
   const VaCut e = p.cuts[part + 1];
   int b = s.b, r = s.r, t0 = s.t, gp = s.gp;

@@ -131,14 +131,15 @@ class TileConfig:
         completion counted by an mbarrier (+ ``8 * stages`` B of shared memory on every
         architecture). PTX ISA 8.0, "cp.async.bulk" and "mbarrier".
     ws : bool
-        QK warps and PV warps (research/verify_ws.md; the default on 99 KB parts: sm_86, sm_89,
-        sm_120): ``rows/16`` QK warps keep Q's latent columns (``q_regs`` k-steps of them) in
-        registers and compute S, the mask, the softmax and P for their 16 rows over the whole
-        contraction (no S exchange); ``rows/8`` PV warps accumulate 32 rows x 128 value columns
-        each; tile t's S overlaps tile t-1's P V. The segment's bookkeeping lives in shared memory
-        (a 96-byte record), so the kernel fits 168 registers per thread without spilling.
-        Needs ``csplit=1``, ``stages >= 3``, ``rows`` a multiple of 32, and none of ``qreg``,
-        ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
+        QK warps and PV warps (research/verify_ws.md; the default on sm_80, sm_86, sm_87, sm_89,
+        sm_90 and sm_120/121): ``rows/16`` QK warps keep ``q_regs`` k-steps of Q's latent
+        columns in registers and compute S, the mask, the softmax and P for their 16 rows over
+        the whole contraction (no S exchange); ``rows/8`` PV warps accumulate 32 rows x 128 value
+        columns each; tile t's S overlaps tile t-1's P V. The segment's bookkeeping lives in
+        shared memory (a 96-byte record), so the shipped ws tiles fit 168 registers per thread
+        without spilling (not every ws configuration does: see :func:`tile_configs`).
+        Needs ``csplit=1``, ``stages >= 3``, ``rows`` 32 or 64, ``keys`` 16 or 32, and none of
+        ``qreg``, ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
     qk_chains : int
         ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 or 2; 2 doubles the
         independent mma chains of the one QK warp per scheduler, + 4*keys/8 registers).
@@ -167,9 +168,9 @@ class TileConfig:
             raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
             raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
-        if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows % 32 or self.qreg
-                        or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
-            raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows a multiple of 32 and no qreg, "
+        if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 64) or self.keys not in (16, 32)
+                        or self.qreg or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
+            raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows 32 or 64, keys 16 or 32 and no qreg, "
                              f"reduce-scatter, pv_rows=32 or bulk (got {self})")
         if self.exchange not in _EXCHANGES:
             raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
@@ -189,12 +190,16 @@ class TileConfig:
                 + (" bulk" if self.bulk else ""))
 
     @property
+    def _ws_flags(self) -> str:
+        """`` ws``, `` chains=2``, `` qregs=N`` where set (part of :attr:`label` and of the plan's repr)."""
+        return ((" ws" if self.ws else "") + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
+                + (f" qregs={self.q_regs}" if self.q_regs != 32 else ""))
+
+    @property
     def label(self) -> str:
         """Short description, e.g. ``rows=32 csplit=4 keys=32 stages=2 qreg rs``."""
         return (f"rows={self.rows} csplit={self.csplit} keys={self.keys} stages={self.stages}"
-                + (" qreg" if self.qreg else "") + self._loop_flags + (" ws" if self.ws else "")
-                + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
-                + (f" qregs={self.q_regs}" if self.q_regs != 32 else ""))
+                + (" qreg" if self.qreg else "") + self._loop_flags + self._ws_flags)
 
     @property
     def threads(self) -> int:
@@ -209,7 +214,9 @@ class TileConfig:
         """Dynamic shared memory per CTA, bytes (Q tile unless ``qreg`` + K stages + one S exchange buffer,
         + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
         of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums, + with ``bulk``
-        one 8-byte mbarrier per stage)."""
+        one 8-byte mbarrier per stage; ``ws``: the Q columns not in registers ``rows x ((36 - q_regs) * 32
+        + 16)`` B + K stages + two P slots + two slots of rescale factors + row sums and maxima + two
+        slots of visibility words + the 96-byte segment record)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
@@ -224,7 +231,8 @@ class TileConfig:
 
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
-        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_OVH_TILES``)."""
+        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``,
+        ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
@@ -249,12 +257,12 @@ _CONFIGS = (
     # 171,792 B: the same with K tiles by bulk copies: 0.92-0.97x (BENCHMARKS.md, sixth session),
     # selectable with tile=
     TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32, bulk=True),
-    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: sm_80, sm_87
+    TileConfig(rows=64, csplit=2, keys=32, stages=2),   # 165,888 B: selectable (sm_80's before the ws tile)
     TileConfig(rows=48, csplit=2, keys=32, stages=2),   # 143,104 B: the same (row counts like 9 heads x 16 tokens)
-    # 147,328 B: sm_90, sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
+    # 147,328 B: sm_100 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48 instead of
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
-    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 165,888 B (none of ours)
+    TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 147,328 B (none of ours)
     # 89,440 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
     # warps with 24 of Q's 32 latent k-steps in registers and two accumulator sets, 8 PV warps of
     # 32 x 128 accumulators, 3 stages of 16 keys; 0 spills everywhere. On the H200 (its sm_90 build):
@@ -276,7 +284,9 @@ def tile_configs(arch) -> list[TileConfig]:
 
     Those whose shared memory fits the architecture's per-block limit and that use the key
     tile and contraction split of the first one that fits; ``bulk`` ones only from sm_90 (below,
-    such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``).
+    such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``); none
+    from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tile from
+    sm_100 on).
     :func:`tile_config` picks among those with the default's S exchange; the others stay
     selectable with ``tile=``.
 
@@ -303,8 +313,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     architecture's per-block limit and that use its largest key tile) with the default's S
     exchange, the one that pads
     ``rows_per_request`` (``max_q * num_heads``) the least; ties go to the larger row
-    tile (less L2 traffic), then to the first in ``_CONFIGS`` order (which is how P V over row
-    pairs wins over 16 P V rows, and on sm_120 bulk copies over ``cp.async``).
+    tile (less L2 traffic), then to the first in ``_CONFIGS`` order (which is how, on sm_100,
+    P V over row pairs wins over 16 P V rows).
 
     Raises
     ------
@@ -576,6 +586,8 @@ class VerifyAttention:
             kv = kv.reshape(kv.shape[0], kv.shape[2])
         if kv.ndim != 2 or kv.shape[1] != QK_DIM:
             raise ValueError(f"kv_cache must have shape [num_slots, {QK_DIM}] (or [num_slots, 1, {QK_DIM}]), got {kv.shape}")
+        if kv.shape[0] > 2**31 - 1:  # the ws tiles keep slot ids as ints
+            raise ValueError(f"kv_cache has {kv.shape[0]} slots; at most 2**31 - 1 are supported")
         m = metadata
         get = (lambda k: m.get(k)) if isinstance(m, dict) else (lambda k: getattr(m, k, None))
         qo = _arr("qo_indptr", get("qo_indptr"), dev)
@@ -717,5 +729,5 @@ class VerifyAttention:
         cap = f" split_cap={self.num_splits}" if self.num_splits else ""
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
-                f"C={c.csplit}{c._loop_flags} smem={c.shared_bytes} B "
+                f"C={c.csplit}{c._loop_flags}{c._ws_flags} smem={c.shared_bytes} B "
                 f"workspace={self.workspace_bytes} B>")

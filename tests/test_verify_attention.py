@@ -88,10 +88,27 @@ def test_ws_tile_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match="qk_chains must be"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, qk_chains=2)
     assert TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2).defines()["DL_QK_CHAINS"] == 2
-    for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True)):
+    for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True),
+                dict(rows=96), dict(rows=128), dict(keys=48), dict(keys=64)):  # (96/128 rows spill; > 32 keys: u32 mask words)
         kw = dict(rows=64, csplit=1, keys=32, stages=3, ws=True) | bad
         with pytest.raises(ValueError, match="ws=True needs"):
             TileConfig(**kw)
+    for bad in (0, 33):
+        with pytest.raises(ValueError, match="q_regs must be"):
+            TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=bad)
+    with pytest.raises(ValueError, match="q_regs must be"):
+        TileConfig(rows=64, csplit=2, keys=32, stages=2, q_regs=24)  # ws only
+
+
+@pytest.mark.parametrize("cfg", [TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=1),
+                                 TileConfig(rows=32, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+                                 TileConfig(rows=32, csplit=1, keys=32, stages=5, ws=True, q_regs=13)])
+def test_ws_variants_outside_the_defaults_compile_with_the_hosts_layout(cfg):
+    # the kernel checks its shared-memory layout against TileConfig.shared_bytes (static_assert):
+    # Q mostly from shared memory, 32 rows (2 QK + 4 PV warps), more stages
+    cub = compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", cfg))
+    assert cub.resources["verify_attn_partial"].registers <= 65536 // cfg.threads
+    assert cfg.threads == (cfg.rows // 16 + cfg.rows // 8) * 32
 
 
 def test_scheduler_record_sizes_are_checked_against_the_formula():
@@ -141,8 +158,6 @@ def test_tile_shared_memory_formula_and_choice():
         assert tile_config(arch) == ws120 == tile_config(arch, 9 * 16) == tile_config(arch, 4096)
         assert tile_configs(arch) == [ws120]
     assert not any(c.bulk for c in [tile_config(a, r) for a in ("sm_80", "sm_90", "sm_100") for r in (None, 144, 256)])
-    # sm_80: row pairs need the reduce-scatter exchange, which does not fit its 64-row tile
-    assert all(c.pv_rows == 16 for c in [tile_config("sm_80")] + [tile_config("sm_80", r) for r in (16, 144, 256, 1024)])
     with pytest.raises(ValueError, match="pv_rows=32 needs"):
         TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
     with pytest.raises(ValueError, match="pv_rows=32 needs"):

@@ -120,9 +120,9 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
 
 
 SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
-# every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_90/sm_100 the
-# 64-row reduce-scatter tile with P V over row pairs), "sm120" the tile tile_config("sm_120")
-# returns (reduce-scatter, P V over its row pair, K tiles by bulk copies), the other tiles forced
+# every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_80/sm_90 the
+# 32-key ws tile, QK warps + PV warps; on sm_100 "native_pv"), "sm120" the tile tile_config("sm_120")
+# returns (the 16-key ws tile), the other tiles forced
 TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
          "native_rs": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
@@ -131,10 +131,11 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "sm120b32": replace(SM120, exchange="reduce_scatter", pv_rows=32, bulk=True),  # its 32-row tile before
          "sm120pv": replace(SM120, exchange="reduce_scatter", pv_rows=32),
          "sm120ar": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
-         # sm_90's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
+         # sm_100's 144-row tile (9 heads x 16 tokens; bench_tiles 2026-12-01: 1.03-1.04x the 48-row
          # all-reduce tile)
          "rows48rs": TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
-         # QK warps + PV warps (branch h-ws-proto, research/verify_ws.md; not a default)
+         # QK warps + PV warps with 4 stages (tiles loaded two iterations ahead), one chain set, Q's
+         # latent part all in registers (research/verify_ws.md; not a default)
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
          # sm_100's tile (sm_90's before 2026-12-01, when "native" became the 32-key ws tile)
          "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),

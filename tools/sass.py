@@ -133,6 +133,12 @@ def main(argv=None) -> int:
         from driverlevel.verify_attention import compile_defines
 
         cfg = parse_tile("t=" + args.tile)[1]
+        if cfg is None:  # native: the arch's default
+            from driverlevel.verify_attention import tile_config
+
+            cfg = tile_config(args.arch)
+        elif callable(cfg):  # native_rs
+            cfg = cfg(args.arch, None)
         v = CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
     kernels = disassemble(compile_file(args.file, args.arch, v.defines).data)
     print(f"// {args.file} {args.arch} [{v.label}]")
