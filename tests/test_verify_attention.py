@@ -16,7 +16,9 @@ from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention,
                                          tile_config, tile_configs)
 
 
-@pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
+# every target `--arch` accepts (sm_87, sm_103, sm_121 too: ptxas allocates differently there,
+# e.g. a ws variant that is spill-free on sm_80 and sm_90 spilled 16 B on sm_87)
+@pytest.mark.parametrize("arch", sorted(MAX_SHARED_PER_BLOCK, key=lambda a: int(a[3:])))
 def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
     cfgs = {tile_config(arch)} | {tile_config(arch, r) for r in (144, 2304, 16)}
     for cfg in cfgs:
