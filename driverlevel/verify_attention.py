@@ -240,8 +240,8 @@ class TileConfig:
 
 
 # The sm_90 tile since 2026-12-01: QK warps and PV warps (research/verify_ws.md) over 3 stages of
-# 32 keys, two QK accumulator sets, 24 of Q's latent k-steps in registers: 1.13-1.27x the 64-row
-# tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
+# 32 keys, two QK accumulator sets, 24 of Q's latent k-steps in registers: 1.15-1.27x (geomean
+# 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
 # but not on sm_100 with NVRTC 13 (44/48 B), so sm_100 keeps the tile below (_SPILLS_FROM).
 _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
 #: The first architecture number whose build of a configuration spills (tile_configs skips it there).
@@ -266,7 +266,7 @@ _CONFIGS = (
     # 89,440 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
     # warps with 24 of Q's 32 latent k-steps in registers and two accumulator sets, 8 PV warps of
     # 32 x 128 accumulators, 3 stages of 16 keys; 0 spills everywhere. On the H200 (its sm_90 build):
-    # 1.37x the 32-row tile below (geomean of bench_tiles, BENCHMARKS.md 2026-12-01 seventh session)
+    # 1.02-1.29x (geomean 1.204) the 32-row tile below (bench_tiles, BENCHMARKS.md 2026-12-01 seventh session)
     TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
     # 94,352 B: sm_120's tile before the ws tile (selectable with tile=): the reduce-scatter S
     # exchange (1.08-1.23x the all-reduce) with P V over the row pair (1.01-1.03x without) and K

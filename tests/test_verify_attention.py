@@ -108,9 +108,14 @@ def test_ws_tile_rejects_what_it_does_not_support():
 def test_ws_variants_outside_the_defaults_compile_with_the_hosts_layout(cfg):
     # the kernel checks its shared-memory layout against TileConfig.shared_bytes (static_assert):
     # Q mostly from shared memory, 32 rows (2 QK + 4 PV warps), more stages
-    cub = compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", cfg))
-    assert cub.resources["verify_attn_partial"].registers <= 65536 // cfg.threads
+    defines = compile_defines("sm_90", cfg)
+    cub = compile_file("verify_attention.cu", "sm_90", defines)
+    assert cub.resources["verify_attn_partial"].registers > 0
     assert cfg.threads == (cfg.rows // 16 + cfg.rows // 8) * 32
+    # ... and the layout check is live for these shapes: a host size 16 B off does not compile
+    defines["DL_SMEM_BYTES"] += 16
+    with pytest.raises(dl.NvrtcError, match="differs from TileConfig.shared_bytes"):
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
 
 
 def test_scheduler_record_sizes_are_checked_against_the_formula():
