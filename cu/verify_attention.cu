@@ -1124,6 +1124,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       const int kt = g * KPT + k;
       const i64 key = (i64)t * N + kt;
       bool vis = key < total();
+      // (the request is read from the record for every key on purpose: held in registers across
+      // this loop it makes the 32-key tile spill on sm_80/sm_87/sm_100, measured with ptxas)
       if (vis && key >= kv_len() && rvalid) vis = draft_visible(p, ws_request(sd), rr / H, static_cast<int>(key - kv_len()));
       bits |= static_cast<u32>(vis) << kt;
     }
