@@ -1149,10 +1149,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
 
   // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
-  auto next_tile = [&](int it) {  // (PV warps)
-    if (it + AHEAD < nt()) {
+  auto next_tile = [&](int it, int pv_nt) {  // (PV warps)
+    if (it + AHEAD < pv_nt) {
       load_k(t_begin() + it + AHEAD, next_slot, (it + AHEAD) % STAGES);
-      if (it + AHEAD + 1 < nt()) next_slot = fetch_slot(t_begin() + it + AHEAD + 1);
+      if (it + AHEAD + 1 < pv_nt) next_slot = fetch_slot(t_begin() + it + AHEAD + 1);
     }
     dl::cp_async_commit();
   };
@@ -1308,10 +1308,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int n = 0; n < 16; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
-    for (int it = 0; it <= nt(); ++it) {
+    const int pv_nt = nt();  // (one register: the loop bound, not a shared-memory read per use)
+    for (int it = 0; it <= pv_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
-      next_tile(it);
+      next_tile(it, pv_nt);
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
         const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
@@ -1347,7 +1348,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
         }
       }
-      if (it + 1 < nt()) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
+      if (it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     dl::cp_async_wait<0>();
     __syncthreads();  // the QK warps' row sums
