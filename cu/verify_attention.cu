@@ -1085,23 +1085,23 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   static_assert(LOADERS % N == 0, "whole loader threads per key row");
   const int ltid = tid - WS_QK_WARPS * 32;  // (PV warps: 0 .. LOADERS-1)
   const int krow = ltid / LPR;
-  // The cache slot of this thread's key row of tile t as an int (one register for the slot id
-  // fetched an iteration ahead): the id if it is in [0, num_slots) (and fits an int, as any real
-  // pool does), kNoKey past the segment's keys, kBadSlot for an out-of-range id.
-  constexpr int kNoKey = -1, kBadSlot = -2;
-  auto fetch_slot = [&](int t) -> int {
+  // The raw slot id of this thread's key row of tile t, fetched an iteration ahead (0 past the
+  // segment's keys: load_k tells those apart by the key index, so every id, -1 too, is checked).
+  // It is checked only where it is used: a check here would make the warp wait for the index
+  // load an iteration early.
+  auto fetch_slot = [&](int t) -> i64 {
     const i64 key = (i64)t * N + krow;
-    if (key >= total()) return kNoKey;
-    const i64 id = key < kv_len() ? load_index(p.kv_indices, p.idx64 & kKvi64, sd->rq.kv_start + key)
-                                  : load_index(p.out_cache_loc, p.idx64 & kLoc64, sd->rq.q_start + (key - kv_len()));
-    return id >= 0 && id < p.num_slots && id <= 0x7fffffff ? static_cast<int>(id) : kBadSlot;
+    if (key >= total()) return 0;
+    return key < kv_len() ? load_index(p.kv_indices, p.idx64 & kKvi64, sd->rq.kv_start + key)
+                          : load_index(p.out_cache_loc, p.idx64 & kLoc64, sd->rq.q_start + (key - kv_len()));
   };
-  auto load_k = [&](int t, int slot_id, int stage) {  // zero rows past the last key or at a bad slot id
-    const bool valid = slot_id >= 0;
-    if (slot_id == kBadSlot && ltid % LPR == 0)
-      dl::report_error(p.err, sd->b, (i64)t * N + krow < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC,
-                       DL_ERR_OUT_OF_RANGE);
-    const kv_elem* src = valid ? p.kv_cache + (i64)slot_id * kQK : p.kv_cache;
+  auto load_k = [&](int t, i64 slot_id, int stage) {  // zero rows past the last key or at a bad slot id
+    const i64 key = (i64)t * N + krow;
+    const bool has_key = key < total();
+    const bool valid = has_key && slot_id >= 0 && slot_id < p.num_slots;
+    if (has_key && !valid && ltid % LPR == 0)
+      dl::report_error(p.err, sd->b, key < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
+    const kv_elem* src = valid ? p.kv_cache + slot_id * kQK : p.kv_cache;
     const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
     const char* sp = reinterpret_cast<const char*>(src);
 #pragma unroll
@@ -1138,14 +1138,14 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
   constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
-  int next_slot = kNoKey;
+  i64 next_slot = 0;
   if (!qk && nt() > 0) make_mask(0);
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) {
     if (!qk && a < nt()) load_k(t_begin() + a, fetch_slot(t_begin() + a), a);
     dl::cp_async_commit();
   }
-  if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : kNoKey;
+  if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : 0;
 
   // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
