@@ -117,6 +117,11 @@ DL_DEVICE void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Barrier 0 over the whole CTA in its non-aligned form (PTX "barrier.sync"): for code where the
+// warps reach it from different branches (warp roles), which the aligned form that
+// __syncthreads compiles to ("bar.sync" = "barrier.sync.aligned") does not allow.
+DL_DEVICE void cta_barrier_from_roles() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
+
 // Programmatic dependent launch (CUDA Programming Guide, "Programmatic Dependent Launch and
 // Synchronization"; PTX ISA, griddepcontrol; sm_90+). A kernel launched with
 // programmatic=True (driverlevel/_module.py: cuLaunchKernelEx with

@@ -1180,7 +1180,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const int qk_nt = nt(), qk_t_begin = t_begin(), qk_kv_len = kv_len();
     for (int it = 0; it <= qk_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
-      __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+      dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it < qk_nt) {
         const int t = qk_t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
@@ -1299,7 +1299,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         if (validB) p.lse_part[(i64)sd->slot * M + tB] = lse2B;
       }
     }
-    __syncthreads();  // the row sums are in shared memory; every PV warp has applied the last tile
+    dl::cta_barrier_from_roles();  // the row sums are in shared memory; every PV warp has applied the last tile
   } else {
     // PV warp: row pair pr (rows pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
     const int pw = warp - WS_QK_WARPS, pr = pw >> 2, cq = pw & 3;
@@ -1311,7 +1311,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const int pv_nt = nt();  // (one register: the loop bound, not a shared-memory read per use)
     for (int it = 0; it <= pv_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
-      __syncthreads();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+      dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       next_tile(it, pv_nt);
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
@@ -1351,7 +1351,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       if (it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     dl::cp_async_wait<0>();
-    __syncthreads();  // the QK warps' row sums
+    dl::cta_barrier_from_roles();  // the QK warps' row sums
     // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
     const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
     const int col0 = (epw & 3) * 128 + 2 * (elane & 3);
