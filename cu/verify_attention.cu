@@ -312,9 +312,9 @@ constexpr bool PV2 = DL_PV_ROWS == 32;
 constexpr int MT = PV2 ? 2 : 1;
 constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
-// WS: final row sums and maxima, two slots of visibility words, and the segment record (WsSeg).
+// WS: final row sums, two slots of visibility words, and the segment record (WsSeg).
 constexpr int WS_SEG_BYTES = 96;
-constexpr int L_BYTES = WS ? M * 8 + 2 * M * 4 + WS_SEG_BYTES : (PV2 ? M * 4 : 0);
+constexpr int L_BYTES = WS ? M * 4 + 2 * M * 4 + WS_SEG_BYTES : (PV2 ? M * 4 : 0);
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
@@ -1066,8 +1066,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   const u32 k_smem = qs_smem + Q_BYTES;
   unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
   float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
-  float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M sums, M maxima
-  u32* mwords = reinterpret_cast<u32*>(lm + 2 * M);  // 2 slots x M rows: bit k = key k of the tile visible
+  float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M final row sums
+  u32* mwords = reinterpret_cast<u32*>(lm + M);  // 2 slots x M rows: bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
 
   // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in

@@ -215,7 +215,7 @@ class TileConfig:
         + with ``reduce_scatter`` a bf16 P buffer of ``rows x (2*keys + 16)`` B and ``rows x csplit`` floats
         of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums, + with ``bulk``
         one 8-byte mbarrier per stage; ``ws``: the Q columns not in registers ``rows x ((36 - q_regs) * 32
-        + 16)`` B + K stages + two P slots + two slots of rescale factors + row sums and maxima + two
+        + 16)`` B + K stages + two P slots + two slots of rescale factors + final row sums + two
         slots of visibility words + the 96-byte segment record)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
@@ -226,7 +226,7 @@ class TileConfig:
         if self.ws:  # Q columns not in registers (+ 16 B a row), K stages, two P slots, two alpha slots, l and m,
             # two slots of visibility words
             return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
-                    + 2 * self.rows * 4 + self.rows * 8 + 2 * self.rows * 4 + 96)  # + the segment record (WsSeg)
+                    + 2 * self.rows * 4 + self.rows * 4 + 2 * self.rows * 4 + 96)  # + the segment record (WsSeg)
         return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
@@ -248,7 +248,7 @@ _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q
 _SPILLS_FROM = {_WS32: 100}
 
 _CONFIGS = (
-    _WS32,  # 149,600 B: sm_80, sm_90
+    _WS32,  # 149,344 B: sm_80, sm_90
     # 171,776 B: sm_100, sm_103 (sm_90's before the ws tile): the reduce-scatter S exchange (1.03-1.07x the all-reduce
     # tiles below on the H200) with P V over row pairs (each V fragment feeds two m16 tiles;
     # 1.02-1.05x the same tile without, BENCHMARKS.md 2026-12-01 sixth session)
@@ -263,7 +263,7 @@ _CONFIGS = (
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 147,328 B (none of ours)
-    # 89,440 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
+    # 89,184 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
     # warps with 24 of Q's 32 latent k-steps in registers and two accumulator sets, 8 PV warps of
     # 32 x 128 accumulators, 3 stages of 16 keys; 0 spills everywhere. On the H200 (its sm_90 build):
     # 1.02-1.29x (geomean 1.204) the 32-row tile below (bench_tiles, BENCHMARKS.md 2026-12-01 seventh session)

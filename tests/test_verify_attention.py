@@ -129,7 +129,7 @@ def test_tile_shared_memory_formula_and_choice():
     for cfg in _CONFIGS:
         if cfg.ws:  # Q's columns not in registers, K stages, 2 P slots, 2 alpha slots, l and m, 2 mask-word slots, WsSeg
             assert cfg.shared_bytes == (cfg.rows * ((36 - cfg.q_regs) * 32 + 16) + cfg.stages * cfg.keys * 1168
-                                        + 2 * cfg.rows * (2 * cfg.keys + 16) + 2 * cfg.rows * 4 + cfg.rows * 8
+                                        + 2 * cfg.rows * (2 * cfg.keys + 16) + 2 * cfg.rows * 4 + cfg.rows * 4
                                         + 2 * cfg.rows * 4 + 96)
             assert cfg.threads == (cfg.rows // 16 + cfg.rows // 8) * 32
             continue
@@ -159,7 +159,7 @@ def test_tile_shared_memory_formula_and_choice():
     # the 99 KB parts' default since 2026-12-01: QK warps + PV warps, 3 stages of 16 keys, 24 of
     # Q's latent k-steps in registers (the other 8 + rope: 64 rows x 400 B), the 96-byte segment record
     ws120 = TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24)
-    assert ws120.shared_bytes == 64 * 400 + 3 * 16 * 1168 + 2 * 64 * 48 + 512 + 512 + 512 + 96 == 89_440
+    assert ws120.shared_bytes == 64 * 400 + 3 * 16 * 1168 + 2 * 64 * 48 + 512 + 256 + 512 + 96 == 89_184
     assert ws120.label == "rows=64 csplit=1 keys=16 stages=3 ws chains=2 qregs=24" and ws120.threads == 384
     for arch in ("sm_86", "sm_89", "sm_120"):
         assert tile_config(arch) == ws120 == tile_config(arch, 9 * 16) == tile_config(arch, 4096)
@@ -178,7 +178,7 @@ def test_tile_shared_memory_formula_and_choice():
     # sm_80 and sm_90 since 2026-12-01: QK warps + PV warps over 3 stages of 32 keys (the only tile
     # of its key tile and split, so also at 144 rows: 3 x 64 of it beat 3 x 48 of the others)
     ws90 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
-    assert ws90.shared_bytes == 64 * 400 + 3 * 32 * 1168 + 2 * 64 * 80 + 512 + 512 + 512 + 96 == 149_600
+    assert ws90.shared_bytes == 64 * 400 + 3 * 32 * 1168 + 2 * 64 * 80 + 512 + 256 + 512 + 96 == 149_344
     for arch in ("sm_80", "sm_90"):
         assert tile_configs(arch) == [ws90]
         assert tile_config(arch) == tile_config(arch, 9 * 16) == tile_config(arch, 9 * 256) == ws90
