@@ -374,8 +374,8 @@ DL_DEVICE void load_row_part(u32 smem_base, const void* src, bool valid) {
 
 // Zero every non-finite bf16 among the V columns (first 512) of a K tile in shared memory.
 static_assert(kKvElem == 2, "zero_nonfinite_v tests bf16 bit patterns: write its test for the cache's element type");
-DL_DEVICE void zero_nonfinite_v(unsigned char* tile) {
-  for (int c = threadIdx.x; c < N * V_CHUNKS; c += THREADS) {
+DL_DEVICE void zero_nonfinite_v(unsigned char* tile, int first = threadIdx.x, int stride = THREADS) {
+  for (int c = first; c < N * V_CHUNKS; c += stride) {
     uint4* q = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
     uint4 v = *q;
     u32 w[4] = {v.x, v.y, v.z, v.w};
@@ -1259,21 +1259,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         }
         if (need_mask) {  // masked keys must have no influence on P V, finite or not: scrub V of this stage
           dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
-          unsigned char* tile = smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES);
-          for (int c = tid; c < N * V_CHUNKS; c += WS_QK_WARPS * 32) {
-            uint4* q4 = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
-            uint4 v = *q4;
-            u32 w[4] = {v.x, v.y, v.z, v.w};
-            bool changed = false;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const u32 lo = (w[k] & 0x7f80u) == 0x7f80u ? 0u : (w[k] & 0xffffu);
-              const u32 hi = (w[k] & 0x7f800000u) == 0x7f800000u ? 0u : (w[k] & 0xffff0000u);
-              changed |= (lo | hi) != w[k];
-              w[k] = lo | hi;
-            }
-            if (changed) *q4 = make_uint4(w[0], w[1], w[2], w[3]);
-          }
+          zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);
         }
       }
     }
