@@ -28,7 +28,7 @@
 //   small, and CTAs taking whole pairs from an atomic counter; both were slower.)
 //   (FlashMLA's get_mla_metadata, deepseek-ai/FlashMLA, does the same on the device.)
 //
-// verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps (DL_WS: M/16 + M/8).
+// verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps (DL_WS: M/16 + 8, 4 with M = 32).
 //   CTA p walks its part's segments (one pair, a range of its key tiles each). A segment that
 //   holds all of its pair's key tiles writes the final bf16 output and LSE; a split one writes
 //   fp32 partial output + base-2 LSE to partial slot 2p (the part's first segment) or 2p+1 (its
@@ -80,24 +80,32 @@
 //   of V does, so a later bulk copy into the stage is ordered after those generic writes).
 //
 // QK warps and PV warps (DL_WS; the default tile on sm_80, sm_86, sm_89, sm_90 and sm_120,
-// research/verify_ws.md): instead of C warps per row group, M/16 QK warps and M/8 PV warps.
+// research/verify_ws.md): instead of C warps per row group, M/16 QK warps and 8 PV warps (4 with M = 32).
 //   QK warp g owns rows 16g..16g+15 and the whole 576-dim contraction: DL_WS_QREGS k-steps of
 //   Q's latent part in registers (from global memory once per segment), the other columns
 //   (latent rest + rope) from a Q tile in shared memory; DL_QK_CHAINS accumulator sets over
 //   interleaved k-steps; then the mask (visibility words the PV warps prepared), the online
 //   softmax, P as bf16 into P slot t%2 and each row's rescale factor into alpha slot t%2.
-//   PV warp w owns rows 32(w/4).. +32 (two m16 tiles) and value columns 128(w%4).. +128: in
+//   PV warp w owns rows 32(w/4).. +32 (two m16 tiles) and value columns 128(w%4).. +128 (48
+//   rows: all three m16 tiles and value columns 64w.. +64, so each V fragment feeds three): in
 //   iteration t it applies tile t-1 (O = alpha O + P V) while the QK warps compute tile t, loads
-//   tile t+STAGES-2 with cp.async (one group per tile) and prepares tile t+1's visibility words.
+//   tile t+STAGES-2 with cp.async (one group per tile) and prepares tile t+1's visibility words
+//   (with M = 48 the first 192 of its 256 threads).
 //   One CTA barrier per iteration; a masked tile's V is scrubbed by the QK warps after a QK-only
 //   named barrier. The segment's bookkeeping (request, tile range, output slot, and thread 0's
 //   walk over the part) is a shared-memory record (WsSeg) read where it is used: registers are
 //   this layout's limit (168 per thread for 384 threads), and no register holds it across the
 //   loop. Outputs, partial slots and the combine are the same as for the other tiles.
+//   DL_WS_PVSM (sm_80/sm_90's 48-row tile): the QK warps only compute S (fp32, into S slot t%2);
+//   in iteration t the PV warps first do tile t-1's mask, online softmax (LPW threads per row,
+//   the row's running maximum in each and a partial row sum), P (one slot) and rescale factors
+//   (one slot), scrub a masked tile's V, meet at a PV-only named barrier and then apply the tile;
+//   they write the LSE and the row sums at the end. The QK warps' critical path loses the
+//   softmax; the PV warps must have the time for it (48 rows: yes, 1.04x; 64 rows: no, 0.89x).
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
-// DL_OVH_TILES.
+// DL_WS_PVSM, DL_OVH_TILES.
 #include "common.cuh"
 
 #ifndef DL_ROWS
@@ -139,6 +147,9 @@
 #endif
 #ifndef DL_QK_CHAINS
 #define DL_QK_CHAINS 1
+#endif
+#ifndef DL_WS_PVSM
+#define DL_WS_PVSM 0
 #endif
 #ifndef DL_WS_QREGS
 #define DL_WS_QREGS 32
@@ -272,13 +283,24 @@ constexpr int OVH = DL_OVH_TILES;              // cost of a pair's Q load + epil
 constexpr bool QREG = DL_QREG != 0;            // Q fragments in registers (loaded from global per segment)
 constexpr int ROW_GROUPS = M / 16;
 // DL_WS: QK warps and PV warps (research/verify_ws.md): M/16 QK warps (16 rows each, DL_WS_QREGS
-// k-steps of Q's latent columns in registers, the whole contraction, no S exchange) and M/8 PV warps (M/32 row pairs x
-// 4 quarters of the value columns, 32 x 128 accumulators); DL_CSPLIT is 1.
+// k-steps of Q's latent columns in registers, the whole contraction, no S exchange) and 8 PV warps
+// (M = 64: 2 row pairs x 4 quarters of the value columns, 32 x 128 accumulators each; M = 48: all
+// 48 rows x 8 eighths of the columns, 48 x 64 each; M = 32: 4 warps, 32 x 128); DL_CSPLIT is 1.
 constexpr bool WS = DL_WS != 0;
 constexpr int WS_QK_WARPS = M / 16;
-constexpr int WS_PV_WARPS = M / 8;
+constexpr int WS_PV_MT = M % 32 == 0 ? 2 : 3;          // m16 tiles (16-row blocks) of a PV warp
+constexpr int WS_PV_RB = M / (16 * WS_PV_MT);          // PV warp row blocks
+constexpr int WS_PV_CB_LOG2 = M % 32 == 0 ? 2 : 3;
+constexpr int WS_PV_CB = 1 << WS_PV_CB_LOG2;           // PV warp column blocks
+constexpr int WS_PV_WARPS = WS_PV_RB * WS_PV_CB;
+constexpr int WS_PV_COLS = kV / WS_PV_CB;              // value columns of a PV warp
+constexpr int WS_PV_NT = WS_PV_COLS / 8;               // its 8-wide n-tiles of O per m16 tile
 constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
 constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK warp (interleaved k-steps)
+// DL_WS_PVSM: the PV warps do the mask and the online softmax too; the QK warps only compute S
+// (fp32, through two S slots in shared memory), which shortens the QK warps' critical path.
+constexpr bool PVSM = DL_WS_PVSM != 0;
+static_assert(!PVSM || DL_WS, "DL_WS_PVSM needs DL_WS");
 static_assert(QK_CHAINS == 1 || QK_CHAINS == 2, "DL_QK_CHAINS: 1 or 2");
 static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");
 constexpr int THREADS = WARPS * 32;
@@ -305,8 +327,13 @@ constexpr int X_BYTES = (C > 1) ? WARPS * XWORDS * 4 : 0;  // one buffer: the pe
 constexpr bool RS = DL_EXCHANGE != 0;
 constexpr int OWN_NT = RS ? NT_S / C : NT_S;   // n-tiles of S this warp finishes
 constexpr int P_ROW = N * 2 + 16;              // bytes per row of the P buffer
-constexpr int P_BYTES = WS ? 2 * M * P_ROW : (RS ? M * P_ROW : 0);  // WS: two P slots
-constexpr int MX_BYTES = WS ? 2 * M * 4 : (RS ? M * C * 4 : 0);      // WS: two slots of rescale factors
+constexpr int S_ROW = (N + 8) * 4;             // PVSM: bytes per row of an S slot (padded: float2 stores of 8 rows, 2 wavefronts)
+constexpr int S_BYTES = PVSM ? 2 * M * S_ROW : 0;  // PVSM: two S slots (fp32)
+constexpr int WS_SLOTS = PVSM ? 1 : 2;         // WS: P and rescale-factor slots (PVSM: written and read by the PV warps in one iteration)
+constexpr int P_BYTES = WS ? WS_SLOTS * M * P_ROW : (RS ? M * P_ROW : 0);  // WS: P slots
+constexpr int MX_BYTES = WS ? WS_SLOTS * M * 4 : (RS ? M * C * 4 : 0);      // WS: slots of rescale factors
+static_assert(!PVSM || ((Q_BYTES + K_BYTES + P_BYTES + MX_BYTES) % 16 == 0 && S_ROW % 16 == 0),
+              "PVSM: the softmax reads S rows with 16-byte loads");
 // PV over row pairs (DL_PV_ROWS 32): MT m16 tiles per warp, PV_COLS value columns each.
 constexpr bool PV2 = DL_PV_ROWS == 32;
 constexpr int MT = PV2 ? 2 : 1;
@@ -314,28 +341,28 @@ constexpr int PV_COLS = PV2 ? kV / (2 * C) : VCOLS;
 constexpr int NT_OP = PV_COLS / 8;             // 8-wide n-tiles of O per warp and m16 tile
 // WS: final row sums, two slots of visibility words, and the segment record (WsSeg).
 constexpr int WS_SEG_BYTES = 96;
-constexpr int L_BYTES = WS ? M * 4 + 2 * M * 4 + WS_SEG_BYTES : (PV2 ? M * 4 : 0);
+constexpr int L_BYTES = WS ? M * 4 + (PVSM ? 0 : 2 * M * 4) + WS_SEG_BYTES : (PV2 ? M * 4 : 0);  // (PVSM: no visibility words)
 // K tiles by bulk copies (DL_BULK; sm_90+, cp.async below): one thread per key row copies the
 // row with one cp.async.bulk, completion counted by one mbarrier per stage (8 B each; reserved
 // whatever the architecture, so the size the host computes does not depend on it).
 constexpr bool BULK = DL_VA_BULK != 0;
 constexpr int BAR_BYTES = DL_BULK ? STAGES * 8 : 0;
-constexpr int BAR_OFFSET = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + L_BYTES;
+constexpr int BAR_OFFSET = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + S_BYTES + L_BYTES;
 constexpr int SMEM_BYTES = BAR_OFFSET + BAR_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
 static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps and 512 columns evenly");
-static_assert(THREADS % M == 0 && THREADS % N == 0, "row loaders assume whole threads per row");
+static_assert((WS || THREADS % M == 0) && THREADS % N == 0, "row loaders assume whole threads per row");
 static_assert(ROW_GROUPS <= 15, "one named barrier per row group");
 static_assert(DL_PV_ROWS == 16 || DL_PV_ROWS == 32, "DL_PV_ROWS: 16 or 32");
 static_assert(!PV2 || (RS && ROW_GROUPS % 2 == 0 && PV_COLS % 16 == 0), "32 PV rows need the reduce-scatter exchange and whole row pairs");
 static_assert(1 + ROW_GROUPS + (PV2 ? ROW_GROUPS / 2 : 0) <= 16, "named barriers: 0, one per row group, one per pair");
 static_assert(!RS || (C > 1 && NT_S % C == 0), "the reduce-scatter exchange needs C > 1 and whole n-tiles per warp");
 static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 1 reduce-scatter");
-static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && M % 32 == 0 && STAGES >= 3),
-              "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, whole row pairs, >= 3 stages");
+static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && (M == 32 || M == 48 || M == 64) && STAGES >= 3),
+              "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, 32, 48 or 64 rows, >= 3 stages");
 static_assert(!WS || N <= 32, "DL_WS: a row's visibility word holds one tile's keys (u32)");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
@@ -1032,6 +1059,8 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 // online softmax and P of tile it (into P slot it % 2, with each row's rescale factor), while the
 // PV warps apply tile it-1 (O = alpha O + P V from slot (it-1) % 2). The PV warps load tile
 // it + STAGES - 2 during iteration it (into the stage PV(it-2) and QK(it-2) used), so STAGES >= 3.
+// PVSM: the QK warps compute only S of tile it (into S slot it % 2); the PV warps do tile it-1's
+// mask, softmax, P and rescale factors (one slot each), meet at named barrier 2, then apply it.
 DL_DEVICE VaRequest ws_request(const volatile WsSeg* sd) {
   VaRequest rq;
   rq.q_start = sd->rq.q_start;
@@ -1064,10 +1093,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   auto nt = [&] { return max(0, sd->t_end - sd->t_begin); };
   const u32 qs_smem = dl::smem_u32(smem);
   const u32 k_smem = qs_smem + Q_BYTES;
-  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // 2 x M rows x P_ROW
-  float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // 2 x M
-  float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES);  // M final row sums
-  u32* mwords = reinterpret_cast<u32*>(lm + M);  // 2 slots x M rows: bit k = key k of the tile visible
+  unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // WS_SLOTS x M rows x P_ROW
+  float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // WS_SLOTS x M
+  unsigned char* sslots = smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES;  // PVSM: 2 x M rows x S_ROW (fp32 S)
+  float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES + S_BYTES);  // M final row sums
+  u32* mwords = reinterpret_cast<u32*>(lm + M);  // (not PVSM) 2 slots x M rows: bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
 
   // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in
@@ -1110,11 +1140,15 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // PV warps: the visibility words of the segment's tile `it` (only where it holds draft keys or
   // keys past the end), for the QK warps of the next iteration: KPT keys of one row per thread, the
   // row's LPW = N / KPT threads adjacent lanes (OR-reduced by shuffles).
-  constexpr int KPT = N * M / LOADERS, LPW = N / KPT;
-  static_assert(N * M % LOADERS == 0 && LPW >= 1 && (LPW & (LPW - 1)) == 0 && LPW <= 32, "mask words: whole keys per thread");
+  // (LPW: the largest power of two with M * LPW <= LOADERS; with 48 rows the last 64 loaders idle)
+  constexpr int LPW = LOADERS / M >= 8 ? 8 : LOADERS / M >= 4 ? 4 : LOADERS / M >= 2 ? 2 : 1, KPT = N / LPW;
+  static_assert(KPT * LPW == N && M * LPW <= LOADERS && (M * LPW) % 32 == 0, "mask words: whole keys per thread, whole warps");
+  static_assert(!PVSM || KPT % 4 == 0, "PVSM: the softmax reads S four floats at a time");
   auto make_mask = [&](int it) {
+    if constexpr (PVSM) return;  // (no visibility words: under PVSM mwords would be the segment record)
     const int t = t_begin() + it;
     if ((i64)(t + 1) * N <= kv_len()) return;  // (uniform) no draft key and no key past the end
+    if (M * LPW < LOADERS && ltid >= M * LPW) return;  // (warp-uniform)
     const int row = ltid / LPW, g = ltid % LPW;
     const int rr = row0() + row;
     const bool rvalid = rr < rows();
@@ -1139,7 +1173,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
   constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
   i64 next_slot = 0;
-  if (!qk && nt() > 0) make_mask(0);
+  if (!PVSM && !qk && nt() > 0) make_mask(0);
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) {
     if (!qk && a < nt()) load_k(t_begin() + a, fetch_slot(t_begin() + a), a);
@@ -1217,6 +1251,16 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
             s[n][e] = v;
           }
+        if constexpr (PVSM) {  // S (unscaled, unmasked) into S slot it % 2: the PV warps do the rest
+          unsigned char* ss = sslots + (it & 1) * (M * S_ROW);
+#pragma unroll
+          for (int n = 0; n < NT_S; ++n) {
+            unsigned char* srow = ss + tA * S_ROW + (n * 8 + 2 * (lane & 3)) * 4;
+            *reinterpret_cast<float2*>(srow) = make_float2(s[n][0], s[n][1]);
+            *reinterpret_cast<float2*>(srow + 8 * S_ROW) = make_float2(s[n][2], s[n][3]);
+          }
+          continue;
+        }
         const bool need_mask = (i64)(t + 1) * N > qk_kv_len;  // uniform across the CTA
         const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
 #pragma unroll
@@ -1264,6 +1308,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       }
     }
     dl::cp_async_wait<0>();
+    if constexpr (PVSM) return;  // the PV warps own the row statistics and the epilogue (their own barrier)
     lA = quad_sum(lA);
     lB = quad_sum(lB);
     if ((lane & 3) == 0) {
@@ -1287,70 +1332,147 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     }
     dl::cta_barrier_from_roles();  // the row sums are in shared memory; every PV warp has applied the last tile
   } else {
-    // PV warp: row pair pr (rows pr*32 .. +32, two m16 tiles), value columns cq*128 .. +128.
-    const int pw = warp - WS_QK_WARPS, pr = pw >> 2, cq = pw & 3;
-    float o[2][16][4];
+    // PV warp: row block pr (rows pr*16*WS_PV_MT .. +16*WS_PV_MT, WS_PV_MT m16 tiles), value
+    // columns cq*WS_PV_COLS .. +WS_PV_COLS.
+    const int pw = warp - WS_QK_WARPS, pr = pw >> WS_PV_CB_LOG2, cq = pw & (WS_PV_CB - 1);
+    float o[WS_PV_MT][WS_PV_NT][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < WS_PV_MT; ++mt)
 #pragma unroll
-      for (int n = 0; n < 16; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+      for (int n = 0; n < WS_PV_NT; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
     const int pv_nt = nt();  // (one register: the loop bound, not a shared-memory read per use)
+    // PVSM: this thread's row of the softmax (the mapping of make_mask: LPW threads per row, KPT
+    // keys each) and its running maximum (the same in the row's LPW threads) and partial row sum
+    float sm_m = DL_NEG_INF, sm_l = 0.f;
     for (int it = 0; it <= pv_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       next_tile(it, pv_nt);
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
+        const int slot = PVSM ? 0 : (j & 1);
+        if constexpr (PVSM) {  // the mask and the online softmax of tile j (S from slot j % 2), then P V
+          const int t = t_begin() + j;
+          const bool need_mask = (i64)(t + 1) * N > kv_len();  // uniform across the CTA
+          if (M * LPW == LOADERS || ltid < M * LPW) {  // (warp-uniform)
+            const int row = ltid / LPW, g = ltid % LPW;
+            const float* srow = reinterpret_cast<const float*>(sslots + (j & 1) * (M * S_ROW) + row * S_ROW) + g * KPT;
+            float v[KPT];
+#pragma unroll
+            for (int k = 0; k < KPT; k += 4) {
+              const float4 f = *reinterpret_cast<const float4*>(srow + k);
+              v[k] = f.x * p.scale_log2, v[k + 1] = f.y * p.scale_log2, v[k + 2] = f.z * p.scale_log2, v[k + 3] = f.w * p.scale_log2;
+            }
+            if (need_mask) {
+              const int rr = row0() + row;
+              const bool rvalid = rr < rows();
+              u32 bits = 0;
+#pragma unroll 1
+              for (int k = 0; k < KPT; ++k) {
+                const i64 key = (i64)t * N + g * KPT + k;
+                bool vis = key < total();
+                if (vis && key >= kv_len() && rvalid) vis = draft_visible(p, ws_request(sd), rr / H, static_cast<int>(key - kv_len()));
+                bits |= static_cast<u32>(vis) << k;
+              }
+#pragma unroll
+              for (int k = 0; k < KPT; ++k)
+                if (!(bits >> k & 1u)) v[k] = DL_NEG_INF;
+            }
+            float mx = sm_m;
+#pragma unroll
+            for (int k = 0; k < KPT; ++k) mx = fmaxf(mx, v[k]);
+#pragma unroll
+            for (int o = 1; o < LPW; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float base = mx == DL_NEG_INF ? 0.f : mx;
+            const float a = exp2f(sm_m - base);
+            sm_m = mx;
+            float sum = 0.f;
+            unsigned char* prow = pslots + row * P_ROW + g * KPT * 2;
+#pragma unroll
+            for (int k = 0; k < KPT; k += 2) {
+              const float p0 = exp2f(v[k] - base), p1 = exp2f(v[k + 1] - base);
+              sum += p0 + p1;
+              *reinterpret_cast<u32*>(prow + k * 2) = dl::pack_bf16x2(p0, p1);
+            }
+            sm_l = sm_l * a + sum;
+            if (g == 0) alpha[row] = a;
+          }
+          // masked keys must have no influence on P V, finite or not: scrub V of tile j's stage
+          // (the QK warps are done with it: they read it in iteration j)
+          if (need_mask) zero_nonfinite_v(smem + Q_BYTES + (j % STAGES) * (N * ROW_BYTES), ltid, LOADERS);
+          dl::named_barrier(2, LOADERS);  // P, the rescale factors and V of tile j are ready
+        }
         const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
-        const unsigned char* ps = pslots + (j & 1) * (M * P_ROW);
+        const unsigned char* ps = pslots + slot * (M * P_ROW);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const int t0 = pr * 32 + mt * 16 + (lane >> 2);
-          const float aA = alpha[(j & 1) * M + t0], aB = alpha[(j & 1) * M + t0 + 8];
+        for (int mt = 0; mt < WS_PV_MT; ++mt) {
+          const int t0 = pr * 16 * WS_PV_MT + mt * 16 + (lane >> 2);
+          const float aA = alpha[slot * M + t0], aB = alpha[slot * M + t0 + 8];
 #pragma unroll
-          for (int n = 0; n < 16; ++n) {
+          for (int n = 0; n < WS_PV_NT; ++n) {
             o[mt][n][0] *= aA;
             o[mt][n][1] *= aA;
             o[mt][n][2] *= aB;
             o[mt][n][3] *= aB;
           }
         }
-        const u32 pb = dl::smem_u32(ps) + (pr * 32 + (lane & 15)) * P_ROW + (lane >> 4) * 16;
+        const u32 pb = dl::smem_u32(ps) + (pr * (16 * WS_PV_MT) + (lane & 15)) * P_ROW + (lane >> 4) * 16;
 #pragma unroll
         for (int jj = 0; jj < N / 16; ++jj) {
-          u32 pa[2][4];  // P of 16 keys for both m16 tiles (one k-step of P V at a time: fewer registers)
-          dl::ldmatrix_x4(pa[0], pb + jj * 32);
-          dl::ldmatrix_x4(pa[1], pb + 16 * P_ROW + jj * 32);
+          u32 pa[WS_PV_MT][4];  // P of 16 keys for the m16 tiles (one k-step of P V at a time: fewer registers)
 #pragma unroll
-          for (int np = 0; np < 8; ++np) {
+          for (int mt = 0; mt < WS_PV_MT; ++mt) dl::ldmatrix_x4(pa[mt], pb + mt * (16 * P_ROW) + jj * 32);
+#pragma unroll
+          for (int np = 0; np < WS_PV_NT / 2; ++np) {
             u32 v[4];
             dl::ldmatrix_x4_trans(v, vt + (jj * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
-                                         (cq * 128 + np * 16 + (lane >> 4) * 8) * kKvElem);
+                                         (cq * WS_PV_COLS + np * 16 + (lane >> 4) * 8) * kKvElem);
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < WS_PV_MT; ++mt) {
               dl::mma_bf16_16816(o[mt][2 * np], pa[mt], v[0], v[1]);
               dl::mma_bf16_16816(o[mt][2 * np + 1], pa[mt], v[2], v[3]);
             }
           }
         }
       }
-      if (it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
+      if (!PVSM && it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     dl::cp_async_wait<0>();
-    dl::cta_barrier_from_roles();  // the QK warps' row sums
+    if constexpr (PVSM) {  // the row sums and LSE, from the softmax threads
+      if (M * LPW == LOADERS || ltid < M * LPW) {
+#pragma unroll
+        for (int o = 1; o < LPW; o <<= 1) sm_l += __shfl_xor_sync(0xffffffffu, sm_l, o);
+        const int row = ltid / LPW;
+        if (ltid % LPW == 0) {
+          lm[row] = sm_l;
+          const float lse2 = sm_l == 0.f ? DL_NEG_INF : sm_m + log2f(sm_l);
+          const int rr = row0() + row;
+          if (rr < rows()) {
+            if (sd->complete) {
+              if (p.lse != nullptr) p.lse[sd->rq.q_start * H + rr] = lse2 * kLn2;
+            } else {
+              p.lse_part[(i64)sd->slot * M + row] = lse2;
+            }
+          }
+        }
+      }
+      dl::named_barrier(2, LOADERS);  // the row sums are in shared memory
+    } else {
+      dl::cta_barrier_from_roles();  // the QK warps' row sums
+    }
     // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
     const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
-    const int col0 = (epw & 3) * 128 + 2 * (elane & 3);
+    const int col0 = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 2 * (elane & 3);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int tAm = (epw >> 2) * 32 + mt * 16 + (elane >> 2), tBm = tAm + 8;
+    for (int mt = 0; mt < WS_PV_MT; ++mt) {
+      const int tAm = (epw >> WS_PV_CB_LOG2) * 16 * WS_PV_MT + mt * 16 + (elane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
       const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();
       if (sd->complete) {
         const i64 growA = sd->rq.q_start * H + row0() + tAm, growB = sd->rq.q_start * H + row0() + tBm;
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
+        for (int n = 0; n < WS_PV_NT; ++n) {
           if (vA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
           if (vB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
         }
@@ -1358,7 +1480,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         float* dA = p.o_part + ((i64)sd->slot * M + tAm) * kV + col0;
         float* dB = p.o_part + ((i64)sd->slot * M + tBm) * kV + col0;
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
+        for (int n = 0; n < WS_PV_NT; ++n) {
           if (vA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA, o[mt][n][1] * invA);
           if (vB) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[mt][n][2] * invB, o[mt][n][3] * invB);
         }

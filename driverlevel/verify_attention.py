@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -134,11 +134,12 @@ class TileConfig:
         QK warps and PV warps (research/verify_ws.md; the default on sm_80, sm_86, sm_87, sm_89,
         sm_90 and sm_120/121): ``rows/16`` QK warps keep ``q_regs`` k-steps of Q's latent
         columns in registers and compute S, the mask, the softmax and P for their 16 rows over
-        the whole contraction (no S exchange); ``rows/8`` PV warps accumulate 32 rows x 128 value
-        columns each; tile t's S overlaps tile t-1's P V. The segment's bookkeeping lives in
+        the whole contraction (no S exchange); 8 PV warps (4 with 32 rows) accumulate 32 rows x
+        128 value columns each (48 rows: 48 rows x 64 columns), and with ``pv_softmax`` also do
+        the mask and the softmax; tile t's S overlaps tile t-1's P V. The segment's bookkeeping lives in
         shared memory (a 96-byte record), so the shipped ws tiles fit 168 registers per thread
         without spilling (not every ws configuration does: see :func:`tile_configs`).
-        Needs ``csplit=1``, ``stages >= 3``, ``rows`` 32 or 64, ``keys`` 16 or 32, and none of
+        Needs ``csplit=1``, ``stages >= 3``, ``rows`` 32, 48 or 64, ``keys`` 16 or 32, and none of
         ``qreg``, ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
     qk_chains : int
         ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 or 2; 2 doubles the
@@ -149,6 +150,13 @@ class TileConfig:
         columns, is read from shared memory with ``ldmatrix`` in every tile (``rows * ((36 -
         q_regs) * 32 + 16)`` B): fewer registers for Q leave room to load K fragments further
         ahead.
+    pv_softmax : bool
+        ``ws`` only: the PV warps do the mask, the online softmax, P and the LSE, the QK warps
+        only compute S (fp32, two S slots of ``rows x (keys + 8)`` floats in shared memory, one
+        P slot and one slot of rescale factors instead of two): a shorter critical path for the
+        QK warps where the PV warps have time to spare. On the H200 1.04x with 48 rows x 32
+        keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build
+        also spills 56 B on sm_90: selectable, not a default).
     """
 
     rows: int
@@ -162,15 +170,18 @@ class TileConfig:
     ws: bool = False
     qk_chains: int = 1
     q_regs: int = 32
+    pv_softmax: bool = False
 
     def __post_init__(self):
         if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
             raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
+        if self.pv_softmax and not self.ws:
+            raise ValueError(f"pv_softmax=True needs ws=True (got {self})")
         if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
             raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
-        if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 64) or self.keys not in (16, 32)
+        if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 48, 64) or self.keys not in (16, 32)
                         or self.qreg or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
-            raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows 32 or 64, keys 16 or 32 and no qreg, "
+            raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows 32, 48 or 64, keys 16 or 32 and no qreg, "
                              f"reduce-scatter, pv_rows=32 or bulk (got {self})")
         if self.exchange not in _EXCHANGES:
             raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
@@ -191,9 +202,9 @@ class TileConfig:
 
     @property
     def _ws_flags(self) -> str:
-        """`` ws``, `` chains=2``, `` qregs=N`` where set (part of :attr:`label` and of the plan's repr)."""
+        """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm`` where set (part of :attr:`label` and of the plan's repr)."""
         return ((" ws" if self.ws else "") + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
-                + (f" qregs={self.q_regs}" if self.q_regs != 32 else ""))
+                + (f" qregs={self.q_regs}" if self.q_regs != 32 else "") + (" pvsm" if self.pv_softmax else ""))
 
     @property
     def label(self) -> str:
@@ -204,9 +215,9 @@ class TileConfig:
     @property
     def threads(self) -> int:
         """Threads per CTA: ``rows / 16`` warp rows x ``csplit`` warps each x 32 (``ws``: ``rows / 16``
-        QK warps + ``rows / 8`` PV warps)."""
+        QK warps + 8 PV warps, 4 with 32 rows)."""
         if self.ws:
-            return (self.rows // 16 + self.rows // 8) * 32
+            return (self.rows // 16 + (4 if self.rows == 32 else 8)) * 32
         return (self.rows // 16) * self.csplit * 32
 
     @property
@@ -216,13 +227,20 @@ class TileConfig:
         of row maxima / row sums, + with ``pv_rows=32`` ``rows`` floats of final row sums, + with ``bulk``
         one 8-byte mbarrier per stage; ``ws``: the Q columns not in registers ``rows x ((36 - q_regs) * 32
         + 16)`` B + K stages + two P slots + two slots of rescale factors + final row sums + two
-        slots of visibility words + the 96-byte segment record)."""
+        slots of visibility words + the 96-byte segment record; ``pv_softmax``: one P slot, one
+        slot of rescale factors, two fp32 S slots of ``rows x (keys + 8)`` floats, no visibility
+        words)."""
         warps = self.threads // 32
         x = warps * (self.keys // 8) * 4 * 32 * 4 if self.csplit > 1 else 0
         q = 0 if self.qreg else self.rows * _ROW_BYTES
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
         pv = self.rows * 4 if self.pv_rows == 32 else 0
         bars = 8 * self.stages if self.bulk else 0
+        if self.ws and self.pv_softmax:  # Q columns not in registers, K stages, one P slot, one alpha slot,
+            # two fp32 S slots (rows padded by 8 floats), the row sums
+            return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES
+                    + self.rows * (2 * self.keys + 16) + self.rows * 4 + 2 * self.rows * (self.keys + 8) * 4
+                    + self.rows * 4 + 96)  # + the segment record (WsSeg)
         if self.ws:  # Q columns not in registers (+ 16 B a row), K stages, two P slots, two alpha slots, l and m,
             # two slots of visibility words
             return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
@@ -231,12 +249,13 @@ class TileConfig:
 
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
-        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``,
+        ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``, ``DL_WS_PVSM``,
         ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
-                "DL_WS_QREGS": self.q_regs, "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
+                "DL_WS_QREGS": self.q_regs, "DL_WS_PVSM": int(self.pv_softmax),
+                "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
 # The sm_90 tile since 2026-12-01: QK warps and PV warps (research/verify_ws.md) over 3 stages of
@@ -263,11 +282,21 @@ _CONFIGS = (
     # 3 x 64; 1.03-1.04x the 48-row all-reduce tile in bench_tiles, BENCHMARKS.md 2026-12-01)
     TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
     TileConfig(rows=64, csplit=2, keys=16, stages=2),   # 120,320 B: a part with less than 147,328 B (none of ours)
+    # 151,008 B: sm_80, sm_87, sm_90 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48
+    # instead of 3 x 64): 3 QK warps, 8 PV warps of 48 rows x 64 value columns that also do the
+    # mask and the softmax (pv_softmax; the QK warps only compute S). On the H200 at 144 rows: the
+    # 48-row tile without pv_softmax 1.03x the 64-row tile, pv_softmax 1.04-1.05x on top of that
+    # (BENCHMARKS.md, "Main loop, step 7"). After sm_100's tiles:
+    # the 48-row ws tiles go with the 64-row ones (tile_configs keeps the first fit's key tile and split).
+    replace(_WS32, rows=48, pv_softmax=True),
     # 89,184 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
     # warps with 24 of Q's 32 latent k-steps in registers and two accumulator sets, 8 PV warps of
     # 32 x 128 accumulators, 3 stages of 16 keys; 0 spills everywhere. On the H200 (its sm_90 build):
     # 1.02-1.29x (geomean 1.204) the 32-row tile below (bench_tiles, BENCHMARKS.md 2026-12-01 seventh session)
     TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+    # 80,928 B: the same at row counts like 9 heads x 16 tokens (3 x 48 rows instead of 3 x 64; on
+    # the H200 1.07-1.11x there; pv_softmax made this one 0.88-0.92x)
+    TileConfig(rows=48, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
     # 94,352 B: sm_120's tile before the ws tile (selectable with tile=): the reduce-scatter S
     # exchange (1.08-1.23x the all-reduce) with P V over the row pair (1.01-1.03x without) and K
     # tiles by bulk copies (0.97-1.11x cp.async, geomean 1.047), measured on the H200
@@ -311,10 +340,15 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
 
     Among :func:`tile_configs` (the configurations whose shared memory fits the
     architecture's per-block limit and that use its largest key tile) with the default's S
-    exchange, the one that pads
-    ``rows_per_request`` (``max_q * num_heads``) the least; ties go to the larger row
-    tile (less L2 traffic), then to the first in ``_CONFIGS`` order (which is how, on sm_100,
-    P V over row pairs wins over 16 P V rows).
+    exchange, for ``rows_per_request`` (``max_q * num_heads``):
+
+    - ws tiles (sm_80/86/87/89/90/120/121): the one that cuts it into the fewest row tiles,
+      and among those the one that pads it the least (144 rows: 3 x 48, not 3 x 64; 240 rows:
+      4 x 64, not 5 x 48: the 48-row ws tiles do 0.71-0.85x the 64-row ones' work per
+      second on the H200, BENCHMARKS.md "Main loop, step 7");
+    - the others (sm_100/103): the one that pads it the least, ties to the larger row tile
+      (less L2 traffic), then the first in ``_CONFIGS`` order (which is how, on sm_100, P V
+      over row pairs wins over 16 P V rows).
 
     Raises
     ------
@@ -323,6 +357,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     """
     fits = tile_configs(arch)
     fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
+    if rows_per_request and fits[0].ws:
+        return min(fits, key=lambda c: (math.ceil(rows_per_request / c.rows), math.ceil(rows_per_request / c.rows) * c.rows))
     if rows_per_request:
         return min(fits, key=lambda c: (math.ceil(rows_per_request / c.rows) * c.rows, -c.rows))
     return fits[0]

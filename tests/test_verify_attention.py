@@ -91,7 +91,7 @@ def test_ws_tile_rejects_what_it_does_not_support():
         TileConfig(rows=64, csplit=2, keys=32, stages=2, qk_chains=2)
     assert TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2).defines()["DL_QK_CHAINS"] == 2
     for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True),
-                dict(rows=96), dict(rows=128), dict(keys=48), dict(keys=64)):  # (96/128 rows spill; > 32 keys: u32 mask words)
+                dict(rows=16), dict(rows=80), dict(rows=96), dict(rows=128), dict(keys=48), dict(keys=64)):  # (96/128 rows spill; > 32 keys: u32 mask words)
         kw = dict(rows=64, csplit=1, keys=32, stages=3, ws=True) | bad
         with pytest.raises(ValueError, match="ws=True needs"):
             TileConfig(**kw)
@@ -100,18 +100,23 @@ def test_ws_tile_rejects_what_it_does_not_support():
             TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=bad)
     with pytest.raises(ValueError, match="q_regs must be"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, q_regs=24)  # ws only
+    with pytest.raises(ValueError, match="pv_softmax=True needs ws"):
+        TileConfig(rows=64, csplit=2, keys=32, stages=2, pv_softmax=True)
 
 
 @pytest.mark.parametrize("cfg", [TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=1),
                                  TileConfig(rows=32, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
-                                 TileConfig(rows=32, csplit=1, keys=32, stages=5, ws=True, q_regs=13)])
+                                 TileConfig(rows=32, csplit=1, keys=32, stages=5, ws=True, q_regs=13),
+                                 TileConfig(rows=48, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24,
+                                            pv_softmax=True),
+                                 TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, pv_softmax=True)])
 def test_ws_variants_outside_the_defaults_compile_with_the_hosts_layout(cfg):
     # the kernel checks its shared-memory layout against TileConfig.shared_bytes (static_assert):
     # Q mostly from shared memory, 32 rows (2 QK + 4 PV warps), more stages
     defines = compile_defines("sm_90", cfg)
     cub = compile_file("verify_attention.cu", "sm_90", defines)
     assert cub.resources["verify_attn_partial"].registers > 0
-    assert cfg.threads == (cfg.rows // 16 + cfg.rows // 8) * 32
+    assert cfg.threads == (cfg.rows // 16 + (4 if cfg.rows == 32 else 8)) * 32
     # ... and the layout check is live for these shapes: a host size 16 B off does not compile
     defines["DL_SMEM_BYTES"] += 16
     with pytest.raises(dl.NvrtcError, match="differs from TileConfig.shared_bytes"):
@@ -127,11 +132,17 @@ def test_scheduler_record_sizes_are_checked_against_the_formula():
 
 def test_tile_shared_memory_formula_and_choice():
     for cfg in _CONFIGS:
+        if cfg.ws and cfg.pv_softmax:  # Q's columns not in registers, K stages, 1 P slot, 1 alpha slot, 2 fp32 S slots, l, WsSeg
+            assert cfg.shared_bytes == (cfg.rows * ((36 - cfg.q_regs) * 32 + 16) + cfg.stages * cfg.keys * 1168
+                                        + cfg.rows * (2 * cfg.keys + 16) + cfg.rows * 4 + 2 * cfg.rows * (cfg.keys + 8) * 4
+                                        + cfg.rows * 4 + 96)
+            assert cfg.threads == (cfg.rows // 16 + 8) * 32
+            continue
         if cfg.ws:  # Q's columns not in registers, K stages, 2 P slots, 2 alpha slots, l and m, 2 mask-word slots, WsSeg
             assert cfg.shared_bytes == (cfg.rows * ((36 - cfg.q_regs) * 32 + 16) + cfg.stages * cfg.keys * 1168
                                         + 2 * cfg.rows * (2 * cfg.keys + 16) + 2 * cfg.rows * 4 + cfg.rows * 4
                                         + 2 * cfg.rows * 4 + 96)
-            assert cfg.threads == (cfg.rows // 16 + cfg.rows // 8) * 32
+            assert cfg.threads == (cfg.rows // 16 + (4 if cfg.rows == 32 else 8)) * 32  # QK warps + PV warps
             continue
         warps = (cfg.rows // 16) * cfg.csplit
         x = warps * (cfg.keys // 8) * 128 * 4
@@ -161,9 +172,14 @@ def test_tile_shared_memory_formula_and_choice():
     ws120 = TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24)
     assert ws120.shared_bytes == 64 * 400 + 3 * 16 * 1168 + 2 * 64 * 48 + 512 + 256 + 512 + 96 == 89_184
     assert ws120.label == "rows=64 csplit=1 keys=16 stages=3 ws chains=2 qregs=24" and ws120.threads == 384
+    # ... and at 144 rows (9 heads x 16 tokens) its 48-row twin: 3 QK warps, 8 PV warps of 48 x 64
+    ws120_48 = replace(ws120, rows=48)
+    assert ws120_48.shared_bytes == 48 * 400 + 3 * 16 * 1168 + 2 * 48 * 48 + 384 + 192 + 384 + 96 == 80_928
+    assert ws120_48.threads == (3 + 8) * 32
     for arch in ("sm_86", "sm_89", "sm_120"):
-        assert tile_config(arch) == ws120 == tile_config(arch, 9 * 16) == tile_config(arch, 4096)
-        assert tile_configs(arch) == [ws120]
+        assert tile_config(arch) == ws120 == tile_config(arch, 4096) == tile_config(arch, 9 * 256)
+        assert tile_config(arch, 9 * 16) == ws120_48
+        assert tile_configs(arch) == [ws120, ws120_48]
     assert not any(c.bulk for c in [tile_config(a, r) for a in ("sm_80", "sm_90", "sm_100") for r in (None, 144, 256)])
     with pytest.raises(ValueError, match="pv_rows=32 needs"):
         TileConfig(rows=48, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
@@ -175,13 +191,20 @@ def test_tile_shared_memory_formula_and_choice():
     assert all(c.shared_bytes <= 101_376 for c in (bulk120, pv120, rs120, ar120))
     native_rs = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter")
     native_pv = TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32)
-    # sm_80 and sm_90 since 2026-12-01: QK warps + PV warps over 3 stages of 32 keys (the only tile
-    # of its key tile and split, so also at 144 rows: 3 x 64 of it beat 3 x 48 of the others)
+    # sm_80 and sm_90 since 2026-12-01: QK warps + PV warps over 3 stages of 32 keys, and its
+    # 48-row twin at 144 rows (3 x 48 instead of 3 x 64) whose PV warps also do the mask and the
+    # softmax (one P slot, one slot of rescale factors, two fp32 S slots of 48 x 40 floats)
     ws90 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
     assert ws90.shared_bytes == 64 * 400 + 3 * 32 * 1168 + 2 * 64 * 80 + 512 + 256 + 512 + 96 == 149_344
+    ws90_48 = replace(ws90, rows=48, pv_softmax=True)
+    assert ws90_48.shared_bytes == 48 * 400 + 3 * 32 * 1168 + 48 * 80 + 192 + 2 * 48 * 160 + 192 + 96 == 151_008
+    assert ws90_48.label.endswith(" pvsm") and ws90_48.defines()["DL_WS_PVSM"] == 1
     for arch in ("sm_80", "sm_90"):
-        assert tile_configs(arch) == [ws90]
-        assert tile_config(arch) == tile_config(arch, 9 * 16) == tile_config(arch, 9 * 256) == ws90
+        assert tile_configs(arch) == [ws90, ws90_48]
+        assert tile_config(arch) == tile_config(arch, 9 * 256) == tile_config(arch, 16 * 16) == ws90
+        assert tile_config(arch, 9 * 16) == tile_config(arch, 48) == tile_config(arch, 16) == ws90_48
+        # the fewest row tiles first: 240 rows are 4 x 64, not 5 x 48 (which would pad less)
+        assert tile_config(arch, 240) == tile_config(arch, 192) == ws90
     # sm_100: the ws tile spills there (NVRTC 13), so the reduce-scatter 64-row tile with P V over
     # row pairs, and at 144 rows (9 heads x 16 tokens) the 48-row reduce-scatter tile (3 tiles of
     # 48, not of 64: 4% faster there in bench_tiles; 3 row groups make no pairs)

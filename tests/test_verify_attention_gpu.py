@@ -121,8 +121,9 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
 
 SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
 # every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_80/sm_90 the
-# 32-key ws tile, QK warps + PV warps; on sm_100 "native_pv"), "sm120" the tile tile_config("sm_120")
-# returns (the 16-key ws tile), the other tiles forced
+# 32-key ws tile, QK warps + PV warps, or at row counts like 9 heads x 16 tokens and in the small
+# tests "pvsm48"; on sm_100 "native_pv"), "sm120" the tile tile_config("sm_120") returns (the
+# 16-key ws tile; "sm120r48" its 48-row twin), the other tiles forced
 TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
          "native_rs": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
@@ -137,6 +138,12 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # QK warps + PV warps with 4 stages (tiles loaded two iterations ahead), one chain set, Q's
          # latent part all in registers (research/verify_ws.md; not a default)
          "ws16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True),
+         # the ws tiles' 48-row twins (tile_config at 144 rows: 9 heads x 16 tokens): 3 QK warps,
+         # 8 PV warps of 48 rows x 64 value columns
+         # the mask and the online softmax in the PV warps too (pv_softmax: the QK warps only
+         # compute S): sm_90's 48-row tile, and the 16-key 64-row tile with it (not a default)
+         "pvsm48": replace(tile_config("sm_90"), rows=48, pv_softmax=True), "sm120r48": replace(tile_config("sm_120"), rows=48),
+         "ws48": replace(tile_config("sm_90"), rows=48), "pvsm16": replace(tile_config("sm_120"), pv_softmax=True),
          # sm_100's tile (sm_90's before 2026-12-01, when "native" became the 32-key ws tile)
          "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
