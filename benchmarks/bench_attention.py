@@ -148,13 +148,16 @@ def time_plan(dl, dev, stream, flush, plan, d, iters):
 def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, chain=False, baseline=True, tile=None):
     """The new plan and (``baseline``) the 2026-11-30 kernel with its suggested split count, same inputs.
 
-    ``tile``: a :class:`~driverlevel.verify_attention.TileConfig` forced on both (e.g. the sm_120 one).
+    ``tile``: a :class:`~driverlevel.verify_attention.TileConfig` forced on both, or an architecture
+    (``"sm_120"``): the tile ``tile_config`` returns there for this shape's rows per request.
     """
     from driverlevel.verify_attention import VerifyAttention, tile_config
 
     from baseline.v1 import V1Plan, suggest_num_splits
 
     bs = len(prefixes)
+    if isinstance(tile, str):
+        tile = tile_config(tile, ntok * heads)
     cfg = tile or tile_config(dev.arch, ntok * heads)
     fmt = "causal" if chain else "bitmask"
     plan = VerifyAttention(dev, heads, max_batch=bs, max_q=ntok, mask_format=fmt, tile=tile)
@@ -226,8 +229,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 2026-11-30 kernel")
     ap.add_argument("--tile", choices=("native", "sm_120", "both"), default="native",
-                    help="tile configuration: this GPU's, the one tile_config('sm_120') returns (forced with "
-                         "tile=), or both side by side")
+                    help="tile configuration: this GPU's, the one tile_config('sm_120', rows per request) returns "
+                         "(forced with tile=), or both side by side")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     import driverlevel as dl
@@ -246,8 +249,8 @@ def main(argv=None):
     base = not args.no_baseline
     results, extra = [], {}
 
-    tiles = {"native": [("native", None)], "sm_120": [("sm_120", tile_config("sm_120"))],
-             "both": [("native", None), ("sm_120", tile_config("sm_120"))]}[args.tile]
+    tiles = {"native": [("native", None)], "sm_120": [("sm_120", "sm_120")],
+             "both": [("native", None), ("sm_120", "sm_120")]}[args.tile]
 
     # -- the ragged batch of issue 9 ---------------------------------------------------------
     for tname, tile in tiles:
@@ -270,7 +273,8 @@ def main(argv=None):
         print(f"# breakdown {shape[0]} heads, {len(shape[1])} x {shape[1][0]}, {shape[2]} tokens: scheduler "
               f"{bd[0] * 1e3:.1f} us, + partial {bd[1] * 1e3:.1f} us, + combine {bd[2] * 1e3:.1f} us", flush=True)
     extra["workspace"] = {  # from the plans themselves (their grid comes from the device's occupancy)
-        f"{tname}_b8_q256_h9": VerifyAttention(dev, 9, max_batch=8, max_q=256, tile=tile).workspace_bytes
+        f"{tname}_b8_q256_h9": VerifyAttention(dev, 9, max_batch=8, max_q=256,
+                                               tile=tile_config(tile, 9 * 256) if tile else None).workspace_bytes
         for tname, tile in tiles}
     extra["workspace"]["v1_seed_16_splits"] = 8 * 256 * 9 * 16 * 513 * 4
     print("# workspace: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in extra["workspace"].items()), flush=True)
