@@ -1400,6 +1400,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           // masked keys must have no influence on P V, finite or not: scrub V of tile j's stage
           // (the QK warps are done with it: they read it in iteration j)
           if (need_mask) zero_nonfinite_v(smem + Q_BYTES + (j % STAGES) * (N * ROW_BYTES), ltid, LOADERS);
+          // (the aligned bar.sync of named_barrier: only whole PV warps reach it, from one branch)
           dl::named_barrier(2, LOADERS);  // P, the rescale factors and V of tile j are ready
         }
         const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
