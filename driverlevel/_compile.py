@@ -215,7 +215,8 @@ def normalize_arch(arch) -> str:
         s = "sm_" + s
     m = re.fullmatch(r"sm_(\d+)a?", s)
     if not m or int(m.group(1)) < 80:
-        raise ValueError(f"unsupported architecture {arch!r}: expected sm_80 or newer, e.g. one of {', '.join(SUPPORTED_ARCHS)}")
+        raise ValueError(f"unsupported architecture {arch!r}: expected a real target sm_XX of sm_80 or newer "
+                         f"(not compute_XX or a family suffix like sm_100f), e.g. one of {', '.join(SUPPORTED_ARCHS)}")
     return s
 
 

@@ -55,10 +55,11 @@ def init_driver() -> None:
             return
         try:
             (err,) = driver.cuInit(0)
-        except Exception as exc:  # the driver library (libcuda) could not be loaded
+        except Exception as exc:  # the driver library (libcuda) could not be loaded: cuInit never ran
             raise DriverUnavailableError(
-                "cuInit", int(driver.CUresult.CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
-                f"the NVIDIA driver library could not be loaded ({exc})",
+                "loading libcuda for cuInit", int(driver.CUresult.CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
+                "the NVIDIA driver library could not be loaded, so no CUDA device is usable (the code is "
+                f"driverlevel's, not the driver's: {exc})",
             ) from exc
         check("cuInit", (err,))
         _initialized = True

@@ -132,6 +132,8 @@ def capture(stream, mode: str = "thread_local"):
 
     Raises
     ------
+    TypeError
+        If ``stream`` is not a driverlevel Stream.
     CaptureError
         If the capture was invalidated (e.g. by a prohibited call made through
         another library), or the stream is already capturing.
@@ -145,6 +147,9 @@ def capture(stream, mode: str = "thread_local"):
     """
     if mode not in _MODES:
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
+    if not hasattr(stream, "handle") or not hasattr(stream, "device"):
+        raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
+                        f"got {type(stream).__name__}")
     if int(stream.handle) == 0:
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
     if getattr(stream, "_capture", None) is not None:

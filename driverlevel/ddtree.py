@@ -453,6 +453,8 @@ class DDTreePlan:
         self.compile_ctas = _pos_int("compile_ctas", compile_ctas, 1, 1024)
         self.logits_dtype = _logit_dtype("logits_dtype", logits_dtype)
         self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
+        if isinstance(mask_formats, str):
+            raise TypeError(f"mask_formats must be an iterable of format names, e.g. ({mask_formats!r},), not a str")
         formats = tuple(mask_formats)
         bad = [f for f in formats if f not in _MASK_FORMATS]
         if bad:

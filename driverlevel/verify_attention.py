@@ -173,6 +173,23 @@ class TileConfig:
     pv_softmax: bool = False
 
     def __post_init__(self):
+        for f in ("rows", "csplit", "keys", "stages", "pv_rows", "qk_chains", "q_regs"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"TileConfig.{f} must be an int, got {v!r}")
+        for f in ("qreg", "bulk", "ws", "pv_softmax"):
+            if not isinstance(getattr(self, f), (bool, np.bool_)):
+                raise TypeError(f"TileConfig.{f} must be a bool, got {getattr(self, f)!r}")
+        if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
+            raise ValueError(f"rows must be a multiple of 16 in 16..128 (m16 tiles), got {self.rows}")
+        if not (16 <= self.keys <= 64 and self.keys % 16 == 0):
+            raise ValueError(f"keys must be a multiple of 16 in 16..64 (k16 steps of P V), got {self.keys}")
+        if self.csplit not in (1, 2, 4):
+            raise ValueError(f"csplit must be 1, 2 or 4 (it splits 36 k-steps and 512 value columns), got {self.csplit}")
+        if self.stages < 2:
+            raise ValueError(f"stages must be >= 2 (K tiles in flight), got {self.stages}")
+        if self.threads > 1024:
+            raise ValueError(f"rows={self.rows} x csplit={self.csplit} needs {self.threads} threads per CTA, more than 1024")
         if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
             raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.pv_softmax and not self.ws:
@@ -339,8 +356,10 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     """The tile configuration for ``arch``.
 
     Among :func:`tile_configs` (the configurations whose shared memory fits the
-    architecture's per-block limit and that use its largest key tile) with the default's S
-    exchange, for ``rows_per_request`` (``max_q * num_heads``):
+    architecture's per-block limit and that use the key tile and contraction split of the
+    first of ``_CONFIGS`` that fits: on sm_120 the 16-key ws tiles, although the older 32-key
+    32-row tiles fit too and stay selectable with ``tile=``) with the default's S exchange,
+    for ``rows_per_request`` (``max_q * num_heads``):
 
     - ws tiles (sm_80/86/87/89/90/120/121): the one that cuts it into the fewest row tiles,
       and among those the one that pads it the least (144 rows: 3 x 48, not 3 x 64; 240 rows:
@@ -495,7 +514,10 @@ class VerifyAttention:
     Raises
     ------
     ValueError, TypeError
-        For out-of-range parameters.
+        For out-of-range or mistyped parameters (checked before the device is touched, so
+        this works without a GPU too).
+    DriverUnavailableError, CudaError
+        If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
 
@@ -510,7 +532,7 @@ class VerifyAttention:
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
                  arch=None, tile: TileConfig | None = None, num_parts: int | None = None):
-        self.device = _check_device_arg(device)
+        # the arguments first (no driver call), then the device
         checks = [("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q)]
         if num_splits is not None:
             checks.append(("num_splits", num_splits))
@@ -530,12 +552,18 @@ class VerifyAttention:
             raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
+        if tile is not None and not isinstance(tile, TileConfig):
+            raise TypeError(f"tile must be a TileConfig or None, got {type(tile).__name__}")
+        mask_format = parse_mask_format(mask_format)
+        if arch is not None:
+            normalize_arch(arch)
+        self.device = _check_device_arg(device)
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
         self.max_q = int(max_q)
         self.num_splits = int(num_splits) if num_splits is not None else None
         self.sm_scale = float(sm_scale)
-        self.mask_format = parse_mask_format(mask_format)
+        self.mask_format = mask_format
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)

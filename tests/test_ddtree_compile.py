@@ -129,6 +129,8 @@ def test_plan_rejects_wrong_types():
         _plan(max_batch=True)
     with pytest.raises(TypeError, match="logits_dtype must be float32 or bfloat16"):
         _plan(logits_dtype="float16")
+    with pytest.raises(TypeError, match="mask_formats must be an iterable of format names"):
+        _plan(mask_formats="full")  # (a str would be taken as its characters)
 
 
 def test_vocab_limit_matches_the_merge_capacity():

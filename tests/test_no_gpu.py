@@ -69,3 +69,12 @@ def test_require_gpu(monkeypatch, capsys):
 
 def test_the_readme_quotes_the_sentence():
     assert _device.NO_GPU_MESSAGE in (REPO / "README.md").read_text()
+
+
+def test_capture_of_something_that_is_not_a_stream_is_a_type_error():
+    import driverlevel as dl
+
+    for bad in (None, 0, "stream"):
+        with pytest.raises(TypeError, match="capture needs a driverlevel Stream"):
+            with dl.capture(bad):
+                pass

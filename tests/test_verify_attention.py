@@ -333,6 +333,39 @@ def test_sglang_formats_need_mask_indptr():
         call(fake_plan(mask_format="causal"), **kw)
 
 
+def test_constructor_checks_its_arguments_before_the_device():
+    """Bad arguments raise ValueError / TypeError before any driver call (so also without a GPU;
+    on a machine without one, device 0 would raise DriverUnavailableError once they pass)."""
+    for kw, exc, words in [(dict(num_heads=0), ValueError, "num_heads must be a positive int"),
+                           (dict(max_batch=5000), ValueError, "max_batch must be <="),
+                           (dict(qk_dim=192), ValueError, "only MLA absorbed heads"),
+                           (dict(sm_scale=-1.0), ValueError, "sm_scale must be a positive finite"),
+                           (dict(mask_format="bogus"), ValueError, "mask_format must be one of"),
+                           (dict(tile="x"), TypeError, "tile must be a TileConfig"),
+                           (dict(arch="sm_75"), ValueError, "unsupported architecture"),
+                           (dict(num_parts=0), ValueError, "num_parts must be a positive int")]:
+        args = dict(num_heads=9, max_batch=2, max_q=16) | kw
+        with pytest.raises(exc, match=words):
+            VerifyAttention(object(), **args)  # (an invalid device: never reached)
+    with pytest.raises(TypeError, match="device must be"):  # ... and valid arguments reach it
+        VerifyAttention(object(), 9, max_batch=2, max_q=16)
+
+
+def test_tile_config_rejects_bad_shapes_and_types():
+    for kw, exc, words in [(dict(rows=0), ValueError, "rows must be a multiple of 16"),
+                           (dict(rows=-16), ValueError, "rows must be"), (dict(rows=24), ValueError, "rows must be"),
+                           (dict(keys=24), ValueError, "keys must be"), (dict(csplit=3), ValueError, "csplit must be"),
+                           (dict(stages=1), ValueError, "stages must be >= 2"),
+                           (dict(rows=128, csplit=8), ValueError, "csplit must be"),
+                           (dict(rows="64"), TypeError, "rows must be an int"),
+                           (dict(q_regs=24.0, ws=True, stages=3), TypeError, "q_regs must be an int"),
+                           (dict(ws="yes"), TypeError, "ws must be a bool")]:
+        args = dict(rows=64, csplit=1, keys=16, stages=2) | kw
+        with pytest.raises(exc, match=words):
+            TileConfig(**args)
+    assert TileConfig(rows=np.int64(64), csplit=2, keys=32, stages=2).threads == 256
+
+
 def test_constructor_rejects_bad_parameters(monkeypatch):
     monkeypatch.setattr("driverlevel.verify_attention._check_device_arg", lambda d: FAKE)
     for kw, words in [(dict(num_splits=0), "num_splits must be a positive int"),
