@@ -26,33 +26,52 @@ import time
 from pathlib import Path
 
 
+SPEC_GRAMMAR = "ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c][s][_QREGS], native, native_rs or sm_120"
+
+
 def parse_tile(spec):
-    """NAME=SPEC -> (NAME, tile): a TileConfig, None (native) or a function of (arch, rows) (native_rs)."""
+    """NAME=SPEC -> (NAME, tile): a TileConfig, None (native) or a function of (arch, rows) (native_rs).
+
+    Raises SystemExit with a one-line message for a spec without ``NAME=`` or a bad SPEC."""
+    name, eq, cfg = spec.partition("=")
+    if not eq or not name:
+        raise SystemExit(f"bad --tile {spec!r}: want NAME=SPEC, SPEC one of {SPEC_GRAMMAR}")
+    return name, parse_tile_config(cfg, f"--tile {spec!r}")
+
+
+def parse_tile_config(cfg, what=None):
+    """SPEC (no name) -> a TileConfig, None (native) or a function of (arch, rows) (native_rs).
+
+    Raises SystemExit with a one-line message (naming ``what``, default the spec) for a bad SPEC or
+    a shape TileConfig refuses."""
     from dataclasses import replace
 
     from driverlevel.verify_attention import TileConfig, tile_config
 
-    name, _, cfg = spec.partition("=")
-    if cfg in ("native", ""):
-        return name, None
+    what = what or repr(cfg)
+    if cfg == "native":
+        return None
     if cfg == "native_rs":
         def native_rs(arch, rows):
             c = tile_config(arch, rows)
             if c.ws:
-                raise SystemExit(f"--tile {spec}: {arch}'s tile has QK and PV warps, no S exchange to change")
+                raise SystemExit(f"{what}: {arch}'s tile has QK and PV warps, no S exchange to change")
             return replace(c, exchange="reduce_scatter")
 
-        return name, native_rs
+        return native_rs
     if cfg == "sm_120":
-        return name, tile_config("sm_120")
+        return tile_config("sm_120")
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c?)(s?)(?:_(\d+))?", cfg)
     if not m:
-        raise SystemExit(f"bad --tile {spec!r}: want NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c][s][_QREGS]")
+        raise SystemExit(f"bad {what}: want {SPEC_GRAMMAR}")
     r, c, k, s, q, x, pv, bulk, ws, chains, pvsm, qregs = m.groups()
-    return name, TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
-                            exchange="reduce_scatter" if x else "allreduce", pv_rows=32 if pv else 16,
-                            bulk=bool(bulk), ws=bool(ws), qk_chains=2 if chains else 1,
-                            q_regs=int(qregs) if qregs else 32, pv_softmax=bool(pvsm))
+    try:
+        return TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
+                          exchange="reduce_scatter" if x else "allreduce", pv_rows=32 if pv else 16,
+                          bulk=bool(bulk), ws=bool(ws), qk_chains=2 if chains else 1,
+                          q_regs=int(qregs) if qregs else 32, pv_softmax=bool(pvsm))
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"bad {what}: {e}") from None
 
 
 def summary(results, names, ratios):
@@ -78,10 +97,12 @@ def summary(results, names, ratios):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--tile", action="append", default=[])
+    ap.add_argument("--tile", action="append", default=[], metavar="NAME=SPEC",
+                    help=f"a tile to time (repeatable; default native=native sm120=sm_120); SPEC: {SPEC_GRAMMAR}")
     ap.add_argument("--ratio", action="append", default=[], help="A/B: summary column of A's TFLOP/s over B's")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]  # (before the GPU check)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch
@@ -91,7 +112,6 @@ def main(argv=None):
     from bench_attention import make_data, time_plan
     from driverlevel.verify_attention import VerifyAttention
 
-    tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]
     names = [n for n, _ in tiles]
     ratios = [tuple(r.split("/")) for r in args.ratio]
     for a_b in ratios:

@@ -31,6 +31,11 @@ def main(argv=None):
     ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
+    spec_tile = None
+    if args.spec:  # (checked before the GPU is)
+        from bench_tiles import parse_tile_config
+
+        spec_tile = parse_tile_config(args.spec.partition("=")[2] if "=" in args.spec else args.spec, f"--spec {args.spec!r}")
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch
 
@@ -44,9 +49,7 @@ def main(argv=None):
     stream = dev.create_stream()
     tile = tile_config("sm_120") if args.tile == "sm_120" else None
     if args.spec:
-        from bench_tiles import parse_tile
-
-        tile = parse_tile("t=" + args.spec)[1]
+        tile = spec_tile
     plan = VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens, tile=tile)
     d = make_data(torch, dev, args.heads, [args.prefix] * args.batch, args.tokens, False, plan.mask_words, 1)
     torch.cuda.synchronize()

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", choices=sorted(LAUNCHERS), help="kernel file of cu/")
-    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--arch", default="sm_90", help="target architecture (default sm_90, the H200's)")
     ap.add_argument("--variant", type=int, default=0, help="index into --list (default 0: the default variant)")
     ap.add_argument("--kernel", default="", help="regular expression on kernel names (default: all)")
     ap.add_argument("--tile", default="", help="verify_attention.cu only: a bench_tiles.py tile spec "
@@ -127,12 +127,12 @@ def main(argv=None) -> int:
         if args.file != "verify_attention.cu":
             raise SystemExit("tools/sass.py: --tile is for verify_attention.cu")
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        from bench_tiles import parse_tile
+        from bench_tiles import parse_tile_config
 
         from driverlevel.cli import CompileVariant
         from driverlevel.verify_attention import compile_defines
 
-        cfg = parse_tile("t=" + args.tile)[1]
+        cfg = parse_tile_config(args.tile.partition("=")[2] if "=" in args.tile else args.tile, f"--tile {args.tile!r}")
         if cfg is None:  # native: the arch's default
             from driverlevel.verify_attention import tile_config
 
