@@ -153,14 +153,18 @@ class Cubin:
         The cache key (hex sha256).
     """
 
-    data: bytes
+    data: bytes = field(repr=False)
     arch: str
     source_name: str
-    options: tuple
-    resources: dict = field(default_factory=dict)
-    log: str = ""
+    options: tuple = field(repr=False)
+    resources: dict = field(default_factory=dict, repr=False)
+    log: str = field(default="", repr=False)
     cache_hit: bool = False
     key: str = ""
+
+    def __repr__(self):
+        return (f"<Cubin {self.source_name} {self.arch}: {len(self.data):,} B, kernels {sorted(self.resources)}, "
+                f"{'cache hit' if self.cache_hit else 'compiled'}, key {self.key[:12]}>")
 
 
 def kernel_source_dir() -> Path:

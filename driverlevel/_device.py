@@ -22,6 +22,7 @@ for code that wants that.
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import weakref
@@ -424,7 +425,7 @@ def current_device_or_none():
 def _check_device_arg(device) -> "Device":
     if isinstance(device, Device):
         return device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return Device(device)
+    if hasattr(device, "__index__") and not isinstance(device, bool) and type(device).__name__ != "bool_":
+        return Device(operator.index(device))  # an int, or a numpy integer
     raise TypeError(f"device must be a driverlevel.Device or an int ordinal, got {type(device).__name__}")
 

@@ -115,6 +115,13 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     ap.add_argument("--stats", action="store_true", help="opcode counts and LDSM -> HMMA distances, not the SASS")
     args = ap.parse_args(argv)
+    from driverlevel._compile import check_arch
+
+    try:
+        args.arch = check_arch(args.arch)  # as `driverlevel compile --arch` does
+        kernel_re = re.compile(args.kernel)
+    except (ValueError, re.error) as e:
+        raise SystemExit(f"tools/sass.py: {e}") from None
     variants = compile_variants(args.file, args.arch)
     if args.list:
         for i, v in enumerate(variants):
@@ -139,11 +146,18 @@ def main(argv=None) -> int:
             cfg = tile_config(args.arch)
         elif callable(cfg):  # native_rs
             cfg = cfg(args.arch, None)
+        from driverlevel._compile import shared_limit
+
+        if cfg.shared_bytes > shared_limit(args.arch):
+            raise SystemExit(f"tools/sass.py: tile {cfg.label} needs {cfg.shared_bytes:,} B of shared memory, "
+                             f"{args.arch} allows {shared_limit(args.arch):,}")
         v = CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
     kernels = disassemble(compile_file(args.file, args.arch, v.defines).data)
     print(f"// {args.file} {args.arch} [{v.label}]")
+    if not any(kernel_re.search(n) for n in kernels):
+        raise SystemExit(f"tools/sass.py: --kernel {args.kernel!r} matches none of {sorted(kernels)}")
     for name, ins in kernels.items():
-        if not re.search(args.kernel, name):
+        if not kernel_re.search(name):
             continue
         if not args.stats:
             print(f"// {name}: {len(ins)} instructions")
