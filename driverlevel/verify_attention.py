@@ -253,15 +253,13 @@ class TileConfig:
         rs = self.rows * (2 * self.keys + 16) + self.rows * self.csplit * 4 if self.exchange == "reduce_scatter" else 0
         pv = self.rows * 4 if self.pv_rows == 32 else 0
         bars = 8 * self.stages if self.bulk else 0
-        if self.ws and self.pv_softmax:  # Q columns not in registers, K stages, one P slot, one alpha slot,
-            # two fp32 S slots (rows padded by 8 floats), the row sums
-            return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES
-                    + self.rows * (2 * self.keys + 16) + self.rows * 4 + 2 * self.rows * (self.keys + 8) * 4
-                    + self.rows * 4 + 96)  # + the segment record (WsSeg)
-        if self.ws:  # Q columns not in registers (+ 16 B a row), K stages, two P slots, two alpha slots, l and m,
-            # two slots of visibility words
-            return (self.rows * ((36 - self.q_regs) * 32 + 16) + self.stages * self.keys * _ROW_BYTES + 2 * self.rows * (2 * self.keys + 16)
-                    + 2 * self.rows * 4 + self.rows * 4 + 2 * self.rows * 4 + 96)  # + the segment record (WsSeg)
+        if self.ws:  # the kernel's WS layout (cu/verify_attention.cu: Q_BYTES .. L_BYTES)
+            slots = 1 if self.pv_softmax else 2  # P and rescale-factor slots
+            qs = self.rows * ((36 - self.q_regs) * 32 + 16)  # Q columns not in registers, + 16 B a row
+            p_mx = slots * self.rows * (2 * self.keys + 16) + slots * self.rows * 4
+            s_slots = 2 * self.rows * (self.keys + 8) * 4 if self.pv_softmax else 0  # fp32 S, rows padded by 8 floats
+            words = 0 if self.pv_softmax else 2 * self.rows * 4  # two slots of visibility words
+            return qs + self.stages * self.keys * _ROW_BYTES + p_mx + s_slots + self.rows * 4 + words + 96  # + WsSeg
         return q + self.stages * self.keys * _ROW_BYTES + x + rs + pv + bars
 
     def defines(self) -> dict:
@@ -302,8 +300,8 @@ _CONFIGS = (
     # 151,008 B: sm_80, sm_87, sm_90 at row counts like 9 heads x 16 tokens (144 rows: 3 x 48
     # instead of 3 x 64): 3 QK warps, 8 PV warps of 48 rows x 64 value columns that also do the
     # mask and the softmax (pv_softmax; the QK warps only compute S). On the H200 at 144 rows: the
-    # 48-row tile without pv_softmax 1.03x the 64-row tile, pv_softmax 1.04-1.05x on top of that
-    # (BENCHMARKS.md, "Main loop, step 7"). After sm_100's tiles:
+    # 48-row tile without pv_softmax 1.03x the 64-row tile, pv_softmax 1.02-1.05x on top of that
+    # (1.043x geomean over eight shapes; BENCHMARKS.md, "Main loop, step 7"). After sm_100's tiles:
     # the 48-row ws tiles go with the 64-row ones (tile_configs keeps the first fit's key tile and split).
     replace(_WS32, rows=48, pv_softmax=True),
     # 89,184 B: sm_86, sm_89, sm_120, sm_121: QK warps and PV warps (research/verify_ws.md): 4 QK
