@@ -9,6 +9,7 @@ build with programmatic dependent launch (sm_90+) equals the one without, bitwis
 
 from __future__ import annotations
 
+import functools
 import numpy as np
 import pytest
 
@@ -151,6 +152,25 @@ def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, ba
         assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
 
 
+@functools.lru_cache(maxsize=4)
+def _vocab_logits(dtype, vocab, batch, D):
+    """The logits of test_topk_and_tree_at_model_vocabularies and their reference top-512, made
+    once for both top-K paths (the host side took most of the test's time)."""
+    rng = np.random.default_rng(vocab + batch + (dtype == "bfloat16"))
+    x = rng.standard_normal((batch, D, vocab)).astype(np.float32) * 2.0
+    x[0, 1] = np.round(x[0, 1])                                # many equal logits
+    x[-1, 2] = np.sort(x[-1, 2])                               # ascending
+    x[-1, 3] = np.nan                                          # all NaN
+    x[-1, 4] = -np.inf                                         # all -inf
+    x[-1, 5, 100:] = -np.inf                                   # 100 finite values (< K at 256, 512)
+    x[-1, 5, rng.choice(np.arange(100, vocab), 1000, replace=False)] = np.nan
+    if dtype == "bfloat16":
+        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
+    x.setflags(write=False)
+    kmax = 512  # the reference's order is total, so every smaller K is a prefix of the top 512
+    return x, [ref.topk_logprobs(x[b], kmax) for b in range(batch)]
+
+
 @pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("vocab", [129_280, 163_840, 151_936])
@@ -162,19 +182,9 @@ def test_topk_and_tree_at_model_vocabularies(device, stream, dtype, vocab, batch
     few ulps, the tree equals the reference heap's on the GPU's own top-K. Rows sorted
     ascending, all NaN, all -inf and with fewer than K finite values ride along in the last
     request; the status says a row was not finite."""
-    rng = np.random.default_rng(vocab + batch + (dtype == "bfloat16"))
     D = 15
-    x = rng.standard_normal((batch, D, vocab)).astype(np.float32) * 2.0
-    x[0, 1] = np.round(x[0, 1])                                # many equal logits
-    x[-1, 2] = np.sort(x[-1, 2])                               # ascending
-    x[-1, 3] = np.nan                                          # all NaN
-    x[-1, 4] = -np.inf                                         # all -inf
-    x[-1, 5, 100:] = -np.inf                                   # 100 finite values (< K at 256, 512)
-    x[-1, 5, rng.choice(np.arange(100, vocab), 1000, replace=False)] = np.nan
-    if dtype == "bfloat16":
-        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
-    kmax = 512  # the reference's order is total, so every smaller K is a prefix of the top 512
-    want = [ref.topk_logprobs(x[b], kmax) for b in range(batch)]
+    x, want = _vocab_logits(dtype, vocab, batch, D)
+    rng = np.random.default_rng(vocab + batch + (dtype == "bfloat16") + 1)  # (the rigs' states)
     for budget in (16, 64, 256, 512):
         rig = Rig(device, rng, max_batch=batch, depth=D, vocab=vocab, budget=budget, dtype=dtype,
                   mask_formats=("bitmask",), topk=topk)

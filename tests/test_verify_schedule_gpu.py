@@ -165,10 +165,18 @@ def _pad(arr_act, active, max_bs):
     return out
 
 
-def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, max_prefix, kind=None):
+#: Steps between new random K/V caches in the many-step tests (writing one, 3000 x 576 normals
+#: and its bf16 bits, took ~40 of the ~55 ms a step's host side costs; the slots each step reads,
+#: its queries, lengths and trees are new every step, so its outputs are too).
+KV_EVERY = 50
+
+
+def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, max_prefix, kind=None, new_kv=True):
     """Random step: some requests padded (0 draft tokens), ragged prefixes; returns (indptrs, reference).
 
     ``kind`` (random unless given): 0 ragged, 1 no prefixes, 2 one active request, 3 ragged again.
+    ``new_kv``: a new random cache (else the one the last step with ``new_kv`` wrote, kept in
+    ``bufs["kv_host"]``; the first step always writes one).
     """
     cap_q = max_bs * max_q
     kind = int(r.integers(0, 4)) if kind is None else kind
@@ -187,7 +195,10 @@ def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, ma
     T = m.total_q
     qb = np.zeros((cap_q, heads, 576), np.uint16)
     qb[:T] = f32_to_bf16_bits(r.standard_normal((T, heads, 576)).astype(np.float32))
-    kvb = f32_to_bf16_bits(r.standard_normal((num_slots, 576)).astype(np.float32))
+    if new_kv or "kv_host" not in bufs:
+        bufs["kv_host"] = f32_to_bf16_bits(r.standard_normal((num_slots, 576)).astype(np.float32))
+        bufs["kv"].copy_from_host(bufs["kv_host"])
+    kvb = bufs["kv_host"]
     kvi_h = np.zeros(num_slots, np.int64)
     kvi_h[:m.kv_indices.size] = m.kv_indices
     loc_h = np.zeros(cap_q, np.int64)
@@ -195,7 +206,6 @@ def _write_step(r, bufs, heads, max_bs, max_q, num_slots, words, mask_format, ma
     qo = _pad(m.qo_indptr, active, max_bs)
     kvp = _pad(m.kv_indptr.astype(np.int32), active, max_bs)
     bufs["q"].copy_from_host(qb)
-    bufs["kv"].copy_from_host(kvb)
     bufs["qo"].copy_from_host(qo)
     bufs["kvp"].copy_from_host(kvp)
     bufs["kvi"].copy_from_host(kvi_h)
@@ -231,7 +241,7 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, n
     r = np.random.default_rng(1000 + (num_parts or 0))
     for step in range(1000 if num_parts is None else 200):
         m, (ref_out, ref_lse) = _write_step(r, bufs, heads, max_bs, max_q, num_slots, plan.mask_words, "bitmask",
-                                            max_prefix=int(r.choice([1, 40, 600])))
+                                            max_prefix=int(r.choice([1, 40, 600])), new_kv=step % KV_EVERY == 0)
         out, lse = poisoned_replay(plan, bufs, stream, lambda: gx.launch(stream), m["total_q"])
         check(out, lse, ref_out, ref_lse)
     plan.check_errors(stream)
@@ -254,7 +264,7 @@ def test_corrupted_metadata_is_reported_and_harmless(device, stream, tile):
              "mask_indptr_inconsistent", "none"]
     for step in range(1000):
         m, (ref_out, ref_lse) = _write_step(r, bufs, heads, max_bs, max_q, num_slots, plan.mask_words, "full",
-                                            max_prefix=500)
+                                            max_prefix=500, new_kv=step % KV_EVERY == 0)
         qo, kvp = m["qo"], m["kvp"]
         cands = [b for b in range(max_bs) if qo[b + 1] > qo[b] and kvp[b + 1] > kvp[b]]
         kind = kinds[step % len(kinds)] if cands else "none"
