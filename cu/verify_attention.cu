@@ -516,6 +516,9 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   __shared__ i64 chunk_cost[SCHED_THREADS / 32];
   __shared__ i32 chunk_pairs[SCHED_THREADS / 32];
   __shared__ i32 chunk_max[SCHED_THREADS / 32];
+  // PDL: the partial kernel may be launched now; its CTAs wait (griddepcontrol.wait) for this
+  // grid before they read the tables this kernel writes (this launch itself is ordinary)
+  dl::pdl_launch_dependents();
   const int B = min(p.batch_size, kMaxBatch);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -1552,6 +1555,11 @@ extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
 verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   extern __shared__ __align__(128) unsigned char smem[];
+  // PDL (common.cuh; VerifyAttention(pdl=...)): the combine may be launched now (its CTAs wait for
+  // this whole grid); this CTA waits for the scheduler's tables (and, through it, for everything
+  // before this call) before it reads or writes anything. Both return at once without PDL.
+  dl::pdl_launch_dependents();
+  dl::pdl_wait();
   const int part = blockIdx.x;
   if (part >= p.num_parts) return;
   if constexpr (WS) {
@@ -1594,6 +1602,7 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   __shared__ int s_slot[kMaxPieces];
   __shared__ float s_w[kRows][kMaxPieces];
   __shared__ float s_inv[kRows], s_lse[kRows];
+  dl::pdl_wait();  // PDL: the partial results (and the scheduler's tables) first, in every CTA
   if (blockIdx.x >= p.num_parts) return;
   const VaEntry ent = p.entries[blockIdx.x];
   if (ent.b < 0) return;

@@ -66,6 +66,28 @@ def programmatic_supported(arch) -> bool:
     return arch_number(arch) >= arch_number(PDL_MIN_ARCH)
 
 
+def check_pdl_arg(pdl) -> None:
+    """Raise ``TypeError`` unless a plan's ``pdl=`` argument is None, True or False."""
+    if pdl is not None and not isinstance(pdl, (bool, np.bool_)):
+        raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
+
+
+def resolve_pdl(pdl, arch) -> bool:
+    """A plan's ``pdl=`` argument for code compiled for ``arch``: None -> whether ``arch`` has
+    programmatic dependent launch (sm_90+); True below sm_90 raises ``ValueError``; anything
+    but None, True or False raises ``TypeError`` (:func:`check_pdl_arg`)."""
+    from ._compile import normalize_arch
+
+    check_pdl_arg(pdl)
+    supported = programmatic_supported(arch)
+    if pdl is None:
+        return supported
+    if pdl and not supported:
+        raise ValueError(f"pdl=True needs sm_90 or newer (griddepcontrol), the plan compiles for "
+                         f"{normalize_arch(arch)}: pass pdl=None or pdl=False")
+    return bool(pdl)
+
+
 def _programmatic_attrs():
     """The one launch attribute of a programmatic launch (CUDA Programming Guide, "Programmatic
     Dependent Launch and Synchronization"): the launch may begin once every CTA of the kernel

@@ -65,7 +65,7 @@ from ._device import _check_device_arg
 from ._dtypes import as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module, programmatic_supported
+from ._module import check_pdl_arg, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
@@ -271,18 +271,6 @@ def compile_variants(arch) -> list:
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
-def _resolve_pdl(pdl, arch) -> bool:
-    """``DDTreePlan(pdl=...)`` for a plan compiled for ``arch``: None -> whether ``arch`` has
-    programmatic dependent launch (sm_90+); True below sm_90 raises ``ValueError``."""
-    supported = programmatic_supported(arch)
-    if pdl is None:
-        return supported
-    if pdl and not supported:
-        raise ValueError(f"pdl=True needs sm_90 or newer (griddepcontrol), the plan compiles for "
-                         f"{normalize_arch(arch)}: pass pdl=None or pdl=False")
-    return bool(pdl)
-
-
 def _pos_int(name, v, lo=1, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -462,8 +450,7 @@ class DDTreePlan:
         self.mask_formats = formats
         if topk not in TOPK_MODES:
             raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
-        if pdl is not None and not isinstance(pdl, (bool, np.bool_)):
-            raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
+        check_pdl_arg(pdl)
         self.topk = topk
         self.k = min(self.budget, self.vocab)
         self.n_nodes = self.budget + 1
@@ -490,7 +477,7 @@ class DDTreePlan:
         self.tk_nseg, self.tk_seg_len = _tk.stream_segments(self.max_batch * self.depth_limit, self.vocab, bf16,
                                                             self.device.sm_count, self.tk_ctas_per_sm)
         self.arch = normalize_arch(arch or self.device.arch)
-        self.pdl = _resolve_pdl(pdl, self.arch)
+        self.pdl = resolve_pdl(pdl, self.arch)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
 
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))

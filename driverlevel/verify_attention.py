@@ -32,7 +32,7 @@ from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
-from ._module import load_module, struct_layout_defines
+from ._module import check_pdl_arg, load_module, resolve_pdl, struct_layout_defines
 from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_RECORD_BYTES, partial_workspace_bytes,
                                  scheduler_bytes)
 
@@ -475,6 +475,17 @@ class VerifyAttention:
     num_parts : int, optional
         CTAs of the persistent grid (at most 1024). Default: the device's SM count
         times the CTAs of the partial kernel that fit one SM, capped at 1024.
+    pdl : bool, optional
+        Programmatic dependent launch of the partial and combine kernels (CUDA Programming
+        Guide, "Programmatic Dependent Launch and Synchronization"). None (default): on where
+        the plan's architecture is sm_90 or newer; False: off; True: on (``ValueError`` below
+        sm_90; ``TypeError`` for anything but None/True/False). On, those two launches are
+        queued with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``: each may start
+        while the kernel before it finishes and waits (``griddepcontrol.wait``, first thing in
+        every CTA) before it reads what that kernel wrote, instead of paying a full launch gap.
+        The scheduler's launch stays ordinary, so :meth:`run` starts after whatever came
+        before it on the stream and ends only when all three kernels have. The results do not
+        depend on it (GPU tests compare both bitwise, eager and replayed).
 
     Schedule (per replay, on the GPU)
     ---------------------------------
@@ -529,7 +540,7 @@ class VerifyAttention:
     def __init__(self, device, num_heads: int, *, max_batch: int, max_q: int, num_splits: int | None = None,
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
-                 arch=None, tile: TileConfig | None = None, num_parts: int | None = None):
+                 arch=None, tile: TileConfig | None = None, num_parts: int | None = None, pdl: bool | None = None):
         # the arguments first (no driver call), then the device
         checks = [("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q)]
         if num_splits is not None:
@@ -555,6 +566,7 @@ class VerifyAttention:
         mask_format = parse_mask_format(mask_format)
         if arch is not None:
             normalize_arch(arch)
+        check_pdl_arg(pdl)
         self.device = _check_device_arg(device)
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
@@ -564,6 +576,7 @@ class VerifyAttention:
         self.mask_format = mask_format
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
+        self.pdl = resolve_pdl(pdl, self.arch)
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
         if self.config.shared_bytes > shared_limit(self.arch):
             raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
@@ -776,8 +789,12 @@ class VerifyAttention:
             keep = (q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, self.pool, self.error_word)
             launches = [
                 self._schedule.prepare((1, 1, 1), _SCHED_THREADS, [p]),
-                self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes),
-                self._combine.prepare(self.grid_combine, 256, [p]),
+                # pdl: the partial and combine kernels may start while the kernel before them
+                # runs and wait inside (griddepcontrol.wait, first thing in every CTA); the
+                # scheduler's launch stays ordinary, so a call starts after what came before it
+                self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes,
+                                      programmatic=self.pdl),
+                self._combine.prepare(self.grid_combine, 256, [p], programmatic=self.pdl),
             ]
             for ln in launches:
                 ln.keep(*keep)
@@ -792,4 +809,4 @@ class VerifyAttention:
         return (f"<VerifyAttention heads={self.num_heads} max_batch={self.max_batch} max_q={self.max_q} "
                 f"parts={self.num_parts}{cap} mask={self.mask_format.value} {self.arch} tile M={c.rows} N={c.keys} "
                 f"C={c.csplit}{c._loop_flags}{c._ws_flags} smem={c.shared_bytes} B "
-                f"workspace={self.workspace_bytes} B>")
+                f"workspace={self.workspace_bytes} B pdl={self.pdl}>")

@@ -11,6 +11,8 @@ import pytest
 import driverlevel as dl
 from driverlevel import ddtree
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
+from driverlevel._module import resolve_pdl
+from ptx_util import ptx_entries, ptx_of
 
 KERNELS = {
     "ddtree_topk_chunks_f32", "ddtree_topk_chunks_bf16", "ddtree_build", "ddtree_compile",
@@ -232,33 +234,6 @@ def test_cache_key_covers_every_stage_header():
 # ------------------------------------------------------------------------------ programmatic launch
 
 
-def _ptx(source: str, name: str, arch: str, defines: dict | None = None) -> str:
-    """The PTX NVRTC makes of ``source`` for ``compute_XX`` of ``arch``, with the runtime's options."""
-    from cuda.bindings import nvrtc
-
-    from driverlevel._compile import _include_dirs, _options
-    from driverlevel._errors import check_nvrtc
-
-    opts = [f"--gpu-architecture=compute_{arch[3:]}" if o.startswith("--gpu-architecture=") else o
-            for o in _options(arch, defines or {}, ()) if o != "-Xptxas=-v"]
-    opts += [f"-I{d}" for d in _include_dirs(())]
-    prog = check_nvrtc("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []))
-    try:
-        check_nvrtc("nvrtcCompileProgram", nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts]),
-                    prog, opts, arch, name)
-        size = check_nvrtc("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog), prog)
-        buf = b" " * size
-        check_nvrtc("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, buf), prog)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return buf.rstrip(b"\x00").decode()
-
-
-def _entries(ptx: str) -> dict:
-    """PTX text per entry point."""
-    return {e.split("(", 1)[0]: e for e in ptx.split(".visible .entry ")[1:]}
-
-
 PDL_PROBE = """#include "common.cuh"
 extern "C" __global__ void pdl_probe(int* x) {
   dl::pdl_launch_dependents();
@@ -272,7 +247,7 @@ extern "C" __global__ void pdl_probe(int* x) {
 def test_pdl_helpers_are_griddepcontrol_from_sm_90_and_empty_below(arch):
     """dl::pdl_wait / dl::pdl_launch_dependents (common.cuh) compile to griddepcontrol on sm_90,
     sm_100, sm_120 (ptxas accepts them) and to nothing on sm_80 / sm_86 / sm_89."""
-    ptx = _ptx(PDL_PROBE, "pdl_probe.cu", arch)
+    ptx = ptx_of(PDL_PROBE, "pdl_probe.cu", arch)
     sm90 = int(arch[3:]) >= 90
     assert ptx.count("griddepcontrol.wait;") == int(sm90), ptx
     assert ptx.count("griddepcontrol.launch_dependents;") == int(sm90), ptx
@@ -285,7 +260,7 @@ def test_ddtree_kernels_wait_before_reading_their_predecessors():
     (stream, chunks, build) wait; the stream kernel issues its first tiles (cp.async) before
     its wait and reads the sample's flag after it; the sample, stream and chunk kernels let
     their successor start; compile, accept and commit (ordinary launches) use neither."""
-    ptx = _entries(_ptx((dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text(), ddtree.SOURCE, "sm_90",
+    ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text(), ddtree.SOURCE, "sm_90",
                         ddtree.compile_defines("sm_90")))
     for sfx in ("f32", "bf16"):
         stream = ptx[f"ddtree_topk_stream_{sfx}"]
@@ -302,10 +277,10 @@ def test_ddtree_kernels_wait_before_reading_their_predecessors():
 
 
 def test_pdl_option_resolves_per_arch():
-    assert ddtree._resolve_pdl(None, "sm_90") and ddtree._resolve_pdl(None, "sm_120")
-    assert not ddtree._resolve_pdl(None, "sm_89") and not ddtree._resolve_pdl(None, "sm_80")
-    assert not ddtree._resolve_pdl(False, "sm_100") and ddtree._resolve_pdl(True, "sm_100")
+    assert resolve_pdl(None, "sm_90") and resolve_pdl(None, "sm_120")
+    assert not resolve_pdl(None, "sm_89") and not resolve_pdl(None, "sm_80")
+    assert not resolve_pdl(False, "sm_100") and resolve_pdl(True, "sm_100")
     with pytest.raises(ValueError, match="pdl=True needs sm_90 or newer.*sm_86"):
-        ddtree._resolve_pdl(True, "sm_86")
+        resolve_pdl(True, "sm_86")
     with pytest.raises(TypeError, match="pdl must be None, True or False"):
         _plan(pdl="on")

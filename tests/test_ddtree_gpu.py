@@ -17,6 +17,7 @@ import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
 from driverlevel.reference import ddtree as ref
+from graph_util import graph_edges
 
 pytestmark = pytest.mark.gpu
 
@@ -686,25 +687,6 @@ def test_build_with_pdl_equals_without(device, stream, dtype, vocab, depth, budg
             assert_topk_matches(want, b, *ref.topk_logprobs(x[b], k), f"round {rnd}")
         assert_tree_equal(rig.host_tree(want), want, rig.h["active"])
         assert (want["node_counts"][rig.h["active"] == 0] == 0).all()
-
-
-def graph_edges(graph):
-    """``[(from kernel name, to kernel name, CUgraphEdgeData)]`` of a captured graph."""
-    from cuda.bindings import driver
-
-    from driverlevel._errors import check
-
-    def name(node):
-        params = check("cuGraphKernelNodeGetParams", driver.cuGraphKernelNodeGetParams(node))
-        n = check("cuFuncGetName", driver.cuFuncGetName(params.func))
-        return n.decode() if isinstance(n, bytes) else str(n)
-
-    with graph.device.activated():
-        err, _, _, _, count = driver.cuGraphGetEdges(graph.handle, 0)
-        check("cuGraphGetEdges", (err,))
-        err, frm, to, data, count = driver.cuGraphGetEdges(graph.handle, count)
-        check("cuGraphGetEdges", (err,))
-        return [(name(frm[i]), name(to[i]), data[i]) for i in range(count)]
 
 
 @pytest.mark.parametrize("topk", TOPK_MODES)

@@ -12,6 +12,7 @@ import pytest
 
 import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
+from ptx_util import ptx_entries, ptx_of
 from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
                                          tile_config, tile_configs)
 
@@ -343,7 +344,8 @@ def test_constructor_checks_its_arguments_before_the_device():
                            (dict(mask_format="bogus"), ValueError, "mask_format must be one of"),
                            (dict(tile="x"), TypeError, "tile must be a TileConfig"),
                            (dict(arch="sm_75"), ValueError, "unsupported architecture"),
-                           (dict(num_parts=0), ValueError, "num_parts must be a positive int")]:
+                           (dict(num_parts=0), ValueError, "num_parts must be a positive int"),
+                           (dict(pdl="on"), TypeError, "pdl must be None, True or False")]:
         args = dict(num_heads=9, max_batch=2, max_q=16) | kw
         with pytest.raises(exc, match=words):
             VerifyAttention(object(), **args)  # (an invalid device: never reached)
@@ -383,3 +385,22 @@ def test_constructor_rejects_bad_parameters(monkeypatch):
             VerifyAttention(0, 9, **args)
     assert math.isclose(dl.verify_attention.DEFAULT_SM_SCALE if hasattr(dl, "verify_attention") else 1 / math.sqrt(192),
                         1 / math.sqrt(192))
+
+
+def test_verify_kernels_wait_first_thing():
+    """In the PTX of cu/verify_attention.cu (sm_90, the default tile and the 48-row one): the
+    partial and combine kernels (launched programmatically by VerifyAttention(pdl=True)) wait
+    before their first load; the scheduler and the partial kernel let their successor start;
+    the scheduler itself (an ordinary launch) does not wait."""
+    from driverlevel import verify_attention as va
+
+    for cfg in va.tile_configs("sm_90"):
+        ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / "verify_attention.cu").read_text(),
+                            "verify_attention.cu", "sm_90", va.compile_defines("sm_90", cfg)))
+        for name in ("verify_attn_partial", "verify_attn_combine"):
+            body = ptx[name]
+            assert "griddepcontrol.wait;" in body, name
+            assert body.index("griddepcontrol.wait;") < body.find("ld.global"), f"{name}: a global load before the wait"
+        assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_partial"]
+        assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_schedule"]
+        assert "griddepcontrol.wait;" not in ptx["verify_attn_schedule"]

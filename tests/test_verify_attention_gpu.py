@@ -18,6 +18,7 @@ from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
 from driverlevel.verify_attention import _CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, tile_config
+from graph_util import graph_edges
 
 pytestmark = [
     pytest.mark.gpu,
@@ -220,6 +221,62 @@ def test_200k_prefix(dev, stream):
     prob = Problem(dev, rng, 9, [200_000], trees, "bitmask", extra_slots=1000)
     plan = make_plan(dev, prob, num_splits=64)
     check(*prob.run(plan, stream), *prob.reference())
+
+
+@pytest.mark.parametrize("tile", ["native", "sm120", "pvsm48", "native_pv"])
+def test_pdl_on_and_off_bitwise_equal_eager_and_replayed(dev, stream, tile):
+    """VerifyAttention(pdl=True) (the partial and combine kernels launched programmatically,
+    waiting inside) gives bitwise the output and LSE of pdl=False, eagerly and replayed from a
+    graph, with split pairs (the combine runs), an empty prefix and a one-token tree; its capture
+    records the two launches' dependencies as programmatic edges."""
+    from cuda.bindings import driver
+
+    from driverlevel._module import programmatic_supported
+
+    if not programmatic_supported(dev.arch):
+        pytest.skip(f"programmatic dependent launch needs sm_90 or newer, {dev.arch} has none")
+    rng = np.random.default_rng(17)
+    trees = [random_tree(n, rng) for n in (16, 1, 40, 7)]
+    prob = Problem(dev, rng, 9, [3000, 0, 12_000, 700], trees, "bitmask")
+    cfg = TILES[tile]
+    if cfg is not None and cfg.shared_bytes > shared_limit(dev.arch):
+        pytest.skip(f"tile {cfg.label} does not fit {dev.arch}")
+    plans = {pdl: VerifyAttention(dev, prob.heads, max_batch=prob.meta.batch_size, max_q=prob.max_q, num_splits=None,
+                                  sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=cfg, pdl=pdl)
+             for pdl in (False, True)}
+    assert plans[True].pdl and not plans[False].pdl and "pdl=True" in repr(plans[True])
+    eager = {pdl: prob.run(plan, stream) for pdl, plan in plans.items()}
+    check(*eager[True], *prob.reference())
+    assert np.array_equal(eager[True][0], eager[False][0]) and np.array_equal(eager[True][1], eager[False][1])
+    want = int(driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+    for pdl, plan in plans.items():
+        with dl.capture(stream) as cap:
+            plan.run(stream, prob.d["q"], prob.d["kv"], prob.metadata(), prob.out, prob.lse)
+        edges = {(a, b): int(d.type) for a, b, d in graph_edges(cap.graph)}
+        assert sorted(edges) == [("verify_attn_partial", "verify_attn_combine"),
+                                 ("verify_attn_schedule", "verify_attn_partial")], edges
+        assert all(t == (want if pdl else 0) for t in edges.values()), f"pdl={pdl}: edge types {edges}"
+        gx = cap.graph.instantiate()
+        for _ in range(2):  # twice: a replay must not depend on what the one before left
+            prob.out.fill_u32(BF16_NAN_PAIR, stream)
+            prob.lse.fill_u32(F32_NAN, stream)
+            gx.launch(stream)
+            stream.synchronize()
+            assert np.array_equal(bf16_bits_to_f32(prob.out.to_numpy()), eager[False][0]), f"pdl={pdl}: replay"
+            assert np.array_equal(prob.lse.to_numpy(), eager[False][1]), f"pdl={pdl}: replay LSE"
+
+
+def test_pdl_option_is_checked(dev):
+    from driverlevel._module import programmatic_supported
+
+    with pytest.raises(TypeError, match="pdl must be None, True or False"):
+        VerifyAttention(dev, 9, max_batch=1, max_q=16, pdl="on")
+    if not programmatic_supported(dev.arch):
+        with pytest.raises(ValueError, match="pdl=True needs sm_90"):
+            VerifyAttention(dev, 9, max_batch=1, max_q=16, pdl=True)
+        assert not VerifyAttention(dev, 9, max_batch=1, max_q=16).pdl
+    else:
+        assert VerifyAttention(dev, 9, max_batch=1, max_q=16).pdl  # the default: on from sm_90
 
 
 def test_graph_replay_bitwise_equal_and_follows_device_buffers(dev, stream):
