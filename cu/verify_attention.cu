@@ -329,6 +329,11 @@ constexpr int OWN_NT = RS ? NT_S / C : NT_S;   // n-tiles of S this warp finishe
 constexpr int P_ROW = N * 2 + 16;              // bytes per row of the P buffer
 constexpr int S_ROW = (N + 8) * 4;             // PVSM: bytes per row of an S slot (padded: float2 stores of 8 rows, 2 wavefronts)
 constexpr int S_BYTES = PVSM ? 2 * M * S_ROW : 0;  // PVSM: two S slots (fp32)
+// PVSM with 32 keys: the 16-byte chunks of odd S rows are swapped in pairs (chunk c at c ^ 1), so
+// that the softmax's 16-byte reads (two rows x four threads per quarter warp) hit eight
+// different bank groups; the QK warps' float2 stores stay conflict-free (rows stride 10 chunks).
+constexpr bool S_SWZ = PVSM && N == 32;
+DL_DEVICE int s_chunk(int row, int c) { return S_SWZ ? c ^ (row & 1) : c; }
 constexpr int WS_SLOTS = PVSM ? 1 : 2;         // WS: P and rescale-factor slots (PVSM: written and read by the PV warps in one iteration)
 constexpr int P_BYTES = WS ? WS_SLOTS * M * P_ROW : (RS ? M * P_ROW : 0);  // WS: P slots
 constexpr int MX_BYTES = WS ? WS_SLOTS * M * 4 : (RS ? M * C * 4 : 0);      // WS: slots of rescale factors
@@ -1258,9 +1263,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           unsigned char* ss = sslots + (it & 1) * (M * S_ROW);
 #pragma unroll
           for (int n = 0; n < NT_S; ++n) {
-            unsigned char* srow = ss + tA * S_ROW + (n * 8 + 2 * (lane & 3)) * 4;
+            // float2 of columns n*8 + 2*(lane&3): 16-byte chunk 2n + (lane&3)/2, half (lane&1)
+            unsigned char* srow = ss + tA * S_ROW + s_chunk(tA, 2 * n + ((lane & 3) >> 1)) * 16 + (lane & 1) * 8;
             *reinterpret_cast<float2*>(srow) = make_float2(s[n][0], s[n][1]);
-            *reinterpret_cast<float2*>(srow + 8 * S_ROW) = make_float2(s[n][2], s[n][3]);
+            *reinterpret_cast<float2*>(srow + 8 * S_ROW) = make_float2(s[n][2], s[n][3]);  // (row tA + 8: same parity)
           }
           continue;
         }
@@ -1359,11 +1365,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           const bool need_mask = (i64)(t + 1) * N > kv_len();  // uniform across the CTA
           if (M * LPW == LOADERS || ltid < M * LPW) {  // (warp-uniform)
             const int row = ltid / LPW, g = ltid % LPW;
-            const float* srow = reinterpret_cast<const float*>(sslots + (j & 1) * (M * S_ROW) + row * S_ROW) + g * KPT;
+            const unsigned char* srow = sslots + (j & 1) * (M * S_ROW) + row * S_ROW;
             float v[KPT];
 #pragma unroll
             for (int k = 0; k < KPT; k += 4) {
-              const float4 f = *reinterpret_cast<const float4*>(srow + k);
+              const float4 f = *reinterpret_cast<const float4*>(srow + s_chunk(row, (g * KPT + k) / 4) * 16);
               v[k] = f.x * p.scale_log2, v[k + 1] = f.y * p.scale_log2, v[k + 2] = f.z * p.scale_log2, v[k + 3] = f.w * p.scale_log2;
             }
             if (need_mask) {
@@ -1391,12 +1397,15 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             sm_m = mx;
             float sum = 0.f;
             unsigned char* prow = pslots + row * P_ROW + g * KPT * 2;
+            u32 pk[KPT / 2];  // P of this thread's keys: one 16-byte (8-byte) store
 #pragma unroll
             for (int k = 0; k < KPT; k += 2) {
               const float p0 = exp2f(v[k] - base), p1 = exp2f(v[k + 1] - base);
               sum += p0 + p1;
-              *reinterpret_cast<u32*>(prow + k * 2) = dl::pack_bf16x2(p0, p1);
+              pk[k / 2] = dl::pack_bf16x2(p0, p1);
             }
+            if constexpr (KPT == 8) *reinterpret_cast<uint4*>(prow) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+            else *reinterpret_cast<uint2*>(prow) = make_uint2(pk[0], pk[1]);
             sm_l = sm_l * a + sum;
             if (g == 0) alpha[row] = a;
           }
