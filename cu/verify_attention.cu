@@ -61,7 +61,7 @@
 //   split pair listed by this replay's scheduler, merges exactly the partial slots this replay
 //   wrote (never a stale one) by their LSE. Its work items are (split pair, block of rows), counted
 //   by the scheduler: 1, 2, 4 or 8 warps share a row's pieces (by their number: each warp streams
-//   at most 4 of a pair split 16 ways, two in flight, 16 value columns per lane) and sum them in a
+//   at most 8 of a pair split 32 ways, two in flight, 16 value columns per lane) and sum them in a
 //   fixed order. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
 // PV rows (DL_PV_ROWS, reduce-scatter only): 16 (default) -- each warp accumulates P V for its
@@ -362,11 +362,12 @@ constexpr int SMEM_BYTES = BAR_OFFSET + BAR_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
 // The combine: 8 warps per CTA; a row's pieces are shared by row_warps of them (1, 2, 4 or 8), so
-// that no warp streams more than 4 pieces for a pair split into up to 16 (each warp keeps two
-// pieces' loads in flight), and a CTA takes 8 / row_warps rows per work item.
+// that no warp streams more than 8 pieces for a pair split into up to 32 (each warp keeps two
+// pieces' loads in flight), and a CTA takes 8 / row_warps rows per work item. (At most 4 pieces
+// per warp was slower at batch 8: twice the items, two per CTA.)
 constexpr int COMBINE_WARPS = 8;
 constexpr int COMBINE_CTAS_PER_SM = 2;  // __launch_bounds__ (<= 128 registers: two pieces in flight, 0 spills)
-DL_DEVICE int combine_row_warps(int pieces) { return pieces <= 4 ? 1 : pieces <= 8 ? 2 : pieces <= 16 ? 4 : 8; }
+DL_DEVICE int combine_row_warps(int pieces) { return pieces <= 8 ? 1 : pieces <= 16 ? 2 : pieces <= 32 ? 4 : 8; }
 
 static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
 static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps and 512 columns evenly");

@@ -74,7 +74,7 @@ def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
     assert listed == {k: sorted(v) for k, v in split_slots.items()}
     # the combine's work items (the kernel's walk: item -> the first entry whose item_end exceeds
     # it -> a block of 8 / row_warps rows) reach every row of every split pair exactly once, and no
-    # warp of a row streams more than 4 pieces unless 8 warps share it
+    # warp of a row streams more than 8 pieces unless 8 warps share it
     ends = [e[4] for e in s.entries]
     assert ends == sorted(ends)
     total = ends[-1] if ends else 0
@@ -84,7 +84,7 @@ def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
         b, r, p_first, p_last, _, w = s.entries[q]
         assert b >= 0 and w in (1, 2, 4, 8)
         n = p_last - p_first + 1
-        assert -(-n // w) <= 4 or w == 8
+        assert -(-n // w) <= 8 or w == 8
         per = 8 // w
         first = ends[q - 1] if q else 0
         rows = [(item - first) * per + j for j in range(per)]

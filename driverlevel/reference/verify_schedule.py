@@ -44,7 +44,7 @@ COMBINE_WARPS = 8
 
 def combine_row_warps(pieces: int) -> int:
     """Warps of the combine that share one row of a pair split into ``pieces`` (1, 2, 4 or 8)."""
-    return 1 if pieces <= 4 else 2 if pieces <= 8 else 4 if pieces <= 16 else 8
+    return 1 if pieces <= 8 else 2 if pieces <= 16 else 4 if pieces <= 32 else 8
 
 
 def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ovh: int, num_parts: int,
