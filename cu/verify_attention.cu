@@ -57,11 +57,12 @@
 //     for its P V. Row sums l stay per warp (over its own keys) and are summed, in a fixed order,
 //     through the row-max buffer once at the end of the segment.
 //
-// verify_attn_combine   Grid (num_parts, M/2), Block 256 (2 rows x 4 warps of 128 columns).
-//   For each split pair listed by this replay's scheduler, merges exactly the partial slots
-//   this replay wrote (never a stale one) by their LSE: the pieces' slots and weights go to
-//   shared memory first (lane-parallel), then each warp streams its 128 columns of every
-//   piece with four loads in flight. A NaN LSE (a visible key with NaN scores) stays NaN.
+// verify_attn_combine   Grid (SM count x CTAs per SM), Block 256 (8 warps), persistent. For each
+//   split pair listed by this replay's scheduler, merges exactly the partial slots this replay
+//   wrote (never a stale one) by their LSE. Its work items are (split pair, block of rows), counted
+//   by the scheduler: 1, 2, 4 or 8 warps share a row's pieces (by their number: each warp streams
+//   at most 8 of a pair split 32 ways, two in flight, 16 value columns per lane) and sum them in a
+//   fixed order. A NaN LSE (a visible key with NaN scores) stays NaN.
 //
 // PV rows (DL_PV_ROWS, reduce-scatter only): 16 (default) -- each warp accumulates P V for its
 //   own 16 rows and 512/C value columns; 32 -- the 2C warps of two row groups (a pair) share
@@ -190,9 +191,13 @@ struct WsSeg {
   i32 b, r, t_begin, t_end, slot, complete, done;
   i32 walk_b, walk_r, walk_t, walk_gp, walk_seg;
 };
-// A split pair for the combine kernel: its pieces are in parts p_first .. p_last.
+// A split pair for the combine kernel: its pieces are in parts p_first .. p_last. The combine's
+// work items are (entry, block of 8 / row_warps rows): item_end is the running count of items
+// through this entry (also set, unchanged, where there is no entry), row_warps the warps that share
+// one row's pieces (combine_row_warps).
 struct VaEntry {
   i32 b, r, p_first, p_last;  // b < 0: no entry
+  i32 item_end, row_warps;
 };
 
 // The tables' record sizes are the ones driverlevel/_workspace_formula.py sizes the workspace with.
@@ -356,6 +361,13 @@ constexpr int BAR_OFFSET = Q_BYTES + K_BYTES + X_BYTES + P_BYTES + MX_BYTES + S_
 constexpr int SMEM_BYTES = BAR_OFFSET + BAR_BYTES;
 constexpr int SCHED_THREADS = 512;
 constexpr float kLn2 = 0.6931471805599453f;
+// The combine: 8 warps per CTA; a row's pieces are shared by row_warps of them (1, 2, 4 or 8), so
+// that no warp streams more than 8 pieces for a pair split into up to 32 (each warp keeps two
+// pieces' loads in flight), and a CTA takes 8 / row_warps rows per work item. (At most 4 pieces
+// per warp was slower at batch 8: twice the items, two per CTA.)
+constexpr int COMBINE_WARPS = 8;
+constexpr int COMBINE_CTAS_PER_SM = 2;  // __launch_bounds__ (<= 128 registers: two pieces in flight, 0 spills)
+DL_DEVICE int combine_row_warps(int pieces) { return pieces <= 8 ? 1 : pieces <= 16 ? 2 : pieces <= 32 ? 4 : 8; }
 
 static_assert(M % 16 == 0 && N % 16 == 0, "tiles are made of 16x16 mma steps");
 static_assert((kQK / 16) % C == 0 && VCOLS % 16 == 0, "C must split 36 k-steps and 512 columns evenly");
@@ -617,11 +629,14 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   }
   __syncthreads();
 
-  // Combine entries: the lowest cut inside a split pair X lists X's pieces.
-  for (int q = tid; q < G; q += SCHED_THREADS) {
+  // Combine entries: the lowest cut inside a split pair X lists X's pieces. Then the combine's
+  // work items: a running count over the entries (block scan, SCHED_THREADS entries at a time).
+  i32 item_carry = 0;
+  for (int base = 0; base < G; base += SCHED_THREADS) {
+    const int q = base + tid;
     VaEntry e;
     e.b = -1;
-    e.r = e.p_first = e.p_last = 0;
+    e.r = e.p_first = e.p_last = e.row_warps = 0;
     const int c = q + 1;  // entry q belongs to cut c = q + 1 (its first piece is in part q)
     if (c < G) {
       const VaCut cc = s_cuts[c];
@@ -638,7 +653,26 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
         e.p_last = last;
       }
     }
-    p.entries[q] = e;
+    i32 items = 0;
+    if (e.b >= 0) {  // the pair's rows (reqs[e.b] was written by this block before the barriers above)
+      const i32 rows = min(M, p.reqs[e.b].q_len * p.num_heads - e.r * M);
+      e.row_warps = combine_row_warps(e.p_last - e.p_first + 1);
+      items = (rows * e.row_warps + COMBINE_WARPS - 1) / COMBINE_WARPS;
+    }
+    i32 incl = items;  // block-wide inclusive scan of items
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const i32 v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) chunk_pairs[warp] = incl;
+    __syncthreads();
+    i32 wbase = item_carry;
+    for (int w = 0; w < warp; ++w) wbase += chunk_pairs[w];
+    e.item_end = wbase + incl;
+    if (q < G) p.entries[q] = e;
+    for (int w = 0; w < SCHED_THREADS / 32; ++w) item_carry += chunk_pairs[w];
+    __syncthreads();
   }
 }
 
@@ -1603,107 +1637,136 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
 // ---------------------------------------------------------------------------------------------
 // The combine kernel: merges the pieces of each split pair this replay's scheduler listed.
 // ---------------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(256, 4)
+// Persistent: CTA x takes work items x, x + gridDim.x, ... of the scheduler's running count
+// (entries' item_end), so every CTA of the fixed grid has work or none at all (the grid of one
+// CTA per (part, row pair) spent most of its time launching CTAs that found no entry). Item i
+// of entry q covers rows 8 / W * (i - first item of q) .. + 8 / W - 1 of the pair; the W warps of a
+// row each stream pieces sub, sub + W, ... (two in flight, 16 value columns per lane), weighted by
+// exp2(lse_k - max_k lse_k), and sum their parts in a fixed order through shared memory.
+extern "C" __global__ void __launch_bounds__(va::COMBINE_WARPS * 32, va::COMBINE_CTAS_PER_SM)
 verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
-  constexpr int kRows = 2;          // rows per CTA; 4 warps of 128 value columns each
+  constexpr int kMaxEntries = DL_VA_MAX_PARTS;
   constexpr int kMaxPieces = DL_VA_MAX_PARTS;  // a pair has at most one piece per part
+  __shared__ int s_end[kMaxEntries];
   __shared__ int s_slot[kMaxPieces];
-  __shared__ float s_w[kRows][kMaxPieces];
-  __shared__ float s_inv[kRows], s_lse[kRows];
+  __shared__ float4 s_red[COMBINE_WARPS][kV / 4];
+  __shared__ float s_sum[COMBINE_WARPS];
   dl::pdl_wait();  // PDL: the partial results (and the scheduler's tables) first, in every CTA
-  if (blockIdx.x >= p.num_parts) return;
-  const VaEntry ent = p.entries[blockIdx.x];
-  if (ent.b < 0) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int rloc = warp >> 2, quarter = warp & 3;
-  const VaRequest rq = p.reqs[ent.b];
+  const int G = min(p.num_parts, kMaxEntries);
+  for (int q = tid; q < G; q += blockDim.x) s_end[q] = p.entries[q].item_end;
+  __syncthreads();
+  const int total = G > 0 ? s_end[G - 1] : 0;
   const int H = p.num_heads;
-  const int row_in_tile = blockIdx.y * kRows + rloc;
-  const int row = ent.r * M + row_in_tile;
-  const bool valid = row_in_tile < M && row < rq.q_len * H;
-  const int n = min(ent.p_last - ent.p_first + 1, kMaxPieces);
-  const int gp = p.cuts[ent.p_first + 1].gp;  // the split pair's global index
-
-  // piece k lives in part p_first + k; its slot is 2*part, except the first piece, which is
-  // the last segment of part p_first (slot 2*p_first + 1) unless that part starts at the pair.
-  for (int k = tid; k < n; k += blockDim.x) {
-    const int part = ent.p_first + k;
-    int sl;
-    if (k == 0) {
-      const VaCut c0 = p.cuts[part];
-      sl = (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
-    } else {
-      const VaCut a = p.cuts[part], z = p.cuts[part + 1];
-      sl = (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
-    }
-    s_slot[k] = sl;
-  }
-  __syncthreads();
-  if (valid && quarter == 0) {  // this row's weights, lane-parallel over the pieces
-    float mx = DL_NEG_INF;
-    for (int k = lane; k < n; k += 32) {
-      const int sl = s_slot[k];
-      const float l = sl >= 0 ? p.lse_part[(i64)sl * M + row_in_tile] : DL_NEG_INF;
-      s_w[rloc][k] = l;
-      mx = fmaxf(mx, l);
-    }
-    mx = dl::warp_max(mx);
-    const float base = mx == DL_NEG_INF ? 0.f : mx;
-    float sum = 0.f;
-    for (int k = lane; k < n; k += 32) {
-      const float w = exp2f(s_w[rloc][k] - base);  // 0 for -inf; NaN stays NaN
-      s_w[rloc][k] = w;
-      sum += w;
-    }
-    sum = dl::warp_sum(sum);
-    if (lane == 0) {
-      s_inv[rloc] = sum == 0.f ? 0.f : 1.f / sum;
-      s_lse[rloc] = sum == 0.f ? DL_NEG_INF : (mx + log2f(sum)) * kLn2;
-    }
-  }
-  __syncthreads();
-  if (!valid) return;
-  // Every piece listed was written in this replay (a piece with no visible key holds zeros), so
-  // the loads need no guard; four are kept in flight.
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float4* o4 = reinterpret_cast<const float4*>(p.o_part);
-  const i64 col = quarter * 32 + lane;
-  int k = 0;
-  auto piece = [&](int kk, float& w) -> float4 {
-    const int sl = s_slot[kk];
-    w = sl >= 0 ? s_w[rloc][kk] : 0.f;
-    return o4[((i64)(sl >= 0 ? sl : s_slot[0]) * M + row_in_tile) * (kV / 4) + col];  // piece 0: written
-  };
-  auto fma4 = [&](float w, const float4& v) {
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
-  };
-  for (; k + 4 <= n; k += 4) {
-    float w0, w1, w2, w3;
-    const float4 v0 = piece(k, w0), v1 = piece(k + 1, w1), v2 = piece(k + 2, w2), v3 = piece(k + 3, w3);
-    fma4(w0, v0);
-    fma4(w1, v1);
-    fma4(w2, v2);
-    fma4(w3, v3);
+  for (int item = blockIdx.x; item < total; item += gridDim.x) {
+    int lo = 0, hi = G - 1;  // the entry: the first q with item_end > item
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (s_end[mid] > item) hi = mid; else lo = mid + 1;
+    }
+    const VaEntry ent = p.entries[lo];
+    const int W = ent.row_warps, sub = warp % W;
+    const int row_in_tile = (item - (lo > 0 ? s_end[lo - 1] : 0)) * (COMBINE_WARPS / W) + warp / W;
+    const int n = min(ent.p_last - ent.p_first + 1, kMaxPieces);
+    const int gp = p.cuts[ent.p_first + 1].gp;  // the split pair's global index
+    __syncthreads();  // the previous item is done with s_slot and s_red
+    // piece k lives in part p_first + k; its slot is 2*part, except the first piece, which is
+    // the last segment of part p_first (slot 2*p_first + 1) unless that part starts at the pair.
+    for (int k = tid; k < n; k += blockDim.x) {
+      const int part = ent.p_first + k;
+      int sl;
+      if (k == 0) {
+        const VaCut c0 = p.cuts[part];
+        sl = (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
+      } else {
+        const VaCut a = p.cuts[part], z = p.cuts[part + 1];
+        sl = (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
+      }
+      s_slot[k] = sl;
+    }
+    __syncthreads();
+    const int row = ent.r * M + row_in_tile;
+    const bool valid = row_in_tile < M && row < p.reqs[ent.b].q_len * H;  // (uniform per warp)
+    float mx = DL_NEG_INF;  // the row's largest piece LSE (base 2), lane-parallel over the pieces
+    if (valid) {
+#pragma unroll 2
+      for (int k = lane; k < n; k += 32) {
+        const int sl = s_slot[k];
+        if (sl >= 0) mx = fmaxf(mx, p.lse_part[(i64)sl * M + row_in_tile]);
+      }
+      mx = dl::warp_max(mx);
+    }
+    const float base = mx == DL_NEG_INF ? 0.f : mx;
+    float4 acc[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;  // 0 for -inf pieces; a NaN LSE (a visible key with NaN scores) stays NaN
+    // Every piece listed was written in this replay (a piece with no visible key holds zeros).
+    // Offsets fit 32 bits: slots < 2 * DL_VA_MAX_PARTS, M <= 64 rows of kV / 4 vectors.
+    if (valid) {
+#pragma unroll 1
+      for (int k = sub; k < n; k += 2 * W) {
+        const int sl0 = s_slot[k], sl1 = k + W < n ? s_slot[k + W] : -1;
+        const int r0 = max(sl0, 0) * M + row_in_tile, r1 = max(sl1, 0) * M + row_in_tile;
+        float4 v0[4], v1[4];
+        float l0 = DL_NEG_INF, l1 = DL_NEG_INF;
+        if (sl0 >= 0) {
+          l0 = p.lse_part[r0];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v0[c] = o4[r0 * (kV / 4) + c * 32 + lane];
+        }
+        if (sl1 >= 0) {
+          l1 = p.lse_part[r1];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v1[c] = o4[r1 * (kV / 4) + c * 32 + lane];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if ((h ? sl1 : sl0) < 0) continue;
+          const float w = exp2f((h ? l1 : l0) - base);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float4 v = h ? v1[c] : v0[c];
+            acc[c].x += w * v.x;
+            acc[c].y += w * v.y;
+            acc[c].z += w * v.z;
+            acc[c].w += w * v.w;
+          }
+          wsum += w;
+        }
+      }
+    }
+    if (W > 1) {  // (uniform) the row's W warps, summed in the order of sub
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s_red[warp][c * 32 + lane] = acc[c];
+      if (lane == 0) s_sum[warp] = wsum;
+      __syncthreads();
+      if (sub == 0) {
+        for (int s = 1; s < W; ++s) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float4 v = s_red[warp + s][c * 32 + lane];
+            acc[c].x += v.x;
+            acc[c].y += v.y;
+            acc[c].z += v.z;
+            acc[c].w += v.w;
+          }
+          wsum += s_sum[warp + s];
+        }
+      }
+    }
+    if (!valid || sub != 0) continue;
+    const float inv = wsum == 0.f ? 0.f : 1.f / wsum;
+    const i64 grow = p.reqs[ent.b].q_start * H + row;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      uint2 packed;
+      packed.x = dl::pack_bf16x2(acc[c].x * inv, acc[c].y * inv);
+      packed.y = dl::pack_bf16x2(acc[c].z * inv, acc[c].w * inv);
+      *reinterpret_cast<uint2*>(p.out + grow * kV + (c * 32 + lane) * 4) = packed;
+    }
+    if (p.lse != nullptr && lane == 0) p.lse[grow] = wsum == 0.f ? DL_NEG_INF : (mx + log2f(wsum)) * kLn2;
   }
-  for (; k < n; ++k) {
-    const int sl = s_slot[k];
-    if (sl < 0) continue;
-    const float w = s_w[rloc][k];
-    const float4 v = o4[((i64)sl * M + row_in_tile) * (kV / 4) + col];
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
-  }
-  const float inv = s_inv[rloc];
-  const i64 grow = rq.q_start * H + row;
-  uint2 packed;
-  packed.x = dl::pack_bf16x2(acc.x * inv, acc.y * inv);
-  packed.y = dl::pack_bf16x2(acc.z * inv, acc.w * inv);
-  *reinterpret_cast<uint2*>(p.out + grow * kV + col * 4) = packed;
-  if (p.lse != nullptr && quarter == 0 && lane == 0) p.lse[grow] = s_lse[rloc];
 }

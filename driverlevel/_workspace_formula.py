@@ -45,8 +45,9 @@ __all__ = ["partial_workspace_bytes", "scheduler_bytes"]
 REQUEST_RECORD_BYTES = 40
 #: Bytes of one cut (``VaCut``: b, r, t, gp); the table has ``num_parts + 1``.
 CUT_RECORD_BYTES = 16
-#: Bytes of one combine entry (``VaEntry``: b, r, p_first, p_last); the table has ``num_parts``.
-ENTRY_RECORD_BYTES = 16
+#: Bytes of one combine entry (``VaEntry``: b, r, p_first, p_last, item_end, row_warps); the table
+#: has ``num_parts``.
+ENTRY_RECORD_BYTES = 24
 
 
 def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:

@@ -55,6 +55,10 @@ MAX_PARTS = 1024
 #: key tiles, ``DL_OVH_TILES = max(1, 192 // keys)``.
 _OVH_KEYS = 192
 _SCHED_THREADS = 512
+#: The combine's block (8 warps, cu/verify_attention.cu COMBINE_WARPS) and its CTAs per SM (its
+#: ``__launch_bounds__``): a persistent grid of one wave.
+_COMBINE_THREADS = 256
+_COMBINE_CTAS_PER_SM = 2
 #: ``TileConfig.exchange`` -> ``DL_EXCHANGE`` of the kernel.
 _EXCHANGES = {"allreduce": 0, "reduce_scatter": 1}
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
@@ -593,7 +597,9 @@ class VerifyAttention:
             num_parts = self.device.sm_count * max(1, per_sm)
         self.num_parts = min(int(num_parts), MAX_PARTS)
         self.grid_partial = (self.num_parts, 1, 1)
-        self.grid_combine = (self.num_parts, math.ceil(self.config.rows / 2), 1)
+        # the combine is persistent (its CTAs loop over the scheduler's work items): one wave
+        per_sm = self._combine.max_active_blocks_per_sm(_COMBINE_THREADS, 0)
+        self.grid_combine = (self.device.sm_count * max(1, min(per_sm, _COMBINE_CTAS_PER_SM)), 1, 1)
 
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 8 * WorkspacePool.DEFAULT_ALIGNMENT,
@@ -794,7 +800,7 @@ class VerifyAttention:
                 # scheduler's launch stays ordinary, so a call starts after what came before it
                 self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes,
                                       programmatic=self.pdl),
-                self._combine.prepare(self.grid_combine, 256, [p], programmatic=self.pdl),
+                self._combine.prepare(self.grid_combine, _COMBINE_THREADS, [p], programmatic=self.pdl),
             ]
             for ln in launches:
                 ln.keep(*keep)

@@ -16,7 +16,7 @@ from driverlevel._workspace_formula import partial_workspace_bytes, scheduler_by
 
 def combine_pieces(s, entry):
     """The slots the combine kernel reads for one entry (same rule as verify_attn_combine)."""
-    b, r, pf, pl = entry
+    b, r, pf, pl = entry[:4]
     gp = s.cuts[pf + 1][3]
     slots = []
     for k in range(pl - pf + 1):
@@ -72,6 +72,29 @@ def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
         assert (e[0], e[1]) not in listed
         listed[(e[0], e[1])] = sorted(combine_pieces(s, e))
     assert listed == {k: sorted(v) for k, v in split_slots.items()}
+    # the combine's work items (the kernel's walk: item -> the first entry whose item_end exceeds
+    # it -> a block of 8 / row_warps rows) reach every row of every split pair exactly once, and no
+    # warp of a row streams more than 8 pieces unless 8 warps share it
+    ends = [e[4] for e in s.entries]
+    assert ends == sorted(ends)
+    total = ends[-1] if ends else 0
+    reached = {}
+    for item in range(total):
+        q = next(i for i, x in enumerate(ends) if x > item)
+        b, r, p_first, p_last, _, w = s.entries[q]
+        assert b >= 0 and w in (1, 2, 4, 8)
+        n = p_last - p_first + 1
+        assert -(-n // w) <= 8 or w == 8
+        per = 8 // w
+        first = ends[q - 1] if q else 0
+        rows = [(item - first) * per + j for j in range(per)]
+        valid = [x for x in rows if x < M and r * M + x < q_lens[b] * H]
+        assert valid, f"item {item} covers no row"
+        for x in valid:
+            assert (b, r, x) not in reached
+            reached[(b, r, x)] = item
+    want = {(b, r, x) for (b, r) in split_slots for x in range(min(M, q_lens[b] * H - r * M))}
+    assert set(reached) == want
     # balance: no part costs more than per_part plus one pair's overhead per extra piece
     assert max(part_cost) <= s.per_part + 2 * ovh
     return s
@@ -121,7 +144,7 @@ def test_workspace_formula_is_bounded_by_the_grid():
     assert partial_workspace_bytes(132, 64) == 2 * 132 * 64 * 513 * 4 == 34_670_592
     assert partial_workspace_bytes(188, 32) == 24_689_664
     assert partial_workspace_bytes(132, 64) < 64 * 2**20  # the seed configuration's target
-    assert scheduler_bytes(8, 132) == 40 * 8 + 32 * 132 + 16
+    assert scheduler_bytes(8, 132) == 40 * 8 + 40 * 132 + 16
 
 
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])

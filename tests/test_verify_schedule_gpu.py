@@ -72,7 +72,7 @@ def test_device_schedule_equals_the_reference(device, stream, num_parts):
     cuts = plan.sched_cuts.to_numpy(stream)
     entries = plan.sched_entries.to_numpy(stream)
     assert [tuple(x) for x in cuts.tolist()] == ref.cuts
-    assert [tuple(x) if x[0] >= 0 else (-1, 0, 0, 0) for x in entries.tolist()] == ref.entries
+    assert [tuple(x) if x[0] >= 0 else (-1, 0, 0, 0, x[4], 0) for x in entries.tolist()] == ref.entries
     plan.check_errors(stream)
 
 

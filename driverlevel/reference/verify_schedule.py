@@ -20,12 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Schedule", "schedule", "segments"]
+__all__ = ["COMBINE_WARPS", "Schedule", "combine_row_warps", "schedule", "segments"]
 
 
 @dataclass
 class Schedule:
-    """Cuts ``[(b, r, t, gp)] * (num_parts + 1)`` and entries ``[(b, r, p_first, p_last)] * num_parts`` (b=-1: none)."""
+    """Cuts ``[(b, r, t, gp)] * (num_parts + 1)`` and entries
+    ``[(b, r, p_first, p_last, item_end, row_warps)] * num_parts`` (b=-1: none, with
+    ``(-1, 0, 0, 0, item_end, 0)``): ``item_end`` is the combine's running count of work items
+    through the entry, ``row_warps`` (:func:`combine_row_warps`) the warps that share a row."""
 
     cuts: list
     entries: list
@@ -33,6 +36,15 @@ class Schedule:
     key_tiles: list
     per_part: int
     total: int
+
+
+#: Warps of one combine CTA (``COMBINE_WARPS``).
+COMBINE_WARPS = 8
+
+
+def combine_row_warps(pieces: int) -> int:
+    """Warps of the combine that share one row of a pair split into ``pieces`` (1, 2, 4 or 8)."""
+    return 1 if pieces <= 8 else 2 if pieces <= 16 else 4 if pieces <= 32 else 8
 
 
 def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ovh: int, num_parts: int,
@@ -63,16 +75,20 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
         r, y = divmod(u - excl[b], pc[b])
         cuts.append((b, r, max(0, y - ovh), pairs[b] + r))
     entries = []
+    items = 0
     for q in range(num_parts):
         c = q + 1
-        e = (-1, 0, 0, 0)
+        e = (-1, 0, 0, 0, items, 0)
         if c < num_parts:
             cc, cp = cuts[c], cuts[c - 1]
             if cc[2] > 0 and not (cp[3] == cc[3] and cp[2] > 0):
                 last = c
                 while last + 1 <= num_parts and cuts[last + 1][3] == cc[3] and cuts[last + 1][2] > 0:
                     last += 1
-                e = (cc[0], cc[1], c - 1, last)
+                w = combine_row_warps(last - (c - 1) + 1)
+                rows = min(tile_rows, q_lens[cc[0]] * num_heads - cc[1] * tile_rows)
+                items += -(-rows * w // COMBINE_WARPS)
+                e = (cc[0], cc[1], c - 1, last, items, w)
         entries.append(e)
     return Schedule(cuts, entries, rt, kt, per, total)
 
