@@ -194,10 +194,15 @@ struct WsSeg {
 // A split pair for the combine kernel: its pieces are in parts p_first .. p_last. The combine's
 // work items are (entry, block of 8 / row_warps rows): item_end is the running count of items
 // through this entry (also set, unchanged, where there is no entry), row_warps the warps that share
-// one row's pieces (combine_row_warps).
+// one row's pieces (combine_row_warps). What the combine needs is here, so that it reads no other
+// table: the pair's rows and first output row, the slot of its first piece (a later piece k is in
+// slot 2 * (p_first + k) unless that part is empty), and -- for every q, entry or not -- whether
+// part q is empty (its two cuts at the same unit: no segment, no piece).
 struct VaEntry {
   i32 b, r, p_first, p_last;  // b < 0: no entry
   i32 item_end, row_warps;
+  i32 rows, slot0, empty, pad;
+  i64 out_row0;               // the pair's first row of out / lse: q_start * H + r * M
 };
 
 // The tables' record sizes are the ones driverlevel/_workspace_formula.py sizes the workspace with.
@@ -636,8 +641,10 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
     const int q = base + tid;
     VaEntry e;
     e.b = -1;
-    e.r = e.p_first = e.p_last = e.row_warps = 0;
+    e.r = e.p_first = e.p_last = e.row_warps = e.rows = e.slot0 = e.empty = e.pad = 0;
+    e.out_row0 = 0;
     const int c = q + 1;  // entry q belongs to cut c = q + 1 (its first piece is in part q)
+    if (q < G) e.empty = s_cuts[q].gp == s_cuts[q + 1].gp && s_cuts[q].t == s_cuts[q + 1].t;
     if (c < G) {
       const VaCut cc = s_cuts[c];
       const VaCut cp = s_cuts[c - 1];
@@ -651,13 +658,17 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
         e.r = cc.r;
         e.p_first = c - 1;
         e.p_last = last;
+        // the first piece is part q's last segment (slot 2q + 1) unless the part starts at the pair
+        e.slot0 = (cp.gp == cc.gp && cp.t == 0) ? 2 * q : 2 * q + 1;
       }
     }
     i32 items = 0;
     if (e.b >= 0) {  // the pair's rows (reqs[e.b] was written by this block before the barriers above)
-      const i32 rows = min(M, p.reqs[e.b].q_len * p.num_heads - e.r * M);
+      const VaRequest rq = p.reqs[e.b];
+      e.rows = min(M, rq.q_len * p.num_heads - e.r * M);
+      e.out_row0 = rq.q_start * p.num_heads + (i64)e.r * M;
       e.row_warps = combine_row_warps(e.p_last - e.p_first + 1);
-      items = (rows * e.row_warps + COMBINE_WARPS - 1) / COMBINE_WARPS;
+      items = (e.rows * e.row_warps + COMBINE_WARPS - 1) / COMBINE_WARPS;
     }
     i32 incl = items;  // block-wide inclusive scan of items
 #pragma unroll
@@ -1638,27 +1649,29 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
 // The combine kernel: merges the pieces of each split pair this replay's scheduler listed.
 // ---------------------------------------------------------------------------------------------
 // Persistent: CTA x takes work items x, x + gridDim.x, ... of the scheduler's running count
-// (entries' item_end), so every CTA of the fixed grid has work or none at all (the grid of one
-// CTA per (part, row pair) spent most of its time launching CTAs that found no entry). Item i
-// of entry q covers rows 8 / W * (i - first item of q) .. + 8 / W - 1 of the pair; the W warps of a
-// row each stream pieces sub, sub + W, ... (two in flight, 16 value columns per lane), weighted by
-// exp2(lse_k - max_k lse_k), and sum their parts in a fixed order through shared memory.
+// (entries' item_end), so every CTA of the fixed grid has work or none at all. Item i of entry q
+// covers rows 8 / W * (i - first item of q) .. + 8 / W - 1 of the pair; the W warps of a row each
+// stream pieces sub, sub + W, ... (two in flight, 16 value columns per lane) in one pass, with a
+// running maximum of the pieces' LSEs (the sums rescaled when it rises), and merge their sums in
+// a fixed order through shared memory. Three dependent reads: the entries (item counts and empty
+// parts, once per CTA), the item's entry, then the pieces' LSEs and values together.
 extern "C" __global__ void __launch_bounds__(va::COMBINE_WARPS * 32, va::COMBINE_CTAS_PER_SM)
 verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   constexpr int kMaxEntries = DL_VA_MAX_PARTS;
-  constexpr int kMaxPieces = DL_VA_MAX_PARTS;  // a pair has at most one piece per part
   __shared__ int s_end[kMaxEntries];
-  __shared__ int s_slot[kMaxPieces];
+  __shared__ unsigned char s_empty[kMaxEntries];
   __shared__ float4 s_red[COMBINE_WARPS][kV / 4];
-  __shared__ float s_sum[COMBINE_WARPS];
+  __shared__ float s_sum[COMBINE_WARPS], s_max[COMBINE_WARPS];
   dl::pdl_wait();  // PDL: the partial results (and the scheduler's tables) first, in every CTA
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = min(p.num_parts, kMaxEntries);
-  for (int q = tid; q < G; q += blockDim.x) s_end[q] = p.entries[q].item_end;
+  for (int q = tid; q < G; q += blockDim.x) {
+    s_end[q] = p.entries[q].item_end;
+    s_empty[q] = static_cast<unsigned char>(p.entries[q].empty != 0);
+  }
   __syncthreads();
   const int total = G > 0 ? s_end[G - 1] : 0;
-  const int H = p.num_heads;
   const float4* o4 = reinterpret_cast<const float4*>(p.o_part);
   for (int item = blockIdx.x; item < total; item += gridDim.x) {
     int lo = 0, hi = G - 1;  // the entry: the first q with item_end > item
@@ -1669,46 +1682,24 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
     const VaEntry ent = p.entries[lo];
     const int W = ent.row_warps, sub = warp % W;
     const int row_in_tile = (item - (lo > 0 ? s_end[lo - 1] : 0)) * (COMBINE_WARPS / W) + warp / W;
-    const int n = min(ent.p_last - ent.p_first + 1, kMaxPieces);
-    const int gp = p.cuts[ent.p_first + 1].gp;  // the split pair's global index
-    __syncthreads();  // the previous item is done with s_slot and s_red
-    // piece k lives in part p_first + k; its slot is 2*part, except the first piece, which is
-    // the last segment of part p_first (slot 2*p_first + 1) unless that part starts at the pair.
-    for (int k = tid; k < n; k += blockDim.x) {
+    const int n = ent.p_last - ent.p_first + 1;
+    const bool valid = row_in_tile < ent.rows;  // (uniform per warp)
+    // piece k: slot0, then slot 2 * (p_first + k) unless part p_first + k is empty (-1: no piece).
+    // Every piece listed was written in this replay (a piece with no visible key holds zeros).
+    auto slot_of = [&](int k) {
       const int part = ent.p_first + k;
-      int sl;
-      if (k == 0) {
-        const VaCut c0 = p.cuts[part];
-        sl = (c0.gp == gp && c0.t == 0) ? 2 * part : 2 * part + 1;
-      } else {
-        const VaCut a = p.cuts[part], z = p.cuts[part + 1];
-        sl = (a.gp == z.gp && a.t == z.t) ? -1 : 2 * part;  // -1: an empty part, no piece
-      }
-      s_slot[k] = sl;
-    }
-    __syncthreads();
-    const int row = ent.r * M + row_in_tile;
-    const bool valid = row_in_tile < M && row < p.reqs[ent.b].q_len * H;  // (uniform per warp)
-    float mx = DL_NEG_INF;  // the row's largest piece LSE (base 2), lane-parallel over the pieces
-    if (valid) {
-#pragma unroll 2
-      for (int k = lane; k < n; k += 32) {
-        const int sl = s_slot[k];
-        if (sl >= 0) mx = fmaxf(mx, p.lse_part[(i64)sl * M + row_in_tile]);
-      }
-      mx = dl::warp_max(mx);
-    }
-    const float base = mx == DL_NEG_INF ? 0.f : mx;
+      return k == 0 ? ent.slot0 : (part < G && !s_empty[part] ? 2 * part : -1);
+    };
+    float m = DL_NEG_INF;  // running maximum of the pieces' LSEs (base 2)
     float4 acc[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;  // 0 for -inf pieces; a NaN LSE (a visible key with NaN scores) stays NaN
-    // Every piece listed was written in this replay (a piece with no visible key holds zeros).
-    // Offsets fit 32 bits: slots < 2 * DL_VA_MAX_PARTS, M <= 64 rows of kV / 4 vectors.
     if (valid) {
 #pragma unroll 1
       for (int k = sub; k < n; k += 2 * W) {
-        const int sl0 = s_slot[k], sl1 = k + W < n ? s_slot[k + W] : -1;
+        const int sl0 = slot_of(k), sl1 = k + W < n ? slot_of(k + W) : -1;
+        // offsets fit 32 bits: slots < 2 * DL_VA_MAX_PARTS, M <= 64 rows of kV / 4 vectors
         const int r0 = max(sl0, 0) * M + row_in_tile, r1 = max(sl1, 0) * M + row_in_tile;
         float4 v0[4], v1[4];
         float l0 = DL_NEG_INF, l1 = DL_NEG_INF;
@@ -1722,44 +1713,61 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
 #pragma unroll
           for (int c = 0; c < 4; ++c) v1[c] = o4[r1 * (kV / 4) + c * 32 + lane];
         }
+        const float mn = fmaxf(m, fmaxf(l0, l1));   // NaN-ignoring
+        const float base = mn == DL_NEG_INF ? 0.f : mn;
+        const float scale = m == DL_NEG_INF ? 0.f : exp2f(m - mn);  // m finite: mn finite, <= 1
+        const float w0 = sl0 >= 0 ? exp2f(l0 - base) : 0.f, w1 = sl1 >= 0 ? exp2f(l1 - base) : 0.f;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if ((h ? sl1 : sl0) < 0) continue;
-          const float w = exp2f((h ? l1 : l0) - base);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float4 v = h ? v1[c] : v0[c];
-            acc[c].x += w * v.x;
-            acc[c].y += w * v.y;
-            acc[c].z += w * v.z;
-            acc[c].w += w * v.w;
-          }
-          wsum += w;
+        for (int c = 0; c < 4; ++c) {
+          acc[c].x = acc[c].x * scale + w0 * v0[c].x + w1 * v1[c].x;
+          acc[c].y = acc[c].y * scale + w0 * v0[c].y + w1 * v1[c].y;
+          acc[c].z = acc[c].z * scale + w0 * v0[c].z + w1 * v1[c].z;
+          acc[c].w = acc[c].w * scale + w0 * v0[c].w + w1 * v1[c].w;
         }
+        wsum = wsum * scale + w0 + w1;
+        m = mn;
       }
     }
-    if (W > 1) {  // (uniform) the row's W warps, summed in the order of sub
+    if (W > 1) {  // (uniform) the row's W warps, merged in the order of sub
 #pragma unroll
       for (int c = 0; c < 4; ++c) s_red[warp][c * 32 + lane] = acc[c];
-      if (lane == 0) s_sum[warp] = wsum;
+      if (lane == 0) {
+        s_sum[warp] = wsum;
+        s_max[warp] = m;
+      }
       __syncthreads();
       if (sub == 0) {
+        float mf = m;
+        for (int s = 1; s < W; ++s) mf = fmaxf(mf, s_max[warp + s]);
+        const float f0 = m == DL_NEG_INF ? 0.f : exp2f(m - mf);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          acc[c].x *= f0;
+          acc[c].y *= f0;
+          acc[c].z *= f0;
+          acc[c].w *= f0;
+        }
+        wsum *= f0;
         for (int s = 1; s < W; ++s) {
+          const float ms = s_max[warp + s];
+          const float f = ms == DL_NEG_INF ? 0.f : exp2f(ms - mf);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const float4 v = s_red[warp + s][c * 32 + lane];
-            acc[c].x += v.x;
-            acc[c].y += v.y;
-            acc[c].z += v.z;
-            acc[c].w += v.w;
+            acc[c].x += f * v.x;
+            acc[c].y += f * v.y;
+            acc[c].z += f * v.z;
+            acc[c].w += f * v.w;
           }
-          wsum += s_sum[warp + s];
+          wsum += f * s_sum[warp + s];
         }
+        m = mf;
       }
+      __syncthreads();  // s_red and s_sum are read before the next item writes them
     }
     if (!valid || sub != 0) continue;
     const float inv = wsum == 0.f ? 0.f : 1.f / wsum;
-    const i64 grow = p.reqs[ent.b].q_start * H + row;
+    const i64 grow = ent.out_row0 + row_in_tile;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint2 packed;
@@ -1767,6 +1775,6 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
       packed.y = dl::pack_bf16x2(acc[c].z * inv, acc[c].w * inv);
       *reinterpret_cast<uint2*>(p.out + grow * kV + (c * 32 + lane) * 4) = packed;
     }
-    if (p.lse != nullptr && lane == 0) p.lse[grow] = wsum == 0.f ? DL_NEG_INF : (mx + log2f(wsum)) * kLn2;
+    if (p.lse != nullptr && lane == 0) p.lse[grow] = wsum == 0.f ? DL_NEG_INF : (m + log2f(wsum)) * kLn2;
   }
 }

@@ -21,7 +21,7 @@ per slot
 bytes = 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
 
 Plus the scheduler's tables (:func:`scheduler_bytes`): 40 B per request slot of
-the batch and 32 B per part.
+the batch and 64 B per part (a cut and a combine entry).
 
 Examples (fp32 partials, 512-wide values):
 
@@ -45,9 +45,9 @@ __all__ = ["partial_workspace_bytes", "scheduler_bytes"]
 REQUEST_RECORD_BYTES = 40
 #: Bytes of one cut (``VaCut``: b, r, t, gp); the table has ``num_parts + 1``.
 CUT_RECORD_BYTES = 16
-#: Bytes of one combine entry (``VaEntry``: b, r, p_first, p_last, item_end, row_warps); the table
-#: has ``num_parts``.
-ENTRY_RECORD_BYTES = 24
+#: Bytes of one combine entry (``VaEntry``: b, r, p_first, p_last, item_end, row_warps, rows,
+#: slot0, empty, a pad word, out_row0 as int64); the table has ``num_parts``.
+ENTRY_RECORD_BYTES = 48
 
 
 def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:
@@ -85,7 +85,7 @@ def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, pa
 
 
 def scheduler_bytes(max_batch: int, num_parts: int) -> int:
-    """Bytes of the scheduler's tables: ``40 * max_batch + 32 * num_parts + 16``.
+    """Bytes of the scheduler's tables: ``40 * max_batch + 64 * num_parts + 16``.
 
     Raises
     ------

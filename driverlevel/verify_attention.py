@@ -503,7 +503,7 @@ class VerifyAttention:
     Workspace
     ---------
     ``workspace_bytes = 2 * num_parts * tile_rows * (512 + 1) * 4`` (fp32 partial
-    outputs and LSE) plus the scheduler's tables ``40 * max_batch + 32 * num_parts +
+    outputs and LSE) plus the scheduler's tables ``40 * max_batch + 64 * num_parts +
     16``: bounded by the grid, whatever the batch, draft count or head count. On an
     H200 (132 parts, 64-row tile): 33.1 MiB. See
     :mod:`driverlevel._workspace_formula`.
@@ -627,7 +627,7 @@ class VerifyAttention:
     def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
         """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
 
-        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 32 * num_parts + 16`` bytes.
+        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 64 * num_parts + 16`` bytes.
         """
         return partial_workspace_bytes(num_parts, tile_rows, V_DIM, 4) + scheduler_bytes(max_batch, num_parts)
 

@@ -71,6 +71,11 @@ def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
             continue
         assert (e[0], e[1]) not in listed
         listed[(e[0], e[1])] = sorted(combine_pieces(s, e))
+        # the kernel's own rule: slot0, then 2 * part unless the entry table marks the part empty
+        b, r, pf, pl, _, _, rows, slot0, _, out_row0 = e
+        mine = [slot0] + [2 * (pf + k) for k in range(1, pl - pf + 1) if not s.entries[pf + k][8]]
+        assert sorted(mine) == listed[(b, r)]
+        assert rows == min(M, q_lens[b] * H - r * M) and out_row0 == (sum(q_lens[:b]) * H + r * M)
     assert listed == {k: sorted(v) for k, v in split_slots.items()}
     # the combine's work items (the kernel's walk: item -> the first entry whose item_end exceeds
     # it -> a block of 8 / row_warps rows) reach every row of every split pair exactly once, and no
@@ -81,7 +86,7 @@ def check_schedule(q_lens, kv_lens, H, M, N, ovh, G, cap=0):
     reached = {}
     for item in range(total):
         q = next(i for i, x in enumerate(ends) if x > item)
-        b, r, p_first, p_last, _, w = s.entries[q]
+        b, r, p_first, p_last, _, w = s.entries[q][:6]
         assert b >= 0 and w in (1, 2, 4, 8)
         n = p_last - p_first + 1
         assert -(-n // w) <= 8 or w == 8
@@ -144,7 +149,7 @@ def test_workspace_formula_is_bounded_by_the_grid():
     assert partial_workspace_bytes(132, 64) == 2 * 132 * 64 * 513 * 4 == 34_670_592
     assert partial_workspace_bytes(188, 32) == 24_689_664
     assert partial_workspace_bytes(132, 64) < 64 * 2**20  # the seed configuration's target
-    assert scheduler_bytes(8, 132) == 40 * 8 + 40 * 132 + 16
+    assert scheduler_bytes(8, 132) == 40 * 8 + 64 * 132 + 16
 
 
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (True, TypeError), (2.0, TypeError)])

@@ -26,9 +26,12 @@ __all__ = ["COMBINE_WARPS", "Schedule", "combine_row_warps", "schedule", "segmen
 @dataclass
 class Schedule:
     """Cuts ``[(b, r, t, gp)] * (num_parts + 1)`` and entries
-    ``[(b, r, p_first, p_last, item_end, row_warps)] * num_parts`` (b=-1: none, with
-    ``(-1, 0, 0, 0, item_end, 0)``): ``item_end`` is the combine's running count of work items
-    through the entry, ``row_warps`` (:func:`combine_row_warps`) the warps that share a row."""
+    ``[(b, r, p_first, p_last, item_end, row_warps, rows, slot0, empty, out_row0)] * num_parts``
+    (b=-1: none, with ``(-1, 0, 0, 0, item_end, 0, 0, 0, empty, 0)``): ``item_end`` is the
+    combine's running count of work items through the entry, ``row_warps``
+    (:func:`combine_row_warps`) the warps that share a row, ``rows`` the pair's rows,
+    ``slot0`` its first piece's partial slot, ``empty`` whether part ``q`` has no segment,
+    ``out_row0`` the pair's first output row (``q_start * H + r * M``)."""
 
     cuts: list
     entries: list
@@ -74,11 +77,13 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
         b = max(i for i in range(B) if excl[i] <= u)
         r, y = divmod(u - excl[b], pc[b])
         cuts.append((b, r, max(0, y - ovh), pairs[b] + r))
+    q_start = [sum(q_lens[:b]) for b in range(B)]
     entries = []
     items = 0
     for q in range(num_parts):
         c = q + 1
-        e = (-1, 0, 0, 0, items, 0)
+        empty = int(cuts[q][3] == cuts[q + 1][3] and cuts[q][2] == cuts[q + 1][2])
+        e = (-1, 0, 0, 0, items, 0, 0, 0, empty, 0)
         if c < num_parts:
             cc, cp = cuts[c], cuts[c - 1]
             if cc[2] > 0 and not (cp[3] == cc[3] and cp[2] > 0):
@@ -88,7 +93,9 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
                 w = combine_row_warps(last - (c - 1) + 1)
                 rows = min(tile_rows, q_lens[cc[0]] * num_heads - cc[1] * tile_rows)
                 items += -(-rows * w // COMBINE_WARPS)
-                e = (cc[0], cc[1], c - 1, last, items, w)
+                slot0 = 2 * q if (cp[3] == cc[3] and cp[2] == 0) else 2 * q + 1
+                e = (cc[0], cc[1], c - 1, last, items, w, rows, slot0, empty,
+                     q_start[cc[0]] * num_heads + cc[1] * tile_rows)
         entries.append(e)
     return Schedule(cuts, entries, rt, kt, per, total)
 
