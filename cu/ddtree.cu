@@ -86,7 +86,7 @@
 // kernel after re-arming the build's counter, ddtree_build after reading its root token.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
-// constants and the stages' params structs; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
+// constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
 #include "common.cuh"
 #include "constants.cuh"
