@@ -7,10 +7,14 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    read as ``SAMPLE_ITEMS`` 32-byte groups (8 fp32 / 16 bf16 tokens each), one group at a
    hashed offset inside each of ``SAMPLE_ITEMS`` equal strata of the row (stratified: a
    contiguous or a plain strided sample is biased when large logits cluster, e.g. at the
-   low, frequent token ids). The threshold ``T`` is the exact ``m``-th largest sampled value
-   (:func:`sample_rank`), chosen so that the row holds at least ``K`` values ``>= T`` with
-   overwhelming probability. Rows of at most 4,096 tokens are sampled whole (``m = K``:
-   then ``count >= K`` always). The kernel re-arms the row's candidate counter.
+   low, frequent token ids). The threshold ``T`` is a lower bound of the ``m``-th largest
+   sampled value (:func:`sample_rank`) that admits at most :func:`sample_slack` more sampled
+   values (unless they tie with the ``m``-th): ``kth_largest_bound`` of
+   ``cu/ddtree/keys.cuh``, on most rows one histogram level of the exact select's several. At
+   least ``m`` sampled values are ``>= T``, so the row holds at least ``K`` with overwhelming
+   probability, and at most ``m + sample_slack``, so it holds no more than
+   :func:`candidate_capacity`. Rows of at most 4,096 tokens are sampled whole (``m = K``: then
+   ``count >= K`` always). The kernel re-arms the row's candidate counter.
 2. **stream** (``ddtree_topk_stream_*``, ``segments`` CTAs per row, :func:`stream_segments`):
    one pass over the row through a ring of :func:`stream_config` tiles in shared memory
    (cp.async, several tiles in flight per CTA); each value is compared with ``T``; the few
@@ -98,12 +102,14 @@ def sample_groups(vocab: int, bf16: bool):
 
 
 def sample_rank(k: int, vocab: int) -> int:
-    """``m``: the threshold is the ``m``-th largest of the sampled values.
+    """``m``: the threshold is at most the ``m``-th largest of the sampled values (at least
+    ``m`` of them are ``>= T``).
 
     With ``n`` sampled of ``vocab`` values, the row count above the ``m``-th largest sampled
     value is about ``m * vocab / n`` with a relative spread of ``1 / sqrt(m)``; ``m`` solves
     ``m - z sqrt(m) = K n / vocab`` (z = :data:`SAMPLE_Z`), so ``count >= K`` unless the
-    sample is ``z`` standard deviations off. A row sampled whole uses ``m = K`` (exact).
+    sample is ``z`` standard deviations off (a lower ``T`` only adds to the count). A row
+    sampled whole uses ``m = K`` (exact: ``count >= K`` always).
     """
     if vocab <= SAMPLE_VALUES:
         return k

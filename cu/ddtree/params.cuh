@@ -76,7 +76,7 @@ struct TopKParams : DDTreeShared {
   float* chunk_max;              // [B, D, S]
   double* chunk_sum;             // [B, D, S] sum of exp(x - chunk_max)
   u32* counters;                 // [B] rows finished per request (the build's); zero between launches
-  float* tk_thresh;              // [R] T: the sample's m-th largest logit (R = B * D rows; threshold top-K only)
+  float* tk_thresh;              // [R] T: <= the sample's m-th largest logit (R = B * D rows; threshold top-K only)
   u32* tk_count;                 // [R] logits >= T (the sample kernel zeroes it every launch)
   u32* tk_flag;                  // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
   u64* tk_cand;                  // [R, tk_cap] composites of the logits >= T (unordered)
