@@ -25,9 +25,11 @@
 //        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
 //        word): no state survives a launch, so an aborted replay cannot break later builds.
 //   ddtree_topk_sample_{f32,bf16}  (topk_mode = 1 only) 256 threads; grid (depth_limit, max_batch).
-//        T per row: the exact tk_m-th largest of 4,096 sampled logits (one 32-byte group at a
-//        hashed offset per stratum; rows of <= 4,096 tokens whole); zeroes the row's candidate
-//        counter (re-armed every launch); flags rows whose T is not finite.
+//        T per row: a lower bound of the tk_m-th largest of 4,096 sampled logits (one 32-byte
+//        group at a hashed offset per stratum; rows of <= 4,096 tokens whole) that admits at most
+//        tk_slack more of them (ties aside): kth_largest_bound, usually its first histogram level
+//        only; zeroes the row's candidate counter (re-armed every launch); flags rows whose T is
+//        not finite.
 //   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
 //        static smem + a ring of 2-8 tiles (its dynamic smem: driverlevel._topk_threshold.
 //        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its
@@ -86,7 +88,7 @@
 // kernel after re-arming the build's counter, ddtree_build after reading its root token.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
-// constants and the stages' params structs; keys.cuh: order keys and the exact select; topk.cuh, search.cuh,
+// constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
 #include "common.cuh"
 #include "constants.cuh"

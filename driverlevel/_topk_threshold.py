@@ -7,10 +7,14 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    read as ``SAMPLE_ITEMS`` 32-byte groups (8 fp32 / 16 bf16 tokens each), one group at a
    hashed offset inside each of ``SAMPLE_ITEMS`` equal strata of the row (stratified: a
    contiguous or a plain strided sample is biased when large logits cluster, e.g. at the
-   low, frequent token ids). The threshold ``T`` is the exact ``m``-th largest sampled value
-   (:func:`sample_rank`), chosen so that the row holds at least ``K`` values ``>= T`` with
-   overwhelming probability. Rows of at most 4,096 tokens are sampled whole (``m = K``:
-   then ``count >= K`` always). The kernel re-arms the row's candidate counter.
+   low, frequent token ids). The threshold ``T`` is a lower bound of the ``m``-th largest
+   sampled value (:func:`sample_rank`) that admits at most :func:`sample_slack` more sampled
+   values (unless they tie with the ``m``-th): ``kth_largest_bound`` of
+   ``cu/ddtree/keys.cuh``, on most rows one histogram level of the exact select's several. At
+   least ``m`` sampled values are ``>= T``, so the row holds at least ``K`` with overwhelming
+   probability, and at most ``m + sample_slack``, so it holds no more than
+   :func:`candidate_capacity`. Rows of at most 4,096 tokens are sampled whole (``m = K``: then
+   ``count >= K`` always). The kernel re-arms the row's candidate counter.
 2. **stream** (``ddtree_topk_stream_*``, ``segments`` CTAs per row, :func:`stream_segments`):
    one pass over the row through a ring of :func:`stream_config` tiles in shared memory
    (cp.async, several tiles in flight per CTA); each value is compared with ``T``; the few
@@ -37,14 +41,15 @@ from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_CTAS_PER_SM, 
 __all__ = [
     "SAMPLE_VALUES", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
     "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "fallback_ctas", "stream_tile_bytes", "stream_config",
-    "group_tokens", "sample_items", "sample_groups", "sample_rank", "candidate_capacity",
+    "group_tokens", "sample_items", "sample_groups", "sample_rank", "sample_slack", "candidate_capacity",
     "stream_tile_tokens", "stream_segments", "hash32",
 ]
 
 #: Logits the sample kernel reads per row (16 KB of fp32 or bf16; 256 threads x 16).
 SAMPLE_VALUES = DDTREE_TK_SAMPLE_VALUES
 #: Standard deviations of safety in :func:`sample_rank` (fallback probability per row ~3e-7
-#: for a uniform random sample; the stratified sample does no worse).
+#: for a uniform random sample; the stratified sample does no worse), :func:`sample_slack` and
+#: :func:`candidate_capacity`.
 SAMPLE_Z = 5.0
 #: Block size of the sample kernel (16 sampled logits per thread).
 SAMPLE_THREADS = 256
@@ -97,12 +102,14 @@ def sample_groups(vocab: int, bf16: bool):
 
 
 def sample_rank(k: int, vocab: int) -> int:
-    """``m``: the threshold is the ``m``-th largest of the sampled values.
+    """``m``: the threshold is at most the ``m``-th largest of the sampled values (at least
+    ``m`` of them are ``>= T``).
 
     With ``n`` sampled of ``vocab`` values, the row count above the ``m``-th largest sampled
     value is about ``m * vocab / n`` with a relative spread of ``1 / sqrt(m)``; ``m`` solves
     ``m - z sqrt(m) = K n / vocab`` (z = :data:`SAMPLE_Z`), so ``count >= K`` unless the
-    sample is ``z`` standard deviations off. A row sampled whole uses ``m = K`` (exact).
+    sample is ``z`` standard deviations off (a lower ``T`` only adds to the count). A row
+    sampled whole uses ``m = K`` (exact: ``count >= K`` always).
     """
     if vocab <= SAMPLE_VALUES:
         return k
@@ -111,12 +118,35 @@ def sample_rank(k: int, vocab: int) -> int:
     return max(1, min(SAMPLE_VALUES, math.ceil(s * s)))
 
 
+def sample_slack(k: int, vocab: int) -> int:
+    """``S = floor(z sqrt(m))``: the sampled values ``T`` may admit past the ``m``-th largest
+    (``m``: :func:`sample_rank`, z = :data:`SAMPLE_Z`); more only when values tie with the
+    ``m``-th largest (the exact ``m``-th largest admits those too).
+
+    ``kth_largest_bound`` stops at the first histogram level whose bin holding the ``m``-th
+    admits at most ``S`` more, and takes the bin's lowest value. ``z sqrt(m)`` is the sample's
+    own spread at ``z`` standard deviations, and :func:`candidate_capacity` has room for it.
+    The first level's log bins (1/16 to 1/8 of ``vmax - value`` wide in key space) hold fewer
+    than that past the ``m``-th on most rows, so one level usually decides; rows whose ``m``-th
+    sampled value is below 0 while the sample's maximum is above 0 (there a bin spans octaves
+    of values) or whose maximum is a far outlier take a second (a larger slack: fewer levels,
+    more candidates).
+    """
+    return int(SAMPLE_Z * math.sqrt(sample_rank(k, vocab)))
+
+
 def candidate_capacity(k: int, vocab: int, merge_capacity: int) -> int:
     """Candidates kept per row (a multiple of 256, at most the row merge's ``merge_capacity``).
 
     Room for ``m + 2 z sqrt(m) + 16`` sampled-value equivalents (``vocab / n`` each), at
-    least ``4 K``; a row with more candidates (e.g. a constant row: every value ties with
-    ``T``) takes the exact fallback.
+    least ``4 K``. ``T`` admits ``N <= m + S`` sampled values (``S = floor(z sqrt(m))``:
+    :func:`sample_slack`), and the row count above it is at most ``(N + z sqrt(N)) vocab / n``
+    unless the sample is ``z`` standard deviations off; as ``sqrt(m + z sqrt(m)) <= sqrt(m) +
+    z / 2``, ``N + z sqrt(N) <= m + 2 z sqrt(m) + z^2 / 2`` (``z^2 / 2 = 12.5 < 16``): the room
+    holds at the slack's end, by ``z`` standard deviations of the count instead of the ``2 z``
+    it has at ``N = m`` (the exact ``m``-th largest; most rows admit a few to a few tens past
+    it, so the capacity is unchanged). A row sampled whole counts exactly ``N <= K + S < 4 K + 1024``. A row with more candidates
+    (e.g. a constant row: every value ties with ``T``) takes the exact fallback.
     """
     if vocab <= SAMPLE_VALUES:
         want = 4 * k + 1024

@@ -131,7 +131,7 @@ class _TopKParams(_Shared):
         ("counters", _u64), ("tk_thresh", _u64), ("tk_count", _u64), ("tk_flag", _u64), ("tk_cand", _u64),
         ("tk_sum", _u64), ("logits_batch_stride", _i64), ("logits_row_stride", _i64),
         ("num_chunks", _i32), ("logits_vec", _i32), ("topk_mode", _i32), ("tk_m", _i32), ("tk_cap", _i32),
-        ("tk_nseg", _i32), ("tk_seg_len", _i32), ("tk_pad", _i32)]
+        ("tk_nseg", _i32), ("tk_seg_len", _i32), ("tk_slack", _i32)]
 
 
 class _BuildParams(_TopKParams):
@@ -464,9 +464,11 @@ class DDTreePlan:
         self.device = _check_device_arg(device)
         self.flags = 0
         bf16 = self.logits_dtype is bfloat16
-        #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample,
-        #: the candidates kept per row, the stream CTAs per row and their tokens.
+        #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample and
+        #: the sampled values it may admit past it, the candidates kept per row, the stream CTAs
+        #: per row and their tokens.
         self.tk_m = _tk.sample_rank(self.k, self.vocab)
+        self.tk_slack = _tk.sample_slack(self.k, self.vocab)
         self.tk_cap = _tk.candidate_capacity(self.k, self.vocab, MERGE_CAPACITY)
         props = self.device.properties
         #: The stream kernel's CTAs per SM and ring tiles, from the GPU's shared memory.
@@ -617,6 +619,7 @@ class DDTreePlan:
         if self.topk == "threshold":
             p.topk_mode = 1
             p.tk_m, p.tk_cap, p.tk_nseg, p.tk_seg_len = self.tk_m, self.tk_cap, self.tk_nseg, self.tk_seg_len
+            p.tk_slack = self.tk_slack
         p.max_context = self.max_context
         p.kv_capacity = self.max_batch * self.max_context
         if "full" in self.mask_formats:

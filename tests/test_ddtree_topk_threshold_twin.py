@@ -3,7 +3,9 @@
 :mod:`driverlevel.reference.topk_threshold` models the kernels' decisions value for value
 (sample, threshold, candidate count, fallback); here it is checked against the reference
 top-K on adversarial rows (exact ids, log-probs within the GPU tests' tolerance), and the
-fallback is shown to trigger on the rows it must take and not on realistic ones.
+fallback is shown to trigger on the rows it must take and not on realistic ones. The sample's
+threshold (``kth_largest_bound``) is checked against a brute-force sort of the sampled keys:
+at least ``m`` and, ties with the ``m``-th aside, at most ``m + slack`` of them are ``>= T``.
 """
 
 from __future__ import annotations
@@ -89,7 +91,15 @@ def test_rank_and_capacity():
             assert (m - tk.SAMPLE_Z * np.sqrt(m)) * v / tk.SAMPLE_VALUES >= k * 0.999
             cap = tk.candidate_capacity(k, v, MERGE_CAPACITY)
             assert cap % 256 == 0 and mean < cap <= MERGE_CAPACITY and cap >= 4 * k
+            # T admits up to S = floor(z sqrt(m)) sampled values past the m-th: the capacity
+            # still clears the expected count there by z standard deviations
+            s = tk.sample_slack(k, v)
+            assert s == int(tk.SAMPLE_Z * np.sqrt(m)) and s >= 5
+            n = m + s
+            assert (n + tk.SAMPLE_Z * np.sqrt(n)) * v / tk.SAMPLE_VALUES <= cap
     assert tk.sample_rank(300, 4000) == 300  # a row sampled whole: m = K
+    for k in (1, 16, 300, 512):  # ... counted exactly: K + S candidates fit
+        assert k + tk.sample_slack(k, 4000) <= tk.candidate_capacity(k, 4000, MERGE_CAPACITY)
 
 
 def test_segments_fill_the_gpu_and_cover_the_row():
@@ -129,7 +139,7 @@ def test_fallback_rows(bf16):
     few[rng.choice(v, 100, replace=False)] = rng.standard_normal(100)
     flat = np.zeros(v, np.float32)
     flat[rng.choice(v, 100, replace=False)] = 7
-    cases = {"sample boosted (count = m < K)": x, "constant": np.full(v, 1.5, np.float32),
+    cases = {"sample boosted (count <= m + slack < K)": x, "constant": np.full(v, 1.5, np.float32),
              "flat with spikes (count > capacity)": flat, "all NaN": np.full(v, np.nan, np.float32),
              "all -inf": np.full(v, -np.inf, np.float32), "100 finite": few}
     for name, row in cases.items():
@@ -180,3 +190,125 @@ def test_stream_ring_per_gpu():
         assert ctas * (stages * tk.stream_tile_bytes(bf16) + tk.STREAM_STATIC_BYTES) <= h200[0]
     with pytest.raises(ValueError, match="two 16384 B tiles"):
         tk.stream_config(False, 30_000, 30_000)
+
+
+def _log_bin_py(d):
+    """cu/ddtree/keys.cuh's log_bin by its own bit arithmetic (Python ints)."""
+    if d < 16:
+        return d
+    e = d.bit_length() - 1
+    return 16 + (e - 4) * 8 + ((d >> (e - 3)) & 7)
+
+
+def test_log_bins_are_the_devices():
+    """The twin's log bins equal the device's formula at every octave's edges up to 2^52 (the
+    sample's d stay below 2^32), and each bin's [lo, hi] is exactly the d it holds."""
+    ds = set(range(300))
+    for e in range(4, 53):
+        ds |= {(1 << e) + o for o in (-2, -1, 0, 1, 2, 3)} | {3 << (e - 1), (1 << (e + 1)) - 1}
+    ds = sorted(ds)
+    np.testing.assert_array_equal(twin.log_bin(np.array(ds, np.int64)), [_log_bin_py(d) for d in ds])
+    for b in range(400):
+        lo, hi = twin.log_bin_lo(b), twin.log_bin_hi(b)
+        assert _log_bin_py(lo) == _log_bin_py(hi) == b and (b == 0 or _log_bin_py(lo - 1) == b - 1)
+    assert twin.log_bin_hi(495) == twin.log_bin_hi(511) == (1 << 64) - 1
+
+
+def _assert_bound(s, m, slack, t):
+    """Brute force on sampled keys ``s``: ``t`` is at most the m-th largest, at least ``m`` keys
+    are ``>= t``, and at most ``m + slack`` unless keys tie with the m-th largest."""
+    s = np.sort(np.asarray(s, np.int64))[::-1]
+    exact = int(s[m - 1])
+    n = int((s >= t).sum())
+    n_exact = int((s >= exact).sum())  # > m: ties with the m-th
+    assert t <= exact, (t, exact)
+    assert m <= n <= max(m + slack, n_exact), (m, slack, n, n_exact)
+    return n, n_exact
+
+
+def _random_row(rng, v):
+    """A random logits row of one of several shapes: normal at a random mean (its sampled m-th
+    largest below 0 while the sample's maximum is above: the log bins span the whole key range
+    in between), Gumbel, Student-t (sampled outliers), or a normal bulk with a few large
+    logits of which some are sampled (vmax far above the m-th)."""
+    kind = rng.integers(4)
+    if kind == 0:
+        x = rng.normal(rng.uniform(-12, 4), rng.uniform(0.2, 4), v)
+    elif kind == 1:
+        x = rng.gumbel(rng.uniform(-5, 5), rng.uniform(0.5, 4), v)
+    elif kind == 2:
+        x = rng.standard_t(rng.uniform(1.5, 5), v) * rng.uniform(0.5, 3)
+    else:
+        x = rng.normal(rng.uniform(-10, 2), 2.5, v)
+        x[rng.choice(v, 1 + rng.integers(40), replace=False)] += rng.uniform(10, 40)
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("vocab", VOCABS + (4096, 3001, 600))
+def test_sample_threshold_is_a_bounded_lower_bound(vocab, bf16):
+    """On random rows (fp32 and bf16 logits, K from 16 to 512; rows of <= 4,096 tokens sampled
+    whole, m = K): the twin's T (the device's) admits at least m and, ties aside, at most
+    m + slack sampled values, and is at most the exact m-th largest sampled value; a row
+    sampled whole then counts at least K logits >= T."""
+    rng = np.random.default_rng(vocab * 2 + bf16)
+    for i in range(24):
+        x = _random_row(rng, vocab)
+        if bf16:
+            x = bf16_bits_to_f32(f32_to_bf16_bits(x))
+        k = int(min(vocab, (16, 512)[i] if i < 2 else rng.integers(16, 513)))
+        m, slack = tk.sample_rank(k, vocab), tk.sample_slack(k, vocab)
+        t, early = twin.sample_threshold(x, k, bf16)
+        assert not early
+        s = twin.order_keys(twin.sample_values(x, bf16))
+        _assert_bound(s, m, slack, int(twin.order_keys(t)))
+        if vocab <= tk.SAMPLE_VALUES:
+            assert m == k and (x >= t).sum() >= k
+
+
+def test_bound_with_ties():
+    """Keys tied with the m-th largest: a bin of one d cannot be split, so T is the m-th
+    largest itself and every tie counts (as with the exact select); ties that end within the
+    slack may stop a coarser bin; a slack of 0 admits exactly what the exact select does."""
+    rng = np.random.default_rng(3)
+    m, slack = 37, 30
+    noise = rng.standard_normal(4096).astype(np.float32) * 0.1
+    many = noise.copy()
+    many[:20], many[20:320] = 5.0, 1.0  # the m-th is 1.0, tied 300 times: far past the slack
+    t = twin.kth_largest_bound(twin.order_keys(many), m, slack)
+    assert t == int(twin.order_keys(np.float32(1.0)))
+    assert _assert_bound(twin.order_keys(many), m, slack, t) == (320, 320)
+    few = noise.copy()
+    few[:20], few[20:45] = 5.0, 1.0  # tied 25 times: 45 <= m + slack
+    n, n_exact = _assert_bound(twin.order_keys(few), m, slack, twin.kth_largest_bound(twin.order_keys(few), m, slack))
+    assert n_exact == 45 and n <= m + slack
+    # integer-valued rows: every bin holds many ties
+    for scale in (1, 3, 20):
+        s = twin.order_keys(np.round(rng.standard_normal(4096) * scale).astype(np.float32))
+        for need in (1, 26, 37, 512, 4096):
+            _assert_bound(s, need, tk.sample_slack(need, 4096), twin.kth_largest_bound(s, need, tk.sample_slack(need, 4096)))
+            n, n_exact = _assert_bound(s, need, 0, twin.kth_largest_bound(s, need, 0))
+            assert n == n_exact
+    # slack 0 on rows without ties: exactly m keys >= T
+    for _ in range(20):
+        s = twin.order_keys(_random_row(rng, 4096))
+        need = int(rng.integers(1, 4097))
+        n, n_exact = _assert_bound(s, need, 0, twin.kth_largest_bound(s, need, 0))
+        assert n == n_exact
+
+
+def test_bound_ignores_keys_below_the_cut():
+    """Slots past a short row hold key 0 (no value): below the cut (KEY_NEG_INF), never counted;
+    -inf and NaN logits (KEY_NEG_INF) count. A row of nothing but -inf gives T = -inf."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(3000).astype(np.float32)
+    x[:500] = np.nan
+    x[500:700] = -np.inf
+    keys = np.concatenate([twin.order_keys(x), np.zeros(1096, np.uint32)])
+    for need in (1, 100, 2300, 2800, 3000):
+        t = twin.kth_largest_bound(keys, need, 20)
+        assert t >= twin.KEY_NEG_INF
+        _assert_bound(twin.order_keys(x), need, 20, t)
+    assert twin.kth_largest_bound(keys, 3000, 20) == twin.KEY_NEG_INF  # the 3000th is -inf
+    t, early = twin.sample_threshold(np.full(5000, -np.inf, np.float32), 16, False)
+    assert t == -np.inf and early

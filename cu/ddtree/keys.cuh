@@ -1,5 +1,7 @@
 // ddtree/keys.cuh: order keys of path scores, the logit keys of logit_keys.cuh taken into namespace
-// ddt, and the exact block-wide select (k-th largest) that the chunk top-K and the row merge share.
+// ddt, the exact block-wide select (k-th largest) that the chunk top-K and the row merge share, and
+// its cheaper bound (a key with at least k, and not many more, values at or above it) that the
+// threshold top-K's sample takes.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
@@ -166,6 +168,70 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
   const U r = vmax - static_cast<U>(sm.lo);
   __syncthreads();
   return r;
+}
+
+// ------------------------------------------------------------------------------ bounded select
+// A lower bound of the need-th largest (with multiplicity) of a block's values v = get(j) >= cut
+// that admits at most `slack` more: with n(t) = count(v >= t), the result t has
+//   need <= n(t) <= max(need + slack, n(the need-th largest)),
+// so only values tied with the need-th largest can take n(t) past need + slack. kth_largest's
+// levels without its gather: the log bins of d = vmax - v, then 256-bin linear refinements of
+// the bin holding the need-th, stopping at the first level whose bin, taken whole, holds at most
+// `slack` values past the need-th (or one d): t = vmax - (the bin's largest d), the lowest value
+// the bin can hold, so every value of the bin and above counts. With a slack of a few standard
+// deviations of the sample (the threshold top-K: driverlevel._topk_threshold.sample_slack)
+// the first level stops on most rows (its bins are 1/16 to 1/8 of d wide); rows where such a
+// bin is far wider in value refine like kth_largest: the need-th below 0 while vmax is above 0
+// (d then spans the keys of every float magnitude in between: a bin covers octaves of values),
+// or vmax a sampled outlier or +inf far above the rest.
+// Preconditions: those of kth_largest, slack >= 0, and sm.hist all zero (the caller zeroes it
+// before a barrier, e.g. under its block max: this saves the first level's). The values stay in
+// the caller's registers: get(j) takes no salt. Every thread gets t; sm.hist is left dirty, and
+// sm may be reused only after a barrier.
+template <int T, int E, typename U, class Get>
+DL_DEVICE U kth_largest_bound(const Get& get, U vmax, U cut, int need, int slack, SelectSmem& sm) {
+  U lo = 0, hi = vmax - cut;
+  int shift = -1;  // -1: log bins
+  while (true) {
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+      const U v = get(j);
+      const U d = vmax - v;
+      if (v >= cut && d >= lo && d <= hi)
+        atomicAdd(&sm.hist[shift < 0 ? log_bin(d) : static_cast<int>((d - lo) >> shift)], 1u);
+    }
+    if (threadIdx.x == 0) sm.need = need;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      int bin, before;
+      find_bin(sm, &bin, &before);
+      if (threadIdx.x == 0) {  // the bin's d range (log_bin_hi of the last bins is ~0: clamped to hi)
+        u64 nlo, nhi;
+        if (shift < 0) {
+          nlo = log_bin_lo(bin);
+          nhi = log_bin_hi(bin);
+        } else {
+          nlo = lo + (static_cast<u64>(bin) << shift);
+          nhi = nlo + ((1ull << shift) - 1);
+        }
+        sm.lo = nlo > lo ? nlo : static_cast<u64>(lo);
+        sm.hi = nhi < hi ? nhi : static_cast<u64>(hi);
+        sm.need = need - before;
+        sm.count = static_cast<int>(sm.hist[bin]);
+      }
+    }
+    __syncthreads();
+    lo = static_cast<U>(sm.lo);
+    hi = static_cast<U>(sm.hi);
+    need = sm.need;  // the need-th's rank inside the bin: count - need values of the bin are past it
+    if (lo == hi || sm.count - need <= slack) return vmax - hi;  // hi <= vmax - cut: no wrap
+    // (uniform) refine: warp 0 has read the histogram; the next level's writes of sm follow
+    // this barrier and the next, so every thread has read lo, hi, need and count by then
+    for (int i = threadIdx.x; i < 512; i += T) sm.hist[i] = 0;
+    __syncthreads();
+    const int bits = 64 - __clzll(static_cast<long long>(hi - lo));
+    shift = bits > 8 ? bits - 8 : 0;
+  }
 }
 
 }  // namespace ddt

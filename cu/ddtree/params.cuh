@@ -76,7 +76,7 @@ struct TopKParams : DDTreeShared {
   float* chunk_max;              // [B, D, S]
   double* chunk_sum;             // [B, D, S] sum of exp(x - chunk_max)
   u32* counters;                 // [B] rows finished per request (the build's); zero between launches
-  float* tk_thresh;              // [R] T: the sample's m-th largest logit (R = B * D rows; threshold top-K only)
+  float* tk_thresh;              // [R] T: <= the sample's m-th largest logit (R = B * D rows; threshold top-K only)
   u32* tk_count;                 // [R] logits >= T (the sample kernel zeroes it every launch)
   u32* tk_flag;                  // [R] 1: T not finite (the stream skips the row; the chunk top-K takes it)
   u64* tk_cand;                  // [R, tk_cap] composites of the logits >= T (unordered)
@@ -86,11 +86,11 @@ struct TopKParams : DDTreeShared {
   i32 num_chunks;
   i32 logits_vec;                // 1: 16-byte loads of the drafter logits
   i32 topk_mode;                 // 0: chunk top-K; 1: threshold top-K with the chunk top-K as fallback
-  i32 tk_m;                      // rank of T in the sample (1 .. TK_SAMPLE_VALUES)
+  i32 tk_m;                      // sampled logits >= T: at least tk_m (1 .. TK_SAMPLE_VALUES)
   i32 tk_cap;                    // candidate capacity per row (<= BUILD_THREADS * MERGE_ELEMS)
   i32 tk_nseg;                   // stream CTAs per row
   i32 tk_seg_len;                // tokens per stream CTA (a multiple of its tile)
-  i32 tk_pad;
+  i32 tk_slack;                  // sampled values T may admit past the tk_m-th (kth_largest_bound)
 };
 
 // Stage 1b, ddtree_build: the top-K stage's buffers (it merges them: hence derived from TopKParams),

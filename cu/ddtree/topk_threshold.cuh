@@ -1,7 +1,8 @@
 // ddtree/topk_threshold.cuh: stage 1a of topk_mode = 1 (DDTreePlan(topk="threshold")): the
-// threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample,
-// ddtree_topk_stream_* reads every row once through a shared-memory ring and keeps the logits
-// >= T (plus each segment's sums of exp(x - T) below and above T); the chunk top-K (topk.cuh) then runs only for
+// threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample (at
+// least tk_m, at most tk_m + tk_slack sampled logits >= T, ties aside), ddtree_topk_stream_*
+// reads every row once through a shared-memory ring and keeps the logits >= T (plus each
+// segment's sums of exp(x - T) below and above T); the chunk top-K (topk.cuh) then runs only for
 // rows where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), and
 // ddtree_build merges whichever list the row has.
 // Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
@@ -51,8 +52,11 @@ struct SampleSmem {
 
 // The row's threshold key (every thread): of the TK_SAMPLE_VALUES sampled logits (a whole row of
 // <= TK_SAMPLE_VALUES tokens; else one 32-byte group at a hashed offset in each of
-// TK_SAMPLE_VALUES / G strata), the exact tk_m-th largest order key (the tokens:
-// driverlevel._topk_threshold.sample_groups).
+// TK_SAMPLE_VALUES / G strata; the tokens: driverlevel._topk_threshold.sample_groups), a key t
+// with at least tk_m and at most tk_m + tk_slack sampled keys >= t (more only when keys tie with
+// the tk_m-th largest): kth_largest_bound, t <= the tk_m-th largest. The stream keeps every
+// logit >= t and the fallback catches any count outside [K, tk_cap], so the build stays exact
+// whatever t is; the host sizes tk_m (count >= K) and tk_cap (count <= tk_cap) for the slack.
 template <typename T>
 DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) {
   using Tr = LogitTraits<T>;
@@ -90,13 +94,15 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
       }
     }
   }
+  for (int i = tid; i < 512; i += TK_SAMPLE_THREADS) sm.sel.hist[i] = 0u;  // ordered by the block max's barrier
   u32 kloc = 0;
 #pragma unroll
   for (int j = 0; j < TK_SAMPLE_PER; ++j) kloc = key[j] > kloc ? key[j] : kloc;
   const u32 kmax = static_cast<u32>(dl::block_max_u64<TK_SAMPLE_THREADS>(kloc, sm.r64));
-  // tk_m <= the sampled values (host: driverlevel._topk_threshold.sample_rank), all keys >= 1
-  return kth_largest<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
-      [&](int j, int z) -> u32 { return key[j] + static_cast<u32>(z); }, kmax, 1u, p.tk_m, sm.sel);
+  // tk_m <= the sampled values (host: driverlevel._topk_threshold.sample_rank); every sampled
+  // key is >= KEY_NEG_INF (a slot past a short row holds 0: not counted), so t is a logit's key
+  return kth_largest_bound<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
+      [&](int j) -> u32 { return key[j]; }, kmax, KEY_NEG_INF, p.tk_m, p.tk_slack, sm.sel);
 }
 
 // One CTA per row: T from the sample, the flag, and the row's candidate count re-armed (every

@@ -2,9 +2,10 @@
 
 Models, value for value, what ``cu/ddtree/topk_threshold.cuh`` decides for one logits row:
 the stratified sample (:func:`driverlevel._topk_threshold.sample_groups`), the threshold
-``T`` (the exact ``m``-th largest sampled value by order key, NaN counting as -inf), the
-early fallback when ``T`` is not finite, the candidate count of the stream pass
-(``x >= T`` as a float compare, so NaN is never a candidate) and the fallback decision
+``T`` (``kth_largest_bound`` of ``cu/ddtree/keys.cuh`` over the sampled order keys, NaN
+counting as -inf: :func:`kth_largest_bound`, a lower bound of the ``m``-th largest sampled
+value that admits at most ``sample_slack`` more), the early fallback when ``T`` is not
+finite, the candidate count of the stream pass (``x >= T`` as a float compare, so NaN is never a candidate) and the fallback decision
 (``count < K`` or ``count > capacity``); then the exact top-K of the candidates by
 (logit descending, lower id first) and the log-sum-exp from the stream kernel's per-segment
 sums below ``T`` and the candidates' sum above it. The CPU tests check it against :func:`driverlevel.reference.ddtree.topk_logprobs`
@@ -18,10 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
-                               stream_segments)
+                               sample_slack, stream_segments)
 from .ddtree import LP_FLOOR, topk_logprobs
 
-__all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk"]
+__all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk", "log_bin",
+           "log_bin_lo", "log_bin_hi", "kth_largest_bound", "KEY_NEG_INF"]
+
+#: The order key of -inf (and of NaN): the smallest key a logit has (``logit_keys.cuh``).
+KEY_NEG_INF = 0x007FFFFF
 
 
 def order_keys(x) -> np.ndarray:
@@ -46,13 +51,67 @@ def sample_values(row: np.ndarray, bf16: bool) -> np.ndarray:
     return row[(starts[:, None] + np.arange(g)[None, :]).reshape(-1)]
 
 
+def log_bin(d) -> np.ndarray:
+    """``log_bin`` of ``cu/ddtree/keys.cuh`` (int64, d < 2**53): d itself below 16, else 8 bins
+    per octave (the octave's exponent and the three bits below its leading one)."""
+    d = np.asarray(d, np.int64)
+    e = np.frexp(np.maximum(d, 1).astype(np.float64))[1].astype(np.int64) - 1  # floor(log2 d), exact
+    sh = np.maximum(e - 3, 0)
+    return np.where(d < 16, d, 16 + (e - 4) * 8 + ((d >> sh) & 7))
+
+
+def log_bin_lo(b: int) -> int:
+    """The smallest d of log bin ``b``."""
+    if b < 16:
+        return b
+    e = 4 + (b - 16) // 8
+    return (8 + (b - 16) % 8) << (e - 3)
+
+
+def log_bin_hi(b: int) -> int:
+    """The largest d of log bin ``b`` (the last bins: all of u64)."""
+    return (1 << 64) - 1 if b >= 495 else log_bin_lo(b + 1) - 1
+
+
+def kth_largest_bound(v, need: int, slack: int, cut: int = KEY_NEG_INF) -> int:
+    """``kth_largest_bound`` of ``cu/ddtree/keys.cuh`` over the keys ``v`` (uint32): a key ``t``
+    with ``need <= count(v >= t) <= max(need + slack, count(v >= the need-th largest))`` among
+    the keys ``>= cut``. Its levels: a histogram of ``d = vmax - v`` over :func:`log_bin`, then
+    256-bin linear refinements of the bin where the running count reaches ``need``, until that
+    bin, taken whole, holds at most ``slack`` values past the need-th, or one ``d``; ``t`` is
+    the bin's lowest key."""
+    v = np.asarray(v, np.int64)
+    v = v[v >= cut]
+    vmax = int(v.max())
+    d = vmax - v
+    lo, hi, shift = 0, vmax - cut, -1
+    while True:
+        x = d[(d >= lo) & (d <= hi)]
+        h = np.bincount(log_bin(x) if shift < 0 else (x - lo) >> shift, minlength=512)
+        c = np.cumsum(h)
+        b = int(np.argmax(c >= need))  # find_bin: the first bin where the running count reaches need
+        before = int(c[b] - h[b])
+        if shift < 0:
+            nlo, nhi = log_bin_lo(b), log_bin_hi(b)
+        else:
+            nlo = lo + (b << shift)
+            nhi = nlo + (1 << shift) - 1
+        lo, hi, need = max(nlo, lo), min(nhi, hi), need - before
+        if lo == hi or int(h[b]) - need <= slack:
+            return vmax - hi
+        shift = max((hi - lo).bit_length() - 8, 0)
+
+
 def sample_threshold(row: np.ndarray, k: int, bf16: bool) -> tuple[np.float32, bool]:
-    """``(T, early_fallback)``: the ``m``-th largest sampled value, and whether ``T`` is not
-    finite (then the stream pass skips the row and the exact fallback takes it)."""
+    """``(T, early_fallback)``: the sample's threshold (:func:`kth_largest_bound` of the
+    sampled keys at ``m = sample_rank``, ``slack = sample_slack``: at least ``m`` and, ties
+    with the ``m``-th aside, at most ``m + slack`` sampled values are ``>= T``), and whether
+    ``T`` is not finite (then the stream pass skips the row and the exact fallback takes it)."""
     s = order_keys(sample_values(row, bf16))
-    m = min(sample_rank(k, row.shape[0]), s.shape[0])
-    tk = np.partition(s, s.shape[0] - m)[s.shape[0] - m]
-    t = key_to_f32(tk)
+    v = row.shape[0]
+    m = min(sample_rank(k, v), s.shape[0])
+    tk = kth_largest_bound(s, m, sample_slack(k, v))
+    t = key_to_f32(np.uint32(tk))
     return np.float32(t), not np.isfinite(t)
 
 
