@@ -296,7 +296,7 @@ def test_compile_variants_of_verify_attention_follow_the_plan():
         cfg = va.tile_config(arch)
         first = variants[0]
         limits = dict(DL_VA_MAX_BATCH=va.MAX_BATCH, DL_VA_MAX_PARTS=va.MAX_PARTS, DL_VA_REQUEST_BYTES=40,
-                      DL_VA_CUT_BYTES=16, DL_VA_ENTRY_BYTES=16)
+                      DL_VA_CUT_BYTES=16, DL_VA_ENTRY_BYTES=48)
         assert first.defines == {**cfg.defines(), **error_defines(), **struct_layout_defines(va._Params), **limits,
                                  "DL_SMEM_BYTES": cfg.shared_bytes}
         assert first.defines == va.compile_defines(arch)  # what VerifyAttention compiles with
