@@ -670,20 +670,10 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       e.row_warps = combine_row_warps(e.p_last - e.p_first + 1);
       items = (e.rows * e.row_warps + COMBINE_WARPS - 1) / COMBINE_WARPS;
     }
-    i32 incl = items;  // block-wide inclusive scan of items
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const i32 v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    if (lane == 31) chunk_pairs[warp] = incl;
-    __syncthreads();
-    i32 wbase = item_carry;
-    for (int w = 0; w < warp; ++w) wbase += chunk_pairs[w];
-    e.item_end = wbase + incl;
+    i32 all;  // this round's items (block-wide)
+    e.item_end = item_carry + dl::block_excl_scan<SCHED_THREADS>(items, chunk_pairs, &all) + items;
     if (q < G) p.entries[q] = e;
-    for (int w = 0; w < SCHED_THREADS / 32; ++w) item_carry += chunk_pairs[w];
-    __syncthreads();
+    item_carry += all;
   }
 }
 
@@ -1701,7 +1691,8 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
         const int sl0 = slot_of(k), sl1 = k + W < n ? slot_of(k + W) : -1;
         // offsets fit 32 bits: slots < 2 * DL_VA_MAX_PARTS, M <= 64 rows of kV / 4 vectors
         const int r0 = max(sl0, 0) * M + row_in_tile, r1 = max(sl1, 0) * M + row_in_tile;
-        float4 v0[4], v1[4];
+        // zeroed: a piece that is absent (slot -1) adds 0 * v, never 0 * an unloaded register
+        float4 v0[4] = {}, v1[4] = {};
         float l0 = DL_NEG_INF, l1 = DL_NEG_INF;
         if (sl0 >= 0) {
           l0 = p.lse_part[r0];

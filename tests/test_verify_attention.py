@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -400,7 +401,11 @@ def test_verify_kernels_wait_first_thing():
         for name in ("verify_attn_partial", "verify_attn_combine"):
             body = ptx[name]
             assert "griddepcontrol.wait;" in body, name
-            assert body.index("griddepcontrol.wait;") < body.find("ld.global"), f"{name}: a global load before the wait"
+            # any access outside the kernel's parameters, shared and local memory: global or generic
+            # loads, stores, atomics and reductions, and asynchronous copies
+            first = re.search(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async", body)
+            assert first is not None, name
+            assert body.index("griddepcontrol.wait;") < first.start(), f"{name}: {first.group(0)} before the wait"
         assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_partial"]
         assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_schedule"]
         assert "griddepcontrol.wait;" not in ptx["verify_attn_schedule"]

@@ -90,6 +90,32 @@ DL_DEVICE void find_bin(SelectSmem& sm, int* bin_out, int* before_out) {
   *before_out = __shfl_sync(FULL, before, src);
 }
 
+// One select level's narrowing, between the histogram's barrier and the next: warp 0 finds the
+// bin where the running count reaches need (= sm.need), thread 0 narrows sm.lo / sm.hi to the bin's d range
+// (log bins when shift < 0; log_bin_hi of the last bins is ~0: clamped to hi), sets sm.need to the
+// rank inside the bin and sm.count to the bin's population.
+template <typename U>
+DL_DEVICE void narrow_to_bin(SelectSmem& sm, U lo, U hi, int need, int shift) {
+  if (threadIdx.x < 32) {
+    int bin, before;
+    find_bin(sm, &bin, &before);
+    if (threadIdx.x == 0) {
+      u64 nlo, nhi;
+      if (shift < 0) {
+        nlo = log_bin_lo(bin);
+        nhi = log_bin_hi(bin);
+      } else {
+        nlo = lo + (static_cast<u64>(bin) << shift);
+        nhi = nlo + ((1ull << shift) - 1);
+      }
+      sm.lo = nlo > lo ? nlo : static_cast<u64>(lo);
+      sm.hi = nhi < hi ? nhi : static_cast<u64>(hi);
+      sm.need = need - before;
+      sm.count = static_cast<int>(sm.hist[bin]);
+    }
+  }
+}
+
 template <int T, int E, typename U, class Get>
 DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm, int ecount = E) {
   U lo = 0, hi = vmax_in - cut_in;
@@ -112,24 +138,7 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
     }
     if (threadIdx.x == 0) sm.need = need;
     __syncthreads();
-    if (threadIdx.x < 32) {
-      int bin, before;
-      find_bin(sm, &bin, &before);
-      if (threadIdx.x == 0) {
-        u64 nlo, nhi;
-        if (shift < 0) {
-          nlo = log_bin_lo(bin);
-          nhi = log_bin_hi(bin);
-        } else {
-          nlo = lo + (static_cast<u64>(bin) << shift);
-          nhi = nlo + ((1ull << shift) - 1);
-        }
-        sm.lo = nlo > lo ? nlo : static_cast<u64>(lo);
-        sm.hi = nhi < hi ? nhi : static_cast<u64>(hi);
-        sm.need = need - before;
-        sm.count = static_cast<int>(sm.hist[bin]);
-      }
-    }
+    narrow_to_bin(sm, lo, hi, need, shift);
     __syncthreads();
     lo = static_cast<U>(sm.lo);
     hi = static_cast<U>(sm.hi);
@@ -202,24 +211,7 @@ DL_DEVICE U kth_largest_bound(const Get& get, U vmax, U cut, int need, int slack
     }
     if (threadIdx.x == 0) sm.need = need;
     __syncthreads();
-    if (threadIdx.x < 32) {
-      int bin, before;
-      find_bin(sm, &bin, &before);
-      if (threadIdx.x == 0) {  // the bin's d range (log_bin_hi of the last bins is ~0: clamped to hi)
-        u64 nlo, nhi;
-        if (shift < 0) {
-          nlo = log_bin_lo(bin);
-          nhi = log_bin_hi(bin);
-        } else {
-          nlo = lo + (static_cast<u64>(bin) << shift);
-          nhi = nlo + ((1ull << shift) - 1);
-        }
-        sm.lo = nlo > lo ? nlo : static_cast<u64>(lo);
-        sm.hi = nhi < hi ? nhi : static_cast<u64>(hi);
-        sm.need = need - before;
-        sm.count = static_cast<int>(sm.hist[bin]);
-      }
-    }
+    narrow_to_bin(sm, lo, hi, need, shift);
     __syncthreads();
     lo = static_cast<U>(sm.lo);
     hi = static_cast<U>(sm.hi);
