@@ -292,6 +292,35 @@ def test_reference_matches_bruteforce(fmt, seed):
     np.testing.assert_allclose(lse, blse, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("where", ["masked_draft_key", "visible_prefix_key", "query", "value_only"])
+def test_reference_matches_bruteforce_with_nan(where):
+    # The kernel's rule (cu/verify_attention.cu): a key a row cannot see has no influence, even a
+    # NaN one; a row that sees a NaN score (or a non-finite value) is NaN, output and LSE.
+    rng = np.random.default_rng(31)
+    prefix_lens, q_lens = [3, 2], [4, 5]
+    trees = [chain_tree(n) for n in q_lens]
+    md, trees, q, kv = _case(rng, prefix_lens, q_lens, 2, 10, 6, trees)
+    if where == "masked_draft_key":
+        kv[md.out_cache_loc[1], 3] = np.nan  # draft token 1 of request 0: token 0 cannot see it
+    elif where == "visible_prefix_key":
+        kv[md.kv_indices[0], 8] = np.nan     # request 0's first prefix key: all its rows see it
+    elif where == "query":
+        q[5, 1, 0] = np.nan                  # one (token, head) row of request 1
+    else:
+        kv[md.out_cache_loc[6], 2] = np.inf  # a value column of request 1's draft token 2
+    out, lse = _run(verify_attention_reference, md, trees, q, kv, "causal", 0.3, 6)
+    bout, blse = _run(verify_attention_bruteforce, md, trees, q, kv, "causal", 0.3, 6)
+    assert np.isnan(out).any()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(bout))
+    np.testing.assert_array_equal(np.isnan(lse), np.isnan(blse))
+    ok = ~np.isnan(bout)
+    np.testing.assert_allclose(out[ok], bout[ok], rtol=1e-12, atol=1e-12)
+    okl = ~np.isnan(blse)
+    np.testing.assert_allclose(lse[okl], blse[okl], rtol=1e-12, atol=1e-12)
+    if where == "masked_draft_key":  # token 0 of request 0 does not see draft token 1
+        assert np.isfinite(out[0]).all() and np.isfinite(lse[0]).all()
+
+
 @pytest.mark.parametrize("fmt", ["full", "qlen_only"])
 def test_reference_honours_mask_indptr_with_gaps(fmt):
     # Blocks placed with padding between them, padding poisoned with ones

@@ -444,6 +444,12 @@ def verify_attention_reference(
         slots = np.concatenate([pb.kv_indices[k0:k0 + p], pb.out_cache_loc[q0:q0 + n]])
         keys = pb.rows(slots)                     # [p + n, D]
         values = keys[:, :pb.v_dim]               # [p + n, v_dim]
+        # A key row with a non-finite value must not reach the rows that cannot see it (0 * NaN in
+        # the product below would): the product uses finite value rows only, and those keys are
+        # added for the rows that see them, weight times value as verify_attention_bruteforce does.
+        finite_v = np.isfinite(values).all(axis=1)                          # [p + n]
+        values_f = np.where(finite_v[:, None], values, 0.0)
+        bad = np.flatnonzero(~finite_v)
         visible = np.concatenate([np.ones((n, p), dtype=bool), vis[b]], axis=1)  # [n, p + n]
         chunk = max(1, _CHUNK_ELEMENTS // max(1, H * (p + n)))
         for c0 in range(0, n, chunk):
@@ -455,10 +461,19 @@ def verify_attention_reference(
             m_safe = np.where(np.isfinite(m), m, 0.0)
             e = np.exp(s - m_safe)
             l = e.sum(axis=2)                                               # [c, H]
-            acc = (e.reshape(-1, p + n) @ values).reshape(c1 - c0, H, pb.v_dim)
-            has = l > 0
-            out[q0 + c0:q0 + c1] = np.where(has[..., None], acc / np.where(has, l, 1.0)[..., None], 0.0)
-            lse[q0 + c0:q0 + c1] = np.where(has, m_safe[..., 0] + np.log(np.where(has, l, 1.0)), -np.inf)
+            with np.errstate(invalid="ignore"):  # NaN / inf inputs give NaN rows, on purpose
+                acc = (e.reshape(-1, p + n) @ values_f).reshape(c1 - c0, H, pb.v_dim)
+                if bad.size:
+                    term = e[..., bad, None] * values[bad][None, None]          # [c, H, nbad, v_dim]
+                    acc = acc + np.where(visible[c0:c1, None, bad, None], term, 0.0).sum(axis=2)
+                # l is NaN where a visible score is NaN, and made NaN where the largest is +inf
+                # (exp(inf - inf)): that row's output and LSE are NaN too
+                pos_inf = np.isposinf(m[..., 0])
+                l = np.where(pos_inf, np.nan, l)
+                acc = np.where(pos_inf[..., None], np.nan, acc)
+                has = (l > 0) | np.isnan(l)
+                out[q0 + c0:q0 + c1] = np.where(has[..., None], acc / np.where(has, l, 1.0)[..., None], 0.0)
+                lse[q0 + c0:q0 + c1] = np.where(has, m_safe[..., 0] + np.log(np.where(has, l, 1.0)), -np.inf)
     return out, lse
 
 
