@@ -26,7 +26,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout)")
     a = ap.parse_args(argv)
-    counts = [int(x) for x in a.nodes.split(",") if x.strip()]
+    try:
+        counts = [int(x) for x in a.nodes.split(",") if x.strip()]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < 1 or a.replays < 100 or a.repeats < 1:
         ap.error("--nodes needs positive ints, --replays >= 100, --repeats >= 1")
     return main_from_options(counts, a.replays, a.repeats, a.device, not a.no_torch, a.json)

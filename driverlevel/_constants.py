@@ -135,5 +135,9 @@ def kernel_defines() -> dict:
 
 def mask_words(budget: int) -> int:
     """uint32 words per node of a tree's ancestor bitmask: ``ceil((budget + 1) / 32)``, the
-    verify bitmask's :func:`~driverlevel._mask.bitmask_words` of the ``budget + 1`` nodes."""
+    verify bitmask's :func:`~driverlevel._mask.bitmask_words` of the ``budget + 1`` nodes.
+
+    Raises ``ValueError`` for a negative ``budget`` (naming it)."""
+    if int(budget) < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
     return bitmask_words(int(budget) + 1)

@@ -426,6 +426,9 @@ def _check_device_arg(device) -> "Device":
     if isinstance(device, Device):
         return device
     if hasattr(device, "__index__") and not isinstance(device, bool) and type(device).__name__ != "bool_":
-        return Device(operator.index(device))  # an int, or a numpy integer
+        ordinal = operator.index(device)  # an int, or a numpy integer
+        if ordinal < 0:
+            raise ValueError(f"device must be an ordinal >= 0, got {ordinal}")
+        return Device(ordinal)
     raise TypeError(f"device must be a driverlevel.Device or an int ordinal, got {type(device).__name__}")
 

@@ -27,8 +27,8 @@ Examples (fp32 partials, 512-wide values):
 
 * H200 (132 SMs, 1 CTA of the 64-row tile per SM): 2 * 132 * 64 * 513 * 4 =
   34,670,592 B (33.1 MiB) for every batch size, draft count and head count
-  (sm_90's tile has 64 rows; on sm_100 the 48-row tile, picked where it pads
-  the rows less, e.g. 9 heads x 16 draft tokens, gives 2 * SMs * 48 * 513 * 4)
+  (sm_90's tile has 64 rows; a 48-row tile, picked where it pads the rows less,
+  e.g. 9 heads x 16 draft tokens on every target, gives 2 * SMs * 48 * 513 * 4)
   — the seed deployment's configuration (batch 8, 256 draft tokens, 9 heads)
   at 16 host-fixed splits needed 605,159,424 B.
 * RTX PRO 6000 (188 SMs, 1 CTA of the 64-row sm_120 tile per SM):

@@ -451,6 +451,12 @@ class DDTreePlan:
         if topk not in TOPK_MODES:
             raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
         check_pdl_arg(pdl)
+        if pool is not None and not isinstance(pool, WorkspacePool):
+            raise TypeError(f"pool must be a WorkspacePool or None, got {type(pool).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if arch is not None:  # what depends on the architecture alone, before the device too
+            resolve_pdl(pdl, normalize_arch(arch))
         self.topk = topk
         self.k = min(self.budget, self.vocab)
         self.n_nodes = self.budget + 1

@@ -568,9 +568,16 @@ class VerifyAttention:
         if tile is not None and not isinstance(tile, TileConfig):
             raise TypeError(f"tile must be a TileConfig or None, got {type(tile).__name__}")
         mask_format = parse_mask_format(mask_format)
-        if arch is not None:
-            normalize_arch(arch)
         check_pdl_arg(pdl)
+        if pool is not None and not isinstance(pool, WorkspacePool):
+            raise TypeError(f"pool must be a WorkspacePool or None, got {type(pool).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if arch is not None:  # what depends on the architecture alone, before the device too
+            resolve_pdl(pdl, normalize_arch(arch))
+            if tile is not None and tile.shared_bytes > shared_limit(normalize_arch(arch)):
+                raise ValueError(f"tile {tile} needs {tile.shared_bytes} B of shared memory, "
+                                 f"more than {normalize_arch(arch)} allows")
         self.device = _check_device_arg(device)
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)

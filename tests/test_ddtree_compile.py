@@ -124,6 +124,22 @@ def test_plan_rejects_bad_parameters_before_touching_the_device(kw, msg):
         _plan(**kw)
 
 
+def test_mask_words_rejects_a_negative_budget():
+    from driverlevel._constants import mask_words
+    assert mask_words(0) == 1 and mask_words(31) == 1 and mask_words(32) == 2
+    with pytest.raises(ValueError, match="budget must be >= 0, got -1"):
+        mask_words(-1)
+
+
+def test_plan_checks_pool_name_and_pdl_against_arch_before_the_device():
+    with pytest.raises(TypeError, match="pool must be a WorkspacePool"):
+        _plan(pool="x")
+    with pytest.raises(TypeError, match="name must be a str"):
+        _plan(name=3)
+    with pytest.raises(ValueError, match="pdl=True needs sm_90"):
+        _plan(arch="sm_86", pdl=True)
+
+
 def test_plan_rejects_wrong_types():
     with pytest.raises(TypeError, match="budget must be an int"):
         _plan(budget=2.5)

@@ -346,12 +346,20 @@ def test_constructor_checks_its_arguments_before_the_device():
                            (dict(tile="x"), TypeError, "tile must be a TileConfig"),
                            (dict(arch="sm_75"), ValueError, "unsupported architecture"),
                            (dict(num_parts=0), ValueError, "num_parts must be a positive int"),
-                           (dict(pdl="on"), TypeError, "pdl must be None, True or False")]:
+                           (dict(pdl="on"), TypeError, "pdl must be None, True or False"),
+                           (dict(pool="x"), TypeError, "pool must be a WorkspacePool"),
+                           (dict(name=None), TypeError, "name must be a str"),
+                           (dict(arch="sm_80", pdl=True), ValueError, "pdl=True needs sm_90"),
+                           (dict(arch="sm_120", tile=TileConfig(rows=64, csplit=2, keys=32, stages=2,
+                                                                exchange="reduce_scatter", pv_rows=32)),
+                            ValueError, "more than sm_120 allows")]:
         args = dict(num_heads=9, max_batch=2, max_q=16) | kw
         with pytest.raises(exc, match=words):
             VerifyAttention(object(), **args)  # (an invalid device: never reached)
     with pytest.raises(TypeError, match="device must be"):  # ... and valid arguments reach it
         VerifyAttention(object(), 9, max_batch=2, max_q=16)
+    with pytest.raises(ValueError, match="device must be an ordinal >= 0"):
+        VerifyAttention(-1, 9, max_batch=2, max_q=16)
 
 
 def test_tile_config_rejects_bad_shapes_and_types():

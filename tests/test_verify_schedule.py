@@ -156,3 +156,12 @@ def test_workspace_formula_is_bounded_by_the_grid():
 def test_workspace_formula_rejects(bad, exc):
     with pytest.raises(exc, match="num_parts"):
         partial_workspace_bytes(bad, 64)
+
+
+def test_reference_schedule_rejects_what_no_plan_has():
+    with pytest.raises(ValueError, match="num_parts must be >= 1"):
+        schedule([4], [10], 9, 64, 32, 6, 0)
+    with pytest.raises(ValueError, match="tile_rows must be >= 1"):
+        schedule([4], [10], 9, 0, 32, 6, 8)
+    with pytest.raises(ValueError, match="same length"):
+        schedule([4, 4], [10], 9, 64, 32, 6, 8)

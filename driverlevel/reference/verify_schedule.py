@@ -52,7 +52,17 @@ def combine_row_warps(pieces: int) -> int:
 
 def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ovh: int, num_parts: int,
              split_cap: int = 0, bad=()) -> Schedule:
-    """The schedule the kernel computes for these lengths (``bad``: requests with bad kv/mask metadata)."""
+    """The schedule the kernel computes for these lengths (``bad``: requests with bad kv/mask metadata).
+
+    Raises ``ValueError`` when ``q_lens`` and ``kv_lens`` differ in length or a count that the
+    kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``, ``num_parts``) is
+    not positive."""
+    if len(q_lens) != len(kv_lens):
+        raise ValueError(f"q_lens and kv_lens must have the same length, got {len(q_lens)} and {len(kv_lens)}")
+    for pname, v in (("num_heads", num_heads), ("tile_rows", tile_rows), ("tile_keys", tile_keys),
+                     ("num_parts", num_parts)):
+        if int(v) < 1:
+            raise ValueError(f"{pname} must be >= 1, got {v}")
     B = len(q_lens)
     rt = [math.ceil(q * num_heads / tile_rows) for q in q_lens]
     kt = [0 if (b in bad or q_lens[b] == 0) else math.ceil((kv_lens[b] + q_lens[b]) / tile_keys) for b in range(B)]
