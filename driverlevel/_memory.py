@@ -511,9 +511,16 @@ class WorkspacePool:
 
     @staticmethod
     def required_bytes(specs, alignment: int = DEFAULT_ALIGNMENT) -> int:
-        """Bytes a pool needs for ``specs``, a list of ``(shape, dtype)`` carved in order."""
+        """Bytes a pool needs for ``specs``, a list of ``(shape, dtype)`` carved in order.
+
+        Raises ``ValueError`` for an alignment that is not a positive power of two or a shape
+        with a negative extent (what :meth:`allocate` and :meth:`carve` refuse too)."""
+        if not isinstance(alignment, (int, np.integer)) or alignment < 1 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a positive power of two, got {alignment!r}")
         total = 0
         for shape, dtype in specs:
+            if any(int(d) < 0 for d in np.atleast_1d(shape)):
+                raise ValueError(f"shape extents must be >= 0, got {tuple(np.atleast_1d(shape).tolist())}")
             n = int(np.prod(shape, dtype=np.int64)) * as_dtype(dtype).itemsize
             total = align_up(total, alignment) + n
         return align_up(total, alignment)

@@ -374,8 +374,15 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     Raises
     ------
     ValueError
-        If no configuration fits.
+        If no configuration fits, or ``rows_per_request`` is negative.
+    TypeError
+        If ``rows_per_request`` is not an int (or None).
     """
+    if rows_per_request is not None:
+        if isinstance(rows_per_request, (bool, np.bool_)) or not isinstance(rows_per_request, (int, np.integer)):
+            raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
+        if rows_per_request < 0:
+            raise ValueError(f"rows_per_request must be >= 0, got {rows_per_request}")
     fits = tile_configs(arch)
     fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
     if rows_per_request and fits[0].ws:
@@ -561,7 +568,8 @@ class VerifyAttention:
             raise ValueError(f"num_parts must be <= {MAX_PARTS}, got {num_parts}")
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
-        if not (isinstance(sm_scale, (float, int)) and math.isfinite(sm_scale) and sm_scale > 0):
+        if (isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, (float, int, np.floating, np.integer))
+                or not math.isfinite(sm_scale) or sm_scale <= 0):
             raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")

@@ -193,3 +193,13 @@ def test_lookup_pointer_resolves_pool_and_carve(fake_alloc):
 def test_handles_have_no_public_constructor(cls, factory):
     with pytest.raises(RuntimeError, match=f"has no public constructor: use {factory.replace('.', '[.]')}"):
         cls()
+
+
+def test_required_bytes_refuses_what_allocate_and_carve_refuse():
+    assert WorkspacePool.required_bytes([((3,), np.float32), ((2, 2), np.int64)], alignment=256) == 512  # 12 B, 32 B at 256
+    with pytest.raises(ValueError, match="alignment must be a positive power of two"):
+        WorkspacePool.required_bytes([((3,), np.float32)], alignment=0)
+    with pytest.raises(ValueError, match="alignment must be a positive power of two"):
+        WorkspacePool.required_bytes([((3,), np.float32)], alignment=3)
+    with pytest.raises(ValueError, match="shape extents must be >= 0"):
+        WorkspacePool.required_bytes([((-100,), np.int64)])

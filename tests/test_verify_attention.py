@@ -417,3 +417,19 @@ def test_verify_kernels_wait_first_thing():
         assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_partial"]
         assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_schedule"]
         assert "griddepcontrol.wait;" not in ptx["verify_attn_schedule"]
+
+
+def test_tile_config_and_sm_scale_argument_types():
+    assert tile_config("sm_90", np.int64(144)) == tile_config("sm_90", 144)
+    assert tile_config("sm_90", 0) == tile_config("sm_90")
+    with pytest.raises(ValueError, match="rows_per_request must be >= 0"):
+        tile_config("sm_90", -5)
+    with pytest.raises(TypeError, match="rows_per_request must be an int"):
+        tile_config("sm_90", 2.5)
+    with pytest.raises(TypeError, match="rows_per_request must be an int"):
+        tile_config("sm_90", "x")
+    # a numpy float scale is a float; a bool is not a scale
+    with pytest.raises(TypeError, match="device must be"):  # np.float32 passes the argument checks
+        VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=np.float32(0.1))
+    with pytest.raises(ValueError, match="sm_scale must be a positive finite"):
+        VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=True)
