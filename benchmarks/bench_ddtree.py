@@ -301,6 +301,9 @@ def main(argv=None) -> int:
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
     args = ap.parse_args(argv)
+    need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
+    if args.max_context < need:
+        ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
     require_gpu()
     torch = None
     if not args.no_reference:

@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -92,6 +93,18 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, metavar="PATH")
     a = ap.parse_args(argv)
+    # the option checks, before the GPU check and the minutes of work before the JSON is written
+    for name in ("batch", "budget", "depth_limit", "prompt_len", "max_new_tokens", "vocab", "heads", "steps"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.num_splits is not None and a.num_splits < 1:
+        ap.error(f"--num-splits must be >= 1, got {a.num_splits}")
+    if a.budget > 512:
+        ap.error(f"--budget must be <= 512, got {a.budget}")
+    if a.vocab < 64 or a.vocab % 8:
+        ap.error(f"--vocab must be a multiple of 8, >= 64, got {a.vocab}")
+    if a.json and a.json != "-" and not Path(a.json).resolve().parent.is_dir():
+        ap.error(f"--json: no directory {str(Path(a.json).resolve().parent)!r}")
 
     import driverlevel as dl
     from driverlevel._device import require_gpu

@@ -23,6 +23,8 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args(argv)
+    if min(args.batch) < 1 or args.k < 1 or args.reps < 1:
+        ap.error("--batch, --k and --reps must be >= 1")
     import statistics
 
     sys.path.insert(0, str(Path(__file__).parent))

@@ -26,6 +26,8 @@ def main(argv=None):
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap)")
     args = ap.parse_args(argv)
+    if args.batch < 1 or not 1 <= args.budget <= 512:
+        ap.error(f"--batch must be >= 1 and --budget in 1..512, got {args.batch} and {args.budget}")
     sys.path.insert(0, str(Path(__file__).parent))
     import numpy as np
 

@@ -69,6 +69,8 @@ def test_no_gpu_with_json_prints_an_error_object(no_gpu, capsys):
     (["--steps", "0"], "--steps"),
     (["--prompt-len", "1"], "--prompt-len"),
     (["--draft-noise", "-1"], "--draft-noise"),
+    (["--draft-noise", "nan"], "--draft-noise"),
+    (["--draft-scale", "inf"], "--draft-scale"),
     (["--no-such-option"], "--no-such-option"),
 ])
 def test_bad_options_are_usage_errors(args, hint):

@@ -39,3 +39,44 @@ def test_disassembly_parser_keeps_instructions_of_each_kernel():
 """
     kernels = sass.parse_nvdisasm(text)
     assert kernels == {"k1": ["LDC R1, c[0x0][0x28]", "@P0 EXIT"], "k2": ["HMMA.16816.F32.BF16 R4, R8, R12, RZ"]}
+
+
+_cs_spec = importlib.util.spec_from_file_location("code_sections_tool",
+                                                  Path(__file__).parents[1] / "tools" / "code_sections.py")
+code_sections = importlib.util.module_from_spec(_cs_spec)
+_cs_spec.loader.exec_module(code_sections)
+
+
+def test_code_sections_checks_its_arguments_before_compiling(tmp_path, capsys):
+    import pytest
+
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("not json")
+    for argv, words in [([str(tmp_path / "no" / "x.json")], "no directory"),
+                        ([str(tmp_path / "o.json"), "--compare", str(bad_json)], "--compare"),
+                        ([str(tmp_path / "o.json"), "--compare", str(tmp_path / "missing.json")], "--compare"),
+                        ([str(tmp_path / "o.json"), "--kernel", "nope.cu"], "not a kernel file"),
+                        ([str(tmp_path / "o.json"), "--arch", "sm_999"], "--arch")]:
+        with pytest.raises(SystemExit) as e:
+            code_sections.main(argv)
+        assert e.value.code == 2
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "o.json").exists()  # nothing compiled, nothing written
+
+
+def test_code_sections_compares_section_by_section(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "a.json"
+    assert code_sections.main([str(out), "--arch", "sm_90", "--kernel", "selftest.cu"]) == 0
+    old = json.loads(out.read_text())
+    assert old and all(any(n.startswith(".text") for n in v) for v in old.values())
+    assert code_sections.main([str(tmp_path / "b.json"), "--arch", "sm_90", "--kernel", "selftest.cu",
+                               "--compare", str(out)]) == 0
+    key = next(iter(old))
+    text = next(n for n in old[key] if n.startswith(".text"))
+    old[key][text] = "0" * 16  # as if that kernel's code had changed
+    out.write_text(json.dumps(old))
+    assert code_sections.main([str(tmp_path / "c.json"), "--arch", "sm_90", "--kernel", "selftest.cu",
+                               "--compare", str(out)]) == 1
+    assert f"differs: {key}: {text}" in capsys.readouterr().out

@@ -62,20 +62,45 @@ def hashes(archs, kernels) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="JSON file to write")
-    ap.add_argument("--arch", default=",".join(ARCHS), help="comma-separated architectures")
+    ap.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated architectures (default {','.join(ARCHS)})")
     ap.add_argument("--kernel", action="append", help="a kernel file of cu/ (repeatable; default: all)")
-    ap.add_argument("--compare", help="a JSON file written earlier: report the variants whose sections differ")
+    ap.add_argument("--compare", help="a JSON file written earlier: report the variants whose sections differ, and "
+                                      "which sections (exit 1 if any)")
     a = ap.parse_args(argv)
-    h = hashes(a.arch.split(","), a.kernel)
+    # everything that can be wrong is checked before the (uncached, minutes-long) compiles
+    from pathlib import Path
+
+    from driverlevel._compile import check_arch
+    from driverlevel.cli import LAUNCHERS
+
+    try:
+        archs = [check_arch(x) for x in a.arch.split(",")]  # as `driverlevel compile --arch` checks
+    except ValueError as exc:
+        ap.error(f"--arch: {exc}")
+    for k in a.kernel or ():
+        if k not in LAUNCHERS:
+            ap.error(f"--kernel {k!r}: not a kernel file of cu/ (one of {', '.join(sorted(LAUNCHERS))})")
+    if not Path(a.out).resolve().parent.is_dir():
+        ap.error(f"out: no directory {str(Path(a.out).resolve().parent)!r}")
+    old = None
+    if a.compare:
+        try:
+            with open(a.compare) as f:
+                old = json.load(f)
+        except (OSError, ValueError) as exc:
+            ap.error(f"--compare {a.compare!r}: {exc}")
+    h = hashes(archs, a.kernel)
     with open(a.out, "w") as f:
         json.dump(h, f, indent=1)
-    if not a.compare:
+    if old is None:
         return 0
-    with open(a.compare) as f:
-        old = json.load(f)
     differ = sorted(k for k in set(h) | set(old) if h.get(k) != old.get(k))
     for k in differ:
-        print(f"differs: {k}")
+        if k in h and k in old:
+            sections = sorted(n for n in set(h[k]) | set(old[k]) if h[k].get(n) != old[k].get(n))
+            print(f"differs: {k}: {', '.join(sections)}")
+        else:
+            print(f"differs: {k}: {'new' if k in h else 'gone'}")
     print(f"{len(h) - len([k for k in differ if k in h])} of {len(h)} variants have identical code sections")
     return 1 if differ else 0
 

@@ -396,6 +396,9 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     """
     if vocab % 8:
         raise click.BadParameter(f"must be a multiple of 8, got {vocab}", param_hint="--vocab")
+    for hint, value in (("--draft-noise", draft_noise), ("--draft-scale", draft_scale)):
+        if not math.isfinite(value):  # (click's FloatRange lets nan and inf through)
+            raise click.BadParameter(f"must be a finite number, got {value}", param_hint=hint)
     from .multi_device import parse_devices
 
     try:

@@ -1,0 +1,40 @@
+"""The benchmarks refuse bad options in one line (exit 2) before the GPU check: no GPU needed."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "benchmarks"
+
+
+def _load(name):
+    import sys
+
+    sys.path.insert(0, str(BENCH))  # the scripts import their siblings
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.parametrize("script, argv, words", [
+    ("bench_step", ["--batch", "-5"], "--batch must be >= 1"),
+    ("bench_step", ["--vocab", "100"], "--vocab must be a multiple of 8"),
+    ("bench_step", ["--budget", "600"], "--budget must be <= 512"),
+    ("bench_step", ["--steps", "0"], "--steps must be >= 1"),
+    ("bench_step", ["--json", "/nonexistent-dir/x.json"], "no directory"),
+    ("bench_ddtree", ["--max-context", "-1"], "--max-context must be >="),
+    ("peer_read", ["--k", "0"], "must be >= 1"),
+    ("profile_topk", ["--budget", "100000"], "--budget in 1..512"),
+    ("bench_replay", ["--nodes", "a,b"], "--nodes needs positive ints"),
+])
+def test_bad_options_exit_2_with_one_line(script, argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        _load(script).main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
