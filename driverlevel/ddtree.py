@@ -280,6 +280,8 @@ def _pos_int(name, v, lo=1, hi=None):
 
 
 def _logit_dtype(name, dt):
+    if dt is None:
+        raise TypeError(f"{name} must be float32 or bfloat16, got None")
     d = as_dtype(dt)
     if d is bfloat16:
         return bfloat16
@@ -443,6 +445,8 @@ class DDTreePlan:
         self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
         if isinstance(mask_formats, str):
             raise TypeError(f"mask_formats must be an iterable of format names, e.g. ({mask_formats!r},), not a str")
+        if mask_formats is None or not hasattr(mask_formats, "__iter__"):
+            raise TypeError(f"mask_formats must be an iterable of format names, got {type(mask_formats).__name__}")
         formats = tuple(mask_formats)
         bad = [f for f in formats if f not in _MASK_FORMATS]
         if bad:
@@ -463,8 +467,10 @@ class DDTreePlan:
         self.n_words = mask_words(self.budget)
         self.num_chunks = math.ceil(self.vocab / CHUNK)
         if self.num_chunks * self.k > MERGE_CAPACITY:
+            fix = ("lower the budget" if self.num_chunks <= MERGE_CAPACITY
+                   else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")
             raise ValueError(f"vocab={self.vocab} at K={self.k} needs {self.num_chunks} chunks x {self.k} candidates "
-                             f"per row, more than the row merge's {MERGE_CAPACITY}: lower the budget")
+                             f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._array import DeviceArray
+from ._checks import positive_int
 from ._device import _check_device_arg
 from ._memory import WorkspacePool
 
@@ -92,7 +93,18 @@ class RequestState:
     @staticmethod
     def specs(*, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None, n_stop: int = 0,
               budgets: bool = False, remaining: bool = False, r2t_dtype=np.int32) -> list:
-        """``(name, shape, dtype)`` of every array :meth:`allocate` carves, in carve order."""
+        """``(name, shape, dtype)`` of every array :meth:`allocate` carves, in carve order.
+
+        Raises ``TypeError`` / ``ValueError`` (naming the argument) for a count that is not a
+        positive int (``n_stop``: >= 0) or an ``r2t_dtype`` other than int32 / int64."""
+        for pname, v in (("max_batch", max_batch), ("max_context", max_context), ("num_slots", num_slots)):
+            positive_int(pname, v)
+        if req_rows is not None:
+            positive_int("req_rows", req_rows)
+        if isinstance(n_stop, bool) or not isinstance(n_stop, (int, np.integer)) or n_stop < 0:
+            raise ValueError(f"n_stop must be an int >= 0, got {n_stop!r}")
+        if np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"r2t_dtype must be int32 or int64, got {np.dtype(r2t_dtype)}")
         rows = max_batch if req_rows is None else req_rows
         specs = [("active", (max_batch,), np.uint8), ("root_tokens", (max_batch,), np.int32),
                  ("seq_lens", (max_batch,), np.int64), ("req_pool_indices", (max_batch,), np.int64),

@@ -643,7 +643,16 @@ class VerifyAttention:
         """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
 
         ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 64 * num_parts + 16`` bytes.
+
+        Raises ``ValueError`` for sizes no plan has: ``num_parts`` above :data:`MAX_PARTS`,
+        ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and
+        ``TypeError`` / ``ValueError`` for non-positive or non-int ones).
         """
+        for pname, v in (("num_parts", num_parts), ("tile_rows", tile_rows), ("max_batch", max_batch)):
+            positive_int(pname, v)
+        if num_parts > MAX_PARTS or max_batch > MAX_BATCH or tile_rows % 16:
+            raise ValueError(f"no plan has num_parts={num_parts} (<= {MAX_PARTS}), max_batch={max_batch} "
+                             f"(<= {MAX_BATCH}), tile_rows={tile_rows} (a multiple of 16)")
         return partial_workspace_bytes(num_parts, tile_rows, V_DIM, 4) + scheduler_bytes(max_batch, num_parts)
 
     # -- errors -------------------------------------------------------------------------

@@ -66,3 +66,17 @@ def test_specs_and_host_checks():
     with pytest.raises(ValueError, match="no 'budgets' array"):
         st.upload(budgets=[0])
     assert st.key() == (0,) * len(ARRAY_FIELDS) and st.arrays() == {}
+
+
+def test_specs_check_counts_and_the_table_dtype():
+    import pytest
+
+    good = dict(max_batch=2, max_context=8, num_slots=10)
+    for kw, exc, words in [(dict(max_batch=0), ValueError, "max_batch must be a positive int"),
+                           (dict(num_slots=-1), ValueError, "num_slots must be a positive int"),
+                           (dict(req_rows=0), ValueError, "req_rows must be a positive int"),
+                           (dict(n_stop=-1), ValueError, "n_stop must be an int >= 0"),
+                           (dict(r2t_dtype=np.int8), TypeError, "r2t_dtype must be int32 or int64")]:
+        with pytest.raises(exc, match=words):
+            RequestState.specs(**(good | kw))
+    assert RequestState.specs(**good, r2t_dtype=np.int64)[4] == ("req_to_token", (2, 8), np.int64)
