@@ -498,3 +498,19 @@ def test_commit_dense_is_bounded_by_the_window():
     np.testing.assert_array_equal(cache[:, 0, 61], orig[:, 0, 61])  # node 1 stays at 60 + 1
     np.testing.assert_array_equal(cache[:, 0, 62:], orig[:, 0, 62:])  # nothing from outside the window
     np.testing.assert_array_equal(cache[:, 1, 6], orig[:, 1, 6])
+
+
+def test_build_tree_and_slot_pool_refuse_shapes_they_cannot_use():
+    logits = np.random.default_rng(0).standard_normal((3, 4, 50)).astype(np.float32)
+    with pytest.raises(ValueError, match="logits must be"):
+        build_tree([1, 2], logits, 8)  # 2 roots, 3 requests of logits
+    with pytest.raises(ValueError, match="logits must be"):
+        build_tree([1, 2, 3], logits[0], 8)  # 2-D
+    with pytest.raises(ValueError, match="budget must be >= 0"):
+        build_tree([1, 2, 3], logits, -1)
+    with pytest.raises(ValueError, match="root_tokens must be one-dimensional"):
+        build_tree(5, logits, 8)
+    assert build_tree([1, 2, 3], logits, 8).node_counts.tolist() == [9, 9, 9]
+    with pytest.raises(ValueError, match="count must be in 0..10"):
+        SlotPool(np.arange(10), count=100)
+    assert SlotPool(np.arange(10), count=10).free_set() == set(range(10))

@@ -373,14 +373,30 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     Returns
     -------
     TreeBatch
+
+    Raises
+    ------
+    ValueError
+        If ``budget`` is negative, ``root_tokens`` is not one-dimensional, or ``logits`` (or
+        ``top``) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``.
     """
     roots = np.asarray(root_tokens).astype(np.int64)
+    if roots.ndim != 1:
+        raise ValueError(f"root_tokens must be one-dimensional [bs], got shape {roots.shape}")
     bs = roots.shape[0]
     budget = int(budget)
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
     if top is None:
         x = np.asarray(logits, dtype=np.float32)
+        if x.ndim != 3 or x.shape[0] != bs or 0 in x.shape[1:]:
+            raise ValueError(f"logits must be [bs={bs}, depth_limit, vocab] with depth_limit, vocab >= 1, "
+                             f"got shape {x.shape}")
         depth_limit, vocab = x.shape[1], x.shape[2]
     else:
+        if np.ndim(top[0]) != 3 or np.shape(top[0])[0] != bs or np.shape(top[1]) != np.shape(top[0]):
+            raise ValueError(f"top must be (ids, lp), each [bs={bs}, depth_limit, >= K], got shapes "
+                             f"{np.shape(top[0])} and {np.shape(top[1])}")
         depth_limit, vocab = top[0].shape[1], None
     k = min(budget, vocab) if vocab is not None else min(budget, top[0].shape[2])
     per = np.full(bs, budget, np.int64) if budgets is None else np.clip(np.asarray(budgets).astype(np.int64), 0, budget)
@@ -425,6 +441,13 @@ class SlotPool:
 
     slots: np.ndarray
     count: int
+
+    def __post_init__(self):
+        n = np.shape(self.slots)[0] if np.ndim(self.slots) == 1 else None
+        if n is None:
+            raise ValueError(f"slots must be one-dimensional, got shape {np.shape(self.slots)}")
+        if not 0 <= int(self.count) <= n:
+            raise ValueError(f"count must be in 0..{n} (the stack's capacity), got {self.count}")
 
     def free_set(self) -> set:
         return set(int(s) for s in self.slots[: self.count])
