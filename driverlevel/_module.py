@@ -88,6 +88,28 @@ def resolve_pdl(pdl, arch) -> bool:
     return bool(pdl)
 
 
+def check_plan_args(*, pdl, pool, name, arch):
+    """The arguments a plan (:class:`~driverlevel.VerifyAttention`, :class:`~driverlevel.DDTreePlan`)
+    checks before it touches its device: ``pdl`` (:func:`check_pdl_arg`; with an explicit ``arch``
+    also :func:`resolve_pdl`'s sm_90 rule), ``pool`` a ``WorkspacePool`` or None, ``name`` a str.
+    Returns the normalised ``arch``, or None when the device will decide it.
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument."""
+    from ._compile import normalize_arch
+    from ._memory import WorkspacePool
+
+    check_pdl_arg(pdl)
+    if pool is not None and not isinstance(pool, WorkspacePool):
+        raise TypeError(f"pool must be a WorkspacePool or None, got {type(pool).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if arch is None:
+        return None
+    arch = normalize_arch(arch)
+    resolve_pdl(pdl, arch)
+    return arch
+
+
 def _programmatic_attrs():
     """The one launch attribute of a programmatic launch (CUDA Programming Guide, "Programmatic
     Dependent Launch and Synchronization"): the launch may begin once every CTA of the kernel

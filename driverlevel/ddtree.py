@@ -65,7 +65,7 @@ from ._device import _check_device_arg
 from ._dtypes import as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import check_pdl_arg, load_module, resolve_pdl
+from ._module import check_plan_args, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
@@ -454,13 +454,7 @@ class DDTreePlan:
         self.mask_formats = formats
         if topk not in TOPK_MODES:
             raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
-        check_pdl_arg(pdl)
-        if pool is not None and not isinstance(pool, WorkspacePool):
-            raise TypeError(f"pool must be a WorkspacePool or None, got {type(pool).__name__}")
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        if arch is not None:  # what depends on the architecture alone, before the device too
-            resolve_pdl(pdl, normalize_arch(arch))
+        check_plan_args(pdl=pdl, pool=pool, name=name, arch=arch)  # before the device
         self.topk = topk
         self.k = min(self.budget, self.vocab)
         self.n_nodes = self.budget + 1

@@ -32,7 +32,7 @@ from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
-from ._module import check_pdl_arg, load_module, resolve_pdl, struct_layout_defines
+from ._module import check_plan_args, load_module, resolve_pdl, struct_layout_defines
 from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_RECORD_BYTES, partial_workspace_bytes,
                                  scheduler_bytes)
 
@@ -354,6 +354,12 @@ def tile_configs(arch) -> list[TileConfig]:
     return [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
 
 
+def _check_tile_fits(tile: TileConfig, arch: str) -> None:
+    """Raise ``ValueError`` if ``tile`` needs more shared memory per block than ``arch`` has."""
+    if tile.shared_bytes > shared_limit(arch):
+        raise ValueError(f"tile {tile} needs {tile.shared_bytes} B of shared memory, more than {arch} allows")
+
+
 def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     """The tile configuration for ``arch``.
 
@@ -576,16 +582,9 @@ class VerifyAttention:
         if tile is not None and not isinstance(tile, TileConfig):
             raise TypeError(f"tile must be a TileConfig or None, got {type(tile).__name__}")
         mask_format = parse_mask_format(mask_format)
-        check_pdl_arg(pdl)
-        if pool is not None and not isinstance(pool, WorkspacePool):
-            raise TypeError(f"pool must be a WorkspacePool or None, got {type(pool).__name__}")
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        if arch is not None:  # what depends on the architecture alone, before the device too
-            resolve_pdl(pdl, normalize_arch(arch))
-            if tile is not None and tile.shared_bytes > shared_limit(normalize_arch(arch)):
-                raise ValueError(f"tile {tile} needs {tile.shared_bytes} B of shared memory, "
-                                 f"more than {normalize_arch(arch)} allows")
+        known_arch = check_plan_args(pdl=pdl, pool=pool, name=name, arch=arch)  # before the device
+        if known_arch is not None and tile is not None:
+            _check_tile_fits(tile, known_arch)
         self.device = _check_device_arg(device)
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
@@ -597,9 +596,7 @@ class VerifyAttention:
         self.arch = normalize_arch(arch or self.device.arch)
         self.pdl = resolve_pdl(pdl, self.arch)
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
-        if self.config.shared_bytes > shared_limit(self.arch):
-            raise ValueError(f"tile {self.config} needs {self.config.shared_bytes} B of shared memory, "
-                             f"more than {self.arch} allows")
+        _check_tile_fits(self.config, self.arch)
 
         self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
         self._module = load_module(self.device, self.cubin)
