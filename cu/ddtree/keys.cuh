@@ -116,6 +116,25 @@ DL_DEVICE void narrow_to_bin(SelectSmem& sm, U lo, U hi, int need, int shift) {
   }
 }
 
+// One value into the level's histogram of d = vmax - v (log bins when shift < 0, else bins of
+// 2^shift from lo); values below cut or outside [lo, hi] are not counted.
+template <typename U>
+DL_DEVICE void count_in_bin(SelectSmem& sm, U v, U vmax, U cut, U lo, U hi, int shift) {
+  const U d = vmax - v;
+  if (v >= cut && d >= lo && d <= hi)
+    atomicAdd(&sm.hist[shift < 0 ? log_bin(d) : static_cast<int>((d - lo) >> shift)], 1u);
+}
+
+// The end of one select level (every thread, after its count_in_bin calls): the histogram is
+// complete after the first barrier, narrow_to_bin's results are in sm after the second.
+template <typename U>
+DL_DEVICE void select_level(SelectSmem& sm, U lo, U hi, int need, int shift) {
+  if (threadIdx.x == 0) sm.need = need;
+  __syncthreads();
+  narrow_to_bin(sm, lo, hi, need, shift);
+  __syncthreads();
+}
+
 template <int T, int E, typename U, class Get>
 DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm, int ecount = E) {
   U lo = 0, hi = vmax_in - cut_in;
@@ -131,15 +150,9 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
 #pragma unroll
     for (int j = 0; j < E; ++j) {
       if (j >= ecount) break;
-      const U v = get(j, salt);
-      const U d = vmax - v;
-      if (v >= cut && d >= lo && d <= hi)
-        atomicAdd(&sm.hist[shift < 0 ? log_bin(d) : static_cast<int>((d - lo) >> shift)], 1u);
+      count_in_bin(sm, get(j, salt), vmax, cut, lo, hi, shift);
     }
-    if (threadIdx.x == 0) sm.need = need;
-    __syncthreads();
-    narrow_to_bin(sm, lo, hi, need, shift);
-    __syncthreads();
+    select_level(sm, lo, hi, need, shift);
     lo = static_cast<U>(sm.lo);
     hi = static_cast<U>(sm.hi);
     need = sm.need;
@@ -205,10 +218,10 @@ DL_DEVICE U kth_largest_bound(const Get& get, U vmax, U cut, int need, int slack
 #pragma unroll
     for (int j = 0; j < E; ++j) {
       const U v = get(j);
-      const U d = vmax - v;
-      if (v >= cut && d >= lo && d <= hi)
-        atomicAdd(&sm.hist[shift < 0 ? log_bin(d) : static_cast<int>((d - lo) >> shift)], 1u);
+      count_in_bin(sm, v, vmax, cut, lo, hi, shift);
     }
+    // select_level written out: through the helper ptxas schedules the sample kernels differently
+    // (code_sections) from the build measured on the H200
     if (threadIdx.x == 0) sm.need = need;
     __syncthreads();
     narrow_to_bin(sm, lo, hi, need, shift);
