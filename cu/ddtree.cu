@@ -44,8 +44,8 @@
 //   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
-//        histogram select, the K-th composite among equal keys only when needed, then each
-//        placed by its rank (how many picked ones are above it) -- with log-probs (fp32: logit
+//        histogram select, the K-th composite among equal keys only when needed, then the K
+//        picked sorted by a bitonic network (warp shuffles below stride 32) -- with log-probs (fp32: logit
 //        - lse, lse summed in fp64 from the chunks' or the stream segments' sums). The last CTA of a request to finish (a
 //        per-request counter, reset by that CTA) selects the tree with the whole CTA
 //        (parallel_search: depth by depth, a key histogram bounds the candidates, the nodes

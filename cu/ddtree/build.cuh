@@ -166,35 +166,36 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j)
     if (c[j] >= cstar) sortbuf[pos++] = c[j];
-  u32* rank = sm.sel.hist;  // the select is done: K <= MAX_K = 512 counters
-  for (int i = tid; i < K; i += BUILD_THREADS) rank[i] = 0u;
   __syncthreads();
-  // Sorted by rank: the rank of the i-th picked composite is the number of picked ones above it
-  // (distinct, so the ranks are 0..K-1; whatever the list holds, they stay below K). `parts`
-  // threads share an element, each counting over a slice of the K (one broadcast read each).
-  const int parts = max(1, BUILD_THREADS / K);
-  if (tid < parts * K) {
-    const int i = tid % K, part = tid / K;
-    const u64 v = sortbuf[i];
-    const int j0 = (part * K / parts) & ~1;  // slices of whole pairs (16-byte reads) but the last
-    const int j1 = part + 1 == parts ? K : ((part + 1) * K / parts) & ~1;
-    const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(sortbuf);
-    u32 a0 = 0, a1 = 0;
-    int j = j0;
-#pragma unroll 4
-    for (; j + 1 < j1; j += 2) {
-      const ulonglong2 w = pairs[j >> 1];
-      a0 += w.x > v;
-      a1 += w.y > v;
+  // The K picked composites, sorted descending by a bitonic network over the next power of two
+  // P <= BUILD_THREADS (one per thread; padding 0 sorts last): strides below 32 by warp shuffles,
+  // the others through sortbuf (two barriers each: 6 of the 36 steps at K = 256). The composites
+  // are distinct (ids), so the order is total and equals the reference's (logit desc, id asc).
+  // (Replaced a count of the picked ones above each: K * K / BUILD_THREADS compares per thread.)
+  static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
+  const int n_pick = min(all, K);  // = K: the composites are distinct
+  int P = 1;
+  while (P < K) P <<= 1;
+  u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
+  for (int k = 2; k <= P; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {  // (uniform)
+      u64 other;
+      if (j >= 32) {
+        __syncthreads();  // every thread has read its partner of the previous step
+        if (tid < P) sortbuf[tid] = v;
+        __syncthreads();
+        other = tid < P ? sortbuf[tid ^ j] : 0ull;
+      } else {
+        other = __shfl_xor_sync(FULL, v, j);
+      }
+      const bool keep_max = ((tid & k) == 0) == ((tid & j) == 0);  // descending at the last k = P
+      v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
     }
-    if (j < j1) a0 += sortbuf[j] > v;
-    atomicAdd(&rank[i], a0 + a1);
   }
-  __syncthreads();
+  __syncthreads();  // sm.lse (warp 0, above) is visible
   const float lse = sm.lse;
-  for (int i = tid; i < K; i += BUILD_THREADS) {
-    const u64 v = sortbuf[i];
-    const size_t at = row_id * K + min(rank[i], static_cast<u32>(K - 1));
+  if (tid < K) {
+    const size_t at = row_id * K + tid;
     p.top_ids[at] = composite_id(v);
     // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
     p.top_lp[at] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
