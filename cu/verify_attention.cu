@@ -401,6 +401,21 @@ DL_DEVICE float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
+// mxA, mxB (a row's running maxima) raised to the maxima of the first NT n-tiles of an m16n8
+// S fragment s: row A in elements 0, 1, row B in 2, 3, a row's owners one quad of lanes.
+template <int NT, int NA>
+DL_DEVICE void raise_row_maxima(const float (&s)[NA][4], float& mxA, float& mxB) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
+    mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
+  }
+  mxA = quad_max(mxA);
+  mxB = quad_max(mxB);
+}
+// The exponent base of a row whose maximum is mx: 0 while it has no visible key (mx = -inf), so
+// that exp2(-inf - base) is 0 and not NaN.
+DL_DEVICE float softmax_base(float mx) { return mx == DL_NEG_INF ? 0.f : mx; }
 
 DL_DEVICE i64 load_index(const void* base, bool is64, i64 i) {
   return is64 ? __ldg(static_cast<const i64*>(base) + i) : static_cast<i64>(__ldg(static_cast<const i32*>(base) + i));
@@ -918,13 +933,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
 
     // online softmax (rows A and B; a row's 4 owners are one quad of lanes)
     float mxA = mA, mxB = mB;
-#pragma unroll
-    for (int n = 0; n < OWN_NT; ++n) {
-      mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
-      mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
-    }
-    mxA = quad_max(mxA);
-    mxB = quad_max(mxB);
+    raise_row_maxima<OWN_NT>(s, mxA, mxB);
     if constexpr (RS) {  // the max over all N keys: every warp's maxima of its keys (fmaxf: order-free)
       if ((lane & 3) == 0) {
         mxbuf[cpart * 16 + (lane >> 2)] = mxA;
@@ -948,13 +957,13 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
         pxA = fmaxf(pxA, mxpartner[c * 16 + (lane >> 2)]);
         pxB = fmaxf(pxB, mxpartner[c * 16 + (lane >> 2) + 8]);
       }
-      palphaA = exp2f(mpA - (pxA == DL_NEG_INF ? 0.f : pxA));
-      palphaB = exp2f(mpB - (pxB == DL_NEG_INF ? 0.f : pxB));
+      palphaA = exp2f(mpA - softmax_base(pxA));
+      palphaB = exp2f(mpB - softmax_base(pxB));
       mpA = pxA;
       mpB = pxB;
     }
-    const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
-    const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
+    const float baseA = softmax_base(mxA);
+    const float baseB = softmax_base(mxB);
     const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
     mA = mxA;
     mB = mxB;
@@ -1316,15 +1325,9 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             s[n][e] = v;
           }
         float mxA = mA, mxB = mB;
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n) {
-          mxA = fmaxf(mxA, fmaxf(s[n][0], s[n][1]));
-          mxB = fmaxf(mxB, fmaxf(s[n][2], s[n][3]));
-        }
-        mxA = quad_max(mxA);
-        mxB = quad_max(mxB);
-        const float baseA = mxA == DL_NEG_INF ? 0.f : mxA;
-        const float baseB = mxB == DL_NEG_INF ? 0.f : mxB;
+        raise_row_maxima<NT_S>(s, mxA, mxB);
+        const float baseA = softmax_base(mxA);
+        const float baseB = softmax_base(mxB);
         const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
         mA = mxA;
         mB = mxB;
@@ -1427,7 +1430,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             for (int k = 0; k < KPT; ++k) mx = fmaxf(mx, v[k]);
 #pragma unroll
             for (int o = 1; o < LPW; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float base = mx == DL_NEG_INF ? 0.f : mx;
+            const float base = softmax_base(mx);
             const float a = exp2f(sm_m - base);
             sm_m = mx;
             float sum = 0.f;
@@ -1705,7 +1708,7 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
           for (int c = 0; c < 4; ++c) v1[c] = o4[r1 * (kV / 4) + c * 32 + lane];
         }
         const float mn = fmaxf(m, fmaxf(l0, l1));   // NaN-ignoring
-        const float base = mn == DL_NEG_INF ? 0.f : mn;
+        const float base = softmax_base(mn);
         const float scale = m == DL_NEG_INF ? 0.f : exp2f(m - mn);  // m finite: mn finite, <= 1
         const float w0 = sl0 >= 0 ? exp2f(l0 - base) : 0.f, w1 = sl1 >= 0 ? exp2f(l1 - base) : 0.f;
 #pragma unroll
