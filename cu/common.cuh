@@ -225,8 +225,10 @@ DL_DEVICE int block_sum_int(int v, int* scratch) {
   return r;
 }
 
-// Exclusive prefix sum over the block in thread order; *total gets the sum.
-template <int T>
+// Exclusive prefix sum over the block in thread order; *total gets the sum. TAIL_SYNC = false
+// leaves out the closing barrier: the caller must pass a block barrier before any thread writes
+// scratch again (the next scan's warp totals).
+template <int T, bool TAIL_SYNC = true>
 DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int x = v;
@@ -244,7 +246,7 @@ DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
     before += i < warp ? s : 0;
     all += s;
   }
-  __syncthreads();
+  if (TAIL_SYNC) __syncthreads();
   *total = all;
   return before + x - v;
 }

@@ -184,7 +184,7 @@ struct SearchSmem {
   u32 hist[SEARCH_BINS];
   u32 cur[SEARCH_BINS];            // bucket cursors; during generation the list of big parents
   double x_lo, x_hi, inv_w;
-  int bstar, fail, cn, seg_lo, seg_hi, nbig, nlo, nhi;
+  int fail, nbig, nlo, nhi;
 };
 
 struct SearchBins {
@@ -204,31 +204,33 @@ DL_DEVICE bool sum_exact(double a, double b, double s) {  // s = fl(a + b): is i
   return err == 0.0;
 }
 
-// Warp-uniform: the smallest b with hist[0..b] >= need (SEARCH_BINS - 1 when the total is less).
+// Warp-uniform, on any warp: the smallest b with hist[0..b] >= need (SEARCH_BINS - 1 when the
+// total is less). Lane l reads bins r * 32 + l of the SEARCH_BINS / 32 rows (no bank conflict;
+// one lane reading 16 adjacent bins was a 16-way conflict), the rows' totals locate the row,
+// one warp scan inside it the bin.
 DL_DEVICE int search_find_bin(const u32* hist, int need) {
   const int lane = threadIdx.x & 31;
-  constexpr int PER = SEARCH_BINS / 32;
-  u32 own = 0;
+  constexpr int ROWS = SEARCH_BINS / 32;
+  const u32 want = static_cast<u32>(need);
+  u32 v[ROWS];
 #pragma unroll
-  for (int i = 0; i < PER; ++i) own += hist[lane * PER + i];
-  u32 incl = own;
+  for (int r = 0; r < ROWS; ++r) v[r] = hist[r * 32 + lane];
+  u32 run = 0, before = 0, x = 0;
+  int row = -1;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const u32 t = __reduce_add_sync(FULL, v[r]);
+    if (row < 0 && run + t >= want) { row = r; before = run; x = v[r]; }
+    run += t;
+  }
+  if (row < 0) return SEARCH_BINS - 1;  // (uniform)
+  u32 incl = x;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const u32 y = __shfl_up_sync(FULL, incl, o);
     if (lane >= o) incl += y;
   }
-  const u32 hit = __ballot_sync(FULL, incl >= static_cast<u32>(need));
-  if (!hit) return SEARCH_BINS - 1;
-  const int src = __ffs(hit) - 1;
-  int bin = 0;
-  if (lane == src) {
-    u32 run = incl - own;
-    for (int i = 0; i < PER; ++i) {
-      run += hist[lane * PER + i];
-      if (run >= static_cast<u32>(need)) { bin = lane * PER + i; break; }
-    }
-  }
-  return __shfl_sync(FULL, bin, src);
+  return row * 32 + __ffs(__ballot_sync(FULL, before + incl >= want)) - 1;
 }
 
 // Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
@@ -310,24 +312,25 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     s.x_lo = lo;
     s.x_hi = hi;
     s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
-    s.bstar = SEARCH_BINS - 1;
     // Keys are monotone (the precondition above) only where no log-prob is positive; the rows
     // are sorted, so their first entries decide. A positive one (a log-sum-exp that rounded
     // below its row maximum) sends the request to the exact heap instead.
     int pos = 0;
     for (int d = 0; d < D; ++d) pos |= lp[d * ks] > 0.f;
     s.fail = pos;
-    s.cn = 0;
-    s.seg_lo = 0;
-    s.seg_hi = 0;
   }
   for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
   __syncthreads();
   if (s.fail) return -1;  // (uniform)
   const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
+  // Block-uniform, in every thread's registers: the candidates stored (cn), the last depth's
+  // segment [seg_lo, seg_hi), b*, and whether the search failed. A failure is OR-ed into the
+  // barriers (__syncthreads_or), so every thread leaves the loop at the same point; b* is found
+  // by every warp from the same histogram.
+  int cn = 0, seg_lo = 0, seg_hi = 0, bstar = SEARCH_BINS - 1;
+  bool failed = false;
   for (int d = 1; d <= D; ++d) {
-    int seg_lo = s.seg_lo, cn = s.cn, bstar = s.bstar;
-    int P = d == 1 ? 1 : s.seg_hi - seg_lo;
+    int P = d == 1 ? 1 : seg_hi - seg_lo;
     if (P == 0) break;
     const float* row = lp + (d - 1) * ks;
     int fail = 0;
@@ -335,7 +338,8 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     int own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
     if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }
     int M;
-    int base = dl::block_excl_scan<T>(own, scratch, &M);
+    // (no closing barrier: the offsets' barrier below comes before scratch is written again)
+    int base = dl::block_excl_scan<T, false>(own, scratch, &M);
     bool add_hist = true;
     if (cn + M > SEARCH_CAP) {
       // Too many: count them all into the histogram first (tightening b*), drop the stored
@@ -371,14 +375,8 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
           atomicAdd(&s.hist[min(bins(-k), SEARCH_BINS - 1)], 1u);
         }
       }
-      if (fail) s.fail = 1;
       __syncthreads();
-      if (tid < 32) {
-        const int b = search_find_bin(s.hist, n);
-        if (tid == 0) s.bstar = b;
-      }
-      __syncthreads();
-      bstar = s.bstar;
+      bstar = search_find_bin(s.hist, n);
       // compaction of the stored candidates (order kept; parents are never dropped before a child)
       const int E2 = (cn + T - 1) / T;
       double kk[SEARCH_PER];
@@ -395,7 +393,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
             rr[e] = s.rd[i];
             ++kept;
             below_lo += i < seg_lo;
-            below_hi += i < s.seg_hi;
+            below_hi += i < seg_hi;
           }
         }
       }
@@ -428,11 +426,10 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       P = d == 1 ? 1 : s.nhi - seg_lo;
       __syncthreads();
       own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
-      base = dl::block_excl_scan<T>(own, scratch, &M);
+      base = dl::block_excl_scan<T, false>(own, scratch, &M);
       if (cn + M > SEARCH_CAP) fail = 1;
       add_hist = false;
     }
-    if (fail) s.fail = 1;
     {  // exclusive offsets of the parents' children
       const int E = (P + T - 1) / T;
       int off = base;
@@ -445,9 +442,10 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
         }
       }
     }
-    __syncthreads();
-    if (s.fail) break;
-    fail = 0;
+    if (__syncthreads_or(fail)) {
+      failed = true;
+      break;
+    }
     for (int j = tid; j < M; j += T) {
       int lo = 0, hi = P;  // the last parent whose offset is <= j
       while (hi - lo > 1) {
@@ -466,23 +464,16 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       s.rd[dst] = static_cast<unsigned short>(r | (d << 9));
       if (add_hist) atomicAdd(&s.hist[bins(-k)], 1u);
     }
-    if (fail) s.fail = 1;
-    __syncthreads();
-    if (tid < 32) {
-      const int b = search_find_bin(s.hist, n);
-      if (tid == 0) {
-        s.bstar = b;
-        s.seg_lo = cn;
-        s.seg_hi = cn + M;
-        s.cn = cn + M;
-      }
-    }
-    __syncthreads();
-    if (s.fail || M == 0) break;
+    failed = __syncthreads_or(fail);
+    // (no barrier after b*: the next depth writes the histogram only after its scan's barrier)
+    bstar = search_find_bin(s.hist, n);
+    seg_lo = cn;
+    seg_hi = cn + M;
+    cn += M;
+    if (failed || M == 0) break;
   }
-  if (s.fail) return -1;
+  if (failed) return -1;
   // ---- rank the candidates in bins <= b*: bucket by bin, then count the better ones in the bin
-  const int cn = s.cn, bstar = s.bstar;
   const u32 h = tid <= bstar ? s.hist[tid] : 0u;
   int total;
   const int start = dl::block_excl_scan<T>(static_cast<int>(h), scratch, &total);
