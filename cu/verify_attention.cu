@@ -553,6 +553,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   __shared__ i64 chunk_cost[SCHED_THREADS / 32];
   __shared__ i32 chunk_pairs[SCHED_THREADS / 32];
   __shared__ i32 chunk_max[SCHED_THREADS / 32];
+  __shared__ i32 chunk_min[SCHED_THREADS / 32];
   // PDL: the partial kernel may be launched now; its CTAs wait (griddepcontrol.wait) for this
   // grid before they read the tables this kernel writes (this launch itself is ordinary)
   dl::pdl_launch_dependents();
@@ -560,11 +561,11 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   i64 carry_cost = 0;
-  i32 carry_pairs = 0, max_pair = 0;
+  i32 carry_pairs = 0, max_pair = 0, min_pair = 0x7fffffff;  // pair costs, over requests with rows
   for (int base = 0; base < B; base += SCHED_THREADS) {
     const int b = base + tid;
     i64 c = 0;
-    i32 n = 0, pc = 0;
+    i32 n = 0, pc = 0, pm = 0x7fffffff;
     if (b < B) {
       const VaRequest rq = check_request(p, b);
       p.reqs[b] = rq;
@@ -573,10 +574,11 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       n = rq.row_tiles;
       c = (i64)n * pc;
       if (n == 0) pc = 0;
+      else pm = pc;
     }
-    // block-wide inclusive scan of (c, n), max of pc
+    // block-wide inclusive scan of (c, n), max and min of pc
     i64 sc = c;
-    i32 sn = n, mx = pc;
+    i32 sn = n, mx = pc, mn = pm;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const i64 vc = __shfl_up_sync(0xffffffffu, sc, o);
@@ -586,11 +588,13 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
         sn += vn;
       }
       mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, o));
     }
     if (lane == 31) {
       chunk_cost[warp] = sc;
       chunk_pairs[warp] = sn;
       chunk_max[warp] = mx;
+      chunk_min[warp] = mn;
     }
     __syncthreads();
     i64 wc = carry_cost;
@@ -607,6 +611,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       carry_cost += chunk_cost[w];
       carry_pairs += chunk_pairs[w];
       max_pair = max(max_pair, chunk_max[w]);
+      min_pair = min(min_pair, chunk_min[w]);
     }
     __syncthreads();
   }
@@ -620,12 +625,40 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   i64 per_part = (total + G - 1) / G;
   if (p.split_cap > 0) per_part = max(per_part, (i64)((max_pair + p.split_cap - 1) / p.split_cap));
   if (per_part < 1) per_part = 1;
+  // Aligned splits: when every pair costs the same (a uniform batch) and no split cap is set, each
+  // pair may be cut into s equal pieces, one per part (parts past pairs * s stay empty), so that no
+  // part starts a second segment: a segment's start and its split epilogue cost about OVH / 2 key
+  // tiles, so the aligned cut is taken when its piece is at most per_part + OVH / 2 tiles.
+  // (driverlevel.reference.verify_schedule mirrors the rule.)
+  const i32 pairs = carry_pairs;
+  const i32 kt_al = max_pair - OVH;  // key tiles of every pair (when aligned)
+  const int s_al = pairs > 0 && pairs <= G ? min(G / pairs, max(kt_al, 1)) : 0;
+  const bool aligned = p.split_cap == 0 && s_al >= 1 && max_pair == min_pair && kt_al >= 1 &&
+                       2 * ((kt_al + s_al - 1) / s_al) <= 2 * per_part + OVH;
 
-  // Cut p at unit min(p * per_part, total).
+  // Cut p at unit min(p * per_part, total) (aligned: at piece p % s of pair p / s).
   for (int q = tid; q <= G; q += SCHED_THREADS) {
     const i64 u = min((i64)q * per_part, total);
     VaCut cut;
-    if (u >= total) {
+    if (aligned) {
+      if (q >= pairs * s_al) {
+        cut.b = B;
+        cut.r = 0;
+        cut.t = 0;
+        cut.gp = pairs;
+      } else {  // the request b with pair_excl[b] <= gp < pair_excl[b+1]
+        const int gp = q / s_al, j = q % s_al;
+        int lo = 0, hi = B - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (pair_excl[mid] <= gp) lo = mid; else hi = mid - 1;
+        }
+        cut.b = lo;
+        cut.r = gp - pair_excl[lo];
+        cut.t = static_cast<i32>((i64)j * kt_al / s_al);  // increasing in j: kt_al >= s_al
+        cut.gp = gp;
+      }
+    } else if (u >= total) {
       cut.b = B;
       cut.r = 0;
       cut.t = 0;

@@ -165,3 +165,24 @@ def test_reference_schedule_rejects_what_no_plan_has():
         schedule([4], [10], 9, 0, 32, 6, 8)
     with pytest.raises(ValueError, match="same length"):
         schedule([4, 4], [10], 9, 64, 32, 6, 8)
+
+
+def test_uniform_batches_take_aligned_splits_when_they_save_a_segment():
+    # 16 heads x 8 x 4k x 16 tokens (64-row tiles, 32-key tiles, 132 parts): 32 pairs of 129 key
+    # tiles, cut 4 ways each (parts 128..131 empty): no part starts a second segment
+    s = check_schedule([16] * 8, [4096] * 8, 16, 64, 32, 6, 132)
+    assert s.aligned and s.per_part == 33
+    assert all(len(segments(s, p)) == 1 for p in range(128)) and not any(segments(s, p) for p in range(128, 132))
+    # 9 heads x 200k x 16 (48-row tiles): 3 pairs, 44 parts each
+    s = check_schedule([16], [200_000], 9, 48, 32, 6, 132)
+    assert s.aligned and all(len(segments(s, p)) == 1 for p in range(132))
+    # 16 heads x 8 x 32k: a 4-way piece (257 tiles) is longer than per_part + ovh / 2 (253): equal-cost cuts
+    s = check_schedule([16] * 8, [32768] * 8, 16, 64, 32, 6, 132)
+    assert not s.aligned
+    # ragged, capped, or with a bad request: equal-cost cuts
+    assert not check_schedule([16] * 8, [200_000] + [4096] * 7, 9, 48, 32, 6, 132).aligned
+    assert not check_schedule([16] * 8, [4096] * 8, 16, 64, 32, 6, 132, cap=3).aligned
+    assert not schedule([16, 16], [4096, 4096], 16, 64, 32, 6, 132, bad={1}).aligned
+    # fewer key tiles than parts per pair: at most one piece per key tile
+    s = check_schedule([1], [40], 16, 64, 32, 6, 132)
+    assert s.aligned and sum(1 for p in range(132) if segments(s, p)) == 2

@@ -39,6 +39,7 @@ class Schedule:
     key_tiles: list
     per_part: int
     total: int
+    aligned: bool = False
 
 
 #: Warps of one combine CTA (``COMBINE_WARPS``).
@@ -78,8 +79,24 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     if split_cap:
         per = max(per, -(-max([pc[b] for b in range(B) if rt[b]] or [0]) // split_cap))
     per = max(per, 1)
+    # aligned splits (a uniform batch, no cap): every pair cut into s equal pieces, one per part,
+    # when a piece is at most per + ovh / 2 key tiles (the kernel's rule, cu/verify_attention.cu)
+    npairs = pairs[-1]
+    with_rows = [pc[b] for b in range(B) if rt[b]]
+    kt_al = (with_rows[0] - ovh) if with_rows else 0
+    s_al = min(num_parts // npairs, max(kt_al, 1)) if 0 < npairs <= num_parts else 0
+    aligned = (not split_cap and s_al >= 1 and len(set(with_rows)) == 1 and kt_al >= 1
+               and 2 * (-(-kt_al // s_al)) <= 2 * per + ovh)
     cuts = []
     for p in range(num_parts + 1):
+        if aligned:
+            if p >= npairs * s_al:
+                cuts.append((B, 0, 0, npairs))
+            else:
+                gp, j = divmod(p, s_al)
+                b = max(i for i in range(B) if pairs[i] <= gp)
+                cuts.append((b, gp - pairs[b], j * kt_al // s_al, gp))
+            continue
         u = min(p * per, total)
         if u >= total:
             cuts.append((B, 0, 0, pairs[-1]))
@@ -107,7 +124,7 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
                 e = (cc[0], cc[1], c - 1, last, items, w, rows, slot0, empty,
                      q_start[cc[0]] * num_heads + cc[1] * tile_rows)
         entries.append(e)
-    return Schedule(cuts, entries, rt, kt, per, total)
+    return Schedule(cuts, entries, rt, kt, -(-kt_al // s_al) if aligned else per, total, aligned)
 
 
 def segments(s: Schedule, part: int):
