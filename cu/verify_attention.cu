@@ -189,7 +189,8 @@ struct VaCut {
 struct WsSeg {
   VaRequest rq;
   i32 b, r, t_begin, t_end, slot, complete, done;
-  i32 walk_b, walk_r, walk_t, walk_gp, walk_seg;
+  i32 walk_b, walk_r, walk_t, walk_gp;
+  i32 end_gp, end_t;  // the part's end cut
 };
 // A split pair for the combine kernel: its pieces are in parts p_first .. p_last. The combine's
 // work items are (entry, block of 8 / row_warps rows): item_end is the running count of items
@@ -480,8 +481,9 @@ DL_DEVICE bool draft_visible(const VerifyAttnParams& p, const VaRequest& rq, int
 // The scheduler.
 // ---------------------------------------------------------------------------------------------
 namespace va {
-// Read and check request b's metadata.
-DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
+// Read and check request b's metadata; `report`: raise the device error for bad metadata (the
+// scheduler; the partial kernel recomputes the same request silently).
+DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b, bool report) {
   VaRequest rq;
   rq.q_start = rq.kv_start = rq.mask_base = 0;
   rq.q_len = rq.kv_len = rq.row_tiles = rq.key_tiles = 0;
@@ -494,15 +496,15 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
   const i64 ms = has_mip ? load_index(p.mask_indptr, p.idx64 & kMip64, b) : 0;
   const i64 me = has_mip ? load_index(p.mask_indptr, p.idx64 & kMip64, b + 1) : 0;
   if (qs < 0 || qe < qs) {
-    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_NOT_MONOTONIC);
+    if (report) dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_NOT_MONOTONIC);
     return rq;  // its rows are unknown: nothing is written
   }
   if (qe > p.q_rows) {
-    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OUT_OF_RANGE);
+    if (report) dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OUT_OF_RANGE);
     return rq;
   }
   if (qe - qs > p.max_q) {
-    dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OVER_MAX);
+    if (report) dl::report_error(p.err, b, DL_FIELD_QO_INDPTR, DL_ERR_OVER_MAX);
     return rq;
   }
   rq.q_start = qs;
@@ -512,20 +514,20 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
 
   bool ok = true;
   if (ks < 0 || ke < ks) {
-    dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_NOT_MONOTONIC);
+    if (report) dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_NOT_MONOTONIC);
     ok = false;
   } else if (ke > p.kv_indices_len || ke - ks > 0x7fff0000LL) {
-    dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_OUT_OF_RANGE);
+    if (report) dl::report_error(p.err, b, DL_FIELD_KV_INDPTR, DL_ERR_OUT_OF_RANGE);
     ok = false;
   }
   if (ok && has_mip) {
     const i64 kv = ke - ks;
     const i64 want = p.mask_mode == kMaskFull ? (i64)rq.q_len * (kv + rq.q_len) : (i64)rq.q_len * rq.q_len;
     if (ms < 0 || me > p.mask_len) {
-      dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_OUT_OF_RANGE);
+      if (report) dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_OUT_OF_RANGE);
       ok = false;
     } else if (me - ms != want) {
-      dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_INCONSISTENT);
+      if (report) dl::report_error(p.err, b, DL_FIELD_MASK_INDPTR, DL_ERR_INCONSISTENT);
       ok = false;
     } else {
       rq.mask_base = ms;
@@ -540,37 +542,42 @@ DL_DEVICE VaRequest check_request(const VerifyAttnParams& p, int b) {
 }
 }  // namespace va
 
-extern "C" __global__ void __launch_bounds__(va::SCHED_THREADS)
-verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
-  using namespace va;
-  // Per-request exclusive prefix sums of cost and of pairs (at most 1024 requests).
-  constexpr int kMaxBatch = DL_VA_MAX_BATCH;
-  constexpr int kMaxParts = DL_VA_MAX_PARTS;
-  __shared__ i64 cost_excl[kMaxBatch + 1];
-  __shared__ VaCut s_cuts[kMaxParts + 1];
-  __shared__ i32 pair_excl[kMaxBatch + 1];
-  __shared__ i32 pair_cost[kMaxBatch];
-  __shared__ i64 chunk_cost[SCHED_THREADS / 32];
-  __shared__ i32 chunk_pairs[SCHED_THREADS / 32];
-  __shared__ i32 chunk_max[SCHED_THREADS / 32];
-  __shared__ i32 chunk_min[SCHED_THREADS / 32];
-  // PDL: the partial kernel may be launched now; its CTAs wait (griddepcontrol.wait) for this
-  // grid before they read the tables this kernel writes (this launch itself is ordinary)
-  dl::pdl_launch_dependents();
-  const int B = min(p.batch_size, kMaxBatch);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+namespace va {
+// The schedule's per-request exclusive prefix sums of cost and of pairs (at most
+// DL_VA_MAX_BATCH requests), in the shared memory of the block that computes them.
+struct SchedPrefix {
+  i64 chunk_cost[32];  // per warp of the block scan
+  i32 chunk_pairs[32], chunk_max[32], chunk_min[32];
+  i64 cost_excl[DL_VA_MAX_BATCH + 1];
+  i32 pair_excl[DL_VA_MAX_BATCH + 1];
+  i32 pair_cost[DL_VA_MAX_BATCH];
+};
+// What the cuts depend on besides the prefix sums (block-uniform).
+struct SchedPlan {
+  i64 total, per_part;
+  i32 B, G, pairs, kt_al, s_al, aligned;
+};
 
+// Every thread of a block of T: checks the requests (SCHEDULER: writing them to p.reqs and raising
+// device errors), the prefix sums into s, and the cut rule. The scheduler and every CTA of the
+// partial kernel run this same code, so their cuts are the same.
+template <int T, bool SCHEDULER>
+DL_DEVICE SchedPlan schedule_prefix(const VerifyAttnParams& p, SchedPrefix& s) {
+  static_assert(T % 32 == 0 && T <= 1024, "one chunk entry per warp");
+  const int B = min(p.batch_size, DL_VA_MAX_BATCH);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   i64 carry_cost = 0;
   i32 carry_pairs = 0, max_pair = 0, min_pair = 0x7fffffff;  // pair costs, over requests with rows
-  for (int base = 0; base < B; base += SCHED_THREADS) {
+#pragma unroll 1
+  for (int base = 0; base < B; base += T) {
     const int b = base + tid;
     i64 c = 0;
     i32 n = 0, pc = 0, pm = 0x7fffffff;
     if (b < B) {
-      const VaRequest rq = check_request(p, b);
-      p.reqs[b] = rq;
+      const VaRequest rq = check_request(p, b, SCHEDULER);
+      if (SCHEDULER) p.reqs[b] = rq;
       pc = rq.key_tiles + OVH;
-      pair_cost[b] = pc;
+      s.pair_cost[b] = pc;
       n = rq.row_tiles;
       c = (i64)n * pc;
       if (n == 0) pc = 0;
@@ -591,92 +598,127 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, o));
     }
     if (lane == 31) {
-      chunk_cost[warp] = sc;
-      chunk_pairs[warp] = sn;
-      chunk_max[warp] = mx;
-      chunk_min[warp] = mn;
+      s.chunk_cost[warp] = sc;
+      s.chunk_pairs[warp] = sn;
+      s.chunk_max[warp] = mx;
+      s.chunk_min[warp] = mn;
     }
     __syncthreads();
     i64 wc = carry_cost;
     i32 wn = carry_pairs;
     for (int w = 0; w < warp; ++w) {
-      wc += chunk_cost[w];
-      wn += chunk_pairs[w];
+      wc += s.chunk_cost[w];
+      wn += s.chunk_pairs[w];
     }
     if (b < B) {
-      cost_excl[b + 1] = wc + sc;
-      pair_excl[b + 1] = wn + sn;
+      s.cost_excl[b + 1] = wc + sc;
+      s.pair_excl[b + 1] = wn + sn;
     }
-    for (int w = 0; w < SCHED_THREADS / 32; ++w) {
-      carry_cost += chunk_cost[w];
-      carry_pairs += chunk_pairs[w];
-      max_pair = max(max_pair, chunk_max[w]);
-      min_pair = min(min_pair, chunk_min[w]);
+    for (int w = 0; w < T / 32; ++w) {
+      carry_cost += s.chunk_cost[w];
+      carry_pairs += s.chunk_pairs[w];
+      max_pair = max(max_pair, s.chunk_max[w]);
+      min_pair = min(min_pair, s.chunk_min[w]);
     }
     __syncthreads();
   }
   if (tid == 0) {
-    cost_excl[0] = 0;
-    pair_excl[0] = 0;
+    s.cost_excl[0] = 0;
+    s.pair_excl[0] = 0;
   }
   __syncthreads();
-  const i64 total = carry_cost;
-  const int G = min(p.num_parts, kMaxParts);
-  i64 per_part = (total + G - 1) / G;
+  SchedPlan g;
+  g.B = B;
+  g.total = carry_cost;
+  g.G = min(p.num_parts, DL_VA_MAX_PARTS);
+  i64 per_part = (g.total + g.G - 1) / g.G;
   if (p.split_cap > 0) per_part = max(per_part, (i64)((max_pair + p.split_cap - 1) / p.split_cap));
   if (per_part < 1) per_part = 1;
+  g.per_part = per_part;
   // Aligned splits: when every pair costs the same (a uniform batch) and no split cap is set, each
   // pair may be cut into s equal pieces, one per part (parts past pairs * s stay empty), so that no
   // part starts a second segment: a segment's start and its split epilogue cost about OVH / 2 key
   // tiles, so the aligned cut is taken when its piece is at most per_part + OVH / 2 tiles.
   // (driverlevel.reference.verify_schedule mirrors the rule.)
-  const i32 pairs = carry_pairs;
-  const i32 kt_al = max_pair - OVH;  // key tiles of every pair (when aligned)
-  const int s_al = pairs > 0 && pairs <= G ? min(G / pairs, max(kt_al, 1)) : 0;
-  const bool aligned = p.split_cap == 0 && s_al >= 1 && max_pair == min_pair && kt_al >= 1 &&
-                       2 * ((kt_al + s_al - 1) / s_al) <= 2 * per_part + OVH;
+  g.pairs = carry_pairs;
+  g.kt_al = max_pair - OVH;  // key tiles of every pair (when aligned)
+  g.s_al = g.pairs > 0 && g.pairs <= g.G ? min(g.G / g.pairs, max(g.kt_al, 1)) : 0;
+  g.aligned = p.split_cap == 0 && g.s_al >= 1 && max_pair == min_pair && g.kt_al >= 1 &&
+              2 * ((g.kt_al + g.s_al - 1) / g.s_al) <= 2 * per_part + OVH;
+  return g;
+}
 
-  // Cut p at unit min(p * per_part, total) (aligned: at piece p % s of pair p / s).
-  for (int q = tid; q <= G; q += SCHED_THREADS) {
-    const i64 u = min((i64)q * per_part, total);
-    VaCut cut;
-    if (aligned) {
-      if (q >= pairs * s_al) {
-        cut.b = B;
-        cut.r = 0;
-        cut.t = 0;
-        cut.gp = pairs;
-      } else {  // the request b with pair_excl[b] <= gp < pair_excl[b+1]
-        const int gp = q / s_al, j = q % s_al;
-        int lo = 0, hi = B - 1;
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (pair_excl[mid] <= gp) lo = mid; else hi = mid - 1;
-        }
-        cut.b = lo;
-        cut.r = gp - pair_excl[lo];
-        cut.t = static_cast<i32>((i64)j * kt_al / s_al);  // increasing in j: kt_al >= s_al
-        cut.gp = gp;
-      }
-    } else if (u >= total) {
+// Cut q (0 <= q <= G) of the work sequence: at unit min(q * per_part, total), or (aligned) at
+// piece q % s of pair q / s.
+DL_DEVICE VaCut schedule_cut(const SchedPrefix& s, const SchedPlan& g, int q) {
+  VaCut cut;
+  const int B = g.B;
+  if (g.aligned) {
+    if (q >= g.pairs * g.s_al) {
       cut.b = B;
       cut.r = 0;
       cut.t = 0;
-      cut.gp = carry_pairs;
-    } else {  // the request b with cost_excl[b] <= u < cost_excl[b+1]
+      cut.gp = g.pairs;
+    } else {  // the request b with pair_excl[b] <= gp < pair_excl[b+1]
+      const int gp = q / g.s_al, j = q % g.s_al;
       int lo = 0, hi = B - 1;
       while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
-        if (cost_excl[mid] <= u) lo = mid; else hi = mid - 1;
+        if (s.pair_excl[mid] <= gp) lo = mid; else hi = mid - 1;
       }
-      const int b = lo;
-      const i64 x = u - cost_excl[b];
-      const int pc = pair_cost[b];
-      cut.b = b;
-      cut.r = static_cast<i32>(x / pc);
-      cut.t = max(0, static_cast<i32>(x % pc) - OVH);
-      cut.gp = pair_excl[b] + cut.r;
+      cut.b = lo;
+      cut.r = gp - s.pair_excl[lo];
+      cut.t = static_cast<i32>((i64)j * g.kt_al / g.s_al);  // increasing in j: kt_al >= s_al
+      cut.gp = gp;
     }
+    return cut;
+  }
+  const i64 u = min((i64)q * g.per_part, g.total);
+  if (u >= g.total) {
+    cut.b = B;
+    cut.r = 0;
+    cut.t = 0;
+    cut.gp = g.pairs;
+  } else {  // the request b with cost_excl[b] <= u < cost_excl[b+1]
+    int lo = 0, hi = B - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (s.cost_excl[mid] <= u) lo = mid; else hi = mid - 1;
+    }
+    const int b = lo;
+    const i64 x = u - s.cost_excl[b];
+    const int pc = s.pair_cost[b];
+    cut.b = b;
+    cut.r = static_cast<i32>(x / pc);
+    cut.t = max(0, static_cast<i32>(x % pc) - OVH);
+    cut.gp = s.pair_excl[b] + cut.r;
+  }
+  return cut;
+}
+// The scheduler's call of schedule_cut: inlined into its loop, ptxas spilled on sm_100 (the
+// 64-bit divisions are subroutine calls; their convention then left the loop short of registers).
+__device__ __noinline__ VaCut schedule_cut_call(const SchedPrefix* s, SchedPlan g, int q) {
+  return schedule_cut(*s, g, q);
+}
+}  // namespace va
+
+extern "C" __global__ void __launch_bounds__(va::SCHED_THREADS)
+verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
+  using namespace va;
+  constexpr int kMaxParts = DL_VA_MAX_PARTS;
+  __shared__ SchedPrefix sp;
+  __shared__ VaCut s_cuts[kMaxParts + 1];
+  __shared__ i32 scan_scratch[SCHED_THREADS / 32];
+  // PDL: the partial kernel may be launched now. Its CTAs compute their own two cuts with the
+  // same functions (schedule_prefix, schedule_cut) and never read this kernel's tables; they wait
+  // for this grid before they exit, so that the combine (which waits for the partial grid) reads
+  // complete entries. (This launch itself is ordinary: everything before it has completed.)
+  dl::pdl_launch_dependents();
+  const int tid = threadIdx.x;
+  const SchedPlan g = schedule_prefix<SCHED_THREADS, true>(p, sp);
+  const int G = g.G;
+  for (int q = tid; q <= G; q += SCHED_THREADS) {
+    const VaCut cut = schedule_cut_call(&sp, g, q);
     p.cuts[q] = cut;
     s_cuts[q] = cut;
   }
@@ -719,7 +761,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
       items = (e.rows * e.row_warps + COMBINE_WARPS - 1) / COMBINE_WARPS;
     }
     i32 all;  // this round's items (block-wide)
-    e.item_end = item_carry + dl::block_excl_scan<SCHED_THREADS>(items, chunk_pairs, &all) + items;
+    e.item_end = item_carry + dl::block_excl_scan<SCHED_THREADS>(items, scan_scratch, &all) + items;
     if (q < G) p.entries[q] = e;
     item_carry += all;
   }
@@ -1573,30 +1615,61 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   }
 }
 
+// The part's two cuts (every thread; block-wide): the scheduler's prefix sums and cut rule run
+// here on the request metadata, in the tiles' shared memory before any tile uses it, so the CTA
+// never waits for the scheduler kernel's tables (only for its completion, before it exits).
+static_assert(sizeof(SchedPrefix) + 2 * sizeof(VaCut) <= BAR_OFFSET - WS_SEG_BYTES,
+              "the schedule's prefix sums do not fit below the tile's records");
+DL_DEVICE void part_cuts(const VerifyAttnParams& p, unsigned char* smem, int part, VaCut& s, VaCut& e) {
+  SchedPrefix& sp = *reinterpret_cast<SchedPrefix*>(smem);
+  VaCut* two = reinterpret_cast<VaCut*>(smem + sizeof(SchedPrefix));
+  const SchedPlan g = schedule_prefix<THREADS, false>(p, sp);
+  if (threadIdx.x < 2) two[threadIdx.x] = schedule_cut(sp, g, part + threadIdx.x);
+  __syncthreads();
+  s = two[0];
+  e = two[1];
+  __syncthreads();  // the region is the tiles' again
+}
+
+// The pair after (b, r), global pair index gp + 1 (b = B: none); row_tiles: request b's. Requests
+// without rows have no pairs.
+DL_DEVICE void next_pair(const VerifyAttnParams& p, int& b, int& r, int& gp, int row_tiles) {
+  const int B = p.batch_size;
+  ++gp;
+  ++r;
+  while (b < B && r >= row_tiles) {
+    ++b;
+    r = 0;
+    row_tiles = b < B ? check_request(p, b, false).row_tiles : 0;
+  }
+}
+
 // DL_WS: CTA `part` walks its part's segments as verify_attn_partial does for the other tiles,
 // but only thread 0 walks (its position in the WsSeg record) and every thread reads the current
 // segment from shared memory.
 DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int part) {
   volatile WsSeg* sd = reinterpret_cast<volatile WsSeg*>(smem + BAR_OFFSET - WS_SEG_BYTES);
+  VaCut s, e;
+  part_cuts(p, smem, part, s, e);
   if (threadIdx.x == 0) {
-    const VaCut s = p.cuts[part];
     sd->walk_b = s.b;
     sd->walk_r = s.r;
     sd->walk_t = s.t;
     sd->walk_gp = s.gp;
-    sd->walk_seg = 0;
+    sd->end_gp = e.gp;
+    sd->end_t = e.t;
+    sd->slot = -1;  // no segment yet
   }
   for (;;) {
     if (threadIdx.x == 0) {
-      const VaCut e = p.cuts[part + 1];
       const int B = p.batch_size;
       int b = sd->walk_b, r = sd->walk_r, gp = sd->walk_gp;
-      const int t0 = sd->walk_t;
-      const bool more = b < B && (gp < e.gp || (gp == e.gp && t0 < e.t));
+      const int t0 = sd->walk_t, e_gp = sd->end_gp, e_t = sd->end_t;
+      const bool more = b < B && (gp < e_gp || (gp == e_gp && t0 < e_t));
       sd->done = !more;
       if (more) {
-        const VaRequest rq = p.reqs[b];
-        const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
+        const VaRequest rq = check_request(p, b, false);
+        const int t1 = gp == e_gp ? min(e_t, rq.key_tiles) : rq.key_tiles;
         sd->rq.q_start = rq.q_start;
         sd->rq.kv_start = rq.kv_start;
         sd->rq.mask_base = rq.mask_base;
@@ -1609,24 +1682,40 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
         sd->t_begin = t0;
         sd->t_end = t1;
         sd->complete = t0 == 0 && t1 == rq.key_tiles;
-        sd->slot = 2 * part + (sd->walk_seg == 0 ? 0 : 1);
-        ++gp;
-        ++r;
-        while (b < B && r >= p.reqs[b].row_tiles) {  // next pair (requests without rows have none)
-          ++b;
-          r = 0;
-        }
+        sd->slot = 2 * part + (sd->slot < 0 ? 0 : 1);
+        next_pair(p, b, r, gp, rq.row_tiles);
         sd->walk_b = b;
         sd->walk_r = r;
         sd->walk_t = 0;
         sd->walk_gp = gp;
-        sd->walk_seg = 1;
       }
     }
     __syncthreads();  // the record is written
     if (sd->done) return;
     attend_segment_ws(p, smem, sd);
     __syncthreads();  // the segment is done with shared memory and its record
+  }
+}
+
+// CTA `part` of the tiles without DL_WS: its segments in order, every thread walking.
+DL_DEVICE void run_part(const VerifyAttnParams& p, unsigned char* smem, int part) {
+  const int B = p.batch_size;
+  VaCut s, e;
+  part_cuts(p, smem, part, s, e);
+  int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
+  u32 loaded = 0;  // K tiles loaded so far (BULK: which stage and mbarrier phase comes next)
+#if DL_VA_BULK
+  if (threadIdx.x < STAGES) dl::mbar_init(dl::smem_u32(smem) + BAR_OFFSET + threadIdx.x * 8, N);  // N rows per tile
+  dl::fence_mbarrier_init();
+  __syncthreads();
+#endif
+  for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {
+    const VaRequest rq = check_request(p, b, false);
+    const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
+    if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
+    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
+    next_pair(p, b, r, gp, check_request(p, b, false).row_tiles);  // (no register kept across the segment)
+    t0 = 0;
   }
 }
 }  // namespace va
@@ -1636,40 +1725,20 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
   extern __shared__ __align__(128) unsigned char smem[];
   // PDL (common.cuh; VerifyAttention(pdl=...)): the combine may be launched now (its CTAs wait for
-  // this whole grid); this CTA waits for the scheduler's tables (and, through it, for everything
-  // before this call) before it reads or writes anything. Both return at once without PDL.
+  // this whole grid). This grid starts while the scheduler runs: everything before the scheduler
+  // has completed (its launch is ordinary), and this kernel reads none of the scheduler's tables
+  // (part_cuts recomputes its cuts), so it waits for the scheduler only before it exits -- the
+  // combine reads the scheduler's entries after waiting for this grid. Both return at once
+  // without PDL.
   dl::pdl_launch_dependents();
-  dl::pdl_wait();
   const int part = blockIdx.x;
-  if (part >= p.num_parts) return;
-  if constexpr (WS) {
-    run_part_ws(p, smem, part);
-    return;
+  if (part < p.num_parts) {
+    if constexpr (WS) run_part_ws(p, smem, part);
+    else run_part(p, smem, part);
   }
-  const int B = p.batch_size;
-  const VaCut s = p.cuts[part];
-  const VaCut e = p.cuts[part + 1];
-  int b = s.b, r = s.r, t0 = s.t, gp = s.gp;
-  u32 loaded = 0;  // K tiles loaded so far (BULK: which stage and mbarrier phase comes next)
-#if DL_VA_BULK
-  if (threadIdx.x < STAGES) dl::mbar_init(dl::smem_u32(smem) + BAR_OFFSET + threadIdx.x * 8, N);  // N rows per tile
-  dl::fence_mbarrier_init();
-  __syncthreads();
-#endif
-  for (int seg = 0; b < B && (gp < e.gp || (gp == e.gp && t0 < e.t)); ++seg) {
-    const VaRequest rq = p.reqs[b];
-    const int t1 = gp == e.gp ? min(e.t, rq.key_tiles) : rq.key_tiles;
-    if (seg > 0) __syncthreads();  // the previous segment is done with shared memory
-    attend_segment(p, smem, b, rq, r, t0, t1, t0 == 0 && t1 == rq.key_tiles, 2 * part + (seg == 0 ? 0 : 1), loaded);
-    ++gp;
-    ++r;
-    t0 = 0;
-    while (b < B && r >= p.reqs[b].row_tiles) {  // next pair (requests without rows have none)
-      ++b;
-      r = 0;
-    }
-  }
+  dl::pdl_wait();
 }
+
 
 // ---------------------------------------------------------------------------------------------
 // The combine kernel: merges the pieces of each split pair this replay's scheduler listed.

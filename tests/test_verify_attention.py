@@ -399,27 +399,38 @@ def test_constructor_rejects_bad_parameters(monkeypatch):
                         1 / math.sqrt(192))
 
 
-def test_verify_kernels_wait_first_thing():
-    """In the PTX of cu/verify_attention.cu (sm_90, the default tile and the 48-row one): the
-    partial and combine kernels (launched programmatically by VerifyAttention(pdl=True)) wait
-    before their first load; the scheduler and the partial kernel let their successor start;
-    the scheduler itself (an ordinary launch) does not wait."""
+def test_verify_kernels_programmatic_waits():
+    """In the PTX of cu/verify_attention.cu (sm_90, every default tile): the combine kernel
+    (launched programmatically by VerifyAttention(pdl=True)) waits before its first load; the
+    partial kernel, which starts while the scheduler runs, waits only after its last global
+    access (so its grid never completes before the scheduler's, whose entries the combine reads);
+    the scheduler and the partial kernel let their successor start; the scheduler itself (an
+    ordinary launch) does not wait. In the source, the partial kernel's code reads none of the
+    scheduler's tables (it computes its own cuts): only the scheduler and the combine name them."""
     from driverlevel import verify_attention as va
 
+    # any access outside the kernel's parameters, shared and local memory: global or generic loads,
+    # stores, atomics and reductions, and asynchronous copies
+    mem = re.compile(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async")
     for cfg in va.tile_configs("sm_90"):
         ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / "verify_attention.cu").read_text(),
                             "verify_attention.cu", "sm_90", va.compile_defines("sm_90", cfg)))
-        for name in ("verify_attn_partial", "verify_attn_combine"):
-            body = ptx[name]
-            assert "griddepcontrol.wait;" in body, name
-            # any access outside the kernel's parameters, shared and local memory: global or generic
-            # loads, stores, atomics and reductions, and asynchronous copies
-            first = re.search(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async", body)
-            assert first is not None, name
-            assert body.index("griddepcontrol.wait;") < first.start(), f"{name}: {first.group(0)} before the wait"
-        assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_partial"]
+        body = ptx["verify_attn_combine"]
+        first = mem.search(body)
+        assert first is not None and "griddepcontrol.wait;" in body
+        assert body.index("griddepcontrol.wait;") < first.start(), f"combine: {first.group(0)} before the wait"
+        body = ptx["verify_attn_partial"]
+        last_wait = body.rindex("griddepcontrol.wait;")
+        assert mem.search(body, last_wait) is None, "partial: a global access after its wait"
+        assert mem.search(body[:last_wait]) is not None
+        assert "griddepcontrol.launch_dependents;" in body
         assert "griddepcontrol.launch_dependents;" in ptx["verify_attn_schedule"]
         assert "griddepcontrol.wait;" not in ptx["verify_attn_schedule"]
+    src = (dl._compile.kernel_source_dir() / "verify_attention.cu").read_text()
+    partial = src[src.index("// The partial kernel: one persistent CTA per part."):src.index("// The combine kernel:")]
+    assert "verify_attn_partial(" in partial and "run_part_ws(" in partial
+    for table in ("p.reqs", "p.cuts", "p.entries"):
+        assert table not in partial, f"the partial kernel reads the scheduler's {table}"
 
 
 def test_tile_config_and_sm_scale_argument_types():
