@@ -498,8 +498,11 @@ class VerifyAttention:
         the plan's architecture is sm_90 or newer; False: off; True: on (``ValueError`` below
         sm_90; ``TypeError`` for anything but None/True/False). On, those two launches are
         queued with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``: each may start
-        while the kernel before it finishes and waits (``griddepcontrol.wait``, first thing in
-        every CTA) before it reads what that kernel wrote, instead of paying a full launch gap.
+        while the kernel before it runs, instead of paying a full launch gap. The partial
+        kernel reads none of the scheduler's tables (every CTA computes its own cuts with the
+        scheduler's code), so it runs alongside the scheduler and waits for it
+        (``griddepcontrol.wait``) only before it exits; the combine waits for the partial
+        kernel first thing in every CTA.
         The scheduler's launch stays ordinary, so :meth:`run` starts after whatever came
         before it on the stream and ends only when all three kernels have. The results do not
         depend on it (GPU tests compare both bitwise, eager and replayed).
@@ -508,8 +511,11 @@ class VerifyAttention:
     ---------------------------------
     ``verify_attn_schedule`` (1 CTA) checks the metadata and cuts the step's work,
     the (request, row tile, key tile) units with a fixed cost of ``192`` keys per
-    (request, row tile) pair, into ``num_parts`` about-equal parts;
-    ``verify_attn_partial`` runs one CTA per part; ``verify_attn_combine`` merges,
+    (request, row tile) pair, into ``num_parts`` about-equal parts (a uniform batch:
+    each pair into equal pieces, one per part, when that costs at most half a pair's
+    fixed cost more), and lists the split pairs for the combine;
+    ``verify_attn_partial`` runs one CTA per part, which computes its part's two cuts
+    itself with the same code; ``verify_attn_combine`` merges,
     by their LSE, exactly the partial results this replay wrote. Garbage left in the
     workspace by earlier steps is never read.
 
@@ -817,8 +823,9 @@ class VerifyAttention:
             launches = [
                 self._schedule.prepare((1, 1, 1), _SCHED_THREADS, [p]),
                 # pdl: the partial and combine kernels may start while the kernel before them
-                # runs and wait inside (griddepcontrol.wait, first thing in every CTA); the
-                # scheduler's launch stays ordinary, so a call starts after what came before it
+                # runs; the combine waits first thing in every CTA, the partial (which computes
+                # its own cuts) only before it exits; the scheduler's launch stays ordinary, so a
+                # call starts after what came before it
                 self._partial.prepare(self.grid_partial, self.config.threads, [p], self.config.shared_bytes,
                                       programmatic=self.pdl),
                 self._combine.prepare(self.grid_combine, _COMBINE_THREADS, [p], programmatic=self.pdl),
