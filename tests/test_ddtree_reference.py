@@ -321,6 +321,35 @@ def test_compile_hand_worked():
     assert st.bitmask[5, 0] == 0b101011 and st.bitmask[8, 0] == 0b101
 
 
+def test_compile_and_accept_refuse_malformed_inputs():
+    """compile_tree and greedy_accept name a malformed argument instead of a raw IndexError or a
+    silently truncated slice."""
+    tb, pool, r2t, committed, rows = _two_request_step()
+    with pytest.raises(ValueError, match="seq_lens must be"):
+        compile_tree(tb, committed[:1], rows, r2t, pool)
+    with pytest.raises(ValueError, match="req_pool_indices must be in"):
+        compile_tree(tb, committed, np.array([2, 4]), r2t, pool)
+    with pytest.raises(ValueError, match="seq_lens must be >= 0"):
+        compile_tree(tb, np.array([3, -1]), rows, r2t, pool)
+    with pytest.raises(ValueError, match="req_to_token must be"):
+        compile_tree(tb, committed, rows, r2t[0], pool)
+    post = np.array([10, 20, 0, 0, 0, 0, 99, 0, 0])
+    with pytest.raises(ValueError, match="qo_indptr must be"):
+        greedy_accept(tb, [0, 6], post, [1, 1], committed, 16, 3)
+    with pytest.raises(ValueError, match="qo_indptr must be"):
+        greedy_accept(tb, [0, 9, 6], post, [1, 1], committed, 16, 3)
+    with pytest.raises(ValueError, match="more than the trees"):
+        greedy_accept(tb, [0, 1000, 1000], post, [1, 1], committed, 16, 3)
+    with pytest.raises(ValueError, match="target must be"):
+        greedy_accept(tb, [0, 6, 9], post[:8], [1, 1], committed, 16, 3)
+    with pytest.raises(ValueError, match="active must be"):
+        greedy_accept(tb, [0, 6, 9], post, [1], committed, 16, 3)
+    with pytest.raises(ValueError, match="stop_tokens must be"):
+        greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3, stop_tokens=[5, 6])
+    with pytest.raises(ValueError, match="depth_limit must be"):
+        greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, -1)
+
+
 def test_commit_paged_hand_worked():
     tb, pool, r2t, committed, rows = _two_request_step()
     st = compile_tree(tb, committed, rows, r2t, pool)

@@ -503,6 +503,14 @@ def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
     return out.astype(dtype)
 
 
+def _per_request(name: str, value: object, bs: int) -> np.ndarray:
+    """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it."""
+    a = np.asarray(value)
+    if a.shape != (bs,):
+        raise ValueError(f"{name} must be [bs={bs}], got shape {a.shape}")
+    return a.astype(np.int64)
+
+
 def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
                  pool: SlotPool) -> CompiledStep:
     """Verify inputs, metadata and masks of one step (the pool's count is left unchanged).
@@ -521,11 +529,26 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     Returns
     -------
     CompiledStep
+
+    Raises
+    ------
+    ValueError
+        For ``seq_lens`` / ``req_pool_indices`` that are not ``[bs]``, a ``req_to_token``
+        that is not two-dimensional, or -- for a request with nodes -- a negative
+        ``seq_lens`` or a ``req_pool_indices`` outside its rows.
     """
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
-    committed = np.asarray(seq_lens).astype(np.int64)
-    rows = np.asarray(req_pool_indices).astype(np.int64)
+    committed = _per_request("seq_lens", seq_lens, bs)
+    rows = _per_request("req_pool_indices", req_pool_indices, bs)
+    if np.ndim(req_to_token) != 2:
+        raise ValueError(f"req_to_token must be [max_reqs, max_context], got shape {np.shape(req_to_token)}")
+    live = q > 0
+    if np.any(live & (committed < 0)):
+        raise ValueError(f"seq_lens must be >= 0 for requests with nodes, got {committed[live].tolist()}")
+    if np.any(live & ((rows < 0) | (rows >= req_to_token.shape[0]))):
+        raise ValueError(f"req_pool_indices must be in [0, {req_to_token.shape[0]}) for requests with nodes, "
+                         f"got {rows[live].tolist()}")
     prefix = np.where(q > 0, committed, 0)
     qo = _indptr(q)
     total = int(qo[-1])
@@ -643,19 +666,40 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     Returns
     -------
     AcceptResult
+
+    Raises
+    ------
+    ValueError
+        For a ``qo_indptr`` that is not ``[bs + 1]`` non-decreasing from 0 with ``bs`` the
+        trees' batch, a request with more rows than its tree holds, a ``target`` with other
+        than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
+        ``[bs, n_stop]``), or a negative ``depth_limit``.
     """
-    qo = np.asarray(qo_indptr).astype(np.int64)
-    bs = qo.shape[0] - 1
+    qo = np.asarray(qo_indptr)
+    bs = trees.node_counts.shape[0]
+    if qo.shape != (bs + 1,) or qo[0] != 0 or np.any(np.diff(qo.astype(np.int64)) < 0):
+        raise ValueError(f"qo_indptr must be [bs + 1 = {bs + 1}] non-decreasing from 0, got {qo.tolist()}")
+    qo = qo.astype(np.int64)
+    if np.any(np.diff(qo) > trees.parents.shape[1]):
+        raise ValueError(f"a request has more than the trees' {trees.parents.shape[1]} nodes: qo_indptr {qo.tolist()}")
+    if depth_limit < 0:
+        raise ValueError(f"depth_limit must be >= 0, got {depth_limit}")
     tgt = np.asarray(target)
+    if tgt.ndim not in (1, 2) or tgt.shape[0] != qo[-1]:
+        raise ValueError(f"target must be [total_q = {qo[-1]}, vocab] logits or [total_q] tokens, got shape {tgt.shape}")
     if tgt.ndim == 2:
         post, finite = row_argmax(tgt) if tgt.shape[0] else (np.zeros(0, np.int32), np.zeros(0, bool))
     else:
         post = tgt.astype(np.int64)
         finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
         post = np.where(finite, post, 0).astype(np.int32)
-    act = np.asarray(active).astype(bool)
-    committed = np.asarray(seq_lens).astype(np.int64)
+    act = _per_request("active", active, bs).astype(bool)
+    committed = _per_request("seq_lens", seq_lens, bs)
+    if root_tokens is not None:
+        _per_request("root_tokens", root_tokens, bs)
     stops = np.full((bs, 0), -1) if stop_tokens is None else np.asarray(stop_tokens).astype(np.int64)
+    if stops.ndim != 2 or stops.shape[0] != bs:
+        raise ValueError(f"stop_tokens must be [bs={bs}, n_stop], got shape {stops.shape}")
     width = depth_limit + 1
     res = AcceptResult(
         accepted_nodes=np.full((bs, width), -1, np.int32), accepted_count=np.zeros(bs, np.int32),
