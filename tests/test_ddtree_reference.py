@@ -325,7 +325,7 @@ def test_compile_and_accept_refuse_malformed_inputs():
     """compile_tree and greedy_accept name a malformed argument instead of a raw IndexError or a
     silently truncated slice."""
     tb, pool, r2t, committed, rows = _two_request_step()
-    with pytest.raises(ValueError, match="seq_lens must be"):
+    with pytest.raises(ValueError, match=r"seq_lens must have shape \(2,\)"):
         compile_tree(tb, committed[:1], rows, r2t, pool)
     with pytest.raises(ValueError, match="req_pool_indices must be in"):
         compile_tree(tb, committed, np.array([2, 4]), r2t, pool)
@@ -342,7 +342,7 @@ def test_compile_and_accept_refuse_malformed_inputs():
         greedy_accept(tb, [0, 1000, 1000], post, [1, 1], committed, 16, 3)
     with pytest.raises(ValueError, match="target must be"):
         greedy_accept(tb, [0, 6, 9], post[:8], [1, 1], committed, 16, 3)
-    with pytest.raises(ValueError, match="active must be"):
+    with pytest.raises(ValueError, match=r"active must have shape \(2,\)"):
         greedy_accept(tb, [0, 6, 9], post, [1], committed, 16, 3)
     with pytest.raises(ValueError, match="stop_tokens must be"):
         greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3, stop_tokens=[5, 6])

@@ -124,6 +124,7 @@ from driverlevel._constants import (
     STATUS_POOL_EXHAUSTED,
     mask_words,
 )
+from driverlevel._checks import need_shape
 from driverlevel._mask import BITMASK_WORD_BITS
 from driverlevel.reference.trees import ancestor_visibility
 
@@ -504,10 +505,9 @@ def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
 
 
 def _per_request(name: str, value: object, bs: int) -> np.ndarray:
-    """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it."""
+    """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it (:func:`driverlevel._checks.need_shape`)."""
     a = np.asarray(value)
-    if a.shape != (bs,):
-        raise ValueError(f"{name} must be [bs={bs}], got shape {a.shape}")
+    need_shape(name, a, (bs,))
     return a.astype(np.int64)
 
 
