@@ -639,10 +639,13 @@ DL_DEVICE SchedPlan schedule_prefix(const VerifyAttnParams& p, SchedPrefix& s) {
   // pair may be cut into s equal pieces, one per part (parts past pairs * s stay empty), so that no
   // part starts a second segment: a segment's start and its split epilogue cost about OVH / 2 key
   // tiles, so the aligned cut is taken when its piece is at most per_part + OVH / 2 tiles.
-  // (driverlevel.reference.verify_schedule mirrors the rule.)
+  // The last part is left out (G_al = G - 1 parts): where the partial kernel's CTA fills an SM's
+  // registers, the one on the scheduler's SM starts only when the scheduler exits, and it is the
+  // grid's last (9 h x 1 x 32k chain: 3.5 us). (driverlevel.reference.verify_schedule mirrors the rule.)
   g.pairs = carry_pairs;
   g.kt_al = max_pair - OVH;  // key tiles of every pair (when aligned)
-  g.s_al = g.pairs > 0 && g.pairs <= g.G ? min(g.G / g.pairs, max(g.kt_al, 1)) : 0;
+  const int G_al = g.G > 1 ? g.G - 1 : g.G;
+  g.s_al = g.pairs > 0 && g.pairs <= G_al ? min(G_al / g.pairs, max(g.kt_al, 1)) : 0;
   g.aligned = p.split_cap == 0 && g.s_al >= 1 && max_pair == min_pair && g.kt_al >= 1 &&
               2 * ((g.kt_al + g.s_al - 1) / g.s_al) <= 2 * per_part + OVH;
   return g;

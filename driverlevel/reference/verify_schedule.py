@@ -84,7 +84,8 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     npairs = pairs[-1]
     with_rows = [pc[b] for b in range(B) if rt[b]]
     kt_al = (with_rows[0] - ovh) if with_rows else 0
-    s_al = min(num_parts // npairs, max(kt_al, 1)) if 0 < npairs <= num_parts else 0
+    g_al = num_parts - 1 if num_parts > 1 else num_parts  # the last part left out (the kernel's rule)
+    s_al = min(g_al // npairs, max(kt_al, 1)) if 0 < npairs <= g_al else 0
     aligned = (not split_cap and s_al >= 1 and len(set(with_rows)) == 1 and kt_al >= 1
                and 2 * (-(-kt_al // s_al)) <= 2 * per + ovh)
     cuts = []
