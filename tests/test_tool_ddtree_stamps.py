@@ -1,6 +1,6 @@
-"""tools/ddtree_stamps.py without a GPU: its argument checks, the parsing of the kernel's stamp
-lines into per-phase cycles, and the stamped ddtree.cu compiling (NVRTC) while the plain build
-stays free of the instrumentation."""
+"""tools/ddtree_stamps.py without a GPU: its argument checks, the turning of the kernel's stamp
+records into per-phase cycles and a global-timer timeline, and the stamped ddtree.cu compiling
+(NVRTC) with its record globals while the plain build stays free of the instrumentation."""
 
 import importlib.util
 from pathlib import Path
@@ -23,27 +23,42 @@ def test_argument_ranges():
         stamps.parse_args(["--budget", "600"])
 
 
-def test_lines_to_phases():
-    lines = ["unrelated output",
-             "ddt 0 3 merge 0 1000", "ddt 0 3 loaded 1500 1400", "ddt 0 3 selected 0 2400",
-             "ddt 0 3 lse 0 2500", "ddt 0 3 sorted 0 3100",
-             "ddt 0 7 merge 0 50", "ddt 0 7 loaded 1400 350", "ddt 0 7 selected 0 1550",
-             "ddt 0 7 lse 0 1650", "ddt 0 7 sorted 0 2150", "ddt 0 7 last 0 2300", "ddt 0 7 lp 0 2700",
-             "ddt 0 7 depth 1 2900", "ddt 0 7 depth 2 3400", "ddt 0 7 generated 90 3500",
-             "ddt 0 7 searched 256 4500", "ddt 0 7 nodes 257 5000"]
-    ctas = stamps.parse_lines(lines)
-    assert sorted(ctas) == [(0, 3), (0, 7)] and ctas[(0, 3)][1] == ("loaded", 1500, 1400)
-    ph = stamps.phases(ctas)
+def _records():
+    """Two CTAs of request 0, as read_stamps returns them: (point, arg, clock, global timer ns)."""
+    row3 = [("merge", 0, 1000, 10_000), ("loaded", 1500, 1400, 10_200), ("selected", 0, 2400, 10_700),
+            ("lse", 0, 2500, 10_750), ("sorted", 0, 3100, 11_050)]
+    row7 = [("merge", 0, 50, 9_000), ("loaded", 1400, 350, 9_150), ("selected", 0, 1550, 9_750),
+            ("lse", 0, 1650, 9_800), ("sorted", 0, 2150, 10_050), ("last", 0, 2300, 11_200),
+            ("lp", 0, 2700, 11_400), ("depth", 1, 2900, 11_500), ("depth", 2, 3400, 11_750),
+            ("generated", 90, 3500, 11_800), ("searched", 256, 4500, 12_300), ("nodes", 257, 5000, 12_550)]
+    return {3: row3, 7: row7}
+
+
+def test_records_to_phases():
+    ph = stamps.phases(_records())
     assert sorted(ph["loaded"]) == [300, 400] and sorted(ph["selected"]) == [1000, 1200]
     assert ph["depth  1"] == [200] and ph["depth  2"] == [500] and ph["searched"] == [1000]
+    assert ph["lp"] == [400] and ph["last"] == [150]
     rows = stamps.report(ph, 2_000_000)
-    assert rows[1].split()[0] == "loaded" and rows[1].split()[2] == "350"
-    assert any(r.startswith("depth  2") for r in rows) and rows[-1].startswith("nodes")
+    names = [r.split()[0] if not r.startswith("depth") else r[:8] for r in rows[1:]]
+    assert names == ["loaded", "selected", "lse", "sorted", "last", "lp", "depth  1", "depth  2",
+                     "generated", "searched", "nodes"]
+    assert rows[1].split()[2] == "350"  # median of 300 and 400 cycles
 
 
-def test_stamped_build_compiles_and_the_plain_one_has_no_printf():
+def test_records_to_timeline():
+    rows = stamps.timeline(_records())
+    by = {r[:12].strip(): r.split()[-4:] for r in rows[1:]}
+    assert by["merge"] == ["2", "0.00", "0.50", "1.00"]  # µs from the first CTA's merge (9,000 ns)
+    assert by["sorted"] == ["2", "1.05", "1.55", "2.05"]
+    assert by["depth  2"] == ["1", "2.75", "2.75", "2.75"] and by["nodes"] == ["1", "3.55", "3.55", "3.55"]
+    assert stamps.timeline({0: [("loaded", 0, 1, 1)]}) == ["(no merge point recorded)"]
+
+
+def test_stamped_build_compiles_with_its_globals_and_the_plain_one_is_unchanged():
     plain = dl.runtime.compile_file("ddtree.cu", "sm_90", ddtree.compile_defines("sm_90"))
     stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**ddtree.compile_defines("sm_90"), "DL_DDTREE_STAMPS": 1})
     assert stamped.resources["ddtree_build"].spills == 0
-    assert plain.resources["ddtree_build"].stack_bytes == 0  # no printf frame
-    assert stamped.resources["ddtree_build"].stack_bytes > 0
+    assert b"ddt_stamp_count" in stamped.data and b"ddt_stamps" in stamped.data
+    assert b"ddt_stamp" not in plain.data
+    assert plain.resources["ddtree_build"].stack_bytes == 0

@@ -1,20 +1,26 @@
-"""Per-phase cycles of ``ddtree_build`` (issue 12): where the tree build's last launch spends its time.
+"""Per-phase time of ``ddtree_build`` (issue 12): where the tree build's last launch spends its time.
 
 Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL_DDTREE_STAMPS=1``
-(``cu/ddtree/stamps.cuh``: thread 0 of each CTA of ``ddtree_build`` prints the SM clock at named
-points; without the define the kernels are unchanged), runs one build of the benchmark's inputs
-(``benchmarks/bench_ddtree.py``: peaked random drafter logits, vocabulary 163,840, depth 15) after
-a warm-up, and prints the median and maximum cycles of each phase:
+(``cu/ddtree/stamps.cuh``: thread 0 of each CTA of ``ddtree_build`` records the SM clock and the
+global timer at named points into module globals; without the define the kernels are unchanged),
+runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: peaked random drafter
+logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
 
-* the row merge, every row CTA: ``loaded`` (candidates in registers, block max), ``selected``
-  (the K-th largest), ``lse`` (the picked ones placed, the row's log-sum-exp), ``sorted`` (the
-  bitonic sort, the top-K written);
-* the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
-  memory), ``depth`` 1..15 (the parallel search's rounds), ``generated`` (the loop's end),
-  ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks).
+* per phase, the median and maximum cycles over the CTAs that passed it (differences of
+  ``clock64`` within one CTA):
 
-Differences are taken within one CTA only (``clock64`` is per SM). The printing itself costs a
-few hundred cycles per point, so compare phases with each other, not with bench_ddtree's times.
+  * the row merge, every row CTA: ``loaded`` (candidates in registers, block max), ``selected``
+    (the K-th largest), ``lse`` (the picked ones placed, the row's log-sum-exp), ``sorted`` (the
+    bitonic sort, the top-K written);
+  * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
+    memory), ``depth`` 1..15 (the parallel search's rounds), ``generated`` (the loop's end),
+    ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
+* a timeline in µs of the global timer from the first CTA's ``merge`` point: when the row CTAs
+  start and finish their merge (first, median, last), and when each request's last CTA reaches
+  its search and its end.
+
+A record costs a few tens of cycles (a global store by thread 0), so the phases are close to the
+uninstrumented kernel's; bench_ddtree's times stay the reference.
 
 Usage::
 
@@ -26,12 +32,14 @@ Needs a GPU.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+CTAS, POINTS = 1024, 32  # DDT_STAMP_CTAS, DDT_STAMP_POINTS of cu/ddtree/stamps.cuh
+
+ORDER = ["merge", "loaded", "selected", "lse", "sorted", "last", "lp", "generated", "searched", "nodes"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,28 +54,69 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def parse_lines(lines) -> dict:
-    """``{(request, row): [(point, arg, clock), ...]}`` from the kernel's ``ddt`` lines."""
-    ctas = defaultdict(list)
-    for line in lines:
-        f = line.split()
-        if len(f) == 6 and f[0] == "ddt":
-            ctas[(int(f[1]), int(f[2]))].append((f[3], int(f[4]), int(f[5])))
-    return ctas
+def read_stamps(module) -> dict:
+    """``{cta: [(point, arg, clock, gtime_ns), ...]}`` from the module globals of ``stamps.cuh``."""
+    import numpy as np
+    from cuda.bindings import driver
+
+    from driverlevel._errors import check
+
+    with module.device.activated():
+        counts = np.zeros(CTAS, np.int32)
+        recs = np.zeros((CTAS, POINTS, 4), np.uint64)
+        for name, arr in ((b"ddt_stamp_count", counts), (b"ddt_stamps", recs)):
+            ptr, size = check("cuModuleGetGlobal", driver.cuModuleGetGlobal(module._handle, name))
+            if size != arr.nbytes:
+                raise RuntimeError(f"{name.decode()} is {size} B, the tool expects {arr.nbytes} B")
+            check("cuMemcpyDtoH", driver.cuMemcpyDtoH(arr.ctypes.data, ptr, size))
+    out = {}
+    for cta in np.nonzero(counts)[0]:
+        rows = []
+        for name, clock, gtime, arg in recs[cta, : min(int(counts[cta]), POINTS)]:
+            point = int(name).to_bytes(8, "little").rstrip(b"\0").decode()
+            rows.append((point, int(np.int64(arg)), int(np.int64(clock)), int(gtime)))
+        out[int(cta)] = rows
+    return out
+
+
+def zero_counts(module) -> None:
+    from cuda.bindings import driver
+
+    from driverlevel._errors import check
+
+    with module.device.activated():
+        ptr, size = check("cuModuleGetGlobal", driver.cuModuleGetGlobal(module._handle, b"ddt_stamp_count"))
+        check("cuMemsetD32", driver.cuMemsetD32(ptr, 0, size // 4))
 
 
 def phases(ctas: dict) -> dict:
     """``{phase name: [cycles, ...]}``: consecutive points of each CTA, named by the later one."""
     out = defaultdict(list)
     for stamps in ctas.values():
-        for (_, _, c0), (p1, a1, c1) in zip(stamps, stamps[1:]):
+        for (_, _, c0, _), (p1, a1, c1, _) in zip(stamps, stamps[1:]):
             out[f"depth {a1:2d}" if p1 == "depth" else p1].append(c1 - c0)
     return out
 
 
+def timeline(ctas: dict) -> list[str]:
+    """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
+    at = defaultdict(list)
+    for stamps in ctas.values():
+        for point, arg, _, g in stamps:
+            at[f"depth {arg:2d}" if point == "depth" else point].append(g)
+    if "merge" not in at:
+        return ["(no merge point recorded)"]
+    t0 = min(at["merge"])
+    rows = [f"{'point':12s} {'CTAs':>5s} {'first µs':>9s} {'median µs':>10s} {'last µs':>8s}"]
+    for k in ORDER[:7] + sorted(k for k in at if k.startswith("depth")) + ORDER[7:]:
+        if k in at:
+            v = [(g - t0) / 1e3 for g in at[k]]
+            rows.append(f"{k:12s} {len(v):5d} {min(v):9.2f} {statistics.median(v):10.2f} {max(v):8.2f}")
+    return rows
+
+
 def report(out: dict, clock_khz: int) -> list[str]:
-    order = ["loaded", "selected", "lse", "sorted", "last", "lp"] + sorted(k for k in out if k.startswith("depth")) \
-        + ["generated", "searched", "nodes"]
+    order = ORDER[1:7] + sorted(k for k in out if k.startswith("depth")) + ORDER[7:]
     rows = [f"{'phase':12s} {'CTAs':>5s} {'median cyc':>11s} {'max cyc':>9s} {'median µs':>10s}"]
     for k in order:
         if k in out:
@@ -104,24 +153,16 @@ def main(argv=None) -> int:
                                          topk="threshold")
                 rng = np.random.default_rng(1000 * batch + budget)
                 _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
-                plan.build(stream, logits, state)  # warm-up (its lines go to stdout, flushed at the sync)
+                plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
-                sys.stdout.flush()
-                saved = os.dup(1)
-                with tempfile.TemporaryFile() as tmp:
-                    os.dup2(tmp.fileno(), 1)
-                    try:
-                        plan.build(stream, logits, state)
-                        stream.synchronize()
-                    finally:
-                        os.dup2(saved, 1)
-                        os.close(saved)
-                    tmp.seek(0)
-                    lines = tmp.read().decode(errors="replace").splitlines()
-                ctas = parse_lines(lines)
+                zero_counts(plan._module)
+                plan.build(stream, logits, state)
+                stream.synchronize()
+                ctas = read_stamps(plan._module)
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz")
-                print("\n".join(report(phases(ctas), clock_khz)), flush=True)
+                print("\n".join(report(phases(ctas), clock_khz)))
+                print("\n".join(timeline(ctas)), flush=True)
     finally:
         ddtree.compile_defines = plain
     return 0
