@@ -53,12 +53,13 @@ def test_records_to_timeline():
     assert by["sorted"] == ["2", "1.05", "1.55", "2.05"]
     assert by["depth  2"] == ["1", "2.75", "2.75", "2.75"] and by["nodes"] == ["1", "3.55", "3.55", "3.55"]
     assert stamps.timeline({0: [("loaded", 0, 1, 1)]}) == ["(no merge point recorded)"]
+    assert rows[0].split()[:2] == ["point", "rows"]
 
 
 def test_stamped_build_compiles_with_its_globals_and_the_plain_one_is_unchanged():
     plain = dl.runtime.compile_file("ddtree.cu", "sm_90", ddtree.compile_defines("sm_90"))
-    stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**ddtree.compile_defines("sm_90"), "DL_DDTREE_STAMPS": 1})
+    stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**ddtree.compile_defines("sm_90"), "DL_STAMPS": 1})
     assert stamped.resources["ddtree_build"].spills == 0
-    assert b"ddt_stamp_count" in stamped.data and b"ddt_stamps" in stamped.data
-    assert b"ddt_stamp" not in plain.data
+    assert b"dl_stamp_count" in stamped.data and b"dl_stamps" in stamped.data
+    assert b"dl_stamp" not in plain.data
     assert plain.resources["ddtree_build"].stack_bytes == 0

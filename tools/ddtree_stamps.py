@@ -1,7 +1,7 @@
 """Per-phase time of ``ddtree_build`` (issue 12): where the tree build's last launch spends its time.
 
-Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL_DDTREE_STAMPS=1``
-(``cu/ddtree/stamps.cuh``: thread 0 of each CTA of ``ddtree_build`` records the SM clock and the
+Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL_STAMPS=1``
+(``cu/ddtree/stamps.cuh``, ``cu/phase_stamps.cuh``: thread 0 of each CTA of ``ddtree_build`` records the SM clock and the
 global timer at named points into module globals; without the define the kernels are unchanged),
 runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: peaked random drafter
 logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
@@ -37,7 +37,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-CTAS, POINTS = 1024, 32  # DDT_STAMP_CTAS, DDT_STAMP_POINTS of cu/ddtree/stamps.cuh
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 ORDER = ["merge", "loaded", "selected", "lse", "sorted", "last", "lp", "generated", "searched", "nodes"]
 
@@ -54,41 +55,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_stamps(module) -> dict:
-    """``{cta: [(point, arg, clock, gtime_ns), ...]}`` from the module globals of ``stamps.cuh``."""
-    import numpy as np
-    from cuda.bindings import driver
-
-    from driverlevel._errors import check
-
-    with module.device.activated():
-        counts = np.zeros(CTAS, np.int32)
-        recs = np.zeros((CTAS, POINTS, 4), np.uint64)
-        for name, arr in ((b"ddt_stamp_count", counts), (b"ddt_stamps", recs)):
-            ptr, size = check("cuModuleGetGlobal", driver.cuModuleGetGlobal(module._handle, name))
-            if size != arr.nbytes:
-                raise RuntimeError(f"{name.decode()} is {size} B, the tool expects {arr.nbytes} B")
-            check("cuMemcpyDtoH", driver.cuMemcpyDtoH(arr.ctypes.data, ptr, size))
-    out = {}
-    for cta in np.nonzero(counts)[0]:
-        rows = []
-        for name, clock, gtime, arg in recs[cta, : min(int(counts[cta]), POINTS)]:
-            point = int(name).to_bytes(8, "little").rstrip(b"\0").decode()
-            rows.append((point, int(np.int64(arg)), int(np.int64(clock)), int(gtime)))
-        out[int(cta)] = rows
-    return out
-
-
-def zero_counts(module) -> None:
-    from cuda.bindings import driver
-
-    from driverlevel._errors import check
-
-    with module.device.activated():
-        ptr, size = check("cuModuleGetGlobal", driver.cuModuleGetGlobal(module._handle, b"ddt_stamp_count"))
-        check("cuMemsetD32", driver.cuMemsetD32(ptr, 0, size // 4))
-
-
 def phases(ctas: dict) -> dict:
     """``{phase name: [cycles, ...]}``: consecutive points of each CTA, named by the later one."""
     out = defaultdict(list)
@@ -100,19 +66,7 @@ def phases(ctas: dict) -> dict:
 
 def timeline(ctas: dict) -> list[str]:
     """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
-    at = defaultdict(list)
-    for stamps in ctas.values():
-        for point, arg, _, g in stamps:
-            at[f"depth {arg:2d}" if point == "depth" else point].append(g)
-    if "merge" not in at:
-        return ["(no merge point recorded)"]
-    t0 = min(at["merge"])
-    rows = [f"{'point':12s} {'CTAs':>5s} {'first µs':>9s} {'median µs':>10s} {'last µs':>8s}"]
-    for k in ORDER[:7] + sorted(k for k in at if k.startswith("depth")) + ORDER[7:]:
-        if k in at:
-            v = [(g - t0) / 1e3 for g in at[k]]
-            rows.append(f"{k:12s} {len(v):5d} {min(v):9.2f} {statistics.median(v):10.2f} {max(v):8.2f}")
-    return rows
+    return phase_stamps.timeline(ctas, ORDER, "merge", lambda point, arg: f"depth {arg:2d}" if point == "depth" else point)
 
 
 def report(out: dict, clock_khz: int) -> list[str]:
@@ -143,7 +97,7 @@ def main(argv=None) -> int:
     from bench_ddtree import DEPTH, VOCAB, make_inputs
 
     plain = ddtree.compile_defines
-    ddtree.compile_defines = lambda arch: {**plain(arch), "DL_DDTREE_STAMPS": 1}
+    ddtree.compile_defines = lambda arch: {**plain(arch), "DL_STAMPS": 1}
     stream = dev.create_stream()
     try:
         for batch in args.batch:
@@ -155,10 +109,10 @@ def main(argv=None) -> int:
                 _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
-                zero_counts(plan._module)
+                phase_stamps.zero_counts(plan._module)
                 plan.build(stream, logits, state)
                 stream.synchronize()
-                ctas = read_stamps(plan._module)
+                ctas = phase_stamps.read_stamps(plan._module)
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz")
                 print("\n".join(report(phases(ctas), clock_khz)))

@@ -1,0 +1,115 @@
+"""When the CTAs of one verify-attention replay reach their phases (issue 10): the scheduler, every
+partial CTA, the combine.
+
+Builds a :class:`~driverlevel.VerifyAttention` whose ``verify_attention.cu`` is compiled with
+``-DDL_STAMPS=1`` (``cu/phase_stamps.cuh``; without the define the kernels are unchanged), makes
+``benchmarks/bench_attention.py``'s random inputs for one shape, captures ``plan.run`` and replays
+it behind an L2 flush as the benchmark does, then prints a timeline in µs of the global timer
+from the first stamp of the replay:
+
+* the scheduler (thread 0): ``start``, ``end``;
+* each partial CTA, thread 0 (a QK warp): ``start``, ``cuts`` (its two cuts computed), ``seg`` (a
+  segment's record written; once more with no segment at the end), ``tile0`` (the segment's first
+  key tile landed), ``loop`` (its key loop done), ``done`` (the part done), ``waited`` (PDL: the
+  scheduler has completed);
+* each partial CTA, the first PV thread: ``pv tile0``, ``pv loop``, ``pv epi`` (the segment's
+  partial output stored);
+* each combine CTA: ``cb start``, ``cb waited`` (PDL: the partial grid has completed), ``cb end``.
+
+A stamp is one global store by one thread, so the replay is close to the benchmark's; compare the
+points with each other, bench_attention's time stays the reference.
+
+Usage::
+
+    python tools/verify_stamps.py [--heads 16] [--batch 8] [--prefix 4096] [--tokens 16] [--tree]
+
+Needs a GPU and PyTorch (the random inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
+
+PART, COMBINE = 8, 1024  # VA_STAMP_PART, VA_STAMP_COMBINE of cu/verify_attention.cu
+ORDER = ["sched start", "sched end", "start", "cuts", "seg", "tile0", "pv tile0", "loop", "pv loop", "pv epi",
+         "done", "waited", "cb start", "cb waited", "cb end"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", type=int, default=16, help="query heads (1..128)")
+    ap.add_argument("--batch", type=int, default=8, help="requests (1..64)")
+    ap.add_argument("--prefix", type=int, default=4096, help="cached tokens per request (1..1,000,000)")
+    ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256)")
+    ap.add_argument("--tree", action="store_true", help="a random draft tree (bitmask) instead of a chain")
+    args = ap.parse_args(argv)
+    for name, v, lo, hi in (("--heads", args.heads, 1, 128), ("--batch", args.batch, 1, 64),
+                            ("--prefix", args.prefix, 1, 1_000_000), ("--tokens", args.tokens, 1, 256)):
+        if not lo <= v <= hi:
+            ap.error(f"{name} must be in {lo}..{hi}, got {v}")
+    return args
+
+
+def point_name(row: int, point: str) -> str:
+    """The timeline's name of a stamp of ``row``: the scheduler's and the combine's prefixed, a
+    partial CTA's PV role prefixed with ``pv``."""
+    if row < PART:
+        return f"sched {point}"
+    if row >= COMBINE:
+        return f"cb {point}"
+    return f"pv {point}" if (row - PART) % 2 else point
+
+
+def named(rows: dict) -> dict:
+    """The records with their timeline names (``point_name``) in place of the points."""
+    return {r: [(point_name(r, pt), a, c, g) for pt, a, c, g in recs] for r, recs in rows.items()}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import driverlevel as dl
+    from driverlevel import verify_attention as va
+    from bench_attention import make_data, require_gpu_and_torch
+
+    torch = require_gpu_and_torch("../tools/verify_stamps.py")
+    dev = dl.Device(0)
+    stream = dev.create_stream()
+    flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
+    plain = va.compile_defines
+    va.compile_defines = lambda arch, config=None: {**plain(arch, config), "DL_STAMPS": 1}
+    try:
+        prefixes = [args.prefix] * args.batch
+        plan = dl.VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens,
+                                  mask_format="bitmask" if args.tree else "causal")
+        d = make_data(torch, dev, args.heads, prefixes, args.tokens, not args.tree, plan.mask_words, 7)
+        torch.cuda.synchronize()
+        with dl.capture(stream) as cap:
+            plan.run(stream, d["q"], d["kv"], d["meta"], d["out"], d["lse"])
+        gx = cap.graph.instantiate(upload_stream=stream)
+        for _ in range(3):  # warm-up
+            gx.launch(stream)
+        stream.synchronize()
+        phase_stamps.zero_counts(plan._module)
+        flush.fill_bytes(0x5A, stream)
+        gx.launch(stream)
+        stream.synchronize()
+        rows = phase_stamps.read_stamps(plan._module)
+    finally:
+        va.compile_defines = plain
+    parts = sum(1 for r in rows if PART <= r < COMBINE and (r - PART) % 2 == 0)
+    combine = sum(1 for r in rows if r >= COMBINE)
+    print(f"# verify replay, {args.heads} heads x batch {args.batch} x prefix {args.prefix} x {args.tokens} tokens "
+          f"({'tree' if args.tree else 'chain'}), tile {plan.config.label}: {parts} partial CTAs, "
+          f"{combine} combine CTAs stamped; µs from the first stamp")
+    print("\n".join(phase_stamps.timeline(named(rows), ORDER, None)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
