@@ -38,6 +38,14 @@ def test_row_names_and_timeline():
     assert by["start"] == ["2", "1.00", "1.25", "1.50"]
     assert by["loop"] == ["2", "35.00", "37.00", "39.00"] and by["pv loop"] == ["1", "36.00", "36.00", "36.00"]
     assert by["cb end"] == ["1", "42.00", "42.00", "42.00"]
+    last = vs.last_ctas(rows, 1)
+    assert last == []  # no CTA stamped "done"
+    rows[vs.PART].append(("done", 0, 9, 43_000))
+    rows[vs.PART + 2] += [("seg", 31, 5, 7_000), ("done", 0, 9, 45_000)]
+    last = vs.last_ctas(rows, 1)
+    assert len(last) == 1 and last[0].startswith("part    1 tiles [31]:") and "done=40.00" in last[0]
+    assert "pv" not in last[0]  # part 1 has no PV row here
+    assert len(vs.last_ctas(rows, 5)) == 2 and "pv epi=37.00" in vs.last_ctas(rows, 5)[0]
     names = [ln[:12].strip() for ln in lines[1:]]
     assert names == ["sched start", "sched end", "start", "cuts", "loop", "pv loop", "pv epi",
                      "cb start", "cb waited", "cb end"]  # the tool's order

@@ -47,9 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prefix", type=int, default=4096, help="cached tokens per request (1..1,000,000)")
     ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256)")
     ap.add_argument("--tree", action="store_true", help="a random draft tree (bitmask) instead of a chain")
+    ap.add_argument("--ctas", type=int, default=0, help="also list the partial CTAs that finished last, this many")
     args = ap.parse_args(argv)
     for name, v, lo, hi in (("--heads", args.heads, 1, 128), ("--batch", args.batch, 1, 64),
-                            ("--prefix", args.prefix, 1, 1_000_000), ("--tokens", args.tokens, 1, 256)):
+                            ("--prefix", args.prefix, 1, 1_000_000), ("--tokens", args.tokens, 1, 256),
+                            ("--ctas", args.ctas, 0, 1024)):
         if not lo <= v <= hi:
             ap.error(f"{name} must be in {lo}..{hi}, got {v}")
     return args
@@ -68,6 +70,26 @@ def point_name(row: int, point: str) -> str:
 def named(rows: dict) -> dict:
     """The records with their timeline names (``point_name``) in place of the points."""
     return {r: [(point_name(r, pt), a, c, g) for pt, a, c, g in recs] for r, recs in rows.items()}
+
+
+def last_ctas(rows: dict, n: int) -> list[str]:
+    """One line per partial CTA among the ``n`` whose ``done`` came last: its part, its segments'
+    key tiles, and its points in µs from the first stamp (both roles)."""
+    t0 = min(g for recs in rows.values() for *_, g in recs)
+    parts = []
+    for r, recs in rows.items():
+        if PART <= r < COMBINE and (r - PART) % 2 == 0:
+            done = [g for pt, _, _, g in recs if pt == "done"]
+            if done:
+                parts.append((done[0], r))
+    out = []
+    for _, r in sorted(parts)[-n:] if n else []:
+        recs = rows[r] + rows.get(r + 1, [])
+        tiles = [a for pt, a, _, _ in rows[r] if pt == "seg" and a >= 0]
+        pts = " ".join(f"{point_name(r + (i >= len(rows[r])), pt)}={(g - t0) / 1e3:.2f}"
+                       for i, (pt, _, _, g) in enumerate(recs))
+        out.append(f"part {(r - PART) // 2:4d} tiles {tiles}: {pts}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -107,7 +129,10 @@ def main(argv=None) -> int:
     print(f"# verify replay, {args.heads} heads x batch {args.batch} x prefix {args.prefix} x {args.tokens} tokens "
           f"({'tree' if args.tree else 'chain'}), tile {plan.config.label}: {parts} partial CTAs, "
           f"{combine} combine CTAs stamped; µs from the first stamp")
-    print("\n".join(phase_stamps.timeline(named(rows), ORDER, None)), flush=True)
+    print("\n".join(phase_stamps.timeline(named(rows), ORDER, None)))
+    if args.ctas:
+        print("\n".join(last_ctas(rows, args.ctas)))
+    sys.stdout.flush()
     return 0
 
 
