@@ -683,7 +683,9 @@ DL_DEVICE VaCut schedule_cut(const SchedPrefix& s, const SchedPlan& g, int q) {
       }
       cut.b = lo;
       cut.r = gp - s.pair_excl[lo];
-      cut.t = static_cast<i32>((i64)j * g.kt_al / g.s_al);  // increasing in j: kt_al >= s_al
+      // rounded up: the longer pieces come first, so the pair's last piece -- its partial last tile
+      // and the draft keys' masks -- is one of the shorter ones (increasing in j: kt_al >= s_al)
+      cut.t = static_cast<i32>(((i64)j * g.kt_al + g.s_al - 1) / g.s_al);
       cut.gp = gp;
     }
     return cut;

@@ -96,7 +96,7 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
             else:
                 gp, j = divmod(p, s_al)
                 b = max(i for i in range(B) if pairs[i] <= gp)
-                cuts.append((b, gp - pairs[b], j * kt_al // s_al, gp))
+                cuts.append((b, gp - pairs[b], -(-j * kt_al // s_al), gp))  # rounded up: longer pieces first
             continue
         u = min(p * per, total)
         if u >= total:
