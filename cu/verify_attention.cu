@@ -111,14 +111,16 @@
 #include "phase_stamps.cuh"
 
 // Phase stamps (phase_stamps.cuh; tools/verify_stamps.py compiles with -DDL_STAMPS=1, otherwise
-// empty): thread `tid0` stamps `row`. Rows: 0 the scheduler; VA_STAMP_PART + 2 * part + role the
-// partial CTAs (role 0: thread 0, a QK warp under DL_WS; role 1: the first PV thread);
-// VA_STAMP_COMBINE + CTA the combine.
+// empty): thread `tid0` stamps slot `slot` of `row`. Rows: 0 the scheduler (start 0, end 1);
+// VA_STAMP_PART + 2 * part + role the partial CTAs (role 0, thread 0, a QK warp under DL_WS: start
+// 0, cuts 1, seg 2.. 5, tile0 6, loop 7, done 8, waited 9; role 1, the first PV thread: tile0 0,
+// loop 1, epi 2 -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE + CTA the
+// combine (start 0, waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
-#define VA_STAMP(row, tid0, point, arg)            \
-  do {                                             \
-    if (threadIdx.x == (tid0)) DL_STAMP(row, point, arg); \
+#define VA_STAMP(row, tid0, slot, point, arg)                \
+  do {                                                       \
+    if (threadIdx.x == (tid0)) DL_STAMP(row, slot, point, arg); \
   } while (0)
 
 #ifndef DL_ROWS
@@ -731,7 +733,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
   // for this grid before they exit, so that the combine (which waits for the partial grid) reads
   // complete entries. (This launch itself is ordinary: everything before it has completed.)
   dl::pdl_launch_dependents();
-  VA_STAMP(0, 0, "start", 0);
+  VA_STAMP(0, 0, 0, "start", 0);
   const int tid = threadIdx.x;
   const SchedPlan g = schedule_prefix<SCHED_THREADS, true>(p, sp);
   const int G = g.G;
@@ -783,7 +785,7 @@ verify_attn_schedule(const __grid_constant__ VerifyAttnParams p) {
     if (q < G) p.entries[q] = e;
     item_carry += all;
   }
-  VA_STAMP(0, 0, "end", G);
+  VA_STAMP(0, 0, 1, "end", G);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1361,7 +1363,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     for (int it = 0; it <= qk_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
-      if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, "tile0", 0);
+      if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 6, "tile0", 0);
       if (it < qk_nt) {
         const int t = qk_t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
@@ -1449,7 +1451,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         }
       }
     }
-    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, "loop", 0);
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 7, "loop", 0);
     dl::cp_async_wait<0>();
     if constexpr (PVSM) return;  // the PV warps own the row statistics and the epilogue (their own barrier)
     lA = quad_sum(lA);
@@ -1490,7 +1492,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     for (int it = 0; it <= pv_nt; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
-      if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, "tile0", 0);
+      if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       next_tile(it, pv_nt);
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
@@ -1585,7 +1587,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       }
       if (!PVSM && it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
-    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, "loop", 0);
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 1, "loop", 0);
     dl::cp_async_wait<0>();
     if constexpr (PVSM) {  // the row sums and LSE, from the softmax threads
       if (M * LPW == LOADERS || ltid < M * LPW) {
@@ -1635,7 +1637,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         }
       }
     }
-    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, "epi", 0);
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 2, "epi", 0);
   }
 }
 
@@ -1675,7 +1677,8 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
   volatile WsSeg* sd = reinterpret_cast<volatile WsSeg*>(smem + BAR_OFFSET - WS_SEG_BYTES);
   VaCut s, e;
   part_cuts(p, smem, part, s, e);
-  VA_STAMP(VA_STAMP_PART + 2 * part, 0, "cuts", 0);
+  VA_STAMP(VA_STAMP_PART + 2 * part, 0, 1, "cuts", 0);
+  int nseg = 0;  // (stamps only: the record slot of the next "seg")
   if (threadIdx.x == 0) {
     sd->walk_b = s.b;
     sd->walk_r = s.r;
@@ -1716,7 +1719,7 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
       }
     }
     __syncthreads();  // the record is written
-    VA_STAMP(VA_STAMP_PART + 2 * part, 0, "seg", sd->done ? -1 : sd->t_end - sd->t_begin);
+    VA_STAMP(VA_STAMP_PART + 2 * part, 0, 2 + min(nseg++, 3), "seg", sd->done ? -1 : sd->t_end - sd->t_begin);
     if (sd->done) return;
     attend_segment_ws(p, smem, sd);
     __syncthreads();  // the segment is done with shared memory and its record
@@ -1758,14 +1761,14 @@ verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   // without PDL.
   dl::pdl_launch_dependents();
   const int part = blockIdx.x;
-  VA_STAMP(VA_STAMP_PART + 2 * part, 0, "start", 0);
+  VA_STAMP(VA_STAMP_PART + 2 * part, 0, 0, "start", 0);
   if (part < p.num_parts) {
     if constexpr (WS) run_part_ws(p, smem, part);
     else run_part(p, smem, part);
   }
-  VA_STAMP(VA_STAMP_PART + 2 * part, 0, "done", 0);
+  VA_STAMP(VA_STAMP_PART + 2 * part, 0, 8, "done", 0);
   dl::pdl_wait();
-  VA_STAMP(VA_STAMP_PART + 2 * part, 0, "waited", 0);
+  VA_STAMP(VA_STAMP_PART + 2 * part, 0, 9, "waited", 0);
 }
 
 
@@ -1787,9 +1790,9 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   __shared__ unsigned char s_empty[kMaxEntries];
   __shared__ float4 s_red[COMBINE_WARPS][kV / 4];
   __shared__ float s_sum[COMBINE_WARPS], s_max[COMBINE_WARPS];
-  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, "start", 0);
+  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, 0, "start", 0);
   dl::pdl_wait();  // PDL: the partial results (and the scheduler's tables) first, in every CTA
-  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, "waited", 0);
+  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, 1, "waited", 0);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = min(p.num_parts, kMaxEntries);
   for (int q = tid; q < G; q += blockDim.x) {
@@ -1904,5 +1907,5 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
     }
     if (p.lse != nullptr && lane == 0) p.lse[grow] = wsum == 0.f ? DL_NEG_INF : (m + log2f(wsum)) * kLn2;
   }
-  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, "end", 0);
+  VA_STAMP(VA_STAMP_COMBINE + blockIdx.x, 0, 2, "end", 0);
 }

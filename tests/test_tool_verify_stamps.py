@@ -60,4 +60,4 @@ def test_stamped_verify_attention_compiles_and_the_plain_one_has_no_stamps(arch)
         # (sm_120's tile, at its 168-register limit, spills 4 B of the stamped build: the tool's
         # build only, measured where it runs, on the H200)
         assert stamped.resources[k].spills <= (8 if arch == "sm_120" and k == "verify_attn_partial" else 0), k
-    assert b"dl_stamp_count" in stamped.data and b"dl_stamp" not in plain.data
+    assert b"dl_stamps" in stamped.data and b"dl_stamp" not in plain.data

@@ -1,9 +1,9 @@
 """Reading the phase stamps of ``cu/phase_stamps.cuh`` back from a loaded module (shared by
 ``tools/ddtree_stamps.py`` and ``tools/verify_stamps.py``; needs a GPU to be useful).
 
-A kernel compiled with ``-DDL_STAMPS=1`` appends ``(point, arg, clock64, %globaltimer ns)`` records
-to rows of the module globals ``dl_stamps`` / ``dl_stamp_count``: :func:`zero_counts` before the
-launch, :func:`read_stamps` after it. :func:`timeline` turns the records of many rows into a table
+A kernel compiled with ``-DDL_STAMPS=1`` writes ``(point, arg, clock64, %globaltimer ns)`` records
+into fixed slots of rows of the module global ``dl_stamps``: :func:`zero_counts` before the launch,
+:func:`read_stamps` after it (the records of a row in slot order). :func:`timeline` turns the records of many rows into a table
 of when each point was reached (µs of the global timer from the earliest stamp of a start point).
 """
 
@@ -24,40 +24,47 @@ def _global(module, name: bytes):
 
 
 def zero_counts(module) -> None:
-    """Empty every row of ``module``'s stamps (call before the stamped launch)."""
+    """Empty every record of ``module``'s stamps (call before the stamped launch)."""
     from cuda.bindings import driver
 
     from driverlevel._errors import check
 
     with module.device.activated():
-        ptr, size = _global(module, b"dl_stamp_count")
+        ptr, size = _global(module, b"dl_stamps")
         check("cuMemsetD32", driver.cuMemsetD32(ptr, 0, size // 4))
         check("cuCtxSynchronize", driver.cuCtxSynchronize())  # (the null stream's memset, before any stream's launch)
 
 
 def read_stamps(module) -> dict:
-    """``{row: [(point, arg, clock, gtime_ns), ...]}`` of the rows with records (after a sync).
+    """``{row: [(point, arg, clock, gtime_ns), ...]}`` of the rows with records, in slot order (after a sync).
 
-    Raises ``RuntimeError`` if the globals' sizes differ from :data:`ROWS` x :data:`POINTS`."""
+    Raises ``RuntimeError`` if the global's size differs from :data:`ROWS` x :data:`POINTS` records."""
     import numpy as np
     from cuda.bindings import driver
 
     from driverlevel._errors import check
 
-    counts = np.zeros(ROWS, np.int32)
     recs = np.zeros((ROWS, POINTS, 4), np.uint64)
     with module.device.activated():
-        for name, arr in ((b"dl_stamp_count", counts), (b"dl_stamps", recs)):
-            ptr, size = _global(module, name)
-            if size != arr.nbytes:
-                raise RuntimeError(f"{name.decode()} is {size} B; this tool expects {arr.nbytes} B")
-            check("cuMemcpyDtoH", driver.cuMemcpyDtoH(arr.ctypes.data, ptr, size))
+        ptr, size = _global(module, b"dl_stamps")
+        if size != recs.nbytes:
+            raise RuntimeError(f"dl_stamps is {size} B; this tool expects {recs.nbytes} B")
+        check("cuMemcpyDtoH", driver.cuMemcpyDtoH(recs.ctypes.data, ptr, size))
+    return records_by_row(recs)
+
+
+def records_by_row(recs) -> dict:
+    """``{row: [(point, arg, clock, gtime_ns), ...]}`` from the raw ``[ROWS, POINTS, 4]`` uint64
+    array of ``dl_stamps`` (name, clock, global timer, arg per slot; name 0: an empty slot)."""
+    import numpy as np
+
     out = {}
-    for row in np.nonzero(counts)[0]:
+    for row in np.nonzero(recs[:, :, 0].any(axis=1))[0]:
         recs_row = []
-        for name, clock, gtime, arg in recs[row, : min(int(counts[row]), POINTS)]:
-            point = int(name).to_bytes(8, "little").rstrip(b"\0").decode()
-            recs_row.append((point, int(np.int64(arg)), int(np.int64(clock)), int(gtime)))
+        for name, clock, gtime, arg in recs[row]:
+            if name:
+                point = int(name).to_bytes(8, "little").rstrip(b"\0").decode()
+                recs_row.append((point, int(np.int64(arg)), int(np.int64(clock)), int(gtime)))
         out[int(row)] = recs_row
     return out
 

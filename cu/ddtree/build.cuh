@@ -35,7 +35,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   const bool thr = p.topk_mode == TOPK_MODE_THRESHOLD && !tk_fallback(p, row_id);  // (uniform)
   const int S = thr ? p.tk_nseg : p.num_chunks;
-  DDT_STAMP("merge", 0);
+  DDT_STAMP(0, "merge", 0);
   const int n_cand = thr ? static_cast<int>(p.tk_count[row_id]) : S * K;  // thr: <= tk_cap <= the capacity
   u64 c[MERGE_ELEMS];
   if (thr) {
@@ -66,7 +66,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
   const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
-  DDT_STAMP("loaded", n_cand);
+  DDT_STAMP(1, "loaded", n_cand);
   // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
   // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
   // the composites with that key. One kth_largest instance serves both passes.
@@ -99,7 +99,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     if ((packed & 0xffff) <= need) break;
     vmax = 0xffffffffu;  // an upper bound of the low words is enough for kth_largest
   }
-  DDT_STAMP("selected", 0);
+  DDT_STAMP(2, "selected", 0);
   int own = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
@@ -171,7 +171,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   for (int j = 0; j < MERGE_ELEMS; ++j)
     if (c[j] >= cstar) sortbuf[pos++] = c[j];
   __syncthreads();
-  DDT_STAMP("lse", 0);  // (thread 0 is in warp 0, which computed the log-sum-exp)
+  DDT_STAMP(3, "lse", 0);  // (thread 0 is in warp 0, which computed the log-sum-exp)
   // The K picked composites, sorted descending by a bitonic network over the next power of two
   // P <= BUILD_THREADS (one per thread; padding 0 sorts last): strides below 32 by warp shuffles,
   // the others through sortbuf (two barriers each: 6 of the 36 steps at K = 256). The composites
@@ -205,7 +205,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
     p.top_lp[at] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
   }
-  DDT_STAMP("sorted", 0);
+  DDT_STAMP(4, "sorted", 0);
 }
 
 DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
@@ -219,7 +219,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   __syncthreads();
   if (!sm.last) return;
-  DDT_STAMP("last", 0);
+  DDT_STAMP(5, "last", 0);
   if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
   __threadfence();
 
@@ -238,7 +238,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
   const int kb = min(budget_b, K);
   __syncthreads();
-  DDT_STAMP("lp", 0);
+  DDT_STAMP(6, "lp", 0);
   int popped = 0;
   if (budget_b > 0 && kb > 0 && D > 0) {
     popped = (p.flags & FLAG_LEGACY_SEARCH) ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
@@ -252,7 +252,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
     }
   }
   const int count = popped + 1;
-  DDT_STAMP("searched", popped);
+  DDT_STAMP(23, "searched", popped);
 
   // ---- nodes and ancestor masks
   const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
@@ -281,7 +281,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   u32* ganc = p.anc + base * W;
   for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
   if (tid == 0) p.node_counts[b] = count;
-  DDT_STAMP("nodes", count);
+  DDT_STAMP(24, "nodes", count);
 }
 
 }  // namespace ddt

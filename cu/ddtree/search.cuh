@@ -471,12 +471,12 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     seg_lo = cn;
     seg_hi = cn + M;
     cn += M;
-    DDT_STAMP("depth", d);
+    DDT_STAMP(6 + min(d, 15), "depth", d);
     if (failed || M == 0) break;
   }
   if (failed) return -1;
   // ---- rank the candidates in bins <= b*: bucket by bin, then count the better ones in the bin
-  DDT_STAMP("generated", cn);
+  DDT_STAMP(22, "generated", cn);
   const u32 h = tid <= bstar ? s.hist[tid] : 0u;
   int total;
   const int start = dl::block_excl_scan<T>(static_cast<int>(h), scratch, &total);

@@ -1,18 +1,20 @@
-// ddtree/stamps.cuh: DDT_STAMP(point, arg), the phase stamps of ddtree_build (phase_stamps.cuh;
-// tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps row
-// blockIdx.y * gridDim.x + blockIdx.x. Empty, and the kernels unchanged, without the define.
+// ddtree/stamps.cuh: DDT_STAMP(slot, point, arg), the phase stamps of ddtree_build (phase_stamps.cuh;
+// tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps slot `slot` of row
+// blockIdx.y * gridDim.x + blockIdx.x. Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
+// last 5, lp 6, depth d 6 + d (d <= 15), generated 22, searched 23, nodes 24. Empty, and the
+// kernels unchanged, without the define.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "../phase_stamps.cuh"
 
 #if defined(DL_STAMPS) && DL_STAMPS
-#define DDT_STAMP(point, arg)                                                                        \
-  do {                                                                                               \
-    if (threadIdx.x == 0) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), point, arg); \
+#define DDT_STAMP(slot, point, arg)                                                                        \
+  do {                                                                                                     \
+    if (threadIdx.x == 0) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
   } while (0)
 #else
-#define DDT_STAMP(point, arg) \
+#define DDT_STAMP(slot, point, arg) \
   do {                        \
   } while (0)
 #endif
