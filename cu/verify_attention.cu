@@ -113,9 +113,9 @@
 // Phase stamps (phase_stamps.cuh; tools/verify_stamps.py compiles with -DDL_STAMPS=1, otherwise
 // empty): thread `tid0` stamps slot `slot` of `row`. Rows: 0 the scheduler (start 0, end 1);
 // VA_STAMP_PART + 2 * part + role the partial CTAs (role 0, thread 0, a QK warp under DL_WS: start
-// 0, cuts 1, seg 2.. 5, tile0 6, loop 7, done 8, waited 9; role 1, the first PV thread: tile0 0,
-// loop 1, epi 2 -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE + CTA the
-// combine (start 0, waited 1, end 2).
+// 0, cuts 1, seg 2..5, tile0 6, loop 7, done 8, waited 9, lasttile 10 (the segment's last key tile
+// begins); role 1, the first PV thread: tile0 0, loop 1, epi 2 -- a later segment's overwrite an
+// earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0, waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
 #define VA_STAMP(row, tid0, slot, point, arg)                \
@@ -1364,6 +1364,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 6, "tile0", 0);
+      if (it == qk_nt - 1) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 10, "lasttile", 0);
       if (it < qk_nt) {
         const int t = qk_t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);

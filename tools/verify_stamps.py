@@ -10,8 +10,8 @@ from the first stamp of the replay:
 * the scheduler (thread 0): ``start``, ``end``;
 * each partial CTA, thread 0 (a QK warp): ``start``, ``cuts`` (its two cuts computed), ``seg`` (a
   segment's record written; once more with no segment at the end), ``tile0`` (the segment's first
-  key tile landed), ``loop`` (its key loop done), ``done`` (the part done), ``waited`` (PDL: the
-  scheduler has completed);
+  key tile landed), ``lasttile`` (its last key tile begins), ``loop`` (its key loop done),
+  ``done`` (the part done), ``waited`` (PDL: the scheduler has completed);
 * each partial CTA, the first PV thread: ``pv tile0``, ``pv loop``, ``pv epi`` (the segment's
   partial output stored);
 * each combine CTA: ``cb start``, ``cb waited`` (PDL: the partial grid has completed), ``cb end``.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 PART, COMBINE = 8, 1024  # VA_STAMP_PART, VA_STAMP_COMBINE of cu/verify_attention.cu
-ORDER = ["sched start", "sched end", "start", "cuts", "seg", "tile0", "pv tile0", "loop", "pv loop", "pv epi",
+ORDER = ["sched start", "sched end", "start", "cuts", "seg", "tile0", "pv tile0", "lasttile", "loop", "pv loop", "pv epi",
          "done", "waited", "cb start", "cb waited", "cb end"]
 
 
