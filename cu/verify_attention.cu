@@ -114,7 +114,8 @@
 // empty): thread `tid0` stamps slot `slot` of `row`. Rows: 0 the scheduler (start 0, end 1);
 // VA_STAMP_PART + 2 * part + role the partial CTAs (role 0, thread 0, a QK warp under DL_WS: start
 // 0, cuts 1, seg 2..5, tile0 6, loop 7, done 8, waited 9, lasttile 10 (the segment's last key tile
-// begins); role 1, the first PV thread: tile0 0, loop 1, epi 2 -- a later segment's overwrite an
+// begins), qk lse 11 (its row sums and LSEs written); role 1, the first PV thread: tile0 0, loop 1,
+// epi 2, bar 3 (past the epilogue's barrier, before the stores) -- a later segment's overwrite an
 // earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0, waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
@@ -1476,6 +1477,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         if (validB) p.lse_part[(i64)sd->slot * M + tB] = lse2B;
       }
     }
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 11, "qk lse", 0);
     dl::cta_barrier_from_roles();  // the row sums are in shared memory; every PV warp has applied the last tile
   } else {
     // PV warp: row block pr (rows pr*16*WS_PV_MT .. +16*WS_PV_MT, WS_PV_MT m16 tiles), value
@@ -1612,6 +1614,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     } else {
       dl::cta_barrier_from_roles();  // the QK warps' row sums
     }
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 3, "bar", 0);
     // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
     const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
     const int col0 = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 2 * (elane & 3);
