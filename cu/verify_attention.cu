@@ -830,7 +830,7 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
   // behind a tile of math instead of stalling the cp.async issue.
   const int krow = tid / (THREADS / N);
   const bool leader = BULK && tid % (THREADS / N) == 0;  // BULK: the one thread that copies row krow
-  const u32 bars = q_smem + BAR_OFFSET;
+  [[maybe_unused]] const u32 bars = q_smem + BAR_OFFSET;  // (BULK only)
   const u32 g0 = loaded;
   auto fetch_slot = [&](int t) -> i64 {  // -1 past the last key (load_k checks the key again)
     const i64 key = (i64)t * N + krow;
@@ -1682,7 +1682,7 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
   VaCut s, e;
   part_cuts(p, smem, part, s, e);
   VA_STAMP(VA_STAMP_PART + 2 * part, 0, 1, "cuts", 0);
-  int nseg = 0;  // (stamps only: the record slot of the next "seg")
+  [[maybe_unused]] int nseg = 0;  // (stamps only: the record slot of the next "seg")
   if (threadIdx.x == 0) {
     sd->walk_b = s.b;
     sd->walk_r = s.r;

@@ -53,12 +53,15 @@ def test_selftest_compiles_for_arch_with_resource_report(arch, fresh_cache):
 
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
 def test_every_kernel_source_compiles_without_spills_within_shared_limit(arch):
-    """Every .cu in cu/, compiled as its launcher does, fits ``arch`` (the CI gate of DESIGN.md)."""
+    """Every .cu in cu/, compiled as its launcher does, fits ``arch`` (the CI gate of DESIGN.md),
+    and NVRTC warns about nothing in it."""
     limit = MAX_SHARED_PER_BLOCK[arch]
     for f in kernel_sources():
         for v in compile_variants(f, arch):
             cub = dl.runtime.compile_file(f, arch, v.defines)
             assert cub.resources, f"{f} [{v.label}] has no kernels"
+            warnings = [ln for ln in cub.log.splitlines() if "warning" in ln]
+            assert not warnings, f"{f} [{v.label}] on {arch}: {warnings}"
             assert set(v.dynamic_shared) <= set(cub.resources), f"{f} [{v.label}] names kernels it does not have"
             for k, r in cub.resources.items():
                 assert r.spills == 0, f"{f} [{v.label}] {k} spills on {arch}: {r}"

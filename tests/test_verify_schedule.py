@@ -175,7 +175,7 @@ def test_uniform_batches_take_aligned_splits_when_they_save_a_segment():
     assert all(len(segments(s, p)) == 1 for p in range(128)) and not any(segments(s, p) for p in range(128, 132))
     # the cuts are rounded up: the pair's longer piece is its first, not the one with the draft keys
     assert [segments(s, p)[0][3] - segments(s, p)[0][2] for p in range(4)] == [33, 32, 32, 32]
-    # 9 heads x 200k x 16 (48-row tiles): 3 pairs, 44 parts each
+    # 9 heads x 200k x 16 (48-row tiles): 3 pairs, 43 parts each
     s = check_schedule([16], [200_000], 9, 48, 32, 6, 132)  # 3 pairs x 43 pieces: the last part left out
     assert s.aligned and all(len(segments(s, p)) == 1 for p in range(129)) and not segments(s, 131)
     # 16 heads x 8 x 32k: a 4-way piece (257 tiles) is longer than per_part + ovh / 2 (253): equal-cost cuts

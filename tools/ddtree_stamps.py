@@ -89,6 +89,9 @@ def main(argv=None) -> int:
     import driverlevel as dl
     from driverlevel import ddtree
 
+    from driverlevel._device import require_gpu
+
+    require_gpu()  # (one sentence and exit 2 without a GPU)
     dev = dl.Device(0)
     err, clock_khz = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
                                                  driver.cuDeviceGet(dev.ordinal)[1])
@@ -109,7 +112,7 @@ def main(argv=None) -> int:
                 _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
-                phase_stamps.zero_counts(plan._module)
+                phase_stamps.zero_stamps(plan._module)
                 plan.build(stream, logits, state)
                 stream.synchronize()
                 ctas = phase_stamps.read_stamps(plan._module)

@@ -2,7 +2,7 @@
 ``tools/ddtree_stamps.py`` and ``tools/verify_stamps.py``; needs a GPU to be useful).
 
 A kernel compiled with ``-DDL_STAMPS=1`` writes ``(point, arg, clock64, %globaltimer ns)`` records
-into fixed slots of rows of the module global ``dl_stamps``: :func:`zero_counts` before the launch,
+into fixed slots of rows of the module global ``dl_stamps``: :func:`zero_stamps` before the launch,
 :func:`read_stamps` after it (the records of a row in slot order). :func:`timeline` turns the records of many rows into a table
 of when each point was reached (µs of the global timer from the earliest stamp of a start point).
 """
@@ -23,7 +23,7 @@ def _global(module, name: bytes):
     return check("cuModuleGetGlobal", driver.cuModuleGetGlobal(module._handle, name))
 
 
-def zero_counts(module) -> None:
+def zero_stamps(module) -> None:
     """Empty every record of ``module``'s stamps (call before the stamped launch)."""
     from cuda.bindings import driver
 

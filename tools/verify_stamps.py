@@ -98,9 +98,15 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import driverlevel as dl
     from driverlevel import verify_attention as va
-    from bench_attention import make_data, require_gpu_and_torch
+    from bench_attention import make_data
 
-    torch = require_gpu_and_torch("../tools/verify_stamps.py")
+    from driverlevel._device import require_gpu
+
+    require_gpu()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("tools/verify_stamps.py needs PyTorch with CUDA (it makes the random inputs): pip install torch")
     dev = dl.Device(0)
     stream = dev.create_stream()
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
@@ -118,7 +124,7 @@ def main(argv=None) -> int:
         for _ in range(3):  # warm-up
             gx.launch(stream)
         stream.synchronize()
-        phase_stamps.zero_counts(plan._module)
+        phase_stamps.zero_stamps(plan._module)
         flush.fill_bytes(0x5A, stream)
         gx.launch(stream)
         stream.synchronize()

@@ -15,6 +15,6 @@
   } while (0)
 #else
 #define DDT_STAMP(slot, point, arg) \
-  do {                        \
+  do {                              \
   } while (0)
 #endif
