@@ -236,7 +236,8 @@ def test_runner_over_int32_kv_indptr_is_rejected_before_the_gpu():
 
 def test_cache_key_covers_every_stage_header():
     """ddtree.cu is one translation unit over cu/ddtree/*.cuh: every one of them (and common.cuh,
-    constants.cuh, request_state.cuh) is part of its compile cache key."""
+    constants.cuh, request_state.cuh, logit_keys.cuh, and phase_stamps.cuh, which ddtree/stamps.cuh
+    includes as ../phase_stamps.cuh) is part of its compile cache key."""
     from driverlevel._compile import _local_headers, kernel_source_dir
 
     cu = kernel_source_dir()
@@ -244,7 +245,7 @@ def test_cache_key_covers_every_stage_header():
     stages = {f"ddtree/{p.name}" for p in (cu / "ddtree").glob("*.cuh")}
     assert {"ddtree/topk.cuh", "ddtree/search.cuh", "ddtree/compile.cuh", "ddtree/accept.cuh",
             "ddtree/commit.cuh"} <= stages
-    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh", "logit_keys.cuh"} == set(headers)
+    assert stages | {"common.cuh", "constants.cuh", "request_state.cuh", "logit_keys.cuh", "phase_stamps.cuh"} == set(headers)
 
 
 # ------------------------------------------------------------------------------ programmatic launch
