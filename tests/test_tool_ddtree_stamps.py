@@ -39,11 +39,19 @@ def test_records_to_phases():
     assert sorted(ph["loaded"]) == [300, 400] and sorted(ph["selected"]) == [1000, 1200]
     assert ph["depth  1"] == [200] and ph["depth  2"] == [500] and ph["searched"] == [1000]
     assert ph["lp"] == [400] and ph["last"] == [150]
-    rows = stamps.report(ph, 2_000_000)
+    rows = stamps.report(ph, 2_000_000, stamps.order_of(_records()))
     names = [r.split()[0] if not r.startswith("depth") else r[:8] for r in rows[1:]]
     assert names == ["loaded", "selected", "lse", "sorted", "last", "lp", "depth  1", "depth  2",
                      "generated", "searched", "nodes"]
     assert rows[1].split()[2] == "350"  # median of 300 and 400 cycles
+
+
+def test_records_are_taken_in_clock_order_not_slot_order():
+    # the search's prologue has a high slot but comes right after "lp"
+    recs = {0: [("lp", 0, 100, 1_000), ("depth", 1, 400, 1_300), ("srchpro", 0, 150, 1_050)]}
+    ph = stamps.phases(recs)
+    assert ph["srchpro"] == [50] and ph["depth  1"] == [250] and "lp" not in ph
+    assert stamps.order_of(recs) == ["lp", "srchpro", "depth  1"]
 
 
 def test_raw_records_by_row():

@@ -13,8 +13,10 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
     (the K-th largest), ``lse`` (the picked ones placed, the row's log-sum-exp), ``sorted`` (the
     bitonic sort, the top-K written);
   * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
-    memory), ``depth`` 1..15 (the parallel search's rounds), ``generated`` (the loop's end),
-    ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
+    memory), ``srchpro`` (the search's prologue: bounds of the keys, histogram cleared),
+    ``d1count`` / ``d1gen`` (the first depth's children counted / stored), ``depth`` 1..15 (the
+    parallel search's rounds), ``generate`` (the loop's end), ``searched`` (the ranking, or the
+    one-warp heap), ``nodes`` (nodes and ancestor masks);
 * a timeline in µs of the global timer from the first CTA's ``merge`` point: when the row CTAs
   start and finish their merge (first, median, last), and when each request's last CTA reaches
   its search and its end.
@@ -40,7 +42,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
-ORDER = ["merge", "loaded", "selected", "lse", "sorted", "last", "lp", "generated", "searched", "nodes"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -55,22 +56,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def point_name(point: str, arg: int) -> str:
+    """A record's name in the tables: ``depth`` points carry their depth."""
+    return f"depth {arg:2d}" if point == "depth" else point
+
+
+def chronological(ctas: dict) -> dict:
+    """Each CTA's records ordered by their SM clock (the slots are not in time order)."""
+    return {k: sorted(v, key=lambda r: r[2]) for k, v in ctas.items()}
+
+
+def order_of(ctas: dict) -> list[str]:
+    """Point names in time order: those of the CTA with the most records, then any others."""
+    names = []
+    for recs in sorted(chronological(ctas).values(), key=len, reverse=True):
+        names += [n for n in (point_name(p, a) for p, a, _, _ in recs) if n not in names]
+    return names
+
+
 def phases(ctas: dict) -> dict:
-    """``{phase name: [cycles, ...]}``: consecutive points of each CTA, named by the later one."""
+    """``{phase name: [cycles, ...]}``: consecutive points of each CTA (in clock order), named by
+    the later one."""
     out = defaultdict(list)
-    for stamps in ctas.values():
+    for stamps in chronological(ctas).values():
         for (_, _, c0, _), (p1, a1, c1, _) in zip(stamps, stamps[1:]):
-            out[f"depth {a1:2d}" if p1 == "depth" else p1].append(c1 - c0)
+            out[point_name(p1, a1)].append(c1 - c0)
     return out
 
 
 def timeline(ctas: dict) -> list[str]:
     """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
-    return phase_stamps.timeline(ctas, ORDER, "merge", lambda point, arg: f"depth {arg:2d}" if point == "depth" else point)
+    return phase_stamps.timeline(ctas, order_of(ctas), "merge", point_name)
 
 
-def report(out: dict, clock_khz: int) -> list[str]:
-    order = ORDER[1:7] + sorted(k for k in out if k.startswith("depth")) + ORDER[7:]
+def report(out: dict, clock_khz: int, order: list[str]) -> list[str]:
+    """Table lines: per phase (in ``order``, then any other), the CTAs, median and maximum cycles."""
+    order = [k for k in order if k in out] + [k for k in out if k not in order]
     rows = [f"{'phase':12s} {'CTAs':>5s} {'median cyc':>11s} {'max cyc':>9s} {'median µs':>10s}"]
     for k in order:
         if k in out:
@@ -118,7 +139,7 @@ def main(argv=None) -> int:
                 ctas = phase_stamps.read_stamps(plan._module)
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz")
-                print("\n".join(report(phases(ctas), clock_khz)))
+                print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
                 print("\n".join(timeline(ctas)), flush=True)
     finally:
         ddtree.compile_defines = plain

@@ -322,6 +322,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
   }
   for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
   __syncthreads();
+  DDT_STAMP(25, "srchpro", 0);  // thread 0's bounds of the keys, the histogram cleared
   if (s.fail) return -1;  // (uniform)
   const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
   // Block-uniform, in every thread's registers: the candidates stored (cn), the last depth's
@@ -341,6 +342,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     int M;
     // (no closing barrier: the offsets' barrier below comes before scratch is written again)
     int base = dl::block_excl_scan<T, false>(own, scratch, &M);
+    if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted and scanned
     bool add_hist = true;
     if (cn + M > SEARCH_CAP) {
       // Too many: count them all into the histogram first (tightening b*), drop the stored
@@ -466,6 +468,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       if (add_hist) atomicAdd(&s.hist[bins(-k)], 1u);
     }
     failed = __syncthreads_or(fail);
+    if (d == 1) DDT_STAMP(27, "d1gen", M);  // the root's children stored, their histogram built
     // (no barrier after b*: the next depth writes the histogram only after its scan's barrier)
     bstar = search_find_bin(s.hist, n);
     seg_lo = cn;
@@ -476,7 +479,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
   }
   if (failed) return -1;
   // ---- rank the candidates in bins <= b*: bucket by bin, then count the better ones in the bin
-  DDT_STAMP(22, "generated", cn);
+  DDT_STAMP(22, "generate", cn);  // (names: at most 8 characters)
   const u32 h = tid <= bstar ? s.hist[tid] : 0u;
   int total;
   const int start = dl::block_excl_scan<T>(static_cast<int>(h), scratch, &total);

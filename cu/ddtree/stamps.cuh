@@ -1,8 +1,9 @@
 // ddtree/stamps.cuh: DDT_STAMP(slot, point, arg), the phase stamps of ddtree_build (phase_stamps.cuh;
 // tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps slot `slot` of row
 // blockIdx.y * gridDim.x + blockIdx.x. Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
-// last 5, lp 6, depth d 6 + d (d <= 15), generated 22, searched 23, nodes 24. Empty, and the
-// kernels unchanged, without the define.
+// last 5, lp 6, depth d 6 + d (d <= 15), generate 22, searched 23, nodes 24, srchpro 25 (the
+// search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation). The tool
+// orders a CTA's records by their clock. Empty, and the kernels unchanged, without the define.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
