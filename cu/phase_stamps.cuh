@@ -26,16 +26,26 @@ extern "C" {
 __device__ DlStamp dl_stamps[DL_STAMP_ROWS][DL_STAMP_POINTS];
 }
 
-__device__ __forceinline__ void dl_stamp(int row, int slot, const char* point, long long arg) {
+// The first 8 characters of a string literal as a little-endian word, at compile time (read at
+// run time, each stamp made up to 8 dependent loads of the literal from global memory).
+constexpr unsigned long long dl_stamp_name(const char* s, int i = 0) {
+  return i < 8 && s[i] ? (static_cast<unsigned long long>(static_cast<unsigned char>(s[i])) << (8 * i)) | dl_stamp_name(s, i + 1)
+                       : 0ull;
+}
+template <unsigned long long Name>
+struct DlStampName {
+  static constexpr unsigned long long value = Name;
+};
+
+__device__ __forceinline__ void dl_stamp(int row, int slot, unsigned long long name, long long arg) {
   const long long clk = clock64();
   unsigned long long gt;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
   if (row < 0 || row >= DL_STAMP_ROWS || slot < 0 || slot >= DL_STAMP_POINTS) return;
-  unsigned long long name = 0;
-  for (int i = 0; i < 8 && point[i]; ++i) name |= static_cast<unsigned long long>(static_cast<unsigned char>(point[i])) << (8 * i);
   dl_stamps[row][slot] = DlStamp{name, clk, gt, arg};
 }
-#define DL_STAMP(row, slot, point, arg) dl_stamp(row, slot, point, static_cast<long long>(arg))
+#define DL_STAMP(row, slot, point, arg) \
+  dl_stamp(row, slot, DlStampName<dl_stamp_name(point)>::value, static_cast<long long>(arg))
 #else
 #define DL_STAMP(row, slot, point, arg) \
   do {                                  \

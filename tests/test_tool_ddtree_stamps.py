@@ -85,3 +85,19 @@ def test_stamped_build_compiles_with_its_globals_and_the_plain_one_is_unchanged(
     assert b"dl_stamps" in stamped.data
     assert b"dl_stamp" not in plain.data
     assert plain.resources["ddtree_build"].stack_bytes == 0
+
+
+def test_stamp_names_are_immediates_in_the_code():
+    """A stamp's name is packed at compile time (dl_stamp_name): the stamped PTX holds 'merge' as a
+    64-bit immediate and no string literal, so a stamp is one store and no loads."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ptx_util import ptx_of
+
+    from driverlevel._compile import kernel_source_dir
+
+    src = (kernel_source_dir() / "ddtree.cu").read_text()
+    ptx = ptx_of(src, "ddtree.cu", "sm_90", {**ddtree.compile_defines("sm_90"), "DL_STAMPS": 1})
+    assert str(int.from_bytes(b"merge", "little")) in ptx
+    assert "$str" not in ptx and "merge" not in ptx

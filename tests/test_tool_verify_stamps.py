@@ -1,6 +1,6 @@
 """tools/verify_stamps.py without a GPU: its argument checks, the naming of the stamp rows
 (scheduler, partial CTA roles, combine) and their timeline, and verify_attention.cu compiling with
-its stamps (NVRTC; 0 spills on sm_90) while the plain build has none."""
+its stamps (NVRTC, 0 spills) while the plain build has none."""
 
 import importlib.util
 from pathlib import Path
@@ -57,7 +57,5 @@ def test_stamped_verify_attention_compiles_and_the_plain_one_has_no_stamps(arch)
     plain = dl.runtime.compile_file("verify_attention.cu", arch, va.compile_defines(arch, cfg))
     stamped = dl.runtime.compile_file("verify_attention.cu", arch, {**va.compile_defines(arch, cfg), "DL_STAMPS": 1})
     for k in ("verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"):
-        # (sm_120's tile, at its 168-register limit, spills 4 B of the stamped build: the tool's
-        # build only, measured where it runs, on the H200)
-        assert stamped.resources[k].spills <= (8 if arch == "sm_120" and k == "verify_attn_partial" else 0), k
+        assert stamped.resources[k].spills == 0, k
     assert b"dl_stamps" in stamped.data and b"dl_stamp" not in plain.data
