@@ -114,9 +114,10 @@
 // empty): thread `tid0` stamps slot `slot` of `row`. Rows: 0 the scheduler (start 0, end 1);
 // VA_STAMP_PART + 2 * part + role the partial CTAs (role 0, thread 0, a QK warp under DL_WS: start
 // 0, cuts 1, seg 2..5, tile0 6, loop 7, done 8, waited 9, lasttile 10 (the segment's last key tile
-// begins), qk lse 11 (its row sums and LSEs written); role 1, the first PV thread: tile0 0, loop 1,
-// epi 2, bar 3 (past the epilogue's barrier, before the stores) -- a later segment's overwrite an
-// earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0, waited 1, end 2).
+// begins), qk lse 11 (its row sums and LSEs written), qissued 12 (its Q fragments' loads issued),
+// t0done 13 (its first tile's P written, before the draft scrub); role 1, the first PV thread:
+// tile0 0, loop 1, epi 2, bar 3 (past the epilogue's barrier, before the stores), kissued 4 (the
+// first tiles' loads issued) -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0, waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
 #define VA_STAMP(row, tid0, slot, point, arg)                \
@@ -1329,6 +1330,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     dl::cp_async_commit();
   }
   if (!qk) next_slot = AHEAD < nt() ? fetch_slot(t_begin() + AHEAD) : 0;
+  VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 4, "kissued", 0);
 
   // Both roles run nt + 1 iterations with one CTA barrier each and issue the next tile's loads
   // together; each role keeps only its own registers live (Q fragments or O accumulators).
@@ -1359,6 +1361,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         qf[kk][3] = validB ? __ldg(qb + w + 4) : 0u;
       }
     }
+    VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 12, "qissued", 0);
     // (the QK warps are the critical path: their loop keeps these three in registers)
     const int qk_nt = nt(), qk_t_begin = t_begin(), qk_kv_len = kv_len();
     for (int it = 0; it <= qk_nt; ++it) {
@@ -1447,6 +1450,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           alpha[(it & 1) * M + tA] = alphaA;
           alpha[(it & 1) * M + tB] = alphaB;
         }
+        if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 13, "t0done", 0);
         if (need_mask) {  // masked keys must have no influence on P V, finite or not: scrub V of this stage
           dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
           zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);

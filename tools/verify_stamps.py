@@ -9,12 +9,14 @@ from the first stamp of the replay:
 
 * the scheduler (thread 0): ``start``, ``end``;
 * each partial CTA, thread 0 (a QK warp): ``start``, ``cuts`` (its two cuts computed), ``seg`` (a
-  segment's record written; once more with no segment at the end), ``tile0`` (the segment's first
-  key tile landed), ``lasttile`` (its last key tile begins), ``loop`` (its key loop done), ``qk
-  lse`` (its row sums and LSEs written), ``done`` (the part done), ``waited`` (PDL: the scheduler
-  has completed);
-* each partial CTA, the first PV thread: ``pv tile0``, ``pv loop``, ``pv bar`` (past the
-  epilogue's barrier: the QK warps' row sums are in), ``pv epi`` (the segment's output stored);
+  segment's record written; once more with no segment at the end), ``qissued`` (its Q
+  fragments' loads issued), ``tile0`` (the segment's first key tile landed), ``t0done`` (that
+  tile's P written), ``lasttile`` (its last key tile begins), ``loop`` (its key loop done),
+  ``qk lse`` (its row sums and LSEs written), ``done`` (the part done), ``waited`` (PDL: the
+  scheduler has completed);
+* each partial CTA, the first PV thread: ``pv kissued`` (the first tiles' slot ids read and their
+  loads issued), ``pv tile0``, ``pv loop``, ``pv bar`` (past the epilogue's barrier: the QK
+  warps' row sums are in), ``pv epi`` (the segment's output stored);
 * each combine CTA: ``cb start``, ``cb waited`` (PDL: the partial grid has completed), ``cb end``.
 
 A stamp is one global store by one thread, so the replay is close to the benchmark's; compare the
@@ -37,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 PART, COMBINE = 8, 1024  # VA_STAMP_PART, VA_STAMP_COMBINE of cu/verify_attention.cu
-ORDER = ["sched start", "sched end", "start", "cuts", "seg", "tile0", "pv tile0", "lasttile", "loop", "qk lse",
-         "pv loop", "pv bar", "pv epi", "done", "waited", "cb start", "cb waited", "cb end"]
+ORDER = ["sched start", "sched end", "start", "cuts", "seg", "qissued", "pv kissued", "tile0", "pv tile0", "t0done",
+         "lasttile", "loop", "qk lse", "pv loop", "pv bar", "pv epi", "done", "waited", "cb start", "cb waited", "cb end"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
