@@ -57,15 +57,28 @@ class DeviceArray:
         Kept alive as long as this view (a buffer, a pool, a foreign array).
     readonly : bool
         Exported as read-only through the array protocols.
+
+    Raises
+    ------
+    ValueError
+        For an address outside 0 .. 2**64 - 1, a negative extent, or strides whose count differs
+        from the shape's.
     """
 
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
 
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, readonly=False):
         self.ptr = int(ptr)
+        if not 0 <= self.ptr < 1 << 64:
+            raise ValueError(f"DeviceArray: ptr must be a device address in 0 .. 2**64 - 1, got {self.ptr}")
         self.shape = tuple(int(s) for s in shape)
+        if any(n < 0 for n in self.shape):
+            raise ValueError(f"DeviceArray: shape {self.shape} has a negative extent")
         self.dtype = as_dtype(dtype)
         self.strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(self.shape, self.dtype.itemsize)
+        if len(self.strides) != len(self.shape):
+            raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
+                             f"dimensions of shape {self.shape}")
         self.device = device
         self.owner = owner
         self.readonly = readonly

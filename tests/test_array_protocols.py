@@ -314,3 +314,24 @@ def test_index_arrays_import_in_their_own_dtype_without_copy(dtype, protocol):
         src = DLPackOnly(DeviceArray(PTR, (9,), dtype, DEV))
     b = as_device_array(src, device=DEV)
     assert b.ptr == PTR and b.dtype == np.dtype(dtype) and b.shape == (9,) and b.is_c_contiguous
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(ptr=-8), "ptr must be a device address"),
+    (dict(ptr=1 << 64), "ptr must be a device address"),
+    (dict(shape=(4, -1)), "negative extent"),
+    (dict(strides=(16,)), "1 strides"),
+])
+def test_device_array_rejects_bad_geometry(kwargs, match):
+    """A DeviceArray with a negative or 65-bit address, a negative extent, or strides that do
+    not match the shape is refused at construction, before anything can launch on it."""
+    args = dict(ptr=PTR, shape=(4, 3), dtype=np.float32, device=DEV)
+    args.update(kwargs)
+    strides = args.pop("strides", None)
+    with pytest.raises(ValueError, match=match):
+        DeviceArray(args["ptr"], args["shape"], args["dtype"], args["device"], strides=strides)
+
+
+def test_device_array_accepts_the_null_empty_array():
+    a = DeviceArray(0, (0, 576), bfloat16, DEV)  # (an empty tensor's data pointer may be 0)
+    assert a.size == 0 and a.nbytes == 0
