@@ -117,7 +117,8 @@
 // begins), qk lse 11 (its row sums and LSEs written), qissued 12 (its Q fragments' loads issued),
 // t0done 13 (its first tile's P written, before the draft scrub); role 1, the first PV thread:
 // tile0 0, loop 1, epi 2, bar 3 (past the epilogue's barrier, before the stores), kissued 4 (the
-// first tiles' loads issued) -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0, waited 1, end 2).
+// first tiles' loads issued) -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE +
+// CTA the combine (start 0, waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
 #define VA_STAMP(row, tid0, slot, point, arg)                \

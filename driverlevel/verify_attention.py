@@ -191,8 +191,7 @@ class TileConfig:
         if self.csplit not in (1, 2, 4):
             raise ValueError(f"csplit must be 1, 2 or 4 (it splits 36 k-steps and 512 value columns), got {self.csplit}")
         if not 2 <= self.stages <= 8:
-            raise ValueError(f"stages must be in 2..8 (K tiles in flight; 8 tiles of 64 keys already exceed every "
-                             f"GPU's shared memory per block), got {self.stages}")
+            raise ValueError(f"stages must be in 2..8 (K tiles in flight), got {self.stages}")
         if self.threads > 1024:
             raise ValueError(f"rows={self.rows} x csplit={self.csplit} needs {self.threads} threads per CTA, more than 1024")
         if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
