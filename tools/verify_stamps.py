@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256)")
     ap.add_argument("--tree", action="store_true", help="a random draft tree (bitmask) instead of a chain")
     ap.add_argument("--ctas", type=int, default=0, help="also list the partial CTAs that finished last, this many")
+    ap.add_argument("--no-flush", action="store_true", help="replay with a warm L2 (no flush before the stamped replay)")
     args = ap.parse_args(argv)
     for name, v, lo, hi in (("--heads", args.heads, 1, 128), ("--batch", args.batch, 1, 64),
                             ("--prefix", args.prefix, 1, 1_000_000), ("--tokens", args.tokens, 1, 256),
@@ -95,6 +96,30 @@ def last_ctas(rows: dict, n: int) -> list[str]:
     return out
 
 
+def tile_rates(rows: dict) -> list[str]:
+    """Per partial CTA with one segment of n >= 3 key tiles: the steady loop's µs per tile,
+    (lasttile - t0done) / (n - 2), and the last tile's span (lasttile to loop); medians and
+    extremes over the CTAs."""
+    import numpy as np
+
+    rate, last = [], []
+    for r, recs in rows.items():
+        if not (PART <= r < COMBINE and (r - PART) % 2 == 0):
+            continue
+        pts = {}
+        for pt, a, _, g in recs:
+            pts.setdefault(pt, (a, g))
+        tiles = [a for pt, a, _, _ in recs if pt == "seg" and a >= 0]
+        if len(tiles) != 1 or tiles[0] < 3 or not {"t0done", "lasttile", "loop"} <= pts.keys():
+            continue
+        rate.append((pts["lasttile"][1] - pts["t0done"][1]) / 1e3 / (tiles[0] - 2))
+        last.append((pts["loop"][1] - pts["lasttile"][1]) / 1e3)
+    if not rate:
+        return ["(no CTA with one segment of 3 or more key tiles)"]
+    q = lambda v: f"median {np.median(v):.3f}  min {np.min(v):.3f}  max {np.max(v):.3f}"
+    return [f"key loop µs per tile over {len(rate)} CTAs: {q(rate)}", f"last tile's span µs: {q(last)}"]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -127,7 +152,10 @@ def main(argv=None) -> int:
             gx.launch(stream)
         stream.synchronize()
         phase_stamps.zero_stamps(plan._module)
-        flush.fill_bytes(0x5A, stream)
+        if args.no_flush:
+            gx.launch(stream)
+        else:
+            flush.fill_bytes(0x5A, stream)
         gx.launch(stream)
         stream.synchronize()
         rows = phase_stamps.read_stamps(plan._module)
@@ -136,9 +164,10 @@ def main(argv=None) -> int:
     parts = sum(1 for r in rows if PART <= r < COMBINE and (r - PART) % 2 == 0)
     combine = sum(1 for r in rows if r >= COMBINE)
     print(f"# verify replay, {args.heads} heads x batch {args.batch} x prefix {args.prefix} x {args.tokens} tokens "
-          f"({'tree' if args.tree else 'chain'}), tile {plan.config.label}: {parts} partial CTAs, "
+          f"({'tree' if args.tree else 'chain'}){', warm L2' if args.no_flush else ''}, tile {plan.config.label}: {parts} partial CTAs, "
           f"{combine} combine CTAs stamped; µs from the first stamp")
     print("\n".join(phase_stamps.timeline(named(rows), ORDER, None)))
+    print("\n".join(tile_rates(rows)))
     if args.ctas:
         print("\n".join(last_ctas(rows, args.ctas)))
     sys.stdout.flush()
