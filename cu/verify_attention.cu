@@ -1624,28 +1624,37 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 3, "bar", 0);
     // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
     const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
-    const int col0 = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 2 * (elane & 3);
+    // Stores of whole 32-byte sectors: in the accumulator layout lane c of a quad holds columns 2c,
+    // 2c + 1 of each 8-wide n-tile, so a 4-byte store per n-tile writes half a sector per row (the
+    // L2 counts sectors: bf16 that way wrote no faster than fp32). Two shuffles inside the quad give
+    // lane c columns 4c .. 4c + 3 of an n-tile pair (a = n-tile 2np, b = 2np + 1, bf16x2 words), so
+    // a quad writes 32 contiguous bytes of its row with one 8-byte store per lane.
+    static_assert(WS_PV_NT % 2 == 0, "n-tiles in pairs");
+    const int qc = elane & 3;
+    const int src1 = (elane & ~3) | (2 * (qc & 1) + (qc >> 1)), src2 = (elane & ~3) | (2 * (qc & 1) + 1 - (qc >> 1));
+    auto quad_words = [&](u32 a, u32 b) {  // (all lanes) this lane's 4 columns of the pair, low first
+      const u32 r1 = __shfl_sync(0xffffffffu, (qc & 1) ? b : a, src1);
+      const u32 r2 = __shfl_sync(0xffffffffu, (qc & 1) ? a : b, src2);
+      return qc < 2 ? make_uint2(r1, r2) : make_uint2(r2, r1);
+    };
+    const int colq = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 4 * qc;  // + 16 * np: this lane's 4 columns
 #pragma unroll
     for (int mt = 0; mt < WS_PV_MT; ++mt) {
       const int tAm = (epw >> WS_PV_CB_LOG2) * 16 * WS_PV_MT + mt * 16 + (elane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
       const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();
-      if (sd->complete) {
-        const i64 growA = sd->rq.q_start * H + row0() + tAm, growB = sd->rq.q_start * H + row0() + tBm;
+      // the final output's rows, or the partial slot's (each piece normalised by its own sum)
+      bf16* dA = sd->complete ? p.out + (sd->rq.q_start * H + row0() + tAm) * kV : p.o_part + ((i64)sd->slot * M + tAm) * kV;
+      bf16* dB = sd->complete ? p.out + (sd->rq.q_start * H + row0() + tBm) * kV : p.o_part + ((i64)sd->slot * M + tBm) * kV;
 #pragma unroll
-        for (int n = 0; n < WS_PV_NT; ++n) {
-          if (vA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
-          if (vB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
-        }
-      } else {
-        bf16* dA = p.o_part + ((i64)sd->slot * M + tAm) * kV + col0;
-        bf16* dB = p.o_part + ((i64)sd->slot * M + tBm) * kV + col0;
-#pragma unroll
-        for (int n = 0; n < WS_PV_NT; ++n) {
-          if (vA) *reinterpret_cast<u32*>(dA + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
-          if (vB) *reinterpret_cast<u32*>(dB + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
-        }
+      for (int np = 0; np < WS_PV_NT / 2; ++np) {
+        const uint2 wA = quad_words(dl::pack_bf16x2(o[mt][2 * np][0] * invA, o[mt][2 * np][1] * invA),
+                                    dl::pack_bf16x2(o[mt][2 * np + 1][0] * invA, o[mt][2 * np + 1][1] * invA));
+        const uint2 wB = quad_words(dl::pack_bf16x2(o[mt][2 * np][2] * invB, o[mt][2 * np][3] * invB),
+                                    dl::pack_bf16x2(o[mt][2 * np + 1][2] * invB, o[mt][2 * np + 1][3] * invB));
+        if (vA) *reinterpret_cast<uint2*>(dA + colq + 16 * np) = wA;
+        if (vB) *reinterpret_cast<uint2*>(dB + colq + 16 * np) = wB;
       }
     }
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 2, "epi", 0);
