@@ -31,8 +31,10 @@
 // verify_attn_partial   Grid num_parts (SM count x CTAs per SM), Block THREADS = (M/16)*C warps (DL_WS: M/16 + 8, 4 with M = 32).
 //   CTA p walks its part's segments (one pair, a range of its key tiles each). A segment that
 //   holds all of its pair's key tiles writes the final bf16 output and LSE; a split one writes
-//   fp32 partial output + base-2 LSE to partial slot 2p (the part's first segment) or 2p+1 (its
-//   last), so the workspace is 2 * num_parts slots of M rows whatever the batch.
+//   bf16 partial output (normalised by its own sum: values of the output's range, rounded once
+//   more; FlashInfer's MLA keeps its partials in the output dtype too) + fp32 base-2 LSE to
+//   partial slot 2p (the part's first segment) or 2p+1 (its last), so the workspace is
+//   2 * num_parts slots of M rows whatever the batch.
 //   Tile: the C warps of a row group own the same 16 rows, each computes S = Q K^T on 1/C of
 //   the 576-dim contraction, they sum the partial S through shared memory (fixed order, so every
 //   warp holds bit-identical S), and each accumulates P V for 512/C of the value columns. K tiles
@@ -246,7 +248,7 @@ struct VerifyAttnParams {
   const void* mask_indptr;    // [bs+1] offsets into mask (FULL, QLEN_ONLY; int32 or int64)
   bf16* out;                  // [q_rows, H, 512]
   float* lse;                 // [q_rows, H] natural-log LSE, or null
-  float* o_part;              // [2 * num_parts, M, 512] fp32 partial outputs
+  bf16* o_part;               // [2 * num_parts, M, 512] bf16 partial outputs (each normalised by its own sum)
   float* lse_part;            // [2 * num_parts, M] fp32 partial LSE (base 2, scaled)
   VaRequest* reqs;            // [max_batch] written by the scheduler
   VaCut* cuts;                // [num_parts + 1]
@@ -1185,16 +1187,16 @@ DL_DEVICE void attend_segment(const VerifyAttnParams& p, unsigned char* smem, in
       if (validA) p.lse[rq.q_start * H + rA] = lse2A * kLn2;
       if (validB) p.lse[rq.q_start * H + rB] = lse2B * kLn2;
     }
-  } else {  // one piece of a split pair: fp32 partial (normalised by its own sum) + base-2 LSE
+  } else {  // one piece of a split pair: bf16 partial (normalised by its own sum) + fp32 base-2 LSE
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int tAm = PV2 ? (pv_rg0 + mt) * 16 + (lane >> 2) : tA, tBm = PV2 ? tAm + 8 : tB;
-      float* dA = p.o_part + ((i64)slot * M + tAm) * kV + col0;
-      float* dB = p.o_part + ((i64)slot * M + tBm) * kV + col0;
+      bf16* dA = p.o_part + ((i64)slot * M + tAm) * kV + col0;
+      bf16* dB = p.o_part + ((i64)slot * M + tBm) * kV + col0;
 #pragma unroll
       for (int n = 0; n < NT_OP; ++n) {
-        if (vA[mt]) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA[mt], o[mt][n][1] * invA[mt]);
-        if (vB[mt]) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[mt][n][2] * invB[mt], o[mt][n][3] * invB[mt]);
+        if (vA[mt]) *reinterpret_cast<u32*>(dA + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA[mt], o[mt][n][1] * invA[mt]);
+        if (vB[mt]) *reinterpret_cast<u32*>(dB + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB[mt], o[mt][n][3] * invB[mt]);
       }
     }
     if (cpart == 0 && (lane & 3) == 0) {
@@ -1622,28 +1624,37 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 3, "bar", 0);
     // (this warp's rows and columns derived anew: nothing of the epilogue is held across the loop)
     const int etid = thread_index_here(), elane = etid & 31, epw = (etid >> 5) - WS_QK_WARPS;
-    const int col0 = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 2 * (elane & 3);
+    // Stores of whole 32-byte sectors: in the accumulator layout lane c of a quad holds columns 2c,
+    // 2c + 1 of each 8-wide n-tile, so a 4-byte store per n-tile writes half a sector per row (the
+    // L2 counts sectors: bf16 that way wrote no faster than fp32). Two shuffles inside the quad give
+    // lane c columns 4c .. 4c + 3 of an n-tile pair (a = n-tile 2np, b = 2np + 1, bf16x2 words), so
+    // a quad writes 32 contiguous bytes of its row with one 8-byte store per lane.
+    static_assert(WS_PV_NT % 2 == 0, "n-tiles in pairs");
+    const int qc = elane & 3;
+    const int src1 = (elane & ~3) | (2 * (qc & 1) + (qc >> 1)), src2 = (elane & ~3) | (2 * (qc & 1) + 1 - (qc >> 1));
+    auto quad_words = [&](u32 a, u32 b) {  // (all lanes) this lane's 4 columns of the pair, low first
+      const u32 r1 = __shfl_sync(0xffffffffu, (qc & 1) ? b : a, src1);
+      const u32 r2 = __shfl_sync(0xffffffffu, (qc & 1) ? a : b, src2);
+      return qc < 2 ? make_uint2(r1, r2) : make_uint2(r2, r1);
+    };
+    const int colq = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 4 * qc;  // + 16 * np: this lane's 4 columns
 #pragma unroll
     for (int mt = 0; mt < WS_PV_MT; ++mt) {
       const int tAm = (epw >> WS_PV_CB_LOG2) * 16 * WS_PV_MT + mt * 16 + (elane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
       const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();
-      if (sd->complete) {
-        const i64 growA = sd->rq.q_start * H + row0() + tAm, growB = sd->rq.q_start * H + row0() + tBm;
+      // the final output's rows, or the partial slot's (each piece normalised by its own sum)
+      bf16* dA = sd->complete ? p.out + (sd->rq.q_start * H + row0() + tAm) * kV : p.o_part + ((i64)sd->slot * M + tAm) * kV;
+      bf16* dB = sd->complete ? p.out + (sd->rq.q_start * H + row0() + tBm) * kV : p.o_part + ((i64)sd->slot * M + tBm) * kV;
 #pragma unroll
-        for (int n = 0; n < WS_PV_NT; ++n) {
-          if (vA) *reinterpret_cast<u32*>(p.out + growA * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][0] * invA, o[mt][n][1] * invA);
-          if (vB) *reinterpret_cast<u32*>(p.out + growB * kV + col0 + n * 8) = dl::pack_bf16x2(o[mt][n][2] * invB, o[mt][n][3] * invB);
-        }
-      } else {
-        float* dA = p.o_part + ((i64)sd->slot * M + tAm) * kV + col0;
-        float* dB = p.o_part + ((i64)sd->slot * M + tBm) * kV + col0;
-#pragma unroll
-        for (int n = 0; n < WS_PV_NT; ++n) {
-          if (vA) *reinterpret_cast<float2*>(dA + n * 8) = make_float2(o[mt][n][0] * invA, o[mt][n][1] * invA);
-          if (vB) *reinterpret_cast<float2*>(dB + n * 8) = make_float2(o[mt][n][2] * invB, o[mt][n][3] * invB);
-        }
+      for (int np = 0; np < WS_PV_NT / 2; ++np) {
+        const uint2 wA = quad_words(dl::pack_bf16x2(o[mt][2 * np][0] * invA, o[mt][2 * np][1] * invA),
+                                    dl::pack_bf16x2(o[mt][2 * np + 1][0] * invA, o[mt][2 * np + 1][1] * invA));
+        const uint2 wB = quad_words(dl::pack_bf16x2(o[mt][2 * np][2] * invB, o[mt][2 * np][3] * invB),
+                                    dl::pack_bf16x2(o[mt][2 * np + 1][2] * invB, o[mt][2 * np + 1][3] * invB));
+        if (vA) *reinterpret_cast<uint2*>(dA + colq + 16 * np) = wA;
+        if (vB) *reinterpret_cast<uint2*>(dB + colq + 16 * np) = wB;
       }
     }
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 2, "epi", 0);
@@ -1810,7 +1821,11 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   }
   __syncthreads();
   const int total = G > 0 ? s_end[G - 1] : 0;
-  const float4* o4 = reinterpret_cast<const float4*>(p.o_part);
+  const uint2* o4 = reinterpret_cast<const uint2*>(p.o_part);  // 4 bf16 values per vector
+  auto widen = [](uint2 u) {  // 4 bf16 -> 4 floats (exact)
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  };
   for (int item = blockIdx.x; item < total; item += gridDim.x) {
     int lo = 0, hi = G - 1;  // the entry: the first q with item_end > item
     while (lo < hi) {
@@ -1845,12 +1860,12 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
         if (sl0 >= 0) {
           l0 = p.lse_part[r0];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v0[c] = o4[r0 * (kV / 4) + c * 32 + lane];
+          for (int c = 0; c < 4; ++c) v0[c] = widen(o4[r0 * (kV / 4) + c * 32 + lane]);
         }
         if (sl1 >= 0) {
           l1 = p.lse_part[r1];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v1[c] = o4[r1 * (kV / 4) + c * 32 + lane];
+          for (int c = 0; c < 4; ++c) v1[c] = widen(o4[r1 * (kV / 4) + c * 32 + lane]);
         }
         const float mn = fmaxf(m, fmaxf(l0, l1));   // NaN-ignoring
         const float base = softmax_base(mn);

@@ -16,23 +16,25 @@ slots = 2 * num_parts
     segment's piece to slot ``2p + 1``; a middle segment always covers a whole
     pair. (Exactly: pieces <= cuts inside pairs + split pairs <= 2 (num_parts - 1).)
 per slot
-    ``tile_rows`` rows (the kernel's row tile M), each ``v_dim`` fp32 partial
-    outputs + 1 fp32 log-sum-exp: ``tile_rows * (v_dim + 1) * 4`` bytes.
-bytes = 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
+    ``tile_rows`` rows (the kernel's row tile M), each ``v_dim`` bf16 partial
+    outputs (normalised by the piece's own sum, so in the output's range) + 1 fp32
+    log-sum-exp: ``tile_rows * (v_dim * 2 + 4)`` bytes.
+bytes = 2 * num_parts * tile_rows * (v_dim * value_bytes + 4)
 
 Plus the scheduler's tables (:func:`scheduler_bytes`): 40 B per request slot of
 the batch and 64 B per part (a cut and a combine entry).
 
-Examples (fp32 partials, 512-wide values):
+Examples (bf16 partials, 512-wide values; until 2026-12-01 they were fp32,
+``(v_dim + 1) * 4`` bytes per row, twice the bytes to write and to read back):
 
-* H200 (132 SMs, 1 CTA of the 64-row tile per SM): 2 * 132 * 64 * 513 * 4 =
-  34,670,592 B (33.1 MiB) for every batch size, draft count and head count
+* H200 (132 SMs, 1 CTA of the 64-row tile per SM): 2 * 132 * 64 * 1028 =
+  17,369,088 B (16.6 MiB) for every batch size, draft count and head count
   (sm_90's tile has 64 rows; a 48-row tile, picked where it pads the rows less,
-  e.g. 9 heads x 16 draft tokens on every target, gives 2 * SMs * 48 * 513 * 4)
+  e.g. 9 heads x 16 draft tokens on every target, gives 2 * SMs * 48 * 1028)
   — the seed deployment's configuration (batch 8, 256 draft tokens, 9 heads)
   at 16 host-fixed splits needed 605,159,424 B.
 * RTX PRO 6000 (188 SMs, 1 CTA of the 64-row sm_120 tile per SM):
-  2 * 188 * 64 * 513 * 4 = 49,379,328 B.
+  2 * 188 * 64 * 1028 = 24,738,816 B.
 """
 
 from __future__ import annotations
@@ -50,11 +52,11 @@ CUT_RECORD_BYTES = 16
 ENTRY_RECORD_BYTES = 48
 
 
-def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, partial_dtype_bytes: int = 4) -> int:
+def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, value_bytes: int = 2) -> int:
     """Bytes of split-KV partial outputs and log-sum-exps of a verify plan.
 
-    ``2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes`` (see the
-    module docstring for the derivation).
+    ``2 * num_parts * tile_rows * (v_dim * value_bytes + 4)`` (see the module
+    docstring for the derivation).
 
     Parameters
     ----------
@@ -64,8 +66,8 @@ def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, pa
         Rows per CTA tile (``TileConfig.rows``: 64, 48 or 32).
     v_dim : int
         Value columns (512 for MLA).
-    partial_dtype_bytes : int
-        Bytes per stored element (4: fp32).
+    value_bytes : int
+        Bytes per partial output value (2: bf16); each row's log-sum-exp is fp32.
 
     Raises
     ------
@@ -75,13 +77,13 @@ def partial_workspace_bytes(num_parts: int, tile_rows: int, v_dim: int = 512, pa
     Examples
     --------
     >>> partial_workspace_bytes(132, 64)
-    34670592
+    17369088
     """
     num_parts = positive_int("num_parts", num_parts)
     tile_rows = positive_int("tile_rows", tile_rows)
     v_dim = positive_int("v_dim", v_dim)
-    partial_dtype_bytes = positive_int("partial_dtype_bytes", partial_dtype_bytes)
-    return 2 * num_parts * tile_rows * (v_dim + 1) * partial_dtype_bytes
+    value_bytes = positive_int("value_bytes", value_bytes)
+    return 2 * num_parts * tile_rows * (v_dim * value_bytes + 4)
 
 
 def scheduler_bytes(max_batch: int, num_parts: int) -> int:

@@ -43,7 +43,7 @@ def plan_for(device, prob, max_batch=None, **kw):
 
 
 def poison_workspace(plan, stream):
-    plan.o_part.fill_u32(F32_NAN, stream)
+    plan.o_part.fill_u32(BF16_NAN_PAIR, stream)
     plan.lse_part.fill_u32(F32_NAN, stream)
 
 
