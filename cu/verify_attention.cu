@@ -1372,6 +1372,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 6, "tile0", 0);
       if (it == qk_nt - 1) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 10, "lasttile", 0);
+      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 14, "bar16", 0);  // (one steady iteration of both roles, split)
+      if (it == 17) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 17, "bar17", 0);
       if (it < qk_nt) {
         const int t = qk_t_begin + it;
         const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
@@ -1398,6 +1400,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np + 1], a, bk[2], bk[3]);
           }
         }
+        if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 15, "mma16", 0);  // (its last mma issued: the chains are nearly done)
         float s[NT_S][4];
 #pragma unroll
         for (int n = 0; n < NT_S; ++n)
@@ -1454,6 +1457,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           alpha[(it & 1) * M + tB] = alphaB;
         }
         if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 13, "t0done", 0);
+        if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 16, "P16", 0);
         if (need_mask) {  // masked keys must have no influence on P V, finite or not: scrub V of this stage
           dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
           zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);
@@ -1503,6 +1507,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
+      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
       next_tile(it, pv_nt);
       if (it >= 1) {  // tile it-1
         const int j = it - 1;
@@ -1595,6 +1600,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
         }
       }
+      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 6, "mma16", 0);  // (tile 15 applied: its mma issued)
       if (!PVSM && it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
     }
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 1, "loop", 0);

@@ -40,7 +40,11 @@ import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 PART, COMBINE = 8, 1024  # VA_STAMP_PART, VA_STAMP_COMBINE of cu/verify_attention.cu
 ORDER = ["sched start", "sched end", "start", "cuts", "seg", "qissued", "pv kissued", "tile0", "pv tile0", "t0done",
-         "lasttile", "loop", "qk lse", "pv loop", "pv bar", "pv epi", "done", "waited", "cb start", "cb waited", "cb end"]
+         "bar16", "pv bar16", "mma16", "pv mma16", "P16", "bar17", "lasttile", "loop", "qk lse", "pv loop", "pv bar",
+         "pv epi", "done", "waited", "cb start", "cb waited", "cb end"]
+#: One steady iteration (it = 16) split per role, in SM cycles from the barrier both roles leave (bar16).
+ITERATION = (("QK mma issued", "mma16"), ("QK P written", "P16"), ("PV mma issued", "pv mma16"),
+             ("next barrier left", "bar17"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -120,6 +124,29 @@ def tile_rates(rows: dict) -> list[str]:
     return [f"key loop µs per tile over {len(rate)} CTAs: {q(rate)}", f"last tile's span µs: {q(last)}"]
 
 
+def iteration_split(rows: dict) -> list[str]:
+    """Medians over the partial CTAs of iteration 16's points (``ITERATION``) in SM cycles after
+    its barrier: how long the QK warps' S, their softmax and the PV warps' P V take against the
+    iteration (a role that finishes well before ``bar17`` waits at the barrier)."""
+    import numpy as np
+
+    got = {name: [] for _, name in ITERATION}
+    for r, recs in rows.items():
+        if not (PART <= r < COMBINE and (r - PART) % 2 == 0):
+            continue
+        pts = {point_name(r, pt): c for pt, _, c, _ in recs}
+        pts.update({point_name(r + 1, pt): c for pt, _, c, _ in rows.get(r + 1, [])})
+        if "bar16" not in pts:
+            continue
+        for _, name in ITERATION:
+            if name in pts:
+                got[name].append(pts[name] - pts["bar16"])
+    if not got["bar17"]:
+        return ["(no CTA ran 18 key tiles in one segment: no iteration split)"]
+    return ["iteration 16, SM cycles after its barrier (median over CTAs): "
+            + ", ".join(f"{label} {np.median(got[name]):.0f}" for label, name in ITERATION if got[name])]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -167,7 +194,7 @@ def main(argv=None) -> int:
           f"({'tree' if args.tree else 'chain'}){', warm L2' if args.no_flush else ''}, tile {plan.config.label}: {parts} partial CTAs, "
           f"{combine} combine CTAs stamped; µs from the first stamp")
     print("\n".join(phase_stamps.timeline(named(rows), ORDER, None)))
-    print("\n".join(tile_rates(rows)))
+    print("\n".join(tile_rates(rows) + iteration_split(rows)))
     if args.ctas:
         print("\n".join(last_ctas(rows, args.ctas)))
     sys.stdout.flush()
