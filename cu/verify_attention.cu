@@ -581,7 +581,7 @@ struct SchedPlan {
 // device errors), the prefix sums into s, and the cut rule. The scheduler and every CTA of the
 // partial kernel run this same code, so their cuts are the same.
 template <int T, bool SCHEDULER>
-DL_DEVICE SchedPlan schedule_prefix(const VerifyAttnParams& p, SchedPrefix& s) {
+DL_DEVICE SchedPlan schedule_prefix(const VerifyAttnParams& p, SchedPrefix& s, VaRequest* keep = nullptr) {
   static_assert(T % 32 == 0 && T <= 1024, "one chunk entry per warp");
   const int B = min(p.batch_size, DL_VA_MAX_BATCH);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -595,6 +595,7 @@ DL_DEVICE SchedPlan schedule_prefix(const VerifyAttnParams& p, SchedPrefix& s) {
     if (b < B) {
       const VaRequest rq = check_request(p, b, SCHEDULER);
       if (SCHEDULER) p.reqs[b] = rq;
+      if (keep != nullptr) keep[b] = rq;  // (the partial kernel's first segment record reads it)
       pc = rq.key_tiles + OVH;
       s.pair_cost[b] = pc;
       n = rq.row_tiles;
@@ -1672,10 +1673,11 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
 // never waits for the scheduler kernel's tables (only for its completion, before it exits).
 static_assert(sizeof(SchedPrefix) + 2 * sizeof(VaCut) <= BAR_OFFSET - WS_SEG_BYTES,
               "the schedule's prefix sums do not fit below the tile's records");
-DL_DEVICE void part_cuts(const VerifyAttnParams& p, unsigned char* smem, int part, VaCut& s, VaCut& e) {
+DL_DEVICE void part_cuts(const VerifyAttnParams& p, unsigned char* smem, int part, VaCut& s, VaCut& e,
+                         VaRequest* keep = nullptr) {
   SchedPrefix& sp = *reinterpret_cast<SchedPrefix*>(smem);
   VaCut* two = reinterpret_cast<VaCut*>(smem + sizeof(SchedPrefix));
-  const SchedPlan g = schedule_prefix<THREADS, false>(p, sp);
+  const SchedPlan g = schedule_prefix<THREADS, false>(p, sp, keep);
   if (threadIdx.x < 2) two[threadIdx.x] = schedule_cut(sp, g, part + threadIdx.x);
   __syncthreads();
   s = two[0];
@@ -1698,11 +1700,20 @@ DL_DEVICE void next_pair(const VerifyAttnParams& p, int& b, int& r, int& gp, int
 
 // DL_WS: CTA `part` walks its part's segments as verify_attn_partial does for the other tiles,
 // but only thread 0 walks (its position in the WsSeg record) and every thread reads the current
-// segment from shared memory.
+// segment from shared memory. Two dependent reads of request metadata are kept off the first
+// tile's path: the first segment's request comes from the prefix pass (part_cuts keeps every
+// request it read in shared memory, still intact when the record is written: no tile is loaded
+// before it), and the walk moves to the next pair only once a segment is done and the part
+// goes on (its request's metadata: a part with one segment, as aligned splits give, never reads
+// it).
+constexpr int WS_KEEP_OFFSET = (static_cast<int>(sizeof(SchedPrefix) + 2 * sizeof(VaCut)) + 15) & ~15;
 DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int part) {
+  static_assert(WS_KEEP_OFFSET + DL_VA_MAX_BATCH * static_cast<int>(sizeof(VaRequest)) <= BAR_OFFSET - WS_SEG_BYTES,
+                "the requests of the prefix pass do not fit below the tile's records");
   volatile WsSeg* sd = reinterpret_cast<volatile WsSeg*>(smem + BAR_OFFSET - WS_SEG_BYTES);
+  const VaRequest* kept = reinterpret_cast<const VaRequest*>(smem + WS_KEEP_OFFSET);
   VaCut s, e;
-  part_cuts(p, smem, part, s, e);
+  part_cuts(p, smem, part, s, e, reinterpret_cast<VaRequest*>(smem + WS_KEEP_OFFSET));
   VA_STAMP(VA_STAMP_PART + 2 * part, 0, 1, "cuts", 0);
   [[maybe_unused]] int nseg = 0;  // (stamps only: the record slot of the next "seg")
   if (threadIdx.x == 0) {
@@ -1719,10 +1730,19 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
       const int B = p.batch_size;
       int b = sd->walk_b, r = sd->walk_r, gp = sd->walk_gp;
       const int t0 = sd->walk_t, e_gp = sd->end_gp, e_t = sd->end_t;
-      const bool more = b < B && (gp < e_gp || (gp == e_gp && t0 < e_t));
+      const bool first = sd->slot < 0;
+      bool more;
+      if (first) {
+        more = b < B && (gp < e_gp || (gp == e_gp && t0 < e_t));
+      } else {  // after a segment the walk goes on at key tile 0 of the next pair, if the part has it
+        more = gp + 1 < e_gp || (gp + 1 == e_gp && e_t > 0);
+        if (more) next_pair(p, b, r, gp, sd->rq.row_tiles);
+        more = more && b < B;
+      }
       sd->done = !more;
       if (more) {
-        const VaRequest rq = check_request(p, b, false);
+        // (the kept request is the one the cuts were made from: B <= DL_VA_MAX_BATCH there)
+        const VaRequest rq = first && b < DL_VA_MAX_BATCH ? kept[b] : check_request(p, b, false);
         const int t1 = gp == e_gp ? min(e_t, rq.key_tiles) : rq.key_tiles;
         sd->rq.q_start = rq.q_start;
         sd->rq.kv_start = rq.kv_start;
@@ -1736,8 +1756,7 @@ DL_DEVICE void run_part_ws(const VerifyAttnParams& p, unsigned char* smem, int p
         sd->t_begin = t0;
         sd->t_end = t1;
         sd->complete = t0 == 0 && t1 == rq.key_tiles;
-        sd->slot = 2 * part + (sd->slot < 0 ? 0 : 1);
-        next_pair(p, b, r, gp, rq.row_tiles);
+        sd->slot = 2 * part + (first ? 0 : 1);
         sd->walk_b = b;
         sd->walk_r = r;
         sd->walk_t = 0;
