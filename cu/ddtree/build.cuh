@@ -216,9 +216,14 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
 
   __threadfence();
   __syncthreads();
+  // The request's budget, loaded here so that its load travels with the counter's atomic (the
+  // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
+  int budget_b = p.budget;
+  if (p.budgets) budget_b = p.budgets[b];
   if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   __syncthreads();
   if (!sm.last) return;
+  budget_b = min(max(budget_b, 0), p.budget);
   DDT_STAMP(5, "last", 0);
   if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
   __threadfence();
@@ -233,10 +238,13 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   ns.rank = ns.par + N;
   ns.dep = reinterpret_cast<u8*>(ns.rank + N);
   const float* glp = p.top_lp + static_cast<size_t>(b) * D * K;
+  const int kb = min(budget_b, K);
+  // warp 0: the parallel search's bounds from the rows' ends, loaded with the rows (search.cuh)
+  SearchEnds ends;
+  if (tid < 32) ends = search_ends(glp, K, kb, D);
   for (int i = tid; i < D * K; i += BUILD_THREADS) lp[i] = __ldcg(glp + i);
   if (tid == 0) { ns.par[0] = -1; ns.rank[0] = -1; ns.dep[0] = 0; }
-  const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
-  const int kb = min(budget_b, K);
+  if (tid < 32 && kb > 0) search_bounds(ends, kb, D, budget_b, sm.search);
   __syncthreads();
   DDT_STAMP(6, "lp", 0);
   int popped = 0;
