@@ -288,6 +288,20 @@ DL_DEVICE int search_find_bin(const u32* hist, int need) {
   return row * 32 + __ffs(__ballot_sync(FULL, before + incl >= want)) - 1;
 }
 
+// Past the children [0, lo) of a parent with key kp (lo < kb): walks the exact sibling chain
+// while rounding could still bring a key back in; true when a later sibling qualifies after all.
+DL_DEVICE bool sibling_back_in(double kp, const float* row, int kb, int lo, int bstar, const SearchBins& bins) {
+  const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+  double k = __dadd_rn(kp, static_cast<double>(row[lo]));
+  int r = lo;
+  while (bins(-__dadd_rn(k, margin)) <= bstar) {
+    if (++r >= kb) break;
+    k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
+    if (bins(-k) <= bstar) return true;
+  }
+  return false;
+}
+
 // Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
 // prefix of the ranks (binary search). Sets *fail when a later sibling might still qualify.
 DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
@@ -297,16 +311,31 @@ DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, con
     if (bins(-__dadd_rn(kp, static_cast<double>(row[mid]))) <= bstar) lo = mid + 1;
     else hi = mid;
   }
-  if (lo < kb) {  // walk the exact sibling chain while rounding could still bring a key back in
-    const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
-    double k = __dadd_rn(kp, static_cast<double>(row[lo]));
-    int r = lo;
-    while (bins(-__dadd_rn(k, margin)) <= bstar) {
-      if (++r >= kb) break;
-      k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
-      if (bins(-k) <= bstar) { *fail = 1; break; }
+  if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
+  return lo;
+}
+
+// count_children by a whole warp (all lanes; the same count and *fail on each): the qualifying
+// ranks are a prefix (the row is sorted and bins monotone), so probing 32 evenly spaced ranks of
+// the open interval at once and keeping the gap after the last qualifying probe finds the same
+// prefix length as the binary search in 2 rounds at kb <= 1024 (one per 32x) instead of
+// log2(kb) dependent ones.
+DL_DEVICE int count_children_warp(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
+  const int lane = threadIdx.x & 31;
+  int lo = 0, hi = kb;  // ranks < lo qualify, ranks >= hi do not
+  while (lo < hi) {     // (uniform)
+    const int step = (hi - lo + 31) >> 5;
+    const int r = lo + lane * step;
+    const bool in = r < hi && bins(-__dadd_rn(kp, static_cast<double>(row[r]))) <= bstar;
+    const int t = __popc(__ballot_sync(FULL, in));  // qualifying probes: lanes 0 .. t - 1
+    if (t == 0) {
+      hi = lo;
+    } else {
+      hi = min(hi, lo + t * step);  // lane t's rank does not qualify (or lies past hi)
+      lo += (t - 1) * step + 1;     // lane t - 1's does
     }
   }
+  if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
   return lo;
 }
 
@@ -372,13 +401,27 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     const float* row = lp + (d - 1) * ks;
     int fail = 0;
     int cnt[SEARCH_PER];
-    int own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
-    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }
-    int M;
-    // (no closing barrier: the offsets' barrier below comes before scratch is written again)
-    int base = dl::block_excl_scan<T, false>(own, scratch, &M);
-    if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted and scanned
+    int own, M, base;
+    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }  // (before the scan's barrier)
+    if (d == 1) {
+      // The root alone: every warp counts its children (the same count in every thread), so no
+      // scan is needed; thread 0 owns them, as search_counts would give it.
+      int f = 0;
+      M = count_children_warp(0.0, row, kb, bstar, bins, &f);
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) cnt[e] = tid == 0 && e == 0 ? M : 0;
+      own = tid == 0 ? M : 0;
+      base = tid == 0 ? 0 : M;
+      fail = tid == 0 ? f : 0;
+    } else {
+      own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+      // (no closing barrier: the offsets' barrier below comes before scratch is written again)
+      base = dl::block_excl_scan<T, false>(own, scratch, &M);
+    }
+    if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted
     bool add_hist = true;
+    // (never at d == 1, which has no scan's barrier before it: cn = 0, M <= kb <= MAX_K)
+    static_assert(MAX_K <= SEARCH_CAP, "the first depth's children fit");
     if (cn + M > SEARCH_CAP) {
       // Too many: count them all into the histogram first (tightening b*), drop the stored
       // candidates past the new b*, and count again.
