@@ -216,9 +216,14 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
 
   __threadfence();
   __syncthreads();
+  // The request's budget, loaded here so that its load travels with the counter's atomic (the
+  // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
+  int budget_b = p.budget;
+  if (p.budgets) budget_b = p.budgets[b];
   if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   __syncthreads();
   if (!sm.last) return;
+  budget_b = min(max(budget_b, 0), p.budget);
   DDT_STAMP(5, "last", 0);
   if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
   __threadfence();
@@ -233,10 +238,13 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   ns.rank = ns.par + N;
   ns.dep = reinterpret_cast<u8*>(ns.rank + N);
   const float* glp = p.top_lp + static_cast<size_t>(b) * D * K;
+  const int kb = min(budget_b, K);
+  // warp 0: the parallel search's bounds from the rows' ends, loaded with the rows (search.cuh)
+  SearchEnds ends;
+  if (tid < 32) ends = search_ends(glp, K, kb, D);
   for (int i = tid; i < D * K; i += BUILD_THREADS) lp[i] = __ldcg(glp + i);
   if (tid == 0) { ns.par[0] = -1; ns.rank[0] = -1; ns.dep[0] = 0; }
-  const int budget_b = p.budgets ? min(max(p.budgets[b], 0), p.budget) : p.budget;
-  const int kb = min(budget_b, K);
+  if (tid < 32 && kb > 0) search_bounds(ends, kb, D, budget_b, sm.search);
   __syncthreads();
   DDT_STAMP(6, "lp", 0);
   int popped = 0;
@@ -255,21 +263,31 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   DDT_STAMP(23, "searched", popped);
 
   // ---- nodes and ancestor masks
+  // A node's token id is a global load that waits on the search's nodes: it is issued here and
+  // stored last, so that its round trip overlaps the masks' work instead of coming before it.
+  // (The ids next to the log-probs in shared memory would take D * K * 4 more bytes: 64 KB at
+  // depth 32 and K 512, past the 99 KB per block of sm_86 / sm_89 / sm_120.)
   const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
   const size_t base = static_cast<size_t>(b) * N;
-  for (int i = tid; i < N; i += BUILD_THREADS) {
-    int tok = -1, dep = -1, par = -1;
+  constexpr int NODE_PER = (MAX_K + 1 + BUILD_THREADS - 1) / BUILD_THREADS;  // N <= MAX_K + 1
+  int tok[NODE_PER];
+#pragma unroll
+  for (int e = 0; e < NODE_PER; ++e) {
+    const int i = tid + e * BUILD_THREADS;
+    int dep = -1, par = -1;
+    tok[e] = -1;
     if (i == 0) {
-      tok = p.root_tokens[b];
+      tok[e] = p.root_tokens[b];
       dep = 0;
     } else if (i < count) {
       dep = ns.dep[i];
       par = ns.par[i];
-      tok = __ldcg(gids + (dep - 1) * K + ns.rank[i]);
+      tok[e] = __ldcg(gids + (dep - 1) * K + ns.rank[i]);
     }
-    p.tokens[base + i] = tok;
-    p.depths[base + i] = dep;
-    p.parents[base + i] = par;
+    if (i < N) {
+      p.depths[base + i] = dep;
+      p.parents[base + i] = par;
+    }
   }
   u32* words = reinterpret_cast<u32*>(dyn);  // the log-probs are no longer needed
   for (int i = tid; i < N * W; i += BUILD_THREADS) words[i] = 0u;
@@ -280,6 +298,11 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   __syncthreads();
   u32* ganc = p.anc + base * W;
   for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
+#pragma unroll
+  for (int e = 0; e < NODE_PER; ++e) {
+    const int i = tid + e * BUILD_THREADS;
+    if (i < N) p.tokens[base + i] = tok[e];
+  }
   if (tid == 0) p.node_counts[b] = count;
   DDT_STAMP(24, "nodes", count);
 }

@@ -199,6 +199,60 @@ struct SearchBins {
   }
 };
 
+// The bounds of the keys and the sign check, found by warp 0 while the CTA loads the log-probs
+// (build_tree) instead of by thread 0 alone after it: lane d loads row d's first and kb-th
+// log-probs from global memory with the rows (search_ends; nothing waits on them until the
+// load's own barrier), and shuffles reduce them (search_bounds), so the load's barrier publishes
+// the bounds and the search starts with no serial loop over the rows and no barrier of its own.
+static_assert(DL_MAX_DEPTH <= 32, "search_ends: one row per lane of a warp");
+
+struct SearchEnds {
+  float first = 0.f, last = 0.f;  // lane d < D: lp[d][0], lp[d][kb - 1]
+};
+
+// Warp 0, before the log-probs' load: issues the loads of the rows' ends (__ldcg: other CTAs
+// wrote them). glp: the request's [D][ks] log-probs in global memory.
+DL_DEVICE SearchEnds search_ends(const float* glp, int ks, int kb, int D) {
+  const int d = threadIdx.x & 31;
+  SearchEnds e;
+  if (kb > 0 && d < D) {
+    e.first = __ldcg(glp + d * ks);
+    e.last = __ldcg(glp + d * ks + kb - 1);
+  }
+  return e;
+}
+
+// Warp 0, after the load (kb, n >= 1): s.x_lo, x_hi, inv_w and fail for parallel_search, which
+// reads them after the load's barrier. The values are those of the serial loops they replace,
+// except the order of the sum in x_hi (see below).
+DL_DEVICE void search_bounds(const SearchEnds& e, int kb, int D, int n, SearchSmem& s) {
+  const int lane = threadIdx.x & 31;
+  const double lo = -static_cast<double>(__shfl_sync(FULL, e.first, 0));  // lp[0][0]
+  double hi;
+  if (kb == n) {
+    hi = -static_cast<double>(__shfl_sync(FULL, e.last, 0));  // lp[0][n - 1]: n depth-1 nodes are at least this good
+  } else {
+    // every node: the sum of the worst log-probs, with room for rounding. Summed as a tree
+    // over the lanes, not row by row: a sum of D <= 32 terms of one sign (every log-prob <= 0
+    // unless fail is set below) is within D * 2^-53 relative of the exact sum in any order, far
+    // inside the 2^-30 margin.
+    hi = lane < D ? -static_cast<double>(e.last) : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) hi += __shfl_xor_sync(FULL, hi, o);
+    hi = hi * (1.0 + 0x1p-30) + 0x1p-60;
+  }
+  // Keys are monotone (the precondition of parallel_search) only where no log-prob is positive;
+  // the rows are sorted, so their first entries decide. A positive one (a log-sum-exp that
+  // rounded below its row maximum) sends the request to the exact heap instead.
+  const u32 pos = __ballot_sync(FULL, lane < D && e.first > 0.f);
+  if (lane == 0) {
+    s.x_lo = lo;
+    s.x_hi = hi;
+    s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
+    s.fail = pos != 0u;
+  }
+}
+
 DL_DEVICE bool sum_exact(double a, double b, double s) {  // s = fl(a + b): is it exact? (TwoSum)
   const double bb = __dsub_rn(s, a);
   const double err = __dadd_rn(__dsub_rn(a, __dsub_rn(s, bb)), __dsub_rn(b, bb));
@@ -234,6 +288,20 @@ DL_DEVICE int search_find_bin(const u32* hist, int need) {
   return row * 32 + __ffs(__ballot_sync(FULL, before + incl >= want)) - 1;
 }
 
+// Past the children [0, lo) of a parent with key kp (lo < kb): walks the exact sibling chain
+// while rounding could still bring a key back in; true when a later sibling qualifies after all.
+DL_DEVICE bool sibling_back_in(double kp, const float* row, int kb, int lo, int bstar, const SearchBins& bins) {
+  const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+  double k = __dadd_rn(kp, static_cast<double>(row[lo]));
+  int r = lo;
+  while (bins(-__dadd_rn(k, margin)) <= bstar) {
+    if (++r >= kb) break;
+    k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
+    if (bins(-k) <= bstar) return true;
+  }
+  return false;
+}
+
 // Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
 // prefix of the ranks (binary search). Sets *fail when a later sibling might still qualify.
 DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
@@ -243,16 +311,31 @@ DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, con
     if (bins(-__dadd_rn(kp, static_cast<double>(row[mid]))) <= bstar) lo = mid + 1;
     else hi = mid;
   }
-  if (lo < kb) {  // walk the exact sibling chain while rounding could still bring a key back in
-    const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
-    double k = __dadd_rn(kp, static_cast<double>(row[lo]));
-    int r = lo;
-    while (bins(-__dadd_rn(k, margin)) <= bstar) {
-      if (++r >= kb) break;
-      k = __dadd_rn(__dsub_rn(k, static_cast<double>(row[r - 1])), static_cast<double>(row[r]));
-      if (bins(-k) <= bstar) { *fail = 1; break; }
+  if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
+  return lo;
+}
+
+// count_children by a whole warp (all lanes; the same count and *fail on each): the qualifying
+// ranks are a prefix (the row is sorted and bins monotone), so probing 32 evenly spaced ranks of
+// the open interval at once and keeping the gap after the last qualifying probe finds the same
+// prefix length as the binary search in 2 rounds at kb <= 1024 (one per 32x) instead of
+// log2(kb) dependent ones.
+DL_DEVICE int count_children_warp(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
+  const int lane = threadIdx.x & 31;
+  int lo = 0, hi = kb;  // ranks < lo qualify, ranks >= hi do not
+  while (lo < hi) {     // (uniform)
+    const int step = (hi - lo + 31) >> 5;
+    const int r = lo + lane * step;
+    const bool in = r < hi && bins(-__dadd_rn(kp, static_cast<double>(row[r]))) <= bstar;
+    const int t = __popc(__ballot_sync(FULL, in));  // qualifying probes: lanes 0 .. t - 1
+    if (t == 0) {
+      hi = lo;
+    } else {
+      hi = min(hi, lo + t * step);  // lane t's rank does not qualify (or lies past hi)
+      lo += (t - 1) * step + 1;     // lane t - 1's does
     }
   }
+  if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
   return lo;
 }
 
@@ -293,36 +376,17 @@ DL_DEVICE int search_counts(const SearchSmem& s, const float* row, int d, int P,
 }
 
 // The parallel search (every thread of the CTA). lp: [D][ks] in shared memory, kb ranks per
-// depth, n nodes wanted (n, kb, D >= 1). Fills ns for nodes 1..count and returns count, or -1
-// when the caller must run heap_select instead.
+// depth, n nodes wanted (n, kb, D >= 1); s.x_lo, x_hi, inv_w and fail from search_bounds, before
+// a block barrier. Fills ns for nodes 1..count and returns count, or -1 when the caller must run
+// heap_select instead.
 DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, SearchSmem& s, int* scratch,
                               const NodeSmem& ns) {
   constexpr int T = BUILD_THREADS;
   static_assert(T == SEARCH_BINS, "the bucket scan gives one bin to each thread");
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    const double lo = -static_cast<double>(lp[0]);
-    double hi;
-    if (kb == n) {
-      hi = -static_cast<double>(lp[n - 1]);  // n depth-1 nodes are at least this good
-    } else {  // every node: the sum of the worst log-probs, with room for rounding
-      hi = 0.0;
-      for (int d = 0; d < D; ++d) hi -= static_cast<double>(lp[d * ks + kb - 1]);
-      hi = hi * (1.0 + 0x1p-30) + 0x1p-60;
-    }
-    s.x_lo = lo;
-    s.x_hi = hi;
-    s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
-    // Keys are monotone (the precondition above) only where no log-prob is positive; the rows
-    // are sorted, so their first entries decide. A positive one (a log-sum-exp that rounded
-    // below its row maximum) sends the request to the exact heap instead.
-    int pos = 0;
-    for (int d = 0; d < D; ++d) pos |= lp[d * ks] > 0.f;
-    s.fail = pos;
-  }
+  // (ordered before the first histogram add by the first depth's barrier)
   for (int i = tid; i < SEARCH_BINS; i += T) s.hist[i] = 0u;
-  __syncthreads();
-  DDT_STAMP(25, "srchpro", 0);  // thread 0's bounds of the keys, the histogram cleared
+  DDT_STAMP(25, "srchpro", 0);  // the histogram cleared (the bounds: search_bounds, during "lp")
   if (s.fail) return -1;  // (uniform)
   const SearchBins bins{s.x_lo, s.x_hi, s.inv_w};
   // Block-uniform, in every thread's registers: the candidates stored (cn), the last depth's
@@ -337,13 +401,27 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     const float* row = lp + (d - 1) * ks;
     int fail = 0;
     int cnt[SEARCH_PER];
-    int own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
-    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }
-    int M;
-    // (no closing barrier: the offsets' barrier below comes before scratch is written again)
-    int base = dl::block_excl_scan<T, false>(own, scratch, &M);
-    if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted and scanned
+    int own, M, base;
+    if (tid == 0) { s.nbig = 0; s.nlo = 0; s.nhi = 0; }  // (before the scan's barrier)
+    if (d == 1) {
+      // The root alone: every warp counts its children (the same count in every thread), so no
+      // scan is needed; thread 0 owns them, as search_counts would give it.
+      int f = 0;
+      M = count_children_warp(0.0, row, kb, bstar, bins, &f);
+#pragma unroll
+      for (int e = 0; e < SEARCH_PER; ++e) cnt[e] = tid == 0 && e == 0 ? M : 0;
+      own = tid == 0 ? M : 0;
+      base = tid == 0 ? 0 : M;
+      fail = tid == 0 ? f : 0;
+    } else {
+      own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+      // (no closing barrier: the offsets' barrier below comes before scratch is written again)
+      base = dl::block_excl_scan<T, false>(own, scratch, &M);
+    }
+    if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted
     bool add_hist = true;
+    // (never at d == 1, which has no scan's barrier before it: cn = 0, M <= kb <= MAX_K)
+    static_assert(MAX_K <= SEARCH_CAP, "the first depth's children fit");
     if (cn + M > SEARCH_CAP) {
       // Too many: count them all into the histogram first (tightening b*), drop the stored
       // candidates past the new b*, and count again.
