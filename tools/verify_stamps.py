@@ -11,20 +11,26 @@ from the first stamp of the replay:
 * each partial CTA, thread 0 (a QK warp): ``start``, ``cuts`` (its two cuts computed), ``seg`` (a
   segment's record written; once more with no segment at the end), ``qissued`` (its Q
   fragments' loads issued), ``tile0`` (the segment's first key tile landed), ``t0done`` (that
-  tile's P written), ``lasttile`` (its last key tile begins), ``loop`` (its key loop done),
+  tile's P written), ``bar16`` / ``mma16`` / ``P16`` / ``bar17`` (iteration 16: past its
+  barrier, its last mma issued, its P written, past the next barrier), ``lasttile`` (its last key
+  tile begins), ``loop`` (its key loop done),
   ``qk lse`` (its row sums and LSEs written), ``done`` (the part done), ``waited`` (PDL: the
   scheduler has completed);
 * each partial CTA, the first PV thread: ``pv kissued`` (the first tiles' slot ids read and their
-  loads issued), ``pv tile0``, ``pv loop``, ``pv bar`` (past the epilogue's barrier: the QK
+  loads issued), ``pv tile0``, ``pv bar16`` / ``pv mma16`` (iteration 16: past its barrier, its
+  last mma issued), ``pv loop``, ``pv bar`` (past the epilogue's barrier: the QK
   warps' row sums are in), ``pv epi`` (the segment's output stored);
 * each combine CTA: ``cb start``, ``cb waited`` (PDL: the partial grid has completed), ``cb end``.
 
-A stamp is one global store by one thread, so the replay is close to the benchmark's; compare the
-points with each other, bench_attention's time stays the reference.
+After the timeline: the key loop's µs per tile and iteration 16's points in SM cycles after its
+barrier (medians over the CTAs). A stamp is one global store by one thread, but the points inside
+the key loop make the stamped loop ~10% slower: compare the points with each other,
+bench_attention's time stays the reference.
 
 Usage::
 
     python tools/verify_stamps.py [--heads 16] [--batch 8] [--prefix 4096] [--tokens 16] [--tree]
+                                  [--ctas N] [--no-flush]
 
 Needs a GPU and PyTorch (the random inputs).
 """
