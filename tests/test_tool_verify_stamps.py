@@ -51,6 +51,26 @@ def test_row_names_and_timeline():
                      "cb start", "cb waited", "cb end"]  # the tool's order
 
 
+def test_loop_rate_and_iteration_split():
+    """tile_rates: (lasttile - t0done) / (tiles - 2) over CTAs with one segment of >= 3 tiles;
+    iteration_split: iteration 16's points in SM cycles after bar16, both roles of a CTA."""
+    P = vs.PART
+    rows = {P: [("seg", 10, 0, 1_000), ("t0done", 0, 0, 2_000), ("bar16", 0, 1_000, 3_000), ("mma16", 0, 4_000, 0),
+                ("P16", 0, 5_000, 0), ("bar17", 0, 6_000, 0), ("lasttile", 0, 0, 18_000), ("loop", 0, 0, 20_500)],
+            P + 1: [("bar16", 0, 1_010, 0), ("mma16", 0, 3_000, 0)],
+            P + 2: [("seg", 6, 0, 1_000), ("t0done", 0, 0, 2_000), ("bar16", 0, 100, 0), ("mma16", 0, 3_100, 0),
+                    ("P16", 0, 4_100, 0), ("bar17", 0, 5_100, 0), ("lasttile", 0, 0, 14_000), ("loop", 0, 0, 16_000)],
+            P + 4: [("seg", 2, 0, 1_000), ("seg", 30, 0, 9_000)]}  # two segments: not counted
+    rate, last = vs.tile_rates(rows)
+    assert rate == "key loop µs per tile over 2 CTAs: median 2.500  min 2.000  max 3.000"  # 16 / 8 and 12 / 4 µs
+    assert last == "last tile's span µs: median 2.250  min 2.000  max 2.500"
+    split = vs.iteration_split(rows)
+    assert split == ["iteration 16, SM cycles after its barrier (median over CTAs): QK mma issued 3000, "
+                     "QK P written 4000, PV mma issued 2000, next barrier left 5000"]
+    assert vs.tile_rates({P + 4: rows[P + 4]}) == ["(no CTA with one segment of 3 or more key tiles)"]
+    assert vs.iteration_split({P + 4: rows[P + 4]})[0].startswith("(no CTA ran 18 key tiles")
+
+
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
 def test_stamped_verify_attention_compiles_and_the_plain_one_has_no_stamps(arch):
     cfg = va.tile_config(arch)
