@@ -111,6 +111,11 @@ DL_DEVICE u32 pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<u32*>(&v);
 }
+// The two bf16 values of a 32-bit word (low half first) as floats, exactly.
+DL_DEVICE void unpack_bf16x2(u32 w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
 
 // Barrier among `count` threads (a multiple of 32) using hardware barrier `id` (1..15).
 DL_DEVICE void named_barrier(int id, int count) {

@@ -51,10 +51,7 @@ template <> struct LogitTraits<bf16> {
     const uint4 q = *reinterpret_cast<const uint4*>(p);
     const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    for (int i = 0; i < 4; ++i) unpack_bf16x2(w[i], v[2 * i], v[2 * i + 1]);
   }
   DL_DEVICE static float load(const bf16* p) { return __bfloat162float(*p); }
 };

@@ -117,10 +117,12 @@
 // VA_STAMP_PART + 2 * part + role the partial CTAs (role 0, thread 0, a QK warp under DL_WS: start
 // 0, cuts 1, seg 2..5, tile0 6, loop 7, done 8, waited 9, lasttile 10 (the segment's last key tile
 // begins), qk lse 11 (its row sums and LSEs written), qissued 12 (its Q fragments' loads issued),
-// t0done 13 (its first tile's P written, before the draft scrub); role 1, the first PV thread:
-// tile0 0, loop 1, epi 2, bar 3 (past the epilogue's barrier, before the stores), kissued 4 (the
-// first tiles' loads issued) -- a later segment's overwrite an earlier one's); VA_STAMP_COMBINE +
-// CTA the combine (start 0, waited 1, end 2).
+// t0done 13 (its first tile's P written, before the draft scrub), and iteration 16 of the key
+// loop: bar16 14 (past its barrier), mma16 15 (its last mma issued), P16 16, bar17 17 (past the
+// next barrier); role 1, the first PV thread: tile0 0, loop 1, epi 2, bar 3 (past the epilogue's
+// barrier, before the stores), kissued 4 (the first tiles' loads issued), bar16 5, mma16 6 -- a
+// later segment's overwrite an earlier one's); VA_STAMP_COMBINE + CTA the combine (start 0,
+// waited 1, end 2).
 #define VA_STAMP_PART 8
 #define VA_STAMP_COMBINE 1024
 #define VA_STAMP(row, tid0, slot, point, arg)                \
@@ -1848,8 +1850,10 @@ verify_attn_combine(const __grid_constant__ VerifyAttnParams p) {
   const int total = G > 0 ? s_end[G - 1] : 0;
   const uint2* o4 = reinterpret_cast<const uint2*>(p.o_part);  // 4 bf16 values per vector
   auto widen = [](uint2 u) {  // 4 bf16 -> 4 floats (exact)
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
+    float4 f;
+    dl::unpack_bf16x2(u.x, f.x, f.y);
+    dl::unpack_bf16x2(u.y, f.z, f.w);
+    return f;
   };
   for (int item = blockIdx.x; item < total; item += gridDim.x) {
     int lo = 0, hi = G - 1;  // the entry: the first q with item_end > item

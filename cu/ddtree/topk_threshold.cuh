@@ -182,10 +182,7 @@ DL_DEVICE void tk_unpack(const uint4& q, float (&v)[4]) {
 DL_DEVICE void tk_unpack(const uint4& q, float (&v)[8]) {
   const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
+  for (int i = 0; i < 4; ++i) dl::unpack_bf16x2(w[i], v[2 * i], v[2 * i + 1]);
 }
 
 // cp.async.wait_group with a run-time count of groups left in flight (an immediate in PTX).
