@@ -101,7 +101,9 @@ class RequestState:
             positive_int(pname, v)
         if req_rows is not None:
             positive_int("req_rows", req_rows)
-        if isinstance(n_stop, bool) or not isinstance(n_stop, (int, np.integer)) or n_stop < 0:
+        if isinstance(n_stop, bool) or not isinstance(n_stop, (int, np.integer)):
+            raise TypeError(f"n_stop must be an int >= 0, got {type(n_stop).__name__} {n_stop!r}")
+        if n_stop < 0:
             raise ValueError(f"n_stop must be an int >= 0, got {n_stop!r}")
         if np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise TypeError(f"r2t_dtype must be int32 or int64, got {np.dtype(r2t_dtype)}")

@@ -76,6 +76,8 @@ def test_specs_check_counts_and_the_table_dtype():
                            (dict(num_slots=-1), ValueError, "num_slots must be a positive int"),
                            (dict(req_rows=0), ValueError, "req_rows must be a positive int"),
                            (dict(n_stop=-1), ValueError, "n_stop must be an int >= 0"),
+                           (dict(n_stop=2.0), TypeError, "n_stop must be an int >= 0, got float 2.0"),
+                           (dict(n_stop=True), TypeError, "n_stop must be an int >= 0, got bool True"),
                            (dict(r2t_dtype=np.int8), TypeError, "r2t_dtype must be int32 or int64")]:
         with pytest.raises(exc, match=words):
             RequestState.specs(**(good | kw))
