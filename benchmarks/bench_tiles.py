@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 
-SPEC_GRAMMAR = "ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c][s][_QREGS], native, native_rs or sm_120"
+SPEC_GRAMMAR = "ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][_QREGS], native, native_rs or sm_120"
 
 
 def parse_tile(spec):
@@ -61,14 +61,14 @@ def parse_tile_config(cfg, what=None):
         return native_rs
     if cfg == "sm_120":
         return tile_config("sm_120")
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c?)(s?)(?:_(\d+))?", cfg)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c\d?)?(s?)(?:_(\d+))?", cfg)
     if not m:
         raise SystemExit(f"bad {what}: want {SPEC_GRAMMAR}")
     r, c, k, s, q, x, pv, bulk, ws, chains, pvsm, qregs = m.groups()
     try:
         return TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
                           exchange="reduce_scatter" if x else "allreduce", pv_rows=32 if pv else 16,
-                          bulk=bool(bulk), ws=bool(ws), qk_chains=2 if chains else 1,
+                          bulk=bool(bulk), ws=bool(ws), qk_chains=(int(chains[1:]) if chains[1:] else 2) if chains else 1,
                           q_regs=int(qregs) if qregs else 32, pv_softmax=bool(pvsm))
     except (TypeError, ValueError) as e:
         raise SystemExit(f"bad {what}: {e}") from None

@@ -333,7 +333,7 @@ constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK w
 // (fp32, through two S slots in shared memory), which shortens the QK warps' critical path.
 constexpr bool PVSM = DL_WS_PVSM != 0;
 static_assert(!PVSM || DL_WS, "DL_WS_PVSM needs DL_WS");
-static_assert(QK_CHAINS == 1 || QK_CHAINS == 2, "DL_QK_CHAINS: 1 or 2");
+static_assert(QK_CHAINS >= 1 && QK_CHAINS <= 4 && (kQK / 16) % QK_CHAINS == 0, "DL_QK_CHAINS: 1 to 4, dividing the 36 k-steps");
 static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");
 constexpr int THREADS = WARPS * 32;
 constexpr int kQElem = sizeof(bf16);           // bytes per q element

@@ -146,8 +146,8 @@ class TileConfig:
         Needs ``csplit=1``, ``stages >= 3``, ``rows`` 32, 48 or 64, ``keys`` 16 or 32, and none of
         ``qreg``, ``exchange='reduce_scatter'``, ``pv_rows=32``, ``bulk``.
     qk_chains : int
-        ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 or 2; 2 doubles the
-        independent mma chains of the one QK warp per scheduler, + 4*keys/8 registers).
+        ``ws`` only: accumulator sets of a QK warp over interleaved k-steps (1 to 4; each set adds
+        keys/8 independent mma chains for the one QK warp per scheduler, and 4*keys/8 registers).
     q_regs : int
         ``ws`` only: k-steps of Q's 512 latent columns a QK warp holds in registers (4 registers
         each, 1..32; default 32). The rest of Q, latent columns ``16*q_regs..511`` and the 64 rope
@@ -194,8 +194,8 @@ class TileConfig:
             raise ValueError(f"stages must be in 2..8 (K tiles in flight), got {self.stages}")
         if self.threads > 1024:
             raise ValueError(f"rows={self.rows} x csplit={self.csplit} needs {self.threads} threads per CTA, more than 1024")
-        if self.qk_chains not in (1, 2) or (self.qk_chains != 1 and not self.ws):
-            raise ValueError(f"qk_chains must be 1, or 2 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
+        if self.qk_chains not in (1, 2, 3, 4) or (self.qk_chains != 1 and not self.ws):
+            raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.pv_softmax and not self.ws:
             raise ValueError(f"pv_softmax=True needs ws=True (got {self})")
         if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):

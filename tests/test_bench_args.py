@@ -38,3 +38,13 @@ def test_bad_options_exit_2_with_one_line(script, argv, words, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_tile_spec_takes_the_qk_chain_count():
+    """bench_tiles' SPEC: ``c`` is two QK accumulator sets, ``cN`` N of them (TileConfig checks N)."""
+    mod = _load("bench_tiles")
+    assert mod.parse_tile("a=64x1x32x3wc_24")[1].qk_chains == 2
+    assert mod.parse_tile("a=64x1x32x3wc3_24")[1].qk_chains == 3
+    assert mod.parse_tile("a=64x1x32x3w_24")[1].qk_chains == 1
+    with pytest.raises(SystemExit, match="qk_chains must be"):
+        mod.parse_tile("a=64x1x32x3wc5_24")

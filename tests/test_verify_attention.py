@@ -92,6 +92,10 @@ def test_ws_tile_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match="qk_chains must be"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, qk_chains=2)
     assert TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2).defines()["DL_QK_CHAINS"] == 2
+    assert TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=4).defines()["DL_QK_CHAINS"] == 4
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="qk_chains must be"):
+            TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=bad)
     for bad in (dict(csplit=2), dict(stages=2), dict(qreg=True), dict(exchange="reduce_scatter"), dict(bulk=True),
                 dict(rows=16), dict(rows=80), dict(rows=96), dict(rows=128), dict(keys=48), dict(keys=64)):  # (96/128 rows spill; > 32 keys: u32 mask words)
         kw = dict(rows=64, csplit=1, keys=32, stages=3, ws=True) | bad
