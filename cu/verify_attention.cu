@@ -105,10 +105,14 @@
 //   (one slot), scrub a masked tile's V, meet at a PV-only named barrier and then apply the tile;
 //   they write the LSE and the row sums at the end. The QK warps' critical path loses the
 //   softmax; the PV warps must have the time for it (48 rows: yes, 1.04x; 64 rows: no, 0.89x).
+//   DL_WS_SKEW (sm_90's 64-row tile): in iteration t a QK warp computes tile t's S and, inside
+//   the same k-steps (one block of code, so the scheduler fills the mma chain's ldmatrix waits),
+//   tile t-1's mask, softmax, P and rescale factors; the PV warps apply tile t-2 and prepare
+//   tile t's visibility words; tiles are loaded STAGES-3 ahead (a V lives one iteration longer).
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
-// DL_WS_PVSM, DL_OVH_TILES.
+// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_OVH_TILES.
 #include "common.cuh"
 #include "phase_stamps.cuh"
 
@@ -172,6 +176,9 @@
 #endif
 #ifndef DL_WS_PVSM
 #define DL_WS_PVSM 0
+#endif
+#ifndef DL_WS_SKEW
+#define DL_WS_SKEW 0
 #endif
 #ifndef DL_WS_QREGS
 #define DL_WS_QREGS 32
@@ -333,6 +340,26 @@ constexpr int QK_CHAINS = DL_QK_CHAINS;        // WS: accumulator sets of a QK w
 // (fp32, through two S slots in shared memory), which shortens the QK warps' critical path.
 constexpr bool PVSM = DL_WS_PVSM != 0;
 static_assert(!PVSM || DL_WS, "DL_WS_PVSM needs DL_WS");
+// DL_WS_SKEW: a QK warp runs tile t-1's mask and softmax in one block with tile t's mma (the
+// softmax fills the mma chain's ldmatrix waits); the PV warps apply tile t-2, so a tile's V lives
+// one iteration longer and tiles are loaded STAGES - 3 ahead.
+constexpr bool SKEW = DL_WS_SKEW != 0;
+// Where the previous tile's softmax goes among the 36 k-steps (SKEW): its math at k-step
+// DL_SKEW_MATH_AT, its shared-memory stores at DL_SKEW_STORE_AT. ptxas keeps the stores in order
+// with the k-steps' ldmatrix and sinks the math to just before the stores, so the stores' place
+// decides the overlap. On the H200 (32-key tile, 20 Q k-steps in registers, bench_tiles against
+// the 3-stage tile without SKEW, 64-row shapes): stores at k-step 27-35 1.05-1.06x, at 18
+// 0.90-1.00x, at 9 0.91-1.01x, after the last k-step (no overlap) 1.03-1.05x; the math's place
+// (2-8) matters little.
+#ifndef DL_SKEW_MATH_AT
+#define DL_SKEW_MATH_AT 4
+#endif
+#ifndef DL_SKEW_STORE_AT
+#define DL_SKEW_STORE_AT 31
+#endif
+constexpr int SKEW_MATH_AT = DL_SKEW_MATH_AT, SKEW_STORE_AT = DL_SKEW_STORE_AT;  // k-steps (SKEW)
+static_assert(SKEW_MATH_AT <= SKEW_STORE_AT && SKEW_STORE_AT < kQK / 16, "SKEW: the softmax's math, then its stores, inside the 36 k-steps");
+static_assert(!SKEW || (DL_WS && !PVSM && DL_STAGES >= 4), "DL_WS_SKEW needs DL_WS, no DL_WS_PVSM and DL_STAGES >= 4");
 static_assert(QK_CHAINS >= 1 && QK_CHAINS <= 4 && (kQK / 16) % QK_CHAINS == 0, "DL_QK_CHAINS: 1 to 4, dividing the 36 k-steps");
 static_assert(DL_WS_QREGS >= 1 && DL_WS_QREGS <= 32, "DL_WS_QREGS: 1..32 k-steps of Q's latent columns");
 constexpr int THREADS = WARPS * 32;
@@ -1324,12 +1351,13 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     if (g == 0) mwords[(it & 1) * M + row] = bits;
   };
   // Tiles are loaded AHEAD = STAGES - 2 iterations ahead: tile it + AHEAD goes to the stage of tile
-  // it + AHEAD - STAGES <= it - 2, which QK(it-2) and PV(it-2) (in iteration it-1) are done with.
+  // it + AHEAD - STAGES <= it - 2, which QK(it-2) and PV(it-2) (in iteration it-1) are done with
+  // (SKEW: STAGES - 3 ahead, to the stage of tile it - 3, whose PV ran in iteration it-1).
   // One cp.async group per tile (empty ones too, in every thread), so wait_group<AHEAD-1> at the
   // top of iteration it means: tile it (and the Q rope tile, in the first group) has landed.
-  constexpr int AHEAD = STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, checked above)
+  constexpr int AHEAD = SKEW ? STAGES - 3 : STAGES >= 3 ? STAGES - 2 : 1;  // (DL_WS: STAGES >= 3, SKEW: >= 4, checked above)
   i64 next_slot = 0;
-  if (!PVSM && !qk && nt() > 0) make_mask(0);
+  if (!PVSM && !SKEW && !qk && nt() > 0) make_mask(0);
 #pragma unroll
   for (int a = 0; a < AHEAD; ++a) {
     if (!qk && a < nt()) load_k(t_begin() + a, fetch_slot(t_begin() + a), a);
@@ -1370,100 +1398,163 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 12, "qissued", 0);
     // (the QK warps are the critical path: their loop keeps these three in registers)
     const int qk_nt = nt(), qk_t_begin = t_begin(), qk_kv_len = kv_len();
-    for (int it = 0; it <= qk_nt; ++it) {
-      dl::cp_async_wait<AHEAD - 1>();
-      dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+    // S of tile it (unscaled, unmasked): the mma over the 36 k-steps
+    // (hook(kk) runs at the top of k-step kk: SKEW places the previous tile's softmax there)
+    auto qk_mma = [&](int it, float (&s)[NT_S][4], auto&& hook) {
+      const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
+      // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
+      // single QK warp per scheduler), added in a fixed order at the end
+      float sc[QK_CHAINS][NT_S][4];
+#pragma unroll
+      for (int ch = 0; ch < QK_CHAINS; ++ch)
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n) sc[ch][n][0] = sc[ch][n][1] = sc[ch][n][2] = sc[ch][n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kQK / 16; ++kk) {
+        hook(kk);
+        u32 a[4];
+        if (kk < WS_QREGS) {
+          a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
+        } else {
+          dl::ldmatrix_x4(a, qs_smem + (rg * 16 + (lane & 15)) * WS_QS_ROW + ((kk - WS_QREGS) * 16 + (lane >> 4) * 8) * kQElem);
+        }
+#pragma unroll
+        for (int np = 0; np < NT_S / 2; ++np) {
+          u32 bk[4];
+          dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kk * 16 + ((lane >> 3) & 1) * 8) * kKvElem);
+          dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np], a, bk[0], bk[1]);
+          dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 15, "mma16", 0);  // (its last mma issued: the chains are nearly done)
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = sc[0][n][e];
+#pragma unroll
+          for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
+          s[n][e] = v;
+        }
+    };
+    // The mask and the online softmax of tile it, from its S: P as bf16 pairs (pw) and the rescale
+    // factors; qk_store writes them into slot it % 2
+    auto qk_math = [&](int it, float (&s)[NT_S][4], u32 (&pw)[NT_S][2], float& alphaA, float& alphaB) {
+      const int t = qk_t_begin + it;
+      const bool need_mask = (i64)(t + 1) * N > qk_kv_len;  // uniform across the CTA
+      const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[n][e] * p.scale_log2;
+          if (need_mask && !((e >= 2 ? wB : wA) >> (n * 8 + 2 * (lane & 3) + (e & 1)) & 1u)) v = DL_NEG_INF;
+          s[n][e] = v;
+        }
+      float mxA = mA, mxB = mB;
+      raise_row_maxima<NT_S>(s, mxA, mxB);
+      const float baseA = softmax_base(mxA);
+      const float baseB = softmax_base(mxB);
+      alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
+      mA = mxA;
+      mB = mxB;
+      lA *= alphaA;
+      lB *= alphaB;
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n) {
+        const float p0 = exp2f(s[n][0] - baseA), p1 = exp2f(s[n][1] - baseA);
+        const float p2 = exp2f(s[n][2] - baseB), p3 = exp2f(s[n][3] - baseB);
+        lA += p0 + p1;
+        lB += p2 + p3;
+        pw[n][0] = dl::pack_bf16x2(p0, p1);
+        pw[n][1] = dl::pack_bf16x2(p2, p3);
+      }
+    };
+    auto qk_store = [&](int it, const u32 (&pw)[NT_S][2], float alphaA, float alphaB) {
+      unsigned char* ps = pslots + (it & 1) * (M * P_ROW);
+#pragma unroll
+      for (int n = 0; n < NT_S; ++n) {
+        unsigned char* prow = ps + tA * P_ROW + (n * 8 + 2 * (lane & 3)) * 2;
+        *reinterpret_cast<u32*>(prow) = pw[n][0];
+        *reinterpret_cast<u32*>(prow + 8 * P_ROW) = pw[n][1];
+      }
+      if ((lane & 3) == 0) {
+        alpha[(it & 1) * M + tA] = alphaA;
+        alpha[(it & 1) * M + tB] = alphaB;
+      }
+      if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 13, "t0done", 0);
+      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 16, "P16", 0);
+    };
+    auto qk_softmax = [&](int it, float (&s)[NT_S][4]) {
+      u32 pw[NT_S][2];
+      float alphaA, alphaB;
+      qk_math(it, s, pw, alphaA, alphaB);
+      qk_store(it, pw, alphaA, alphaB);
+    };
+    // masked keys must have no influence on P V, finite or not: once every QK warp has read tile
+    // it's K, scrub V of its stage
+    auto qk_scrub = [&](int it) {
+      if ((i64)(qk_t_begin + it + 1) * N > qk_kv_len) {  // uniform across the CTA
+        dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
+        zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);
+      }
+    };
+    auto qk_stamps = [&](int it) {
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 6, "tile0", 0);
       if (it == qk_nt - 1) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 10, "lasttile", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 14, "bar16", 0);  // (one steady iteration of both roles, split)
       if (it == 17) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 17, "bar17", 0);
-      if (it < qk_nt) {
-        const int t = qk_t_begin + it;
-        const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
-        // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
-        // single QK warp per scheduler), added in a fixed order at the end
-        float sc[QK_CHAINS][NT_S][4];
+    };
+    if constexpr (SKEW) {
+      // Iteration it: the mma of tile it and the softmax of tile it-1 (its S kept in sp) in one
+      // block, then tile it's scrub; nt + 2 iterations, like the PV warps' (they apply tile it-2).
+      // (tile -1's S is -inf: its softmax keeps m = -inf, l = 0 and writes zeros into slot 1,
+      // which tile 1 overwrites before any PV warp reads it)
+      float sp[NT_S][4];
 #pragma unroll
-        for (int ch = 0; ch < QK_CHAINS; ++ch)
+      for (int n = 0; n < NT_S; ++n) sp[n][0] = sp[n][1] = sp[n][2] = sp[n][3] = DL_NEG_INF;
+      for (int it = 0; it <= qk_nt + 1; ++it) {
+        dl::cp_async_wait<AHEAD - 1>();
+        dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-3) are done (their stages and slots)
+        qk_stamps(it);
+        if (it < qk_nt) {
+          // tile it-1's softmax inside tile it's k-steps: its math at k-step SKEW_MATH_AT, its
+          // shared-memory stores at SKEW_STORE_AT (ptxas keeps stores and ldmatrix in order)
+          float s[NT_S][4];
+          u32 pw[NT_S][2];
+          float alphaA, alphaB;
+          qk_mma(it, s, [&](int kk) {
+            if (kk == SKEW_MATH_AT) qk_math(it - 1, sp, pw, alphaA, alphaB);
+            if (kk == SKEW_STORE_AT) qk_store(it - 1, pw, alphaA, alphaB);
+          });
+          qk_scrub(it);
 #pragma unroll
-          for (int n = 0; n < NT_S; ++n) sc[ch][n][0] = sc[ch][n][1] = sc[ch][n][2] = sc[ch][n][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < kQK / 16; ++kk) {
-          u32 a[4];
-          if (kk < WS_QREGS) {
-            a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
-          } else {
-            dl::ldmatrix_x4(a, qs_smem + (rg * 16 + (lane & 15)) * WS_QS_ROW + ((kk - WS_QREGS) * 16 + (lane >> 4) * 8) * kQElem);
-          }
-#pragma unroll
-          for (int np = 0; np < NT_S / 2; ++np) {
-            u32 bk[4];
-            dl::ldmatrix_x4(bk, kt + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES + (kk * 16 + ((lane >> 3) & 1) * 8) * kKvElem);
-            dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np], a, bk[0], bk[1]);
-            dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np + 1], a, bk[2], bk[3]);
-          }
+          for (int n = 0; n < NT_S; ++n) sp[n][0] = s[n][0], sp[n][1] = s[n][1], sp[n][2] = s[n][2], sp[n][3] = s[n][3];
+        } else if (it == qk_nt && it >= 1) {
+          qk_softmax(it - 1, sp);
         }
-        if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 15, "mma16", 0);  // (its last mma issued: the chains are nearly done)
-        float s[NT_S][4];
+      }
+    } else {
+      for (int it = 0; it <= qk_nt; ++it) {
+        dl::cp_async_wait<AHEAD - 1>();
+        dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+        qk_stamps(it);
+        if (it < qk_nt) {
+          float s[NT_S][4];
+          qk_mma(it, s, [](int) {});
+          if constexpr (PVSM) {  // S (unscaled, unmasked) into S slot it % 2: the PV warps do the rest
+            unsigned char* ss = sslots + (it & 1) * (M * S_ROW);
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = sc[0][n][e];
-#pragma unroll
-            for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
-            s[n][e] = v;
+            for (int n = 0; n < NT_S; ++n) {
+              // float2 of columns n*8 + 2*(lane&3): 16-byte chunk 2n + (lane&3)/2, half (lane&1)
+              unsigned char* srow = ss + tA * S_ROW + s_chunk(tA, 2 * n + ((lane & 3) >> 1)) * 16 + (lane & 1) * 8;
+              *reinterpret_cast<float2*>(srow) = make_float2(s[n][0], s[n][1]);
+              *reinterpret_cast<float2*>(srow + 8 * S_ROW) = make_float2(s[n][2], s[n][3]);  // (row tA + 8: same parity)
+            }
+            continue;
           }
-        if constexpr (PVSM) {  // S (unscaled, unmasked) into S slot it % 2: the PV warps do the rest
-          unsigned char* ss = sslots + (it & 1) * (M * S_ROW);
-#pragma unroll
-          for (int n = 0; n < NT_S; ++n) {
-            // float2 of columns n*8 + 2*(lane&3): 16-byte chunk 2n + (lane&3)/2, half (lane&1)
-            unsigned char* srow = ss + tA * S_ROW + s_chunk(tA, 2 * n + ((lane & 3) >> 1)) * 16 + (lane & 1) * 8;
-            *reinterpret_cast<float2*>(srow) = make_float2(s[n][0], s[n][1]);
-            *reinterpret_cast<float2*>(srow + 8 * S_ROW) = make_float2(s[n][2], s[n][3]);  // (row tA + 8: same parity)
-          }
-          continue;
-        }
-        const bool need_mask = (i64)(t + 1) * N > qk_kv_len;  // uniform across the CTA
-        const u32 wA = need_mask ? mwords[(it & 1) * M + tA] : 0u, wB = need_mask ? mwords[(it & 1) * M + tB] : 0u;
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = s[n][e] * p.scale_log2;
-            if (need_mask && !((e >= 2 ? wB : wA) >> (n * 8 + 2 * (lane & 3) + (e & 1)) & 1u)) v = DL_NEG_INF;
-            s[n][e] = v;
-          }
-        float mxA = mA, mxB = mB;
-        raise_row_maxima<NT_S>(s, mxA, mxB);
-        const float baseA = softmax_base(mxA);
-        const float baseB = softmax_base(mxB);
-        const float alphaA = exp2f(mA - baseA), alphaB = exp2f(mB - baseB);
-        mA = mxA;
-        mB = mxB;
-        lA *= alphaA;
-        lB *= alphaB;
-        unsigned char* ps = pslots + (it & 1) * (M * P_ROW);
-#pragma unroll
-        for (int n = 0; n < NT_S; ++n) {
-          const float p0 = exp2f(s[n][0] - baseA), p1 = exp2f(s[n][1] - baseA);
-          const float p2 = exp2f(s[n][2] - baseB), p3 = exp2f(s[n][3] - baseB);
-          lA += p0 + p1;
-          lB += p2 + p3;
-          unsigned char* prow = ps + tA * P_ROW + (n * 8 + 2 * (lane & 3)) * 2;
-          *reinterpret_cast<u32*>(prow) = dl::pack_bf16x2(p0, p1);
-          *reinterpret_cast<u32*>(prow + 8 * P_ROW) = dl::pack_bf16x2(p2, p3);
-        }
-        if ((lane & 3) == 0) {
-          alpha[(it & 1) * M + tA] = alphaA;
-          alpha[(it & 1) * M + tB] = alphaB;
-        }
-        if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 13, "t0done", 0);
-        if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 16, "P16", 0);
-        if (need_mask) {  // masked keys must have no influence on P V, finite or not: scrub V of this stage
-          dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
-          zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);
+          qk_softmax(it, s);
+          qk_scrub(it);
         }
       }
     }
@@ -1506,14 +1597,15 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // PVSM: this thread's row of the softmax (the mapping of make_mask: LPW threads per row, KPT
     // keys each) and its running maximum (the same in the row's LPW threads) and partial row sum
     float sm_m = DL_NEG_INF, sm_l = 0.f;
-    for (int it = 0; it <= pv_nt; ++it) {
+    constexpr int LAG = SKEW ? 2 : 1;  // PV applies tile it - LAG
+    for (int it = 0; it <= pv_nt + LAG - 1; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
       next_tile(it, pv_nt);
-      if (it >= 1) {  // tile it-1
-        const int j = it - 1;
+      if (it >= LAG) {  // tile it-LAG
+        const int j = it - LAG;
         const int slot = PVSM ? 0 : (j & 1);
         if constexpr (PVSM) {  // the mask and the online softmax of tile j (S from slot j % 2), then P V
           const int t = t_begin() + j;
@@ -1604,7 +1696,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         }
       }
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 6, "mma16", 0);  // (tile 15 applied: its mma issued)
-      if (!PVSM && it + 1 < pv_nt) make_mask(it + 1);  // after this tile's math; read by the QK warps after the next barrier
+      // after this tile's math; read by the QK warps after the next barrier (SKEW: tile it's, read in iteration it+1)
+      if (!PVSM && it + (SKEW ? 0 : 1) < pv_nt) make_mask(it + (SKEW ? 0 : 1));
     }
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 1, "loop", 0);
     dl::cp_async_wait<0>();

@@ -161,6 +161,12 @@ class TileConfig:
         QK warps where the PV warps have time to spare. On the H200 1.04x with 48 rows x 32
         keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build
         also spills 56 B on sm_90: selectable, not a default).
+    qk_skew : bool
+        ``ws`` only (not with ``pv_softmax``; ``stages >= 4``): a QK warp runs the mask and the
+        softmax of tile t-1 in the same block of instructions as the mma of tile t, so that the
+        scheduler fills the mma chain's ``ldmatrix`` waits with the softmax (the QK warps are the
+        critical path of every key tile: research/verify_ws.md); the PV warps apply tile t-2.
+        A tile's V then lives one iteration longer: tiles are loaded ``stages - 3`` ahead.
     """
 
     rows: int
@@ -175,13 +181,14 @@ class TileConfig:
     qk_chains: int = 1
     q_regs: int = 32
     pv_softmax: bool = False
+    qk_skew: bool = False
 
     def __post_init__(self):
         for f in ("rows", "csplit", "keys", "stages", "pv_rows", "qk_chains", "q_regs"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"TileConfig.{f} must be an int, got {v!r}")
-        for f in ("qreg", "bulk", "ws", "pv_softmax"):
+        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise TypeError(f"TileConfig.{f} must be a bool, got {getattr(self, f)!r}")
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
@@ -198,6 +205,8 @@ class TileConfig:
             raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.pv_softmax and not self.ws:
             raise ValueError(f"pv_softmax=True needs ws=True (got {self})")
+        if self.qk_skew and (not self.ws or self.pv_softmax or self.stages < 4):
+            raise ValueError(f"qk_skew=True needs ws=True, stages >= 4 and no pv_softmax (got {self})")
         if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
             raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 48, 64) or self.keys not in (16, 32)
@@ -223,9 +232,10 @@ class TileConfig:
 
     @property
     def _ws_flags(self) -> str:
-        """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm`` where set (part of :attr:`label` and of the plan's repr)."""
+        """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm``, `` skew`` where set (part of :attr:`label` and of the plan's repr)."""
         return ((" ws" if self.ws else "") + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
-                + (f" qregs={self.q_regs}" if self.q_regs != 32 else "") + (" pvsm" if self.pv_softmax else ""))
+                + (f" qregs={self.q_regs}" if self.q_regs != 32 else "") + (" pvsm" if self.pv_softmax else "")
+                + (" skew" if self.qk_skew else ""))
 
     @property
     def label(self) -> str:
@@ -269,11 +279,11 @@ class TileConfig:
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``, ``DL_WS_PVSM``,
-        ``DL_OVH_TILES``)."""
+        ``DL_WS_SKEW``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
-                "DL_WS_QREGS": self.q_regs, "DL_WS_PVSM": int(self.pv_softmax),
+                "DL_WS_QREGS": self.q_regs, "DL_WS_PVSM": int(self.pv_softmax), "DL_WS_SKEW": int(self.qk_skew),
                 "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 

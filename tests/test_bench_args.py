@@ -48,3 +48,14 @@ def test_tile_spec_takes_the_qk_chain_count():
     assert mod.parse_tile("a=64x1x32x3w_24")[1].qk_chains == 1
     with pytest.raises(SystemExit, match="qk_chains must be"):
         mod.parse_tile("a=64x1x32x3wc5_24")
+
+
+def test_tile_spec_takes_the_qk_skew():
+    """bench_tiles' SPEC: ``d`` defers the QK warps' softmax by a tile (TileConfig needs 4 stages)."""
+    mod = _load("bench_tiles")
+    cfg = mod.parse_tile("a=64x1x32x4wd_24")[1]
+    assert cfg.qk_skew and cfg.qk_chains == 1 and cfg.q_regs == 24 and cfg.label.endswith(" skew")
+    assert mod.parse_tile("a=64x1x16x4wcd_28")[1].qk_chains == 2
+    assert not mod.parse_tile("a=64x1x32x4wc_24")[1].qk_skew
+    with pytest.raises(SystemExit, match="qk_skew=True needs"):
+        mod.parse_tile("a=64x1x32x3wd_24")

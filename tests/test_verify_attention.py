@@ -108,6 +108,12 @@ def test_ws_tile_rejects_what_it_does_not_support():
         TileConfig(rows=64, csplit=2, keys=32, stages=2, q_regs=24)  # ws only
     with pytest.raises(ValueError, match="pv_softmax=True needs ws"):
         TileConfig(rows=64, csplit=2, keys=32, stages=2, pv_softmax=True)
+    for bad in (dict(stages=3), dict(pv_softmax=True), dict(ws=False, csplit=2)):
+        with pytest.raises(ValueError, match="qk_skew=True needs"):
+            TileConfig(**(dict(rows=64, csplit=1, keys=32, stages=4, ws=True, qk_skew=True) | bad))
+    with pytest.raises(TypeError, match="qk_skew must be a bool"):
+        TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, qk_skew=1)
+    assert TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, qk_skew=True).defines()["DL_WS_SKEW"] == 1
 
 
 @pytest.mark.parametrize("cfg", [TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=1),
@@ -115,7 +121,10 @@ def test_ws_tile_rejects_what_it_does_not_support():
                                  TileConfig(rows=32, csplit=1, keys=32, stages=5, ws=True, q_regs=13),
                                  TileConfig(rows=48, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24,
                                             pv_softmax=True),
-                                 TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, pv_softmax=True)])
+                                 TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, pv_softmax=True),
+                                 TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=24, qk_skew=True),
+                                 TileConfig(rows=48, csplit=1, keys=16, stages=5, ws=True, qk_chains=2, q_regs=28,
+                                            qk_skew=True)])
 def test_ws_variants_outside_the_defaults_compile_with_the_hosts_layout(cfg):
     # the kernel checks its shared-memory layout against TileConfig.shared_bytes (static_assert):
     # Q mostly from shared memory, 32 rows (2 QK + 4 PV warps), more stages

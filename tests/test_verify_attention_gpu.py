@@ -121,15 +121,18 @@ def make_plan(dev, prob, num_splits, bs=None, tile=None):
 
 
 SM120 = TileConfig(rows=32, csplit=4, keys=32, stages=2, qreg=True)
-# every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_80/sm_90 the
-# 32-key ws tile, QK warps + PV warps, or at row counts like 9 heads x 16 tokens and in the small
-# tests "pvsm48"; on sm_100 "native_pv"), "sm120" the tile tile_config("sm_120") returns (the
+WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
+# every tile of _CONFIGS, by name: "native" is the default path (tile=None: on sm_90 the 32-key
+# ws tile with the QK softmax a tile behind, on sm_80 "ws32", QK warps + PV warps, or at row
+# counts like 9 heads x 16 tokens and in the small tests "pvsm48"; on sm_100 "native_pv"), "sm120" the tile tile_config("sm_120") returns (the
 # 16-key ws tile; "sm120r48" its 48-row twin), the other tiles forced
 TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, stages=2),
          "native_rs": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter"),
          "rows48": TileConfig(rows=48, csplit=2, keys=32, stages=2), "n16": TileConfig(rows=64, csplit=2, keys=16, stages=2),
          # tile_config("sm_120") (and sm_86/89's) since 2026-12-01: QK warps + PV warps
          "sm120": TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, qk_chains=2, q_regs=24),
+         # sm_80's tile (sm_90's before the thirteenth session): 3 stages of 32 keys, no skew
+         "ws32": WS32,
          "sm120b32": replace(SM120, exchange="reduce_scatter", pv_rows=32, bulk=True),  # its 32-row tile before
          "sm120pv": replace(SM120, exchange="reduce_scatter", pv_rows=32),
          "sm120ar": SM120, "sm120rs": replace(SM120, exchange="reduce_scatter"),
@@ -143,8 +146,13 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # 8 PV warps of 48 rows x 64 value columns
          # the mask and the online softmax in the PV warps too (pv_softmax: the QK warps only
          # compute S): sm_90's 48-row tile, and the 16-key 64-row tile with it (not a default)
-         "pvsm48": replace(tile_config("sm_90"), rows=48, pv_softmax=True), "sm120r48": replace(tile_config("sm_120"), rows=48),
-         "ws48": replace(tile_config("sm_90"), rows=48), "pvsm16": replace(tile_config("sm_120"), pv_softmax=True),
+         "pvsm48": replace(WS32, rows=48, pv_softmax=True), "sm120r48": replace(tile_config("sm_120"), rows=48),
+         "ws48": replace(WS32, rows=48), "pvsm16": replace(tile_config("sm_120"), pv_softmax=True),
+         # the QK warps' softmax a tile behind their mma (qk_skew: 4 stages, the PV warps two tiles
+         # behind; sm_90's "native" has one chain set and 20 Q k-steps): with two chain sets and
+         # 16 Q k-steps, and the 16-key tile with two (not defaults)
+         "skew": TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, qk_chains=2, q_regs=16, qk_skew=True),
+         "skew16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2, q_regs=28, qk_skew=True),
          # sm_100's tile (sm_90's before 2026-12-01, when "native" became the 32-key ws tile)
          "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)

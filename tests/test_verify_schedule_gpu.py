@@ -26,7 +26,7 @@ from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, P
 # rows, reduce-scatter, P V over row pairs), the 64-row all-reduce tile, the 64-row tile with bulk
 # copies, the sm_120 tile (QK + PV warps, 3 x 16 keys), its 32-row predecessor (bulk copies) and
 # that one with 16 P V rows, the ws tile with 4 stages (tiles loaded two iterations ahead)
-LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16"]
+LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16", "skew", "ws32"]
 
 pytestmark = [
     pytest.mark.gpu,
@@ -252,7 +252,7 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, n
 
 # ------------------------------------------------------------------ bad metadata: error word, no harm
 
-@pytest.mark.parametrize("tile", ["native", "sm120", "native_pv", "native_bulk", "sm120b32"])  # bulk: bad slots zeroed by the row's copier
+@pytest.mark.parametrize("tile", ["native", "sm120", "native_pv", "native_bulk", "sm120b32", "skew"])  # bulk: bad slots zeroed by the row's copier
 def test_corrupted_metadata_is_reported_and_harmless(device, stream, tile):
     """One graph; each replay corrupts one field of one request; the others stay right (fuzz)."""
     heads, max_bs, max_q, num_slots = 4, 3, 16, 3000

@@ -25,12 +25,14 @@ from the first stamp of the replay:
 After the timeline: the key loop's µs per tile and iteration 16's points in SM cycles after its
 barrier (medians over the CTAs). A stamp is one global store by one thread, but the points inside
 the key loop make the stamped loop ~10% slower: compare the points with each other,
-bench_attention's time stays the reference.
+bench_attention's time stays the reference. ``--tile SPEC`` stamps another tile configuration
+(bench_tiles' grammar); with the QK softmax deferred (``d``, ``qk_skew``) iteration 16's ``P16``
+is tile 16's P, written in iteration 17.
 
 Usage::
 
     python tools/verify_stamps.py [--heads 16] [--batch 8] [--prefix 4096] [--tokens 16] [--tree]
-                                  [--ctas N] [--no-flush]
+                                  [--ctas N] [--tile SPEC] [--no-flush]
 
 Needs a GPU and PyTorch (the random inputs).
 """
@@ -61,6 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256)")
     ap.add_argument("--tree", action="store_true", help="a random draft tree (bitmask) instead of a chain")
     ap.add_argument("--ctas", type=int, default=0, help="also list the partial CTAs that finished last, this many")
+    ap.add_argument("--tile", default=None,
+                    help="a tile configuration in bench_tiles' SPEC grammar (e.g. 64x1x32x4wd_24); default: this GPU's")
     ap.add_argument("--no-flush", action="store_true", help="replay with a warm L2 (no flush before the stamped replay)")
     args = ap.parse_args(argv)
     for name, v, lo, hi in (("--heads", args.heads, 1, 128), ("--batch", args.batch, 1, 64),
@@ -159,6 +163,7 @@ def main(argv=None) -> int:
     import driverlevel as dl
     from driverlevel import verify_attention as va
     from bench_attention import make_data
+    from bench_tiles import parse_tile_config
 
     from driverlevel._device import require_gpu
 
@@ -175,7 +180,8 @@ def main(argv=None) -> int:
     try:
         prefixes = [args.prefix] * args.batch
         plan = dl.VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens,
-                                  mask_format="bitmask" if args.tree else "causal")
+                                  mask_format="bitmask" if args.tree else "causal",
+                                  tile=parse_tile_config(args.tile, "--tile") if args.tile else None)
         d = make_data(torch, dev, args.heads, prefixes, args.tokens, not args.tree, plan.mask_words, 7)
         torch.cuda.synchronize()
         with dl.capture(stream) as cap:
