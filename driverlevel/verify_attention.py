@@ -292,11 +292,18 @@ class TileConfig:
 # 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
 # but not on sm_100 with NVRTC 13 (44/48 B), so sm_100 keeps the tile below (_SPILLS_FROM).
 _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
+# sm_90's tile since 2026-12-01 (thirteenth session): the same with the QK warps' softmax a tile
+# behind their mma (qk_skew; its math at k-step 4 and its stores at k-step 31 of the next tile's
+# 36), 4 stages, one accumulator set, 20 of Q's latent k-steps in registers: 1.05-1.06x _WS32 on
+# the H200 at 64-row shapes (bench_tiles, BENCHMARKS.md thirteenth session). 194,912 B: not on
+# sm_80 (163 KB); spills on sm_100 (72 B with NVRTC 13).
+_WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
 #: The first architecture number whose build of a configuration spills (tile_configs skips it there).
-_SPILLS_FROM = {_WS32: 100}
+_SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 
 _CONFIGS = (
-    _WS32,  # 149,344 B: sm_80, sm_90
+    _WS32_SKEW,  # 194,912 B: sm_90
+    _WS32,  # 149,344 B: sm_80 (and selectable on sm_90)
     # 171,776 B: sm_100, sm_103 (sm_90's before the ws tile): the reduce-scatter S exchange (1.03-1.07x the all-reduce
     # tiles below on the H200) with P V over row pairs (each V fragment feeds two m16 tiles;
     # 1.02-1.05x the same tile without, BENCHMARKS.md 2026-12-01 sixth session)

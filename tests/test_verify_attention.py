@@ -214,12 +214,19 @@ def test_tile_shared_memory_formula_and_choice():
     ws90_48 = replace(ws90, rows=48, pv_softmax=True)
     assert ws90_48.shared_bytes == 48 * 400 + 3 * 32 * 1168 + 48 * 80 + 192 + 2 * 48 * 160 + 192 + 96 == 151_008
     assert ws90_48.label.endswith(" pvsm") and ws90_48.defines()["DL_WS_PVSM"] == 1
-    for arch in ("sm_80", "sm_90"):
-        assert tile_configs(arch) == [ws90, ws90_48]
-        assert tile_config(arch) == tile_config(arch, 9 * 256) == tile_config(arch, 16 * 16) == ws90
+    # sm_90 since the thirteenth session: the QK warps' softmax a tile behind their mma (qk_skew),
+    # 4 stages, one accumulator set, 20 Q k-steps in registers (64 rows x 528 B); sm_80's 163 KB
+    # do not hold it
+    skew90 = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
+    assert skew90.shared_bytes == 64 * 528 + 4 * 32 * 1168 + 2 * 64 * 80 + 512 + 256 + 512 + 96 == 194_912
+    assert skew90.label == "rows=64 csplit=1 keys=32 stages=4 ws qregs=20 skew" and skew90.defines()["DL_WS_SKEW"] == 1
+    for arch, first in (("sm_80", []), ("sm_90", [skew90])):
+        assert tile_configs(arch) == first + [ws90, ws90_48]
+        big = first[0] if first else ws90
+        assert tile_config(arch) == tile_config(arch, 9 * 256) == tile_config(arch, 16 * 16) == big
         assert tile_config(arch, 9 * 16) == tile_config(arch, 48) == tile_config(arch, 16) == ws90_48
         # the fewest row tiles first: 240 rows are 4 x 64, not 5 x 48 (which would pad less)
-        assert tile_config(arch, 240) == tile_config(arch, 192) == ws90
+        assert tile_config(arch, 240) == tile_config(arch, 192) == big
     # sm_100: the ws tile spills there (NVRTC 13), so the reduce-scatter 64-row tile with P V over
     # row pairs, and at 144 rows (9 heads x 16 tokens) the 48-row reduce-scatter tile (3 tiles of
     # 48, not of 64: 4% faster there in bench_tiles; 3 row groups make no pairs)
