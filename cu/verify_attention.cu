@@ -1426,7 +1426,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           dl::mma_bf16_16816(sc[kk % QK_CHAINS][2 * np + 1], a, bk[2], bk[3]);
         }
       }
-      if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 15, "mma16", 0);  // (its last mma issued: the chains are nearly done)
+      if (!SKEW && it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 15, "mma16", 0);  // (its last mma issued: the chains are nearly done)
 #pragma unroll
       for (int n = 0; n < NT_S; ++n)
 #pragma unroll
@@ -1482,6 +1482,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         alpha[(it & 1) * M + tA] = alphaA;
         alpha[(it & 1) * M + tB] = alphaB;
       }
+    };
+    auto p_stamps = [&](int it) {  // (tile it's P written)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 13, "t0done", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 16, "P16", 0);
     };
@@ -1490,6 +1492,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       float alphaA, alphaB;
       qk_math(it, s, pw, alphaA, alphaB);
       qk_store(it, pw, alphaA, alphaB);
+      p_stamps(it);
     };
     // masked keys must have no influence on P V, finite or not: once every QK warp has read tile
     // it's K, scrub V of its stage
@@ -1527,6 +1530,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             if (kk == SKEW_MATH_AT) qk_math(it - 1, sp, pw, alphaA, alphaB);
             if (kk == SKEW_STORE_AT) qk_store(it - 1, pw, alphaA, alphaB);
           });
+          p_stamps(it - 1);  // (after the k-steps; SKEW has no "mma16": any stamp there spills 8 B on sm_90)
           qk_scrub(it);
 #pragma unroll
           for (int n = 0; n < NT_S; ++n) sp[n][0] = s[n][0], sp[n][1] = s[n][1], sp[n][2] = s[n][2], sp[n][3] = s[n][3];

@@ -150,9 +150,9 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "ws48": replace(WS32, rows=48), "pvsm16": replace(tile_config("sm_120"), pv_softmax=True),
          # the QK warps' softmax a tile behind their mma (qk_skew: 4 stages, the PV warps two tiles
          # behind; sm_90's "native" has one chain set and 20 Q k-steps): with two chain sets and
-         # 16 Q k-steps, and the 16-key tile with two (not defaults)
+         # 16 Q k-steps, and the 16-key tile with one (not defaults)
          "skew": TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, qk_chains=2, q_regs=16, qk_skew=True),
-         "skew16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, qk_chains=2, q_regs=28, qk_skew=True),
+         "skew16": TileConfig(rows=64, csplit=1, keys=16, stages=4, ws=True, q_regs=28, qk_skew=True),
          # sm_100's tile (sm_90's before 2026-12-01, when "native" became the 32-key ws tile)
          "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)

@@ -26,8 +26,9 @@ After the timeline: the key loop's µs per tile and iteration 16's points in SM 
 barrier (medians over the CTAs). A stamp is one global store by one thread, but the points inside
 the key loop make the stamped loop ~10% slower: compare the points with each other,
 bench_attention's time stays the reference. ``--tile SPEC`` stamps another tile configuration
-(bench_tiles' grammar); with the QK softmax deferred (``d``, ``qk_skew``) iteration 16's ``P16``
-is tile 16's P, written in iteration 17.
+(bench_tiles' grammar). With the QK softmax a tile behind (``qk_skew``, sm_90's default tile)
+iteration 16's ``P16`` is tile 16's P, written in iteration 17, and the QK warps have no
+``mma16`` (a stamp inside their k-steps spills).
 
 Usage::
 
