@@ -5,10 +5,10 @@ picks for this GPU) and timed as in ``bench_attention.py`` (graph replays behind
 flush, median). Every configuration's output is compared with the first one's (relative
 Frobenius difference), so a variant that computes something else shows up.
 
-Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c][s][_N] ...]
+Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][_N] ...]
 [--ratio A/B ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
-pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator chains, ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
+pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator sets (``cN``: N of them), ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
 --tile sm120rs=32x4x32x2qr``; ``NAME=native`` is the tile ``tile_config`` picks for the shape, ``NAME=native_rs``
 the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("sm_120")`` returns.
 ``--ratio A/B`` adds a column of A's TFLOP/s over B's to the summary table printed last.

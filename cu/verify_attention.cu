@@ -1604,7 +1604,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     constexpr int LAG = SKEW ? 2 : 1;  // PV applies tile it - LAG
     for (int it = 0; it <= pv_nt + LAG - 1; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
-      dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
+      dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-1-LAG) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
       next_tile(it, pv_nt);

@@ -350,8 +350,8 @@ def tile_configs(arch) -> list[TileConfig]:
     Those whose shared memory fits the architecture's per-block limit and that use the key
     tile and contraction split of the first one that fits; ``bulk`` ones only from sm_90 (below,
     such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``); none
-    from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tile from
-    sm_100 on).
+    from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tiles, with
+    and without ``qk_skew``, from sm_100 on).
     :func:`tile_config` picks among those with the default's S exchange; the others stay
     selectable with ``tile=``.
 
@@ -387,7 +387,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     for ``rows_per_request`` (``max_q * num_heads``):
 
     - ws tiles (sm_80/86/87/89/90/120/121): the one that cuts it into the fewest row tiles,
-      and among those the one that pads it the least (144 rows: 3 x 48, not 3 x 64; 240 rows:
+      and among those the one that pads it the least, then the first in ``_CONFIGS`` order (on
+      sm_90 the ``qk_skew`` tile before the 3-stage one) (144 rows: 3 x 48, not 3 x 64; 240 rows:
       4 x 64, not 5 x 48: the 48-row ws tiles do 0.71-0.85x the 64-row ones' work per
       second on the H200, BENCHMARKS.md "Main loop, step 7");
     - the others (sm_100/103): the one that pads it the least, ties to the larger row tile
