@@ -493,7 +493,9 @@ class VerifyAttention:
         into (about). Default None: no cap; the scheduler balances the work over the
         whole grid on every replay.
     sm_scale : float
-        Softmax scale (default ``1/sqrt(192)``, DeepSeek-style).
+        Softmax scale (default ``1/sqrt(192)``, DeepSeek-style). The kernels take ``sm_scale *
+        log2(e)`` as a float32, which must be a normal number: sm_scale about 8.2e-39 to 2.3e38
+        (``ValueError`` otherwise).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
         How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
     qk_dim, v_dim : int
@@ -609,6 +611,10 @@ class VerifyAttention:
         if (isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, (float, int, np.floating, np.integer))
                 or not math.isfinite(sm_scale) or sm_scale <= 0):
             raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
+        # the kernels take sm_scale * log2(e) as a float32: it must be a normal number (0 would turn
+        # the qk_skew tile's -inf start into NaN, inf every score into +-inf)
+        if not np.finfo(np.float32).tiny <= sm_scale * math.log2(math.e) <= np.finfo(np.float32).max:
+            raise ValueError(f"sm_scale * log2(e) must be a normal float32 (sm_scale about 8.2e-39 to 2.3e38), got {sm_scale!r}")
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
         if tile is not None and not isinstance(tile, TileConfig):
