@@ -613,7 +613,7 @@ class VerifyAttention:
             raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
         # the kernels take sm_scale * log2(e) as a float32: it must be a normal number (0 would turn
         # the qk_skew tile's -inf start into NaN, inf every score into +-inf)
-        if not np.finfo(np.float32).tiny <= sm_scale * math.log2(math.e) <= np.finfo(np.float32).max:
+        if not float(np.finfo(np.float32).tiny) <= float(sm_scale) * math.log2(math.e) <= float(np.finfo(np.float32).max):
             raise ValueError(f"sm_scale * log2(e) must be a normal float32 (sm_scale about 8.2e-39 to 2.3e38), got {sm_scale!r}")
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
