@@ -6,12 +6,14 @@ flush, median). Every configuration's output is compared with the first one's (r
 Frobenius difference), so a variant that computes something else shows up.
 
 Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][_N] ...]
-[--ratio A/B ...]
+[--ratio A/B ...] [--define DL_NAME=INT ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
 pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator sets (``cN``: N of them), ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
 --tile sm120rs=32x4x32x2qr``; ``NAME=native`` is the tile ``tile_config`` picks for the shape, ``NAME=native_rs``
 the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("sm_120")`` returns.
 ``--ratio A/B`` adds a column of A's TFLOP/s over B's to the summary table printed last.
+``--define DL_NAME=INT`` compiles every tile of the run with an extra kernel define (a compile-time knob
+of ``cu/verify_attention.cu``, e.g. ``DL_SKEW_STORE_AT``; experiments only).
 """
 
 from __future__ import annotations
@@ -94,15 +96,30 @@ def summary(results, names, ratios):
               + " ".join(f"{math.exp(sum(logs[x]) / len(logs[x])):17.3f}" for x in ratios), flush=True)
 
 
+def parse_defines(items):
+    """``["DL_X=3", ...]`` -> ``{"DL_X": 3}``; SystemExit with a one-line message for anything else."""
+    out = {}
+    for item in items:
+        m = re.fullmatch(r"(DL_[A-Z0-9_]+)=(-?\d+)", item)
+        if not m:
+            raise SystemExit(f"bad --define {item!r}: want DL_NAME=INT, e.g. DL_SKEW_STORE_AT=27")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tile", action="append", default=[], metavar="NAME=SPEC",
                     help=f"a tile to time (repeatable; default native=native sm120=sm_120); SPEC: {SPEC_GRAMMAR}")
     ap.add_argument("--ratio", action="append", default=[], help="A/B: summary column of A's TFLOP/s over B's")
+    ap.add_argument("--define", action="append", default=[], metavar="DL_NAME=INT",
+                    help="an extra NVRTC define for verify_attention.cu in every tile (repeatable; for experiments "
+                         "with the kernel's compile-time knobs, e.g. DL_SKEW_STORE_AT=27)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]  # (before the GPU check)
+    defines = parse_defines(args.define)
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch
@@ -110,7 +127,12 @@ def main(argv=None):
     torch = require_gpu_and_torch("bench_tiles.py")
 
     from bench_attention import make_data, time_plan
+    from driverlevel import verify_attention as va
     from driverlevel.verify_attention import VerifyAttention
+
+    if defines:  # (benchmark only: every plan of this process compiles with them)
+        plain = va.compile_defines
+        va.compile_defines = lambda arch, config=None: {**plain(arch, config), **defines}
 
     names = [n for n, _ in tiles]
     ratios = [tuple(r.split("/")) for r in args.ratio]
@@ -122,7 +144,8 @@ def main(argv=None):
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
     print(f"# {dev.name} ({dev.arch}), {time.strftime('%Y-%m-%d %H:%M')}; tiles: "
           + ", ".join(f"{n}=" + ("this GPU's default" if t is None else "its default with the reduce-scatter exchange"
-                                 if callable(t) else t.label) for n, t in tiles), flush=True)
+                                 if callable(t) else t.label) for n, t in tiles)
+          + (f"; extra defines {defines}" if defines else ""), flush=True)
     if args.quick:
         shapes = [(h, b, p, n) for h, b, p in ((9, 1, 32768), (16, 8, 4096), (16, 8, 32768), (9, 1, 200000))
                   for n in (16, 256)]

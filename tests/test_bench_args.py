@@ -59,3 +59,12 @@ def test_tile_spec_takes_the_qk_skew():
     assert not mod.parse_tile("a=64x1x32x4wc_24")[1].qk_skew
     with pytest.raises(SystemExit, match="qk_skew=True needs"):
         mod.parse_tile("a=64x1x32x3wd_24")
+
+
+def test_tile_bench_takes_extra_defines():
+    """bench_tiles' --define DL_NAME=INT: a kernel knob for every tile of the run (experiments)."""
+    mod = _load("bench_tiles")
+    assert mod.parse_defines(["DL_SKEW_STORE_AT=27", "DL_SKEW_MATH_AT=2"]) == {"DL_SKEW_STORE_AT": 27, "DL_SKEW_MATH_AT": 2}
+    for bad in ("SKEW=3", "DL_X=", "DL_X=1.5", "dl_x=1"):
+        with pytest.raises(SystemExit, match="bad --define"):
+            mod.parse_defines([bad])
