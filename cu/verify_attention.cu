@@ -348,9 +348,9 @@ constexpr bool SKEW = DL_WS_SKEW != 0;
 // DL_SKEW_MATH_AT, its shared-memory stores at DL_SKEW_STORE_AT. ptxas keeps the stores in order
 // with the k-steps' ldmatrix and sinks the math to just before the stores, so the stores' place
 // decides the overlap. On the H200 (32-key tile, 20 Q k-steps in registers, bench_tiles against
-// the 3-stage tile without SKEW, 64-row shapes): stores at k-step 27-35 1.05-1.06x, at 18
-// 0.90-1.00x, at 9 0.91-1.01x, after the last k-step (no overlap) 1.03-1.05x; the math's place
-// (2-8) matters little.
+// the 3-stage tile without SKEW, 64-row shapes, the noisy 16 h x 8 x 32k x 256 left out): stores
+// at k-step 27-35 1.04-1.06x (9 h x 200k x 256: 1.06-1.10x), at 18 0.97-1.00x, at 9 1.00-1.01x,
+// after the last k-step (no overlap) 1.03-1.05x; the math's place (2-8) matters little.
 #ifndef DL_SKEW_MATH_AT
 #define DL_SKEW_MATH_AT 4
 #endif

@@ -295,7 +295,8 @@ _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q
 # sm_90's tile since 2026-12-01 (thirteenth session): the same with the QK warps' softmax a tile
 # behind their mma (qk_skew; its math at k-step 4 and its stores at k-step 31 of the next tile's
 # 36), 4 stages, one accumulator set, 20 of Q's latent k-steps in registers: 1.05-1.06x _WS32 on
-# the H200 at 64-row shapes (bench_tiles, BENCHMARKS.md thirteenth session). 194,912 B: not on
+# the H200 at 64-row shapes (1.09x at 9 heads x 200k x 256; 0.96-1.00x at the noisy 16 heads x 8
+# x 32k x 256; bench_tiles, BENCHMARKS.md thirteenth session). 194,912 B: not on
 # sm_80 (163 KB); spills on sm_100 (72 B with NVRTC 13).
 _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
 #: The first architecture number whose build of a configuration spills (tile_configs skips it there).
