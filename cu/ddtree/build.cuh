@@ -229,7 +229,9 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
   const bool sorts = tid < max(P, 32);  // (warp-uniform)
   if (lse_warp) row_lse();  // (K > BUILD_THREADS - 32: before this warp's part of the sort)
+  DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
   if (sorts) v = bitonic_desc_dispatch(P, v, sortbuf, tid);
+  DDT_STAMP(29, "sortdone", 0);
   __syncthreads();  // sm.lse (LSE_WARP, above) is visible
   const float lse = sm.lse;
   if (tid < K) {
