@@ -25,6 +25,47 @@ struct BuildSmem {
 
 DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
 
+// Sorts P values (a power of two, 2 <= P <= BUILD_THREADS), one per thread tid < max(P, 32),
+// descending, by a bitonic network unrolled at compile time: strides below 32 by warp shuffles,
+// the others through buf (P u64) between two barriers over the P threads (named barrier 1), so
+// the warps past P go on at once. Lanes past P in a warp of P < 32 shuffle padding among
+// themselves and are never paired with a lane below P. (The same network with P at run time
+// spent ~20 instructions per step on loop and branch control: 3.5-3.8 µs for K = 256 on the
+// H200, stamps of the fourteenth session.)
+template <int P>
+DL_DEVICE u64 bitonic_desc(u64 v, u64* buf, int tid) {
+#pragma unroll
+  for (int k = 2; k <= P; k <<= 1) {
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      u64 other;
+      if (j >= 32) {
+        // every thread has read its partner of the previous step through buf (none before the
+        // first such step: each thread last read its own slot)
+        if (!(k == 64 && j == 32)) dl::named_barrier(1, P);
+        buf[tid] = v;
+        dl::named_barrier(1, P);
+        other = buf[tid ^ j];
+      } else {
+        other = __shfl_xor_sync(FULL, v, j);
+      }
+      const bool keep_max = ((tid & k) == 0) == ((tid & j) == 0);  // descending at the last k = P
+      v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
+    }
+  }
+  return v;
+}
+
+// bitonic_desc<P> for the P at run time (a power of two <= the next one >= MAX_K); P = 1: v.
+template <int P = 2>
+DL_DEVICE u64 bitonic_desc_dispatch(int p, u64 v, u64* buf, int tid) {
+  if (p < 2) return v;
+  if constexpr (P < MAX_K && P < BUILD_THREADS) {
+    if (p > P) return bitonic_desc_dispatch<2 * P>(p, v, buf, tid);
+  }
+  return bitonic_desc<P>(v, buf, tid);
+}
+
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
 // topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
 // (topk_threshold.cuh), which hold the row's maximum m; its log-sum-exp is
@@ -54,13 +95,18 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
     }
   }
-  // thr: warp 0 loads the row's T and its first 32 segments' sums now (used after the select).
+  // The row's log-sum-exp is the last warp's (LSE_WARP): it computes it while the warps below
+  // P sort, which leaves it idle for K <= BUILD_THREADS - 32. thr: it loads the row's T and its
+  // first 32 segments' sums now (used after the select).
+  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
+  const int lane = tid & 31;
+  const bool lse_warp = (tid >> 5) == LSE_WARP;
   double2 t_pre = make_double2(0.0, 0.0);
   float t_thr = 0.f;
   const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
-  if (thr && tid < 32) {
+  if (thr && lse_warp) {
     t_thr = p.tk_thresh[row_id];
-    if (tid < S) t_pre = tk_sums[tid];
+    if (lane < S) t_pre = tk_sums[lane];
   }
   u64 mine = 0;
 #pragma unroll
@@ -105,13 +151,13 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
   int all;  // = K: the composites are distinct
   int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
-  if (tid < 32) {  // the row's log-sum-exp (warp 0; read after the barriers below)
+  auto row_lse = [&]() {  // the row's log-sum-exp (LSE_WARP; read after the final barrier)
     float m;
     double t = 0.0;
     if (thr) {  // relative to T: below + above (NaN: a logit 80 or more above T)
       m = key_f32(static_cast<u32>(cmax >> 32));
       double2 ts = t_pre;
-      for (int s = tid + 32; s < S; s += 32) {
+      for (int s = lane + 32; s < S; s += 32) {
         const double2 v = tk_sums[s];
         ts.x += v.x;
         ts.y += v.y;
@@ -130,7 +176,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
         // bitwise reproducible).
         const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
         u64 fix = 0;
-        for (int i = tid; i < n_cand; i += 32) {
+        for (int i = lane; i < n_cand; i += 32) {
           // exp(x - m) = (24-bit mantissa) * 2^(E - 150); times 2^38: a shift by E - 112 (<= 15)
           const u32 w = __float_as_uint(ex2_approx((key_f32(static_cast<u32>(cand[i] >> 32)) - m) * LOG2E));
           const int sh = min(static_cast<int>(w >> 23) - 112, 15);
@@ -150,54 +196,43 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       const float* pm = p.chunk_max + row_id * S;
       const double* ps = p.chunk_sum + row_id * S;
       m = DL_NEG_INF;
-      for (int s = tid; s < S; s += 32) m = fmaxf(m, pm[s]);
+      for (int s = lane; s < S; s += 32) m = fmaxf(m, pm[s]);
       m = dl::warp_max(m);
-      for (int s = tid; s < S; s += 32) {
+      for (int s = lane; s < S; s += 32) {
         const float cm = pm[s];
         if (cm > DL_NEG_INF) t += ps[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
     }
-    if (tid == 0) {
+    if (lane == 0) {
       // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
       // distribution: its log-probs are all the floor below, and the build status says so.
       const bool finite = isfinite(m);
       sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
       if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
     }
-  }
+  };
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j)
     if (c[j] >= cstar) sortbuf[pos++] = c[j];
   __syncthreads();
-  DDT_STAMP(3, "lse", 0);  // (thread 0 is in warp 0, which computed the log-sum-exp)
+  DDT_STAMP(3, "lse", 0);  // (the picked composites in sortbuf; the log-sum-exp follows)
   // The K picked composites, sorted descending by a bitonic network over the next power of two
-  // P <= BUILD_THREADS (one per thread; padding 0 sorts last): strides below 32 by warp shuffles,
-  // the others through sortbuf (two barriers each: 6 of the 36 steps at K = 256). The composites
-  // are distinct (ids), so the order is total and equals the reference's (logit desc, id asc).
-  // (Replaced a count of the picked ones above each: K * K / BUILD_THREADS compares per thread.)
+  // P <= BUILD_THREADS (bitonic_desc; padding 0 sorts last). The composites are distinct (ids), so
+  // the order is total and equals the reference's (logit desc, id asc). (Replaced a count of the
+  // picked ones above each: K * K / BUILD_THREADS compares per thread.)
   static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
   const int n_pick = min(all, K);  // = K: the composites are distinct
   int P = 1;
   while (P < K) P <<= 1;
   u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
-  for (int k = 2; k <= P; k <<= 1) {
-    for (int j = k >> 1; j > 0; j >>= 1) {  // (uniform)
-      u64 other;
-      if (j >= 32) {
-        __syncthreads();  // every thread has read its partner of the previous step
-        if (tid < P) sortbuf[tid] = v;
-        __syncthreads();
-        other = tid < P ? sortbuf[tid ^ j] : 0ull;
-      } else {
-        other = __shfl_xor_sync(FULL, v, j);
-      }
-      const bool keep_max = ((tid & k) == 0) == ((tid & j) == 0);  // descending at the last k = P
-      v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
-    }
-  }
-  __syncthreads();  // sm.lse (warp 0, above) is visible
+  const bool sorts = tid < max(P, 32);  // (warp-uniform)
+  if (lse_warp) row_lse();  // (K > BUILD_THREADS - 32: before this warp's part of the sort)
+  DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
+  if (sorts) v = bitonic_desc_dispatch(P, v, sortbuf, tid);
+  DDT_STAMP(29, "sortdone", 0);
+  __syncthreads();  // sm.lse (LSE_WARP, above) is visible
   const float lse = sm.lse;
   if (tid < K) {
     const size_t at = row_id * K + tid;
@@ -214,13 +249,18 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   u64* sortbuf = reinterpret_cast<u64*>(dyn);
   merge_row(p, b, d, sm, sortbuf);
 
-  __threadfence();
+  // Every thread's top_ids / top_lp stores come before this barrier, and thread 0's fence after it
+  // makes them visible at GPU scope before its counter increment (the release of cooperative
+  // groups' grid sync: one fence per CTA; a fence in each of the 512 threads cost ~0.3 µs).
   __syncthreads();
   // The request's budget, loaded here so that its load travels with the counter's atomic (the
   // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
   int budget_b = p.budget;
   if (p.budgets) budget_b = p.budgets[b];
-  if (tid == 0) sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+  if (tid == 0) {
+    __threadfence();
+    sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+  }
   __syncthreads();
   if (!sm.last) return;
   budget_b = min(max(budget_b, 0), p.budget);

@@ -2,19 +2,25 @@
 // tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps slot `slot` of row
 // blockIdx.y * gridDim.x + blockIdx.x. Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
 // last 5, lp 6, depth d 6 + d (d <= 15), generate 22, searched 23, nodes 24, srchpro 25 (the
-// search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation). The tool
-// orders a CTA's records by their clock. Empty, and the kernels unchanged, without the define.
+// search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation), lsedone 28
+// (the row merge's log-sum-exp warp done: DDT_STAMP_BY, its lane 0) and sortdone 29 (thread 0's
+// part of the sort done, before the merge's last barrier). The tool orders a CTA's records by
+// their clock. Empty, and the kernels unchanged, without the define.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "../phase_stamps.cuh"
 
 #if defined(DL_STAMPS) && DL_STAMPS
-#define DDT_STAMP(slot, point, arg)                                                                        \
-  do {                                                                                                     \
-    if (threadIdx.x == 0) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
+#define DDT_STAMP_BY(tid0, slot, point, arg)                                                                   \
+  do {                                                                                                            \
+    if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
   } while (0)
+#define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
 #else
+#define DDT_STAMP_BY(tid0, slot, point, arg) \
+  do {                                       \
+  } while (0)
 #define DDT_STAMP(slot, point, arg) \
   do {                              \
   } while (0)
