@@ -239,7 +239,7 @@ def bench():
 @click.option("--repeats", default=5, show_default=True, type=click.IntRange(1), help="Repetitions; medians are reported.")
 @click.option("--device", "ordinal", default=0, show_default=True, type=click.IntRange(0), help="GPU ordinal.")
 @click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
-@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout).")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout, the table then goes to stderr).")
 def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
     """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches."""
     from . import bench_replay as br

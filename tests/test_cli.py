@@ -335,6 +335,38 @@ def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, s
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
 
 
+def _fake_replay_result():
+    from driverlevel.bench_replay import ReplayRow
+
+    row = ReplayRow(nodes=10, ours_host_us=5.0, raw_host_us=4.5, eager_host_us_per_step=30.0, ours_gpu_us=2.0,
+                    eager_gpu_us_per_step=20.0)
+    return {"device": "Fake GPU", "arch": "sm_90", "driver_cuda": "12.8", "torch": None, "repeats": 1,
+            "replays": 100, "rows": [row]}
+
+
+@pytest.mark.parametrize("to_stdout", [True, False])
+def test_bench_replay_json_stdout_is_json_only(runner, monkeypatch, tmp_path, to_stdout):
+    """``--json -``: stdout is the JSON alone (``| jq`` parses it), the table goes to stderr;
+    ``--json FILE``: the table stays on stdout and the file holds the JSON."""
+    import json
+
+    from driverlevel import _device, bench_replay
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: True)
+    monkeypatch.setattr(_device, "device_count", lambda: 1)
+    monkeypatch.setattr(bench_replay, "run", lambda *a, **k: _fake_replay_result())
+    path = "-" if to_stdout else str(tmp_path / "r.json")
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", path])
+    assert r.exit_code == 0, r.output
+    if to_stdout:
+        d = json.loads(r.stdout)
+        assert "graph replay latency" in r.stderr and "ours/raw worst" in r.stderr
+    else:
+        d = json.loads((tmp_path / "r.json").read_text())
+        assert "graph replay latency" in r.stdout and "{" not in r.stdout
+    assert d["device"] == "Fake GPU" and d["rows"][0]["nodes"] == 10
+
+
 @pytest.mark.parametrize("nodes", ["0", "a,b", ""])
 def test_bench_replay_bad_nodes(runner, nodes):
     r = runner.invoke(cli.main, ["bench", "replay", "--nodes", nodes])
