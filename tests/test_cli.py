@@ -49,7 +49,10 @@ def test_version(runner):
 
 # -- info ----------------------------------------------------------------------------------------
 def _no_driver():
-    raise DriverUnavailableError("cuInit", 100, "CUDA_ERROR_NO_DEVICE", "the NVIDIA driver library could not be loaded")
+    from driverlevel._device import NO_DRIVER_LIBRARY_MESSAGE
+
+    raise DriverUnavailableError("cuInit", 100, "CUDA_ERROR_NO_DEVICE", NO_DRIVER_LIBRARY_MESSAGE,
+                                 message=NO_DRIVER_LIBRARY_MESSAGE)
 
 
 def test_info_without_driver(runner, monkeypatch):
