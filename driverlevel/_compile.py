@@ -25,6 +25,7 @@ import json
 import os
 import re
 import struct
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field, replace
@@ -590,8 +591,20 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
             except OSError as exc:  # an unwritable cache must not break compilation
                 import warnings
 
-                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning)
+                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning,
+                              stacklevel=_stacklevel_outside_package())
     return cub
+
+
+def _stacklevel_outside_package() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the calling function that points at the first frame
+    outside driverlevel (the user's line, however deep in the package the compile was asked for, e.g.
+    from a plan's constructor through :func:`compile_file`), not at driverlevel's own source."""
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cubin:

@@ -381,6 +381,25 @@ def test_unwritable_cache_warns_and_still_compiles(tmp_path, header_dir, monkeyp
         _compile._clear_memory_cache()
 
 
+@pytest.mark.parametrize("via", ["compile_source", "compile_file"])
+def test_unwritable_cache_warning_points_at_the_callers_line(fresh_cache, monkeypatch, via):
+    """The warning names the user's line (this file), not driverlevel's own warnings.warn line, also when
+    the compile goes through compile_file (two frames of driverlevel)."""
+    from driverlevel._compile import Cubin
+
+    def unwritable(path, cub):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(_compile, "_write_entry", unwritable)
+    monkeypatch.setattr(_compile, "_nvrtc_compile", lambda source, name, arch, options: Cubin(b"\x7fELF", arch, name, ()))
+    with pytest.warns(RuntimeWarning, match="could not write the cubin cache") as rec:
+        if via == "compile_source":
+            compile_source("__global__ void k() {}\n", "stacklevel.cu", "sm_90")
+        else:
+            dl.runtime.compile_file("selftest.cu", "sm_90", {"DL_STACKLEVEL_PROBE": 1})
+    assert [w.filename for w in rec] == [__file__]
+
+
 def test_use_cache_false_always_compiles(fresh_cache, header_dir, count_compiles):
     _compile_t(header_dir)
     b = _compile_t(header_dir, use_cache=False)
