@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="repetitions; medians are reported")
     ap.add_argument("--device", type=int, default=0, help="GPU ordinal")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")
-    ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout, the table then goes to stderr)")
     a = ap.parse_args(argv)
     try:
         counts = [int(x) for x in a.nodes.split(",") if x.strip()]

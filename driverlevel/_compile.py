@@ -25,6 +25,7 @@ import json
 import os
 import re
 import struct
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field, replace
@@ -203,25 +204,58 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 def normalize_arch(arch) -> str:
-    """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90``, ``(9, 0)`` or a Device.
+    """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90``, ``(9, 0)`` or a Device; ``"sm_90a"``
+    (an architecture-specific target) is kept as it is.
+
+    Lenient on purpose: the runtime applies it to whatever GPU it finds, so any real
+    target of sm_80 or newer passes, including ones newer than :data:`SUPPORTED_ARCHS`
+    (:func:`check_arch` is the strict check of a name typed on a command line;
+    :func:`compile_source` also checks the target against the NVRTC in use).
 
     Raises
     ------
     ValueError
-        For a malformed architecture or one older than sm_80.
+        For a malformed architecture (a tuple other than ``(major, minor)``, a virtual
+        ``compute_XX``, a family target such as ``sm_100f``) or one older than sm_80.
     """
     if hasattr(arch, "arch") and not isinstance(arch, str):
         arch = arch.arch
+    given = arch
     if isinstance(arch, tuple):
+        if len(arch) != 2:
+            raise ValueError(f"unsupported architecture {given!r}: a compute capability tuple is (major, minor), "
+                             f"e.g. (9, 0)")
         arch = f"sm_{arch[0]}{arch[1]}"
     s = str(arch).strip().lower()
     if s.isdigit():
         s = "sm_" + s
     m = re.fullmatch(r"sm_(\d+)a?", s)
     if not m or int(m.group(1)) < 80:
-        raise ValueError(f"unsupported architecture {arch!r}: expected a real target sm_XX of sm_80 or newer "
-                         f"(not compute_XX or a family suffix like sm_100f), e.g. one of {', '.join(SUPPORTED_ARCHS)}")
+        raise ValueError(f"unsupported architecture {given!r}: expected a real target sm_XX of sm_80 or newer, "
+                         f"optionally architecture-specific (sm_90a); not a virtual compute_XX or a family target "
+                         f"(sm_100f). E.g. one of {', '.join(SUPPORTED_ARCHS)}")
     return s
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc_supported_archs() -> tuple[str, ...]:
+    """The real targets the NVRTC in use compiles for, e.g. ``("sm_75", "sm_80", ...)``
+    (``nvrtcGetSupportedArchs``)."""
+    archs = check_nvrtc("nvrtcGetSupportedArchs", nvrtc.nvrtcGetSupportedArchs())
+    return tuple(f"sm_{int(a)}" for a in archs)
+
+
+def _check_nvrtc_supports(arch: str) -> None:
+    """ValueError, naming the supported targets, when the NVRTC in use cannot compile for ``arch``
+    (NVRTC itself would answer NVRTC_ERROR_INVALID_OPTION)."""
+    supported = _nvrtc_supported_archs()
+    base = arch.rstrip("a")
+    if base not in supported or (arch != base and int(base[3:]) < 90):  # 'a' targets start at sm_90a
+        major, minor = nvrtc_version()
+        usable = [a for a in supported if int(a[3:]) >= 80]
+        raise ValueError(f"unsupported architecture {arch!r}: NVRTC {major}.{minor} compiles for "
+                         f"{', '.join(usable)} (sm_80 or newer; architecture-specific 'a' targets from "
+                         f"sm_90a on, where the base is listed)")
 
 
 def arch_number(arch) -> int:
@@ -524,6 +558,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     """
     extra_include = tuple(include_dirs)
     arch = normalize_arch(arch)
+    _check_nvrtc_supports(arch)
     local = _include_dirs(extra_include)  # the parameter shadows the module function
     options = _options(arch, defines or {}, extra_options)
     options_all = options + [f"-I{d}" for d in local]
@@ -556,8 +591,20 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
             except OSError as exc:  # an unwritable cache must not break compilation
                 import warnings
 
-                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning)
+                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning,
+                              stacklevel=_stacklevel_outside_package())
     return cub
+
+
+def _stacklevel_outside_package() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the calling function that points at the first frame
+    outside driverlevel (the user's line, however deep in the package the compile was asked for, e.g.
+    from a plan's constructor through :func:`compile_file`), not at driverlevel's own source."""
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cubin:

@@ -35,6 +35,10 @@ from ._errors import CudaError, DriverUnavailableError, check
 __all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init_driver", "NO_GPU_MESSAGE",
            "NO_GPU_EXIT_STATUS", "gpu_usable", "require_gpu"]
 
+#: The message of the :class:`DriverUnavailableError` raised when the driver library itself is missing.
+NO_DRIVER_LIBRARY_MESSAGE = ("the NVIDIA driver library (libcuda) could not be loaded: no NVIDIA driver is installed, "
+                             "or it is not on the library search path")
+
 _init_lock = threading.Lock()
 _initialized = False
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
@@ -57,11 +61,11 @@ def init_driver() -> None:
         try:
             (err,) = driver.cuInit(0)
         except Exception as exc:  # the driver library (libcuda) could not be loaded: cuInit never ran
-            raise DriverUnavailableError(
-                "loading libcuda for cuInit", int(driver.CUresult.CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
-                "the NVIDIA driver library could not be loaded, so no CUDA device is usable (the code is "
-                f"driverlevel's, not the driver's: {exc})",
-            ) from exc
+            # code and name say "no device" for callers that test them; the message does not quote them,
+            # since no driver call returned them.
+            what = NO_DRIVER_LIBRARY_MESSAGE
+            raise DriverUnavailableError("cuInit", int(driver.CUresult.CUDA_ERROR_NO_DEVICE), "CUDA_ERROR_NO_DEVICE",
+                                         what, str(exc), message=what) from exc
         check("cuInit", (err,))
         _initialized = True
 
@@ -189,14 +193,16 @@ class Device:
     ----------
     ordinal : int
         Device ordinal in ``[0, device_count())``, as CUDA enumerates them
-        (after ``CUDA_VISIBLE_DEVICES``).
+        (after ``CUDA_VISIBLE_DEVICES``); a numpy integer is accepted too.
 
     Raises
     ------
+    TypeError
+        ``ordinal`` is not an integer (a bool is not one).
+    ValueError
+        ``ordinal`` out of range; a negative one before the driver is touched.
     DriverUnavailableError
         No driver or no device.
-    ValueError
-        ``ordinal`` out of range.
     """
 
     _instances: dict = {}
@@ -205,8 +211,15 @@ class Device:
     def __new__(cls, ordinal: int = 0):
         if isinstance(ordinal, Device):
             return ordinal
-        if not isinstance(ordinal, int) or isinstance(ordinal, bool):
-            raise TypeError(f"Device ordinal must be an int, got {type(ordinal).__name__}")
+        # Bad input is found before the driver is touched: a ValueError even on a machine without one.
+        if isinstance(ordinal, bool):
+            raise TypeError("Device ordinal must be an int, got bool")
+        try:
+            ordinal = operator.index(ordinal)  # int and numpy integers, as the plans accept
+        except TypeError:
+            raise TypeError(f"Device ordinal must be an int, got {type(ordinal).__name__}") from None
+        if ordinal < 0:
+            raise ValueError(f"device ordinal {ordinal} out of range: ordinals are 0 or more")
         with cls._lock:
             inst = cls._instances.get(ordinal)
             if inst is not None:

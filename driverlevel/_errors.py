@@ -39,17 +39,19 @@ class CudaError(RuntimeError):
         The error's name, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``.
     """
 
-    def __init__(self, call: str, code: int, name: str, description: str = "", detail: str = ""):
+    def __init__(self, call: str, code: int, name: str, description: str = "", detail: str = "", *,
+                 message: str | None = None):
         self.call = call
         self.code = int(code)
         self.name = name
         self.description = description
-        msg = f"{call} failed: {name} ({self.code})"
-        if description:
-            msg += f": {description}"
+        if message is None:  # ``message``: the whole text, for a failure no driver call reported
+            message = f"{call} failed: {name} ({self.code})"
+            if description:
+                message += f": {description}"
         if detail:
-            msg += f" [{detail}]"
-        super().__init__(msg)
+            message += f" [{detail}]"
+        super().__init__(message)
 
 
 class DriverUnavailableError(CudaError):

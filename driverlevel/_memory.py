@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import operator
 import sys
 import threading
 import warnings
@@ -252,6 +253,29 @@ def deferred_count() -> int:
     return len(_deferred)
 
 
+def _nbytes_arg(nbytes, *, allow_zero: bool = False) -> int:
+    """``nbytes`` as a Python int: an integer (numpy's too; not bool, not a float, which ``int()``
+    would truncate) that is positive (``allow_zero``: >= 0).
+
+    Raises
+    ------
+    TypeError
+        Not an integer.
+    ValueError
+        Negative (or 0 without ``allow_zero``).
+    """
+    want = "an int >= 0" if allow_zero else "a positive int"
+    if isinstance(nbytes, bool):
+        raise TypeError(f"nbytes must be {want}, got bool {nbytes!r}")
+    try:
+        n = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"nbytes must be {want}, got {type(nbytes).__name__} {nbytes!r}") from None
+    if n < 0 or (n == 0 and not allow_zero):
+        raise ValueError(f"nbytes must be {want}, got {n}")
+    return int(n)
+
+
 class DeviceBuffer:
     """One ``cuMemAlloc`` allocation, freed when the object is closed or collected.
 
@@ -284,6 +308,8 @@ class DeviceBuffer:
 
         Raises
         ------
+        TypeError, ValueError
+            ``nbytes`` is not a positive integer (checked before the device is touched).
         CaptureError
             While a capture is active (allocation would invalidate it).
         CudaError
@@ -291,10 +317,8 @@ class DeviceBuffer:
         """
         from ._device import _check_device_arg
 
+        nbytes = _nbytes_arg(nbytes)  # before the device is touched
         device = _check_device_arg(device)
-        nbytes = int(nbytes)
-        if nbytes <= 0:
-            raise ValueError(f"nbytes must be positive, got {nbytes}")
         ensure_not_capturing("DeviceBuffer.allocate() (cuMemAlloc)")
         if _deferred:
             release_deferred()
@@ -370,8 +394,8 @@ class PinnedHostBuffer:
 
         Raises
         ------
-        ValueError
-            If ``nbytes`` is not positive.
+        TypeError, ValueError
+            ``nbytes`` is not a positive integer (checked before the device is touched).
         CaptureError
             While a capture is active.
         CudaError
@@ -379,10 +403,8 @@ class PinnedHostBuffer:
         """
         from ._device import _check_device_arg
 
+        nbytes = _nbytes_arg(nbytes)  # before the device is touched
         device = _check_device_arg(device)
-        nbytes = int(nbytes)
-        if nbytes <= 0:
-            raise ValueError(f"nbytes must be positive, got {nbytes}")
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
         if _deferred:
             release_deferred()
@@ -484,10 +506,16 @@ class WorkspacePool:
 
     @classmethod
     def allocate(cls, device, nbytes: int, *, label: str = "workspace", alignment: int = DEFAULT_ALIGNMENT) -> "WorkspacePool":
-        """Allocate a pool of ``nbytes`` (rounded up to ``alignment``) on ``device``.
+        """Allocate a pool of ``nbytes`` (rounded up to ``alignment``; 0 gives one ``alignment``
+        unit, a pool is never empty) on ``device``.
 
         Raises
         ------
+        TypeError
+            ``nbytes`` is not an integer (a float is refused, not truncated).
+        ValueError
+            ``nbytes`` is negative, or ``alignment`` is not a power of two; both before the
+            device is touched.
         CaptureError
             While a capture is active.
         CudaError
@@ -495,7 +523,7 @@ class WorkspacePool:
         """
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, got {alignment}")
-        nbytes = max(align_up(int(nbytes), alignment), alignment)
+        nbytes = max(align_up(_nbytes_arg(nbytes, allow_zero=True), alignment), alignment)
         self = object.__new__(cls)
         self._buffer = DeviceBuffer.allocate(device, nbytes, label=f"pool:{label}")
         self.label = label

@@ -312,12 +312,19 @@ def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -
               file=sys.stderr)
         return 2
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
-    print(format_table(result))
+    write_result(result, json_path)
+    return 0
+
+
+def write_result(result: dict, json_path) -> None:
+    """The table and, with ``json_path``, the JSON. ``json_path == "-"`` puts the JSON alone on stdout
+    (so ``| jq`` reads it) and the table on stderr, as ``capture-demo --json`` does with its log."""
+    json_to_stdout = json_path == "-"
+    print(format_table(result), file=sys.stderr if json_to_stdout else sys.stdout)
     if json_path:
         text = to_json(result)
-        if json_path == "-":
+        if json_to_stdout:
             print(text)
         else:
             with open(json_path, "w") as f:
                 f.write(text + "\n")
-    return 0

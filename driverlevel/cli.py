@@ -8,6 +8,7 @@ their own subcommands to :data:`bench`.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import click
@@ -194,6 +195,9 @@ def compile_cmd(arch_opt, kernels):
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
     than the architecture allows per block; 2 for an unsupported --arch.
+
+    The table goes to stdout; a progress bar (on a terminal only), NVRTC's warnings
+    (after the table) and the problems go to stderr.
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
@@ -202,7 +206,8 @@ def compile_cmd(arch_opt, kernels):
         if f not in available:
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
                                      param_hint="--kernel")
-    rows, problems = [], []
+    rows, problems, warnings = [], [], {}
+    jobs = []  # (file, arch, variant): known up front so the progress bar has a total
     for f in files:
         for arch in archs:
             try:
@@ -210,20 +215,56 @@ def compile_cmd(arch_opt, kernels):
             except Exception as exc:  # a broken launcher must not hide the other files
                 problems.append(f"{f} ({arch}): its compile variants could not be computed: {exc}")
                 continue
-            for v in variants:
-                where = f"{f} [{v.label}]" if v.label else f
-                try:
-                    cub = compile_file(f, arch, v.defines)
-                except NvrtcError as exc:
-                    problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
-                    continue
-                rows.extend(_resource_rows(where, arch, cub, v.dynamic_shared, problems))
+            jobs.extend((f, arch, v) for v in variants)
+    with _progress(len(jobs)) as bar:
+        for f, arch, v in jobs:
+            where = f"{f} [{v.label}]" if v.label else f
+            bar.set_postfix_str(f"{where} {arch}", refresh=False)
+            try:
+                cub = compile_file(f, arch, v.defines)
+            except NvrtcError as exc:
+                problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
+                continue
+            finally:
+                bar.update()
+            rows.extend(_resource_rows(where, arch, cub, v.dynamic_shared, problems))
+            text = _log_warnings(cub.log)
+            if text:
+                warnings.setdefault(text, []).append(f"{where} ({arch})")
     if rows:
         click.echo(_table(rows))
+    for text, wheres in warnings.items():
+        click.echo(f"NVRTC warnings compiling {', '.join(wheres)}:\n{text}", err=True)
     for p in problems:
         click.echo(p, err=True)
     if problems:
         sys.exit(1)
+
+
+def _stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def _progress(total: int):
+    """A progress bar of ``total`` compiles on stderr, shown only when stderr is a terminal (so a
+    redirected stderr gets no bar text); it is cleared when done, before the table goes to stdout."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="compile", unit="cubin", file=sys.stderr, leave=False,
+                disable=not _stderr_is_tty(), dynamic_ncols=True)
+
+
+_PTXAS_REPORT = re.compile(r"^ptxas(\s+info\s*:|\s+\.)")
+
+
+def _log_warnings(log: str) -> str:
+    """The warnings of an NVRTC log (front end and ptxas), or "" if it has none: the log without
+    ptxas's resource report (``ptxas info`` lines, which ``-Xptxas -v`` always adds), when a line
+    of what is left says ``warning``."""
+    kept = [line for line in (log or "").splitlines() if not _PTXAS_REPORT.match(line)]
+    if not any(re.search(r"\bwarning\b", line, re.IGNORECASE) for line in kept):
+        return ""
+    return "\n".join(kept).strip()
 
 
 # -- bench -------------------------------------------------------------------------------
@@ -239,7 +280,7 @@ def bench():
 @click.option("--repeats", default=5, show_default=True, type=click.IntRange(1), help="Repetitions; medians are reported.")
 @click.option("--device", "ordinal", default=0, show_default=True, type=click.IntRange(0), help="GPU ordinal.")
 @click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
-@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout).")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout, the table then goes to stderr).")
 def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
     """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches."""
     from . import bench_replay as br

@@ -279,15 +279,22 @@ def _pos_int(name, v, lo=1, hi=None):
     return int(v)
 
 
+_LOGIT_DTYPES = "float32 or bfloat16 (\"float32\", numpy.float32, \"bfloat16\", \"bf16\" or driverlevel.bfloat16)"
+
+
 def _logit_dtype(name, dt):
+    """TypeError naming ``name`` and the accepted values for anything but float32 / bfloat16."""
     if dt is None:
-        raise TypeError(f"{name} must be float32 or bfloat16, got None")
-    d = as_dtype(dt)
+        raise TypeError(f"{name} must be {_LOGIT_DTYPES}, got None")
+    try:
+        d = as_dtype(dt)
+    except TypeError:
+        raise TypeError(f"{name} must be {_LOGIT_DTYPES}, got {dt!r}") from None
     if d is bfloat16:
         return bfloat16
     if d == np.dtype(np.float32):
         return d
-    raise TypeError(f"{name} must be float32 or bfloat16, got {d}")
+    raise TypeError(f"{name} must be {_LOGIT_DTYPES}, got {d}")
 
 
 def _is_bf16(a: DeviceArray) -> bool:

@@ -148,9 +148,10 @@ class RequestState:
         CaptureError
             During a capture (it allocates and synchronizes).
         """
-        device = _check_device_arg(device)
+        # The arguments are checked before the device is touched (a bad count is a ValueError, also without a GPU).
         specs = cls.specs(max_batch=max_batch, max_context=max_context, num_slots=num_slots, req_rows=req_rows,
                           n_stop=n_stop, budgets=budgets, remaining=remaining, r2t_dtype=r2t_dtype)
+        device = _check_device_arg(device)
         pool = WorkspacePool.allocate(device, WorkspacePool.required_bytes([(s, d) for _, s, d in specs]), label=label)
         arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
         stream = device.create_stream()

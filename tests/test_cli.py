@@ -49,7 +49,10 @@ def test_version(runner):
 
 # -- info ----------------------------------------------------------------------------------------
 def _no_driver():
-    raise DriverUnavailableError("cuInit", 100, "CUDA_ERROR_NO_DEVICE", "the NVIDIA driver library could not be loaded")
+    from driverlevel._device import NO_DRIVER_LIBRARY_MESSAGE
+
+    raise DriverUnavailableError("cuInit", 100, "CUDA_ERROR_NO_DEVICE", NO_DRIVER_LIBRARY_MESSAGE,
+                                 message=NO_DRIVER_LIBRARY_MESSAGE)
 
 
 def test_info_without_driver(runner, monkeypatch):
@@ -246,6 +249,78 @@ def test_compile_reports_a_compile_error(runner, monkeypatch):
     assert r.exit_code == 1 and "selftest.cu (sm_120) failed to compile" in r.output and "oops" in r.output
 
 
+def test_compile_progress_bar_on_stderr_counts_every_compile(runner, monkeypatch):
+    """With stderr a terminal, a progress bar over the (file, variant, arch) compiles goes to stderr and ends
+    at the total; stdout is the table alone (no bar text, no carriage returns)."""
+    calls = []
+
+    def fake(filename, arch, defines=None, *a, **k):
+        calls.append((filename, arch))
+        return _fake_compile({"k": KernelResources(registers=32)})(filename, arch, defines)
+
+    monkeypatch.setattr(cli, "compile_file", fake)
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {}, "a"),
+                                                                  CompileVariant({"X": 1}, {}, "b")])
+    monkeypatch.setattr(cli, "_stderr_is_tty", lambda: True)
+    bars, real = [], cli._progress
+
+    def recorded(total):
+        bar = real(total)
+        bar.mininterval = bar.miniters = 0  # draw every update
+        bars.append(bar)
+        return bar
+
+    monkeypatch.setattr(cli, "_progress", recorded)
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90,sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 4 and len(bars) == 1 and (bars[0].n, bars[0].total) == (4, 4)
+    assert "compile" in r.stderr and "0/4" in r.stderr and "4/4" in r.stderr and "selftest.cu [b] sm_120" in r.stderr
+    assert "\r" not in r.stdout and "4/4" not in r.stdout
+    assert r.stdout.splitlines()[0].split()[:3] == ["file", "kernel", "arch"] and len(_rows(r.stdout)) == 4
+
+
+def test_compile_no_progress_bar_when_stderr_is_not_a_terminal(runner, monkeypatch):
+    monkeypatch.setattr(cli, "compile_file", _fake_compile({"k": KernelResources(registers=32)}))
+    monkeypatch.setattr(cli, "_stderr_is_tty", lambda: False)
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 0 and r.stderr == ""
+
+
+WARNING_LOG = ('w.cu(1): warning #177-D: variable "unused" was declared but never referenced\n'
+               '  __global__ void k(int*p){int unused;}\n                               ^\n\n'
+               "ptxas info    : 0 bytes gmem\nptxas info    : Compiling entry function '_Z1kPi' for 'sm_90'\n"
+               "ptxas info    : Function properties for _Z1kPi\n"
+               "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+               "ptxas info    : Used 8 registers, used 0 barriers\n")
+
+
+def test_log_warnings():
+    text = cli._log_warnings(WARNING_LOG)
+    assert text.startswith('w.cu(1): warning #177-D: variable "unused"') and "ptxas info" not in text
+    assert cli._log_warnings(WARNING_LOG.split("\n\n")[1]) == ""  # the resource report alone
+    assert cli._log_warnings("") == "" and cli._log_warnings(None) == ""
+    assert cli._log_warnings("ptxas warning : Registers are spilled\n") == "ptxas warning : Registers are spilled"
+
+
+def test_compile_prints_nvrtc_warnings_on_stderr_after_the_table(runner, monkeypatch):
+    def warned(filename, arch, defines=None, *a, **k):
+        return Cubin(b"\x7fELF", arch, filename, (), {"k": KernelResources(registers=8)}, WARNING_LOG, False, "k")
+
+    monkeypatch.setattr(cli, "compile_file", warned)
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {}, "a")])
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90,sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 0, r.output  # warnings do not fail the command
+    assert "warning" not in r.stdout
+    assert r.stderr.count('warning #177-D: variable "unused"') == 1  # the same text once, naming where
+    assert "NVRTC warnings compiling selftest.cu [a] (sm_90), selftest.cu [a] (sm_120):" in r.stderr
+    assert r.output.index("selftest.cu [a]  k") < r.output.index("NVRTC warnings")  # after the table
+
+
+def test_compile_of_the_real_kernels_has_no_warning_text(runner):
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu"])
+    assert r.exit_code == 0 and "NVRTC warnings" not in r.stderr
+
+
 def test_every_kernel_source_has_a_registered_launcher():
     import importlib
 
@@ -333,6 +408,38 @@ def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, s
     monkeypatch.setattr(bench_replay, "run", lambda *a, **k: pytest.fail("measured despite a usage error"))
     r = runner.invoke(cli.main, ["bench", "replay", *args])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
+
+
+def _fake_replay_result():
+    from driverlevel.bench_replay import ReplayRow
+
+    row = ReplayRow(nodes=10, ours_host_us=5.0, raw_host_us=4.5, eager_host_us_per_step=30.0, ours_gpu_us=2.0,
+                    eager_gpu_us_per_step=20.0)
+    return {"device": "Fake GPU", "arch": "sm_90", "driver_cuda": "12.8", "torch": None, "repeats": 1,
+            "replays": 100, "rows": [row]}
+
+
+@pytest.mark.parametrize("to_stdout", [True, False])
+def test_bench_replay_json_stdout_is_json_only(runner, monkeypatch, tmp_path, to_stdout):
+    """``--json -``: stdout is the JSON alone (``| jq`` parses it), the table goes to stderr;
+    ``--json FILE``: the table stays on stdout and the file holds the JSON."""
+    import json
+
+    from driverlevel import _device, bench_replay
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: True)
+    monkeypatch.setattr(_device, "device_count", lambda: 1)
+    monkeypatch.setattr(bench_replay, "run", lambda *a, **k: _fake_replay_result())
+    path = "-" if to_stdout else str(tmp_path / "r.json")
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", path])
+    assert r.exit_code == 0, r.output
+    if to_stdout:
+        d = json.loads(r.stdout)
+        assert "graph replay latency" in r.stderr and "ours/raw worst" in r.stderr
+    else:
+        d = json.loads((tmp_path / "r.json").read_text())
+        assert "graph replay latency" in r.stdout and "{" not in r.stdout
+    assert d["device"] == "Fake GPU" and d["rows"][0]["nodes"] == 10
 
 
 @pytest.mark.parametrize("nodes", ["0", "a,b", ""])

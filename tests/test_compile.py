@@ -97,10 +97,40 @@ def test_arch_number(given, want):
     assert _compile.arch_number(given) == want
 
 
-@pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70])
+@pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70, (9,), (9, 0, 1), (), "sm_100f"])
 def test_normalize_arch_rejects(bad):
     with pytest.raises(ValueError, match="unsupported architecture"):
         normalize_arch(bad)
+
+
+def test_normalize_arch_message_matches_behaviour():
+    """The message names what normalize_arch accepts: sm_90a passes, so it may not say suffixes are refused
+    outright; it names the refused kinds (compute_XX, the family target sm_100f)."""
+    assert normalize_arch("sm_90a") == "sm_90a"
+    with pytest.raises(ValueError) as ei:
+        normalize_arch("sm_100f")
+    msg = str(ei.value)
+    assert "sm_90a" in msg and "sm_100f" in msg and "compute_XX" in msg
+    with pytest.raises(ValueError, match=r"\(major, minor\)"):
+        normalize_arch((9,))
+
+
+def test_tile_config_short_tuple_is_value_error():
+    from driverlevel.verify_attention import tile_config
+
+    with pytest.raises(ValueError, match="unsupported architecture"):
+        tile_config((9,))
+
+
+@pytest.mark.parametrize("arch", ["sm_999", "sm_89a", 999])
+def test_compile_source_unsupported_arch_is_value_error(arch, monkeypatch):
+    """An architecture the NVRTC in use does not know is a ValueError naming the supported ones (the
+    docstring's promise), found before NVRTC is asked (which would say NVRTC_ERROR_INVALID_OPTION)."""
+    monkeypatch.setattr(_compile, "_nvrtc_compile", lambda *a: pytest.fail("NVRTC called for a bad arch"))
+    with pytest.raises(ValueError, match="unsupported architecture") as ei:
+        compile_source("__global__ void k() {}", "k.cu", arch, use_cache=False)
+    assert "sm_90" in str(ei.value) and "sm_120" in str(ei.value)
+
 
 
 def test_nvrtc_version():
@@ -349,6 +379,25 @@ def test_unwritable_cache_warns_and_still_compiles(tmp_path, header_dir, monkeyp
         assert cub.data[:4] == b"\x7fELF"
     finally:
         _compile._clear_memory_cache()
+
+
+@pytest.mark.parametrize("via", ["compile_source", "compile_file"])
+def test_unwritable_cache_warning_points_at_the_callers_line(fresh_cache, monkeypatch, via):
+    """The warning names the user's line (this file), not driverlevel's own warnings.warn line, also when
+    the compile goes through compile_file (two frames of driverlevel)."""
+    from driverlevel._compile import Cubin
+
+    def unwritable(path, cub):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(_compile, "_write_entry", unwritable)
+    monkeypatch.setattr(_compile, "_nvrtc_compile", lambda source, name, arch, options: Cubin(b"\x7fELF", arch, name, ()))
+    with pytest.warns(RuntimeWarning, match="could not write the cubin cache") as rec:
+        if via == "compile_source":
+            compile_source("__global__ void k() {}\n", "stacklevel.cu", "sm_90")
+        else:
+            dl.runtime.compile_file("selftest.cu", "sm_90", {"DL_STACKLEVEL_PROBE": 1})
+    assert [w.filename for w in rec] == [__file__]
 
 
 def test_use_cache_false_always_compiles(fresh_cache, header_dir, count_compiles):

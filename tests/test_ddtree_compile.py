@@ -147,6 +147,9 @@ def test_plan_rejects_wrong_types():
         _plan(max_batch=True)
     with pytest.raises(TypeError, match="logits_dtype must be float32 or bfloat16"):
         _plan(logits_dtype="float16")
+    for name in ("logits_dtype", "target_dtype"):  # a name numpy does not know either: the argument is named
+        with pytest.raises(TypeError, match=f"{name} must be float32 or bfloat16 .*\"bf16\".*got 'garbage'"):
+            _plan(**{name: "garbage"})
     with pytest.raises(TypeError, match="mask_formats must be an iterable of format names"):
         _plan(mask_formats="full")  # (a str would be taken as its characters)
 

@@ -146,3 +146,41 @@ def test_prompts_have_different_lengths():
     assert lens[0] == 512 and min(lens) >= 256 and len(set(lens)) == 8
     assert all(0 <= t < 1000 for p in ps for t in p)
     assert [len(p) for p in demo_cli._prompts(np.random.default_rng(0), 1, 64, 1000)] == [64]
+
+
+@pytest.mark.parametrize("devices", ["0,,1", "0,", ",0", " , "])
+def test_devices_with_an_empty_item_is_a_usage_error(devices):
+    r = invoke("--devices", devices)
+    assert r.exit_code == 2, r.output
+    assert "--devices" in r.output and "Traceback" not in r.output
+    assert "empty GPU ordinal" in r.output or "expected a comma-separated list" in r.output
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(demo_cli, "gpu_usable", lambda: True)
+
+
+@pytest.mark.parametrize("devices, target", [("0", "_run_demo"), ("0,0", "_run_ranks")])
+def test_a_value_error_during_the_run_is_an_error_not_a_usage_error(fake_gpu, monkeypatch, devices, target):
+    def fails(*a, **k):
+        raise ValueError("something went wrong during the run")
+
+    monkeypatch.setattr(demo_cli, target, fails)
+    r = invoke("--devices", devices)
+    assert r.exit_code == 1, r.output
+    assert isinstance(r.exception, ValueError) and "during the run" in str(r.exception)
+    assert "Usage:" not in r.output
+
+
+@pytest.mark.parametrize("devices", ["3", "0,3"])
+def test_a_bad_ordinal_found_while_building_is_still_a_usage_error(fake_gpu, monkeypatch, devices):
+    def device(ordinal):
+        if ordinal == 3:
+            raise ValueError("device ordinal 3 out of range: 1 device(s) visible")
+        return object()  # device 0 of the ranks: checked first, fine
+
+    monkeypatch.setattr(_device, "Device", device)
+    r = invoke("--devices", devices)
+    assert r.exit_code == 2, r.output
+    assert "Usage:" in r.output and "device ordinal 3 out of range" in r.output

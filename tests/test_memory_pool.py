@@ -66,6 +66,37 @@ def test_capacity_rounds_up_to_alignment(fake_alloc):
     assert fake_alloc[0].nbytes == 1024 and fake_alloc[0].label == "pool:workspace"
 
 
+@pytest.mark.parametrize("nbytes, exc, words", [
+    (-1000, ValueError, "nbytes must be an int >= 0, got -1000"),
+    (-1, ValueError, "nbytes must be an int >= 0, got -1"),
+    (1000.7, TypeError, "nbytes must be an int >= 0, got float 1000.7"),
+    (1024.0, TypeError, "nbytes must be an int >= 0, got float 1024.0"),
+    ("4096", TypeError, "nbytes must be an int >= 0, got str"),
+    (True, TypeError, "nbytes must be an int >= 0, got bool"),
+])
+def test_pool_nbytes_must_be_a_non_negative_int(fake_alloc, nbytes, exc, words):
+    """Negative sizes were silently a 256 B pool and floats were truncated; now refused before any allocation."""
+    with pytest.raises(exc, match=words):
+        WorkspacePool.allocate(DEV, nbytes)
+    assert fake_alloc == []
+    assert WorkspacePool.allocate(DEV, np.int64(1000)).capacity == 1024  # numpy integers are integers
+
+
+@pytest.mark.parametrize("cls", [DeviceBuffer, PinnedHostBuffer])
+@pytest.mark.parametrize("nbytes, exc, words", [
+    (-1000, ValueError, "nbytes must be a positive int, got -1000"),
+    (0, ValueError, "nbytes must be a positive int, got 0"),
+    (1000.7, TypeError, "nbytes must be a positive int, got float 1000.7"),
+    (None, TypeError, "nbytes must be a positive int, got NoneType"),
+])
+def test_buffer_nbytes_checked_before_the_device(monkeypatch, cls, nbytes, exc, words):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(exc, match=words):
+        cls.allocate(0, nbytes)
+
+
 @pytest.mark.parametrize("alignment", [0, -256, 100, 3])
 def test_alignment_must_be_a_power_of_two(fake_alloc, alignment):
     with pytest.raises(ValueError, match="alignment must be a power of two"):

@@ -23,6 +23,9 @@ def test_parse_devices():
     for bad in ("", ",", "a", "-1", "0,1.5"):
         with pytest.raises(ValueError):
             parse_devices(bad)
+    for bad in ("0,,1", "0,", ",1", "0, ,1"):  # an empty item was dropped silently
+        with pytest.raises(ValueError, match="empty GPU ordinal"):
+            parse_devices(bad)
 
 
 def test_devices_option_rejects_bad_lists():

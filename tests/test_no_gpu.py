@@ -78,3 +78,54 @@ def test_capture_of_something_that_is_not_a_stream_is_a_type_error():
         with pytest.raises(TypeError, match="capture needs a driverlevel Stream"):
             with dl.capture(bad):
                 pass
+
+
+def _driver_must_not_be_touched():
+    pytest.fail("the driver was touched for bad input")
+
+
+@pytest.mark.parametrize("bad", [-1, -7])
+def test_device_negative_ordinal_is_value_error_before_the_driver(monkeypatch, bad):
+    import numpy as np
+
+    import driverlevel as dl
+
+    monkeypatch.setattr(_device, "init_driver", _driver_must_not_be_touched)
+    for ordinal in (bad, np.int64(bad)):
+        with pytest.raises(ValueError, match=f"device ordinal {bad} out of range"):
+            dl.Device(ordinal)
+    for ordinal in (1.0, "0", True, None):
+        with pytest.raises(TypeError, match="Device ordinal must be an int"):
+            dl.Device(ordinal)
+
+
+def test_device_accepts_numpy_integers(monkeypatch):
+    import numpy as np
+
+    import driverlevel as dl
+
+    sentinel = object()
+    monkeypatch.setattr(_device.Device, "_instances", {0: sentinel})
+    for ordinal in (np.int64(0), np.int32(0), np.uint8(0)):
+        assert dl.Device(ordinal) is sentinel
+
+
+def test_no_driver_library_message(monkeypatch):
+    """A driver library that cannot be loaded is said plainly, without quoting a CUresult no driver call returned;
+    code and name stay for callers that test them."""
+    from types import SimpleNamespace
+
+    def cannot_load(_flags):
+        raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
+
+    monkeypatch.setattr(_device, "driver", SimpleNamespace(cuInit=cannot_load, CUresult=_device.driver.CUresult))
+    monkeypatch.setattr(_device, "_initialized", False)
+    with pytest.raises(_device.DriverUnavailableError) as ei:
+        _device.init_driver()
+    msg = str(ei.value)
+    assert msg.startswith("the NVIDIA driver library (libcuda) could not be loaded: no NVIDIA driver is installed, "
+                          "or it is not on the library search path")
+    assert "found via system search" in msg  # the loader's own words, as detail
+    assert "CUDA_ERROR_NO_DEVICE" not in msg and "(100)" not in msg and "driverlevel's" not in msg
+    assert (ei.value.code, ei.value.name) == (100, "CUDA_ERROR_NO_DEVICE")
+    assert _device.device_count() == 0  # still "no GPU" to device_count

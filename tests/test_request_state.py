@@ -82,3 +82,20 @@ def test_specs_check_counts_and_the_table_dtype():
         with pytest.raises(exc, match=words):
             RequestState.specs(**(good | kw))
     assert RequestState.specs(**good, r2t_dtype=np.int64)[4] == ("req_to_token", (2, 8), np.int64)
+
+
+def test_allocate_checks_the_arguments_before_the_device(monkeypatch):
+    """A bad count is the ValueError naming it, not DriverUnavailableError from touching the device first."""
+    import pytest
+
+    from driverlevel import _device, request_state
+
+    def touched(device):
+        pytest.fail("the device was touched before the arguments were checked")
+
+    monkeypatch.setattr(request_state, "_check_device_arg", touched)
+    monkeypatch.setattr(_device, "_check_device_arg", touched)
+    with pytest.raises(ValueError, match="max_batch must be a positive int, got 0"):
+        RequestState.allocate(0, max_batch=0, max_context=10, num_slots=10)
+    with pytest.raises(TypeError, match="r2t_dtype must be int32 or int64"):
+        RequestState.allocate(0, max_batch=1, max_context=10, num_slots=10, r2t_dtype=np.float32)

@@ -20,6 +20,7 @@ stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -158,6 +159,16 @@ def _timed_run(runner, prompts, max_new, max_steps, bar=None):
     }
 
 
+@contextlib.contextmanager
+def _bad_options():
+    """A ValueError from checking the options (a device ordinal, a shape the plans refuse) as a click usage
+    error (exit 2). Only the checks before the run go in it: a ValueError of the run itself propagates."""
+    try:
+        yield
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     import numpy as np
 
@@ -170,42 +181,46 @@ def _run_demo(opts: dict, log: _Log, quiet: bool) -> DemoReport:
     t_start = time.perf_counter()
     rep = DemoReport()
     ordinal = opts.get("device", 0)
-    dev = Device(ordinal)
-    arch = _compile.normalize_arch(opts["arch"] or dev.arch)
-    if arch != dev.arch:
-        raise click.UsageError(f"--arch {arch} cannot run on GPU {ordinal}, which is {dev.arch}: "
-                               f"cubins are built for the exact architecture (omit --arch to use {dev.arch})")
-    drv = driver_version()
-    nv = _compile.nvrtc_version()
-    p = dev.properties
-    rep.device = {"name": p.name, "arch": dev.arch, "sm_count": p.sm_count, "driver": f"{drv[0]}.{drv[1]}",
-                  "nvrtc": f"{nv[0]}.{nv[1]}"}
-    log(f"device: {p.name} ({dev.arch}), {p.sm_count} SMs, {_gib(p.total_memory_bytes)}; CUDA driver "
-        f"{drv[0]}.{drv[1]}, NVRTC {nv[0]}.{nv[1]}")
+    # Building checks the options against the device and the plans (an ordinal out of range, a shape the plans
+    # refuse): its ValueErrors are usage errors. A ValueError later, during the run, is a failure, not bad usage.
+    with _bad_options():
+        dev = Device(ordinal)
+        arch = _compile.normalize_arch(opts["arch"] or dev.arch)
+        if arch != dev.arch:
+            raise click.UsageError(f"--arch {arch} cannot run on GPU {ordinal}, which is {dev.arch}: "
+                                   f"cubins are built for the exact architecture (omit --arch to use {dev.arch})")
+        drv = driver_version()
+        nv = _compile.nvrtc_version()
+        p = dev.properties
+        rep.device = {"name": p.name, "arch": dev.arch, "sm_count": p.sm_count, "driver": f"{drv[0]}.{drv[1]}",
+                      "nvrtc": f"{nv[0]}.{nv[1]}"}
+        log(f"device: {p.name} ({dev.arch}), {p.sm_count} SMs, {_gib(p.total_memory_bytes)}; CUDA driver "
+            f"{drv[0]}.{drv[1]}, NVRTC {nv[0]}.{nv[1]}")
 
-    B, budget, L = opts["batch"], opts["budget"], opts["depth_limit"]
-    H, V = opts["heads"], opts["vocab"]
-    max_new = opts["max_new_tokens"]
-    rng = np.random.default_rng(opts["seed"])
-    prompts = _prompts(rng, B, opts["prompt_len"], V)
-    max_prompt = max(len(x) for x in prompts)
-    max_context = max_prompt + max_new + budget + 2
-    splits = ar_splits = opts["num_splits"]  # None: the verify attention's scheduler splits on the GPU
+        B, budget, L = opts["batch"], opts["budget"], opts["depth_limit"]
+        H, V = opts["heads"], opts["vocab"]
+        max_new = opts["max_new_tokens"]
+        rng = np.random.default_rng(opts["seed"])
+        prompts = _prompts(rng, B, opts["prompt_len"], V)
+        max_prompt = max(len(x) for x in prompts)
+        max_context = max_prompt + max_new + budget + 2
+        splits = ar_splits = opts["num_splits"]  # None: the verify attention's scheduler splits on the GPU
 
-    # -- build and compile -----------------------------------------------------------------
-    t0 = time.perf_counter()
-    cfg = MLAModelConfig(vocab_size=V, num_heads=H, seed=opts["seed"])
-    model = MLAModel(dev, cfg, arch=arch)
-    log(f"model: 1 MLA layer (absorbed, q/k 576, v 512), {H} heads, d_model {cfg.d_model}, vocab {V}, "
-        f"{_mib(model.weight_bytes)} of bf16 weights from seed {cfg.seed}")
-    s = dev.create_stream()
-    free0 = dev.mem_info()[0]
-    drafter = Drafter(model, max_batch=B, depth_limit=L, noise_std=opts["draft_noise"], logit_scale=opts["draft_scale"],
-                      seed=opts["seed"], name="ddtree.drafter")
-    dd = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=B, budget=budget, depth_limit=L,
-                          max_context=max_context, max_prompt_len=max_prompt, num_splits=splits, stream=s, name="ddtree")
-    ar = AutoregressiveRunner(dev, model=model, max_batch=B, max_context=max_context, max_prompt_len=max_prompt,
-                              num_splits=ar_splits, stream=s, name="ar")
+        # -- build and compile -----------------------------------------------------------------
+        t0 = time.perf_counter()
+        cfg = MLAModelConfig(vocab_size=V, num_heads=H, seed=opts["seed"])
+        model = MLAModel(dev, cfg, arch=arch)
+        log(f"model: 1 MLA layer (absorbed, q/k 576, v 512), {H} heads, d_model {cfg.d_model}, vocab {V}, "
+            f"{_mib(model.weight_bytes)} of bf16 weights from seed {cfg.seed}")
+        s = dev.create_stream()
+        free0 = dev.mem_info()[0]
+        drafter = Drafter(model, max_batch=B, depth_limit=L, noise_std=opts["draft_noise"],
+                          logit_scale=opts["draft_scale"], seed=opts["seed"], name="ddtree.drafter")
+        dd = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=B, budget=budget, depth_limit=L,
+                              max_context=max_context, max_prompt_len=max_prompt, num_splits=splits, stream=s,
+                              name="ddtree")
+        ar = AutoregressiveRunner(dev, model=model, max_batch=B, max_context=max_context, max_prompt_len=max_prompt,
+                                  num_splits=ar_splits, stream=s, name="ar")
     compile_s = time.perf_counter() - t0
     cubins = []
     seen = set()
@@ -312,11 +327,12 @@ def _run_ranks(opts: dict, devices: list, log: _Log) -> dict:
     from .._device import Device
     from .multi_device import RankConfig, run_ranks_threads
 
-    for d in sorted(set(devices)):
-        Device(d)  # a bad ordinal fails here, with the number of visible GPUs
-    cfg = RankConfig(vocab=opts["vocab"], heads=opts["heads"], batch=opts["batch"], prompt_len=opts["prompt_len"],
-                     max_new_tokens=opts["max_new_tokens"], budget=opts["budget"], depth_limit=opts["depth_limit"],
-                     replays=1, seed=opts["seed"])
+    with _bad_options():
+        for d in sorted(set(devices)):
+            Device(d)  # a bad ordinal fails here, with the number of visible GPUs
+        cfg = RankConfig(vocab=opts["vocab"], heads=opts["heads"], batch=opts["batch"], prompt_len=opts["prompt_len"],
+                         max_new_tokens=opts["max_new_tokens"], budget=opts["budget"], depth_limit=opts["depth_limit"],
+                         replays=1, seed=opts["seed"])
     log(f"ranks: {len(devices)} (one thread each, thread-local capture) on GPU(s) {','.join(map(str, devices))}; "
         f"batch {cfg.batch} per rank, budget {cfg.budget}, {cfg.max_new_tokens} new tokens per request")
     t0 = time.perf_counter()
@@ -431,18 +447,12 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
                 vocab=vocab, draft_noise=draft_noise, draft_scale=draft_scale)
     log = _Log(to_stderr=as_json)
     if len(device_list) > 1:
-        try:
-            out = _run_ranks(opts, device_list, log)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+        out = _run_ranks(opts, device_list, log)
         if as_json:
             click.echo(json.dumps(_finite(out), indent=2, allow_nan=False))
         raise click.exceptions.Exit(0 if out["ok"] else 1)
     opts["device"] = device_list[0]
-    try:
-        rep = _run_demo(opts, log, quiet=as_json)
-    except ValueError as exc:  # a shape the plans refuse (e.g. a vocabulary too large for the budget)
-        raise click.UsageError(str(exc)) from None
+    rep = _run_demo(opts, log, quiet=as_json)  # a shape the plans refuse is a usage error there (_bad_options)
     if as_json:
         out = _finite(rep.to_json())
         check_schema(out)

@@ -113,11 +113,13 @@ def parse_devices(text: str) -> list[int]:
     Raises
     ------
     ValueError
-        For an empty list or a non-integer / negative entry.
+        For an empty list, an empty entry (``"0,,1"``, ``"0,"``) or a non-integer / negative entry.
     """
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts:
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
         raise ValueError("expected a comma-separated list of GPU ordinals, e.g. 0,1")
+    if not all(parts):
+        raise ValueError(f"empty GPU ordinal in {str(text)!r}: give ordinals separated by single commas, e.g. 0,1")
     out = []
     for p in parts:
         if not p.isdigit():
