@@ -62,6 +62,13 @@ _COMBINE_CTAS_PER_SM = 2
 #: ``TileConfig.exchange`` -> ``DL_EXCHANGE`` of the kernel.
 _EXCHANGES = {"allreduce": 0, "reduce_scatter": 1}
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
+#: Shared memory the partial kernel's schedule pass needs below the tile's records
+#: (cu/verify_attention.cu ``run_part_ws``: ``WS_KEEP_OFFSET + DL_VA_MAX_BATCH * sizeof(VaRequest)``;
+#: ``SchedPrefix`` is 32 int64 + 96 int32 per-warp words, ``MAX_BATCH + 1`` int64 and int32
+#: prefix sums and ``MAX_BATCH`` int32 pair costs, then two cuts, rounded up to 16 B).
+_SCHED_PREFIX_BYTES = (8 * 32 + 4 * 3 * 32 + 8 * (MAX_BATCH + 1) + 4 * (MAX_BATCH + 1) + 4 * MAX_BATCH + 7) // 8 * 8
+_SCHED_SCRATCH_BYTES = ((_SCHED_PREFIX_BYTES + 2 * CUT_RECORD_BYTES + 15) // 16 * 16
+                        + MAX_BATCH * REQUEST_RECORD_BYTES)
 
 
 class _Params(ctypes.Structure):
@@ -191,6 +198,7 @@ class TileConfig:
         for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise TypeError(f"TileConfig.{f} must be a bool, got {getattr(self, f)!r}")
+        # each field's own range first, then what the fields need of each other
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
             raise ValueError(f"rows must be a multiple of 16 in 16..128 (m16 tiles), got {self.rows}")
         if not (16 <= self.keys <= 64 and self.keys % 16 == 0):
@@ -199,30 +207,72 @@ class TileConfig:
             raise ValueError(f"csplit must be 1, 2 or 4 (it splits 36 k-steps and 512 value columns), got {self.csplit}")
         if not 2 <= self.stages <= 8:
             raise ValueError(f"stages must be in 2..8 (K tiles in flight), got {self.stages}")
+        if self.exchange not in _EXCHANGES:
+            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
+        if self.pv_rows not in (16, 32):
+            raise ValueError(f"pv_rows must be 16 or 32, got {self.pv_rows!r}")
+        if self.qk_chains not in (1, 2, 3, 4):
+            raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
+        if not 1 <= self.q_regs <= 32:
+            raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.threads > 1024:
             raise ValueError(f"rows={self.rows} x csplit={self.csplit} needs {self.threads} threads per CTA, more than 1024")
-        if self.qk_chains not in (1, 2, 3, 4) or (self.qk_chains != 1 and not self.ws):
+        if self.qk_chains != 1 and not self.ws:
             raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.pv_softmax and not self.ws:
             raise ValueError(f"pv_softmax=True needs ws=True (got {self})")
         if self.qk_skew and (not self.ws or self.pv_softmax or self.stages < 4):
             raise ValueError(f"qk_skew=True needs ws=True, stages >= 4 and no pv_softmax (got {self})")
-        if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
+        if self.q_regs != 32 and not self.ws:
             raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 48, 64) or self.keys not in (16, 32)
                         or self.qreg or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
             raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows 32, 48 or 64, keys 16 or 32 and no qreg, "
                              f"reduce-scatter, pv_rows=32 or bulk (got {self})")
-        if self.exchange not in _EXCHANGES:
-            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
         if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
             raise ValueError(f"exchange='reduce_scatter' needs csplit > 1 and keys/8 divisible by csplit "
                              f"(csplit={self.csplit}, keys={self.keys})")
-        if self.pv_rows not in (16, 32):
-            raise ValueError(f"pv_rows must be 16 or 32, got {self.pv_rows!r}")
         if self.pv_rows == 32 and (self.exchange != "reduce_scatter" or (self.rows // 16) % 2):
             raise ValueError(f"pv_rows=32 needs exchange='reduce_scatter' and an even number of 16-row groups "
                              f"(rows={self.rows}, exchange={self.exchange!r})")
+        self._check_kernel_layout()
+
+    def _check_kernel_layout(self) -> None:
+        """The ``static_assert`` s of ``cu/verify_attention.cu`` that depend on the tile alone (not on
+        the architecture's shared-memory limit), so that a tile the kernel rejects is a ``ValueError``
+        here rather than an ``NvrtcError`` at the first compile. The kernel's ws code
+        (``attend_segment_ws``, ``run_part_ws``) is compiled for every tile, so its loader layout,
+        which depends on ``rows`` only, constrains the other tiles too."""
+        rows, keys, threads = self.rows, self.keys, self.threads
+        # THREADS % M == 0 holds for every tile but ws ones (2 * rows * csplit threads); THREADS % N:
+        if threads % keys:
+            raise ValueError(f"row loaders assume whole threads per row: the CTA's {threads} threads must be a multiple "
+                             f"of keys={keys} (got {self.label})")
+        # ws loaders: the PV warps (WS_PV_WARPS of rows, whatever the tile), LPW threads per row of mask words
+        mt = 2 if rows % 32 == 0 else 3
+        loaders = (rows // (16 * mt)) * (4 if rows % 32 == 0 else 8) * 32
+        if loaders % keys:
+            raise ValueError(f"whole loader threads per key row: the kernel's {loaders} loader threads for {rows} rows "
+                             f"must be a multiple of keys={keys} (got {self.label})")
+        lpw = next((w for w in (8, 4, 2) if loaders // rows >= w), 1)
+        kpt = keys // lpw
+        if kpt * lpw != keys or rows * lpw > loaders or (rows * lpw) % 32:
+            raise ValueError(f"mask words: whole keys per thread, whole warps: {rows} rows x {lpw} threads a row must "
+                             f"be whole warps within the kernel's {loaders} loader threads for {rows} rows, and "
+                             f"{lpw} must divide keys={keys} (got {self.label})")
+        if self.pv_softmax and kpt % 4:
+            raise ValueError(f"pv_softmax: the softmax reads S four floats at a time: keys / {lpw} must be a multiple "
+                             f"of 4 (got {self.label})")
+        if self.bulk and 32 % (threads // keys):
+            raise ValueError(f"bulk: a key row's threads are lanes of one warp: {threads} threads / keys={keys} must "
+                             f"divide 32 (got {self.label})")
+        # the partial kernel's own schedule pass (part_cuts) runs in the tile's shared memory, below
+        # the 96-byte record at its end (and the bulk copies' mbarriers)
+        below = self.shared_bytes - (8 * self.stages if self.bulk else 0) - 96
+        if below < _SCHED_SCRATCH_BYTES:
+            raise ValueError(f"the schedule's prefix sums and the requests of the prefix pass need "
+                             f"{_SCHED_SCRATCH_BYTES} B of the tile's shared memory, it has {below} B "
+                             f"below its records (got {self.label}: {self.shared_bytes} B)")
 
     @property
     def _loop_flags(self) -> str:
@@ -374,8 +424,10 @@ def tile_configs(arch) -> list[TileConfig]:
 
 def _check_tile_fits(tile: TileConfig, arch: str) -> None:
     """Raise ``ValueError`` if ``tile`` needs more shared memory per block than ``arch`` has."""
-    if tile.shared_bytes > shared_limit(arch):
-        raise ValueError(f"tile {tile} needs {tile.shared_bytes} B of shared memory, more than {arch} allows")
+    limit = shared_limit(arch)
+    if tile.shared_bytes > limit:
+        raise ValueError(f"tile {tile.label} is too big for shared memory: it needs {tile.shared_bytes} B per block, "
+                         f"more than the {limit} B {arch} allows")
 
 
 def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:

@@ -378,7 +378,7 @@ def test_constructor_checks_its_arguments_before_the_device():
                            (dict(arch="sm_80", pdl=True), ValueError, "pdl=True needs sm_90"),
                            (dict(arch="sm_120", tile=TileConfig(rows=64, csplit=2, keys=32, stages=2,
                                                                 exchange="reduce_scatter", pv_rows=32)),
-                            ValueError, "more than sm_120 allows")]:
+                            ValueError, "needs 171776 B per block, more than the 101376 B sm_120 allows")]:
         args = dict(num_heads=9, max_batch=2, max_q=16) | kw
         with pytest.raises(exc, match=words):
             VerifyAttention(object(), **args)  # (an invalid device: never reached)

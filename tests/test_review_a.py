@@ -1,0 +1,98 @@
+"""Defects of a user review of the verify-attention plan (no GPU): tiles the kernel rejects, a
+spilling tile= that went unnoticed, the workspace formula, sm_scale's errors, the README's layout."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import driverlevel as dl
+from driverlevel import verify_attention as va
+from driverlevel._compile import compile_file
+from driverlevel.verify_attention import TileConfig, compile_defines
+
+
+# (tile fields, the kernel's static_assert message that rejects them, the words of TileConfig's ValueError)
+_KERNEL_REJECTS = [
+    (dict(rows=64, csplit=1, keys=48, stages=2), "row loaders assume whole threads per row",
+     "row loaders assume whole threads per row"),
+    (dict(rows=16, csplit=1, keys=16, stages=2, qreg=True), "mask words: whole keys per thread, whole warps",
+     "mask words: whole keys per thread, whole warps"),
+    (dict(rows=16, csplit=2, keys=16, stages=2, exchange="reduce_scatter"),
+     "mask words: whole keys per thread, whole warps", "mask words: whole keys per thread, whole warps"),
+    (dict(rows=48, csplit=1, keys=48, stages=2), "whole loader threads per key row",
+     "whole loader threads per key row"),
+    (dict(rows=128, csplit=4, keys=16, stages=2, bulk=True), "a key row's threads are lanes of one warp",
+     "a key row's threads are lanes of one warp"),
+    (dict(rows=32, csplit=4, keys=16, stages=2, qreg=True), "the requests of the prefix pass do not fit",
+     "the requests of the prefix pass need"),
+]
+
+
+def _unchecked(**fields) -> TileConfig:
+    """A TileConfig without __post_init__'s checks (to hand the kernel what TileConfig refuses)."""
+    cfg = object.__new__(TileConfig)
+    full = dict(qreg=False, exchange="allreduce", pv_rows=16, bulk=False, ws=False, qk_chains=1, q_regs=32,
+                pv_softmax=False, qk_skew=False) | fields
+    for k, v in full.items():
+        object.__setattr__(cfg, k, v)
+    return cfg
+
+
+def _static_asserts(cfg: TileConfig, arch: str = "sm_90") -> list[str]:
+    """The static_assert messages NVRTC's front end reports for ``cfg`` (no code generation)."""
+    try:
+        compile_file("verify_attention.cu", arch, compile_defines(arch, cfg), extra_options=["-fdevice-syntax-only"],
+                     use_cache=False)
+    except dl.NvrtcError as exc:
+        found = re.findall(r'static assertion failed with "([^"]*)"', str(exc))
+        assert found, str(exc)[:2000]
+        return found
+    return []
+
+
+@pytest.mark.parametrize("fields, kernel_words, words", _KERNEL_REJECTS)
+def test_tile_config_rejects_what_the_kernel_rejects(fields, kernel_words, words):
+    # the kernel refuses the tile at compile time ...
+    assert any(kernel_words in m for m in _static_asserts(_unchecked(**fields))), fields
+    # ... so TileConfig refuses it at construction, naming the same constraint
+    with pytest.raises(ValueError, match=re.escape(words)):
+        TileConfig(**fields)
+
+
+# 96 x 48: 192 threads, 384 loader threads; bulk with 128 rows x 2: 32 threads a key row (one warp);
+# 32 rows x 4 qreg, 3 stages: 64,160 B below the tile's records (58,032 needed; 2 stages have 45,472)
+@pytest.mark.parametrize("fields", [dict(rows=96, csplit=1, keys=48, stages=2),
+                                    dict(rows=32, csplit=1, keys=64, stages=2),
+                                    dict(rows=128, csplit=2, keys=16, stages=2, bulk=True),
+                                    dict(rows=32, csplit=4, keys=16, stages=3, qreg=True),
+                                    dict(rows=80, csplit=1, keys=16, stages=2),
+                                    dict(rows=32, csplit=1, keys=16, stages=3, ws=True, q_regs=32)])
+def test_tiles_next_to_the_kernels_limits_are_accepted_by_both(fields):
+    cfg = TileConfig(**fields)
+    assert _static_asserts(cfg) == []
+
+
+def test_full_compile_matches_for_the_reviewed_tile():
+    with pytest.raises(dl.NvrtcError, match="row loaders assume whole threads per row"):
+        defines = compile_defines("sm_90", _unchecked(rows=64, csplit=1, keys=48, stages=2))
+        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+
+
+def test_each_fields_own_value_is_checked_before_the_combinations():
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, exchange="bad")
+    with pytest.raises(ValueError, match="pv_rows must be 16 or 32"):
+        TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, pv_rows=64)
+    with pytest.raises(ValueError, match="q_regs must be"):
+        TileConfig(rows=64, csplit=1, keys=16, stages=3, ws=True, q_regs=40, bulk=True)
+    with pytest.raises(ValueError, match="qk_chains must be"):
+        TileConfig(rows=64, csplit=2, keys=16, stages=3, ws=True, qk_chains=7)
+
+
+def test_too_big_for_shared_memory_states_the_limit_and_the_tiles_bytes():
+    tile = TileConfig(rows=64, csplit=2, keys=32, stages=2)
+    with pytest.raises(ValueError, match=f"needs {tile.shared_bytes} B per block, more than the 101376 B sm_120 allows"):
+        va._check_tile_fits(tile, "sm_120")
+    va._check_tile_fits(tile, "sm_90")
