@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -430,6 +431,24 @@ def _check_tile_fits(tile: TileConfig, arch: str) -> None:
                          f"more than the {limit} B {arch} allows")
 
 
+def _warn_if_spills(cubin, tile: TileConfig, stacklevel: int = 1) -> int:
+    """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
+    spill bytes per thread (stores + loads, 0 if none).
+
+    :class:`VerifyAttention` calls it for a tile given with ``tile=`` (the default tiles are
+    checked spill-free on every architecture by the tests): a spilling tile runs, but slower
+    than its shared-memory size suggests. ``stacklevel`` counts from the caller of this function.
+    """
+    res = cubin.resources.get("verify_attn_partial")
+    if res is None or not res.spills:
+        return 0
+    warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
+                  f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
+                  f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
+                  f"(the default tiles do not)", RuntimeWarning, stacklevel=stacklevel + 1)
+    return res.spills
+
+
 def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
     """The tile configuration for ``arch``.
 
@@ -561,7 +580,9 @@ class VerifyAttention:
         Compile for this architecture instead of the device's (must match to run).
     tile : TileConfig, optional
         Override the tile configuration chosen by :func:`tile_config` (e.g. to run
-        the sm_120 configuration on a GPU with more shared memory).
+        the sm_120 configuration on a GPU with more shared memory). A tile whose
+        ``verify_attn_partial`` spills registers on the plan's architecture runs, with a
+        ``RuntimeWarning`` naming the tile, the architecture and the spill bytes.
     num_parts : int, optional
         CTAs of the persistent grid (at most 1024). Default: the device's SM count
         times the CTAs of the partial kernel that fit one SM, capped at 1024.
@@ -690,6 +711,8 @@ class VerifyAttention:
         _check_tile_fits(self.config, self.arch)
 
         self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
+        if tile is not None:  # a tile of the caller's: say if it spills (warning at the caller's line)
+            _warn_if_spills(self.cubin, self.config, stacklevel=2)
         self._module = load_module(self.device, self.cubin)
         self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")

@@ -4,13 +4,15 @@ spilling tile= that went unnoticed, the workspace formula, sm_scale's errors, th
 from __future__ import annotations
 
 import re
+import warnings
+from types import SimpleNamespace
 
 import pytest
 
 import driverlevel as dl
 from driverlevel import verify_attention as va
 from driverlevel._compile import compile_file
-from driverlevel.verify_attention import TileConfig, compile_defines
+from driverlevel.verify_attention import TileConfig, VerifyAttention, compile_defines, tile_config
 
 
 # (tile fields, the kernel's static_assert message that rejects them, the words of TileConfig's ValueError)
@@ -96,3 +98,46 @@ def test_too_big_for_shared_memory_states_the_limit_and_the_tiles_bytes():
     with pytest.raises(ValueError, match=f"needs {tile.shared_bytes} B per block, more than the 101376 B sm_120 allows"):
         va._check_tile_fits(tile, "sm_120")
     va._check_tile_fits(tile, "sm_90")
+
+
+def test_a_spilling_tile_warns_and_the_default_does_not():
+    tile = TileConfig(rows=32, csplit=1, keys=64, stages=2)  # ~4.9 KB of spills per thread on sm_90 (NVRTC 13.5)
+    cub = compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", tile))
+    res = cub.resources["verify_attn_partial"]
+    assert res.spills > 1000
+    with pytest.warns(RuntimeWarning) as rec:
+        assert va._warn_if_spills(cub, tile) == res.spills
+    assert len(rec) == 1
+    msg = str(rec[0].message)
+    assert tile.label in msg and "sm_90" in msg
+    assert f"{res.spill_store_bytes} B of spill stores" in msg and f"{res.spill_load_bytes} B of spill loads" in msg
+    assert rec[0].filename == __file__  # stacklevel: the caller's line
+    default = tile_config("sm_90")
+    cub = compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", default))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert va._warn_if_spills(cub, default) == 0
+
+
+class _Loaded(Exception):
+    """Raised by a stand-in load_module: the plan compiled its kernels and got no further."""
+
+
+@pytest.mark.parametrize("tile, warns", [(TileConfig(rows=32, csplit=1, keys=64, stages=2), True), (None, False)])
+def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, warns):
+    # no device: a stand-in device and a load_module that stops the plan right after the compile
+    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
+
+    def load_module(device, cubin):
+        raise _Loaded(cubin)
+
+    monkeypatch.setattr(va, "load_module", load_module)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        with pytest.raises(_Loaded):
+            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90", tile=tile)
+    spills = [w for w in rec if issubclass(w.category, RuntimeWarning) and "spills registers" in str(w.message)]
+    assert len(spills) == (1 if warns else 0), [str(w.message) for w in rec]
+    if warns:
+        assert "rows=32 csplit=1 keys=64 stages=2" in str(spills[0].message)
+        assert spills[0].filename == __file__  # stacklevel=2: the line that built the plan
