@@ -753,7 +753,10 @@ class VerifyAttention:
     def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
         """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
 
-        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 64 * num_parts + 16`` bytes.
+        ``2 * num_parts * tile_rows * (512 * 2 + 4) + 40 * max_batch + 64 * num_parts + 16`` bytes: two
+        slots per part of ``tile_rows`` rows of 512 bf16 partial outputs and one fp32 LSE each
+        (:func:`~driverlevel._workspace_formula.partial_workspace_bytes`), and the scheduler's tables
+        (:func:`~driverlevel._workspace_formula.scheduler_bytes`).
 
         Raises ``ValueError`` for sizes no plan has: ``num_parts`` above :data:`MAX_PARTS`,
         ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and

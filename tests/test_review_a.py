@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,7 @@ from driverlevel import verify_attention as va
 from driverlevel._compile import compile_file
 from driverlevel.verify_attention import TileConfig, VerifyAttention, compile_defines, tile_config
 
+REPO = Path(__file__).resolve().parents[1]
 
 # (tile fields, the kernel's static_assert message that rejects them, the words of TileConfig's ValueError)
 _KERNEL_REJECTS = [
@@ -141,3 +143,15 @@ def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, w
     if warns:
         assert "rows=32 csplit=1 keys=64 stages=2" in str(spills[0].message)
         assert spills[0].filename == __file__  # stacklevel=2: the line that built the plan
+
+
+@pytest.mark.parametrize("num_parts, tile_rows, max_batch", [(132, 64, 8), (188, 48, 1024), (1, 16, 1)])
+def test_published_workspace_formula_is_the_real_size(num_parts, tile_rows, max_batch):
+    formula = 2 * num_parts * tile_rows * (512 * 2 + 4) + 40 * max_batch + 64 * num_parts + 16
+    assert VerifyAttention.workspace_bytes_for(num_parts, tile_rows, max_batch) == formula
+    doc = VerifyAttention.workspace_bytes_for.__doc__
+    assert "2 * num_parts * tile_rows * (512 * 2 + 4) + 40 * max_batch + 64 * num_parts + 16" in doc
+    readme = (REPO / "README.md").read_text()
+    assert "plan.workspace_bytes = 2 * num_parts * tile_rows * (512 * 2 + 4) B" in readme
+    assert "40 * max_batch + 64 * num_parts + 16 B" in readme
+    assert "(512 + 1) * 4" not in readme and "513 * 4" not in doc
