@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 import warnings
 from dataclasses import dataclass, replace
 
@@ -545,6 +546,32 @@ class VerifyMetadata:
     mask_indptr: object = None
 
 
+#: The ``sm_scale`` a plan takes: ``sm_scale * log2(e)``, the float32 the kernels get, must be a
+#: normal number (0 would turn the qk_skew tile's -inf start into NaN, inf every score into +-inf).
+_SM_SCALE_MIN = float(np.finfo(np.float32).tiny) / math.log2(math.e)
+_SM_SCALE_MAX = float(np.finfo(np.float32).max) / math.log2(math.e)
+
+
+def _check_sm_scale(sm_scale) -> float:
+    """``sm_scale`` as a float; ``TypeError`` for anything but a real number (a bool is not one),
+    ``ValueError`` outside about 8.15e-39 .. 2.36e38 (also for an int too large for a float). No
+    device work: :class:`VerifyAttention` checks it before it touches the device."""
+    if isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"sm_scale must be a real number (float or int), got {type(sm_scale).__name__}: {sm_scale!r}")
+    rng = f"sm_scale about {_SM_SCALE_MIN:.3g} to {_SM_SCALE_MAX:.3g}"
+    try:
+        value = float(sm_scale)
+    except OverflowError:  # an int (or Fraction) beyond the float range
+        raise ValueError(f"sm_scale must be a positive finite float ({rng}), got {type(sm_scale).__name__} "
+                         f"too large for a float") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"sm_scale must be a positive finite float ({rng}), got {sm_scale!r}")
+    # the kernels take sm_scale * log2(e) as a float32: it must be a normal number
+    if not float(np.finfo(np.float32).tiny) <= value * math.log2(math.e) <= float(np.finfo(np.float32).max):
+        raise ValueError(f"sm_scale * log2(e) must be a normal float32 ({rng}), got {value!r}")
+    return value
+
+
 class VerifyAttention:
     """A verify-attention plan: fixed maxima, persistent grid and workspace; capture-safe :meth:`run`.
 
@@ -566,8 +593,9 @@ class VerifyAttention:
         whole grid on every replay.
     sm_scale : float
         Softmax scale (default ``1/sqrt(192)``, DeepSeek-style). The kernels take ``sm_scale *
-        log2(e)`` as a float32, which must be a normal number: sm_scale about 8.2e-39 to 2.3e38
-        (``ValueError`` otherwise).
+        log2(e)`` as a float32, which must be a normal number: sm_scale about 8.15e-39 to 2.36e38
+        (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
+        but a real number, a bool included).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
         How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
     qk_dim, v_dim : int
@@ -682,13 +710,7 @@ class VerifyAttention:
             raise ValueError(f"num_parts must be <= {MAX_PARTS}, got {num_parts}")
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
-        if (isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, (float, int, np.floating, np.integer))
-                or not math.isfinite(sm_scale) or sm_scale <= 0):
-            raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
-        # the kernels take sm_scale * log2(e) as a float32: it must be a normal number (0 would turn
-        # the qk_skew tile's -inf start into NaN, inf every score into +-inf)
-        if not float(np.finfo(np.float32).tiny) <= float(sm_scale) * math.log2(math.e) <= float(np.finfo(np.float32).max):
-            raise ValueError(f"sm_scale * log2(e) must be a normal float32 (sm_scale about 8.2e-39 to 2.3e38), got {sm_scale!r}")
+        sm_scale = _check_sm_scale(sm_scale)
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
         if tile is not None and not isinstance(tile, TileConfig):

@@ -155,3 +155,20 @@ def test_published_workspace_formula_is_the_real_size(num_parts, tile_rows, max_
     assert "plan.workspace_bytes = 2 * num_parts * tile_rows * (512 * 2 + 4) B" in readme
     assert "40 * max_batch + 64 * num_parts + 16 B" in readme
     assert "(512 + 1) * 4" not in readme and "513 * 4" not in doc
+
+
+def test_sm_scale_type_and_range_errors_before_the_device():
+    for bad in ("x", None, True, complex(1, 0), [0.1]):
+        with pytest.raises(TypeError, match="sm_scale must be a real number"):
+            va._check_sm_scale(bad)
+    for bad in (10**400, -10**400):
+        with pytest.raises(ValueError, match=r"sm_scale about 8.15e-39 to 2.36e\+38"):
+            va._check_sm_scale(bad)
+    with pytest.raises(ValueError, match=r"sm_scale \* log2\(e\) must be a normal float32 \(sm_scale about"):
+        va._check_sm_scale(10**39)
+    assert va._check_sm_scale(2) == 2.0
+    # in the plan: before the device (object() would fail only later, as "device must be")
+    with pytest.raises(TypeError, match="sm_scale must be a real number"):
+        VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale="x")
+    with pytest.raises(ValueError, match="sm_scale must be a positive finite float"):
+        VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=10**400)
