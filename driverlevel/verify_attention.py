@@ -168,8 +168,9 @@ class TileConfig:
         only compute S (fp32, two S slots of ``rows x (keys + 8)`` floats in shared memory, one
         P slot and one slot of rescale factors instead of two): a shorter critical path for the
         QK warps where the PV warps have time to spare. On the H200 1.04x with 48 rows x 32
-        keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build
-        also spills 56 B on sm_90: selectable, not a default).
+        keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build,
+        ``_WS32`` with ``pv_softmax``, also spills on sm_90: 64 B of spill stores and 40 B of
+        spill loads per thread with NVRTC 13.5; selectable, not a default).
     qk_skew : bool
         ``ws`` only (not with ``pv_softmax``; ``stages >= 4``): a QK warp runs the mask and the
         softmax of tile t-1 in the same block of instructions as the mma of tile t, so that the
@@ -341,17 +342,21 @@ class TileConfig:
 
 # The sm_90 tile since 2026-12-01: QK warps and PV warps (research/verify_ws.md) over 3 stages of
 # 32 keys, two QK accumulator sets, 24 of Q's latent k-steps in registers: 1.15-1.27x (geomean
-# 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
-# but not on sm_100 with NVRTC 13 (44/48 B), so sm_100 keeps the tile below (_SPILLS_FROM).
+# 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90.
+# On sm_100 an earlier NVRTC 13 build spilled (44/48 B), so sm_100 keeps the tile below
+# (_SPILLS_FROM). With NVRTC 13.5 the sm_100 3-stage ws tile builds without spills (0 B on sm_100 and
+# sm_103) but is not enabled because it was never measured on an sm_100 GPU.
 _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
 # sm_90's tile since 2026-12-01 (thirteenth session): the same with the QK warps' softmax a tile
 # behind their mma (qk_skew; its math at k-step 4 and its stores at k-step 31 of the next tile's
 # 36), 4 stages, one accumulator set, 20 of Q's latent k-steps in registers: 1.05-1.06x _WS32 on
 # the H200 at 64-row shapes (1.09x at 9 heads x 200k x 256; 0.96-1.00x at the noisy 16 heads x 8
 # x 32k x 256; bench_tiles, BENCHMARKS.md thirteenth session). 194,912 B: not on
-# sm_80 (163 KB); spills on sm_100 (72 B with NVRTC 13).
+# sm_80 (163 KB); spills on sm_100 and sm_103 (40 B of spill stores + 44 B of spill loads = 84 B
+# per thread with NVRTC 13.5).
 _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
-#: The first architecture number whose build of a configuration spills (tile_configs skips it there).
+#: The first architecture number from which tile_configs skips a configuration: where its build
+#: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 
 _CONFIGS = (
@@ -404,7 +409,8 @@ def tile_configs(arch) -> list[TileConfig]:
     tile and contraction split of the first one that fits; ``bulk`` ones only from sm_90 (below,
     such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``); none
     from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tiles, with
-    and without ``qk_skew``, from sm_100 on).
+    and without ``qk_skew``, from sm_100 on; with NVRTC 13.5 only the ``qk_skew`` one still
+    spills there, the other is kept out because it was never measured on an sm_100 GPU).
     :func:`tile_config` picks among those with the default's S exchange; the others stay
     selectable with ``tile=``.
 

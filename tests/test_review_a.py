@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import pytest
 
 import driverlevel as dl
 from driverlevel import verify_attention as va
-from driverlevel._compile import compile_file
+from driverlevel._compile import compile_file, nvrtc_version
 from driverlevel.verify_attention import TileConfig, VerifyAttention, compile_defines, tile_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,3 +173,23 @@ def test_sm_scale_type_and_range_errors_before_the_device():
         VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale="x")
     with pytest.raises(ValueError, match="sm_scale must be a positive finite float"):
         VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=10**400)
+
+
+@pytest.mark.parametrize("name, arch, stores, loads, text", [
+    ("_WS32", "sm_100", 0, 0, "With NVRTC 13.5 the sm_100 3-stage ws tile builds without spills (0 B on sm_100 and "
+                              "sm_103) but is not enabled because it was never measured on an sm_100 GPU."),
+    ("_WS32_SKEW", "sm_100", 40, 44, "spills on sm_100 and sm_103 (40 B of spill stores + 44 B of spill loads = 84 B "
+                                     "per thread with NVRTC 13.5)"),
+    ("_WS32 pv_softmax", "sm_90", 64, 40, "also spills on sm_90: 64 B of spill stores and 40 B of spill loads per "
+                                          "thread with NVRTC 13.5"),
+])
+def test_spill_bytes_in_the_comments_are_the_bundled_nvrtcs(name, arch, stores, loads, text):
+    src = " ".join((REPO / "driverlevel" / "verify_attention.py").read_text().replace("#", " ").split())
+    assert text in src
+    # what stays as it was: _WS32 and _WS32_SKEW are left out from sm_100 on
+    assert va._SPILLS_FROM == {va._WS32: 100, va._WS32_SKEW: 100}
+    if nvrtc_version()[:2] != (13, 5):
+        pytest.skip(f"the comments give NVRTC 13.5's numbers; this is NVRTC {nvrtc_version()}")
+    cfg = replace(va._WS32, pv_softmax=True) if name == "_WS32 pv_softmax" else getattr(va, name)
+    res = compile_file("verify_attention.cu", arch, compile_defines(arch, cfg)).resources["verify_attn_partial"]
+    assert (res.spill_store_bytes, res.spill_load_bytes) == (stores, loads)
