@@ -193,3 +193,25 @@ def test_spill_bytes_in_the_comments_are_the_bundled_nvrtcs(name, arch, stores, 
     cfg = replace(va._WS32, pv_softmax=True) if name == "_WS32 pv_softmax" else getattr(va, name)
     res = compile_file("verify_attention.cu", arch, compile_defines(arch, cfg)).resources["verify_attn_partial"]
     assert (res.spill_store_bytes, res.spill_load_bytes) == (stores, loads)
+
+
+def _layout_first_column() -> set[str]:
+    text = (REPO / "README.md").read_text()
+    sec = text[text.index("## Layout"):]
+    sec = sec[:sec.index("\n## ", 1)]
+    paths = set()
+    for line in sec.splitlines():
+        if line.startswith("| `"):
+            cell = line.split(" | ")[0]
+            for path in re.findall(r"`([^`]+)`", cell):
+                paths |= {path, path.rsplit("/", 1)[-1]}
+    return paths
+
+
+def test_readme_layout_lists_the_reviewed_files_and_every_private_module():
+    first = _layout_first_column()
+    for path in ("cu/phase_stamps.cuh", "cu/ddtree/topk_threshold.cuh", "driverlevel/_topk_threshold.py"):
+        assert (REPO / path).is_file(), path
+        assert path in first, path
+    missing = sorted(p.name for p in (REPO / "driverlevel").glob("_[a-z]*.py") if p.name not in first)
+    assert missing == []
