@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -62,6 +64,13 @@ _COMBINE_CTAS_PER_SM = 2
 #: ``TileConfig.exchange`` -> ``DL_EXCHANGE`` of the kernel.
 _EXCHANGES = {"allreduce": 0, "reduce_scatter": 1}
 _INDEX_BITS = {"qo_indptr": 1, "kv_indptr": 2, "kv_indices": 4, "out_cache_loc": 8, "mask_indptr": 16}
+#: Shared memory the partial kernel's schedule pass needs below the tile's records
+#: (cu/verify_attention.cu ``run_part_ws``: ``WS_KEEP_OFFSET + DL_VA_MAX_BATCH * sizeof(VaRequest)``;
+#: ``SchedPrefix`` is 32 int64 + 96 int32 per-warp words, ``MAX_BATCH + 1`` int64 and int32
+#: prefix sums and ``MAX_BATCH`` int32 pair costs, then two cuts, rounded up to 16 B).
+_SCHED_PREFIX_BYTES = (8 * 32 + 4 * 3 * 32 + 8 * (MAX_BATCH + 1) + 4 * (MAX_BATCH + 1) + 4 * MAX_BATCH + 7) // 8 * 8
+_SCHED_SCRATCH_BYTES = ((_SCHED_PREFIX_BYTES + 2 * CUT_RECORD_BYTES + 15) // 16 * 16
+                        + MAX_BATCH * REQUEST_RECORD_BYTES)
 
 
 class _Params(ctypes.Structure):
@@ -159,8 +168,9 @@ class TileConfig:
         only compute S (fp32, two S slots of ``rows x (keys + 8)`` floats in shared memory, one
         P slot and one slot of rescale factors instead of two): a shorter critical path for the
         QK warps where the PV warps have time to spare. On the H200 1.04x with 48 rows x 32
-        keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build
-        also spills 56 B on sm_90: selectable, not a default).
+        keys (sm_80/sm_87/sm_90's 144-row tile), 0.89-0.90x with 64 rows (whose 32-key build,
+        ``_WS32`` with ``pv_softmax``, also spills on sm_90: 64 B of spill stores and 40 B of
+        spill loads per thread with NVRTC 13.5; selectable, not a default).
     qk_skew : bool
         ``ws`` only (not with ``pv_softmax``; ``stages >= 4``): a QK warp runs the mask and the
         softmax of tile t-1 in the same block of instructions as the mma of tile t, so that the
@@ -191,6 +201,7 @@ class TileConfig:
         for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise TypeError(f"TileConfig.{f} must be a bool, got {getattr(self, f)!r}")
+        # each field's own range first, then what the fields need of each other
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
             raise ValueError(f"rows must be a multiple of 16 in 16..128 (m16 tiles), got {self.rows}")
         if not (16 <= self.keys <= 64 and self.keys % 16 == 0):
@@ -199,30 +210,72 @@ class TileConfig:
             raise ValueError(f"csplit must be 1, 2 or 4 (it splits 36 k-steps and 512 value columns), got {self.csplit}")
         if not 2 <= self.stages <= 8:
             raise ValueError(f"stages must be in 2..8 (K tiles in flight), got {self.stages}")
+        if self.exchange not in _EXCHANGES:
+            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
+        if self.pv_rows not in (16, 32):
+            raise ValueError(f"pv_rows must be 16 or 32, got {self.pv_rows!r}")
+        if self.qk_chains not in (1, 2, 3, 4):
+            raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
+        if not 1 <= self.q_regs <= 32:
+            raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.threads > 1024:
             raise ValueError(f"rows={self.rows} x csplit={self.csplit} needs {self.threads} threads per CTA, more than 1024")
-        if self.qk_chains not in (1, 2, 3, 4) or (self.qk_chains != 1 and not self.ws):
+        if self.qk_chains != 1 and not self.ws:
             raise ValueError(f"qk_chains must be 1, or 2 to 4 with ws=True (got {self.qk_chains!r}, ws={self.ws})")
         if self.pv_softmax and not self.ws:
             raise ValueError(f"pv_softmax=True needs ws=True (got {self})")
         if self.qk_skew and (not self.ws or self.pv_softmax or self.stages < 4):
             raise ValueError(f"qk_skew=True needs ws=True, stages >= 4 and no pv_softmax (got {self})")
-        if not 1 <= self.q_regs <= 32 or (self.q_regs != 32 and not self.ws):
+        if self.q_regs != 32 and not self.ws:
             raise ValueError(f"q_regs must be 32, or 1..32 with ws=True (got {self.q_regs!r}, ws={self.ws})")
         if self.ws and (self.csplit != 1 or self.stages < 3 or self.rows not in (32, 48, 64) or self.keys not in (16, 32)
                         or self.qreg or self.exchange != "allreduce" or self.pv_rows != 16 or self.bulk):
             raise ValueError(f"ws=True needs csplit=1, stages >= 3, rows 32, 48 or 64, keys 16 or 32 and no qreg, "
                              f"reduce-scatter, pv_rows=32 or bulk (got {self})")
-        if self.exchange not in _EXCHANGES:
-            raise ValueError(f"exchange must be one of {sorted(_EXCHANGES)}, got {self.exchange!r}")
         if self.exchange == "reduce_scatter" and (self.csplit < 2 or (self.keys // 8) % self.csplit):
             raise ValueError(f"exchange='reduce_scatter' needs csplit > 1 and keys/8 divisible by csplit "
                              f"(csplit={self.csplit}, keys={self.keys})")
-        if self.pv_rows not in (16, 32):
-            raise ValueError(f"pv_rows must be 16 or 32, got {self.pv_rows!r}")
         if self.pv_rows == 32 and (self.exchange != "reduce_scatter" or (self.rows // 16) % 2):
             raise ValueError(f"pv_rows=32 needs exchange='reduce_scatter' and an even number of 16-row groups "
                              f"(rows={self.rows}, exchange={self.exchange!r})")
+        self._check_kernel_layout()
+
+    def _check_kernel_layout(self) -> None:
+        """The ``static_assert`` s of ``cu/verify_attention.cu`` that depend on the tile alone (not on
+        the architecture's shared-memory limit), so that a tile the kernel rejects is a ``ValueError``
+        here rather than an ``NvrtcError`` at the first compile. The kernel's ws code
+        (``attend_segment_ws``, ``run_part_ws``) is compiled for every tile, so its loader layout,
+        which depends on ``rows`` only, constrains the other tiles too."""
+        rows, keys, threads = self.rows, self.keys, self.threads
+        # THREADS % M == 0 holds for every tile but ws ones (2 * rows * csplit threads); THREADS % N:
+        if threads % keys:
+            raise ValueError(f"row loaders assume whole threads per row: the CTA's {threads} threads must be a multiple "
+                             f"of keys={keys} (got {self.label})")
+        # ws loaders: the PV warps (WS_PV_WARPS of rows, whatever the tile), LPW threads per row of mask words
+        mt = 2 if rows % 32 == 0 else 3
+        loaders = (rows // (16 * mt)) * (4 if rows % 32 == 0 else 8) * 32
+        if loaders % keys:
+            raise ValueError(f"whole loader threads per key row: the kernel's {loaders} loader threads for {rows} rows "
+                             f"must be a multiple of keys={keys} (got {self.label})")
+        lpw = next((w for w in (8, 4, 2) if loaders // rows >= w), 1)
+        kpt = keys // lpw
+        if kpt * lpw != keys or rows * lpw > loaders or (rows * lpw) % 32:
+            raise ValueError(f"mask words: whole keys per thread, whole warps: {rows} rows x {lpw} threads a row must "
+                             f"be whole warps within the kernel's {loaders} loader threads for {rows} rows, and "
+                             f"{lpw} must divide keys={keys} (got {self.label})")
+        if self.pv_softmax and kpt % 4:
+            raise ValueError(f"pv_softmax: the softmax reads S four floats at a time: keys / {lpw} must be a multiple "
+                             f"of 4 (got {self.label})")
+        if self.bulk and 32 % (threads // keys):
+            raise ValueError(f"bulk: a key row's threads are lanes of one warp: {threads} threads / keys={keys} must "
+                             f"divide 32 (got {self.label})")
+        # the partial kernel's own schedule pass (part_cuts) runs in the tile's shared memory, below
+        # the 96-byte record at its end (and the bulk copies' mbarriers)
+        below = self.shared_bytes - (8 * self.stages if self.bulk else 0) - 96
+        if below < _SCHED_SCRATCH_BYTES:
+            raise ValueError(f"the schedule's prefix sums and the requests of the prefix pass need "
+                             f"{_SCHED_SCRATCH_BYTES} B of the tile's shared memory, it has {below} B "
+                             f"below its records (got {self.label}: {self.shared_bytes} B)")
 
     @property
     def _loop_flags(self) -> str:
@@ -289,17 +342,21 @@ class TileConfig:
 
 # The sm_90 tile since 2026-12-01: QK warps and PV warps (research/verify_ws.md) over 3 stages of
 # 32 keys, two QK accumulator sets, 24 of Q's latent k-steps in registers: 1.15-1.27x (geomean
-# 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90
-# but not on sm_100 with NVRTC 13 (44/48 B), so sm_100 keeps the tile below (_SPILLS_FROM).
+# 1.205) the 64-row tile below on the H200 (bench_tiles, BENCHMARKS.md seventh session), 0 spills on sm_80 and sm_90.
+# On sm_100 an earlier NVRTC 13 build spilled (44/48 B), so sm_100 keeps the tile below
+# (_SPILLS_FROM). With NVRTC 13.5 the sm_100 3-stage ws tile builds without spills (0 B on sm_100 and
+# sm_103) but is not enabled because it was never measured on an sm_100 GPU.
 _WS32 = TileConfig(rows=64, csplit=1, keys=32, stages=3, ws=True, qk_chains=2, q_regs=24)
 # sm_90's tile since 2026-12-01 (thirteenth session): the same with the QK warps' softmax a tile
 # behind their mma (qk_skew; its math at k-step 4 and its stores at k-step 31 of the next tile's
 # 36), 4 stages, one accumulator set, 20 of Q's latent k-steps in registers: 1.05-1.06x _WS32 on
 # the H200 at 64-row shapes (1.09x at 9 heads x 200k x 256; 0.96-1.00x at the noisy 16 heads x 8
 # x 32k x 256; bench_tiles, BENCHMARKS.md thirteenth session). 194,912 B: not on
-# sm_80 (163 KB); spills on sm_100 (72 B with NVRTC 13).
+# sm_80 (163 KB); spills on sm_100 and sm_103 (40 B of spill stores + 44 B of spill loads = 84 B
+# per thread with NVRTC 13.5).
 _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
-#: The first architecture number whose build of a configuration spills (tile_configs skips it there).
+#: The first architecture number from which tile_configs skips a configuration: where its build
+#: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 
 _CONFIGS = (
@@ -352,7 +409,8 @@ def tile_configs(arch) -> list[TileConfig]:
     tile and contraction split of the first one that fits; ``bulk`` ones only from sm_90 (below,
     such a tile would compile to the same ``cp.async`` kernel as its twin without ``bulk``); none
     from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tiles, with
-    and without ``qk_skew``, from sm_100 on).
+    and without ``qk_skew``, from sm_100 on; with NVRTC 13.5 only the ``qk_skew`` one still
+    spills there, the other is kept out because it was never measured on an sm_100 GPU).
     :func:`tile_config` picks among those with the default's S exchange; the others stay
     selectable with ``tile=``.
 
@@ -374,8 +432,28 @@ def tile_configs(arch) -> list[TileConfig]:
 
 def _check_tile_fits(tile: TileConfig, arch: str) -> None:
     """Raise ``ValueError`` if ``tile`` needs more shared memory per block than ``arch`` has."""
-    if tile.shared_bytes > shared_limit(arch):
-        raise ValueError(f"tile {tile} needs {tile.shared_bytes} B of shared memory, more than {arch} allows")
+    limit = shared_limit(arch)
+    if tile.shared_bytes > limit:
+        raise ValueError(f"tile {tile.label} is too big for shared memory: it needs {tile.shared_bytes} B per block, "
+                         f"more than the {limit} B {arch} allows")
+
+
+def _warn_if_spills(cubin, tile: TileConfig, stacklevel: int = 1) -> int:
+    """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
+    spill bytes per thread (stores + loads, 0 if none).
+
+    :class:`VerifyAttention` calls it for a tile given with ``tile=`` (the default tiles are
+    checked spill-free on every architecture by the tests): a spilling tile runs, but slower
+    than its shared-memory size suggests. ``stacklevel`` counts from the caller of this function.
+    """
+    res = cubin.resources.get("verify_attn_partial")
+    if res is None or not res.spills:
+        return 0
+    warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
+                  f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
+                  f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
+                  f"(the default tiles do not)", RuntimeWarning, stacklevel=stacklevel + 1)
+    return res.spills
 
 
 def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
@@ -474,6 +552,32 @@ class VerifyMetadata:
     mask_indptr: object = None
 
 
+#: The ``sm_scale`` a plan takes: ``sm_scale * log2(e)``, the float32 the kernels get, must be a
+#: normal number (0 would turn the qk_skew tile's -inf start into NaN, inf every score into +-inf).
+_SM_SCALE_MIN = float(np.finfo(np.float32).tiny) / math.log2(math.e)
+_SM_SCALE_MAX = float(np.finfo(np.float32).max) / math.log2(math.e)
+
+
+def _check_sm_scale(sm_scale) -> float:
+    """``sm_scale`` as a float; ``TypeError`` for anything but a real number (a bool is not one),
+    ``ValueError`` outside about 8.15e-39 .. 2.36e38 (also for an int too large for a float). No
+    device work: :class:`VerifyAttention` checks it before it touches the device."""
+    if isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"sm_scale must be a real number (float or int), got {type(sm_scale).__name__}: {sm_scale!r}")
+    rng = f"sm_scale about {_SM_SCALE_MIN:.3g} to {_SM_SCALE_MAX:.3g}"
+    try:
+        value = float(sm_scale)
+    except OverflowError:  # an int (or Fraction) beyond the float range
+        raise ValueError(f"sm_scale must be a positive finite float ({rng}), got {type(sm_scale).__name__} "
+                         f"too large for a float") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"sm_scale must be a positive finite float ({rng}), got {sm_scale!r}")
+    # the kernels take sm_scale * log2(e) as a float32: it must be a normal number
+    if not float(np.finfo(np.float32).tiny) <= value * math.log2(math.e) <= float(np.finfo(np.float32).max):
+        raise ValueError(f"sm_scale * log2(e) must be a normal float32 ({rng}), got {value!r}")
+    return value
+
+
 class VerifyAttention:
     """A verify-attention plan: fixed maxima, persistent grid and workspace; capture-safe :meth:`run`.
 
@@ -495,8 +599,9 @@ class VerifyAttention:
         whole grid on every replay.
     sm_scale : float
         Softmax scale (default ``1/sqrt(192)``, DeepSeek-style). The kernels take ``sm_scale *
-        log2(e)`` as a float32, which must be a normal number: sm_scale about 8.2e-39 to 2.3e38
-        (``ValueError`` otherwise).
+        log2(e)`` as a float32, which must be a normal number: sm_scale about 8.15e-39 to 2.36e38
+        (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
+        but a real number, a bool included).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
         How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
     qk_dim, v_dim : int
@@ -509,7 +614,9 @@ class VerifyAttention:
         Compile for this architecture instead of the device's (must match to run).
     tile : TileConfig, optional
         Override the tile configuration chosen by :func:`tile_config` (e.g. to run
-        the sm_120 configuration on a GPU with more shared memory).
+        the sm_120 configuration on a GPU with more shared memory). A tile whose
+        ``verify_attn_partial`` spills registers on the plan's architecture runs, with a
+        ``RuntimeWarning`` naming the tile, the architecture and the spill bytes.
     num_parts : int, optional
         CTAs of the persistent grid (at most 1024). Default: the device's SM count
         times the CTAs of the partial kernel that fit one SM, capped at 1024.
@@ -609,13 +716,7 @@ class VerifyAttention:
             raise ValueError(f"num_parts must be <= {MAX_PARTS}, got {num_parts}")
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
-        if (isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, (float, int, np.floating, np.integer))
-                or not math.isfinite(sm_scale) or sm_scale <= 0):
-            raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
-        # the kernels take sm_scale * log2(e) as a float32: it must be a normal number (0 would turn
-        # the qk_skew tile's -inf start into NaN, inf every score into +-inf)
-        if not float(np.finfo(np.float32).tiny) <= float(sm_scale) * math.log2(math.e) <= float(np.finfo(np.float32).max):
-            raise ValueError(f"sm_scale * log2(e) must be a normal float32 (sm_scale about 8.2e-39 to 2.3e38), got {sm_scale!r}")
+        sm_scale = _check_sm_scale(sm_scale)
         if max_q * num_heads >= 2**31:
             raise ValueError(f"max_q * num_heads must be < 2**31, got {max_q} * {num_heads}")
         if tile is not None and not isinstance(tile, TileConfig):
@@ -638,6 +739,8 @@ class VerifyAttention:
         _check_tile_fits(self.config, self.arch)
 
         self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
+        if tile is not None:  # a tile of the caller's: say if it spills (warning at the caller's line)
+            _warn_if_spills(self.cubin, self.config, stacklevel=2)
         self._module = load_module(self.device, self.cubin)
         self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")
@@ -678,7 +781,10 @@ class VerifyAttention:
     def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
         """:attr:`workspace_bytes` of a plan with this grid and tile, without building one.
 
-        ``2 * num_parts * tile_rows * 513 * 4 + 40 * max_batch + 64 * num_parts + 16`` bytes.
+        ``2 * num_parts * tile_rows * (512 * 2 + 4) + 40 * max_batch + 64 * num_parts + 16`` bytes: two
+        slots per part of ``tile_rows`` rows of 512 bf16 partial outputs and one fp32 LSE each
+        (:func:`~driverlevel._workspace_formula.partial_workspace_bytes`), and the scheduler's tables
+        (:func:`~driverlevel._workspace_formula.scheduler_bytes`).
 
         Raises ``ValueError`` for sizes no plan has: ``num_parts`` above :data:`MAX_PARTS`,
         ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and
