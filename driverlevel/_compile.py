@@ -245,15 +245,21 @@ def _nvrtc_supported_archs() -> tuple[str, ...]:
     return tuple(f"sm_{int(a)}" for a in archs)
 
 
+class UnsupportedTargetError(ValueError):
+    """The NVRTC in use cannot compile for the requested architecture (a ``ValueError``: what
+    :func:`compile_source` documents). A separate class so that callers can tell it from bad
+    arguments: on the GPU's own architecture it is the environment's problem, not the user's."""
+
+
 def _check_nvrtc_supports(arch: str) -> None:
-    """ValueError, naming the supported targets, when the NVRTC in use cannot compile for ``arch``
-    (NVRTC itself would answer NVRTC_ERROR_INVALID_OPTION)."""
+    """UnsupportedTargetError (a ValueError), naming the supported targets, when the NVRTC in use
+    cannot compile for ``arch`` (NVRTC itself would answer NVRTC_ERROR_INVALID_OPTION)."""
     supported = _nvrtc_supported_archs()
     base = arch.rstrip("a")
     if base not in supported or (arch != base and int(base[3:]) < 90):  # 'a' targets start at sm_90a
         major, minor = nvrtc_version()
         usable = [a for a in supported if int(a[3:]) >= 80]
-        raise ValueError(f"unsupported architecture {arch!r}: NVRTC {major}.{minor} compiles for "
+        raise UnsupportedTargetError(f"unsupported architecture {arch!r}: NVRTC {major}.{minor} compiles for "
                          f"{', '.join(usable)} (sm_80 or newer; architecture-specific 'a' targets from "
                          f"sm_90a on, where the base is listed)")
 

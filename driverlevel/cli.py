@@ -222,7 +222,7 @@ def compile_cmd(arch_opt, kernels):
             bar.set_postfix_str(f"{where} {arch}", refresh=False)
             try:
                 cub = compile_file(f, arch, v.defines)
-            except NvrtcError as exc:
+            except (NvrtcError, ValueError) as exc:  # ValueError: a target the installed NVRTC lacks
                 problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
                 continue
             finally:

@@ -446,3 +446,17 @@ def test_bench_replay_json_stdout_is_json_only(runner, monkeypatch, tmp_path, to
 def test_bench_replay_bad_nodes(runner, nodes):
     r = runner.invoke(cli.main, ["bench", "replay", "--nodes", nodes])
     assert r.exit_code == 2 and "--nodes" in r.output
+
+
+def test_compile_of_a_target_the_nvrtc_lacks_is_a_problem_line_not_a_traceback(runner, monkeypatch):
+    from driverlevel._compile import UnsupportedTargetError
+
+    def lacks(filename, arch, defines=None, *a, **k):
+        raise UnsupportedTargetError(f"unsupported architecture {arch!r}: NVRTC 99.0 compiles for sm_80")
+
+    monkeypatch.setattr(cli, "compile_file", lacks)
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {}, "a")])
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu"])
+    assert r.exit_code == 1, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)  # no traceback
+    assert "failed to compile" in r.stderr and "NVRTC 99.0 compiles for sm_80" in r.stderr

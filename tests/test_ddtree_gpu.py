@@ -123,6 +123,12 @@ def assert_tree_equal(tb, out, active):
     ("bfloat16", 8000, 5, 100, 3, True),
     ("float32", 3001, 3, 40, 2, False),   # odd vocab: element loads instead of 16-byte vectors
     ("bfloat16", 12345, 4, 64, 2, True),
+    # the row merge's sort network at its edges (bitonic_desc): K = 1 (no sort), 2 and 3 (P = 2, 4:
+    # one warp, padding), 481 (P = 512: every warp sorts, the log-sum-exp warp too)
+    ("float32", 300, 3, 1, 2, False),
+    ("bfloat16", 500, 3, 2, 2, True),
+    ("float32", 1000, 4, 3, 3, False),
+    ("float32", 5000, 4, 481, 2, False),
 ])
 def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, batch, ties, topk):
     rng = np.random.default_rng(vocab + budget)

@@ -184,3 +184,18 @@ def test_a_bad_ordinal_found_while_building_is_still_a_usage_error(fake_gpu, mon
     r = invoke("--devices", devices)
     assert r.exit_code == 2, r.output
     assert "Usage:" in r.output and "device ordinal 3 out of range" in r.output
+
+
+def test_a_target_the_nvrtc_lacks_is_an_error_not_a_usage_error(fake_gpu, monkeypatch):
+    """The GPU's own architecture missing from the installed NVRTC is the environment's problem:
+    exit 1 with the error, not 'Usage:' (the option checks' ValueErrors stay usage errors)."""
+    from driverlevel._compile import UnsupportedTargetError
+
+    def device(ordinal):
+        raise UnsupportedTargetError("unsupported architecture 'sm_90': NVRTC 99.0 compiles for sm_80")
+
+    monkeypatch.setattr(_device, "Device", device)
+    r = invoke("--devices", "0")
+    assert r.exit_code == 1, r.output
+    assert isinstance(r.exception, UnsupportedTargetError)
+    assert "Usage:" not in r.output

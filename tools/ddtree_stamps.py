@@ -1,7 +1,8 @@
 """Per-phase time of ``ddtree_build`` (issue 12): where the tree build's last launch spends its time.
 
 Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL_STAMPS=1``
-(``cu/ddtree/stamps.cuh``, ``cu/phase_stamps.cuh``: thread 0 of each CTA of ``ddtree_build`` records the SM clock and the
+(``cu/ddtree/stamps.cuh``, ``cu/phase_stamps.cuh``: thread 0 of each CTA of ``ddtree_build``, and for ``lsedone`` the
+first thread of the row merge's log-sum-exp warp, records the SM clock and the
 global timer at named points into module globals; without the define the kernels are unchanged),
 runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: peaked random drafter
 logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
@@ -10,8 +11,11 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   ``clock64`` within one CTA):
 
   * the row merge, every row CTA: ``loaded`` (candidates in registers, block max), ``selected``
-    (the K-th largest), ``lse`` (the picked ones placed, the row's log-sum-exp), ``sorted`` (the
-    bitonic sort, the top-K written);
+    (the K-th largest), ``lse`` (the picked ones placed), then two overlapped parts, ``lsedone``
+    (the last warp's log-sum-exp) and ``sortdone`` (thread 0's part of the bitonic sort), in
+    clock order, and ``sorted`` (both done, the top-K written). The phases are differences of
+    consecutive points in clock order, so the one after ``lse`` ends at whichever of the two
+    overlapped points came first;
   * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
     memory; warp 0 also finds the search's bounds of the keys there), ``srchpro`` (the search's
     prologue: the histogram cleared), ``d1count`` / ``d1gen`` (the first depth's children

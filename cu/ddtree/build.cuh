@@ -96,7 +96,8 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     }
   }
   // The row's log-sum-exp is the last warp's (LSE_WARP): it computes it while the warps below
-  // P sort, which leaves it idle for K <= BUILD_THREADS - 32. thr: it loads the row's T and its
+  // P sort, which leaves it idle for P < BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it
+  // sorts too, after the log-sum-exp, as warp 0 did before). thr: it loads the row's T and its
   // first 32 segments' sums now (used after the select).
   constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
   const int lane = tid & 31;
@@ -228,7 +229,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   while (P < K) P <<= 1;
   u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
   const bool sorts = tid < max(P, 32);  // (warp-uniform)
-  if (lse_warp) row_lse();  // (K > BUILD_THREADS - 32: before this warp's part of the sort)
+  if (lse_warp) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
   DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
   if (sorts) v = bitonic_desc_dispatch(P, v, sortbuf, tid);
   DDT_STAMP(29, "sortdone", 0);

@@ -163,8 +163,12 @@ def _timed_run(runner, prompts, max_new, max_steps, bar=None):
 def _bad_options():
     """A ValueError from checking the options (a device ordinal, a shape the plans refuse) as a click usage
     error (exit 2). Only the checks before the run go in it: a ValueError of the run itself propagates."""
+    from .._compile import UnsupportedTargetError
+
     try:
         yield
+    except UnsupportedTargetError:  # the GPU's own architecture, which the NVRTC lacks: not bad usage
+        raise
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
