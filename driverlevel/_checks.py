@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._array import DeviceArray
 
-__all__ = ["positive_int", "device_array_arg", "dtype_is", "need_dtype", "need_shape"]
+__all__ = ["positive_int", "non_negative_int", "device_array_arg", "dtype_is", "need_dtype", "need_shape"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -34,14 +34,31 @@ def positive_int(name: str, value: object) -> int:
     >>> positive_int("max_q", 16)
     16
     """
+    return _int_at_least(name, value, 1, "a positive int")
+
+
+def non_negative_int(name: str, value: object) -> int:
+    """``value`` as a Python ``int``, checked to be an integer >= 0 (as :func:`positive_int`, 0 allowed).
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer (bool and floats included).
+    ValueError
+        ``value < 0``: ``"nbytes must be an int >= 0, got -1"``.
+    """
+    return _int_at_least(name, value, 0, "an int >= 0")
+
+
+def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive int, got bool {value!r}")
+        raise TypeError(f"{name} must be {want}, got bool {value!r}")
     try:
         v = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}") from None
-    if v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
+        raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be {want}, got {v!r}")
     return int(v)
 
 

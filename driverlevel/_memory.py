@@ -46,7 +46,6 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
-import operator
 import sys
 import threading
 import warnings
@@ -60,6 +59,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
+from ._checks import non_negative_int, positive_int
 from ._dtypes import as_dtype, storage_dtype
 from ._errors import PoolExhaustedError, check
 
@@ -253,29 +253,6 @@ def deferred_count() -> int:
     return len(_deferred)
 
 
-def _nbytes_arg(nbytes, *, allow_zero: bool = False) -> int:
-    """``nbytes`` as a Python int: an integer (numpy's too; not bool, not a float, which ``int()``
-    would truncate) that is positive (``allow_zero``: >= 0).
-
-    Raises
-    ------
-    TypeError
-        Not an integer.
-    ValueError
-        Negative (or 0 without ``allow_zero``).
-    """
-    want = "an int >= 0" if allow_zero else "a positive int"
-    if isinstance(nbytes, bool):
-        raise TypeError(f"nbytes must be {want}, got bool {nbytes!r}")
-    try:
-        n = operator.index(nbytes)
-    except TypeError:
-        raise TypeError(f"nbytes must be {want}, got {type(nbytes).__name__} {nbytes!r}") from None
-    if n < 0 or (n == 0 and not allow_zero):
-        raise ValueError(f"nbytes must be {want}, got {n}")
-    return int(n)
-
-
 class DeviceBuffer:
     """One ``cuMemAlloc`` allocation, freed when the object is closed or collected.
 
@@ -317,7 +294,7 @@ class DeviceBuffer:
         """
         from ._device import _check_device_arg
 
-        nbytes = _nbytes_arg(nbytes)  # before the device is touched
+        nbytes = positive_int("nbytes", nbytes)  # before the device is touched
         device = _check_device_arg(device)
         ensure_not_capturing("DeviceBuffer.allocate() (cuMemAlloc)")
         if _deferred:
@@ -403,7 +380,7 @@ class PinnedHostBuffer:
         """
         from ._device import _check_device_arg
 
-        nbytes = _nbytes_arg(nbytes)  # before the device is touched
+        nbytes = positive_int("nbytes", nbytes)  # before the device is touched
         device = _check_device_arg(device)
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
         if _deferred:
@@ -523,7 +500,7 @@ class WorkspacePool:
         """
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, got {alignment}")
-        nbytes = max(align_up(_nbytes_arg(nbytes, allow_zero=True), alignment), alignment)
+        nbytes = max(align_up(non_negative_int("nbytes", nbytes), alignment), alignment)
         self = object.__new__(cls)
         self._buffer = DeviceBuffer.allocate(device, nbytes, label=f"pool:{label}")
         self.label = label

@@ -29,7 +29,8 @@ from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import positive_int
-from ._compile import CompileVariant, arch_number, compile_file, normalize_arch, shared_limit
+from ._compile import (CompileVariant, _stacklevel_outside_package, arch_number, compile_file, normalize_arch,
+                       shared_limit)
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
@@ -438,13 +439,14 @@ def _check_tile_fits(tile: TileConfig, arch: str) -> None:
                          f"more than the {limit} B {arch} allows")
 
 
-def _warn_if_spills(cubin, tile: TileConfig, stacklevel: int = 1) -> int:
+def _warn_if_spills(cubin, tile: TileConfig) -> int:
     """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
     spill bytes per thread (stores + loads, 0 if none).
 
     :class:`VerifyAttention` calls it for a tile given with ``tile=`` (the default tiles are
     checked spill-free on every architecture by the tests): a spilling tile runs, but slower
-    than its shared-memory size suggests. ``stacklevel`` counts from the caller of this function.
+    than its shared-memory size suggests. The warning points at the first line outside driverlevel
+    (the caller's, also when a runner builds the plan), as the cubin cache's warning does.
     """
     res = cubin.resources.get("verify_attn_partial")
     if res is None or not res.spills:
@@ -452,7 +454,7 @@ def _warn_if_spills(cubin, tile: TileConfig, stacklevel: int = 1) -> int:
     warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
                   f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
                   f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
-                  f"(the default tiles do not)", RuntimeWarning, stacklevel=stacklevel + 1)
+                  f"(the default tiles do not)", RuntimeWarning, stacklevel=_stacklevel_outside_package())
     return res.spills
 
 
@@ -740,7 +742,7 @@ class VerifyAttention:
 
         self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
         if tile is not None:  # a tile of the caller's: say if it spills (warning at the caller's line)
-            _warn_if_spills(self.cubin, self.config, stacklevel=2)
+            _warn_if_spills(self.cubin, self.config)
         self._module = load_module(self.device, self.cubin)
         self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")

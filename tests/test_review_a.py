@@ -144,7 +144,7 @@ def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, w
     assert len(spills) == (1 if warns else 0), [str(w.message) for w in rec]
     if warns:
         assert "rows=32 csplit=1 keys=64 stages=2" in str(spills[0].message)
-        assert spills[0].filename == __file__  # stacklevel=2: the line that built the plan
+        assert spills[0].filename == __file__  # the first line outside driverlevel: the one that built the plan
 
 
 @pytest.mark.parametrize("num_parts, tile_rows, max_batch", [(132, 64, 8), (188, 48, 1024), (1, 16, 1)])
