@@ -25,45 +25,42 @@ struct BuildSmem {
 
 DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
 
-// Sorts P values (a power of two, 2 <= P <= BUILD_THREADS), one per thread tid < max(P, 32),
-// descending, by a bitonic network unrolled at compile time: strides below 32 by warp shuffles,
-// the others through buf (P u64) between two barriers over the P threads (named barrier 1), so
-// the warps past P go on at once. Lanes past P in a warp of P < 32 shuffle padding among
-// themselves and are never paired with a lane below P. (The same network with P at run time
-// spent ~20 instructions per step on loop and branch control: 3.5-3.8 µs for K = 256 on the
-// H200, stamps of the fourteenth session.)
-template <int P>
-DL_DEVICE u64 bitonic_desc(u64 v, u64* buf, int tid) {
-#pragma unroll
-  for (int k = 2; k <= P; k <<= 1) {
-#pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      u64 other;
-      if (j >= 32) {
-        // every thread has read its partner of the previous step through buf (none before the
-        // first such step: each thread last read its own slot)
-        if (!(k == 64 && j == 32)) dl::named_barrier(1, P);
-        buf[tid] = v;
-        dl::named_barrier(1, P);
-        other = buf[tid ^ j];
-      } else {
-        other = __shfl_xor_sync(FULL, v, j);
-      }
-      const bool keep_max = ((tid & k) == 0) == ((tid & j) == 0);  // descending at the last k = P
-      v = keep_max ? (v > other ? v : other) : (v < other ? v : other);
-    }
-  }
-  return v;
+// One compare-exchange step of the bitonic network (merge size k, stride j) with the partner's value.
+DL_DEVICE u64 bitonic_step(u64 v, u64 other, int tid, int k, int j) {
+  const bool keep_max = ((tid & k) == 0) == ((tid & j) == 0);  // descending at the last k = P
+  return keep_max ? (v > other ? v : other) : (v < other ? v : other);
 }
 
-// bitonic_desc<P> for the P at run time (a power of two <= the next one >= MAX_K); P = 1: v.
-template <int P = 2>
-DL_DEVICE u64 bitonic_desc_dispatch(int p, u64 v, u64* buf, int tid) {
-  if (p < 2) return v;
-  if constexpr (P < MAX_K && P < BUILD_THREADS) {
-    if (p > P) return bitonic_desc_dispatch<2 * P>(p, v, buf, tid);
+// Sorts P values (a power of two, 1 <= P <= BUILD_THREADS, the same in every calling thread), one
+// per thread tid < max(P, 32), descending, by a bitonic network: first each warp's 32 values
+// (merge sizes 2 .. 32 by shuffles, written out: a warp of P < 32 sorts its padding 0 last), then
+// for each merge size k = 64 .. P the strides >= 32 through buf (P u64) between two barriers over
+// the P threads (named barrier 1; the warps past P go on at once) and the strides 16 .. 1 by
+// shuffles, written out once. The code stays compact: a network unrolled for each P (~830
+// instructions at P = 256) ran 2.8 µs at batch 1 but 5.8 µs at batch 8 on the H200, where 120
+// CTAs fetch the same fresh instructions at once (instruction fetch is the suspect, not measured);
+// the first form, both loops at run time, spent ~20 instructions of control per step (3.5 µs).
+DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
+  if (P < 2) return v;
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1)
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) v = bitonic_step(v, __shfl_xor_sync(FULL, v, j), tid, k, j);
+  bool first_smem = true;
+  for (int k = 64; k <= P; k <<= 1) {  // (uniform)
+    for (int j = k >> 1; j >= 32; j >>= 1) {
+      // every thread has read its partner of the previous such step (none before the first: each
+      // thread last read its own slot)
+      if (!first_smem) dl::named_barrier(1, P);
+      first_smem = false;
+      buf[tid] = v;
+      dl::named_barrier(1, P);
+      v = bitonic_step(v, buf[tid ^ j], tid, k, j);
+    }
+#pragma unroll
+    for (int j = 16; j > 0; j >>= 1) v = bitonic_step(v, __shfl_xor_sync(FULL, v, j), tid, k, j);
   }
-  return bitonic_desc<P>(v, buf, tid);
+  return v;
 }
 
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
@@ -231,7 +228,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   const bool sorts = tid < max(P, 32);  // (warp-uniform)
   if (lse_warp) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
   DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
-  if (sorts) v = bitonic_desc_dispatch(P, v, sortbuf, tid);
+  if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
   DDT_STAMP(29, "sortdone", 0);
   __syncthreads();  // sm.lse (LSE_WARP, above) is visible
   const float lse = sm.lse;
