@@ -125,6 +125,7 @@ extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, ddt::TK_STR
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
+  DDT_STAMP(30, "entry", 0);  // (before the PDL wait: how long the CTA waits for the top-K kernels)
   const int b = blockIdx.y;
   const int root = p.root_tokens[b];  // request state, final before the build's first launch
   const bool bad_root = root < 0 || root >= p.vocab;
