@@ -5,8 +5,8 @@
 // search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation), lsedone 28
 // (the row merge's log-sum-exp warp done: DDT_STAMP_BY, its lane 0) and sortdone 29 (thread 0's
 // part of the sort done, before the merge's last barrier), entry 30 (ddtree_build's first
-// instruction, before its PDL wait: the phase `merge` is then the wait). The tool orders a CTA's records by
-// their clock. Empty, and the kernels unchanged, without the define.
+// instruction, before its PDL wait: the phase `merge` is then the wait). The tool orders a CTA's
+// records by their clock. Empty, and the kernels unchanged, without the define.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
