@@ -10,7 +10,9 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
 * per phase, the median and maximum cycles over the CTAs that passed it (differences of
   ``clock64`` within one CTA):
 
-  * the row merge, every row CTA: ``loaded`` (candidates in registers, block max), ``selected``
+  * the row merge, every row CTA: ``merge`` (from ``entry``, the kernel's first instruction, to the
+    start of the row merge just past its PDL wait: about the wait for the top-K kernels), ``loaded`` (candidates in
+    registers, block max), ``selected``
     (the K-th largest), ``lse`` (the picked ones placed), then two overlapped parts, ``lsedone``
     (the last warp's log-sum-exp) and ``sortdone`` (thread 0's part of the bitonic sort), in
     clock order, and ``sorted`` (both done, the top-K written). The phases are differences of
