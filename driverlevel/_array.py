@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 
 import numpy as np
 from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
+from ._checks import int_tuple
 from ._dtypes import as_dtype, bfloat16, storage_dtype
 from ._errors import check
 
@@ -41,15 +43,25 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+def _ptr_arg(ptr) -> int:
+    if isinstance(ptr, driver.CUdeviceptr):
+        return int(ptr)
+    if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
+        raise TypeError(f"DeviceArray: ptr must be an int device address, got {type(ptr).__name__} {ptr!r}")
+    return int(operator.index(ptr))
+
+
 class DeviceArray:
     """A typed, strided view of device memory.
 
     Parameters
     ----------
     ptr : int
-        Device address of element ``[0, ..., 0]``.
+        Device address of element ``[0, ..., 0]`` (an int or a ``CUdeviceptr``).
     shape : tuple of int
+        Integers >= 0 (an int is a 1-D shape); floats and bools are refused, not truncated.
     dtype : numpy dtype or :data:`driverlevel.bfloat16`
+        bool, an integer, float16/32/64 or bfloat16 (see :func:`~driverlevel._dtypes.as_dtype`).
     device : Device
     strides : tuple of int, optional
         Byte strides; C-contiguous when omitted.
@@ -60,6 +72,9 @@ class DeviceArray:
 
     Raises
     ------
+    TypeError
+        For a ``ptr``, extent or stride that is not an integer (a float, a bool, a str), or an
+        unsupported ``dtype`` (object, str, datetime, complex, structured...).
     ValueError
         For an address outside 0 .. 2**64 - 1, a negative extent, or strides whose count differs
         from the shape's.
@@ -68,14 +83,15 @@ class DeviceArray:
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
 
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, readonly=False):
-        self.ptr = int(ptr)
+        self.ptr = _ptr_arg(ptr)
         if not 0 <= self.ptr < 1 << 64:
             raise ValueError(f"DeviceArray: ptr must be a device address in 0 .. 2**64 - 1, got {self.ptr}")
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = int_tuple("DeviceArray: shape", shape)
         if any(n < 0 for n in self.shape):
             raise ValueError(f"DeviceArray: shape {self.shape} has a negative extent")
         self.dtype = as_dtype(dtype)
-        self.strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(self.shape, self.dtype.itemsize)
+        self.strides = (int_tuple("DeviceArray: strides", strides) if strides is not None
+                        else _c_strides(self.shape, self.dtype.itemsize))
         if len(self.strides) != len(self.shape):
             raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
                              f"dimensions of shape {self.shape}")

@@ -335,3 +335,50 @@ def test_device_array_rejects_bad_geometry(kwargs, match):
 def test_device_array_accepts_the_null_empty_array():
     a = DeviceArray(0, (0, 576), bfloat16, DEV)  # (an empty tensor's data pointer may be 0)
     assert a.size == 0 and a.nbytes == 0
+
+
+# -- review15 #6: DeviceArray takes integer geometry and supported dtypes only ----------------------
+_SUPPORTED = "a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(ptr=1.5), "DeviceArray: ptr must be an int device address, got float 1.5"),
+    (dict(ptr="0x1000"), "DeviceArray: ptr must be an int device address, got str '0x1000'"),
+    (dict(ptr=True), "DeviceArray: ptr must be an int device address, got bool True"),
+    (dict(shape=(2.7,)), "DeviceArray: shape must be an int or a sequence of ints, got float 2.7 at index 0 of (2.7,)"),
+    (dict(shape="4"), "DeviceArray: shape must be an int or a sequence of ints, got str '4'"),
+    (dict(shape=(4, True)), "DeviceArray: shape must be an int or a sequence of ints, got bool True at index 1 of (4, True)"),
+    (dict(strides=(12.0, 4)), "DeviceArray: strides must be an int or a sequence of ints, got float 12.0 at index 0 of (12.0, 4)"),
+    (dict(dtype=object), f"unsupported dtype |O: {_SUPPORTED}"),
+    (dict(dtype="U8"), f"unsupported dtype <U8: {_SUPPORTED}"),
+    (dict(dtype="datetime64[s]"), f"unsupported dtype <M8[s]: {_SUPPORTED}"),
+    (dict(dtype=np.complex64), f"unsupported dtype <c8: {_SUPPORTED}"),
+    (dict(dtype=">f4"), f"unsupported dtype >f4: {_SUPPORTED}"),
+    (dict(dtype=[("a", "<i4")]), f"unsupported dtype [('a', '<i4')]: {_SUPPORTED}"),
+    (dict(dtype=None), f"unsupported dtype None: {_SUPPORTED}"),  # numpy reads None as float64
+    (dict(dtype="no such type"), f"unsupported dtype 'no such type': {_SUPPORTED}"),
+])
+def test_device_array_refuses_non_integer_geometry_and_unsupported_dtypes(kwargs, words):
+    """(2.7,) was (2,), ptr 1.5 was 1, and an object array exported typestr '|O' (its to_numpy
+    would have copied device bytes into PyObject pointers)."""
+    args = dict(ptr=PTR, shape=(4, 3), dtype=np.float32, strides=None) | kwargs
+    with pytest.raises(TypeError) as ei:
+        DeviceArray(args["ptr"], args["shape"], args["dtype"], DEV, strides=args["strides"])
+    assert str(ei.value) == words
+
+
+def test_device_array_geometry_is_python_ints():
+    from cuda.bindings import driver
+
+    a = DeviceArray(np.uint64(PTR), (np.int64(4), np.uint8(3)), "int16", DEV, strides=(np.int64(6), 2))
+    assert (a.ptr, a.shape, a.strides) == (PTR, (4, 3), (6, 2))
+    assert all(type(v) is int for v in (a.ptr, *a.shape, *a.strides))
+    assert DeviceArray(driver.CUdeviceptr(PTR), 5, np.bool_, DEV).shape == (5,)
+
+
+def test_importing_an_unsupported_cai_dtype_names_the_argument():
+    from driverlevel._checks import device_array_arg
+
+    src = CAIOnly(shape=(4,), typestr="|O", data=(PTR, False))
+    with pytest.raises(TypeError, match=r"^out: unsupported dtype \|O: a device array holds"):
+        device_array_arg("out", src, DEV)
