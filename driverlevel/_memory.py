@@ -435,33 +435,62 @@ class PinnedHostBuffer:
     def _range(self):
         return (self.device_ptr, self.nbytes) if self.device_ptr is not None else (0, 0)
 
-    def numpy(self, shape=None, dtype=np.uint8, offset: int = 0) -> np.ndarray:
-        """A numpy view of the host bytes (no copy); bfloat16 appears as uint16."""
-        dt = storage_dtype(dtype)
-        if shape is None:
-            shape = ((self.nbytes - offset) // dt.itemsize,)
-        n = int(np.prod(shape)) * dt.itemsize
+    def _view(self, shape, itemsize: int, dtype_name: str, offset) -> tuple:
+        """``(shape, offset, nbytes)`` of a view, checked to lie inside the buffer (Python ints throughout)."""
+        offset = non_negative_int("offset", offset)
+        if offset % itemsize:
+            raise ValueError(f"offset must be a multiple of {dtype_name}'s item size {itemsize}, got {offset}")
+        if offset > self.nbytes:
+            raise ValueError(f"offset {offset} is past the end of the buffer's {self.nbytes} bytes")
+        shape = ((self.nbytes - offset) // itemsize,) if shape is None else int_tuple("shape", shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape {shape} has a negative extent")
+        n = _shape_nbytes(shape, itemsize)
         if offset + n > self.nbytes:
             raise ValueError(f"view of {n} bytes at offset {offset} exceeds the buffer's {self.nbytes}")
-        return self._bytes[offset:offset + n].view(dt).reshape(shape)
+        return shape, offset, n
 
-    def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
-        """The device-side view of a mapped buffer.
+    def numpy(self, shape=None, dtype=np.uint8, offset: int = 0) -> np.ndarray:
+        """A numpy view of the host bytes (no copy); bfloat16 appears as uint16.
+
+        Parameters
+        ----------
+        shape : tuple of int, optional
+            Default: as many whole items as fit after ``offset``.
+        dtype : numpy dtype or :data:`driverlevel.bfloat16`
+        offset : int
+            Byte offset of the view's start: >= 0, a multiple of the dtype's item size, and
+            with the view inside the buffer.
 
         Raises
         ------
+        TypeError
+            ``offset`` or an extent of ``shape`` is not an integer, or ``dtype`` is not supported.
         ValueError
-            If the buffer was not allocated with ``mapped=True``.
+            ``offset`` is negative, not a multiple of the item size or past the end; ``shape``
+            has a negative extent; or the view does not fit in the buffer.
+        """
+        dt = storage_dtype(dtype)
+        shape, offset, n = self._view(shape, dt.itemsize, as_dtype(dtype).name, offset)
+        return self._bytes[offset:offset + n].view(dt).reshape(shape)
+
+    def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
+        """The device-side view of a mapped buffer (``shape``, ``dtype`` and ``offset`` as in :meth:`numpy`).
+
+        Raises
+        ------
+        TypeError
+            ``offset`` or an extent of ``shape`` is not an integer, or ``dtype`` is not supported.
+        ValueError
+            If the buffer was not allocated with ``mapped=True``; or ``offset`` is negative, not
+            a multiple of the item size or past the end; ``shape`` has a negative extent; or the
+            view does not fit in the buffer.
         """
         if not self.mapped:
             raise ValueError("as_array() needs a buffer allocated with mapped=True")
         dt = as_dtype(dtype)
-        if shape is None:
-            shape = ((self.nbytes - offset) // dt.itemsize,)
-        arr = DeviceArray(self.device_ptr + offset, shape, dt, self.device, owner=self)
-        if offset + arr.nbytes > self.nbytes:
-            raise ValueError("view exceeds the buffer")
-        return arr
+        shape, offset, _ = self._view(shape, dt.itemsize, dt.name, offset)
+        return DeviceArray(self.device_ptr + offset, shape, dt, self.device, owner=self)
 
     def close(self) -> None:
         """Free the pinned memory now (idempotent; deferred while a capture is in progress)."""

@@ -330,6 +330,47 @@ def test_request_state_slot_ids_must_fit_an_int32_table():
     assert RequestState.specs(max_batch=1, max_context=8, num_slots=(1 << 31) + 1, r2t_dtype=np.int64)[5][1] == (2**31 + 1,)
 
 
+# -- review15 #2: PinnedHostBuffer views stay inside the buffer -------------------------------------
+def _pinned(nbytes=1024):
+    """A mapped PinnedHostBuffer over a numpy array (allocation needs a GPU; the view methods do not)."""
+    b = object.__new__(PinnedHostBuffer)
+    b.nbytes, b.mapped, b.device, b.device_ptr, b.host_ptr, b.label = nbytes, True, DEV, 0x7F00_0010_0000, 0, "p"
+    b._bytes = np.zeros(nbytes, np.uint8)
+    return b
+
+
+@pytest.mark.parametrize("method", ["as_array", "numpy"])
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(offset=-4096), ValueError, "offset must be an int >= 0, got -4096"),
+    (dict(shape=(4,), dtype=np.uint8, offset=-8), ValueError, "offset must be an int >= 0, got -8"),
+    (dict(shape=(4,), dtype=np.int32, offset=3), ValueError, "offset must be a multiple of int32's item size 4, got 3"),
+    (dict(dtype=bfloat16, offset=1), ValueError, "offset must be a multiple of bfloat16's item size 2, got 1"),
+    (dict(offset=2048), ValueError, "offset 2048 is past the end of the buffer's 1024 bytes"),
+    (dict(shape=(4,), dtype=np.int32, offset=1016), ValueError, "view of 16 bytes at offset 1016 exceeds the buffer's 1024"),
+    (dict(offset=8.0), TypeError, "offset must be an int >= 0, got float 8.0"),
+    (dict(offset=True), TypeError, "offset must be an int >= 0, got bool True"),
+    (dict(shape=(2.5,)), TypeError, "shape must be an int or a sequence of ints, got float 2.5 at index 0 of (2.5,)"),
+    (dict(shape=(4, -1)), ValueError, r"shape (4, -1) has a negative extent"),
+])
+def test_pinned_views_refuse_offsets_outside_the_buffer(method, kwargs, exc, words):
+    """A negative offset gave a device view before the buffer, and a host view wrapped to its end."""
+    b = _pinned()
+    with pytest.raises(exc) as ei:
+        getattr(b, method)(**kwargs)
+    assert str(ei.value) == words
+
+
+def test_pinned_views_in_bounds():
+    b = _pinned()
+    a = b.as_array((4,), np.int32, offset=8)
+    assert a.ptr == b.device_ptr + 8 and a.shape == (4,) and a.owner is b
+    v = b.numpy((4,), np.int32, offset=8)
+    assert v.ctypes.data == b._bytes.ctypes.data + 8 and v.shape == (4,) and v.dtype == np.int32
+    assert b.as_array(offset=1024).shape == (0,) and b.numpy(offset=1024).shape == (0,)  # the end itself is fine
+    assert b.as_array(dtype=np.int64, offset=1000).shape == (3,)
+    assert b.numpy((2, 3), bfloat16, offset=1012).dtype == np.uint16
+
+
 # -- review15 #6: carve / required_bytes take ints, names and supported dtypes only ----------------
 @pytest.mark.parametrize("name, shape, dtype, kw, exc, words", [
     ("c", (2.9,), "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got float 2.9 at index 0 of (2.9,)"),
