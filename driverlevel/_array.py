@@ -28,6 +28,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
 from ._checks import int_tuple
+from ._device import Device, _check_device_arg
 from ._dtypes import as_dtype, bfloat16, storage_dtype
 from ._errors import check
 
@@ -41,6 +42,17 @@ def _c_strides(shape, itemsize):
         strides.append(acc)
         acc *= max(int(n), 1)
     return tuple(reversed(strides))
+
+
+def _device_arg(device):
+    """``device`` as a :class:`Device`: an int ordinal is opened with ``_check_device_arg``
+    (as every other entry point does); an object with Device's interface (an ``ordinal``, e.g. a
+    test's stand-in) is kept; None, bool, float, str and the like are a ``TypeError``."""
+    if isinstance(device, Device):
+        return device
+    if hasattr(device, "ordinal") and not hasattr(device, "__index__") and not isinstance(device, (str, bytes)):
+        return device
+    return _check_device_arg(device)
 
 
 def _ptr_arg(ptr) -> int:
@@ -62,7 +74,8 @@ class DeviceArray:
         Integers >= 0 (an int is a 1-D shape); floats and bools are refused, not truncated.
     dtype : numpy dtype or :data:`driverlevel.bfloat16`
         bool, an integer, float16/32/64 or bfloat16 (see :func:`~driverlevel._dtypes.as_dtype`).
-    device : Device
+    device : Device or int
+        An int is the ordinal of a device, opened as :class:`Device` (which needs the driver).
     strides : tuple of int, optional
         Byte strides; C-contiguous when omitted.
     owner : object, optional
@@ -73,11 +86,14 @@ class DeviceArray:
     Raises
     ------
     TypeError
-        For a ``ptr``, extent or stride that is not an integer (a float, a bool, a str), or an
-        unsupported ``dtype`` (object, str, datetime, complex, structured...).
+        For a ``ptr``, extent or stride that is not an integer (a float, a bool, a str), an
+        unsupported ``dtype`` (object, str, datetime, complex, structured...), or a ``device``
+        that is neither a Device nor an int ordinal (None included).
     ValueError
-        For an address outside 0 .. 2**64 - 1, a negative extent, or strides whose count differs
-        from the shape's.
+        For an address outside 0 .. 2**64 - 1, a negative extent, strides whose count differs
+        from the shape's, or a negative device ordinal.
+    DriverUnavailableError
+        ``device`` is an int and there is no usable driver.
     """
 
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
@@ -95,7 +111,7 @@ class DeviceArray:
         if len(self.strides) != len(self.shape):
             raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
                              f"dimensions of shape {self.shape}")
-        self.device = device
+        self.device = _device_arg(device)
         self.owner = owner
         self.readonly = readonly
 

@@ -382,3 +382,53 @@ def test_importing_an_unsupported_cai_dtype_names_the_argument():
     src = CAIOnly(shape=(4,), typestr="|O", data=(PTR, False))
     with pytest.raises(TypeError, match=r"^out: unsupported dtype \|O: a device array holds"):
         device_array_arg("out", src, DEV)
+
+
+# -- review15 #7: the device is a Device or an int ordinal, checked when the array is made ------------
+@pytest.mark.parametrize("device, exc, words", [
+    (None, TypeError, "device must be a driverlevel.Device or an int ordinal, got NoneType"),
+    ("0", TypeError, "device must be a driverlevel.Device or an int ordinal, got str"),
+    (0.0, TypeError, "device must be a driverlevel.Device or an int ordinal, got float"),
+    (True, TypeError, "device must be a driverlevel.Device or an int ordinal, got bool"),
+    (-1, ValueError, "device must be an ordinal >= 0, got -1"),
+])
+def test_device_array_refuses_a_bad_device_at_construction(device, exc, words):
+    """DeviceArray(..., None) was accepted and failed later with AttributeError in repr / to_numpy."""
+    with pytest.raises(exc) as ei:
+        DeviceArray(PTR, (4,), np.float32, device)
+    assert str(ei.value) == words
+
+
+def test_device_array_opens_an_int_ordinal(monkeypatch):
+    """DeviceArray(..., 0) stored the int; it is opened as a Device like every other entry point does."""
+    opened = []
+
+    def check(d):
+        opened.append(d)
+        return FakeDevice(d)
+
+    monkeypatch.setattr(_array, "_check_device_arg", check)
+    a = DeviceArray(PTR, (4,), np.float32, 3)
+    assert opened == [3] and isinstance(a.device, FakeDevice) and a.device.ordinal == 3
+    assert repr(a).endswith("device=3)") and a.__dlpack_device__() == (2, 3)
+    assert a[1:].device is a.device and opened == [3]  # views pass the Device on
+
+
+def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
+    import driverlevel as dl
+    from driverlevel import _device
+
+    for handle, device, exc, words in [
+        (0x1234, None, TypeError, "device must be a driverlevel.Device or an int ordinal, got NoneType"),
+        (0x1234, 1.0, TypeError, "device must be a driverlevel.Device or an int ordinal, got float"),
+        (0x1234, -2, ValueError, "device must be an ordinal >= 0, got -2"),
+        (1.5, 0, TypeError, "handle must be an int >= 0, got float 1.5"),
+        (-1, 0, ValueError, "handle must be an int >= 0, got -1"),
+    ]:
+        with pytest.raises(exc) as ei:
+            dl.Stream.from_handle(handle, device)
+        assert str(ei.value) == words
+    fake = FakeDevice(0)
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: fake if d == 0 else pytest.fail(repr(d)))
+    s = dl.Stream.from_handle(0x1234, 0)
+    assert s.device is fake and int(s) == 0x1234  # was the int 0, stored as the device
