@@ -81,7 +81,9 @@ class DeviceArray:
     owner : object, optional
         Kept alive as long as this view (a buffer, a pool, a foreign array).
     readonly : bool
-        Exported as read-only through the array protocols.
+        Exported as read-only through the array protocols; :meth:`copy_from_host`,
+        :meth:`copy_from`, :meth:`fill_bytes`, :meth:`fill_u32` and the plans' outputs refuse
+        a read-only array.
 
     Raises
     ------
@@ -113,7 +115,7 @@ class DeviceArray:
                              f"dimensions of shape {self.shape}")
         self.device = _device_arg(device)
         self.owner = owner
-        self.readonly = readonly
+        self.readonly = bool(readonly)
 
     # -- geometry -------------------------------------------------------------
     @property
@@ -188,6 +190,11 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
 
+    def _require_writable(self, what):
+        if self.readonly:
+            raise ValueError(f"{what}: this DeviceArray is read-only (readonly=True, e.g. imported from a read-only "
+                             f"array), so it may not be written")
+
     def copy_from_host(self, src, stream=None) -> "DeviceArray":
         """Copy a host array into this device array; complete when it returns.
 
@@ -212,10 +219,12 @@ class DeviceArray:
         Raises
         ------
         ValueError, TypeError
-            On a shape or dtype mismatch (before anything is copied).
+            On a shape or dtype mismatch, or (``ValueError``) when this array is read-only
+            (before anything is copied).
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
+        self._require_writable("copy_from_host")
         self._require_contiguous("copy_from_host")
         a = np.ascontiguousarray(src)
         want = storage_dtype(self.dtype)
@@ -268,8 +277,10 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If ``src`` is not C-contiguous or has another byte size.
+            If this array is read-only, or ``src`` is not C-contiguous or has another byte size
+            (before anything is queued).
         """
+        self._require_writable("copy_from")
         self._require_contiguous("copy_from")
         src = as_device_array(src)
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
@@ -281,7 +292,14 @@ class DeviceArray:
         return self
 
     def fill_bytes(self, value: int, stream) -> "DeviceArray":
-        """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node)."""
+        """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node).
+
+        Raises
+        ------
+        ValueError
+            If this array is read-only or not C-contiguous (before anything is queued).
+        """
+        self._require_writable("fill_bytes")
         self._require_contiguous("fill_bytes")
         if self.nbytes:
             with self.device.activated():
@@ -295,8 +313,10 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If the byte size is not a multiple of 4.
+            If this array is read-only, or its byte size is not a multiple of 4 (before
+            anything is queued).
         """
+        self._require_writable("fill_u32")
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")

@@ -125,15 +125,20 @@ def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
     return v
 
 
-def device_array_arg(name, x, device) -> DeviceArray:
+def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
     """``x`` as a C-contiguous :class:`DeviceArray` on ``device`` (no copy).
+
+    Pass ``writable=True`` for an array the caller's launch writes (an output, or a state
+    field the kernels update): a read-only array (``readonly``, e.g. imported from a
+    ``__cuda_array_interface__`` whose ``data`` is ``(ptr, True)``) is refused then.
 
     Raises
     ------
     TypeError
         ``x`` is None, host memory, or exports no array protocol.
     ValueError
-        ``x`` is on another device or not C-contiguous.
+        ``x`` is on another device or not C-contiguous; or ``writable`` and ``x`` is
+        read-only: ``"out is read-only, but the launch writes it"``.
     """
     from ._array import as_device_array
 
@@ -147,6 +152,8 @@ def device_array_arg(name, x, device) -> DeviceArray:
         raise ValueError(f"{name} is on device {a.device.ordinal}, the plan on device {device.ordinal}")
     if not a.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    if writable and a.readonly:
+        raise ValueError(f"{name} is read-only, but the launch writes it")
     return a
 
 

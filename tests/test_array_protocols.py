@@ -432,3 +432,37 @@ def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
     monkeypatch.setattr(_device, "_check_device_arg", lambda d: fake if d == 0 else pytest.fail(repr(d)))
     s = dl.Stream.from_handle(0x1234, 0)
     assert s.device is fake and int(s) == 0x1234  # was the int 0, stored as the device
+
+
+# -- review15 #5: read-only arrays are never written -------------------------------------------------
+_RO = ("this DeviceArray is read-only (readonly=True, e.g. imported from a read-only array), so it may not be written")
+
+
+@pytest.mark.parametrize("method, write", [
+    ("copy_from_host", lambda a: a.copy_from_host(np.zeros((4, 3), np.float32))),
+    ("copy_from", lambda a: a.copy_from(DeviceArray(PTR + 4096, (4, 3), np.float32, DEV), stream=None)),
+    ("fill_bytes", lambda a: a.fill_bytes(0, stream=None)),
+    ("fill_u32", lambda a: a.fill_u32(0x7FC00000, stream=None)),
+])
+def test_write_methods_refuse_a_read_only_array(method, write):
+    """readonly was recorded and exported, but copy_from_host / copy_from / fill_* wrote anyway.
+    (FakeDevice has no activated(): reaching the driver call would be an AttributeError.)"""
+    src = CAIOnly(shape=(4, 3), typestr="<f4", data=(PTR, True))
+    a = as_device_array(src, device=DEV)
+    assert a.readonly
+    with pytest.raises(ValueError) as ei:
+        write(a)
+    assert str(ei.value) == f"{method}: {_RO}"
+    with pytest.raises(ValueError, match="read-only"):  # views keep the flag
+        write(a.reshape(4, 3))
+
+
+def test_read_only_flag_follows_views_and_writable_arrays_still_check_first():
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV, readonly=True)
+    for v in (a[1:], a[0], a.view(np.int32), a.reshape(12)):
+        assert v.readonly
+        with pytest.raises(ValueError, match=r"^fill_bytes: this DeviceArray is read-only"):
+            v.fill_bytes(0, stream=None)
+    w = DeviceArray(PTR, (4, 3), np.float32, DEV)
+    with pytest.raises(TypeError, match="expected host dtype float32"):  # a writable array gets the usual checks
+        w.copy_from_host(np.zeros((4, 3), np.float64))

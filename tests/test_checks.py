@@ -87,3 +87,19 @@ def test_power_of_two():
         with pytest.raises(exc) as ei:
             power_of_two("alignment", value)
         assert str(ei.value) == words
+
+
+def test_device_array_arg_refuses_read_only_outputs():
+    from types import SimpleNamespace
+
+    from driverlevel import DeviceArray
+    from driverlevel._checks import device_array_arg
+
+    dev = SimpleNamespace(ordinal=0)
+    ro = DeviceArray(0x10000, (4,), np.float32, dev, readonly=True)
+    assert device_array_arg("q", ro, dev) is ro  # read-only inputs are fine
+    with pytest.raises(ValueError) as ei:
+        device_array_arg("out", ro, dev, writable=True)
+    assert str(ei.value) == "out is read-only, but the launch writes it"
+    rw = DeviceArray(0x10000, (4,), np.float32, dev)
+    assert device_array_arg("out", rw, dev, writable=True) is rw
