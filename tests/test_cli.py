@@ -460,3 +460,32 @@ def test_compile_of_a_target_the_nvrtc_lacks_is_a_problem_line_not_a_traceback(r
     assert r.exit_code == 1, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)  # no traceback
     assert "failed to compile" in r.stderr and "NVRTC 99.0 compiles for sm_80" in r.stderr
+
+
+def test_compile_unwritable_cache_is_one_plain_warning_line(runner, tmp_path, monkeypatch):
+    """Review 15 #12: the RuntimeWarning pointed at click's core.py and printed a line of click's source."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(f))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    from driverlevel import _compile
+
+    _compile._clear_memory_cache()
+    try:
+        r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    finally:
+        _compile._clear_memory_cache()
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        f"warning: could not write the cubin cache in DRIVERLEVEL_CACHE_DIR={f}: it is not a directory; compiling "
+        f"without the disk cache (set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)"]
+    assert "click" not in r.stderr and "RuntimeWarning" not in r.stderr
+    assert _rows(r.stdout)
+
+
+def test_compile_unknown_cache_value_is_a_usage_error(runner, monkeypatch):
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", "maybe")
+    r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("Error: DRIVERLEVEL_CACHE='maybe' is not understood")
+    assert r.stdout == ""
