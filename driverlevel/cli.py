@@ -15,6 +15,7 @@ import warnings as pywarnings
 import click
 
 from . import __version__
+from ._cli_common import json_path_problem
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
                        kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
@@ -310,7 +311,12 @@ def bench():
 @click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout, the table then goes to stderr).")
 def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
-    """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches."""
+    """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches.
+
+    Without a GPU: one sentence on stderr and exit 2 (with --json -, also {"error": ..., "exit_status": 2}
+    on stdout, as capture-demo --json). Bad options, a --json path that cannot be written and a
+    --device past the visible GPUs exit 2 before anything is measured.
+    """
     from . import bench_replay as br
 
     try:
@@ -319,6 +325,9 @@ def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
         raise click.BadParameter(f"expected comma-separated ints, got {nodes!r}", param_hint="--nodes") from exc
     if not counts or min(counts) < 1:
         raise click.BadParameter(f"expected positive ints, got {nodes!r}", param_hint="--nodes")
+    problem = json_path_problem(json_path)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--json")
     sys.exit(br.main_from_options(counts, replays, repeats, ordinal, not no_torch, json_path))
 
 

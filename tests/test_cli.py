@@ -399,7 +399,7 @@ def test_bench_replay_without_gpu(runner, monkeypatch):
 
 @pytest.mark.parametrize("args, says", [
     (["--device", "3"], "--device 3: only 1 GPU(s) visible"),
-    (["--json", "/nonexistent-dir/replay.json"], "/nonexistent-dir does not exist"),
+    (["--json", "/nonexistent-dir/replay.json"], "--json: the directory '/nonexistent-dir' does not exist"),
 ])
 def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, says):
     from driverlevel import _device, bench_replay
@@ -488,4 +488,33 @@ def test_compile_unknown_cache_value_is_a_usage_error(runner, monkeypatch):
     r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
     assert r.exit_code == 2
     assert r.stderr.startswith("Error: DRIVERLEVEL_CACHE='maybe' is not understood")
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args, json_out", [(["--json", "-"], True), ([], False)])
+def test_bench_replay_json_stdout_without_gpu_is_an_error_object(runner, monkeypatch, args, json_out):
+    """Review 15 #11: ``bench replay --json -`` wrote nothing to stdout without a GPU, while
+    ``capture-demo --json`` writes ``{"error": ..., "exit_status": 2}``; both now do (the same code)."""
+    import json
+
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "device_count", lambda: 0)
+    r = runner.invoke(cli.main, ["bench", "replay", *args])
+    demo = runner.invoke(cli.main, ["capture-demo", *(["--json"] if json_out else [])])
+    assert r.exit_code == demo.exit_code == 2
+    assert r.stderr.strip() == demo.stderr.strip() == _device.NO_GPU_MESSAGE
+    if json_out:
+        assert json.loads(r.stdout) == json.loads(demo.stdout) == {"error": _device.NO_GPU_MESSAGE, "exit_status": 2}
+    else:
+        assert r.stdout == demo.stdout == ""
+
+
+def test_bench_replay_json_path_checked_before_the_gpu(runner, monkeypatch):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the --json path's"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", "/nonexistent-dir/x.json"])
+    assert r.exit_code == 2
+    assert "Invalid value for --json: the directory '/nonexistent-dir' does not exist" in r.stderr
     assert r.stdout == ""
