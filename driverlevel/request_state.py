@@ -184,19 +184,75 @@ class RequestState:
     def upload(self, **host_arrays) -> None:
         """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``.
 
+        Each value is converted to the field's dtype only when that is exact: integer values
+        (numpy integer arrays, Python ints) must lie in the field's range (an int64 array of
+        token ids fits ``root_tokens`` int32 only when every id does); bool values are taken
+        for ``active`` only (True -> 1). Floats, bools elsewhere, strings and other objects are
+        refused, even when integral: nothing is truncated or wrapped. A value of the field's
+        size but another shape is reshaped (e.g. a flat ``req_to_token``). Every value is
+        checked before the first byte is copied, so a refused call writes nothing.
+
         Raises
         ------
         ValueError
-            For a field this state does not have.
+            For a field this state does not have; for a value with the wrong number of
+            elements; for an integer outside the field's dtype range (the message names the
+            field, the first bad value and its index).
+        TypeError
+            For a value that is not an integer array (floats, bool outside ``active``, objects).
         """
+        checked = []
         for name, value in host_arrays.items():
             if name not in ARRAY_FIELDS:
                 raise ValueError(f"RequestState has no field {name!r}; fields: {', '.join(ARRAY_FIELDS)}")
             dst = getattr(self, name)
             if dst is None:
                 raise ValueError(f"this state has no {name!r} array")
-            dst.copy_from_host(np.asarray(value, dtype=dst.dtype).reshape(dst.shape))
+            checked.append((dst, _exact_host_array(name, value, dst)))
+        for dst, host in checked:
+            dst.copy_from_host(host)
 
     def download(self) -> dict:
         """Host copies of every array present (not capture-safe)."""
         return {k: a.to_numpy() for k, a in self.arrays().items()}
+
+
+def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:
+    """``value`` as a host array of ``dst``'s dtype and shape, refused unless the conversion is exact."""
+    want = np.dtype(dst.dtype)
+    a = np.asarray(value)
+    if a.size != int(np.prod(dst.shape, dtype=object)):
+        raise ValueError(f"upload: {name} must have shape {dst.shape} ({int(np.prod(dst.shape, dtype=object))} "
+                         f"elements), got shape {a.shape}")
+    a = a.reshape(dst.shape)
+    if want.kind not in "iu":  # no such field today: keep copy_from_host's strict dtype check
+        return a
+    if a.dtype == want:
+        return a
+    if a.dtype.kind == "b":
+        if name != "active":
+            raise TypeError(f"upload: {name} must hold {want} integers, got bool values")
+        return a.astype(want)
+    if a.dtype.kind == "O":  # e.g. Python ints too large for int64: check each one exactly
+        flat = a.ravel()
+        for i, v in enumerate(flat):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"upload: {name} must hold {want} integers, got {type(v).__name__} {v!r} "
+                                f"at flat index {i}")
+        ints = [int(v) for v in flat]
+    elif a.dtype.kind in "iu":
+        ints = None
+    else:
+        raise TypeError(f"upload: {name} must hold {want} integers, got dtype {a.dtype} "
+                        f"(convert it yourself if the values are meant to be integers)")
+    info = np.iinfo(want)
+    if ints is None:
+        bad = np.flatnonzero((a.ravel() < info.min) | (a.ravel() > info.max)) if a.size else []
+        first = (int(bad[0]), int(a.ravel()[bad[0]])) if len(bad) else None
+    else:
+        first = next(((i, v) for i, v in enumerate(ints) if not info.min <= v <= info.max), None)
+    if first is not None:
+        i, v = first
+        raise ValueError(f"upload: {name} value {v} at flat index {i} does not fit {want} "
+                         f"([{info.min}, {info.max}])")
+    return (a if ints is None else np.array(ints, dtype=object).reshape(dst.shape)).astype(want)
