@@ -233,6 +233,11 @@ def main(argv=None):
                          "(forced with tile=), or both side by side")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
+    from driverlevel._cli_common import json_path_problem
+
+    problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
+    if problem:
+        ap.error(f"--json: {problem}")
     import driverlevel as dl
 
     torch = require_gpu_and_torch("bench_attention.py", "it makes the random inputs and measures the ceilings")

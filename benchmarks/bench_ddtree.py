@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 import driverlevel as dl
+from driverlevel._cli_common import json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
@@ -304,6 +305,9 @@ def main(argv=None) -> int:
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
         ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
+    problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
+    if problem:
+        ap.error(f"--json: {problem}")
     require_gpu()
     torch = None
     if not args.no_reference:

@@ -16,6 +16,7 @@ import sys
 
 
 def main(argv=None) -> int:
+    from driverlevel._cli_common import json_path_problem
     from driverlevel.bench_replay import main_from_options
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,6 +33,11 @@ def main(argv=None) -> int:
         counts = []
     if not counts or min(counts) < 1 or a.replays < 100 or a.repeats < 1:
         ap.error("--nodes needs positive ints, --replays >= 100, --repeats >= 1")
+    if a.device < 0:
+        ap.error(f"--device must be a GPU ordinal >= 0, got {a.device}")
+    problem = json_path_problem(a.json)
+    if problem:
+        ap.error(f"--json: {problem}")
     return main_from_options(counts, a.replays, a.repeats, a.device, not a.no_torch, a.json)
 
 

@@ -103,8 +103,11 @@ def main(argv=None) -> int:
         ap.error(f"--budget must be <= 512, got {a.budget}")
     if a.vocab < 64 or a.vocab % 8:
         ap.error(f"--vocab must be a multiple of 8, >= 64, got {a.vocab}")
-    if a.json and a.json != "-" and not Path(a.json).resolve().parent.is_dir():
-        ap.error(f"--json: no directory {str(Path(a.json).resolve().parent)!r}")
+    from driverlevel._cli_common import json_path_problem
+
+    problem = json_path_problem(a.json)
+    if problem:
+        ap.error(f"--json: {problem}")
 
     import driverlevel as dl
     from driverlevel._device import require_gpu

@@ -118,8 +118,23 @@ def main(argv=None):
                          "with the kernel's compile-time knobs, e.g. DL_SKEW_STORE_AT=27)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]  # (before the GPU check)
-    defines = parse_defines(args.define)
+    # Every option is checked before the GPU check and the minutes of measuring: a bad one is a usage error
+    # (exit 2 with the usage line), as in the other scripts.
+    try:
+        tiles = [parse_tile(t) for t in (args.tile or ["native=native", "sm120=sm_120"])]
+        defines = parse_defines(args.define)
+    except SystemExit as e:  # the parsers' one-line message (they raise SystemExit for their other callers)
+        ap.error(str(e.code))
+    names = [n for n, _ in tiles]
+    ratios = [tuple(r.split("/")) for r in args.ratio]
+    for a_b in ratios:
+        if len(a_b) != 2 or not set(a_b) <= set(names):
+            ap.error(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
+    from driverlevel._cli_common import json_path_problem
+
+    problem = json_path_problem(args.json)
+    if problem:
+        ap.error(f"--json: {problem}")
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch
@@ -134,11 +149,6 @@ def main(argv=None):
         plain = va.compile_defines
         va.compile_defines = lambda arch, config=None: {**plain(arch, config), **defines}
 
-    names = [n for n, _ in tiles]
-    ratios = [tuple(r.split("/")) for r in args.ratio]
-    for a_b in ratios:
-        if len(a_b) != 2 or not set(a_b) <= set(names):
-            raise SystemExit(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
     dev = dl.Device(0)
     stream = dev.create_stream()
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()

@@ -30,12 +30,20 @@ def main(argv=None):
     ap.add_argument("--tile", choices=["native", "sm_120"], default="native")
     ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
+    # The options are checked before the GPU is: a bad one is a usage error (exit 2 with the usage line).
+    for name in ("heads", "batch", "prefix", "tokens"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     sys.path.insert(0, str(Path(__file__).parent))
     spec_tile = None
-    if args.spec:  # (checked before the GPU is)
+    if args.spec:
         from bench_tiles import parse_tile_config
 
-        spec_tile = parse_tile_config(args.spec.partition("=")[2] if "=" in args.spec else args.spec, f"--spec {args.spec!r}")
+        try:
+            spec_tile = parse_tile_config(args.spec.partition("=")[2] if "=" in args.spec else args.spec,
+                                          f"--spec {args.spec!r}")
+        except SystemExit as e:  # parse_tile_config's one-line message
+            ap.error(str(e.code))
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch
 

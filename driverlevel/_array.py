@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 
 import numpy as np
 from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
+from ._checks import int_tuple
+from ._device import Device, _check_device_arg
 from ._dtypes import as_dtype, bfloat16, storage_dtype
 from ._errors import check
 
@@ -41,47 +44,78 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+def _device_arg(device):
+    """``device`` as a :class:`Device`: an int ordinal is opened with ``_check_device_arg``
+    (as every other entry point does); an object with Device's interface (an ``ordinal``, e.g. a
+    test's stand-in) is kept; None, bool, float, str and the like are a ``TypeError``."""
+    if isinstance(device, Device):
+        return device
+    if hasattr(device, "ordinal") and not hasattr(device, "__index__") and not isinstance(device, (str, bytes)):
+        return device
+    return _check_device_arg(device)
+
+
+def _ptr_arg(ptr) -> int:
+    if isinstance(ptr, driver.CUdeviceptr):
+        return int(ptr)
+    if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
+        raise TypeError(f"DeviceArray: ptr must be an int device address, got {type(ptr).__name__} {ptr!r}")
+    return int(operator.index(ptr))
+
+
 class DeviceArray:
     """A typed, strided view of device memory.
 
     Parameters
     ----------
     ptr : int
-        Device address of element ``[0, ..., 0]``.
+        Device address of element ``[0, ..., 0]`` (an int or a ``CUdeviceptr``).
     shape : tuple of int
+        Integers >= 0 (an int is a 1-D shape); floats and bools are refused, not truncated.
     dtype : numpy dtype or :data:`driverlevel.bfloat16`
-    device : Device
+        bool, an integer, float16/32/64 or bfloat16 (see :func:`~driverlevel._dtypes.as_dtype`).
+    device : Device or int
+        An int is the ordinal of a device, opened as :class:`Device` (which needs the driver).
     strides : tuple of int, optional
         Byte strides; C-contiguous when omitted.
     owner : object, optional
         Kept alive as long as this view (a buffer, a pool, a foreign array).
     readonly : bool
-        Exported as read-only through the array protocols.
+        Exported as read-only through the array protocols; :meth:`copy_from_host`,
+        :meth:`copy_from`, :meth:`fill_bytes`, :meth:`fill_u32` and the plans' outputs refuse
+        a read-only array.
 
     Raises
     ------
+    TypeError
+        For a ``ptr``, extent or stride that is not an integer (a float, a bool, a str), an
+        unsupported ``dtype`` (object, str, datetime, complex, structured...), or a ``device``
+        that is neither a Device nor an int ordinal (None included).
     ValueError
-        For an address outside 0 .. 2**64 - 1, a negative extent, or strides whose count differs
-        from the shape's.
+        For an address outside 0 .. 2**64 - 1, a negative extent, strides whose count differs
+        from the shape's, or a negative device ordinal.
+    DriverUnavailableError
+        ``device`` is an int and there is no usable driver.
     """
 
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
 
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, readonly=False):
-        self.ptr = int(ptr)
+        self.ptr = _ptr_arg(ptr)
         if not 0 <= self.ptr < 1 << 64:
             raise ValueError(f"DeviceArray: ptr must be a device address in 0 .. 2**64 - 1, got {self.ptr}")
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = int_tuple("DeviceArray: shape", shape)
         if any(n < 0 for n in self.shape):
             raise ValueError(f"DeviceArray: shape {self.shape} has a negative extent")
         self.dtype = as_dtype(dtype)
-        self.strides = tuple(int(s) for s in strides) if strides is not None else _c_strides(self.shape, self.dtype.itemsize)
+        self.strides = (int_tuple("DeviceArray: strides", strides) if strides is not None
+                        else _c_strides(self.shape, self.dtype.itemsize))
         if len(self.strides) != len(self.shape):
             raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
                              f"dimensions of shape {self.shape}")
-        self.device = device
+        self.device = _device_arg(device)
         self.owner = owner
-        self.readonly = readonly
+        self.readonly = bool(readonly)
 
     # -- geometry -------------------------------------------------------------
     @property
@@ -156,6 +190,11 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
 
+    def _require_writable(self, what):
+        if self.readonly:
+            raise ValueError(f"{what}: this DeviceArray is read-only (readonly=True, e.g. imported from a read-only "
+                             f"array), so it may not be written")
+
     def copy_from_host(self, src, stream=None) -> "DeviceArray":
         """Copy a host array into this device array; complete when it returns.
 
@@ -180,10 +219,12 @@ class DeviceArray:
         Raises
         ------
         ValueError, TypeError
-            On a shape or dtype mismatch (before anything is copied).
+            On a shape or dtype mismatch, or (``ValueError``) when this array is read-only
+            (before anything is copied).
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
+        self._require_writable("copy_from_host")
         self._require_contiguous("copy_from_host")
         a = np.ascontiguousarray(src)
         want = storage_dtype(self.dtype)
@@ -236,8 +277,10 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If ``src`` is not C-contiguous or has another byte size.
+            If this array is read-only, or ``src`` is not C-contiguous or has another byte size
+            (before anything is queued).
         """
+        self._require_writable("copy_from")
         self._require_contiguous("copy_from")
         src = as_device_array(src)
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
@@ -249,7 +292,14 @@ class DeviceArray:
         return self
 
     def fill_bytes(self, value: int, stream) -> "DeviceArray":
-        """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node)."""
+        """Set every byte to ``value`` (0..255) on ``stream``. Capture-safe (a memset node).
+
+        Raises
+        ------
+        ValueError
+            If this array is read-only or not C-contiguous (before anything is queued).
+        """
+        self._require_writable("fill_bytes")
         self._require_contiguous("fill_bytes")
         if self.nbytes:
             with self.device.activated():
@@ -263,8 +313,10 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If the byte size is not a multiple of 4.
+            If this array is read-only, or its byte size is not a multiple of 4 (before
+            anything is queued).
         """
+        self._require_writable("fill_u32")
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._array import DeviceArray
 
-__all__ = ["positive_int", "non_negative_int", "device_array_arg", "dtype_is", "need_dtype", "need_shape"]
+__all__ = ["positive_int", "non_negative_int", "power_of_two", "int_tuple", "device_array_arg", "dtype_is", "need_dtype",
+           "need_shape"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -50,27 +51,94 @@ def non_negative_int(name: str, value: object) -> int:
     return _int_at_least(name, value, 0, "an int >= 0")
 
 
-def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
+def power_of_two(name: str, value: object) -> int:
+    """``value`` as a Python ``int``, checked to be a power of two >= 1 (byte alignments).
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer (bool and floats included), as :func:`positive_int`.
+    ValueError
+        ``value`` is < 1 or not a power of two: ``"alignment must be a positive power of two, got 3"``.
+    """
+    v = _as_int(name, value, "a positive power of two")
+    if v < 1 or v & (v - 1):
+        raise ValueError(f"{name} must be a positive power of two, got {v!r}")
+    return v
+
+
+def int_tuple(name: str, value: object) -> tuple:
+    """``value`` (an int, or a sequence of ints) as a tuple of Python ``int`` (shapes, strides).
+
+    Each entry must be an integer as :func:`positive_int` understands it (``__index__``;
+    bool and floats refused, never truncated); a single integer is a 1-tuple. The sign is
+    the caller's to check (a shape's extents are >= 0, strides may be negative).
+
+    Raises
+    ------
+    TypeError
+        ``value`` is a str/bytes, is not iterable, or holds a non-integer:
+        ``"shape must be an int or a sequence of ints, got float 2.9 at index 0 of (2.9,)"``.
+
+    Example
+    -------
+    >>> int_tuple("shape", 4), int_tuple("shape", (2, 3))
+    ((4,), (2, 3))
+    """
+    want = "an int or a sequence of ints"
+    if isinstance(value, (str, bytes, bool)):
+        raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}")
+    try:
+        return (int(operator.index(value)),)  # one integer (a numpy array of several is not one)
+    except TypeError:
+        pass
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}") from None
+    out = []
+    for i, v in enumerate(items):
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            out.append(int(operator.index(v)))
+        except TypeError:
+            raise TypeError(f"{name} must be {want}, got {type(v).__name__} {v!r} at index {i} of {items!r}") from None
+    return tuple(out)
+
+
+def _as_int(name: str, value: object, want: str) -> int:
+    """``value`` as a Python int (``__index__``; bool and floats refused), or ``TypeError`` naming ``name``."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be {want}, got bool {value!r}")
     try:
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be {want}, got {v!r}")
     return int(v)
 
 
-def device_array_arg(name, x, device) -> DeviceArray:
+def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
+    v = _as_int(name, value, want)
+    if v < minimum:
+        raise ValueError(f"{name} must be {want}, got {v!r}")
+    return v
+
+
+def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
     """``x`` as a C-contiguous :class:`DeviceArray` on ``device`` (no copy).
+
+    Pass ``writable=True`` for an array the caller's launch writes (an output, or a state
+    field the kernels update): a read-only array (``readonly``, e.g. imported from a
+    ``__cuda_array_interface__`` whose ``data`` is ``(ptr, True)``) is refused then.
 
     Raises
     ------
     TypeError
         ``x`` is None, host memory, or exports no array protocol.
     ValueError
-        ``x`` is on another device or not C-contiguous.
+        ``x`` is on another device or not C-contiguous; or ``writable`` and ``x`` is
+        read-only: ``"out is read-only, but the launch writes it"``.
     """
     from ._array import as_device_array
 
@@ -84,6 +152,8 @@ def device_array_arg(name, x, device) -> DeviceArray:
         raise ValueError(f"{name} is on device {a.device.ordinal}, the plan on device {device.ordinal}")
     if not a.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    if writable and a.readonly:
+        raise ValueError(f"{name} is read-only, but the launch writes it")
     return a
 
 

@@ -8,7 +8,9 @@ is parsed from the compile log and kept with the cubin.
 Cache
 -----
 Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
-or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` disables the disk cache. The
+or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
+the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other value is a
+``ValueError`` (:func:`cache_dir`). The
 key hashes the source, every local header it includes (recursively; a header's own includes are
 looked up in its folder first, as NVRTC does), the CUDA headers
 (``cuda_bf16.h`` and friends) found on the include path, the options
@@ -328,15 +330,50 @@ def check_arch(name) -> str:
     raise ValueError(f"unsupported architecture: {why}. Supported: {known}")
 
 
+#: ``DRIVERLEVEL_CACHE`` values (lower case, surrounding blanks ignored) that disable / keep the disk cache.
+_CACHE_OFF = ("0", "off", "false", "no")
+_CACHE_ON = ("", "1", "on", "true", "yes")
+
+
 def cache_dir() -> Path | None:
-    """The disk cache directory, or None when ``DRIVERLEVEL_CACHE=0`` disables it."""
-    if os.environ.get("DRIVERLEVEL_CACHE", "1").lower() in ("0", "off", "false", "no"):
-        return None
+    """The disk cache directory, or None when ``DRIVERLEVEL_CACHE=0`` disables it.
+
+    ``DRIVERLEVEL_CACHE`` is ``0``, ``off``, ``false`` or ``no`` (any case) to disable the
+    disk cache; unset, empty, ``1``, ``on``, ``true`` or ``yes`` keep it.
+
+    Raises
+    ------
+    ValueError
+        For any other ``DRIVERLEVEL_CACHE`` value (e.g. ``maybe``): a typo must not silently
+        mean "on".
+    """
+    value = os.environ.get("DRIVERLEVEL_CACHE")
+    if value is not None:
+        v = value.strip().lower()
+        if v in _CACHE_OFF:
+            return None
+        if v not in _CACHE_ON:
+            raise ValueError(f"DRIVERLEVEL_CACHE={value!r} is not understood: use 0, off, false or no to disable "
+                             f"the disk cache, or 1, on, true or yes (or leave it unset) to keep it")
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
     if d:
         return Path(d)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "driverlevel"
+
+
+def _cache_write_failure(cdir: Path, exc: OSError) -> str:
+    """Why the cache in ``cdir`` could not be written, in words: a path component that is a file
+    (mkdir's misleading "File exists" / "Not a directory"), else the OS's reason."""
+    where = f"DRIVERLEVEL_CACHE_DIR={cdir}" if os.environ.get("DRIVERLEVEL_CACHE_DIR") else str(cdir)
+    why = exc.strerror or str(exc)
+    for p in (cdir, *cdir.parents):
+        if p.exists():
+            if not p.is_dir():
+                why = f"{p} is not a directory" if p != cdir else "it is not a directory"
+            break
+    return (f"driverlevel: could not write the cubin cache in {where}: {why}; compiling without the disk cache "
+            f"(set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)")
 
 
 def include_dirs(extra=()) -> list[str]:
@@ -455,6 +492,56 @@ def parse_resource_report(log: str) -> dict[str, KernelResources]:
     return {k: KernelResources(**v) for k, v in res.items()}
 
 
+_DEFINE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Options that select the target: the target is the ``arch`` argument (which also sets
+#: ``DL_SMEM_LIMIT``, the cache key and :attr:`Cubin.arch`), never an extra option.
+_ARCH_OPTION_RE = re.compile(r"\s*(-arch|--gpu-architecture|-gencode|--generate-code)(\s|=|$)")
+
+
+def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
+    """``value`` as a tuple of str (or paths): TypeError naming ``name`` for a lone str/bytes/path
+    (which would be split into characters) or an item of another type."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a sequence of {'paths' if paths else 'str'}, not a single "
+                        f"{type(value).__name__}: write [{value!r}]")
+    if value is None:
+        return ()
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of {'paths' if paths else 'str'}, "
+                        f"got {type(value).__name__}") from None
+    for i, v in enumerate(items):
+        ok = isinstance(v, (str, os.PathLike)) if paths else isinstance(v, str)
+        if not ok:
+            raise TypeError(f"{name}[{i}] must be a {'str or path' if paths else 'str'}, got {type(v).__name__} {v!r}")
+    return items
+
+
+def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tuple, tuple]:
+    """``(defines, extra_options, include_dirs)`` checked as :func:`compile_source` documents."""
+    extra = _str_sequence("extra_options", extra_options)
+    for o in extra:
+        if _ARCH_OPTION_RE.match(o):
+            raise ValueError(f"extra_options must not select the target ({o!r}): pass the architecture as arch=; "
+                             f"it also sets DL_SMEM_LIMIT, the cache key and Cubin.arch")
+    incl = _str_sequence("include_dirs", include_dirs, paths=True)
+    if defines is None:
+        defines = {}
+    if not hasattr(defines, "items"):
+        raise TypeError(f"defines must be a dict of NAME: value, got {type(defines).__name__}")
+    for k, v in defines.items():
+        if not isinstance(k, str):
+            raise TypeError(f"defines: a name must be a str, got {type(k).__name__} {k!r}")
+        if not _DEFINE_NAME_RE.fullmatch(k):
+            raise ValueError(f"defines: {k!r} is not a C identifier")
+        if v is None:
+            raise TypeError(f"defines[{k!r}] is None: give a value (e.g. 1); a bare -D{k} is not supported")
+        if not isinstance(v, (bool, int, float, str)):
+            raise TypeError(f"defines[{k!r}] must be an int, float, bool or str, got {type(v).__name__} {v!r}")
+    return dict(defines), extra, incl
+
+
 def _options(arch: str, defines: dict, extra) -> list[str]:
     opts = [
         f"--gpu-architecture={arch}",
@@ -541,14 +628,19 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     arch : str, tuple, int or Device
         Target architecture, e.g. ``"sm_120"``.
     defines : dict, optional
-        Compile-time constants, passed as ``-DNAME=VALUE``.
+        Compile-time constants, passed as ``-DNAME=VALUE`` (a bool as 0 / 1). ``NAME`` is a C
+        identifier; the value an int, float, bool or str. ``None`` is refused (no bare
+        ``-DNAME``: give a value, e.g. 1).
     extra_options : sequence of str
-        More NVRTC options.
+        More NVRTC options, e.g. ``["-lineinfo"]`` (a list even for one; a lone str is
+        refused, not split into characters). Options that select the target
+        (``-arch``, ``--gpu-architecture``, ``-gencode``) are refused: the target is ``arch``.
     use_cache : bool
         Use the in-process and disk caches (default True).
     include_dirs : sequence of str or Path
         More directories searched for ``#include "..."`` before ``cu/``; the headers
-        found there are part of the cache key like those of ``cu/``.
+        found there are part of the cache key like those of ``cu/``. A sequence even for
+        one directory (a lone str or Path is refused).
 
     Returns
     -------
@@ -560,24 +652,38 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     NvrtcError
         On a compile error; the message holds the full NVRTC log.
     ValueError
-        For an unsupported architecture.
+        For an unsupported architecture, a target-selecting option in ``extra_options``, a
+        define name that is no C identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value
+        (:func:`cache_dir`).
+    TypeError
+        For ``extra_options`` / ``include_dirs`` given as a single str (or not a sequence of
+        str / paths), ``defines`` not a dict, or a define value that is None or of another
+        type than int, float, bool, str.
+
+    Every argument is checked before anything is compiled or read from the cache.
+
+    Warns
+    -----
+    RuntimeWarning
+        When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file):
+        the cubin is still returned; the warning points at the caller's line.
     """
-    extra_include = tuple(include_dirs)
+    defines, extra_options, extra_include = _check_compile_args(defines, extra_options, include_dirs)
     arch = normalize_arch(arch)
     _check_nvrtc_supports(arch)
     local = _include_dirs(extra_include)  # the parameter shadows the module function
-    options = _options(arch, defines or {}, extra_options)
+    options = _options(arch, defines, extra_options)
     options_all = options + [f"-I{d}" for d in local]
     n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
     headers = _local_headers(source, [Path(d) for d in local[:n_local]])
     headers["<cuda headers>"] = _system_headers_digest(tuple(local[n_local:]))
     key = _cache_key(source, name, headers, options, arch, [])
+    cdir = cache_dir() if use_cache else None  # an unrecognised DRIVERLEVEL_CACHE: ValueError before compiling
     if use_cache:
         with _mem_lock:
             hit = _mem_cache.get(key)
         if hit is not None:
             return replace(hit, cache_hit=True)
-        cdir = cache_dir()
         if cdir is not None:
             entry = _read_entry(cdir / f"{key}.cubin", key)
             if entry is not None:
@@ -590,14 +696,13 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     if use_cache:
         with _mem_lock:
             _mem_cache[key] = cub
-        cdir = cache_dir()
         if cdir is not None:
             try:
                 _write_entry(cdir / f"{key}.cubin", cub)
             except OSError as exc:  # an unwritable cache must not break compilation
                 import warnings
 
-                warnings.warn(f"driverlevel: could not write the cubin cache in {cdir}: {exc}", RuntimeWarning,
+                warnings.warn(_cache_write_failure(cdir, exc), RuntimeWarning,
                               stacklevel=_stacklevel_outside_package())
     return cub
 
@@ -638,12 +743,24 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cub
 def compile_file(filename: str, arch, defines: dict | None = None, extra_options=(), use_cache: bool = True) -> Cubin:
     """Compile the kernel source ``cu/<filename>`` for ``arch``; see :func:`compile_source`.
 
+    ``filename`` is one of :func:`kernel_sources` (a plain name such as ``"argmax.cu"``):
+    headers (``common.cuh``), paths into or out of ``cu/`` and absolute paths are refused.
+
     Raises
     ------
     FileNotFoundError
-        If ``filename`` is not one of :func:`kernel_sources`.
+        If ``filename`` is not one of :func:`kernel_sources` (the message lists them).
+    TypeError
+        If ``filename`` is not a str (or path); as :func:`compile_source` for the other arguments.
+    ValueError
+        As :func:`compile_source`.
     """
-    path = kernel_source_dir() / filename
-    if not path.is_file():
-        raise FileNotFoundError(f"no kernel source {filename!r} in {kernel_source_dir()} (have: {', '.join(kernel_sources())})")
-    return compile_source(path.read_text(), filename, arch, defines, extra_options, use_cache)
+    if not isinstance(filename, (str, os.PathLike)):
+        raise TypeError(f"filename must be a kernel source name (str), got {type(filename).__name__} {filename!r}")
+    name = os.fspath(filename)
+    available = kernel_sources()
+    if name not in available:
+        raise FileNotFoundError(f"no kernel source {name!r} in {kernel_source_dir()}: filename must be one of "
+                                f"kernel_sources(): {', '.join(available)}")
+    path = kernel_source_dir() / name
+    return compile_source(path.read_text(), name, arch, defines, extra_options, use_cache)

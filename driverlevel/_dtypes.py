@@ -37,25 +37,41 @@ class _BFloat16:
 bfloat16 = _BFloat16()
 
 
+#: What a device array may hold besides bfloat16: bool, the integers and the IEEE floats, in the
+#: device's (little-endian) byte order.
+SUPPORTED = "bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+
+
 def as_dtype(dt):
     """Normalise ``dt`` to a ``numpy.dtype`` or :data:`bfloat16`.
 
     Accepts numpy dtypes and type objects, strings (``"bfloat16"``, ``"bf16"``,
-    ``"float32"``…) and :data:`bfloat16` itself.
+    ``"float32"``…) and :data:`bfloat16` itself. Only the element types a kernel can
+    read are accepted: bool, the signed and unsigned integers of 1 to 8 bytes, float16,
+    float32, float64 and bfloat16, in native byte order.
 
     Raises
     ------
     TypeError
-        If ``dt`` names no supported type.
+        If ``dt`` names no supported type: None (numpy would read it as float64), a
+        string numpy does not know, or a numpy type outside the list above (object,
+        str, datetime, complex, structured, big-endian...):
+        ``"unsupported dtype <U8: a device array holds bool, int8/16/32/64, ..."``.
     """
     if dt is bfloat16:
         return bfloat16
     if isinstance(dt, str) and dt.lower() in ("bfloat16", "bf16"):
         return bfloat16
+    if dt is None:
+        raise TypeError(f"unsupported dtype None: a device array holds {SUPPORTED}")
     try:
-        return np.dtype(dt)
+        d = np.dtype(dt)
     except TypeError as exc:
-        raise TypeError(f"unsupported dtype {dt!r}") from exc
+        raise TypeError(f"unsupported dtype {dt!r}: a device array holds {SUPPORTED}") from exc
+    ok = (d.kind in "biu" and d.itemsize in (1, 2, 4, 8)) or (d.kind == "f" and d.itemsize in (2, 4, 8))
+    if not ok or d.fields is not None or d.subdtype is not None or not d.isnative:
+        raise TypeError(f"unsupported dtype {d.str if d.fields is None else d}: a device array holds {SUPPORTED}")
+    return d
 
 
 def dtype_name(dt) -> str:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import math
 import sys
 import threading
 import warnings
@@ -59,7 +60,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import non_negative_int, positive_int
+from ._checks import int_tuple, non_negative_int, positive_int, power_of_two
 from ._dtypes import as_dtype, storage_dtype
 from ._errors import PoolExhaustedError, check
 
@@ -70,6 +71,24 @@ __all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "Pointe
 def align_up(n: int, alignment: int) -> int:
     """Round ``n`` up to a multiple of ``alignment`` (a power of two)."""
     return (int(n) + alignment - 1) & ~(alignment - 1)
+
+
+#: The largest byte count an allocation, a view or a carve-out may have: an int64 (the kernels'
+#: and DLPack's offsets are int64; no device or host memory comes near it).
+MAX_NBYTES = (1 << 63) - 1
+
+
+def _nbytes_arg(nbytes, minimum: int = 1) -> int:
+    """``nbytes`` checked as :func:`positive_int` (``minimum=0``: :func:`non_negative_int`) and <= MAX_NBYTES."""
+    n = positive_int("nbytes", nbytes) if minimum else non_negative_int("nbytes", nbytes)
+    if n > MAX_NBYTES:
+        raise ValueError(f"nbytes must be at most 2**63 - 1, got {n}")
+    return n
+
+
+def _shape_nbytes(shape: tuple, itemsize: int) -> int:
+    """The byte size of a C-contiguous ``shape`` with Python ints (never wraps, unlike ``np.prod``)."""
+    return math.prod(shape) * itemsize
 
 
 # -- registry of live allocations (for the graph audit) ---------------------------------
@@ -286,7 +305,8 @@ class DeviceBuffer:
         Raises
         ------
         TypeError, ValueError
-            ``nbytes`` is not a positive integer (checked before the device is touched).
+            ``nbytes`` is not a positive integer, or is above 2**63 - 1 (checked before the
+            device is touched).
         CaptureError
             While a capture is active (allocation would invalidate it).
         CudaError
@@ -294,7 +314,7 @@ class DeviceBuffer:
         """
         from ._device import _check_device_arg
 
-        nbytes = positive_int("nbytes", nbytes)  # before the device is touched
+        nbytes = _nbytes_arg(nbytes)  # before the device is touched
         device = _check_device_arg(device)
         ensure_not_capturing("DeviceBuffer.allocate() (cuMemAlloc)")
         if _deferred:
@@ -314,14 +334,23 @@ class DeviceBuffer:
         return self.ptr, self.nbytes
 
     def as_array(self, shape=None, dtype=np.uint8) -> DeviceArray:
-        """A :class:`DeviceArray` view of the buffer (default: all bytes as uint8)."""
+        """A :class:`DeviceArray` view of the buffer (default: all bytes as uint8).
+
+        Raises
+        ------
+        TypeError
+            ``shape`` holds a non-integer, or ``dtype`` is not supported.
+        ValueError
+            ``shape`` has a negative extent, or the view is larger than the buffer.
+        """
         dt = as_dtype(dtype)
-        if shape is None:
-            shape = (self.nbytes // dt.itemsize,)
-        arr = DeviceArray(self.ptr, shape, dt, self.device, owner=self)
-        if arr.nbytes > self.nbytes:
-            raise ValueError(f"view of {arr.nbytes} bytes exceeds the buffer's {self.nbytes}")
-        return arr
+        shape = (self.nbytes // dt.itemsize,) if shape is None else int_tuple("shape", shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape {shape} has a negative extent")
+        n = _shape_nbytes(shape, dt.itemsize)
+        if n > self.nbytes:
+            raise ValueError(f"view of {n} bytes exceeds the buffer's {self.nbytes}")
+        return DeviceArray(self.ptr, shape, dt, self.device, owner=self)
 
     def close(self) -> None:
         """Free the memory now (idempotent). Views must no longer be used.
@@ -372,7 +401,8 @@ class PinnedHostBuffer:
         Raises
         ------
         TypeError, ValueError
-            ``nbytes`` is not a positive integer (checked before the device is touched).
+            ``nbytes`` is not a positive integer, or is above 2**63 - 1 (checked before the
+            device is touched).
         CaptureError
             While a capture is active.
         CudaError
@@ -380,7 +410,7 @@ class PinnedHostBuffer:
         """
         from ._device import _check_device_arg
 
-        nbytes = positive_int("nbytes", nbytes)  # before the device is touched
+        nbytes = _nbytes_arg(nbytes)  # before the device is touched
         device = _check_device_arg(device)
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
         if _deferred:
@@ -405,33 +435,62 @@ class PinnedHostBuffer:
     def _range(self):
         return (self.device_ptr, self.nbytes) if self.device_ptr is not None else (0, 0)
 
-    def numpy(self, shape=None, dtype=np.uint8, offset: int = 0) -> np.ndarray:
-        """A numpy view of the host bytes (no copy); bfloat16 appears as uint16."""
-        dt = storage_dtype(dtype)
-        if shape is None:
-            shape = ((self.nbytes - offset) // dt.itemsize,)
-        n = int(np.prod(shape)) * dt.itemsize
+    def _view(self, shape, itemsize: int, dtype_name: str, offset) -> tuple:
+        """``(shape, offset, nbytes)`` of a view, checked to lie inside the buffer (Python ints throughout)."""
+        offset = non_negative_int("offset", offset)
+        if offset % itemsize:
+            raise ValueError(f"offset must be a multiple of {dtype_name}'s item size {itemsize}, got {offset}")
+        if offset > self.nbytes:
+            raise ValueError(f"offset {offset} is past the end of the buffer's {self.nbytes} bytes")
+        shape = ((self.nbytes - offset) // itemsize,) if shape is None else int_tuple("shape", shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape {shape} has a negative extent")
+        n = _shape_nbytes(shape, itemsize)
         if offset + n > self.nbytes:
             raise ValueError(f"view of {n} bytes at offset {offset} exceeds the buffer's {self.nbytes}")
-        return self._bytes[offset:offset + n].view(dt).reshape(shape)
+        return shape, offset, n
 
-    def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
-        """The device-side view of a mapped buffer.
+    def numpy(self, shape=None, dtype=np.uint8, offset: int = 0) -> np.ndarray:
+        """A numpy view of the host bytes (no copy); bfloat16 appears as uint16.
+
+        Parameters
+        ----------
+        shape : tuple of int, optional
+            Default: as many whole items as fit after ``offset``.
+        dtype : numpy dtype or :data:`driverlevel.bfloat16`
+        offset : int
+            Byte offset of the view's start: >= 0, a multiple of the dtype's item size, and
+            with the view inside the buffer.
 
         Raises
         ------
+        TypeError
+            ``offset`` or an extent of ``shape`` is not an integer, or ``dtype`` is not supported.
         ValueError
-            If the buffer was not allocated with ``mapped=True``.
+            ``offset`` is negative, not a multiple of the item size or past the end; ``shape``
+            has a negative extent; or the view does not fit in the buffer.
+        """
+        dt = storage_dtype(dtype)
+        shape, offset, n = self._view(shape, dt.itemsize, as_dtype(dtype).name, offset)
+        return self._bytes[offset:offset + n].view(dt).reshape(shape)
+
+    def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
+        """The device-side view of a mapped buffer (``shape``, ``dtype`` and ``offset`` as in :meth:`numpy`).
+
+        Raises
+        ------
+        TypeError
+            ``offset`` or an extent of ``shape`` is not an integer, or ``dtype`` is not supported.
+        ValueError
+            If the buffer was not allocated with ``mapped=True``; or ``offset`` is negative, not
+            a multiple of the item size or past the end; ``shape`` has a negative extent; or the
+            view does not fit in the buffer.
         """
         if not self.mapped:
             raise ValueError("as_array() needs a buffer allocated with mapped=True")
         dt = as_dtype(dtype)
-        if shape is None:
-            shape = ((self.nbytes - offset) // dt.itemsize,)
-        arr = DeviceArray(self.device_ptr + offset, shape, dt, self.device, owner=self)
-        if offset + arr.nbytes > self.nbytes:
-            raise ValueError("view exceeds the buffer")
-        return arr
+        shape, offset, _ = self._view(shape, dt.itemsize, dt.name, offset)
+        return DeviceArray(self.device_ptr + offset, shape, dt, self.device, owner=self)
 
     def close(self) -> None:
         """Free the pinned memory now (idempotent; deferred while a capture is in progress)."""
@@ -489,18 +548,18 @@ class WorkspacePool:
         Raises
         ------
         TypeError
-            ``nbytes`` is not an integer (a float is refused, not truncated).
+            ``nbytes`` or ``alignment`` is not an integer (a float or a bool is refused, not
+            truncated).
         ValueError
-            ``nbytes`` is negative, or ``alignment`` is not a power of two; both before the
-            device is touched.
+            ``nbytes`` is negative or above 2**63 - 1, or ``alignment`` is not a positive power
+            of two; all before the device is touched.
         CaptureError
             While a capture is active.
         CudaError
             If the allocation fails (e.g. out of memory).
         """
-        if alignment <= 0 or alignment & (alignment - 1):
-            raise ValueError(f"alignment must be a power of two, got {alignment}")
-        nbytes = max(align_up(non_negative_int("nbytes", nbytes), alignment), alignment)
+        alignment = power_of_two("alignment", alignment)
+        nbytes = max(align_up(_nbytes_arg(nbytes, minimum=0), alignment), alignment)
         self = object.__new__(cls)
         self._buffer = DeviceBuffer.allocate(device, nbytes, label=f"pool:{label}")
         self.label = label
@@ -518,16 +577,26 @@ class WorkspacePool:
     def required_bytes(specs, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Bytes a pool needs for ``specs``, a list of ``(shape, dtype)`` carved in order.
 
-        Raises ``ValueError`` for an alignment that is not a positive power of two or a shape
-        with a negative extent (what :meth:`allocate` and :meth:`carve` refuse too)."""
-        if not isinstance(alignment, (int, np.integer)) or alignment < 1 or alignment & (alignment - 1):
-            raise ValueError(f"alignment must be a positive power of two, got {alignment!r}")
+        Each carve-out starts at a multiple of ``alignment`` (at least its dtype's item size),
+        as :meth:`carve` places it. The sum is computed with Python ints, so it is exact for
+        any shape (it may exceed what :meth:`allocate` accepts, which then refuses it).
+
+        Raises
+        ------
+        TypeError
+            ``alignment`` or an extent is not an integer (floats and bools are refused, not
+            truncated), or a dtype is not supported (what :meth:`carve` refuses too).
+        ValueError
+            ``alignment`` is not a positive power of two, or a shape has a negative extent.
+        """
+        alignment = power_of_two("alignment", alignment)
         total = 0
         for shape, dtype in specs:
-            if any(int(d) < 0 for d in np.atleast_1d(shape)):
-                raise ValueError(f"shape extents must be >= 0, got {tuple(np.atleast_1d(shape).tolist())}")
-            n = int(np.prod(shape, dtype=np.int64)) * as_dtype(dtype).itemsize
-            total = align_up(total, alignment) + n
+            shape = int_tuple("shape", shape)
+            if any(d < 0 for d in shape):
+                raise ValueError(f"shape extents must be >= 0, got {shape}")
+            dt = as_dtype(dtype)
+            total = align_up(total, max(alignment, dt.itemsize)) + _shape_nbytes(shape, dt.itemsize)
         return align_up(total, alignment)
 
     @property
@@ -555,25 +624,37 @@ class WorkspacePool:
         Parameters
         ----------
         name : str
-            Unique within the pool; shown in :meth:`report` and in graph audits.
+            Unique within the pool, not empty; shown in :meth:`report` and in graph audits.
         shape : tuple of int
+            Extents >= 0 (an int is a 1-D shape).
         dtype : numpy dtype, str, or :data:`driverlevel.bfloat16`
+            bool, an integer, float16/32/64 or bfloat16.
         alignment : int, optional
-            Byte alignment of the start (default: the pool's, 256).
+            Byte alignment of the start, a power of two (default: the pool's, 256); the start
+            is aligned to at least the dtype's item size whatever is asked.
 
         Raises
         ------
+        TypeError
+            ``name`` is not a str; an extent of ``shape`` or ``alignment`` is not an integer
+            (floats and bools are refused, not truncated); or ``dtype`` is not supported.
         ValueError
-            If ``name`` is already carved.
+            If ``name`` is empty or already carved, ``shape`` has a negative extent, or
+            ``alignment`` is not a positive power of two.
         PoolExhaustedError
-            If the pool has too little room left; the message gives the sizes.
+            If the pool has too little room left (sizes are Python ints: an oversized shape
+            is refused here, never wrapped); the message gives the sizes.
         """
+        if not isinstance(name, str):
+            raise TypeError(f"carve name must be a str, got {type(name).__name__} {name!r}")
+        if not name:
+            raise ValueError("carve name must not be empty")
         dt = as_dtype(dtype)
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        shape = int_tuple(f"carve {name!r}: shape", shape)
         if any(s < 0 for s in shape):
             raise ValueError(f"carve {name!r}: negative dimension in shape {shape}")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        al = alignment or self.alignment
+        nbytes = _shape_nbytes(shape, dt.itemsize)
+        al = max(self.alignment if alignment is None else power_of_two("alignment", alignment), dt.itemsize)
         with self._lock:
             if name in self._carves:
                 raise ValueError(f"pool {self.label!r} already has a carve-out named {name!r}")

@@ -14,6 +14,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing, stream_is_capturing
+from ._checks import non_negative_int
 from ._errors import check
 
 __all__ = ["Stream", "Event"]
@@ -72,11 +73,26 @@ class Stream:
         ----------
         handle : int or CUstream
             e.g. ``torch.cuda.current_stream().cuda_stream`` or CuPy's ``stream.ptr``.
-        device : Device
-            The device the stream belongs to.
+        device : Device or int
+            The device the stream belongs to (an int ordinal is opened as :class:`Device`).
+
+        Raises
+        ------
+        TypeError
+            ``handle`` is neither a ``CUstream`` nor an int (a float or a bool is refused), or
+            ``device`` is neither a Device nor an int ordinal (None included).
+        ValueError
+            ``handle`` or the device ordinal is negative.
+        DriverUnavailableError
+            ``device`` is an int and there is no usable driver.
         """
+        from ._device import _check_device_arg
+
+        if not isinstance(handle, driver.CUstream):
+            handle = driver.CUstream(non_negative_int("handle", handle))
+        device = _check_device_arg(device)
         self = object.__new__(cls)
-        self._handle = handle if isinstance(handle, driver.CUstream) else driver.CUstream(int(handle))
+        self._handle = handle
         self.device = device
         self._capture = None
         self._finalizer = None

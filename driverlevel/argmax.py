@@ -167,7 +167,7 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
     ------
     TypeError, ValueError
         Wrong dtype, device, layout, too few rows, or neither ``part`` nor ``index``, naming the
-        argument.
+        argument; ``ValueError`` also for a read-only ``part`` or ``index`` (written).
     """
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)
@@ -182,12 +182,12 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
     if part is None and index is None:
         raise ValueError("pass part, index or both: the launch would write nothing")
     if part is not None:
-        part = device_array_arg("part", part, device)
+        part = device_array_arg("part", part, device, writable=True)
         need_dtype("part", part, "uint64")
         if part.ndim != 1 or part.size < m_max:
             raise ValueError(f"part must be 1-D with >= m_max={m_max} entries, got shape {part.shape}")
     if index is not None:
-        index = device_array_arg("index", index, device)
+        index = device_array_arg("index", index, device, writable=True)
         need_dtype("index", index, "int32")
         if index.ndim != 1 or index.size < m_max:
             raise ValueError(f"index must be 1-D with >= m_max={m_max} entries, got shape {index.shape}")

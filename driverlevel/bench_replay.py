@@ -22,7 +22,6 @@ ours/raw <= 1.25 and ours/torch <= 1.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -296,20 +295,27 @@ def to_json(result: dict) -> str:
 
 
 def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -> int:
-    """Entry point shared by ``driverlevel bench replay`` and ``benchmarks/bench_replay.py``."""
-    from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, device_count, gpu_usable
+    """Entry point shared by ``driverlevel bench replay`` and ``benchmarks/bench_replay.py``; returns the
+    exit status.
 
-    if not gpu_usable():
-        print(NO_GPU_MESSAGE, file=sys.stderr)
-        return NO_GPU_EXIT_STATUS
+    The ``--json`` path is checked first (2 with one line on stderr if it cannot be written), then
+    the GPU: without one, the no-GPU sentence goes to stderr and, with ``json_path == "-"``, the
+    object ``{"error": ..., "exit_status": 2}`` to stdout, as ``capture-demo --json`` does; 2. An
+    ordinal past the visible GPUs is 2 too. All before anything is measured.
+    """
+    from ._cli_common import json_path_problem, report_no_gpu
+    from ._device import device_count, gpu_usable
+
     # Usage errors found before the minutes of measuring, not as a traceback after them.
+    problem = json_path_problem(json_path)
+    if problem:
+        print(f"--json {json_path}: {problem}", file=sys.stderr)
+        return 2
+    if not gpu_usable():
+        return report_no_gpu(json_to_stdout=json_path == "-")
     n = device_count()
     if ordinal >= n:
         print(f"--device {ordinal}: only {n} GPU(s) visible (ordinals 0 to {n - 1})", file=sys.stderr)
-        return 2
-    if json_path and json_path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
-        print(f"--json {json_path}: the directory {os.path.dirname(os.path.abspath(json_path))} does not exist",
-              file=sys.stderr)
         return 2
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
     write_result(result, json_path)

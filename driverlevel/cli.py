@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import warnings as pywarnings
 
 import click
 
 from . import __version__
-from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, check_arch, compile_file, kernel_sources,
-                       nvrtc_version)
+from ._cli_common import json_path_problem
+from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
+                       kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from .demo.capture_demo import capture_demo
@@ -194,10 +196,12 @@ def compile_cmd(arch_opt, kernels):
     per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
-    than the architecture allows per block; 2 for an unsupported --arch.
+    than the architecture allows per block; 2 for an unsupported --arch or an
+    unrecognised DRIVERLEVEL_CACHE value.
 
     The table goes to stdout; a progress bar (on a terminal only), NVRTC's warnings
-    (after the table) and the problems go to stderr.
+    (after the table), the problems and a one-line warning when the cubin cache cannot
+    be written go to stderr.
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
@@ -206,6 +210,32 @@ def compile_cmd(arch_opt, kernels):
         if f not in available:
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
                                      param_hint="--kernel")
+    try:
+        cache_dir()  # an unrecognised DRIVERLEVEL_CACHE is one usage error, not a failure per compile
+    except ValueError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    with pywarnings.catch_warnings(record=True) as caught:
+        pywarnings.simplefilter("always")
+        failed = _compile_jobs(files, archs)
+    # driverlevel's own warnings (e.g. an unwritable cubin cache) become one plain line each: as a
+    # Python warning they would point into click's source; other warnings are shown as usual.
+    said = set()
+    for w in caught:
+        text = str(w.message)
+        if text.startswith("driverlevel: "):
+            if text not in said:
+                said.add(text)
+                click.echo(f"warning: {text[len('driverlevel: '):]}", err=True)
+        else:
+            pywarnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if failed:
+        sys.exit(1)
+
+
+def _compile_jobs(files, archs) -> bool:
+    """``driverlevel compile``'s work: compile every variant, print the table and the problems;
+    True if there were problems."""
     rows, problems, warnings = [], [], {}
     jobs = []  # (file, arch, variant): known up front so the progress bar has a total
     for f in files:
@@ -237,8 +267,7 @@ def compile_cmd(arch_opt, kernels):
         click.echo(f"NVRTC warnings compiling {', '.join(wheres)}:\n{text}", err=True)
     for p in problems:
         click.echo(p, err=True)
-    if problems:
-        sys.exit(1)
+    return bool(problems)
 
 
 def _stderr_is_tty() -> bool:
@@ -282,7 +311,12 @@ def bench():
 @click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout, the table then goes to stderr).")
 def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
-    """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches."""
+    """Host µs per graph replay of 1/10/50 trivial kernels: ours vs raw cuGraphLaunch vs torch, and eager launches.
+
+    Without a GPU: one sentence on stderr and exit 2 (with --json -, also {"error": ..., "exit_status": 2}
+    on stdout, as capture-demo --json). Bad options, a --json path that cannot be written and a
+    --device past the visible GPUs exit 2 before anything is measured.
+    """
     from . import bench_replay as br
 
     try:
@@ -291,6 +325,9 @@ def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
         raise click.BadParameter(f"expected comma-separated ints, got {nodes!r}", param_hint="--nodes") from exc
     if not counts or min(counts) < 1:
         raise click.BadParameter(f"expected positive ints, got {nodes!r}", param_hint="--nodes")
+    problem = json_path_problem(json_path)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--json")
     sys.exit(br.main_from_options(counts, replays, repeats, ordinal, not no_torch, json_path))
 
 

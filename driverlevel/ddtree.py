@@ -576,22 +576,23 @@ class DDTreePlan:
         return VerifyMetadata(self.qo_indptr, self.kv_indptr, self.kv_indices, self.out_cache_loc, self.bitmask, None)
 
     # -- validation -------------------------------------------------------------------------
-    def _check_state(self, state: RequestState, need_table: bool = True) -> None:
+    def _check_state(self, state: RequestState, need_table: bool = True, writes: tuple = ()) -> None:
+        """Check the state's fields; those named in ``writes`` (the launch's kernels write them) must not be read-only."""
         dev, B = self.device, self.max_batch
         if not isinstance(state, RequestState):
             raise TypeError(f"state must be a RequestState (DDTreeState), got {type(state).__name__}")
         for fname, dt, shape in (("active", ("uint8", "bool", "int8"), (B,)), ("root_tokens", ("int32",), (B,)),
                                  ("seq_lens", ("int64",), (B,)), ("req_pool_indices", ("int64",), (B,)),
                                  ("free_count", ("int64",), (1,))):
-            a = _arr(f"state.{fname}", getattr(state, fname), dev)
+            a = _arr(f"state.{fname}", getattr(state, fname), dev, writable=fname in writes)
             _need_dtype(f"state.{fname}", a, *dt)
             _need_shape(f"state.{fname}", a, shape)
         if need_table:
-            r2t = _arr("state.req_to_token", state.req_to_token, dev)
+            r2t = _arr("state.req_to_token", state.req_to_token, dev, writable="req_to_token" in writes)
             _need_dtype("state.req_to_token", r2t, "int32", "int64")
             if r2t.ndim != 2 or r2t.shape[1] != self.max_context:
                 raise ValueError(f"state.req_to_token must have shape [rows, max_context={self.max_context}], got {r2t.shape}")
-            fs = _arr("state.free_slots", state.free_slots, dev)
+            fs = _arr("state.free_slots", state.free_slots, dev, writable="free_slots" in writes)
             _need_dtype("state.free_slots", fs, "int64")
             if fs.ndim != 1:
                 raise ValueError(f"state.free_slots must be 1-D, got {fs.shape}")
@@ -762,8 +763,14 @@ class DDTreePlan:
             read it on the host after an event, without a copy call.
 
         Writes ``posterior``, ``accepted_nodes``, ``accepted_count``, ``bonus``, ``records``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument; ``ValueError`` also for a
+            read-only ``state.active``, ``state.root_tokens`` or ``mirror`` (written here).
         """
-        self._check_state(state, need_table=False)
+        self._check_state(state, need_table=False, writes=("active", "root_tokens"))
         if (target_logits is None) == (target_tokens is None):
             raise ValueError("pass exactly one of target_logits and target_tokens")
         tl = tt = None
@@ -777,7 +784,7 @@ class DDTreePlan:
         mir = None
         if mirror is not None:
             mir = mirror.as_array((self.max_batch, self.record_width), np.int32) if isinstance(mirror, PinnedHostBuffer) \
-                else _arr("mirror", mirror, self.device)
+                else _arr("mirror", mirror, self.device, writable=True)
             _need_dtype("mirror", mir, "int32")
             _need_shape("mirror", mir, (self.max_batch, self.record_width))
 
@@ -801,8 +808,16 @@ class DDTreePlan:
     def commit(self, stream, state: RequestState) -> None:
         """Paged commit: append the accepted slots to ``req_to_token``, advance
         ``seq_lens``, push the rejected slots back onto the pool and set
-        ``free_count``. Does nothing when :meth:`compile` found the pool exhausted."""
-        self._check_state(state)
+        ``free_count``. Does nothing when :meth:`compile` found the pool exhausted.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument; ``ValueError`` also when one of
+            the fields written (``seq_lens``, ``req_to_token``, ``free_slots``, ``free_count``)
+            is read-only.
+        """
+        self._check_state(state, writes=("seq_lens", "req_to_token", "free_slots", "free_count"))
 
         def make():
             ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [_pack(_CommitParams, self._params(state))])
@@ -824,9 +839,15 @@ class DDTreePlan:
             C-contiguous; request ``b``'s node ``i`` sits at position
             ``seq_lens[b] + i`` of every layer. A row (the trailing dimensions) must
             be a multiple of 16 bytes.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument; ``ValueError`` also for a
+            read-only ``cache``, ``state.seq_lens`` or ``state.active`` (written here).
         """
-        self._check_state(state, need_table=False)
-        c = _arr("cache", cache, self.device)
+        self._check_state(state, need_table=False, writes=("active", "seq_lens"))
+        c = _arr("cache", cache, self.device, writable=True)
         if c.ndim < 4 or c.shape[1] != self.max_batch or c.shape[2] < self.max_context:
             raise ValueError(f"cache must have shape [num_layers, max_batch={self.max_batch}, >= max_context="
                              f"{self.max_context}, ...], got {c.shape}")

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._array import DeviceArray
-from ._checks import positive_int
+from ._checks import non_negative_int, positive_int
 from ._device import _check_device_arg
-from ._memory import WorkspacePool
+from ._memory import MAX_NBYTES, WorkspacePool
 
 __all__ = ["RequestState", "ARRAY_FIELDS"]
 
@@ -95,18 +95,23 @@ class RequestState:
               budgets: bool = False, remaining: bool = False, r2t_dtype=np.int32) -> list:
         """``(name, shape, dtype)`` of every array :meth:`allocate` carves, in carve order.
 
-        Raises ``TypeError`` / ``ValueError`` (naming the argument) for a count that is not a
-        positive int (``n_stop``: >= 0) or an ``r2t_dtype`` other than int32 / int64."""
-        for pname, v in (("max_batch", max_batch), ("max_context", max_context), ("num_slots", num_slots)):
-            positive_int(pname, v)
+        Raises
+        ------
+        TypeError, ValueError
+            Naming the argument: a count that is not a positive int (``n_stop``: >= 0), an
+            ``r2t_dtype`` other than int32 / int64, or (``ValueError``) ``num_slots`` above
+            2**31 with an int32 ``req_to_token`` (its slot ids would wrap).
+        """
+        max_batch, max_context, num_slots = (positive_int(pname, v) for pname, v in (
+            ("max_batch", max_batch), ("max_context", max_context), ("num_slots", num_slots)))
         if req_rows is not None:
-            positive_int("req_rows", req_rows)
-        if isinstance(n_stop, bool) or not isinstance(n_stop, (int, np.integer)):
-            raise TypeError(f"n_stop must be an int >= 0, got {type(n_stop).__name__} {n_stop!r}")
-        if n_stop < 0:
-            raise ValueError(f"n_stop must be an int >= 0, got {n_stop!r}")
-        if np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
-            raise TypeError(f"r2t_dtype must be int32 or int64, got {np.dtype(r2t_dtype)}")
+            req_rows = positive_int("req_rows", req_rows)
+        n_stop = non_negative_int("n_stop", n_stop)
+        if r2t_dtype is None or np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"r2t_dtype must be int32 or int64, got {r2t_dtype if r2t_dtype is None else np.dtype(r2t_dtype)}")
+        if np.dtype(r2t_dtype) == np.int32 and num_slots > 1 << 31:
+            raise ValueError(f"num_slots must be at most 2**31 with an int32 req_to_token (slot ids "
+                             f"0 .. num_slots - 1 are stored in it), got {num_slots}; use r2t_dtype=np.int64")
         rows = max_batch if req_rows is None else req_rows
         specs = [("active", (max_batch,), np.uint8), ("root_tokens", (max_batch,), np.int32),
                  ("seq_lens", (max_batch,), np.int64), ("req_pool_indices", (max_batch,), np.int64),
@@ -145,14 +150,22 @@ class RequestState:
 
         Raises
         ------
+        TypeError, ValueError
+            What :meth:`specs` raises, and ``ValueError`` when the arrays together would need
+            more than 2**63 - 1 bytes (the size is computed exactly, with Python ints); both
+            before the device is touched.
         CaptureError
             During a capture (it allocates and synchronizes).
         """
         # The arguments are checked before the device is touched (a bad count is a ValueError, also without a GPU).
         specs = cls.specs(max_batch=max_batch, max_context=max_context, num_slots=num_slots, req_rows=req_rows,
                           n_stop=n_stop, budgets=budgets, remaining=remaining, r2t_dtype=r2t_dtype)
+        nbytes = WorkspacePool.required_bytes([(s, d) for _, s, d in specs])
+        if nbytes > MAX_NBYTES:
+            raise ValueError(f"the request state would need {nbytes:,} bytes (max_batch={max_batch}, "
+                             f"max_context={max_context}, num_slots={num_slots}): more than 2**63 - 1")
         device = _check_device_arg(device)
-        pool = WorkspacePool.allocate(device, WorkspacePool.required_bytes([(s, d) for _, s, d in specs]), label=label)
+        pool = WorkspacePool.allocate(device, nbytes, label=label)
         arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
         stream = device.create_stream()
         for a in arrays.values():
@@ -171,19 +184,75 @@ class RequestState:
     def upload(self, **host_arrays) -> None:
         """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``.
 
+        Each value is converted to the field's dtype only when that is exact: integer values
+        (numpy integer arrays, Python ints) must lie in the field's range (an int64 array of
+        token ids fits ``root_tokens`` int32 only when every id does); bool values are taken
+        for ``active`` only (True -> 1). Floats, bools elsewhere, strings and other objects are
+        refused, even when integral: nothing is truncated or wrapped. A value of the field's
+        size but another shape is reshaped (e.g. a flat ``req_to_token``). Every value is
+        checked before the first byte is copied, so a refused call writes nothing.
+
         Raises
         ------
         ValueError
-            For a field this state does not have.
+            For a field this state does not have; for a value with the wrong number of
+            elements; for an integer outside the field's dtype range (the message names the
+            field, the first bad value and its index).
+        TypeError
+            For a value that is not an integer array (floats, bool outside ``active``, objects).
         """
+        checked = []
         for name, value in host_arrays.items():
             if name not in ARRAY_FIELDS:
                 raise ValueError(f"RequestState has no field {name!r}; fields: {', '.join(ARRAY_FIELDS)}")
             dst = getattr(self, name)
             if dst is None:
                 raise ValueError(f"this state has no {name!r} array")
-            dst.copy_from_host(np.asarray(value, dtype=dst.dtype).reshape(dst.shape))
+            checked.append((dst, _exact_host_array(name, value, dst)))
+        for dst, host in checked:
+            dst.copy_from_host(host)
 
     def download(self) -> dict:
         """Host copies of every array present (not capture-safe)."""
         return {k: a.to_numpy() for k, a in self.arrays().items()}
+
+
+def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:
+    """``value`` as a host array of ``dst``'s dtype and shape, refused unless the conversion is exact."""
+    want = np.dtype(dst.dtype)
+    a = np.asarray(value)
+    if a.size != int(np.prod(dst.shape, dtype=object)):
+        raise ValueError(f"upload: {name} must have shape {dst.shape} ({int(np.prod(dst.shape, dtype=object))} "
+                         f"elements), got shape {a.shape}")
+    a = a.reshape(dst.shape)
+    if want.kind not in "iu":  # no such field today: keep copy_from_host's strict dtype check
+        return a
+    if a.dtype == want:
+        return a
+    if a.dtype.kind == "b":
+        if name != "active":
+            raise TypeError(f"upload: {name} must hold {want} integers, got bool values")
+        return a.astype(want)
+    if a.dtype.kind == "O":  # e.g. Python ints too large for int64: check each one exactly
+        flat = a.ravel()
+        for i, v in enumerate(flat):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"upload: {name} must hold {want} integers, got {type(v).__name__} {v!r} "
+                                f"at flat index {i}")
+        ints = [int(v) for v in flat]
+    elif a.dtype.kind in "iu":
+        ints = None
+    else:
+        raise TypeError(f"upload: {name} must hold {want} integers, got dtype {a.dtype} "
+                        f"(convert it yourself if the values are meant to be integers)")
+    info = np.iinfo(want)
+    if ints is None:
+        bad = np.flatnonzero((a.ravel() < info.min) | (a.ravel() > info.max)) if a.size else []
+        first = (int(bad[0]), int(a.ravel()[bad[0]])) if len(bad) else None
+    else:
+        first = next(((i, v) for i, v in enumerate(ints) if not info.min <= v <= info.max), None)
+    if first is not None:
+        i, v = first
+        raise ValueError(f"upload: {name} value {v} at flat index {i} does not fit {want} "
+                         f"([{info.min}, {info.max}])")
+    return (a if ints is None else np.array(ints, dtype=object).reshape(dst.shape)).astype(want)

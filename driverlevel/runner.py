@@ -54,7 +54,7 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import positive_int
+from ._checks import non_negative_int, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
@@ -184,6 +184,16 @@ class GenerationResult:
     finish_codes: list = field(default_factory=list)
 
 
+def _int_in(name, v, lo, hi) -> int:
+    """``v`` as an int in ``[lo, hi]``: TypeError for a non-integer (bool and floats included, as the
+    plans), ValueError for one out of range; both name the argument."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int in [{lo}, {hi}], got {type(v).__name__} {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
+    return int(v)
+
+
 def _as_int_list(name, x, n):
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
         return [int(x)] * n
@@ -254,34 +264,43 @@ class _RunnerBase:
         if target_forward is not None and not callable(target_forward):
             raise TypeError(f"target_forward= must be a driverlevel.interfaces.TargetForward (a callable "
                             f"forward(stream, buffers)), got {type(target_forward).__name__}")
-        self.device = _check_device_arg(device)
-        ensure_not_capturing(f"{type(self).__name__}()")
-        for pname, v in (("max_prompt_len", max_prompt_len), ("num_splits", 1 if num_splits is None else num_splits),
-                         ("prefill_splits", prefill_splits), ("ring_slots", ring_slots)):
-            positive_int(pname, v)
+        # Every argument is checked before the device is touched (a bad one is its TypeError /
+        # ValueError, also without a GPU), then the subclass's own (_check_more_args).
+        max_prompt_len = positive_int("max_prompt_len", max_prompt_len)
+        if num_splits is not None:
+            num_splits = positive_int("num_splits", num_splits)
+        prefill_splits = positive_int("prefill_splits", prefill_splits)
+        ring_slots = positive_int("ring_slots", ring_slots)
+        max_stop_tokens = positive_int("max_stop_tokens", max_stop_tokens)
+        slot_seed = non_negative_int("slot_seed", slot_seed)
         if max_batch > MAX_RUNNER_BATCH:
             raise ValueError(f"max_batch must be <= {MAX_RUNNER_BATCH}, got {max_batch}")
-        if max_stop_tokens < 1:
-            raise ValueError(f"max_stop_tokens must be >= 1, got {max_stop_tokens}")
-        self.model = model
         if model is not None:
             vocab_size = model.vocab_size
-        if vocab_size is None:
+        elif vocab_size is None:
             raise ValueError("vocab_size is required with target_forward=")
-        if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 2:
-            src = "model.vocab_size" if model is not None else "vocab_size"
+        src = "model.vocab_size" if model is not None else "vocab_size"
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
+            raise TypeError(f"{src} must be an int >= 2, got {type(vocab_size).__name__} {vocab_size!r}")
+        if vocab_size < 2:
             raise ValueError(f"{src} must be an int >= 2, got {vocab_size!r}")
+        if max_prompt_len > max_context:
+            raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        self.model = model
         self.vocab_size = int(vocab_size)
         self.max_batch = int(max_batch)
         self.max_context = int(max_context)
         self.max_prompt_len = int(max_prompt_len)
-        if self.max_prompt_len > self.max_context:
-            raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
-        self.num_splits = None if num_splits is None else int(num_splits)
-        self.n_stop = int(max_stop_tokens)
-        self.ring_slots = int(ring_slots)
-        self.slot_seed = int(slot_seed)
+        self.num_splits = num_splits
+        self.n_stop = max_stop_tokens
+        self.ring_slots = ring_slots
+        self.slot_seed = slot_seed
         self.name = name
+        self._check_more_args()
+        self.device = _check_device_arg(device)
+        ensure_not_capturing(f"{type(self).__name__}()")
         self.stream = stream if stream is not None else self.device.create_stream()
         self._module = _load(self.device)
         self.max_rows = self.max_batch * self._rows_per_request
@@ -376,6 +395,9 @@ class _RunnerBase:
         self._step_tokens = 0
         self._step_active = 0
         self._ready = False
+
+    def _check_more_args(self) -> None:
+        """The subclass's own argument checks, run after the base's and before the device is touched."""
 
     # -- sizes ---------------------------------------------------------------------------------
     def _emit_width(self) -> int:
@@ -781,11 +803,15 @@ class AutoregressiveRunner(_RunnerBase):
     ValueError
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
-        ``max_context``), for neither or both of ``model`` / ``target_forward``, or
+        ``max_context``, a count below 1, ``vocab_size`` below 2, a negative
+        ``slot_seed``), for neither or both of ``model`` / ``target_forward``, or
         ``target_forward`` without ``vocab_size``.
     TypeError
-        If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, or
-        ``target_forward`` not callable.
+        If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`,
+        ``target_forward`` not callable, ``name`` not a str, or a count or
+        ``vocab_size`` not an int (bool and floats included, even when integral).
+        These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
+        is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
     """
 
@@ -861,12 +887,17 @@ class DecodeStepRunner(_RunnerBase):
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context``, ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
-        ``[1, MAX_DEPTH]``), for ``drafter.logits`` not float32
+        ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2, a negative
+        ``slot_seed``), for ``drafter.logits`` not float32
         ``[max_batch, depth_limit, vocab]``, for neither or both of ``model`` /
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, ``drafter`` not a
-        :class:`~driverlevel.interfaces.DraftModel`, or ``target_forward`` not callable.
+        :class:`~driverlevel.interfaces.DraftModel`, ``target_forward`` not callable,
+        ``name`` not a str, or ``budget``, ``depth_limit``, a count or ``vocab_size`` not
+        an int (bool and floats included, even when integral).
+        These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
+        is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
 
     Example
@@ -888,23 +919,14 @@ class DecodeStepRunner(_RunnerBase):
         if not isinstance(drafter, DraftModel):
             raise TypeError(f"drafter= must be a driverlevel.interfaces.DraftModel (logits, prepare(root_tokens), "
                             f"run(stream)), got {type(drafter).__name__}")
-        if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or not 1 <= budget <= MAX_BUDGET:
-            raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}], got {budget!r}")
-        if not isinstance(depth_limit, (int, np.integer)) or isinstance(depth_limit, bool) \
-                or not 1 <= depth_limit <= MAX_DEPTH:
-            raise ValueError(f"depth_limit must be an int in [1, {MAX_DEPTH}], got {depth_limit!r}")
-        self.budget = int(budget)
-        self.depth_limit = int(depth_limit)
+        self.budget = _int_in("budget", budget, 1, MAX_BUDGET)
+        self.depth_limit = _int_in("depth_limit", depth_limit, 1, MAX_DEPTH)
         self._rows_per_request = self.budget + 1
+        self._drafter_arg = drafter
         super().__init__(device, model=model, target_forward=target_forward, vocab_size=vocab_size,
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
         B, Q = self.max_batch, self._rows_per_request
-        want = (B, self.depth_limit, self.vocab_size)
-        lg = drafter.logits
-        if getattr(lg, "dtype", None) is None or lg.dtype.name != "float32" or tuple(lg.shape) != want:
-            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
-                             f"{getattr(lg, 'dtype', None)} {list(getattr(lg, 'shape', ()))}")
         self.drafter = drafter
         drafter.prepare(self.state.root_tokens)
         #: The DDTree stages over :attr:`state` (build + compile before the target forward, accept
@@ -928,6 +950,15 @@ class DecodeStepRunner(_RunnerBase):
         params.tree_state = t.step.ptr
         self._limit = self._prepare_record_kernel("limit_records", params)
         self._publish = self._prepare_record_kernel("publish_records", params)
+
+    def _check_more_args(self) -> None:
+        # drafter.logits' dtype and shape follow from the arguments: checked before anything is allocated.
+        want = (self.max_batch, self.depth_limit, self.vocab_size)
+        lg = self._drafter_arg.logits
+        dt = getattr(lg, "dtype", None)
+        if dt is None or getattr(dt, "name", None) != "float32" or tuple(getattr(lg, "shape", ())) != want:
+            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
+                             f"{'None' if lg is None else getattr(dt, 'name', dt)} {list(getattr(lg, 'shape', ()))}")
 
     def _emit_width(self) -> int:
         return self.depth_limit + 1

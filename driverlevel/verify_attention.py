@@ -877,12 +877,12 @@ class VerifyAttention:
             _need_dtype("mask_indptr", mip, "int64", "int32")
             if mip.shape != qo.shape:
                 raise ValueError(f"mask_indptr must have the same length as qo_indptr ({bs + 1}), got {mip.shape}")
-        o = _arr("out", out, dev)
+        o = _arr("out", out, dev, writable=True)
         _need_dtype("out", o, "bfloat16", "uint16")
         _need_shape("out", o, (total_q, H, V_DIM))
         lse_a = None
         if lse is not None:
-            lse_a = _arr("lse", lse, dev)
+            lse_a = _arr("lse", lse, dev, writable=True)
             _need_dtype("lse", lse_a, "float32")
             _need_shape("lse", lse_a, (total_q, H))
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
@@ -924,7 +924,8 @@ class VerifyAttention:
         ------
         TypeError, ValueError
             Before any launch, naming the offending argument; ``ValueError`` also for a
-            second stream.
+            second stream, and for a read-only ``out`` or ``lse`` (``"out is read-only, but
+            the launch writes it"``).
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)

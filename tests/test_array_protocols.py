@@ -335,3 +335,134 @@ def test_device_array_rejects_bad_geometry(kwargs, match):
 def test_device_array_accepts_the_null_empty_array():
     a = DeviceArray(0, (0, 576), bfloat16, DEV)  # (an empty tensor's data pointer may be 0)
     assert a.size == 0 and a.nbytes == 0
+
+
+# -- review15 #6: DeviceArray takes integer geometry and supported dtypes only ----------------------
+_SUPPORTED = "a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(ptr=1.5), "DeviceArray: ptr must be an int device address, got float 1.5"),
+    (dict(ptr="0x1000"), "DeviceArray: ptr must be an int device address, got str '0x1000'"),
+    (dict(ptr=True), "DeviceArray: ptr must be an int device address, got bool True"),
+    (dict(shape=(2.7,)), "DeviceArray: shape must be an int or a sequence of ints, got float 2.7 at index 0 of (2.7,)"),
+    (dict(shape="4"), "DeviceArray: shape must be an int or a sequence of ints, got str '4'"),
+    (dict(shape=(4, True)), "DeviceArray: shape must be an int or a sequence of ints, got bool True at index 1 of (4, True)"),
+    (dict(strides=(12.0, 4)), "DeviceArray: strides must be an int or a sequence of ints, got float 12.0 at index 0 of (12.0, 4)"),
+    (dict(dtype=object), f"unsupported dtype |O: {_SUPPORTED}"),
+    (dict(dtype="U8"), f"unsupported dtype <U8: {_SUPPORTED}"),
+    (dict(dtype="datetime64[s]"), f"unsupported dtype <M8[s]: {_SUPPORTED}"),
+    (dict(dtype=np.complex64), f"unsupported dtype <c8: {_SUPPORTED}"),
+    (dict(dtype=">f4"), f"unsupported dtype >f4: {_SUPPORTED}"),
+    (dict(dtype=[("a", "<i4")]), f"unsupported dtype [('a', '<i4')]: {_SUPPORTED}"),
+    (dict(dtype=None), f"unsupported dtype None: {_SUPPORTED}"),  # numpy reads None as float64
+    (dict(dtype="no such type"), f"unsupported dtype 'no such type': {_SUPPORTED}"),
+])
+def test_device_array_refuses_non_integer_geometry_and_unsupported_dtypes(kwargs, words):
+    """(2.7,) was (2,), ptr 1.5 was 1, and an object array exported typestr '|O' (its to_numpy
+    would have copied device bytes into PyObject pointers)."""
+    args = dict(ptr=PTR, shape=(4, 3), dtype=np.float32, strides=None) | kwargs
+    with pytest.raises(TypeError) as ei:
+        DeviceArray(args["ptr"], args["shape"], args["dtype"], DEV, strides=args["strides"])
+    assert str(ei.value) == words
+
+
+def test_device_array_geometry_is_python_ints():
+    from cuda.bindings import driver
+
+    a = DeviceArray(np.uint64(PTR), (np.int64(4), np.uint8(3)), "int16", DEV, strides=(np.int64(6), 2))
+    assert (a.ptr, a.shape, a.strides) == (PTR, (4, 3), (6, 2))
+    assert all(type(v) is int for v in (a.ptr, *a.shape, *a.strides))
+    assert DeviceArray(driver.CUdeviceptr(PTR), 5, np.bool_, DEV).shape == (5,)
+
+
+def test_importing_an_unsupported_cai_dtype_names_the_argument():
+    from driverlevel._checks import device_array_arg
+
+    src = CAIOnly(shape=(4,), typestr="|O", data=(PTR, False))
+    with pytest.raises(TypeError, match=r"^out: unsupported dtype \|O: a device array holds"):
+        device_array_arg("out", src, DEV)
+
+
+# -- review15 #7: the device is a Device or an int ordinal, checked when the array is made ------------
+@pytest.mark.parametrize("device, exc, words", [
+    (None, TypeError, "device must be a driverlevel.Device or an int ordinal, got NoneType"),
+    ("0", TypeError, "device must be a driverlevel.Device or an int ordinal, got str"),
+    (0.0, TypeError, "device must be a driverlevel.Device or an int ordinal, got float"),
+    (True, TypeError, "device must be a driverlevel.Device or an int ordinal, got bool"),
+    (-1, ValueError, "device must be an ordinal >= 0, got -1"),
+])
+def test_device_array_refuses_a_bad_device_at_construction(device, exc, words):
+    """DeviceArray(..., None) was accepted and failed later with AttributeError in repr / to_numpy."""
+    with pytest.raises(exc) as ei:
+        DeviceArray(PTR, (4,), np.float32, device)
+    assert str(ei.value) == words
+
+
+def test_device_array_opens_an_int_ordinal(monkeypatch):
+    """DeviceArray(..., 0) stored the int; it is opened as a Device like every other entry point does."""
+    opened = []
+
+    def check(d):
+        opened.append(d)
+        return FakeDevice(d)
+
+    monkeypatch.setattr(_array, "_check_device_arg", check)
+    a = DeviceArray(PTR, (4,), np.float32, 3)
+    assert opened == [3] and isinstance(a.device, FakeDevice) and a.device.ordinal == 3
+    assert repr(a).endswith("device=3)") and a.__dlpack_device__() == (2, 3)
+    assert a[1:].device is a.device and opened == [3]  # views pass the Device on
+
+
+def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
+    import driverlevel as dl
+    from driverlevel import _device
+
+    for handle, device, exc, words in [
+        (0x1234, None, TypeError, "device must be a driverlevel.Device or an int ordinal, got NoneType"),
+        (0x1234, 1.0, TypeError, "device must be a driverlevel.Device or an int ordinal, got float"),
+        (0x1234, -2, ValueError, "device must be an ordinal >= 0, got -2"),
+        (1.5, 0, TypeError, "handle must be an int >= 0, got float 1.5"),
+        (-1, 0, ValueError, "handle must be an int >= 0, got -1"),
+    ]:
+        with pytest.raises(exc) as ei:
+            dl.Stream.from_handle(handle, device)
+        assert str(ei.value) == words
+    fake = FakeDevice(0)
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: fake if d == 0 else pytest.fail(repr(d)))
+    s = dl.Stream.from_handle(0x1234, 0)
+    assert s.device is fake and int(s) == 0x1234  # was the int 0, stored as the device
+
+
+# -- review15 #5: read-only arrays are never written -------------------------------------------------
+_RO = ("this DeviceArray is read-only (readonly=True, e.g. imported from a read-only array), so it may not be written")
+
+
+@pytest.mark.parametrize("method, write", [
+    ("copy_from_host", lambda a: a.copy_from_host(np.zeros((4, 3), np.float32))),
+    ("copy_from", lambda a: a.copy_from(DeviceArray(PTR + 4096, (4, 3), np.float32, DEV), stream=None)),
+    ("fill_bytes", lambda a: a.fill_bytes(0, stream=None)),
+    ("fill_u32", lambda a: a.fill_u32(0x7FC00000, stream=None)),
+])
+def test_write_methods_refuse_a_read_only_array(method, write):
+    """readonly was recorded and exported, but copy_from_host / copy_from / fill_* wrote anyway.
+    (FakeDevice has no activated(): reaching the driver call would be an AttributeError.)"""
+    src = CAIOnly(shape=(4, 3), typestr="<f4", data=(PTR, True))
+    a = as_device_array(src, device=DEV)
+    assert a.readonly
+    with pytest.raises(ValueError) as ei:
+        write(a)
+    assert str(ei.value) == f"{method}: {_RO}"
+    with pytest.raises(ValueError, match="read-only"):  # views keep the flag
+        write(a.reshape(4, 3))
+
+
+def test_read_only_flag_follows_views_and_writable_arrays_still_check_first():
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV, readonly=True)
+    for v in (a[1:], a[0], a.view(np.int32), a.reshape(12)):
+        assert v.readonly
+        with pytest.raises(ValueError, match=r"^fill_bytes: this DeviceArray is read-only"):
+            v.fill_bytes(0, stream=None)
+    w = DeviceArray(PTR, (4, 3), np.float32, DEV)
+    with pytest.raises(TypeError, match="expected host dtype float32"):  # a writable array gets the usual checks
+        w.copy_from_host(np.zeros((4, 3), np.float64))

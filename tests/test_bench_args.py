@@ -26,7 +26,7 @@ def _load(name):
     ("bench_step", ["--vocab", "100"], "--vocab must be a multiple of 8"),
     ("bench_step", ["--budget", "600"], "--budget must be <= 512"),
     ("bench_step", ["--steps", "0"], "--steps must be >= 1"),
-    ("bench_step", ["--json", "/nonexistent-dir/x.json"], "no directory"),
+    ("bench_step", ["--json", "/nonexistent-dir/x.json"], "--json: the directory '/nonexistent-dir' does not exist"),
     ("bench_ddtree", ["--max-context", "-1"], "--max-context must be >="),
     ("peer_read", ["--k", "0"], "must be >= 1"),
     ("profile_topk", ["--budget", "100000"], "--budget in 1..512"),
@@ -68,3 +68,80 @@ def test_tile_bench_takes_extra_defines():
     for bad in ("SKEW=3", "DL_X=", "DL_X=1.5", "dl_x=1"):
         with pytest.raises(SystemExit, match="bad --define"):
             mod.parse_defines([bad])
+
+
+# -- review 15 #10: one rule for every script: options and the --json path before the run, exit 2 with usage --
+_NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
+
+
+@pytest.mark.parametrize("script, argv, words", [
+    ("bench_attention", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
+    ("bench_ddtree", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
+    ("bench_tiles", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
+    ("bench_replay", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
+    ("bench_step", ["--json", "/"], "--json: '/' is a directory, not a file"),
+    ("bench_tiles", ["--tile", "bogus"], "bad --tile 'bogus': want NAME=SPEC"),
+    ("bench_tiles", ["--tile", "a=1x2"], "bad --tile 'a=1x2': want ROWSxCSPLIT"),
+    ("bench_tiles", ["--define", "FOO"], "bad --define 'FOO': want DL_NAME=INT"),
+    ("bench_tiles", ["--ratio", "a/b"], "bad --ratio 'a/b': want A/B with A, B among ['native', 'sm120']"),
+    ("profile_tile", ["--spec", "bogus"], "bad --spec 'bogus': want ROWSxCSPLIT"),
+    ("profile_tile", ["--heads", "0"], "--heads must be >= 1, got 0"),
+    ("profile_tile", ["--tokens", "-3"], "--tokens must be >= 1, got -3"),
+    ("bench_replay", ["--device", "-1"], "--device must be a GPU ordinal >= 0, got -1"),
+])
+def test_bad_options_and_json_paths_are_usage_errors(script, argv, words, capsys, monkeypatch):
+    """bench_attention/ddtree/tiles opened --json only after the whole run; bad specs exited 1 without a
+    usage line; bench_replay.py --device -1 went on to the GPU check. The GPU check must not be reached."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("the GPU check came before the options'"))
+    monkeypatch.setattr(_device, "require_gpu", lambda: pytest.fail("the GPU check came before the options'"))
+    with pytest.raises(SystemExit) as e:
+        _load(script).main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{script}.py: error: {words}" in err or f"error: {words}" in err, err
+    assert err.startswith("usage: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["bench_tiles.py", "--tile", "bogus"], "bench_tiles.py: error: bad --tile 'bogus'"),
+    (["bench_attention.py", "--json", "/nonexistent-dir/x.json"], "bench_attention.py: error: " + _NO_DIR),
+])
+def test_scripts_exit_2_with_usage_in_a_process(argv, words):
+    """As a user runs them (the path is checked before the no-GPU sentence, on any machine)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(BENCH.parent))
+    r = subprocess.run([sys.executable, str(BENCH / argv[0]), *argv[1:]], capture_output=True, text=True, env=env,
+                       cwd=BENCH.parent, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("usage: ") and words in r.stderr and r.stdout == ""
+
+
+def test_json_path_problem(tmp_path):
+    from driverlevel._cli_common import json_path_problem
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert json_path_problem(None) is None and json_path_problem("-") is None
+    assert json_path_problem(str(tmp_path / "out.json")) is None
+    assert json_path_problem(str(f)) is None  # an existing file is overwritten
+    assert json_path_problem(str(tmp_path)) == f"{str(tmp_path)!r} is a directory, not a file"
+    assert json_path_problem(str(f / "x.json")) == f"the directory {str(f)!r} is not a directory"
+    assert json_path_problem("/nonexistent-dir/x.json") == "the directory '/nonexistent-dir' does not exist"
+
+
+def test_bench_replay_script_json_stdout_without_gpu(capsys, monkeypatch):
+    """Review 15 #11 through the script: --json - gives the JSON error object on stdout, as capture-demo --json."""
+    import json
+
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "device_count", lambda: 0)
+    assert _load("bench_replay").main(["--json", "-"]) == 2
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == {"error": _device.NO_GPU_MESSAGE, "exit_status": 2}
+    assert cap.err.strip() == _device.NO_GPU_MESSAGE

@@ -47,3 +47,59 @@ def test_no_hand_written_positive_int_check_is_left():
     found = sorted(p.name for p in PACKAGE.rglob("*.py") if "must be a positive int" in p.read_text()
                    and p.name not in allowed)
     assert found == []
+
+
+# -- review15: the helpers the memory API now shares ---------------------------------------------------
+def test_int_tuple():
+    from driverlevel._checks import int_tuple
+
+    assert int_tuple("shape", 4) == (4,) and int_tuple("shape", ()) == ()
+    out = int_tuple("shape", [np.int64(2), np.uint8(3), -1])  # the sign is the caller's to check
+    assert out == (2, 3, -1) and all(type(v) is int for v in out)
+    assert int_tuple("shape", np.array([5, 6])) == (5, 6)
+    for value, words in [
+        ((2.9,), "shape must be an int or a sequence of ints, got float 2.9 at index 0 of (2.9,)"),
+        (4.7, "shape must be an int or a sequence of ints, got float 4.7"),
+        ("4", "shape must be an int or a sequence of ints, got str '4'"),
+        (b"4", "shape must be an int or a sequence of ints, got bytes b'4'"),
+        (True, "shape must be an int or a sequence of ints, got bool True"),
+        ((1, True), "shape must be an int or a sequence of ints, got bool True at index 1 of (1, True)"),
+        ((1, None), "shape must be an int or a sequence of ints, got NoneType None at index 1 of (1, None)"),
+        (None, "shape must be an int or a sequence of ints, got NoneType None"),
+    ]:
+        with pytest.raises(TypeError) as ei:
+            int_tuple("shape", value)
+        assert str(ei.value) == words
+
+
+def test_power_of_two():
+    from driverlevel._checks import power_of_two
+
+    assert [power_of_two("alignment", v) for v in (1, 2, 256, np.int64(4096))] == [1, 2, 256, 4096]
+    for value, exc, words in [
+        (0, ValueError, "alignment must be a positive power of two, got 0"),
+        (-256, ValueError, "alignment must be a positive power of two, got -256"),
+        (3, ValueError, "alignment must be a positive power of two, got 3"),
+        (True, TypeError, "alignment must be a positive power of two, got bool True"),
+        (256.0, TypeError, "alignment must be a positive power of two, got float 256.0"),
+        ("256", TypeError, "alignment must be a positive power of two, got str '256'"),
+    ]:
+        with pytest.raises(exc) as ei:
+            power_of_two("alignment", value)
+        assert str(ei.value) == words
+
+
+def test_device_array_arg_refuses_read_only_outputs():
+    from types import SimpleNamespace
+
+    from driverlevel import DeviceArray
+    from driverlevel._checks import device_array_arg
+
+    dev = SimpleNamespace(ordinal=0)
+    ro = DeviceArray(0x10000, (4,), np.float32, dev, readonly=True)
+    assert device_array_arg("q", ro, dev) is ro  # read-only inputs are fine
+    with pytest.raises(ValueError) as ei:
+        device_array_arg("out", ro, dev, writable=True)
+    assert str(ei.value) == "out is read-only, but the launch writes it"
+    rw = DeviceArray(0x10000, (4,), np.float32, dev)
+    assert device_array_arg("out", rw, dev, writable=True) is rw

@@ -399,7 +399,7 @@ def test_bench_replay_without_gpu(runner, monkeypatch):
 
 @pytest.mark.parametrize("args, says", [
     (["--device", "3"], "--device 3: only 1 GPU(s) visible"),
-    (["--json", "/nonexistent-dir/replay.json"], "/nonexistent-dir does not exist"),
+    (["--json", "/nonexistent-dir/replay.json"], "--json: the directory '/nonexistent-dir' does not exist"),
 ])
 def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, says):
     from driverlevel import _device, bench_replay
@@ -460,3 +460,61 @@ def test_compile_of_a_target_the_nvrtc_lacks_is_a_problem_line_not_a_traceback(r
     assert r.exit_code == 1, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)  # no traceback
     assert "failed to compile" in r.stderr and "NVRTC 99.0 compiles for sm_80" in r.stderr
+
+
+def test_compile_unwritable_cache_is_one_plain_warning_line(runner, tmp_path, monkeypatch):
+    """Review 15 #12: the RuntimeWarning pointed at click's core.py and printed a line of click's source."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(f))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    from driverlevel import _compile
+
+    _compile._clear_memory_cache()
+    try:
+        r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    finally:
+        _compile._clear_memory_cache()
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        f"warning: could not write the cubin cache in DRIVERLEVEL_CACHE_DIR={f}: it is not a directory; compiling "
+        f"without the disk cache (set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)"]
+    assert "click" not in r.stderr and "RuntimeWarning" not in r.stderr
+    assert _rows(r.stdout)
+
+
+def test_compile_unknown_cache_value_is_a_usage_error(runner, monkeypatch):
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", "maybe")
+    r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("Error: DRIVERLEVEL_CACHE='maybe' is not understood")
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args, json_out", [(["--json", "-"], True), ([], False)])
+def test_bench_replay_json_stdout_without_gpu_is_an_error_object(runner, monkeypatch, args, json_out):
+    """Review 15 #11: ``bench replay --json -`` wrote nothing to stdout without a GPU, while
+    ``capture-demo --json`` writes ``{"error": ..., "exit_status": 2}``; both now do (the same code)."""
+    import json
+
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "device_count", lambda: 0)
+    r = runner.invoke(cli.main, ["bench", "replay", *args])
+    demo = runner.invoke(cli.main, ["capture-demo", *(["--json"] if json_out else [])])
+    assert r.exit_code == demo.exit_code == 2
+    assert r.stderr.strip() == demo.stderr.strip() == _device.NO_GPU_MESSAGE
+    if json_out:
+        assert json.loads(r.stdout) == json.loads(demo.stdout) == {"error": _device.NO_GPU_MESSAGE, "exit_status": 2}
+    else:
+        assert r.stdout == demo.stdout == ""
+
+
+def test_bench_replay_json_path_checked_before_the_gpu(runner, monkeypatch):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the --json path's"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", "/nonexistent-dir/x.json"])
+    assert r.exit_code == 2
+    assert "Invalid value for --json: the directory '/nonexistent-dir' does not exist" in r.stderr
+    assert r.stdout == ""

@@ -447,3 +447,99 @@ def test_shared_limit_of_arch_specific_and_newer_targets():
     assert shared_limit("sm_120a") == 101_376
     assert shared_limit("sm_130") == 101_376  # newer than the table: the smallest supported limit
     assert tile_config("sm_90a") == tile_config("sm_90")  # not the small sm_120 tile
+
+
+# -- review 15 #8: compile_source's argument checks, before anything is compiled ---------------
+_K = 'extern "C" __global__ void k(float* x){ x[threadIdx.x] = 1.f; }\n'
+
+
+@pytest.mark.parametrize("kw, exc, words", [
+    (dict(extra_options="-G"), TypeError, r"extra_options must be a sequence of str, not a single str: write \['-G'\]"),
+    (dict(extra_options=[1]), TypeError, r"extra_options\[0\] must be a str, got int 1"),
+    (dict(include_dirs="/tmp"), TypeError, r"include_dirs must be a sequence of paths, not a single str"),
+    (dict(include_dirs=Path("/tmp")), TypeError, r"include_dirs must be a sequence of paths, not a single PosixPath"),
+    (dict(include_dirs=[3]), TypeError, r"include_dirs\[0\] must be a str or path, got int 3"),
+    (dict(extra_options=("-arch=sm_80",)), ValueError, r"extra_options must not select the target \('-arch=sm_80'\)"),
+    (dict(extra_options=["--gpu-architecture", "sm_80"]), ValueError,
+     r"must not select the target \('--gpu-architecture'\)"),
+    (dict(extra_options=["--gpu-architecture=compute_80"]), ValueError, "must not select the target"),
+    (dict(extra_options=["-gencode=arch=compute_80,code=sm_80"]), ValueError, "must not select the target"),
+    (dict(defines={"A": None}), TypeError, r"defines\['A'\] is None: give a value \(e.g. 1\); a bare -DA is not"),
+    (dict(defines={"A B": 1}), ValueError, r"defines: 'A B' is not a C identifier"),
+    (dict(defines={1: 1}), TypeError, "defines: a name must be a str, got int 1"),
+    (dict(defines={"A": [1]}), TypeError, r"defines\['A'\] must be an int, float, bool or str, got list"),
+    (dict(defines=[("A", 1)]), TypeError, "defines must be a dict of NAME: value, got list"),
+])
+def test_compile_source_refuses_bad_options_before_compiling(fresh_cache, count_compiles, kw, exc, words):
+    """A str was split into characters (NVRTC got '- G', '-I/ -It -Im -Ip'), -arch=sm_80 built an sm_80
+    cubin labelled sm_90, and a None define became -DA=None."""
+    with pytest.raises(exc, match=words):
+        compile_source(_K, "k.cu", "sm_90", **kw)
+    assert count_compiles == []
+    assert not fresh_cache.exists()
+
+
+def test_compile_source_options_that_are_fine_still_compile(fresh_cache):
+    cub = compile_source(_K, "k.cu", "sm_90", defines={"A": True, "B": 2, "C": "x"}, extra_options=["-lineinfo"],
+                         include_dirs=[Path("/tmp")])
+    assert cub.arch == "sm_90" and "k" in cub.resources
+    assert {"-DA=1", "-DB=2", "-DC=x", "-lineinfo"} <= set(cub.options)
+
+
+# -- review 15 #9: compile_file compiles the kernel sources only --------------------------------
+@pytest.mark.parametrize("name", ["common.cuh", "/etc/hostname", "../cu/argmax.cu", "ddtree/params.cuh",
+                                  str(Path(__file__))])
+def test_compile_file_refuses_what_is_not_a_kernel_source(fresh_cache, count_compiles, name):
+    with pytest.raises(FileNotFoundError, match=rf"no kernel source '{name}' .*must be one of kernel_sources\(\): "
+                                                rf"argmax\.cu, ddtree\.cu"):
+        dl.runtime.compile_file(name, "sm_90")
+    assert count_compiles == []
+
+
+def test_compile_file_refuses_a_non_str_name():
+    with pytest.raises(TypeError, match="filename must be a kernel source name"):
+        dl.runtime.compile_file(5, "sm_90")
+
+
+# -- review 15 #12: DRIVERLEVEL_CACHE values and the unwritable-cache message -------------------
+@pytest.mark.parametrize("value", ["1", "on", "TRUE", "yes", "", " 1 "])
+def test_cache_kept_by_documented_values(fresh_cache, monkeypatch, value):
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", value)
+    assert cache_dir() == fresh_cache
+
+
+@pytest.mark.parametrize("value", ["NO", " off ", "False"])
+def test_cache_disabled_by_any_case(monkeypatch, value):
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", value)
+    assert cache_dir() is None
+
+
+def test_unknown_cache_value_is_an_error(fresh_cache, monkeypatch, count_compiles):
+    """DRIVERLEVEL_CACHE=maybe silently meant "on"."""
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", "maybe")
+    with pytest.raises(ValueError, match=r"DRIVERLEVEL_CACHE='maybe' is not understood: use 0, off, false or no"):
+        cache_dir()
+    with pytest.raises(ValueError, match="DRIVERLEVEL_CACHE='maybe'"):
+        compile_source(_K, "k.cu", "sm_90")
+    assert count_compiles == []
+
+
+@pytest.mark.parametrize("sub, why", [("", "it is not a directory"), ("cache", "{file} is not a directory")])
+def test_cache_dir_that_is_a_file_is_named_as_such(tmp_path, monkeypatch, sub, why):
+    """mkdir's errno said "[Errno 17] File exists" for a file where the directory should be."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    d = f / sub if sub else f
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(d))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            compile_source(_K, "k.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    (w,) = rec
+    assert str(w.message) == (f"driverlevel: could not write the cubin cache in DRIVERLEVEL_CACHE_DIR={d}: "
+                              f"{why.format(file=f)}; compiling without the disk cache (set DRIVERLEVEL_CACHE_DIR "
+                              f"to a writable directory, or DRIVERLEVEL_CACHE=0)")
+    assert w.filename == __file__

@@ -8,6 +8,7 @@ without a GPU.
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 
 import numpy as np
@@ -99,8 +100,22 @@ def test_buffer_nbytes_checked_before_the_device(monkeypatch, cls, nbytes, exc, 
 
 @pytest.mark.parametrize("alignment", [0, -256, 100, 3])
 def test_alignment_must_be_a_power_of_two(fake_alloc, alignment):
-    with pytest.raises(ValueError, match="alignment must be a power of two"):
+    with pytest.raises(ValueError, match=f"alignment must be a positive power of two, got {alignment}$"):
         WorkspacePool.allocate(DEV, 1024, alignment=alignment)
+    assert fake_alloc == []
+
+
+@pytest.mark.parametrize("alignment, words", [
+    ("256", "alignment must be a positive power of two, got str '256'"),
+    (256.0, "alignment must be a positive power of two, got float 256.0"),
+    (True, "alignment must be a positive power of two, got bool True"),
+    (None, "alignment must be a positive power of two, got NoneType None"),
+])
+def test_alignment_must_be_an_int(fake_alloc, alignment, words):
+    """review15 #6: alignment='256' was a raw "'<=' not supported" TypeError, True was alignment 1."""
+    with pytest.raises(TypeError) as ei:
+        WorkspacePool.allocate(DEV, 1024, alignment=alignment)
+    assert str(ei.value) == words and fake_alloc == []
 
 
 def test_carve_offsets_are_aligned_and_stable(fake_alloc):
@@ -234,3 +249,191 @@ def test_required_bytes_refuses_what_allocate_and_carve_refuse():
         WorkspacePool.required_bytes([((3,), np.float32)], alignment=3)
     with pytest.raises(ValueError, match="shape extents must be >= 0"):
         WorkspacePool.required_bytes([((-100,), np.int64)])
+
+
+# -- review15 #1: sizes are Python ints, never wrapped -------------------------------------------
+def _fresh_pool(fake_alloc, capacity=1 << 20):
+    return WorkspacePool.allocate(DEV, capacity, label="x")
+
+
+def test_required_bytes_is_exact_for_shapes_past_int64():
+    """np.prod(..., dtype=int64) wrapped 2**64 elements to 0 (required_bytes returned 0)."""
+    assert WorkspacePool.required_bytes([((2**32, 2**32), "float32")]) == 2**66
+    assert WorkspacePool.required_bytes([((4096, 2**52 - 1), np.uint8)]) == align_up(4096 * (2**52 - 1), 256)
+    from driverlevel.request_state import RequestState
+
+    specs = RequestState.specs(max_batch=2**32, max_context=2**32, num_slots=1, r2t_dtype=np.int64)
+    total = 0
+    for _, shape, dt in specs:  # the same sum, by hand
+        total = align_up(total, 256) + math.prod(shape) * np.dtype(dt).itemsize
+    assert WorkspacePool.required_bytes([(s, d) for _, s, d in specs]) == align_up(total, 256)
+    assert total > 2**67  # req_to_token alone: 2**64 int64 entries
+
+
+@pytest.mark.parametrize("shape, nbytes", [
+    ((4096, 2**52 - 1), 4096 * (2**52 - 1)),        # the int64 product wrapped to -4096
+    ((3, 2**62), 3 * 2**62),                          # wrapped to -2**62
+    ((2**32, 2**32), 2**64),                          # wrapped to 0
+])
+def test_an_oversized_carve_is_refused_and_changes_nothing(fake_alloc, shape, nbytes):
+    pool = _fresh_pool(fake_alloc)
+    a = pool.carve("a", (4096,), np.uint8)
+    with pytest.raises(PoolExhaustedError) as ei:
+        pool.carve("bad", shape, np.uint8)
+    assert str(ei.value).startswith(f"pool 'x' is exhausted: carve-out 'bad' needs {nbytes} bytes at offset 4096, "
+                                    f"but the pool holds {1 << 20} bytes")
+    assert pool.used == 4096 and [c.name for c in pool.carves()] == ["a"]
+    c = pool.carve("c", (4096,), np.uint8)  # was carved at a's address (pool.used had gone down)
+    assert c.ptr == a.ptr + 4096 and pool.used == 8192
+
+
+def test_a_carve_and_its_array_agree_on_the_size(fake_alloc):
+    pool = _fresh_pool(fake_alloc)
+    arr = pool.carve("big", (1 << 10, 1 << 8), np.float32)
+    assert arr.nbytes == pool.carves()[0].nbytes == 1 << 20 and pool.used == 1 << 20
+
+
+@pytest.mark.parametrize("call", [
+    lambda: DeviceBuffer.allocate(0, 1 << 63), lambda: PinnedHostBuffer.allocate(0, 1 << 64),
+    lambda: WorkspacePool.allocate(0, 1 << 66),
+])
+def test_allocations_past_int64_are_refused_before_the_device(monkeypatch, call):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(ValueError, match=r"^nbytes must be at most 2\*\*63 - 1, got \d+$"):
+        call()
+
+
+def test_request_state_refuses_a_pool_past_int64_before_the_device(monkeypatch):
+    """RequestState.allocate sized its pool with the wrapped required_bytes (90 GB for a state of over 2**66 B)."""
+    from driverlevel import _device, request_state
+    from driverlevel.request_state import RequestState
+
+    touched = lambda d: pytest.fail("the device was touched first")  # noqa: E731
+    monkeypatch.setattr(request_state, "_check_device_arg", touched)
+    monkeypatch.setattr(_device, "_check_device_arg", touched)
+    with pytest.raises(ValueError) as ei:
+        RequestState.allocate(0, max_batch=2**32, max_context=2**32, num_slots=1, r2t_dtype=np.int64)
+    assert str(ei.value).startswith("the request state would need ")
+    assert str(ei.value).endswith("bytes (max_batch=4294967296, max_context=4294967296, num_slots=1): more than 2**63 - 1")
+
+
+def test_request_state_slot_ids_must_fit_an_int32_table():
+    from driverlevel.request_state import RequestState
+
+    assert RequestState.specs(max_batch=1, max_context=8, num_slots=1 << 31)[5][1] == (1 << 31,)
+    with pytest.raises(ValueError) as ei:
+        RequestState.specs(max_batch=1, max_context=8, num_slots=(1 << 31) + 1)
+    assert str(ei.value) == ("num_slots must be at most 2**31 with an int32 req_to_token (slot ids 0 .. num_slots - 1 "
+                             "are stored in it), got 2147483649; use r2t_dtype=np.int64")
+    assert RequestState.specs(max_batch=1, max_context=8, num_slots=(1 << 31) + 1, r2t_dtype=np.int64)[5][1] == (2**31 + 1,)
+
+
+# -- review15 #2: PinnedHostBuffer views stay inside the buffer -------------------------------------
+def _pinned(nbytes=1024):
+    """A mapped PinnedHostBuffer over a numpy array (allocation needs a GPU; the view methods do not)."""
+    b = object.__new__(PinnedHostBuffer)
+    b.nbytes, b.mapped, b.device, b.device_ptr, b.host_ptr, b.label = nbytes, True, DEV, 0x7F00_0010_0000, 0, "p"
+    b._bytes = np.zeros(nbytes, np.uint8)
+    return b
+
+
+@pytest.mark.parametrize("method", ["as_array", "numpy"])
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(offset=-4096), ValueError, "offset must be an int >= 0, got -4096"),
+    (dict(shape=(4,), dtype=np.uint8, offset=-8), ValueError, "offset must be an int >= 0, got -8"),
+    (dict(shape=(4,), dtype=np.int32, offset=3), ValueError, "offset must be a multiple of int32's item size 4, got 3"),
+    (dict(dtype=bfloat16, offset=1), ValueError, "offset must be a multiple of bfloat16's item size 2, got 1"),
+    (dict(offset=2048), ValueError, "offset 2048 is past the end of the buffer's 1024 bytes"),
+    (dict(shape=(4,), dtype=np.int32, offset=1016), ValueError, "view of 16 bytes at offset 1016 exceeds the buffer's 1024"),
+    (dict(offset=8.0), TypeError, "offset must be an int >= 0, got float 8.0"),
+    (dict(offset=True), TypeError, "offset must be an int >= 0, got bool True"),
+    (dict(shape=(2.5,)), TypeError, "shape must be an int or a sequence of ints, got float 2.5 at index 0 of (2.5,)"),
+    (dict(shape=(4, -1)), ValueError, r"shape (4, -1) has a negative extent"),
+])
+def test_pinned_views_refuse_offsets_outside_the_buffer(method, kwargs, exc, words):
+    """A negative offset gave a device view before the buffer, and a host view wrapped to its end."""
+    b = _pinned()
+    with pytest.raises(exc) as ei:
+        getattr(b, method)(**kwargs)
+    assert str(ei.value) == words
+
+
+def test_pinned_views_in_bounds():
+    b = _pinned()
+    a = b.as_array((4,), np.int32, offset=8)
+    assert a.ptr == b.device_ptr + 8 and a.shape == (4,) and a.owner is b
+    v = b.numpy((4,), np.int32, offset=8)
+    assert v.ctypes.data == b._bytes.ctypes.data + 8 and v.shape == (4,) and v.dtype == np.int32
+    assert b.as_array(offset=1024).shape == (0,) and b.numpy(offset=1024).shape == (0,)  # the end itself is fine
+    assert b.as_array(dtype=np.int64, offset=1000).shape == (3,)
+    assert b.numpy((2, 3), bfloat16, offset=1012).dtype == np.uint16
+
+
+# -- review15 #6: carve / required_bytes take ints, names and supported dtypes only ----------------
+@pytest.mark.parametrize("name, shape, dtype, kw, exc, words", [
+    ("c", (2.9,), "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got float 2.9 at index 0 of (2.9,)"),
+    ("c", 4.7, "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got float 4.7"),
+    ("c", "4", "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got str '4'"),
+    ("c", (True, 3), "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got bool True at index 0 of (True, 3)"),
+    ("c", None, "uint8", {}, TypeError, "carve 'c': shape must be an int or a sequence of ints, got NoneType None"),
+    (None, (4,), "uint8", {}, TypeError, "carve name must be a str, got NoneType None"),
+    (5, (4,), "uint8", {}, TypeError, "carve name must be a str, got int 5"),
+    ("", (4,), "uint8", {}, ValueError, "carve name must not be empty"),
+    ("c", (4,), object, {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
+                                       "float16/32/64 or bfloat16"),
+    ("c", (4,), "U8", {}, TypeError, "unsupported dtype <U8: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
+                                     "float16/32/64 or bfloat16"),
+    ("c", (4,), "float32", dict(alignment=3), ValueError, "alignment must be a positive power of two, got 3"),
+    ("c", (4,), "float32", dict(alignment=-256), ValueError, "alignment must be a positive power of two, got -256"),
+    ("c", (4,), "float32", dict(alignment=0), ValueError, "alignment must be a positive power of two, got 0"),
+    ("c", (4,), "float32", dict(alignment=True), TypeError, "alignment must be a positive power of two, got bool True"),
+    ("c", (4,), "float32", dict(alignment=256.0), TypeError, "alignment must be a positive power of two, got float 256.0"),
+])
+def test_carve_refuses_bad_names_shapes_dtypes_and_alignments(fake_alloc, name, shape, dtype, kw, exc, words):
+    """(2.9,) was carved as (2,), "4" as (4,), (True, 3) as (1, 3), alignment=3 put a float32 at base + 1."""
+    pool = _fresh_pool(fake_alloc)
+    pool.carve("first", (1,), np.uint8)
+    with pytest.raises(exc) as ei:
+        pool.carve(name, shape, dtype, **kw)
+    assert str(ei.value) == words
+    assert pool.used == 1 and [c.name for c in pool.carves()] == ["first"]
+
+
+def test_carve_accepts_numpy_ints_and_aligns_to_the_item_size(fake_alloc):
+    pool = WorkspacePool.allocate(DEV, 4096, alignment=1)
+    pool.carve("byte", (1,), np.uint8)
+    f = pool.carve("f", (np.int64(2), np.uint8(3)), np.float32)  # alignment 1 would put it at base + 1
+    assert f.shape == (2, 3) and all(type(n) is int for n in f.shape)
+    assert f.ptr == pool.base + 4 and pool.used == 28
+    g = pool.carve("g", np.int32(2), np.int64, alignment=2)
+    assert g.ptr == pool.base + 32
+    # required_bytes places them alike
+    assert WorkspacePool.required_bytes([((1,), np.uint8), ((2, 3), np.float32), ((2,), np.int64)], alignment=1) == 48
+
+
+@pytest.mark.parametrize("specs, kw, exc, words", [
+    ([((2.5,), "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got float 2.5 at index 0 of (2.5,)"),
+    ([((True,), "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got bool True at index 0 of (True,)"),
+    ([("4", "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got str '4'"),
+    ([((4,), object)], {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
+                                      "float16/32/64 or bfloat16"),
+    ([((4,), "float32")], dict(alignment="256"), TypeError, "alignment must be a positive power of two, got str '256'"),
+    ([((4,), "float32")], dict(alignment=256.0), TypeError, "alignment must be a positive power of two, got float 256.0"),
+])
+def test_required_bytes_refuses_non_integers(specs, kw, exc, words):
+    """required_bytes([((2.5,), 'float32')]) was 256 (the extent truncated to 2)."""
+    with pytest.raises(exc) as ei:
+        WorkspacePool.required_bytes(specs, **kw)
+    assert str(ei.value) == words
+
+
+def test_buffer_as_array_checks_the_shape():
+    b = object.__new__(DeviceBuffer)
+    b.ptr, b.nbytes, b.device, b.label = 0x7F00_0020_0000, 64, DEV, "b"
+    assert b.as_array((4,), np.float32).shape == (4,) and b.as_array(dtype=np.int64).shape == (8,)
+    with pytest.raises(TypeError, match=r"^shape must be an int or a sequence of ints, got float 2.5 at index 0"):
+        b.as_array((2.5,), np.float32)
+    with pytest.raises(ValueError, match=r"^view of 68 bytes exceeds the buffer's 64$"):
+        b.as_array((17,), np.float32)

@@ -99,3 +99,60 @@ def test_allocate_checks_the_arguments_before_the_device(monkeypatch):
         RequestState.allocate(0, max_batch=0, max_context=10, num_slots=10)
     with pytest.raises(TypeError, match="r2t_dtype must be int32 or int64"):
         RequestState.allocate(0, max_batch=1, max_context=10, num_slots=10, r2t_dtype=np.float32)
+
+
+class _FakeDev:
+    ordinal = 0
+
+
+def _recording_state(monkeypatch):
+    """A state over made-up addresses whose ``copy_from_host`` records what it would copy (no GPU)."""
+    from driverlevel._array import DeviceArray
+
+    copied = []
+    monkeypatch.setattr(DeviceArray, "copy_from_host", lambda self, src, stream=None: copied.append(src) or self)
+    da = lambda shape, dt: DeviceArray(0x1000, shape, dt, _FakeDev())  # noqa: E731
+    st = RequestState(da((4,), "uint8"), da((4,), "int32"), da((4,), "int64"), da((4,), "int64"),
+                      da((4, 16), "int32"), da((8,), "int64"), da((1,), "int64"))
+    return st, copied
+
+
+@pytest.mark.parametrize("kw, exc, words", [
+    (dict(seq_lens=np.array([100.9, 5.5, 1e3, -0.5])), TypeError, "seq_lens must hold int64 integers, got dtype float64"),
+    (dict(seq_lens=np.array([1.0, 2.0, 3.0, 4.0])), TypeError, "seq_lens must hold int64 integers, got dtype float64"),
+    (dict(free_count=5.0), TypeError, "free_count must hold int64 integers, got dtype float64"),
+    (dict(root_tokens=np.array([2**31 + 5, 1, 2, 3])), ValueError,
+     r"root_tokens value 2147483653 at flat index 0 does not fit int32"),
+    (dict(active=np.array([True, False, 2, 300])), ValueError, r"active value 300 at flat index 3 does not fit uint8"),
+    (dict(active=[1, 0, -1, 1]), ValueError, r"active value -1 at flat index 2 does not fit uint8"),
+    (dict(seq_lens=[2**70, 1, 2, 3]), ValueError, r"seq_lens value 1180591620717411303424 at flat index 0"),
+    (dict(seq_lens=np.array([1, 2, 3, 2**64 - 1], np.uint64)), ValueError,
+     r"seq_lens value 18446744073709551615 at flat index 3 does not fit int64"),
+    (dict(seq_lens=["1", "2", "3", "4"]), TypeError, "seq_lens must hold int64 integers, got dtype <U1"),
+    (dict(root_tokens=np.array([True, False, True, True])), TypeError, "root_tokens must hold int32 integers, got bool"),
+    (dict(seq_lens=[1, 2, 3]), ValueError, r"seq_lens must have shape \(4,\) \(4 elements\), got shape \(3,\)"),
+])
+def test_upload_refuses_values_that_do_not_fit_exactly(monkeypatch, kw, exc, words):
+    """Review 15 #3: upload cast with np.asarray(dtype=...), so 100.9 -> 100, 2**31+5 -> negative, 300 -> 44."""
+    st, copied = _recording_state(monkeypatch)
+    with pytest.raises(exc, match=words):
+        st.upload(**kw)
+    assert copied == []
+
+
+def test_upload_checks_every_field_before_copying_any(monkeypatch):
+    st, copied = _recording_state(monkeypatch)
+    with pytest.raises(TypeError, match="seq_lens"):
+        st.upload(active=np.ones(4, np.uint8), seq_lens=[0.5] * 4)
+    assert copied == []  # active was not written either
+
+
+def test_upload_accepts_exact_integer_values(monkeypatch):
+    st, copied = _recording_state(monkeypatch)
+    st.upload(active=np.array([True, False, True, True]), root_tokens=np.arange(4, dtype=np.int64),
+              seq_lens=[1, 2, 3, 2**40], free_count=5, req_to_token=np.full(64, -1, np.int64),
+              req_pool_indices=np.array([3, 2, 1, 0], np.uint8), free_slots=np.arange(8))
+    got = [(c.dtype.name, c.shape, c.ravel()[:4].tolist()) for c in copied]
+    assert got == [("uint8", (4,), [1, 0, 1, 1]), ("int32", (4,), [0, 1, 2, 3]), ("int64", (4,), [1, 2, 3, 2**40]),
+                   ("int64", (1,), [5]), ("int32", (4, 16), [-1, -1, -1, -1]), ("int64", (4,), [3, 2, 1, 0]),
+                   ("int64", (8,), [0, 1, 2, 3])]

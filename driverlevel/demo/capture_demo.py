@@ -33,7 +33,8 @@ from .._constants import MAX_BUDGET, MAX_DEPTH
 
 __all__ = ["capture_demo", "run", "DemoReport", "JSON_SCHEMA", "NO_GPU_MESSAGE", "check_schema"]
 
-from .._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
+from .._cli_common import report_no_gpu  # noqa: E402
+from .._device import NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
 
 #: Keys of the ``--json`` object and their types (nested dicts list their own keys).
 JSON_SCHEMA = {
@@ -442,10 +443,7 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--arch") from None
     if not gpu_usable():
-        click.echo(NO_GPU_MESSAGE, err=True)
-        if as_json:
-            click.echo(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": NO_GPU_EXIT_STATUS}))
-        raise click.exceptions.Exit(NO_GPU_EXIT_STATUS)
+        raise click.exceptions.Exit(report_no_gpu(json_to_stdout=as_json))
     opts = dict(heads=heads, prompt_len=prompt_len, max_new_tokens=max_new_tokens, budget=budget,
                 depth_limit=depth_limit, batch=batch, steps=steps, num_splits=num_splits, arch=arch, seed=seed,
                 vocab=vocab, draft_noise=draft_noise, draft_scale=draft_scale)

@@ -1,0 +1,58 @@
+"""What the command line and the benchmark scripts share: the ``--json PATH`` check made before a run,
+and the no-GPU report (one sentence on stderr; with JSON to stdout, an error object there too).
+
+Imports nothing of the driver at load time, so a script can check its arguments first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["json_path_problem", "report_no_gpu"]
+
+
+def json_path_problem(path) -> str | None:
+    """Why the ``--json`` output ``path`` could not be written, or None when it can (``None`` and
+    ``"-"``, stdout, always can).
+
+    Checked before a benchmark runs, so that a typo in the path does not cost the measurements:
+    the directory must exist and be writable, and ``path`` must not be a directory or a file
+    that cannot be written.
+
+    Example
+    -------
+    >>> json_path_problem("/nonexistent-dir/x.json")
+    "the directory '/nonexistent-dir' does not exist"
+    """
+    if path is None or path == "-":
+        return None
+    p = Path(path)
+    parent = p.resolve().parent if p.name else p.resolve()
+    if p.is_dir() or not p.name:
+        return f"{str(path)!r} is a directory, not a file"
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        return f"the directory {str(parent)!r} {what}"
+    if p.exists() and not os.access(p, os.W_OK):
+        return f"{str(path)!r} is not writable"
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {str(parent)!r} is not writable"
+    return None
+
+
+def report_no_gpu(*, json_to_stdout: bool = False) -> int:
+    """Say that no GPU is usable and return the exit status to use (``NO_GPU_EXIT_STATUS``, 2).
+
+    Prints ``NO_GPU_MESSAGE`` on stderr and, with ``json_to_stdout``, the object
+    ``{"error": NO_GPU_MESSAGE, "exit_status": 2}`` on stdout, so that a ``| jq`` pipeline gets
+    valid JSON (``capture-demo --json`` and ``bench replay --json -``).
+    """
+    from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE
+
+    print(NO_GPU_MESSAGE, file=sys.stderr, flush=True)
+    if json_to_stdout:
+        print(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": NO_GPU_EXIT_STATUS}), flush=True)
+    return NO_GPU_EXIT_STATUS
