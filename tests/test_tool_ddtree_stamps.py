@@ -101,3 +101,12 @@ def test_stamp_names_are_immediates_in_the_code():
     ptx = ptx_of(src, "ddtree.cu", "sm_90", {**ddtree.compile_defines("sm_90"), "DL_STAMPS": 1})
     assert str(int.from_bytes(b"merge", "little")) in ptx
     assert "$str" not in ptx and "merge" not in ptx
+
+
+def test_measured_clock_from_the_global_timer():
+    """clock64 cycles over %globaltimer ns per CTA (row 7: 4950 cycles in 3550 ns; row 3 spans only
+    1050 ns and is left out at the default 2 µs, kept at 1 µs), so a lowered SM clock shows."""
+    recs = _records()
+    assert stamps.measured_clock_ghz(recs) == pytest.approx(4950 / 3550)
+    assert stamps.measured_clock_ghz(recs, min_ns=1000) == pytest.approx((2100 / 1050 + 4950 / 3550) / 2)
+    assert stamps.measured_clock_ghz({3: recs[3]}) is None
