@@ -796,6 +796,18 @@ def compile_file(filename: str, arch, defines: dict | None = None, extra_options
     ``filename`` is one of :func:`kernel_sources` (a plain name such as ``"argmax.cu"``):
     headers (``common.cuh``), paths into or out of ``cu/`` and absolute paths are refused.
 
+    ``defines`` are the launcher's: every kernel file but ``mla_model.cu`` and ``selftest.cu``
+    needs them and stops at an ``#error`` naming where they come from when they are missing. Take
+    them from a variant of ``driverlevel.cli.compile_variants(filename, arch)`` (its ``defines``,
+    exactly as the launcher passes them, so both share a cache entry) or from the launcher
+    module's ``compile_defines`` / ``compile_variants`` (e.g. ``driverlevel.argmax``).
+
+    Example
+    -------
+    >>> from driverlevel.cli import compile_variants                      # doctest: +SKIP
+    >>> v = compile_variants("argmax.cu", "sm_90")[0]                     # doctest: +SKIP
+    >>> compile_file("argmax.cu", "sm_90", v.defines)                     # doctest: +SKIP
+
     Raises
     ------
     FileNotFoundError

@@ -663,3 +663,20 @@ def test_compile_source_checks_source_and_name_first(fresh_cache, count_compiles
         compile_source(source, name, "sm_999", extra_options="-G")  # checked before the other arguments
     assert count_compiles == [] and not fresh_cache.exists()
 
+
+# -- review 16 #6: a kernel file compiled without its launcher's defines says where they come from ---
+@pytest.mark.parametrize("name", kernel_sources())
+def test_without_the_launchers_defines_a_kernel_file_names_them_or_compiles(fresh_cache, name):
+    """argmax.cu said only 'identifier "DL_ARGMAX_THREADS" is undefined'."""
+    try:
+        dl.runtime.compile_file(name, "sm_90", use_cache=False)
+    except dl.NvrtcError as e:
+        errors = [ln for ln in e.log.splitlines() if "error" in ln]
+        assert errors and "#error directive" in errors[0] and "compile with driverlevel." in errors[0], errors[:3]
+    else:
+        assert name in ("mla_model.cu", "selftest.cu")
+
+
+def test_argmax_without_defines_names_compile_variants(fresh_cache):
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "compile with driverlevel\.argmax\.compile_variants'):
+        dl.runtime.compile_file("argmax.cu", "sm_90", use_cache=False)
