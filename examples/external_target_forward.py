@@ -89,6 +89,13 @@ class MyTargetForward:
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if sys.argv[1:]:
+        print(f"examples/external_target_forward.py takes no arguments, got {' '.join(sys.argv[1:])} (see --help)",
+              file=sys.stderr)
+        return 2
     require_gpu()
     dev = dl.Device(0)
     model = MLAModel(dev, MLAModelConfig(vocab_size=8192, num_heads=9, seed=0))

@@ -43,6 +43,13 @@ def to_device(dev, host, as_bool=False):
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if sys.argv[1:]:
+        print(f"examples/sglang_metadata.py takes no arguments, got {' '.join(sys.argv[1:])} (see --help)",
+              file=sys.stderr)
+        return 2
     require_gpu()
     dev = dl.Device(0)
     stream = dev.create_stream()

@@ -22,6 +22,13 @@ from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if sys.argv[1:]:
+        print(f"examples/verify_attention_cupy.py takes no arguments, got {' '.join(sys.argv[1:])} (see --help)",
+              file=sys.stderr)
+        return 2
     require_gpu()
     try:
         import cupy as cp
