@@ -271,6 +271,36 @@ def compile_variants(arch) -> list:
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
+def check_merge_capacity(vocab: int, budget: int) -> None:
+    """Check that ``ddtree_build``'s row merge holds a row's chunk candidates at ``vocab`` and ``budget``.
+
+    The rule :class:`DDTreePlan` enforces: ``ceil(vocab / CHUNK) * K <= MERGE_CAPACITY`` with
+    ``K = min(budget, vocab)`` (``ceil(vocab / 7680) * K <= 12288``). Pure: it touches no device,
+    so the runners and the benchmark scripts check their arguments with it before a plan is built.
+
+    Parameters
+    ----------
+    vocab, budget : int
+        Already checked to be positive ints.
+
+    Raises
+    ------
+    ValueError
+        Naming the vocabulary, K, the chunks and the capacity, and what to lower.
+
+    Example
+    -------
+    >>> check_merge_capacity(163840, 512)   # 22 chunks x 512 = 11264 candidates: fits
+    """
+    k = min(int(budget), int(vocab))
+    num_chunks = math.ceil(int(vocab) / CHUNK)
+    if num_chunks * k > MERGE_CAPACITY:
+        fix = ("lower the budget" if num_chunks <= MERGE_CAPACITY
+               else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")
+        raise ValueError(f"vocab={vocab} at K={k} needs {num_chunks} chunks x {k} candidates "
+                         f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
+
+
 def _pos_int(name, v, lo=1, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -467,11 +497,7 @@ class DDTreePlan:
         self.n_nodes = self.budget + 1
         self.n_words = mask_words(self.budget)
         self.num_chunks = math.ceil(self.vocab / CHUNK)
-        if self.num_chunks * self.k > MERGE_CAPACITY:
-            fix = ("lower the budget" if self.num_chunks <= MERGE_CAPACITY
-                   else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")
-            raise ValueError(f"vocab={self.vocab} at K={self.k} needs {self.num_chunks} chunks x {self.k} candidates "
-                             f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
+        check_merge_capacity(self.vocab, self.budget)
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)

@@ -74,10 +74,10 @@ from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module
 from .argmax import argmax_rows_launch
 from .argmax import load as _load_argmax
-from .ddtree import DDTreePlan
+from .ddtree import DDTreePlan, check_merge_capacity
 from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
 from .request_state import RequestState
-from .verify_attention import VerifyMetadata
+from .verify_attention import MAX_SPLITS, VerifyMetadata
 
 __all__ = [
     "DecodeStepRunner",
@@ -275,6 +275,11 @@ class _RunnerBase:
         slot_seed = non_negative_int("slot_seed", slot_seed)
         if max_batch > MAX_RUNNER_BATCH:
             raise ValueError(f"max_batch must be <= {MAX_RUNNER_BATCH}, got {max_batch}")
+        if model is not None:  # the model's forwards are VerifyAttention plans: their limit, checked now
+            for split_name, splits in (("num_splits", num_splits), ("prefill_splits", prefill_splits)):
+                if splits is not None and splits > MAX_SPLITS:
+                    raise ValueError(f"{split_name} must be <= {MAX_SPLITS} (the verify attention's limit), "
+                                     f"got {splits}")
         if model is not None:
             vocab_size = model.vocab_size
         elif vocab_size is None:
@@ -804,8 +809,9 @@ class AutoregressiveRunner(_RunnerBase):
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context``, a count below 1, ``vocab_size`` below 2, a negative
-        ``slot_seed``), for neither or both of ``model`` / ``target_forward``, or
-        ``target_forward`` without ``vocab_size``.
+        ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
+        verify attention's ``MAX_SPLITS`` (1024)), for neither or both of ``model`` /
+        ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`,
         ``target_forward`` not callable, ``name`` not a str, or a count or
@@ -888,7 +894,10 @@ class DecodeStepRunner(_RunnerBase):
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context``, ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
         ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2, a negative
-        ``slot_seed``), for ``drafter.logits`` not float32
+        ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
+        verify attention's ``MAX_SPLITS`` (1024)), for a ``vocab_size`` x ``budget`` the
+        DDTree row merge cannot hold (:func:`driverlevel.ddtree.check_merge_capacity`:
+        ``ceil(vocab / 7680) * min(budget, vocab) <= 12288``), for ``drafter.logits`` not float32
         ``[max_batch, depth_limit, vocab]``, for neither or both of ``model`` /
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
@@ -952,6 +961,8 @@ class DecodeStepRunner(_RunnerBase):
         self._publish = self._prepare_record_kernel("publish_records", params)
 
     def _check_more_args(self) -> None:
+        # The DDTreePlan built below refuses a vocabulary x budget its row merge cannot hold: checked now.
+        check_merge_capacity(self.vocab_size, self.budget)
         # drafter.logits' dtype and shape follow from the arguments: checked before anything is allocated.
         want = (self.max_batch, self.depth_limit, self.vocab_size)
         lg = self._drafter_arg.logits
