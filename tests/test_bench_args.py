@@ -148,6 +148,18 @@ def test_json_path_problem(tmp_path):
     assert json_path_problem("/nonexistent-dir/x.json") == "the directory '/nonexistent-dir' does not exist"
 
 
+def test_json_path_problem_spelled_as_a_directory(tmp_path):
+    """Review 16 #5: 'newdir/' (not there yet) passed, Path() having dropped the slash; open() then
+    failed with IsADirectoryError after the run. '.' and '..' as the last component too."""
+    from driverlevel._cli_common import json_path_problem
+
+    for path in (f"{tmp_path}/newdir/", f"{tmp_path}/", f"{tmp_path}/newdir/.", f"{tmp_path}/.", f"{tmp_path}/.."):
+        assert json_path_problem(path) == f"{str(path)!r} is a directory, not a file", path
+        with pytest.raises(OSError):  # what writing the JSON would have met
+            open(path, "w")
+    assert json_path_problem(f"{tmp_path}/newdir.json") is None
+
+
 def test_bench_replay_script_json_stdout_without_gpu(capsys, monkeypatch):
     """Review 15 #11 through the script: --json - gives the JSON error object on stdout, as capture-demo --json."""
     import json
