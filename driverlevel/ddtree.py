@@ -69,6 +69,7 @@ from ._module import check_plan_args, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from ._checks import stream_arg as _stream_arg
 from . import _topk_threshold as _tk
 from . import argmax as _argmax
 from .request_state import RequestState
@@ -747,6 +748,7 @@ class DDTreePlan:
                 ln.keep(lg, state)
             return out
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -759,6 +761,11 @@ class DDTreePlan:
         ``input_ids``, ``positions``, ``out_cache_loc``, ``qo_indptr``, ``kv_indptr``,
         ``kv_indices``, ``bitmask``, the SGLang masks of ``mask_formats`` and ``step``
         (alloc_base, alloc_total, status). See :mod:`driverlevel.reference.ddtree`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument (``state``, ``stream``).
         """
         self._check_state(state)
 
@@ -768,6 +775,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("compile",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -827,6 +835,7 @@ class DDTreePlan:
                 ln.keep(tl, tt, mirror, state)
             return out
 
+        _stream_arg("stream", stream)
         key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
         for ln in self._launches(key, make):
             ln.launch(stream)
@@ -850,6 +859,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("commit",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -895,6 +905,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
             ln.launch(stream)
 

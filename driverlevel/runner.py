@@ -54,7 +54,7 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import non_negative_int, positive_int
+from ._checks import non_negative_int, positive_int, stream_arg
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
@@ -293,6 +293,8 @@ class _RunnerBase:
             raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if stream is not None:
+            stream_arg("stream", stream)
         self.model = model
         self.vocab_size = int(vocab_size)
         self.max_batch = int(max_batch)
@@ -814,8 +816,9 @@ class AutoregressiveRunner(_RunnerBase):
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`,
-        ``target_forward`` not callable, ``name`` not a str, or a count or
-        ``vocab_size`` not an int (bool and floats included, even when integral).
+        ``target_forward`` not callable, ``name`` not a str, ``stream`` not a driverlevel
+        Stream, or a count or ``vocab_size`` not an int (bool and floats included, even when
+        integral).
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
@@ -903,8 +906,9 @@ class DecodeStepRunner(_RunnerBase):
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, ``drafter`` not a
         :class:`~driverlevel.interfaces.DraftModel`, ``target_forward`` not callable,
-        ``name`` not a str, or ``budget``, ``depth_limit``, a count or ``vocab_size`` not
-        an int (bool and floats included, even when integral).
+        ``name`` not a str, ``stream`` not a driverlevel Stream, or ``budget``,
+        ``depth_limit``, a count or ``vocab_size`` not an int (bool and floats included, even
+        when integral).
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
