@@ -146,4 +146,4 @@ def test_example_help_needs_no_gpu(script):
 def test_example_without_arguments_refuses_one(script):
     r = _run_without_gpu([script, "--bogus"])
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == f"{script} takes no arguments, got --bogus (see --help)\n"
+    assert r.stderr.startswith("usage: ") and "unrecognized arguments: --bogus" in r.stderr
