@@ -14,7 +14,8 @@ the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other v
 key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; the current directory is never searched), the CUDA headers
-(``cuda_bf16.h`` and friends) found on the include path, the options
+(``cuda_bf16.h`` and friends) found on the include path, the paths of the program and of the local include
+directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
 match is recompiled and rewritten, never loaded.
@@ -450,7 +451,7 @@ def _local_headers(source: str, search: list[Path], seen=None, here: Path | None
                 continue
             key = _header_key(p, search, name)
             if key not in seen:
-                text = p.read_text()
+                text = p.read_bytes().decode("latin-1")  # any encoding: one char per byte, hashed exactly
                 seen[key] = text
                 _local_headers(text, search, seen, p.parent)
             break
@@ -710,7 +711,10 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
     headers = _local_headers(source, [Path(d) for d in local[:n_local]])
     headers["<cuda headers>"] = _system_headers_digest(tuple(local[n_local:]))
-    key = _cache_key(source, name, headers, options, arch, [])
+    program = _program_path(local[0], name)
+    # The program's path and the local include directories are part of the key: NVRTC writes them into
+    # the cubin (__FILE__, device asserts, -lineinfo), so two installs or two include_dirs may differ.
+    key = _cache_key(source, name, headers, options, arch, [program] + [str(d) for d in local[:n_local]])
     cdir = cache_dir() if use_cache else None  # an unrecognised DRIVERLEVEL_CACHE: ValueError before compiling
     if use_cache:
         with _mem_lock:
@@ -723,7 +727,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
                 with _mem_lock:
                     _mem_cache[key] = entry
                 return entry
-    cub = _nvrtc_compile(source, name, arch, options_all, path=_program_path(local[0], name))
+    cub = _nvrtc_compile(source, name, arch, options_all, path=program)
     cub.options = tuple(options)
     cub.key = key
     if use_cache:
@@ -767,7 +771,8 @@ def _program_path(first_dir: str, name: str) -> str:
 
 def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: str | None = None) -> Cubin:
     """Compile with NVRTC; ``path`` (default ``name``) is the program's name for NVRTC (see
-    :func:`_program_path`); ``name`` is the one in :class:`Cubin` and in errors."""
+    :func:`_program_path`); ``name`` is the one in :class:`Cubin`, in errors and in the log (NVRTC's
+    mentions of ``path`` are rewritten to ``name``)."""
     prog = check_nvrtc("nvrtcCreateProgram",
                        nvrtc.nvrtcCreateProgram(source.encode(), (path or name).encode(), 0, [], []),
                        arch=arch, source_name=name)
@@ -777,7 +782,13 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: 
         from ._errors import program_log
 
         log = program_log(prog)
+        if path and path != name:  # NVRTC names the program by its path; the caller knows it as name
+            log = log.replace(path, name)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            if "cannot open source file" in log:
+                log += ("\n(driverlevel: #include files are searched in include_dirs and cu/ only, never in the "
+                        "current directory or the directory of the name given: pass your header directories as "
+                        "include_dirs=[...])")
             raise NvrtcError("nvrtcCompileProgram", nvrtc.nvrtcResult(err).name, log, options, arch, name)
         size = check_nvrtc("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog), prog, options, arch, name)
         if not size:

@@ -680,3 +680,47 @@ def test_without_the_launchers_defines_a_kernel_file_names_them_or_compiles(fres
 def test_argmax_without_defines_names_compile_variants(fresh_cache):
     with pytest.raises(dl.NvrtcError, match=r'#error directive: "compile with driverlevel\.argmax\.compile_variants'):
         dl.runtime.compile_file("argmax.cu", "sm_90", use_cache=False)
+
+
+# -- a review of the review-16 fixes: what the program's new name reaches ----------------------
+_FILE_SRC = 'extern "C" __global__ void k(int* x){ x[0] = sizeof(__FILE__); }\n'
+
+
+def test_the_program_path_is_part_of_the_key(fresh_cache, tmp_path):
+    """NVRTC names the program as a file of the first include directory, and that path reaches the
+    cubin (__FILE__, -lineinfo): two first directories gave two cubins under one key (a stale hit)."""
+    a, ab = tmp_path / "a", tmp_path / "ab"
+    a.mkdir()
+    ab.mkdir()
+    first = compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[a])
+    second = compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[ab])
+    assert not second.cache_hit and second.key != first.key and second.data != first.data
+    assert second.data == compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[ab], use_cache=False).data
+
+
+def test_the_log_names_the_program_as_the_caller_did(fresh_cache):
+    """NVRTC's diagnostics would name cu/k.cu (a file that does not exist): they name k.cu."""
+    src = 'extern "C" __global__ void k(float* x){ x[0] = oops; }\n'
+    with pytest.raises(dl.NvrtcError) as ei:
+        compile_source(src, "k.cu", "sm_90")
+    assert 'k.cu(1): error: identifier "oops" is undefined' in str(ei.value)
+    assert str(kernel_source_dir() / "k.cu") not in str(ei.value)  # (the -I options name cu/ itself)
+
+
+def test_a_missing_header_says_where_headers_are_searched(fresh_cache, tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "dl_helper.h").write_text("#define VAL 1.f\n")
+    src = '#include "dl_helper.h"\nextern "C" __global__ void k(float* x){ x[0] = VAL; }\n'
+    with pytest.raises(dl.NvrtcError, match=r"never in the current directory or the directory of the name given: "
+                                            r"pass your header directories as include_dirs"):
+        compile_source(src, str(tmp_path / "kernels" / "k.cu"), "sm_90")
+    assert compile_source(src, "k.cu", "sm_90", include_dirs=[tmp_path / "kernels"]).data[:4] == b"\x7fELF"
+
+
+def test_a_header_in_another_encoding_is_hashed_and_compiled(fresh_cache, tmp_path):
+    """Headers were read as UTF-8 text: a Latin-1 comment raised UnicodeDecodeError before compiling."""
+    (tmp_path / "dl_myval.h").write_bytes(b"// (c) Jos\xe9\n#define VAL 1.f\n")
+    a = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    (tmp_path / "dl_myval.h").write_bytes(b"// (c) Jos\xe9\n#define VAL 2.f\n")
+    b = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    assert not b.cache_hit and b.key != a.key and b.data != a.data

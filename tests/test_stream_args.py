@@ -89,6 +89,7 @@ def _ddtree_plan():
     plan.device, plan.max_batch, plan.max_context = DEV, B, C
     plan.depth_limit, plan.vocab, plan.logits_dtype = D, V, np.dtype(np.float32)
     plan.max_rows, plan.record_width = 64, 12
+    plan._cache = {}  # the packed launches: still empty after a refused call
     return plan
 
 
@@ -114,7 +115,7 @@ def test_ddtree_stages_refuse_a_stream_that_is_not_a_stream(stage, stream):
     plan = _ddtree_plan()
     with pytest.raises(TypeError, match=STREAM_WORDS + type(stream).__name__ + "$"):
         STAGES[stage](plan, stream)
-    assert "_cache" not in vars(plan)  # refused before any launch was packed
+    assert plan._cache == {}  # refused before any launch was packed
 
 
 # -- the runners' stream= --------------------------------------------------------------------------
