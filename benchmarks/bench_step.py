@@ -93,18 +93,39 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, metavar="PATH")
     a = ap.parse_args(argv)
-    # the option checks, before the GPU check and the minutes of work before the JSON is written
-    for name in ("batch", "budget", "depth_limit", "prompt_len", "max_new_tokens", "vocab", "heads", "steps"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
-    if a.num_splits is not None and a.num_splits < 1:
-        ap.error(f"--num-splits must be >= 1, got {a.num_splits}")
-    if a.budget > 512:
-        ap.error(f"--budget must be <= 512, got {a.budget}")
-    if a.vocab < 64 or a.vocab % 8:
-        ap.error(f"--vocab must be a multiple of 8, >= 64, got {a.vocab}")
+    # the option checks, before the GPU check and the minutes of work before the JSON is written: the
+    # package's own limits (the runners', the verify attention's, MLAModelConfig's heads, DDTreePlan's
+    # merge rule, the int32 KV index below), none of which touches a device; no bound of our own
     from driverlevel._cli_common import json_path_problem
+    from driverlevel._constants import MAX_BUDGET, MAX_DEPTH
+    from driverlevel.ddtree import check_merge_capacity
+    from driverlevel.runner import MAX_RUNNER_BATCH
+    from driverlevel.verify_attention import MAX_SPLITS
 
+    bounds = {"batch": (1, MAX_RUNNER_BATCH), "budget": (1, MAX_BUDGET), "depth_limit": (1, MAX_DEPTH),
+              # the prompts have at least 2 tokens (the root and one to prefill)
+              "prompt_len": (2, None), "max_new_tokens": (1, None), "vocab": (64, None), "heads": (1, 128),
+              "steps": (1, None), "num_splits": (1, MAX_SPLITS), "seed": (0, None)}
+    for name, (lo, hi) in bounds.items():
+        v, opt = getattr(a, name), f"--{name.replace('_', '-')}"
+        if v is None:  # --num-splits: none by default
+            continue
+        if v < lo:
+            ap.error(f"{opt} must be >= {lo}, got {v}")
+        if hi is not None and v > hi:
+            ap.error(f"{opt} must be <= {hi}, got {v}")
+    if a.vocab % 8:
+        ap.error(f"--vocab must be a multiple of 8, >= 64, got {a.vocab}")
+    try:
+        check_merge_capacity(a.vocab, a.budget)  # DDTreePlan's vocabulary x budget rule
+    except ValueError as exc:
+        ap.error(f"--vocab {a.vocab} with --budget {a.budget}: {exc}")
+    # Latency runs replay up to 2 * steps with requests that must not finish: a long context.
+    long_new = 2 * a.steps * (a.depth_limit + 1) + 8
+    max_context = a.prompt_len + max(long_new, a.max_new_tokens) + a.budget + 2
+    if a.batch * max_context > 2**31 - 1:  # the runners' int32 kv_indptr (they raise it after the model is built)
+        ap.error(f"--batch {a.batch} x a context of {max_context} tokens (from --steps, --depth-limit, --prompt-len, "
+                 f"--max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch")
     problem = json_path_problem(a.json)
     if problem:
         ap.error(f"--json: {problem}")
@@ -119,9 +140,6 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(a.seed)
     lens = [max(2, a.prompt_len - (b * (a.prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
     prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
-    # Latency runs replay up to 2 * steps with requests that must not finish: a long context.
-    long_new = 2 * a.steps * (a.depth_limit + 1) + 8
-    max_context = a.prompt_len + max(long_new, a.max_new_tokens) + a.budget + 2
     splits = ar_splits = a.num_splits  # None: the verify attention's scheduler splits on the GPU
     model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed))
     s = dev.create_stream()

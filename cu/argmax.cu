@@ -20,6 +20,11 @@
 #include "common.cuh"
 #include "logit_keys.cuh"
 
+// From the launcher (driverlevel/argmax.py compile_defines).
+#ifndef DL_ARGMAX_THREADS
+#error "compile with driverlevel.argmax.compile_variants()"
+#endif
+
 constexpr int kThreads = DL_ARGMAX_THREADS;
 constexpr int kUnroll = 4;
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._array import DeviceArray
 
 __all__ = ["positive_int", "non_negative_int", "power_of_two", "int_tuple", "device_array_arg", "dtype_is", "need_dtype",
-           "need_shape"]
+           "need_shape", "stream_arg"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -155,6 +155,24 @@ def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
     if writable and a.readonly:
         raise ValueError(f"{name} is read-only, but the launch writes it")
     return a
+
+
+def stream_arg(name, stream):
+    """``stream``, checked to be a driverlevel Stream before a plan launches on it.
+
+    The test :func:`driverlevel.capture` makes: an object with the ``handle`` and ``device``
+    of a :class:`~driverlevel.Stream` (from ``Device.create_stream()`` or ``Stream.from_handle``).
+
+    Raises
+    ------
+    TypeError
+        ``stream`` is anything else (None, an int, a str...):
+        ``"stream must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), got NoneType"``.
+    """
+    if not hasattr(stream, "handle") or not hasattr(stream, "device"):
+        raise TypeError(f"{name} must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
+                        f"got {type(stream).__name__}")
+    return stream
 
 
 def dtype_is(a: DeviceArray, *names) -> bool:

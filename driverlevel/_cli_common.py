@@ -20,7 +20,8 @@ def json_path_problem(path) -> str | None:
 
     Checked before a benchmark runs, so that a typo in the path does not cost the measurements:
     the directory must exist and be writable, and ``path`` must not be a directory or a file
-    that cannot be written.
+    that cannot be written. A path that names a directory by its spelling (a trailing
+    separator, or a last component ``.`` or ``..``) is a directory whether it exists or not.
 
     Example
     -------
@@ -31,7 +32,10 @@ def json_path_problem(path) -> str | None:
         return None
     p = Path(path)
     parent = p.resolve().parent if p.name else p.resolve()
-    if p.is_dir() or not p.name:
+    text = os.fspath(path)
+    # Path() drops a trailing separator and a last '.' ('newdir/' -> 'newdir'): look at the text itself
+    spelled_dir = text.endswith(tuple(s for s in (os.sep, os.altsep) if s)) or os.path.basename(text) in (".", "..")
+    if p.is_dir() or not p.name or spelled_dir:
         return f"{str(path)!r} is a directory, not a file"
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"

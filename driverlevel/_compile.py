@@ -11,9 +11,11 @@ Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverleve
 or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
 the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other value is a
 ``ValueError`` (:func:`cache_dir`). The
-key hashes the source, every local header it includes (recursively; a header's own includes are
-looked up in its folder first, as NVRTC does), the CUDA headers
-(``cuda_bf16.h`` and friends) found on the include path, the options
+key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
+the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
+looked up in its folder first, as NVRTC does; the current directory is never searched), the CUDA headers
+(``cuda_bf16.h`` and friends) found on the include path, the paths of the program and of the local include
+directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
 match is recompiled and rewritten, never loaded.
@@ -71,6 +73,10 @@ MAX_SHARED_PER_BLOCK = {
 
 _MAGIC = b"DLCUBIN1"
 _PACKAGE_VERSION = "0.1.0"
+#: Part of every cache key: bumped when what a key covers, or how NVRTC is called, changes, so that
+#: entries written under the old rules are never served. 2: NVRTC no longer searches the current
+#: directory (a common.cuh there replaced cu/'s, and that cubin was stored under cu/'s key).
+_KEY_FORMAT = "2"
 _mem_cache: dict[str, "Cubin"] = {}
 _mem_lock = threading.Lock()
 
@@ -423,25 +429,29 @@ def _system_headers_digest(dirs: tuple) -> str:
     return h.hexdigest()
 
 
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.MULTILINE)
 
 
 def _local_headers(source: str, search: list[Path], seen=None, here: Path | None = None) -> dict[str, str]:
-    """Contents of every ``#include "x"`` found (recursively), keyed by the path under ``search``.
+    """Contents of every ``#include "x"`` and ``#include <x>`` found in ``search`` (recursively), keyed
+    by the path under ``search``.
 
-    Resolved as NVRTC does: a header's own includes are searched in its directory first
+    Resolved as NVRTC does: a header's own ``"x"`` includes are searched in its directory first
     (``here``; ``cu/ddtree/topk.cuh`` including ``"params.cuh"`` finds ``cu/ddtree/params.cuh``),
-    then in ``search`` in order; the top-level source has no directory of its own.
+    then in ``search`` in order; ``<x>`` only in ``search``. The top-level source is compiled as a
+    file of ``search[0]`` (:func:`_program_path`), so its own directory adds nothing. A ``<x>`` not
+    in ``search`` (``<cuda_bf16.h>``, the compiler's own headers) is not a local header.
     """
     seen = {} if seen is None else seen
-    for name in _INCLUDE_RE.findall(source):
-        for d in ([here] if here is not None else []) + list(search):
+    for quoted, angled in _INCLUDE_RE.findall(source):
+        name = quoted or angled
+        for d in ([here] if here is not None and quoted else []) + list(search):
             p = d / name
             if not p.is_file():
                 continue
             key = _header_key(p, search, name)
             if key not in seen:
-                text = p.read_text()
+                text = p.read_bytes().decode("latin-1")  # any encoding: one char per byte, hashed exactly
                 seen[key] = text
                 _local_headers(text, search, seen, p.parent)
             break
@@ -496,6 +506,9 @@ _DEFINE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Options that select the target: the target is the ``arch`` argument (which also sets
 #: ``DL_SMEM_LIMIT``, the cache key and :attr:`Cubin.arch`), never an extra option.
 _ARCH_OPTION_RE = re.compile(r"\s*(-arch|--gpu-architecture|-gencode|--generate-code)(\s|=|$)")
+#: Options that add include directories or headers: what they bring in would not be part of the
+#: cache key (``include_dirs`` is; a header the source includes is).
+_INCLUDE_OPTION_RE = re.compile(r"\s*(-I|(--include-path|-include|--pre-include)(\s|=|$))")
 
 
 def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
@@ -525,6 +538,10 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
         if _ARCH_OPTION_RE.match(o):
             raise ValueError(f"extra_options must not select the target ({o!r}): pass the architecture as arch=; "
                              f"it also sets DL_SMEM_LIMIT, the cache key and Cubin.arch")
+        if _INCLUDE_OPTION_RE.match(o):
+            raise ValueError(f"extra_options must not add include directories or headers ({o!r}): pass the "
+                             f"directories as include_dirs= (their headers are part of the cache key) and #include "
+                             f"a header in the source")
     incl = _str_sequence("include_dirs", include_dirs, paths=True)
     if defines is None:
         defines = {}
@@ -540,6 +557,17 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
         if not isinstance(v, (bool, int, float, str)):
             raise TypeError(f"defines[{k!r}] must be an int, float, bool or str, got {type(v).__name__} {v!r}")
     return dict(defines), extra, incl
+
+
+def _check_source_and_name(source, name) -> None:
+    """TypeError / ValueError for a ``source`` or ``name`` that :func:`compile_source` does not take."""
+    if not isinstance(source, str):
+        hint = ": decode it first (source.decode())" if isinstance(source, (bytes, bytearray)) else ""
+        raise TypeError(f"source must be a str (the CUDA C++ text), got {type(source).__name__}{hint}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (a file name such as 'k.cu'), got {type(name).__name__} {name!r}")
+    if not os.path.basename(name):
+        raise ValueError(f"name must end in a file name such as 'k.cu', got {name!r}")
 
 
 def _options(arch: str, defines: dict, extra) -> list[str]:
@@ -561,7 +589,8 @@ def _options(arch: str, defines: dict, extra) -> list[str]:
 
 def _cache_key(source, name, headers, options, arch, include) -> str:
     h = hashlib.sha256()
-    for part in (_PACKAGE_VERSION, repr(nvrtc_version()), arch, name, source, "\0".join(options), "\0".join(include)):
+    for part in (_KEY_FORMAT, _PACKAGE_VERSION, repr(nvrtc_version()), arch, name, source, "\0".join(options),
+                 "\0".join(include)):
         h.update(part.encode())
         h.update(b"\0\1")
     for hname in sorted(headers):
@@ -634,13 +663,17 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     extra_options : sequence of str
         More NVRTC options, e.g. ``["-lineinfo"]`` (a list even for one; a lone str is
         refused, not split into characters). Options that select the target
-        (``-arch``, ``--gpu-architecture``, ``-gencode``) are refused: the target is ``arch``.
+        (``-arch``, ``--gpu-architecture``, ``-gencode``) are refused: the target is ``arch``;
+        so are those that add include directories or headers (``-I``, ``--include-path``,
+        ``-include``, ``--pre-include``): pass ``include_dirs``.
     use_cache : bool
         Use the in-process and disk caches (default True).
     include_dirs : sequence of str or Path
-        More directories searched for ``#include "..."`` before ``cu/``; the headers
-        found there are part of the cache key like those of ``cu/``. A sequence even for
-        one directory (a lone str or Path is refused).
+        More directories searched for ``#include "..."`` and ``#include <...>`` before ``cu/``;
+        the headers found there are part of the cache key like those of ``cu/``. A sequence
+        even for one directory (a lone str or Path is refused). The current directory is
+        never searched (pass ``["."]`` to have it): NVRTC sees the source as the file ``name``
+        in the first of these directories (else in ``cu/``), and its diagnostics name it so.
 
     Returns
     -------
@@ -652,13 +685,13 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     NvrtcError
         On a compile error; the message holds the full NVRTC log.
     ValueError
-        For an unsupported architecture, a target-selecting option in ``extra_options``, a
-        define name that is no C identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value
-        (:func:`cache_dir`).
+        For a ``name`` with no file name (``""``, ``"dir/"``), an unsupported architecture, a
+        target-selecting or include option in ``extra_options``, a define name that is no C
+        identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
     TypeError
-        For ``extra_options`` / ``include_dirs`` given as a single str (or not a sequence of
-        str / paths), ``defines`` not a dict, or a define value that is None or of another
-        type than int, float, bool, str.
+        For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
+        ``include_dirs`` given as a single str (or not a sequence of str / paths), ``defines``
+        not a dict, or a define value that is None or of another type than int, float, bool, str.
 
     Every argument is checked before anything is compiled or read from the cache.
 
@@ -668,6 +701,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file):
         the cubin is still returned; the warning points at the caller's line.
     """
+    _check_source_and_name(source, name)
     defines, extra_options, extra_include = _check_compile_args(defines, extra_options, include_dirs)
     arch = normalize_arch(arch)
     _check_nvrtc_supports(arch)
@@ -677,7 +711,10 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
     headers = _local_headers(source, [Path(d) for d in local[:n_local]])
     headers["<cuda headers>"] = _system_headers_digest(tuple(local[n_local:]))
-    key = _cache_key(source, name, headers, options, arch, [])
+    program = _program_path(local[0], name)
+    # The program's path and the local include directories are part of the key: NVRTC writes them into
+    # the cubin (__FILE__, device asserts, -lineinfo), so two installs or two include_dirs may differ.
+    key = _cache_key(source, name, headers, options, arch, [program] + [str(d) for d in local[:n_local]])
     cdir = cache_dir() if use_cache else None  # an unrecognised DRIVERLEVEL_CACHE: ValueError before compiling
     if use_cache:
         with _mem_lock:
@@ -690,7 +727,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
                 with _mem_lock:
                     _mem_cache[key] = entry
                 return entry
-    cub = _nvrtc_compile(source, name, arch, options_all)
+    cub = _nvrtc_compile(source, name, arch, options_all, path=program)
     cub.options = tuple(options)
     cub.key = key
     if use_cache:
@@ -718,8 +755,26 @@ def _stacklevel_outside_package() -> int:
     return level
 
 
-def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cubin:
-    prog = check_nvrtc("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
+def _program_path(first_dir: str, name: str) -> str:
+    """The name NVRTC is given for the program: ``name``'s file name in ``first_dir`` (the first include
+    directory: the caller's first, else ``cu/``, where :func:`compile_file`'s sources really are).
+
+    NVRTC searches the directory of the program's name for ``#include "..."`` first, before the ``-I``
+    directories; for a bare name such as ``"argmax.cu"`` that is the current directory, so a
+    ``common.cuh`` there replaced cu/'s (and its cubin was cached under cu/'s key). In the first include
+    directory the search order is the ``-I`` order, which :func:`_local_headers` hashes.
+    (``--no-source-include`` is no fix: it also stops a header's own folder from being searched, which
+    ``cu/ddtree/*.cuh`` need.)
+    """
+    return os.path.join(first_dir, os.path.basename(name))
+
+
+def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: str | None = None) -> Cubin:
+    """Compile with NVRTC; ``path`` (default ``name``) is the program's name for NVRTC (see
+    :func:`_program_path`); ``name`` is the one in :class:`Cubin`, in errors and in the log (NVRTC's
+    mentions of ``path`` are rewritten to ``name``)."""
+    prog = check_nvrtc("nvrtcCreateProgram",
+                       nvrtc.nvrtcCreateProgram(source.encode(), (path or name).encode(), 0, [], []),
                        arch=arch, source_name=name)
     try:
         opts = [o.encode() for o in options]
@@ -727,7 +782,13 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str]) -> Cub
         from ._errors import program_log
 
         log = program_log(prog)
+        if path and path != name:  # NVRTC names the program by its path; the caller knows it as name
+            log = log.replace(path, name)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            if "cannot open source file" in log:
+                log += ("\n(driverlevel: #include files are searched in include_dirs and cu/ only, never in the "
+                        "current directory or the directory of the name given: pass your header directories as "
+                        "include_dirs=[...])")
             raise NvrtcError("nvrtcCompileProgram", nvrtc.nvrtcResult(err).name, log, options, arch, name)
         size = check_nvrtc("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog), prog, options, arch, name)
         if not size:
@@ -745,6 +806,18 @@ def compile_file(filename: str, arch, defines: dict | None = None, extra_options
 
     ``filename`` is one of :func:`kernel_sources` (a plain name such as ``"argmax.cu"``):
     headers (``common.cuh``), paths into or out of ``cu/`` and absolute paths are refused.
+
+    ``defines`` are the launcher's: every kernel file but ``mla_model.cu`` and ``selftest.cu``
+    needs them and stops at an ``#error`` naming where they come from when they are missing. Take
+    them from a variant of ``driverlevel.cli.compile_variants(filename, arch)`` (its ``defines``,
+    exactly as the launcher passes them, so both share a cache entry) or from the launcher
+    module's ``compile_defines`` / ``compile_variants`` (e.g. ``driverlevel.argmax``).
+
+    Example
+    -------
+    >>> from driverlevel.cli import compile_variants                      # doctest: +SKIP
+    >>> v = compile_variants("argmax.cu", "sm_90")[0]                     # doctest: +SKIP
+    >>> compile_file("argmax.cu", "sm_90", v.defines)                     # doctest: +SKIP
 
     Raises
     ------

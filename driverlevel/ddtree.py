@@ -69,6 +69,7 @@ from ._module import check_plan_args, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from ._checks import stream_arg as _stream_arg
 from . import _topk_threshold as _tk
 from . import argmax as _argmax
 from .request_state import RequestState
@@ -271,6 +272,36 @@ def compile_variants(arch) -> list:
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
+def check_merge_capacity(vocab: int, budget: int) -> None:
+    """Check that ``ddtree_build``'s row merge holds a row's chunk candidates at ``vocab`` and ``budget``.
+
+    The rule :class:`DDTreePlan` enforces: ``ceil(vocab / CHUNK) * K <= MERGE_CAPACITY`` with
+    ``K = min(budget, vocab)`` (``ceil(vocab / 7680) * K <= 12288``). Pure: it touches no device,
+    so the runners and the benchmark scripts check their arguments with it before a plan is built.
+
+    Parameters
+    ----------
+    vocab, budget : int
+        Already checked to be positive ints.
+
+    Raises
+    ------
+    ValueError
+        Naming the vocabulary, K, the chunks and the capacity, and what to lower.
+
+    Example
+    -------
+    >>> check_merge_capacity(163840, 512)   # 22 chunks x 512 = 11264 candidates: fits
+    """
+    k = min(int(budget), int(vocab))
+    num_chunks = math.ceil(int(vocab) / CHUNK)
+    if num_chunks * k > MERGE_CAPACITY:
+        fix = ("lower the budget" if num_chunks <= MERGE_CAPACITY
+               else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")
+        raise ValueError(f"vocab={vocab} at K={k} needs {num_chunks} chunks x {k} candidates "
+                         f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
+
+
 def _pos_int(name, v, lo=1, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -467,11 +498,7 @@ class DDTreePlan:
         self.n_nodes = self.budget + 1
         self.n_words = mask_words(self.budget)
         self.num_chunks = math.ceil(self.vocab / CHUNK)
-        if self.num_chunks * self.k > MERGE_CAPACITY:
-            fix = ("lower the budget" if self.num_chunks <= MERGE_CAPACITY
-                   else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")
-            raise ValueError(f"vocab={self.vocab} at K={self.k} needs {self.num_chunks} chunks x {self.k} candidates "
-                             f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
+        check_merge_capacity(self.vocab, self.budget)
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)
@@ -721,6 +748,7 @@ class DDTreePlan:
                 ln.keep(lg, state)
             return out
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -733,6 +761,11 @@ class DDTreePlan:
         ``input_ids``, ``positions``, ``out_cache_loc``, ``qo_indptr``, ``kv_indptr``,
         ``kv_indices``, ``bitmask``, the SGLang masks of ``mask_formats`` and ``step``
         (alloc_base, alloc_total, status). See :mod:`driverlevel.reference.ddtree`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any launch, naming the offending argument (``state``, ``stream``).
         """
         self._check_state(state)
 
@@ -742,6 +775,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("compile",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -801,6 +835,7 @@ class DDTreePlan:
                 ln.keep(tl, tt, mirror, state)
             return out
 
+        _stream_arg("stream", stream)
         key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
         for ln in self._launches(key, make):
             ln.launch(stream)
@@ -824,6 +859,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("commit",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -869,6 +905,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
+        _stream_arg("stream", stream)
         for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
             ln.launch(stream)
 

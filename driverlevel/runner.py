@@ -54,7 +54,7 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import non_negative_int, positive_int
+from ._checks import non_negative_int, positive_int, stream_arg
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
@@ -74,10 +74,10 @@ from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import load_module
 from .argmax import argmax_rows_launch
 from .argmax import load as _load_argmax
-from .ddtree import DDTreePlan
+from .ddtree import DDTreePlan, check_merge_capacity
 from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
 from .request_state import RequestState
-from .verify_attention import VerifyMetadata
+from .verify_attention import MAX_SPLITS, VerifyMetadata
 
 __all__ = [
     "DecodeStepRunner",
@@ -275,6 +275,11 @@ class _RunnerBase:
         slot_seed = non_negative_int("slot_seed", slot_seed)
         if max_batch > MAX_RUNNER_BATCH:
             raise ValueError(f"max_batch must be <= {MAX_RUNNER_BATCH}, got {max_batch}")
+        if model is not None:  # the model's forwards are VerifyAttention plans: their limit, checked now
+            for split_name, splits in (("num_splits", num_splits), ("prefill_splits", prefill_splits)):
+                if splits is not None and splits > MAX_SPLITS:
+                    raise ValueError(f"{split_name} must be <= {MAX_SPLITS} (the verify attention's limit), "
+                                     f"got {splits}")
         if model is not None:
             vocab_size = model.vocab_size
         elif vocab_size is None:
@@ -288,6 +293,8 @@ class _RunnerBase:
             raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if stream is not None:
+            stream_arg("stream", stream)
         self.model = model
         self.vocab_size = int(vocab_size)
         self.max_batch = int(max_batch)
@@ -804,12 +811,14 @@ class AutoregressiveRunner(_RunnerBase):
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context``, a count below 1, ``vocab_size`` below 2, a negative
-        ``slot_seed``), for neither or both of ``model`` / ``target_forward``, or
-        ``target_forward`` without ``vocab_size``.
+        ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
+        verify attention's ``MAX_SPLITS`` (1024)), for neither or both of ``model`` /
+        ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`,
-        ``target_forward`` not callable, ``name`` not a str, or a count or
-        ``vocab_size`` not an int (bool and floats included, even when integral).
+        ``target_forward`` not callable, ``name`` not a str, ``stream`` not a driverlevel
+        Stream, or a count or ``vocab_size`` not an int (bool and floats included, even when
+        integral).
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
@@ -888,14 +897,18 @@ class DecodeStepRunner(_RunnerBase):
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context``, ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
         ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2, a negative
-        ``slot_seed``), for ``drafter.logits`` not float32
+        ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
+        verify attention's ``MAX_SPLITS`` (1024)), for a ``vocab_size`` x ``budget`` the
+        DDTree row merge cannot hold (:func:`driverlevel.ddtree.check_merge_capacity`:
+        ``ceil(vocab / 7680) * min(budget, vocab) <= 12288``), for ``drafter.logits`` not float32
         ``[max_batch, depth_limit, vocab]``, for neither or both of ``model`` /
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
     TypeError
         If ``model`` is not a :class:`~driverlevel.interfaces.TargetModel`, ``drafter`` not a
         :class:`~driverlevel.interfaces.DraftModel`, ``target_forward`` not callable,
-        ``name`` not a str, or ``budget``, ``depth_limit``, a count or ``vocab_size`` not
-        an int (bool and floats included, even when integral).
+        ``name`` not a str, ``stream`` not a driverlevel Stream, or ``budget``,
+        ``depth_limit``, a count or ``vocab_size`` not an int (bool and floats included, even
+        when integral).
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
     {common raises}
@@ -952,6 +965,8 @@ class DecodeStepRunner(_RunnerBase):
         self._publish = self._prepare_record_kernel("publish_records", params)
 
     def _check_more_args(self) -> None:
+        # The DDTreePlan built below refuses a vocabulary x budget its row merge cannot hold: checked now.
+        check_merge_capacity(self.vocab_size, self.budget)
         # drafter.logits' dtype and shape follow from the arguments: checked before anything is allocated.
         want = (self.max_batch, self.depth_limit, self.vocab_size)
         lg = self._drafter_arg.logits

@@ -21,6 +21,7 @@ import ctypes
 import math
 import numbers
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,6 +30,7 @@ from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import positive_int
+from ._checks import stream_arg as _stream_arg
 from ._compile import (CompileVariant, _stacklevel_outside_package, arch_number, compile_file, normalize_arch,
                        shared_limit)
 from ._device import _check_device_arg
@@ -554,6 +556,26 @@ class VerifyMetadata:
     mask_indptr: object = None
 
 
+_METADATA_FIELDS = "qo_indptr, kv_indptr, kv_indices, out_cache_loc, custom_mask, mask_indptr"
+
+
+def _metadata_getter(metadata):
+    """The field getter of a verify call's ``metadata``: a mapping's ``get``, or the attributes of a
+    :class:`VerifyMetadata` (or of an object with its fields, e.g. ``qo_indptr``).
+
+    Raises
+    ------
+    TypeError
+        ``metadata`` is neither (None, a list...), naming ``metadata`` rather than its first field.
+    """
+    if isinstance(metadata, Mapping):
+        return metadata.get
+    if isinstance(metadata, VerifyMetadata) or hasattr(metadata, "qo_indptr"):
+        return lambda k: getattr(metadata, k, None)
+    raise TypeError(f"metadata must be a VerifyMetadata or a mapping of its fields ({_METADATA_FIELDS}), "
+                    f"got {type(metadata).__name__}")
+
+
 #: The ``sm_scale`` a plan takes: ``sm_scale * log2(e)``, the float32 the kernels get, must be a
 #: normal number (0 would turn the qk_skew tile's -inf start into NaN, inf every score into +-inf).
 _SM_SCALE_MIN = float(np.finfo(np.float32).tiny) / math.log2(math.e)
@@ -837,8 +859,7 @@ class VerifyAttention:
             raise ValueError(f"kv_cache must have shape [num_slots, {QK_DIM}] (or [num_slots, 1, {QK_DIM}]), got {kv.shape}")
         if kv.shape[0] > 2**31 - 1:  # the ws tiles keep slot ids as ints
             raise ValueError(f"kv_cache has {kv.shape[0]} slots; at most 2**31 - 1 are supported")
-        m = metadata
-        get = (lambda k: m.get(k)) if isinstance(m, dict) else (lambda k: getattr(m, k, None))
+        get = _metadata_getter(metadata)
         qo = _arr("qo_indptr", get("qo_indptr"), dev)
         _need_dtype("qo_indptr", qo, "int64", "int32")
         if qo.ndim != 1 or not 2 <= qo.shape[0] <= self.max_batch + 1:
@@ -888,7 +909,7 @@ class VerifyAttention:
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
 
     def _bind_stream(self, stream) -> None:
-        handle = int(stream.handle)
+        handle = int(_stream_arg("stream", stream).handle)
         if self._stream_handle is None:
             self._stream_handle = handle
         elif handle != self._stream_handle:
@@ -911,7 +932,7 @@ class VerifyAttention:
             (bf16, or uint16 holding bf16 bit patterns).
         kv_cache : bf16 ``[num_slots, 576]``
             The paged latent cache (page size 1); V is its first 512 columns.
-        metadata : VerifyMetadata or dict
+        metadata : VerifyMetadata or dict (any mapping)
             ``qo_indptr``, ``kv_indptr``, ``kv_indices``, ``out_cache_loc``,
             ``custom_mask``, ``mask_indptr`` (see :class:`VerifyMetadata`); each index
             array int32 or int64, read in place. ``bs = len(qo_indptr) - 1 <= max_batch``.
@@ -923,9 +944,10 @@ class VerifyAttention:
         Raises
         ------
         TypeError, ValueError
-            Before any launch, naming the offending argument; ``ValueError`` also for a
-            second stream, and for a read-only ``out`` or ``lse`` (``"out is read-only, but
-            the launch writes it"``).
+            Before any launch, naming the offending argument (``TypeError`` for a ``stream``
+            that is not a driverlevel Stream, or a ``metadata`` that is neither a
+            VerifyMetadata nor a mapping); ``ValueError`` also for a second stream, and for a
+            read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``).
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)

@@ -25,6 +25,7 @@ Run:  python examples/external_target_forward.py      (needs a GPU)
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
@@ -89,6 +90,8 @@ class MyTargetForward:
 
 
 def main() -> int:
+    # no options: --help prints this docstring; anything else is a usage error (exit 2)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     require_gpu()
     dev = dl.Device(0)
     model = MLAModel(dev, MLAModelConfig(vocab_size=8192, num_heads=9, seed=0))

@@ -19,6 +19,7 @@ Run:  python examples/sglang_metadata.py          (needs a GPU)
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -43,6 +44,8 @@ def to_device(dev, host, as_bool=False):
 
 
 def main() -> int:
+    # no options: --help prints this docstring; anything else is a usage error (exit 2)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     require_gpu()
     dev = dl.Device(0)
     stream = dev.create_stream()

@@ -10,6 +10,7 @@ Run:  python examples/verify_attention_cupy.py      (needs a GPU and cupy-cuda13
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -22,6 +23,8 @@ from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 
 
 def main() -> int:
+    # no options: --help prints this docstring; anything else is a usage error (exit 2)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     require_gpu()
     try:
         import cupy as cp

@@ -7,13 +7,16 @@ def ptx_of(source: str, name: str, arch: str, defines: dict | None = None) -> st
     """The PTX NVRTC makes of ``source`` for ``compute_XX`` of ``arch``, with the runtime's options."""
     from cuda.bindings import nvrtc
 
-    from driverlevel._compile import _include_dirs, _options
+    from driverlevel._compile import _include_dirs, _options, _program_path
     from driverlevel._errors import check_nvrtc
 
     opts = [f"--gpu-architecture=compute_{arch[3:]}" if o.startswith("--gpu-architecture=") else o
             for o in _options(arch, defines or {}, ()) if o != "-Xptxas=-v"]
-    opts += [f"-I{d}" for d in _include_dirs(())]
-    prog = check_nvrtc("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []))
+    local = _include_dirs(())
+    opts += [f"-I{d}" for d in local]
+    # named as the runtime names it (a file of cu/), so that the current directory is never searched
+    path = _program_path(local[0], name)
+    prog = check_nvrtc("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), path.encode(), 0, [], []))
     try:
         check_nvrtc("nvrtcCompileProgram", nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts]),
                     prog, opts, arch, name)

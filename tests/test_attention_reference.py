@@ -546,3 +546,24 @@ def test_errors_name_the_argument():
     stray[0, 0] |= np.uint32(1 << 3)  # request 0 has 3 draft tokens: bit 3 is past the end
     fails(ValueError, "bits set at or past bit 3", mask=stray, mask_format="bitmask")
     fails(ValueError, r"\[total_q = 5, n_words\]", mask=bits[:4], mask_format="bitmask")
+
+
+def test_check_parents_refuses_unsigned_values_past_int64():
+    """Review 16 #10: 2**64 - 1 was taken as -1, the root's parent."""
+    with pytest.raises(ValueError, match="parents must fit int64, got 18446744073709551615"):
+        check_parents(np.array([2**64 - 1, 0], np.uint64))
+    with pytest.raises(ValueError, match=r"parents\[0\] must be -1 \(the root\), got 0"):  # in range: the usual check
+        check_parents(np.array([0, 0], np.uint64))
+    np.testing.assert_array_equal(check_parents(np.array([-1, 0], np.int8)), [-1, 0])
+
+
+def test_empty_inputs_get_the_shape_message_not_the_dtype_one():
+    """Review 16's leftover: check_parents([]) said 'must be an integer array, got dtype float64'
+    ([] is an empty float64 array to numpy); an empty batch of lengths is a batch of 0 requests."""
+    with pytest.raises(ValueError, match=r"parents must be 1-D with at least one node, got shape \(0,\)"):
+        check_parents([])
+    assert mask_indptr_for([], [], "full").tolist() == [0]
+    md = make_metadata([], [], 10, np.random.default_rng(0))
+    assert md.batch_size == 0 and md.total_q == 0 and md.qo_indptr.tolist() == [0]
+    with pytest.raises(TypeError, match="q_lens must be integers, got dtype float64"):
+        make_metadata([1], [1.0], 10, np.random.default_rng(0))

@@ -70,6 +70,21 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_tiles", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_replay", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_step", ["--json", "/"], "--json: '/' is a directory, not a file"),
+    ("bench_step", ["--batch", "300"], "--batch must be <= 256, got 300"),
+    ("bench_step", ["--budget", "512", "--vocab", "200000"],
+     "--vocab 200000 with --budget 512: vocab=200000 at K=512 needs 27 chunks x 512 candidates"),
+    # review 16 #4: capture-demo's bounds, the package's limits and the DDTree merge rule, before the GPU check
+    ("bench_step", ["--depth-limit", "99"], "--depth-limit must be <= 32, got 99"),
+    ("bench_step", ["--num-splits", "5000"], "--num-splits must be <= 1024, got 5000"),
+    ("bench_step", ["--num-splits", "0"], "--num-splits must be >= 1, got 0"),
+    ("bench_step", ["--seed", "-1"], "--seed must be >= 0, got -1"),
+    ("bench_step", ["--prompt-len", "1"], "--prompt-len must be >= 2, got 1"),
+    ("bench_step", ["--heads", "129"], "--heads must be <= 128, got 129"),
+    ("bench_step", ["--vocab", "100000000"], "--vocab 100000000 with --budget 16: vocab=100000000 at K=16 needs "
+     "13021 chunks x 16 candidates per row, more than the row merge's 12288: no budget fits: the vocabulary can have at "
+     "most 94371840 tokens"),
+    ("bench_step", ["--steps", "10000000"], "--batch 8 x a context of 320000538 tokens (from --steps, --depth-limit, "
+     "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch"),
     ("bench_tiles", ["--tile", "bogus"], "bad --tile 'bogus': want NAME=SPEC"),
     ("bench_tiles", ["--tile", "a=1x2"], "bad --tile 'a=1x2': want ROWSxCSPLIT"),
     ("bench_tiles", ["--define", "FOO"], "bad --define 'FOO': want DL_NAME=INT"),
@@ -122,6 +137,18 @@ def test_json_path_problem(tmp_path):
     assert json_path_problem(str(tmp_path)) == f"{str(tmp_path)!r} is a directory, not a file"
     assert json_path_problem(str(f / "x.json")) == f"the directory {str(f)!r} is not a directory"
     assert json_path_problem("/nonexistent-dir/x.json") == "the directory '/nonexistent-dir' does not exist"
+
+
+def test_json_path_problem_spelled_as_a_directory(tmp_path):
+    """Review 16 #5: 'newdir/' (not there yet) passed, Path() having dropped the slash; open() then
+    failed with IsADirectoryError after the run. '.' and '..' as the last component too."""
+    from driverlevel._cli_common import json_path_problem
+
+    for path in (f"{tmp_path}/newdir/", f"{tmp_path}/", f"{tmp_path}/newdir/.", f"{tmp_path}/.", f"{tmp_path}/.."):
+        assert json_path_problem(path) == f"{str(path)!r} is a directory, not a file", path
+        with pytest.raises(OSError):  # what writing the JSON would have met
+            open(path, "w")
+    assert json_path_problem(f"{tmp_path}/newdir.json") is None
 
 
 def test_bench_replay_script_json_stdout_without_gpu(capsys, monkeypatch):

@@ -391,7 +391,8 @@ def test_unwritable_cache_warning_points_at_the_callers_line(fresh_cache, monkey
         raise OSError("read-only file system")
 
     monkeypatch.setattr(_compile, "_write_entry", unwritable)
-    monkeypatch.setattr(_compile, "_nvrtc_compile", lambda source, name, arch, options: Cubin(b"\x7fELF", arch, name, ()))
+    monkeypatch.setattr(_compile, "_nvrtc_compile",
+                        lambda source, name, arch, options, path=None: Cubin(b"\x7fELF", arch, name, ()))
     with pytest.warns(RuntimeWarning, match="could not write the cubin cache") as rec:
         if via == "compile_source":
             compile_source("__global__ void k() {}\n", "stacklevel.cu", "sm_90")
@@ -543,3 +544,183 @@ def test_cache_dir_that_is_a_file_is_named_as_such(tmp_path, monkeypatch, sub, w
                               f"{why.format(file=f)}; compiling without the disk cache (set DRIVERLEVEL_CACHE_DIR "
                               f"to a writable directory, or DRIVERLEVEL_CACHE=0)")
     assert w.filename == __file__
+
+
+# -- review 16 #1: the current directory never replaces cu/'s headers ---------------------------
+def _argmax_defines(arch="sm_90"):
+    from driverlevel import argmax
+
+    return argmax.compile_variants(arch)[0].defines
+
+
+def test_a_common_cuh_in_the_current_directory_does_not_replace_cu_s(fresh_cache, tmp_path, monkeypatch):
+    """NVRTC searched the current directory before -I: a user's own common.cuh broke every kernel."""
+    clean = dl.runtime.compile_file("argmax.cu", "sm_90", _argmax_defines(), use_cache=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "common.cuh").write_text('// my project helpers\n#pragma once\n#error "the cwd\'s common.cuh"\n')
+    (tmp_path / "ddtree").mkdir()
+    (tmp_path / "ddtree" / "params.cuh").write_text('#error "the cwd\'s ddtree/params.cuh"\n')
+    cub = dl.runtime.compile_file("argmax.cu", "sm_90", _argmax_defines())
+    assert not cub.cache_hit and cub.data == clean.data
+    from driverlevel import ddtree
+
+    v = ddtree.compile_variants("sm_90")[0]
+    dl.runtime.compile_file("ddtree.cu", "sm_90", v.defines, use_cache=False)  # ddtree/*.cuh and their siblings
+
+
+def test_a_header_in_the_current_directory_does_not_poison_the_cache(fresh_cache, tmp_path, monkeypatch):
+    """A logit_keys.cuh that still compiled (one changed line) gave another cubin, stored under the
+    genuine key and served from then on, from any directory."""
+    src = (kernel_source_dir() / "logit_keys.cuh").read_text()
+    changed = src.replace("static_cast<u32>(~id); }", "static_cast<u32>(~(id + 1)); }")
+    assert changed != src
+    poison, elsewhere = tmp_path / "poison", tmp_path / "clean"
+    poison.mkdir()
+    elsewhere.mkdir()
+    (poison / "logit_keys.cuh").write_text(changed)
+    monkeypatch.chdir(poison)
+    built_there = dl.runtime.compile_file("argmax.cu", "sm_90", _argmax_defines())
+    assert not built_there.cache_hit
+    monkeypatch.chdir(elsewhere)
+    _compile._clear_memory_cache()  # as a new process would
+    served = dl.runtime.compile_file("argmax.cu", "sm_90", _argmax_defines())
+    fresh = dl.runtime.compile_file("argmax.cu", "sm_90", _argmax_defines(), use_cache=False)
+    assert served.cache_hit and served.key == built_there.key
+    assert served.data == fresh.data == built_there.data
+
+
+def test_compile_source_does_not_search_the_current_directory(fresh_cache, tmp_path, monkeypatch):
+    """Its headers come from include_dirs and cu/ only (all of them part of the key), never from the
+    current directory (which is not)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dl_cwd_only.h").write_text("#define VAL 1.f\n")
+    src = '#include "dl_cwd_only.h"\nextern "C" __global__ void k(float* x){ x[threadIdx.x] = VAL; }\n'
+    with pytest.raises(dl.NvrtcError, match='cannot open source file "dl_cwd_only.h"') as ei:
+        compile_source(src, "k.cu", "sm_90")
+    assert ei.value.source_name == "k.cu"
+    cub = compile_source(src, "k.cu", "sm_90", include_dirs=["."])  # asked for: then it is part of the key
+    (tmp_path / "dl_cwd_only.h").write_text("#define VAL 2.f\n")
+    again = compile_source(src, "k.cu", "sm_90", include_dirs=["."])
+    assert not again.cache_hit and again.key != cub.key and again.data != cub.data
+
+
+def test_the_key_format_is_part_of_the_key(fresh_cache, header_dir, monkeypatch):
+    """Entries written before a change of what the key covers (review 16: the current directory)
+    are not served."""
+    a = _compile_t(header_dir)
+    monkeypatch.setattr(_compile, "_KEY_FORMAT", "1")
+    assert _compile_t(header_dir).key != a.key
+
+
+# -- review 16 #2: every header NVRTC reads is part of the key ----------------------------------
+_ANGLE = '#include <dl_myval.h>\nextern "C" __global__ void k(float* x){ x[threadIdx.x] = VAL; }\n'
+
+
+def test_an_angle_bracket_header_in_include_dirs_is_part_of_the_key(fresh_cache, tmp_path, count_compiles):
+    """Editing a header that the source includes with <...> from include_dirs gave the old cubin as a
+    cache hit."""
+    (tmp_path / "dl_myval.h").write_text("#define VAL 1.f\n")
+    a = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    (tmp_path / "dl_myval.h").write_text("#define VAL 2.f\n")
+    b = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    assert not b.cache_hit and b.key != a.key and b.data != a.data and len(count_compiles) == 2
+    assert b.data == compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path], use_cache=False).data
+
+
+def test_a_nested_angle_bracket_header_is_part_of_the_key(fresh_cache, header_dir):
+    (header_dir / "dl_test_header.cuh").write_text("#pragma once\n#include <sub/dl_inner.h>\n")
+    (header_dir / "sub").mkdir()
+    (header_dir / "sub" / "dl_inner.h").write_text("#define SCALE 2.0f\n")
+    a = _compile_t(header_dir)
+    (header_dir / "sub" / "dl_inner.h").write_text("#define SCALE 3.0f\n")
+    b = _compile_t(header_dir)
+    assert not b.cache_hit and b.key != a.key
+    assert set(_compile._local_headers(SRC, [header_dir])) == {"dl_test_header.cuh", "sub/dl_inner.h"}
+
+
+@pytest.mark.parametrize("opts", [["-I/tmp"], ["-I", "/tmp"], ["--include-path=/tmp"], ["--include-path", "/tmp"],
+                                  ["-include", "x.h"], ["-include=x.h"], ["--pre-include=x.h"]])
+def test_include_options_are_refused_pointing_at_include_dirs(fresh_cache, count_compiles, opts):
+    """-I in extra_options was passed to NVRTC, and the headers it found were not part of the key."""
+    with pytest.raises(ValueError, match=rf"extra_options must not add include directories or headers "
+                                         rf"\('{opts[0]}'\): pass the directories as include_dirs="):
+        compile_source(_K, "k.cu", "sm_90", extra_options=opts)
+    assert count_compiles == [] and not fresh_cache.exists()
+
+
+# -- review 16 #7: compile_source checks source and name too -------------------------------------
+@pytest.mark.parametrize("source, name, exc, words", [
+    (_K.encode(), "k.cu", TypeError, r"source must be a str \(the CUDA C\+\+ text\), got bytes: decode it first"),
+    (None, "k.cu", TypeError, r"source must be a str \(the CUDA C\+\+ text\), got NoneType"),
+    (_K, None, TypeError, r"name must be a str \(a file name such as 'k.cu'\), got NoneType None"),
+    (_K, b"k.cu", TypeError, "name must be a str"),
+    (_K, "", ValueError, "name must end in a file name such as 'k.cu', got ''"),
+    (_K, "kernels/", ValueError, "name must end in a file name"),
+])
+def test_compile_source_checks_source_and_name_first(fresh_cache, count_compiles, source, name, exc, words):
+    """bytes gave "cannot use a string pattern on a bytes-like object", name=None an AttributeError."""
+    with pytest.raises(exc, match=words):
+        compile_source(source, name, "sm_999", extra_options="-G")  # checked before the other arguments
+    assert count_compiles == [] and not fresh_cache.exists()
+
+
+# -- review 16 #6: a kernel file compiled without its launcher's defines says where they come from ---
+@pytest.mark.parametrize("name", kernel_sources())
+def test_without_the_launchers_defines_a_kernel_file_names_them_or_compiles(fresh_cache, name):
+    """argmax.cu said only 'identifier "DL_ARGMAX_THREADS" is undefined'."""
+    try:
+        dl.runtime.compile_file(name, "sm_90", use_cache=False)
+    except dl.NvrtcError as e:
+        errors = [ln for ln in e.log.splitlines() if "error" in ln]
+        assert errors and "#error directive" in errors[0] and "compile with driverlevel." in errors[0], errors[:3]
+    else:
+        assert name in ("mla_model.cu", "selftest.cu")
+
+
+def test_argmax_without_defines_names_compile_variants(fresh_cache):
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "compile with driverlevel\.argmax\.compile_variants'):
+        dl.runtime.compile_file("argmax.cu", "sm_90", use_cache=False)
+
+
+# -- a review of the review-16 fixes: what the program's new name reaches ----------------------
+_FILE_SRC = 'extern "C" __global__ void k(int* x){ x[0] = sizeof(__FILE__); }\n'
+
+
+def test_the_program_path_is_part_of_the_key(fresh_cache, tmp_path):
+    """NVRTC names the program as a file of the first include directory, and that path reaches the
+    cubin (__FILE__, -lineinfo): two first directories gave two cubins under one key (a stale hit)."""
+    a, ab = tmp_path / "a", tmp_path / "ab"
+    a.mkdir()
+    ab.mkdir()
+    first = compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[a])
+    second = compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[ab])
+    assert not second.cache_hit and second.key != first.key and second.data != first.data
+    assert second.data == compile_source(_FILE_SRC, "k.cu", "sm_90", include_dirs=[ab], use_cache=False).data
+
+
+def test_the_log_names_the_program_as_the_caller_did(fresh_cache):
+    """NVRTC's diagnostics would name cu/k.cu (a file that does not exist): they name k.cu."""
+    src = 'extern "C" __global__ void k(float* x){ x[0] = oops; }\n'
+    with pytest.raises(dl.NvrtcError) as ei:
+        compile_source(src, "k.cu", "sm_90")
+    assert 'k.cu(1): error: identifier "oops" is undefined' in str(ei.value)
+    assert str(kernel_source_dir() / "k.cu") not in str(ei.value)  # (the -I options name cu/ itself)
+
+
+def test_a_missing_header_says_where_headers_are_searched(fresh_cache, tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "dl_helper.h").write_text("#define VAL 1.f\n")
+    src = '#include "dl_helper.h"\nextern "C" __global__ void k(float* x){ x[0] = VAL; }\n'
+    with pytest.raises(dl.NvrtcError, match=r"never in the current directory or the directory of the name given: "
+                                            r"pass your header directories as include_dirs"):
+        compile_source(src, str(tmp_path / "kernels" / "k.cu"), "sm_90")
+    assert compile_source(src, "k.cu", "sm_90", include_dirs=[tmp_path / "kernels"]).data[:4] == b"\x7fELF"
+
+
+def test_a_header_in_another_encoding_is_hashed_and_compiled(fresh_cache, tmp_path):
+    """Headers were read as UTF-8 text: a Latin-1 comment raised UnicodeDecodeError before compiling."""
+    (tmp_path / "dl_myval.h").write_bytes(b"// (c) Jos\xe9\n#define VAL 1.f\n")
+    a = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    (tmp_path / "dl_myval.h").write_bytes(b"// (c) Jos\xe9\n#define VAL 2.f\n")
+    b = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
+    assert not b.cache_hit and b.key != a.key and b.data != a.data

@@ -543,3 +543,63 @@ def test_build_tree_and_slot_pool_refuse_shapes_they_cannot_use():
     with pytest.raises(ValueError, match="count must be in 0..10"):
         SlotPool(np.arange(10), count=100)
     assert SlotPool(np.arange(10), count=10).free_set() == set(range(10))
+
+
+# -- review 16 #10: malformed arguments are named, never truncated, parsed or ignored -----------------
+_X = np.zeros((1, 2, 4))
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: build_tree([1], _X, 2, budgets=[1, 1]), ValueError, r"budgets must have shape \(1,\), got \(2,\)"),
+    (lambda: build_tree([1], _X, 2, active=[1, 1]), ValueError, r"active must have shape \(1,\), got \(2,\)"),
+    (lambda: build_tree([1], _X, 2, active=["no"]), TypeError, "active must be bools or integers, got dtype <U2"),
+    (lambda: build_tree([1], _X, 2, budgets=[1.5]), TypeError, "budgets must be integers, got dtype float64"),
+    (lambda: build_tree([1.7], _X, 2), TypeError, "root_tokens must be integers, got dtype float64"),
+    (lambda: build_tree([1], _X, 2.7), TypeError, "budget must be an int, got float"),
+    (lambda: build_tree([1], _X, True), TypeError, "budget must be an int, got bool"),
+    (lambda: build_tree_from_topk(1, np.zeros((2, 4), np.int32), np.zeros((2, 4), np.float32), 2.0), TypeError,
+     "budget must be an int, got float"),
+    (lambda: topk_logprobs(np.zeros((1, 4)), 2.5), TypeError, "k must be an int, got float"),
+    (lambda: topk_logprobs(np.zeros((1, 4)), True), TypeError, "k must be an int, got bool"),
+    (lambda: topk_logprobs(np.zeros((1, 4)), 0), ValueError, r"k must be in \[1, vocab=4\], got 0"),
+])
+def test_build_and_topk_name_a_malformed_argument(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def test_build_tree_still_takes_every_kind_of_flags_and_ints():
+    """What the callers pass (tests, benchmarks, the demo's reference): lists, bool / uint8 / int arrays,
+    numpy integer scalars for the budget."""
+    x = np.random.default_rng(1).standard_normal((3, 2, 6)).astype(np.float32)
+    want = build_tree([1, 2, 3], x, 5, budgets=[5, 2, 5], active=[1, 1, 0]).node_counts.tolist()
+    assert want == [6, 3, 0]
+    for active in ([True, True, False], np.array([1, 1, 0], np.uint8), np.array([1, 1, 0], np.int8)):
+        for budgets in (np.array([5, 2, 5], np.int32), np.array([5, 2, 5], np.uint64)):
+            tb = build_tree(np.array([1, 2, 3], np.int32), x, np.int64(5), budgets=budgets, active=active)
+            assert tb.node_counts.tolist() == want
+    assert build_tree([], np.zeros((0, 2, 6), np.float32), 5).node_counts.shape == (0,)
+
+
+def test_accept_and_commit_name_malformed_per_request_arrays():
+    tb, pool, r2t, committed, rows = _two_request_step()
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    post = np.array([10, 20, 0, 0, 0, 0, 99, 0, 0])
+    with pytest.raises(TypeError, match="active must be bools or integers, got dtype <U3"):
+        greedy_accept(tb, st.qo_indptr, post, ["yes", "no"], committed, 16, 3)
+    with pytest.raises(TypeError, match="seq_lens must be integers, got dtype float64"):
+        greedy_accept(tb, st.qo_indptr, post, [1, 1], committed + 0.5, 16, 3)
+    with pytest.raises(TypeError, match="stop_tokens must be integers, got dtype float64"):
+        greedy_accept(tb, st.qo_indptr, post, [1, 1], committed, 16, 3, stop_tokens=[[5.0], [6.0]])
+    with pytest.raises(TypeError, match="req_pool_indices must be integers, got dtype float64"):
+        compile_tree(tb, committed, rows.astype(np.float64), r2t, pool)
+    res = greedy_accept(tb, st.qo_indptr, post, np.array([True, True]), committed, 16, 3)
+    with pytest.raises(ValueError, match=r"req_pool_indices must have shape \(2,\), got \(1,\)"):
+        commit_paged(st, res, rows[:1], r2t, committed.copy(), pool)
+    commit_paged(st, res, rows, r2t, committed, pool)  # the good call still works
+
+
+def test_per_request_ints_refuse_unsigned_values_past_int64():
+    tb, pool, r2t, committed, rows = _two_request_step()
+    with pytest.raises(ValueError, match="seq_lens must fit int64, got 18446744073709551615"):
+        compile_tree(tb, np.array([2**64 - 1, 5], np.uint64), rows, r2t, pool)

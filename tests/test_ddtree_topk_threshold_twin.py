@@ -312,3 +312,13 @@ def test_bound_ignores_keys_below_the_cut():
     assert twin.kth_largest_bound(keys, 3000, 20) == twin.KEY_NEG_INF  # the 3000th is -inf
     t, early = twin.sample_threshold(np.full(5000, -np.inf, np.float32), 16, False)
     assert t == -np.inf and early
+
+
+@pytest.mark.parametrize("k, exc, words", [(0, ValueError, r"k must be in \[1, vocab=64\], got 0"),
+                                           (65, ValueError, r"k must be in \[1, vocab=64\], got 65"),
+                                           (2.0, TypeError, "k must be an int, got float"),
+                                           (True, TypeError, "k must be an int, got bool")])
+def test_threshold_topk_checks_k_as_topk_logprobs(k, exc, words):
+    """Review 16's leftover: threshold_topk(row, 0) returned an empty top-K instead of refusing k."""
+    with pytest.raises(exc, match=words):
+        twin.threshold_topk(np.arange(64, dtype=np.float32), k)

@@ -129,3 +129,21 @@ def test_no_driver_library_message(monkeypatch):
     assert "CUDA_ERROR_NO_DEVICE" not in msg and "(100)" not in msg and "driverlevel's" not in msg
     assert (ei.value.code, ei.value.name) == (100, "CUDA_ERROR_NO_DEVICE")
     assert _device.device_count() == 0  # still "no GPU" to device_count
+
+
+EXAMPLES = [s for s in SCRIPTS if s.startswith("examples/")]
+
+
+@pytest.mark.parametrize("script", EXAMPLES)
+def test_example_help_needs_no_gpu(script):
+    """--help printed the no-GPU sentence instead of the help (review 16 #9); the help is the docstring."""
+    r = _run_without_gpu([script, "--help"])
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.strip() and _device.NO_GPU_MESSAGE not in r.stdout
+
+
+@pytest.mark.parametrize("script", sorted(set(EXAMPLES) - {"examples/multi_gpu.py"}))
+def test_example_without_arguments_refuses_one(script):
+    r = _run_without_gpu([script, "--bogus"])
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith("usage: ") and "unrecognized arguments: --bogus" in r.stderr

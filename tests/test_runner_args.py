@@ -95,3 +95,68 @@ def test_good_arguments_reach_the_device(no_device):
         AutoregressiveRunner(0, **BASE)
     with pytest.raises(_Touched):
         DecodeStepRunner(0, drafter=_Drafter(), budget=16, **BASE)
+
+
+class _Model:
+    """A TargetModel whose forwards must not be made: the runner checks its arguments first."""
+
+    vocab_size = 32768
+
+    def forward_plan(self, **kw):
+        raise AssertionError("forward_plan() reached")
+
+
+MODEL = dict(model=_Model(), max_batch=8, max_context=4096, max_prompt_len=512)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(num_splits=5000), "num_splits must be <= 1024"),
+    (dict(prefill_splits=5000), "prefill_splits must be <= 1024"),
+])
+def test_splits_above_the_verify_attention_limit_are_refused_before_the_device(no_device, kw, words):
+    """Review 16 #3: with model=, VerifyAttention refused them only inside model.forward_plan, after
+    the runner had allocated its buffers and compiled its module."""
+    with pytest.raises(ValueError, match=words):
+        AutoregressiveRunner(0, **MODEL, **kw)
+    with pytest.raises(ValueError, match=words):
+        DecodeStepRunner(0, drafter=_Drafter(), budget=16, **MODEL, **kw)
+
+
+def test_splits_at_the_verify_attention_limit_reach_the_device(no_device):
+    from driverlevel.verify_attention import MAX_SPLITS
+
+    with pytest.raises(_Touched):
+        AutoregressiveRunner(0, **MODEL, num_splits=MAX_SPLITS, prefill_splits=MAX_SPLITS)
+    # with target_forward= the runner makes no VerifyAttention plan: no limit of its own
+    with pytest.raises(_Touched):
+        AutoregressiveRunner(0, **BASE, num_splits=5000)
+
+
+def test_vocab_times_budget_beyond_the_ddtree_merge_is_refused_before_the_device(no_device):
+    """Review 16 #3: DDTreePlan's vocabulary x budget rule was checked only when the runner built its
+    DDTreePlan, after allocating and compiling; the message is DDTreePlan's own."""
+    from driverlevel.ddtree import check_merge_capacity
+
+    kw = {**BASE, "vocab_size": 200000}
+    with pytest.raises(ValueError, match="vocab=200000 at K=512 needs 27 chunks x 512 candidates") as e:
+        DecodeStepRunner(0, drafter=_Drafter((8, 15, 200000)), budget=512, **kw)
+    with pytest.raises(ValueError) as direct:
+        check_merge_capacity(200000, 512)
+    assert str(e.value) == str(direct.value)
+    with pytest.raises(_Touched):  # a budget that fits that vocabulary
+        DecodeStepRunner(0, drafter=_Drafter((8, 15, 200000)), budget=455, **kw)
+
+
+@pytest.mark.parametrize("vocab, budget, fits", [
+    (163840, 512, True), (184320, 512, True), (184321, 512, False), (200000, 455, True), (200000, 456, False),
+    (12288 * 7680, 1, True), (12288 * 7680 + 1, 1, False), (100, 512, True),
+])
+def test_check_merge_capacity_is_the_plans_rule(vocab, budget, fits):
+    """ceil(vocab / 7680) * min(budget, vocab) <= 12288, as DDTreePlan documents it."""
+    from driverlevel.ddtree import check_merge_capacity
+
+    if fits:
+        check_merge_capacity(vocab, budget)
+    else:
+        with pytest.raises(ValueError, match="more than the row merge's 12288"):
+            check_merge_capacity(vocab, budget)

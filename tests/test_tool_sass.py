@@ -1,7 +1,10 @@
-"""tools/sass.py's schedule statistics on a hand-written SASS fragment (no GPU, no nvdisasm)."""
+"""tools/sass.py's schedule statistics on a hand-written SASS fragment, and its usage errors (no GPU,
+no nvdisasm)."""
 
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 _spec = importlib.util.spec_from_file_location("sass_tool", Path(__file__).parents[1] / "tools" / "sass.py")
 sass = importlib.util.module_from_spec(_spec)
@@ -80,3 +83,41 @@ def test_code_sections_compares_section_by_section(tmp_path, capsys):
     assert code_sections.main([str(tmp_path / "c.json"), "--arch", "sm_90", "--kernel", "selftest.cu",
                                "--compare", str(out)]) == 1
     assert f"differs: {key}: {text}" in capsys.readouterr().out
+
+
+# -- review 16 #9: usage errors exit 2 with the usage line, before anything is compiled ----------
+def _no_compiles(monkeypatch):
+    from driverlevel import _compile
+
+    def refuse(*a, **k):
+        raise AssertionError("compiled")
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", refuse)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["argmax.cu", "--arch", "sm_75"], "--arch: unsupported architecture: 'sm_75' is older than sm_80"),
+    (["argmax.cu", "--variant", "99"], "--variant 99 out of range 0..0 (see --list)"),
+    (["argmax.cu", "--variant", "-1"], "--variant -1 out of range 0..0"),
+    (["argmax.cu", "--kernel", "("], "--kernel '(' is not a regular expression"),
+    (["verify_attention.cu", "--tile", "bogus"], "bad --tile 'bogus'"),
+    (["argmax.cu", "--tile", "64x1x16x4w"], "--tile is for verify_attention.cu"),
+    (["verify_attention.cu", "--arch", "sm_120", "--tile", "64x1x64x4"], "of shared memory, sm_120 allows 101,376"),
+])
+def test_sass_usage_errors_exit_2_with_the_usage_line(monkeypatch, capsys, argv, words):
+    _no_compiles(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        sass.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ") and words in err
+
+
+def test_sass_list_names_a_files_only_variant(monkeypatch, capsys):
+    """argmax.cu's one variant has no label: --list printed a bare '  0  '."""
+    _no_compiles(monkeypatch)
+    assert sass.main(["argmax.cu", "--list"]) == 0
+    assert capsys.readouterr().out == "  0  (the only variant)\n"
+    assert sass.main(["verify_attention.cu", "--arch", "sm_90", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 2 and lines[0].startswith("  0  rows=")

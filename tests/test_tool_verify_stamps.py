@@ -79,3 +79,21 @@ def test_stamped_verify_attention_compiles_and_the_plain_one_has_no_stamps(arch)
     for k in ("verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"):
         assert stamped.resources[k].spills == 0, k
     assert b"dl_stamps" in stamped.data and b"dl_stamp" not in plain.data
+
+
+def test_a_bad_tile_is_a_usage_error_before_the_gpu_check(capsys, monkeypatch):
+    """--tile was parsed after require_gpu(): without a GPU a typo gave the no-GPU sentence (review 16 #9)."""
+    from driverlevel import _device
+
+    def no_gpu():
+        raise AssertionError("the GPU check came first")
+
+    monkeypatch.setattr(_device, "require_gpu", no_gpu)
+    with pytest.raises(SystemExit) as e:
+        vs.main(["--tile", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ") and "bad --tile" in err
+    cfg = vs.parse_args(["--tile", "64x1x32x4w"]).tile_config
+    assert isinstance(cfg, va.TileConfig) and (cfg.rows, cfg.keys, cfg.stages, cfg.ws) == (64, 32, 4, True)
+    assert vs.parse_args([]).tile_config is None

@@ -101,6 +101,32 @@ def stats(instructions: list[str]) -> tuple[Counter, Counter]:
     return ops, dist
 
 
+def _tile_variant(ap: argparse.ArgumentParser, args) -> CompileVariant:
+    """verify_attention.cu's variant for ``--tile``; ``ap.error`` (exit 2) for a bad one."""
+    if args.file != "verify_attention.cu":
+        ap.error("--tile is for verify_attention.cu")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_tiles import parse_tile_config
+
+    from driverlevel._compile import shared_limit
+    from driverlevel.cli import CompileVariant
+    from driverlevel.verify_attention import compile_defines, tile_config
+
+    try:  # its one-line message (it raises SystemExit for its other callers)
+        cfg = parse_tile_config(args.tile.partition("=")[2] if "=" in args.tile else args.tile,
+                                f"--tile {args.tile!r}")
+        if cfg is None:  # native: the arch's default
+            cfg = tile_config(args.arch)
+        elif callable(cfg):  # native_rs
+            cfg = cfg(args.arch, None)
+    except SystemExit as e:
+        ap.error(str(e.code))
+    if cfg.shared_bytes > shared_limit(args.arch):
+        ap.error(f"tile {cfg.label} needs {cfg.shared_bytes:,} B of shared memory, "
+                 f"{args.arch} allows {shared_limit(args.arch):,}")
+    return CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
+
+
 def main(argv=None) -> int:
     from driverlevel.cli import LAUNCHERS, compile_variants
     from driverlevel.runtime import compile_file
@@ -117,43 +143,28 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from driverlevel._compile import check_arch
 
+    # Every option is checked before anything is compiled: a bad one is a usage error (exit 2 with the
+    # usage line), as in benchmarks/.
     try:
         args.arch = check_arch(args.arch)  # as `driverlevel compile --arch` does
+    except ValueError as e:
+        ap.error(f"--arch: {e}")
+    try:
         kernel_re = re.compile(args.kernel)
-    except (ValueError, re.error) as e:
-        raise SystemExit(f"tools/sass.py: {e}") from None
+    except re.error as e:
+        ap.error(f"--kernel {args.kernel!r} is not a regular expression: {e}")
     variants = compile_variants(args.file, args.arch)
     if args.list:
         for i, v in enumerate(variants):
-            print(f"{i:3d}  {v.label}")
+            print(f"{i:3d}  {v.label or '(the only variant)'}")
         return 0
     if not 0 <= args.variant < len(variants):
-        raise SystemExit(f"tools/sass.py: --variant {args.variant} out of range 0..{len(variants) - 1} (see --list)")
+        ap.error(f"--variant {args.variant} out of range 0..{len(variants) - 1} (see --list)")
     v = variants[args.variant]
     if args.tile:
-        if args.file != "verify_attention.cu":
-            raise SystemExit("tools/sass.py: --tile is for verify_attention.cu")
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        from bench_tiles import parse_tile_config
-
-        from driverlevel.cli import CompileVariant
-        from driverlevel.verify_attention import compile_defines
-
-        cfg = parse_tile_config(args.tile.partition("=")[2] if "=" in args.tile else args.tile, f"--tile {args.tile!r}")
-        if cfg is None:  # native: the arch's default
-            from driverlevel.verify_attention import tile_config
-
-            cfg = tile_config(args.arch)
-        elif callable(cfg):  # native_rs
-            cfg = cfg(args.arch, None)
-        from driverlevel._compile import shared_limit
-
-        if cfg.shared_bytes > shared_limit(args.arch):
-            raise SystemExit(f"tools/sass.py: tile {cfg.label} needs {cfg.shared_bytes:,} B of shared memory, "
-                             f"{args.arch} allows {shared_limit(args.arch):,}")
-        v = CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
+        v = _tile_variant(ap, args)
     kernels = disassemble(compile_file(args.file, args.arch, v.defines).data)
-    print(f"// {args.file} {args.arch} [{v.label}]")
+    print(f"// {args.file} {args.arch} [{v.label or 'the only variant'}]")
     if not any(kernel_re.search(n) for n in kernels):
         raise SystemExit(f"tools/sass.py: --kernel {args.kernel!r} matches none of {sorted(kernels)}")
     for name, ins in kernels.items():

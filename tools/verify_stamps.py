@@ -73,6 +73,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                             ("--ctas", args.ctas, 0, 1024)):
         if not lo <= v <= hi:
             ap.error(f"{name} must be in {lo}..{hi}, got {v}")
+    args.tile_config = None  # the tile, parsed here: a bad --tile is a usage error before the GPU check
+    if args.tile:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+        from bench_tiles import parse_tile_config
+
+        try:
+            args.tile_config = parse_tile_config(args.tile, "--tile")
+        except SystemExit as e:  # its one-line message (it raises SystemExit for its other callers)
+            ap.error(str(e.code))
     return args
 
 
@@ -164,7 +173,6 @@ def main(argv=None) -> int:
     import driverlevel as dl
     from driverlevel import verify_attention as va
     from bench_attention import make_data
-    from bench_tiles import parse_tile_config
 
     from driverlevel._device import require_gpu
 
@@ -182,7 +190,7 @@ def main(argv=None) -> int:
         prefixes = [args.prefix] * args.batch
         plan = dl.VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens,
                                   mask_format="bitmask" if args.tree else "causal",
-                                  tile=parse_tile_config(args.tile, "--tile") if args.tile else None)
+                                  tile=args.tile_config)
         d = make_data(torch, dev, args.heads, prefixes, args.tokens, not args.tree, plan.mask_words, 7)
         torch.cuda.synchronize()
         with dl.capture(stream) as cap:

@@ -126,7 +126,7 @@ from driverlevel._constants import (
 )
 from driverlevel._checks import need_shape
 from driverlevel._mask import BITMASK_WORD_BITS
-from driverlevel.reference.trees import ancestor_visibility
+from driverlevel.reference.trees import _count, _int_array, ancestor_visibility
 
 __all__ = [
     "STATUS_POOL_EXHAUSTED",
@@ -172,6 +172,14 @@ def row_argmax(x: object) -> tuple[np.ndarray, np.ndarray]:
     return ids, finite
 
 
+def _topk_k(k: object, vocab: int) -> int:
+    """``k`` of a top-K over ``vocab`` tokens as an int in ``[1, vocab]``, or TypeError / ValueError naming it."""
+    k = _count("k", k, -np.iinfo(np.int64).max)  # the type; the range below, with the vocabulary
+    if not 1 <= k <= vocab:
+        raise ValueError(f"k must be in [1, vocab={vocab}], got {k}")
+    return k
+
+
 def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top-``k`` tokens and their log-probabilities for every depth row.
 
@@ -198,14 +206,15 @@ def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
     Raises
     ------
+    TypeError
+        ``k`` not an int (bool and floats included, even when integral).
     ValueError
         Not 2-D or ``k`` out of range.
     """
     x = np.asarray(logits, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"logits must be [depth_limit, vocab], got shape {x.shape}")
-    if not 1 <= k <= x.shape[1]:
-        raise ValueError(f"k must be in [1, vocab={x.shape[1]}], got {k}")
+    k = _topk_k(k, x.shape[1])
     x = np.where(np.isnan(x), np.float32(-np.inf), x)  # NaN counts as -inf
     x = x + np.float32(0.0)  # -0.0 -> +0.0, so that equal values are ordered by id only
     order = np.argsort(-x, axis=1, kind="stable")[:, :k]  # stable: equal logits keep id order
@@ -264,9 +273,15 @@ def build_tree_from_topk(root_token: int, top_ids: np.ndarray, top_lp: np.ndarra
     Returns
     -------
     Tree
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``budget`` not an int >= 0 (bool and floats refused, never truncated).
     """
+    budget = _count("budget", budget, 0)
     depth_limit = top_lp.shape[0]
-    k = min(int(budget), top_lp.shape[1])
+    k = min(budget, top_lp.shape[1])
     lp = [[float(v) for v in row[:k]] for row in np.asarray(top_lp, dtype=np.float32)]
     tokens, depths, parents, ranks, keys = [int(root_token)], [0], [-1], [-1], [0.0]
     heap = []
@@ -378,16 +393,20 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     Raises
     ------
     ValueError
-        If ``budget`` is negative, ``root_tokens`` is not one-dimensional, or ``logits`` (or
-        ``top``) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``.
+        If ``budget`` is negative, ``root_tokens`` is not one-dimensional, ``logits`` (or
+        ``top``) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``, or ``budgets`` /
+        ``active`` is not ``[bs]``.
+    TypeError
+        If ``budget`` is not an int (bool and floats refused, never truncated), or
+        ``root_tokens`` / ``budgets`` are not integers, or ``active`` not bools or integers
+        (a string is not a flag).
     """
-    roots = np.asarray(root_tokens).astype(np.int64)
+    roots = np.asarray(root_tokens)
     if roots.ndim != 1:
         raise ValueError(f"root_tokens must be one-dimensional [bs], got shape {roots.shape}")
+    roots = _int_array("root_tokens", root_tokens, "integers")
     bs = roots.shape[0]
-    budget = int(budget)
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
+    budget = _count("budget", budget, 0)
     if top is None:
         x = np.asarray(logits, dtype=np.float32)
         if x.ndim != 3 or x.shape[0] != bs or 0 in x.shape[1:]:
@@ -400,8 +419,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
                              f"{np.shape(top[0])} and {np.shape(top[1])}")
         depth_limit, vocab = top[0].shape[1], None
     k = min(budget, vocab) if vocab is not None else min(budget, top[0].shape[2])
-    per = np.full(bs, budget, np.int64) if budgets is None else np.clip(np.asarray(budgets).astype(np.int64), 0, budget)
-    act = np.ones(bs, bool) if active is None else np.asarray(active).astype(bool)
+    per = np.full(bs, budget, np.int64) if budgets is None else np.clip(_per_request("budgets", budgets, bs), 0, budget)
+    act = np.ones(bs, bool) if active is None else _per_request_flags("active", active, bs)
     words = mask_words(budget)
     out = TreeBatch(
         tokens=np.full((bs, budget + 1), -1, np.int32), depths=np.full((bs, budget + 1), -1, np.int32),
@@ -505,10 +524,21 @@ def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
 
 
 def _per_request(name: str, value: object, bs: int) -> np.ndarray:
-    """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it (:func:`driverlevel._checks.need_shape`)."""
+    """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it (:func:`driverlevel._checks.need_shape`);
+    ``TypeError`` for values that are not integers (floats are not truncated, strings not parsed)."""
     a = np.asarray(value)
     need_shape(name, a, (bs,))
-    return a.astype(np.int64)
+    return _int_array(name, value, "integers")
+
+
+def _per_request_flags(name: str, value: object, bs: int) -> np.ndarray:
+    """``value`` as a bool ``[bs]`` array (nonzero is True, as the kernels read a flag), or ``ValueError``
+    naming it for another shape; ``TypeError`` for values that are neither bools nor integers."""
+    a = np.asarray(value)
+    need_shape(name, a, (bs,))
+    if a.dtype.kind not in "biu":
+        raise TypeError(f"{name} must be bools or integers, got dtype {a.dtype}")
+    return a.astype(bool)
 
 
 def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
@@ -536,6 +566,8 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         For ``seq_lens`` / ``req_pool_indices`` that are not ``[bs]``, a ``req_to_token``
         that is not two-dimensional, or -- for a request with nodes -- a negative
         ``seq_lens`` or a ``req_pool_indices`` outside its rows.
+    TypeError
+        For ``seq_lens`` / ``req_pool_indices`` that are not integers.
     """
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
@@ -674,6 +706,9 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
         ``[bs, n_stop]``), or a negative ``depth_limit``.
+    TypeError
+        For ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, or
+        ``active`` that is neither bools nor integers.
     """
     qo = np.asarray(qo_indptr)
     bs = trees.node_counts.shape[0]
@@ -693,11 +728,11 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         post = tgt.astype(np.int64)
         finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
         post = np.where(finite, post, 0).astype(np.int32)
-    act = _per_request("active", active, bs).astype(bool)
+    act = _per_request_flags("active", active, bs)
     committed = _per_request("seq_lens", seq_lens, bs)
     if root_tokens is not None:
         _per_request("root_tokens", root_tokens, bs)
-    stops = np.full((bs, 0), -1) if stop_tokens is None else np.asarray(stop_tokens).astype(np.int64)
+    stops = np.full((bs, 0), -1) if stop_tokens is None else _int_array("stop_tokens", stop_tokens, "integers")
     if stops.ndim != 2 or stops.shape[0] != bs:
         raise ValueError(f"stop_tokens must be [bs={bs}, n_stop], got shape {stops.shape}")
     width = depth_limit + 1
@@ -784,10 +819,16 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     pool : SlotPool
         Rejected slots are pushed back from ``step.alloc_base``; ``count`` becomes
         ``alloc_base + rejected``. Nothing changes if the pool was exhausted.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For a ``req_pool_indices`` that is not ``[bs]`` integers (checked even when the pool
+        was exhausted).
     """
+    rows = _per_request("req_pool_indices", req_pool_indices, step.q_lens.shape[0])
     if step.status & STATUS_POOL_EXHAUSTED:
         return
-    rows = np.asarray(req_pool_indices).astype(np.int64)
     top = step.alloc_base
     for b in range(step.q_lens.shape[0]):
         n = int(step.q_lens[b])

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
-from .ddtree import LP_FLOOR, topk_logprobs
+from .ddtree import LP_FLOOR, _topk_k, topk_logprobs
 
 __all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk", "log_bin",
            "log_bin_lo", "log_bin_hi", "kth_largest_bound", "KEY_NEG_INF"]
@@ -129,9 +129,16 @@ class ThresholdResult:
 def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288, sm_count: int = 132,
                    rows: int = 1) -> ThresholdResult:
     """The threshold top-K of one row as the kernels compute it (the fallback is the
-    reference's exact top-K, which the chunk kernel reproduces)."""
+    reference's exact top-K, which the chunk kernel reproduces).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``k`` not an int in ``[1, len(row)]``, as :func:`~driverlevel.reference.ddtree.topk_logprobs`.
+    """
     x = np.asarray(row, np.float32)
     v = x.shape[0]
+    k = _topk_k(k, v)
     cap = candidate_capacity(k, v, merge_capacity)
     t, early = sample_threshold(x, k, bf16)
     if early:

@@ -54,6 +54,30 @@ def _count(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _int_array(name: str, values: object, what: str = "an integer array") -> np.ndarray:
+    """``values`` as an int64 array, or an error naming ``name``.
+
+    Integer dtypes only: bool, float, str and object arrays are refused, never truncated or
+    parsed. An empty list or tuple (which numpy makes float64) counts as integers. Unsigned
+    values past the int64 range are refused, never wrapped (``2**64 - 1`` is not ``-1``).
+
+    Raises
+    ------
+    TypeError
+        Not an integer dtype: ``"parents must be an integer array, got dtype float64"``.
+    ValueError
+        An unsigned value above ``2**63 - 1``.
+    """
+    arr = np.asarray(values)
+    if arr.size == 0 and isinstance(values, (list, tuple)):
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be {what}, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must fit int64, got {int(arr.max())}")
+    return arr.astype(np.int64)
+
+
 def random_tree(num_nodes: int, rng: np.random.Generator) -> np.ndarray:
     """A random draft tree: each node's parent is uniform over the earlier nodes.
 
@@ -138,15 +162,13 @@ def check_parents(parents: object, name: str = "parents") -> np.ndarray:
     TypeError
         Not an integer array.
     ValueError
-        Not 1-D, empty, ``parents[0] != -1``, or some ``parents[i]`` outside
-        ``[0, i)``.
+        Not 1-D, empty, an unsigned value past int64, ``parents[0] != -1``, or some
+        ``parents[i]`` outside ``[0, i)``.
     """
     arr = np.asarray(parents)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.shape[0] < 1:
+    if arr.ndim != 1 or arr.shape[0] < 1:  # (first: [] is an empty float64 array, not a float one)
         raise ValueError(f"{name} must be 1-D with at least one node, got shape {arr.shape}")
-    arr = arr.astype(np.int64)
+    arr = _int_array(name, arr)
     if arr[0] != -1:
         raise ValueError(f"{name}[0] must be -1 (the root), got {arr[0]}")
     idx = np.arange(arr.shape[0])
@@ -190,12 +212,9 @@ def ancestor_visibility(parents: object) -> np.ndarray:
 
 
 def _lengths(name: str, values: object) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    arr = _int_array(name, values, "integers")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    arr = arr.astype(np.int64)
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be >= 0, got {arr.tolist()}")
     return arr

@@ -1,0 +1,128 @@
+"""Review 16 #8: a launch's ``stream`` and a verify call's ``metadata`` are checked before any launch
+(CPU only).
+
+``VerifyAttention.run(None, ...)`` ended in ``AttributeError: 'NoneType' object has no attribute
+'handle'``, ``metadata=None`` in a misleading ``qo_indptr is required``; the DDTree stages had the
+same stream problem (an ``AttributeError`` from the launch, after packing it). The plans are built
+with ``object.__new__`` on a stand-in device, as in ``test_verify_attention`` and
+``test_readonly_outputs``: the checks run before any launch, so no GPU is needed.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType, SimpleNamespace
+
+import numpy as np
+import pytest
+
+import driverlevel as dl
+from driverlevel import DDTreePlan, RequestState, VerifyAttention, VerifyMetadata
+from driverlevel._checks import stream_arg
+from driverlevel._mask import bitmask_words, parse_mask_format
+
+DEV = SimpleNamespace(ordinal=0)
+BAD_STREAMS = [None, 0, 7, "stream", object()]
+STREAM_WORDS = r"^stream must be a driverlevel Stream \(Device.create_stream\(\) or Stream.from_handle\), got "
+
+
+def arr(shape, dtype):
+    return dl.DeviceArray(0x10000, shape, dtype, DEV)
+
+
+def test_stream_arg_takes_what_capture_takes():
+    s = SimpleNamespace(handle=0x1234, device=DEV)
+    assert stream_arg("stream", s) is s
+    for bad in BAD_STREAMS:
+        with pytest.raises(TypeError, match=STREAM_WORDS + type(bad).__name__ + "$"):
+            stream_arg("stream", bad)
+
+
+# -- VerifyAttention ---------------------------------------------------------------------------------
+def _verify_plan():
+    plan = object.__new__(VerifyAttention)
+    plan.device, plan.num_heads, plan.max_batch, plan.max_q = DEV, 9, 8, 64
+    plan.mask_format, plan.mask_words = parse_mask_format("bitmask"), bitmask_words(64)
+    plan._stream_handle, plan._cached_key = None, None
+    return plan
+
+
+def _verify_args(metadata="good"):
+    meta = VerifyMetadata(arr((2,), "int64"), arr((2,), "int32"), arr((100,), "int64"), arr((4,), "int64"),
+                          arr((4, 2), "uint32"))
+    return (arr((4, 9, 576), dl.bfloat16), arr((200, 576), dl.bfloat16), meta if metadata == "good" else metadata,
+            arr((4, 9, 512), dl.bfloat16), arr((4, 9), "float32"))
+
+
+@pytest.mark.parametrize("stream", BAD_STREAMS)
+def test_verify_attention_run_refuses_a_stream_that_is_not_a_stream(stream):
+    plan = _verify_plan()
+    with pytest.raises(TypeError, match=STREAM_WORDS + type(stream).__name__ + "$"):
+        plan.run(stream, *_verify_args())
+    assert plan._stream_handle is None  # nothing bound
+
+
+@pytest.mark.parametrize("metadata", [None, [], ["qo_indptr"], "metadata", 3])
+def test_verify_attention_refuses_metadata_that_is_neither_a_verify_metadata_nor_a_mapping(metadata):
+    q, kv, meta, out, lse = _verify_args(metadata)
+    words = r"^metadata must be a VerifyMetadata or a mapping of its fields \(qo_indptr, .*\), got "
+    with pytest.raises(TypeError, match=words + type(metadata).__name__ + "$"):
+        _verify_plan()._validate(q, kv, meta, out, lse)
+
+
+def test_verify_attention_takes_a_mapping_or_an_object_with_the_fields():
+    good = _verify_args()[2]
+    fields = dict(qo_indptr=good.qo_indptr, kv_indptr=good.kv_indptr, kv_indices=good.kv_indices,
+                  out_cache_loc=good.out_cache_loc, custom_mask=good.custom_mask)
+    q, kv, _, out, lse = _verify_args()
+    for meta in (good, fields, MappingProxyType(fields), SimpleNamespace(**fields)):
+        assert _verify_plan()._validate(q, kv, meta, out, lse)[-1] == 1  # bs
+    with pytest.raises(TypeError, match="^qo_indptr is required$"):  # a mapping without the field: the field named
+        _verify_plan()._validate(q, kv, {"kv_indptr": good.kv_indptr}, out, lse)
+
+
+# -- DDTreePlan --------------------------------------------------------------------------------------
+B, C, D, V = 4, 64, 3, 128
+
+
+def _ddtree_plan():
+    plan = object.__new__(DDTreePlan)
+    plan.device, plan.max_batch, plan.max_context = DEV, B, C
+    plan.depth_limit, plan.vocab, plan.logits_dtype = D, V, np.dtype(np.float32)
+    plan.max_rows, plan.record_width = 64, 12
+    plan._cache = {}  # the packed launches: still empty after a refused call
+    return plan
+
+
+def _state():
+    f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
+         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((100,), "int64"),
+         "free_count": ((1,), "int64")}
+    return RequestState(**{k: arr(s, d) for k, (s, d) in f.items()})
+
+
+STAGES = {
+    "build": lambda plan, s: plan.build(s, arr((B, D, V), "float32"), _state()),
+    "compile": lambda plan, s: plan.compile(s, _state()),
+    "accept": lambda plan, s: plan.accept(s, _state(), target_tokens=arr((64,), "int32")),
+    "commit": lambda plan, s: plan.commit(s, _state()),
+    "commit_dense": lambda plan, s: plan.commit_dense(s, _state(), arr((2, B, C, 8), "float32")),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+@pytest.mark.parametrize("stream", [None, 0, "stream"])
+def test_ddtree_stages_refuse_a_stream_that_is_not_a_stream(stage, stream):
+    plan = _ddtree_plan()
+    with pytest.raises(TypeError, match=STREAM_WORDS + type(stream).__name__ + "$"):
+        STAGES[stage](plan, stream)
+    assert plan._cache == {}  # refused before any launch was packed
+
+
+# -- the runners' stream= --------------------------------------------------------------------------
+def test_runner_stream_must_be_a_stream(monkeypatch):
+    from driverlevel import runner
+
+    monkeypatch.setattr(runner, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(TypeError, match=STREAM_WORDS + "int$"):
+        runner.AutoregressiveRunner(0, target_forward=lambda stream, buffers: None, vocab_size=64, max_batch=2,
+                                    max_context=64, max_prompt_len=8, stream=5)
