@@ -25,8 +25,14 @@ chunk top-K's fallback grid, which exits at once for rows that need nothing).
 kernels after its first (default: the plan's, on from sm_90); "both" times off and on side by
 side on the same inputs, one plan each per row (the last column says which).
 
+Every timed replay comes behind a 256 MB write that evicts L2, as in bench_attention.py: in a decode
+step the verify kernel and the target model run between two builds, so the build's code and data
+are cold there. ``--warm-l2`` leaves it out (the tables before 2026-12-02's seventeenth session;
+at batch 1 / 16 the build then measured ~10 µs faster than a step sees it).
+
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
+                                         [--warm-l2]
 """
 
 from __future__ import annotations
@@ -97,11 +103,13 @@ def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
     return x, logits, target, tokens, state, snapshot
 
 
-def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, reps):
+def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, reps, flush=None):
     """Median GPU µs of each stage over graph replays that start from the same state.
 
     Each stage is captured into a graph of its own; per repetition the state is
-    restored, a spin kernel holds the GPU for 300 µs while the host queues event,
+    restored, ``flush`` (a 256 MB device array, or None) is written to evict L2 (as the
+    verify step and the target model do between two builds of a decode step: the build's
+    code and data are cold there), a spin kernel holds the GPU for 300 µs while the host queues event,
     stage graph, event, ..., so the events see GPU time only (each boundary adds
     the ~1 µs a graph launch costs on the GPU). "step" times the four stages
     captured together in one graph, the way a decode step runs them; "accept_tok" is
@@ -136,6 +144,7 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     for r in range(reps + 3):
         for k, a in snapshot.items():
             getattr(state, k).copy_from(a, stream)
+        _evict_l2(flush, stream, r)
         spin.launch(stream, 1, 32, [np.int64(300_000)])
         ev[0].record(stream)
         for i, s in enumerate(STAGES):
@@ -143,6 +152,7 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
             ev[i + 1].record(stream)
         for k, a in snapshot.items():
             getattr(state, k).copy_from(a, stream)
+        _evict_l2(flush, stream, r)
         spin.launch(stream, 1, 32, [np.int64(300_000)])
         ev[-2].record(stream)
         whole.launch(stream)
@@ -150,10 +160,12 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
         for k, a in snapshot.items():
             getattr(state, k).copy_from(a, stream)
         graphs["compile"].launch(stream)
+        _evict_l2(flush, stream, r)
         spin.launch(stream, 1, 32, [np.int64(100_000)])
         ev[-4].record(stream)
         graphs["accept_tok"].launch(stream)
         ev[-3].record(stream)
+        _evict_l2(flush, stream, r)
         spin.launch(stream, 1, 32, [np.int64(100_000)])
         ev[-5].record(stream)
         graphs["topk"].launch(stream)
@@ -170,13 +182,19 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     return out
 
 
-def build_part_times(dev, stream, plan, logits, state, snapshot, reps):
+def _evict_l2(flush, stream, r):
+    """Write ``flush`` (256 MB, several times the L2) on ``stream``, unless it is None (``--warm-l2``)."""
+    if flush is not None:
+        flush.fill_bytes(r & 0xFF, stream)
+
+
+def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=None):
     """Cumulative median GPU µs of the build's launches: ``[t(first), t(first two), ...]``.
 
     Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
     tree; chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
-    :func:`gpu_stage_times` times a stage (state restored, a spin kernel ahead, events around
-    it), so consecutive differences are each launch's share, boundaries included.
+    :func:`gpu_stage_times` times a stage (state restored, ``flush`` written, a spin kernel ahead,
+    events around it), so consecutive differences are each launch's share, boundaries included.
     """
     from driverlevel import selftest
 
@@ -194,6 +212,7 @@ def build_part_times(dev, stream, plan, logits, state, snapshot, reps):
         for i, g in enumerate(graphs):
             for k, a in snapshot.items():
                 getattr(state, k).copy_from(a, stream)
+            _evict_l2(flush, stream, r)
             spin.launch(stream, 1, 32, [np.int64(100_000)])
             ev[0].record(stream)
             g.launch(stream)
@@ -301,6 +320,10 @@ def main(argv=None) -> int:
                     help="programmatic dependent launch of the build's kernels (DDTreePlan(pdl=...)); "
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
+    ap.add_argument("--warm-l2", action="store_true",
+                    help="no L2 flush before the timed replays (the sixteenth session's and earlier tables): the "
+                         "build's code and data may still be in L2 from the previous replay, which a decode step's "
+                         "verify and model forward never leave")
     args = ap.parse_args(argv)
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
@@ -322,10 +345,12 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     budgets = (16, 256) if args.quick else (16, 64, 256, 512)
     reps = 10 if args.quick else 30
+    flush = None if args.warm_l2 else dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
     results = []
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
-          f"{'not installed' if torch is None else torch.__version__})")
+          f"{'not installed' if torch is None else torch.__version__}); "
+          + ("L2 warm (no flush)" if flush is None else "each timed replay behind a 256 MB L2 flush"))
     head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
             f"{'build x':>7} | {'pdl':>3}")
@@ -337,8 +362,8 @@ def main(argv=None) -> int:
                           topk=mode, pdl=pdl)
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
-        g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps)
-        parts = build_part_times(dev, stream, plan, logits, state, snap, reps)
+        g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
+        parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)
         r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
         row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
@@ -359,7 +384,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
-                       "results": results}, f, indent=1)
+                       "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
     return 0
 
 
