@@ -321,10 +321,11 @@ def check_arch(name) -> str:
     ------
     ValueError
         Naming what was wrong and listing the accepted names: a name that is no
-        architecture (or has a leading zero, ``sm_090``), a virtual one (``compute_90``), one older than sm_80, one unknown to
-        driverlevel (``sm_999``), or a suffixed one (``sm_90a``, ``sm_100f``): the kernels
-        use no architecture- or family-specific instructions, so driverlevel always builds
-        the plain target (``sm_90``), which the runtime loads on that GPU.
+        architecture (or has a leading zero, ``sm_090``), a virtual one (``compute_90``), one
+        older than sm_80, one unknown to driverlevel (``sm_999``), or a suffixed one
+        (``sm_90a``, ``sm_100f``): the kernels use no architecture- or family-specific
+        instructions, so driverlevel always builds the plain target (``sm_90``), which the
+        runtime loads on that GPU.
     """
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
@@ -806,9 +807,9 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     ValueError
         For a ``name`` with no file name (``""``, ``"dir/"``, ``"."``, ``".."``), a NUL character in
         ``name`` or ``source``, an unsupported architecture, a target-selecting, include or LTO
-        option in ``extra_options`` or one last there without its value, an ``include_dirs`` entry that is ``""`` or no existing
-        directory (the message names ``include_dirs[i]``), a define name that is no C identifier,
-        or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
+        option in ``extra_options`` or one last there without its value, an ``include_dirs``
+        entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
+        define name that is no C identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
@@ -917,8 +918,8 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: 
             raise NvrtcError("nvrtcCompileProgram", nvrtc.nvrtcResult(err).name, log, options, arch, name)
         size = check_nvrtc("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog), prog, options, arch, name)
         if not size:
-            raise NvrtcError("nvrtcGetCUBINSize", "EMPTY_CUBIN",
-                             "NVRTC produced no cubin: an option of extra_options (e.g. -tile-only) makes it emit something else", options, arch, name)
+            raise NvrtcError("nvrtcGetCUBINSize", "EMPTY_CUBIN", "NVRTC produced no cubin: an option of "
+                             "extra_options (e.g. -tile-only) makes it emit something else", options, arch, name)
         buf = b" " * size
         check_nvrtc("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, buf), prog, options, arch, name)
     finally:
