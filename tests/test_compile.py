@@ -781,7 +781,8 @@ def test_the_log_keeps_a_header_whose_path_starts_with_the_program_s(fresh_cache
     with pytest.raises(dl.NvrtcError) as ei:
         compile_source('#include "k.cuh"\nint y = ;\n', "k.cu", "sm_90", include_dirs=[tmp_path])
     errors = [ln for ln in ei.value.log.splitlines() if "error:" in ln]
-    assert errors == [f"{tmp_path / 'k.cuh'}(1): error: expected an expression", "k.cu(2): error: expected an expression"]
+    assert errors == [f"{tmp_path / 'k.cuh'}(1): error: expected an expression",
+                      "k.cu(2): error: expected an expression"]
 
 
 @pytest.mark.parametrize("dirs, exc, words", [
@@ -867,3 +868,34 @@ def test_nul_and_dot_names_are_refused(fresh_cache, count_compiles, source, name
     with pytest.raises(ValueError, match=words):
         compile_source(source, name, "sm_90")
     assert count_compiles == [] and not fresh_cache.exists()
+
+
+# -- review 17 L2: a kernel file compiled without (all of) its defines names the public launcher ----
+def _partial_defines(which):
+    from driverlevel._constants import kernel_defines
+    from driverlevel._device_error import error_defines
+
+    return {"none": {}, "constants": kernel_defines(), "errors": error_defines(),
+            "both": {**kernel_defines(), **error_defines()}}[which]
+
+
+@pytest.mark.parametrize("which", ["none", "constants", "errors", "both"])
+@pytest.mark.parametrize("name, module", [("ddtree.cu", "ddtree"), ("runner.cu", "runner"),
+                                          ("verify_attention.cu", "verify_attention")])
+def test_a_partial_define_set_stops_at_one_error_naming_the_launcher(fresh_cache, name, module, which):
+    """constants.cuh named the private _constants.kernel_defines(); following it, ddtree.cu and runner.cu
+    gave a cascade of undefined identifiers (DL_FIELD_TREE_TOKENS ...), and verify_attention.cu pointed
+    at _device_error.error_defines(), then at compile_defines() (no variant, no tile)."""
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.runtime.compile_file(name, "sm_90", _partial_defines(which), use_cache=False)
+    errors = [ln for ln in ei.value.log.splitlines() if "error" in ln and not ln.startswith("  ")]
+    assert errors[0].startswith(f"{name}(") and errors[0].endswith(
+        f'#error directive: "compile with driverlevel.{module}.compile_variants()"'), errors
+    assert len(errors) == 2 and "catastrophic error detected" in errors[1], errors
+
+
+def test_constants_cuh_names_the_public_launchers(fresh_cache):
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "DL_STATUS_POOL_EXHAUSTED is not defined: compile '
+                                            r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
+                                            r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
+        compile_source('#include "constants.cuh"\n', "k.cu", "sm_90", use_cache=False)
