@@ -91,10 +91,10 @@
 // constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
 
-// From the launcher (driverlevel/ddtree.py compile_defines): the params layouts, the shared constants
-// and the device error word's numbers; one of each, so that a partial set stops here, not in a cascade.
-#if !defined(DL_SIZEOF_SH) || !defined(DL_SIZEOF_CM) || !defined(DL_STATUS_POOL_EXHAUSTED) || \
-    !defined(DL_FIELD_TREE_TOKENS)
+// From the launcher (driverlevel/ddtree.py compile_defines): the params layouts and the device error
+// word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
+// constants one by one).
+#if !defined(DL_SIZEOF_SH) || !defined(DL_SIZEOF_CM) || !defined(DL_FIELD_TREE_TOKENS)
 #error "compile with driverlevel.ddtree.compile_variants()"
 #endif
 

@@ -43,9 +43,10 @@
 // bonus, finished, emitted tokens (record_width - RECORD_HEADER, -1 padded)]. The host reads an entry
 // after the step's event; nothing is copied and nothing synchronizes inside the step.
 
-// From the launcher (driverlevel/runner.py compile_defines): the StepParams layout, the shared constants
-// and the device error word's numbers; one of each, so that a partial set stops here, not in a cascade.
-#if !defined(DL_SIZEOF_S) || !defined(DL_STATUS_POOL_EXHAUSTED) || !defined(DL_FIELD_REQ_POOL_INDICES)
+// From the launcher (driverlevel/runner.py compile_defines): the StepParams layout and the device error
+// word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
+// constants one by one).
+#if !defined(DL_SIZEOF_S) || !defined(DL_FIELD_REQ_POOL_INDICES)
 #error "compile with driverlevel.runner.compile_variants()"
 #endif
 

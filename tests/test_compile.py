@@ -899,3 +899,18 @@ def test_constants_cuh_names_the_public_launchers(fresh_cache):
                                             r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
                                             r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
         compile_source('#include "constants.cuh"\n', "k.cu", "sm_90", use_cache=False)
+
+
+@pytest.mark.parametrize("module", ["ddtree", "runner"])
+def test_without_the_shared_constants_constants_cuh_names_the_launchers(fresh_cache, module):
+    """The rest of the set given, the first missing shared constant stops the compile, naming the public way."""
+    import importlib
+
+    from driverlevel._constants import kernel_defines
+
+    mod = importlib.import_module(f"driverlevel.{module}")
+    defines = {k: v for k, v in mod.compile_defines("sm_90").items() if k not in kernel_defines()}
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "DL_STATUS_POOL_EXHAUSTED is not defined: compile '
+                                            r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
+                                            r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
+        dl.runtime.compile_file(f"{module}.cu", "sm_90", defines, use_cache=False)
