@@ -90,6 +90,14 @@
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
 // constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
 // build.cuh, compile.cuh, accept.cuh, commit.cuh: the stages) and defines the entry points.
+
+// From the launcher (driverlevel/ddtree.py compile_defines): the params layouts and the device error
+// word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
+// constants one by one).
+#if !defined(DL_SIZEOF_SH) || !defined(DL_SIZEOF_CM) || !defined(DL_FIELD_TREE_TOKENS)
+#error "compile with driverlevel.ddtree.compile_variants()"
+#endif
+
 #include "common.cuh"
 #include "constants.cuh"
 #include "ddtree/params.cuh"

@@ -42,6 +42,14 @@
 // free slots, active requests] and one record per request [accepted_count, num_emitted,
 // bonus, finished, emitted tokens (record_width - RECORD_HEADER, -1 padded)]. The host reads an entry
 // after the step's event; nothing is copied and nothing synchronizes inside the step.
+
+// From the launcher (driverlevel/runner.py compile_defines): the StepParams layout and the device error
+// word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
+// constants one by one).
+#if !defined(DL_SIZEOF_S) || !defined(DL_FIELD_REQ_POOL_INDICES)
+#error "compile with driverlevel.runner.compile_variants()"
+#endif
+
 #include "common.cuh"
 #include "constants.cuh"
 #include "request_state.cuh"

@@ -185,11 +185,9 @@
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
-#if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT)
-#error "compile with driverlevel._device_error.error_defines()"
-#endif
-#if !defined(DL_VA_MAX_BATCH) || !defined(DL_VA_MAX_PARTS) || !defined(DL_VA_REQUEST_BYTES) || !defined(DL_SMEM_BYTES)
-#error "compile with driverlevel.verify_attention.compile_defines()"
+#if !defined(DL_FIELD_QO_INDPTR) || !defined(DL_ERR_INCONSISTENT) || !defined(DL_VA_MAX_BATCH) || \
+    !defined(DL_VA_MAX_PARTS) || !defined(DL_VA_REQUEST_BYTES) || !defined(DL_SMEM_BYTES)
+#error "compile with driverlevel.verify_attention.compile_variants()"
 #endif
 
 enum MaskMode : int { kMaskFull = 0, kMaskQlenOnly = 1, kMaskBitmask = 2, kMaskCausal = 3 };

@@ -13,7 +13,9 @@ the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other v
 ``ValueError`` (:func:`cache_dir`). The
 key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
-looked up in its folder first, as NVRTC does; the current directory is never searched), the CUDA headers
+looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
+the current directory is never searched; where any ``#include`` names its header through a macro,
+``#include HDR``, every regular file under those directories, recursively), the CUDA headers
 (``cuda_bf16.h`` and friends) found on the include path, the paths of the program and of the local include
 directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
@@ -26,12 +28,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import numbers
 import os
 import re
 import struct
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -223,26 +227,36 @@ def normalize_arch(arch) -> str:
     Raises
     ------
     ValueError
-        For a malformed architecture (a tuple other than ``(major, minor)``, a virtual
-        ``compute_XX``, a family target such as ``sm_100f``) or one older than sm_80.
+        For a malformed architecture (a tuple other than ``(major, minor)`` of ints with
+        ``major >= 1`` and ``minor`` 0 to 9, a number with a leading zero such as ``"sm_090"``,
+        a virtual ``compute_XX``, a family target such as ``sm_100f``) or one older than sm_80.
     """
     if hasattr(arch, "arch") and not isinstance(arch, str):
         arch = arch.arch
     given = arch
     if isinstance(arch, tuple):
-        if len(arch) != 2:
+        major, minor = arch if len(arch) == 2 else (None, None)
+        if not (_is_int(major) and _is_int(minor) and major >= 1 and 0 <= minor <= 9):
             raise ValueError(f"unsupported architecture {given!r}: a compute capability tuple is (major, minor), "
-                             f"e.g. (9, 0)")
-        arch = f"sm_{arch[0]}{arch[1]}"
+                             f"two ints with major >= 1 and minor 0 to 9, e.g. (9, 0)")
+        arch = f"sm_{int(major)}{int(minor)}"
     s = str(arch).strip().lower()
     if s.isdigit():
         s = "sm_" + s
     m = re.fullmatch(r"sm_(\d+)a?", s)
+    if m and len(m.group(1)) > 1 and m.group(1).startswith("0"):
+        plain = "sm_" + s[3:].lstrip("0")
+        raise ValueError(f"unsupported architecture {given!r}: the number has a leading zero (write {plain!r})")
     if not m or int(m.group(1)) < 80:
         raise ValueError(f"unsupported architecture {given!r}: expected a real target sm_XX of sm_80 or newer, "
                          f"optionally architecture-specific (sm_90a); not a virtual compute_XX or a family target "
                          f"(sm_100f). E.g. one of {', '.join(SUPPORTED_ARCHS)}")
     return s
+
+
+def _is_int(v) -> bool:
+    """``v`` is an integer (numpy's too), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,10 +321,11 @@ def check_arch(name) -> str:
     ------
     ValueError
         Naming what was wrong and listing the accepted names: a name that is no
-        architecture, a virtual one (``compute_90``), one older than sm_80, one unknown to
-        driverlevel (``sm_999``), or a suffixed one (``sm_90a``, ``sm_100f``): the kernels
-        use no architecture- or family-specific instructions, so driverlevel always builds
-        the plain target (``sm_90``), which the runtime loads on that GPU.
+        architecture (or has a leading zero, ``sm_090``), a virtual one (``compute_90``), one
+        older than sm_80, one unknown to driverlevel (``sm_999``), or a suffixed one
+        (``sm_90a``, ``sm_100f``): the kernels use no architecture- or family-specific
+        instructions, so driverlevel always builds the plain target (``sm_90``), which the
+        runtime loads on that GPU.
     """
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
@@ -320,6 +335,8 @@ def check_arch(name) -> str:
     m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
     if m is None:
         why = f"{text!r} is not an architecture name"
+    elif len(m.group(2)) > 1 and m.group(2).startswith("0"):
+        why = f"{text!r} has a leading zero in its number (write {m.group(1)}_{m.group(2).lstrip('0')}{m.group(3)})"
     elif m.group(1) == "compute":
         why = f"{text!r} is a virtual architecture (PTX); driverlevel compiles cubin for a real one"
     elif m.group(3):
@@ -429,7 +446,40 @@ def _system_headers_digest(dirs: tuple) -> str:
     return h.hexdigest()
 
 
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.MULTILINE)
+#: What :func:`_strip_comments` reads as one unit: a comment (replaced by a space), or a string or
+#: character literal or a number with digit separators (kept: a ``//`` or ``/*`` in them starts no
+#: comment, and ``1'000`` starts no character literal).
+_LEXEME_RE = re.compile(r"""//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\.?\b\d(?:'\w|[\w.])*""",
+                        re.DOTALL)
+#: An ``#include`` directive of comment-free text: its operand, up to the end of the line.
+_INCLUDE_RE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*include\b[ \t\f\v]*(.*)$", re.MULTILINE)
+#: A literal operand: ``"x"`` or ``<x>`` (anything else is a macro, expanded by NVRTC).
+_OPERAND_RE = re.compile(r'"([^"]+)"|<([^>]+)>')
+#: The key of :func:`_local_headers`'s entry for every file of the include directories.
+_ALL_FILES = "<every file of the include directories>"
+
+
+def _strip_comments(text: str) -> str:
+    """``text`` as the preprocessor reads its directives: lines joined at a backslash-newline, and every
+    comment replaced by one space (a block comment spanning lines too), so that ``/* x */ #include "d.h"``
+    is a directive and a ``#include`` inside a comment is none. String and character literals are kept
+    whole (raw strings ``R"(...)"`` are not understood)."""
+    text = text.replace("\\\r\n", "").replace("\\\n", "")
+    return _LEXEME_RE.sub(lambda m: " " if m.group().startswith(("//", "/*")) else m.group(), text)
+
+
+def _includes(text: str) -> tuple[list[tuple[str, str]], bool]:
+    """``([(quoted, angled), ...], computed)``: the literal ``#include`` operands of ``text`` (one of each pair
+    is ``""``), and whether any ``#include`` has another operand (a macro, ``#include HDR``), whose header
+    only NVRTC can tell."""
+    literal, computed = [], False
+    for operand in _INCLUDE_RE.findall(_strip_comments(text)):
+        m = _OPERAND_RE.match(operand)
+        if m:
+            literal.append((m.group(1) or "", m.group(2) or ""))
+        else:
+            computed = True
+    return literal, computed
 
 
 def _local_headers(source: str, search: list[Path], seen=None, here: Path | None = None) -> dict[str, str]:
@@ -440,10 +490,16 @@ def _local_headers(source: str, search: list[Path], seen=None, here: Path | None
     (``here``; ``cu/ddtree/topk.cuh`` including ``"params.cuh"`` finds ``cu/ddtree/params.cuh``),
     then in ``search`` in order; ``<x>`` only in ``search``. The top-level source is compiled as a
     file of ``search[0]`` (:func:`_program_path`), so its own directory adds nothing. A ``<x>`` not
-    in ``search`` (``<cuda_bf16.h>``, the compiler's own headers) is not a local header.
+    in ``search`` (``<cuda_bf16.h>``, the compiler's own headers) is not a local header. Comments are
+    removed first (:func:`_strip_comments`). A computed include (``#include HDR``, a macro) may name
+    any header: then every regular file under ``search`` (recursively) is hashed too, under the key
+    :data:`_ALL_FILES`.
     """
     seen = {} if seen is None else seen
-    for quoted, angled in _INCLUDE_RE.findall(source):
+    literal, computed = _includes(source)
+    if computed and _ALL_FILES not in seen:
+        seen[_ALL_FILES] = _tree_digest(search)
+    for quoted, angled in literal:
         name = quoted or angled
         for d in ([here] if here is not None and quoted else []) + list(search):
             p = d / name
@@ -456,6 +512,28 @@ def _local_headers(source: str, search: list[Path], seen=None, here: Path | None
                 _local_headers(text, search, seen, p.parent)
             break
     return seen
+
+
+def _tree_digest(dirs: list[Path]) -> str:
+    """sha256 over the path (under its directory) and contents of every regular file under ``dirs``,
+    recursively (symbolic links followed, each real directory read once)."""
+    h = hashlib.sha256()
+    done = set()
+    for i, d in enumerate(dirs):
+        for root, subdirs, files in os.walk(d, followlinks=True):
+            real = os.path.realpath(root)
+            if real in done:
+                subdirs[:] = []
+                continue
+            done.add(real)
+            subdirs.sort()
+            for f in sorted(files):
+                p = os.path.join(root, f)
+                if os.path.isfile(p):
+                    rel = os.path.relpath(p, d)
+                    with open(p, "rb") as fh:
+                        h.update(f"{i}\0{rel}\0".encode() + fh.read() + b"\0\1")
+    return h.hexdigest()
 
 
 def _header_key(path: Path, search: list[Path], name: str) -> str:
@@ -509,6 +587,12 @@ _ARCH_OPTION_RE = re.compile(r"\s*(-arch|--gpu-architecture|-gencode|--generate-
 #: Options that add include directories or headers: what they bring in would not be part of the
 #: cache key (``include_dirs`` is; a header the source includes is).
 _INCLUDE_OPTION_RE = re.compile(r"\s*(-I|(--include-path|-include|--pre-include)(\s|=|$))")
+#: Options that make NVRTC emit LTO IR instead of a cubin (no cubin to load).
+_NO_CUBIN_OPTION_RE = re.compile(r"\s*(-dlto|--dlink-time-opt)(\s|=|$)")
+#: Options whose value may be the next item: last in ``extra_options``, NVRTC ignores them silently
+#: (``-Xptxas``, ``-maxrregcount``) or says only "invalid macro definition" (``-D``).
+_VALUE_OPTIONS = ("-D", "--define-macro", "-U", "--undefine-macro", "-Xptxas", "--ptxas-options", "-Xnvvm",
+                  "-maxrregcount", "--maxrregcount", "-dopt", "--dopt", "-split-compile", "--split-compile")
 
 
 def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
@@ -519,6 +603,9 @@ def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
                         f"{type(value).__name__}: write [{value!r}]")
     if value is None:
         return ()
+    if isinstance(value, (Mapping, AbstractSet)):
+        raise TypeError(f"{name} must be a sequence of {'paths' if paths else 'str'} (a list or tuple, in order), "
+                        f"got {type(value).__name__}")
     try:
         items = tuple(value)
     except TypeError:
@@ -529,6 +616,18 @@ def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
         if not ok:
             raise TypeError(f"{name}[{i}] must be a {'str or path' if paths else 'str'}, got {type(v).__name__} {v!r}")
     return items
+
+
+def _check_include_dir(i: int, d) -> None:
+    """TypeError / ValueError naming ``include_dirs[i]`` unless ``d`` names an existing directory."""
+    path = os.fspath(d)
+    if not isinstance(path, str):
+        raise TypeError(f"include_dirs[{i}] must be a str or path, got a path of {type(path).__name__} {d!r}")
+    if path == "":
+        raise ValueError(f"include_dirs[{i}] is '': an empty path (write '.' for the current directory)")
+    if not os.path.isdir(path):
+        why = "is a file, not a directory" if os.path.exists(path) else "is not a directory (it does not exist)"
+        raise ValueError(f"include_dirs[{i}] {path!r} {why}")
 
 
 def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tuple, tuple]:
@@ -542,7 +641,16 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
             raise ValueError(f"extra_options must not add include directories or headers ({o!r}): pass the "
                              f"directories as include_dirs= (their headers are part of the cache key) and #include "
                              f"a header in the source")
+        if _NO_CUBIN_OPTION_RE.match(o):
+            raise ValueError(f"extra_options must not ask for LTO IR instead of a cubin ({o!r}): driverlevel "
+                             f"compiles a cubin and loads it as it is")
+    if extra and extra[-1].strip() in _VALUE_OPTIONS:
+        o = extra[-1].strip()
+        raise ValueError(f"extra_options ends with {extra[-1]!r}, which takes a value: give the value as the next "
+                         f"item ([..., {o!r}, value])")
     incl = _str_sequence("include_dirs", include_dirs, paths=True)
+    for i, d in enumerate(incl):
+        _check_include_dir(i, d)
     if defines is None:
         defines = {}
     if not hasattr(defines, "items"):
@@ -566,8 +674,13 @@ def _check_source_and_name(source, name) -> None:
         raise TypeError(f"source must be a str (the CUDA C++ text), got {type(source).__name__}{hint}")
     if not isinstance(name, str):
         raise TypeError(f"name must be a str (a file name such as 'k.cu'), got {type(name).__name__} {name!r}")
-    if not os.path.basename(name):
+    if os.path.basename(name) in ("", ".", ".."):
         raise ValueError(f"name must end in a file name such as 'k.cu', got {name!r}")
+    if "\0" in name:
+        raise ValueError(f"name must not contain a NUL character, got {name!r}")
+    if "\0" in source:
+        raise ValueError(f"source contains a NUL character (at index {source.index(chr(0))}): NVRTC would stop "
+                         f"reading there and compile only the text before it")
 
 
 def _options(arch: str, defines: dict, extra) -> list[str]:
@@ -651,9 +764,11 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     Parameters
     ----------
     source : str
-        CUDA C++ text; kernels should be ``extern "C"`` so their names are plain.
+        CUDA C++ text; kernels should be ``extern "C"`` so their names are plain. No NUL character
+        (NVRTC would stop reading there).
     name : str
-        File name used in diagnostics and the cache key, e.g. ``"verify_attention.cu"``.
+        File name used in diagnostics and the cache key, e.g. ``"verify_attention.cu"`` (not
+        ``"."`` or ``".."``; no NUL character).
     arch : str, tuple, int or Device
         Target architecture, e.g. ``"sm_120"``.
     defines : dict, optional
@@ -665,13 +780,18 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         refused, not split into characters). Options that select the target
         (``-arch``, ``--gpu-architecture``, ``-gencode``) are refused: the target is ``arch``;
         so are those that add include directories or headers (``-I``, ``--include-path``,
-        ``-include``, ``--pre-include``): pass ``include_dirs``.
+        ``-include``, ``--pre-include``): pass ``include_dirs``; and those that make NVRTC emit
+        LTO IR instead of a cubin (``-dlto``, ``--dlink-time-opt``), and a last item that lacks
+        its value (``-D``, ``-U``, ``-Xptxas``, ``-maxrregcount`` …). They come after
+        driverlevel's own options on NVRTC's command line.
     use_cache : bool
         Use the in-process and disk caches (default True).
     include_dirs : sequence of str or Path
         More directories searched for ``#include "..."`` and ``#include <...>`` before ``cu/``;
-        the headers found there are part of the cache key like those of ``cu/``. A sequence
-        even for one directory (a lone str or Path is refused). The current directory is
+        the headers found there are part of the cache key like those of ``cu/`` (all their files,
+        recursively, when the source or a header includes through a macro: ``#include HDR``).
+        Each an existing directory (``""`` is refused: write ``"."``). A sequence (list or tuple)
+        even for one directory (a lone str or Path, a dict or a set is refused). The current directory is
         never searched (pass ``["."]`` to have it): NVRTC sees the source as the file ``name``
         in the first of these directories (else in ``cu/``), and its diagnostics name it so.
 
@@ -685,13 +805,16 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     NvrtcError
         On a compile error; the message holds the full NVRTC log.
     ValueError
-        For a ``name`` with no file name (``""``, ``"dir/"``), an unsupported architecture, a
-        target-selecting or include option in ``extra_options``, a define name that is no C
-        identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
+        For a ``name`` with no file name (``""``, ``"dir/"``, ``"."``, ``".."``), a NUL character in
+        ``name`` or ``source``, an unsupported architecture, a target-selecting, include or LTO
+        option in ``extra_options`` or one last there without its value, an ``include_dirs``
+        entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
+        define name that is no C identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
-        ``include_dirs`` given as a single str (or not a sequence of str / paths), ``defines``
-        not a dict, or a define value that is None or of another type than int, float, bool, str.
+        ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
+        paths), ``defines`` not a dict, or a define value that is None or of another type than
+        int, float, bool, str.
 
     Every argument is checked before anything is compiled or read from the cache.
 
@@ -706,8 +829,11 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     arch = normalize_arch(arch)
     _check_nvrtc_supports(arch)
     local = _include_dirs(extra_include)  # the parameter shadows the module function
-    options = _options(arch, defines, extra_options)
-    options_all = options + [f"-I{d}" for d in local]
+    own = _options(arch, defines, ())
+    options = own + list(extra_options)
+    # The caller's options last: one that takes a separate value (-D, -Werror) and lacks it must not
+    # take driverlevel's -I as its value.
+    options_all = own + [f"-I{d}" for d in local] + list(extra_options)
     n_local = len(extra_include) + 1  # the caller's directories and cu/; not the CUDA headers
     headers = _local_headers(source, [Path(d) for d in local[:n_local]])
     headers["<cuda headers>"] = _system_headers_digest(tuple(local[n_local:]))
@@ -783,7 +909,7 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: 
 
         log = program_log(prog)
         if path and path != name:  # NVRTC names the program by its path; the caller knows it as name
-            log = log.replace(path, name)
+            log = _rename_program(log, path, name)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             if "cannot open source file" in log:
                 log += ("\n(driverlevel: #include files are searched in include_dirs and cu/ only, never in the "
@@ -792,13 +918,20 @@ def _nvrtc_compile(source: str, name: str, arch: str, options: list[str], path: 
             raise NvrtcError("nvrtcCompileProgram", nvrtc.nvrtcResult(err).name, log, options, arch, name)
         size = check_nvrtc("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog), prog, options, arch, name)
         if not size:
-            raise NvrtcError("nvrtcGetCUBINSize", "EMPTY_CUBIN",
-                             "NVRTC produced no cubin (a virtual compute_XX target?)", options, arch, name)
+            raise NvrtcError("nvrtcGetCUBINSize", "EMPTY_CUBIN", "NVRTC produced no cubin: an option of "
+                             "extra_options (e.g. -tile-only) makes it emit something else", options, arch, name)
         buf = b" " * size
         check_nvrtc("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, buf), prog, options, arch, name)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return Cubin(bytes(buf), arch, name, tuple(options), parse_resource_report(log), log, False, "")
+
+
+def _rename_program(log: str, path: str, name: str) -> str:
+    """``log`` with every whole mention of ``path`` (followed by ``(``, ``"``, ``:``, a blank or the end of
+    a line) replaced by ``name``; a header whose path starts with ``path`` (``inc/k.cuh`` for the
+    program ``inc/k.cu``) keeps its name."""
+    return re.sub(re.escape(path) + r'(?=[(":\s]|$)', lambda _m: name, log, flags=re.MULTILINE)
 
 
 def compile_file(filename: str, arch, defines: dict | None = None, extra_options=(), use_cache: bool = True) -> Cubin:

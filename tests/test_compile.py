@@ -724,3 +724,193 @@ def test_a_header_in_another_encoding_is_hashed_and_compiled(fresh_cache, tmp_pa
     (tmp_path / "dl_myval.h").write_bytes(b"// (c) Jos\xe9\n#define VAL 2.f\n")
     b = compile_source(_ANGLE, "k.cu", "sm_90", include_dirs=[tmp_path])
     assert not b.cache_hit and b.key != a.key and b.data != a.data
+
+
+# -- review 17: the key covers every header NVRTC may read; arguments checked before compiling ------
+_VAL_SRC = 'extern "C" __global__ void k(int* p){ p[0] = VAL; }\n'
+
+
+@pytest.mark.parametrize("include, defines", [
+    ('#include HDR\n', {"HDR": '"dl_val.cuh"'}),              # a computed include: the header is a macro
+    ('#define DL_STR(x) #x\n#define DL_HDR(x) DL_STR(x)\n#include DL_HDR(dl_val.cuh)\n', {}),  # a macro of the source
+    ('/* x */ #include "dl_val.cuh"\n', {}),                 # a comment before the directive
+    ('/* a\n b */ # include "dl_val.cuh"\n', {}),           # a comment over two lines before it
+    ('#inc\\\nlude "dl_val.cuh"\n', {}),                      # a directive continued with a backslash
+])
+def test_an_edited_header_reached_by_a_macro_or_after_a_comment_changes_the_key(fresh_cache, tmp_path, include,
+                                                                                 defines, count_compiles):
+    """`#include HDR` and `/* x */ #include "d.cuh"` were not seen: the edited header's old cubin was served."""
+    src = include + _VAL_SRC
+    (tmp_path / "dl_val.cuh").write_text("#define VAL 7\n")
+    a = compile_source(src, "k.cu", "sm_90", defines, include_dirs=[tmp_path])
+    (tmp_path / "dl_val.cuh").write_text("#define VAL 8\n")
+    _compile._clear_memory_cache()  # as a new process would
+    b = compile_source(src, "k.cu", "sm_90", defines, include_dirs=[tmp_path])
+    assert not b.cache_hit and b.key != a.key and b.data != a.data and len(count_compiles) == 2
+
+
+def test_a_computed_include_hashes_every_file_of_the_include_dirs(fresh_cache, tmp_path):
+    """The header a macro names is known only to NVRTC: every file under include_dirs (in subfolders too)
+    and cu/ is part of the key, so an edit anywhere there changes it."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "dl_val.cuh").write_text("#define VAL 7\n")
+    (tmp_path / "sub" / "unrelated.txt").write_text("a\n")
+    src = '#include HDR\n' + _VAL_SRC
+    kw = dict(defines={"HDR": '"sub/dl_val.cuh"'}, include_dirs=[tmp_path])
+    a = compile_source(src, "k.cu", "sm_90", **kw)
+    assert _compile._ALL_FILES in _compile._local_headers(src, [tmp_path, kernel_source_dir()])
+    (tmp_path / "sub" / "unrelated.txt").write_text("b\n")
+    b = compile_source(src, "k.cu", "sm_90", **kw)
+    assert not b.cache_hit and b.key != a.key
+    assert _compile._ALL_FILES not in _compile._local_headers(SRC, [tmp_path])  # literal includes only: as before
+
+
+def test_commented_out_includes_are_not_headers(tmp_path):
+    (tmp_path / "a.h").write_text("")
+    (tmp_path / "b.h").write_text("")
+    (tmp_path / "c.h").write_text("")
+    (tmp_path / "d.h").write_text("")
+    src = ('// #include "a.h"\n/*\n#include "b.h"\n*/\nconst char* s = "/*"; int n = 1\'000;\n'
+           '#include "c.h" // a comment\n#define T "*/"\n#include <d.h>\n')
+    assert set(_compile._local_headers(src, [tmp_path])) == {"c.h", "d.h"}
+
+
+def test_the_log_keeps_a_header_whose_path_starts_with_the_program_s(fresh_cache, tmp_path):
+    """With name="k.cu" and include_dirs=[inc], an error in inc/k.cuh was reported as k.cuh(1)."""
+    (tmp_path / "k.cuh").write_text("int x = ;\n")
+    with pytest.raises(dl.NvrtcError) as ei:
+        compile_source('#include "k.cuh"\nint y = ;\n', "k.cu", "sm_90", include_dirs=[tmp_path])
+    errors = [ln for ln in ei.value.log.splitlines() if "error:" in ln]
+    assert errors == [f"{tmp_path / 'k.cuh'}(1): error: expected an expression",
+                      "k.cu(2): error: expected an expression"]
+
+
+@pytest.mark.parametrize("dirs, exc, words", [
+    (["nope"], ValueError, r"include_dirs\[0\] 'nope' is not a directory \(it does not exist\)"),
+    ([""], ValueError, r"include_dirs\[0\] is '': an empty path \(write '\.' for the current directory\)"),
+    ({"inc": 1}, TypeError, r"include_dirs must be a sequence of paths \(a list or tuple, in order\), got dict"),
+    ({"inc"}, TypeError, r"include_dirs must be a sequence of paths \(a list or tuple, in order\), got set"),
+])
+def test_include_dirs_are_checked(fresh_cache, count_compiles, dirs, exc, words):
+    with pytest.raises(exc, match=words):
+        compile_source(_K, "k.cu", "sm_90", include_dirs=dirs)
+    assert count_compiles == [] and not fresh_cache.exists()
+
+
+def test_an_include_dir_that_is_a_file_is_named(fresh_cache, tmp_path, count_compiles):
+    (tmp_path / "h.cuh").write_text("")
+    with pytest.raises(ValueError, match=r"include_dirs\[1\] '.*h\.cuh' is a file, not a directory"):
+        compile_source(_K, "k.cu", "sm_90", include_dirs=[tmp_path, tmp_path / "h.cuh"])
+    assert count_compiles == []
+
+
+@pytest.mark.parametrize("opts", [["-D"], ["-DX=1", "-U"], ["--define-macro"], ["-Xptxas"], ["-maxrregcount"]])
+def test_a_last_option_without_its_value_is_refused(fresh_cache, count_compiles, opts):
+    """It took driverlevel's -I<cu> as its value ("invalid macro definition: -I/.../cu"); last on the
+    command line, NVRTC ignores -Xptxas and -maxrregcount silently."""
+    with pytest.raises(ValueError, match=rf"extra_options ends with '{opts[-1]}', which takes a value: give the "
+                                         rf"value as the next item \(\[\.\.\., '{opts[-1]}', value\]\)"):
+        compile_source(_K, "k.cu", "sm_90", extra_options=opts)
+    assert count_compiles == []
+
+
+def test_the_callers_options_come_after_driverlevels(fresh_cache):
+    """-Werror with no value named driverlevel's -I<cu> in NVRTC's message; now NVRTC names the option."""
+    with pytest.raises(dl.NvrtcError) as ei:
+        compile_source(_K, "k.cu", "sm_90", extra_options=["-Werror"], use_cache=False)
+    assert ei.value.options[-1] == "-Werror"
+    assert "expects valid value(s)" in ei.value.log and "-I" not in ei.value.log
+    cub = compile_source(_K, "k.cu", "sm_90", extra_options=["-D", "X=1"])
+    assert cub.options[-2:] == ("-D", "X=1")
+
+
+@pytest.mark.parametrize("opt", ["-dlto", "--dlink-time-opt"])
+def test_lto_options_are_refused(fresh_cache, count_compiles, opt):
+    """-dlto gave "NVRTC produced no cubin (a virtual compute_XX target?)"."""
+    with pytest.raises(ValueError, match=rf"extra_options must not ask for LTO IR instead of a cubin \('{opt}'\)"):
+        compile_source(_K, "k.cu", "sm_90", extra_options=[opt])
+    assert count_compiles == []
+
+
+@pytest.mark.parametrize("bad", [(1, 20), (0, 9), (9, -1), (9.0, 0), ("9", "0"), (True, 0)])
+def test_normalize_arch_checks_the_tuple_items(bad):
+    """(1, 20) became sm_120."""
+    with pytest.raises(ValueError, match=r"a compute capability tuple is \(major, minor\), two ints with major >= 1 "
+                                         r"and minor 0 to 9, e\.g\. \(9, 0\)"):
+        normalize_arch(bad)
+
+
+def test_normalize_arch_takes_numpy_ints():
+    np = pytest.importorskip("numpy")
+    assert normalize_arch((np.int64(12), np.int32(0))) == "sm_120"
+
+
+@pytest.mark.parametrize("bad, plain", [("sm_090", "sm_90"), ("0090", "sm_90"), ("sm_090a", "sm_90a")])
+def test_a_leading_zero_is_refused(bad, plain):
+    """sm_090 passed, had sm_86's shared-memory limit and was called unsupported by NVRTC."""
+    with pytest.raises(ValueError, match=rf"unsupported architecture '{bad}': the number has a leading zero "
+                                         rf"\(write '{plain}'\)"):
+        normalize_arch(bad)
+    with pytest.raises(ValueError, match=rf"'{bad}' has a leading zero in its number \(write {plain}\)"):
+        _compile.check_arch(bad)
+
+
+@pytest.mark.parametrize("source, name, words", [
+    (_K, ".", "name must end in a file name such as 'k.cu', got '.'"),
+    (_K, "..", "name must end in a file name such as 'k.cu', got '..'"),
+    (_K, "dir/..", "name must end in a file name such as 'k.cu', got 'dir/..'"),
+    (_K, "k\0.cu", r"name must not contain a NUL character, got 'k\\x00.cu'"),
+    ("int x = 1;\0 garbage ;;;", "k.cu", r"source contains a NUL character \(at index 10\): NVRTC would stop reading "
+                                         r"there and compile only the text before it"),
+])
+def test_nul_and_dot_names_are_refused(fresh_cache, count_compiles, source, name, words):
+    """NVRTC cut the source at a NUL (while the key hashed all of it) and took '.' as a name."""
+    with pytest.raises(ValueError, match=words):
+        compile_source(source, name, "sm_90")
+    assert count_compiles == [] and not fresh_cache.exists()
+
+
+# -- review 17 L2: a kernel file compiled without (all of) its defines names the public launcher ----
+def _partial_defines(which):
+    from driverlevel._constants import kernel_defines
+    from driverlevel._device_error import error_defines
+
+    return {"none": {}, "constants": kernel_defines(), "errors": error_defines(),
+            "both": {**kernel_defines(), **error_defines()}}[which]
+
+
+@pytest.mark.parametrize("which", ["none", "constants", "errors", "both"])
+@pytest.mark.parametrize("name, module", [("ddtree.cu", "ddtree"), ("runner.cu", "runner"),
+                                          ("verify_attention.cu", "verify_attention")])
+def test_a_partial_define_set_stops_at_one_error_naming_the_launcher(fresh_cache, name, module, which):
+    """constants.cuh named the private _constants.kernel_defines(); following it, ddtree.cu and runner.cu
+    gave a cascade of undefined identifiers (DL_FIELD_TREE_TOKENS ...), and verify_attention.cu pointed
+    at _device_error.error_defines(), then at compile_defines() (no variant, no tile)."""
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.runtime.compile_file(name, "sm_90", _partial_defines(which), use_cache=False)
+    errors = [ln for ln in ei.value.log.splitlines() if "error" in ln and not ln.startswith("  ")]
+    assert errors[0].startswith(f"{name}(") and errors[0].endswith(
+        f'#error directive: "compile with driverlevel.{module}.compile_variants()"'), errors
+    assert len(errors) == 2 and "catastrophic error detected" in errors[1], errors
+
+
+def test_constants_cuh_names_the_public_launchers(fresh_cache):
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "DL_STATUS_POOL_EXHAUSTED is not defined: compile '
+                                            r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
+                                            r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
+        compile_source('#include "constants.cuh"\n', "k.cu", "sm_90", use_cache=False)
+
+
+@pytest.mark.parametrize("module", ["ddtree", "runner"])
+def test_without_the_shared_constants_constants_cuh_names_the_launchers(fresh_cache, module):
+    """The rest of the set given, the first missing shared constant stops the compile, naming the public way."""
+    import importlib
+
+    from driverlevel._constants import kernel_defines
+
+    mod = importlib.import_module(f"driverlevel.{module}")
+    defines = {k: v for k, v in mod.compile_defines("sm_90").items() if k not in kernel_defines()}
+    with pytest.raises(dl.NvrtcError, match=r'#error directive: "DL_STATUS_POOL_EXHAUSTED is not defined: compile '
+                                            r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
+                                            r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
+        dl.runtime.compile_file(f"{module}.cu", "sm_90", defines, use_cache=False)
