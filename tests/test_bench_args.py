@@ -84,7 +84,15 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
      "13021 chunks x 16 candidates per row, more than the row merge's 12288: no budget fits: the vocabulary can have at "
      "most 94371840 tokens"),
     ("bench_step", ["--steps", "10000000"], "--batch 8 x a context of 320000538 tokens (from --steps, --depth-limit, "
-     "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch"),
+     "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch\n"),
+    # review 17 L8: the option of the largest term is named (it said --steps whatever dominated), --batch unless 1
+    ("bench_step", ["--prompt-len", "99999999999"], "--batch 8 x a context of 100000012825 tokens (from --steps, "
+     "--depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --prompt-len or --batch\n"),
+    ("bench_step", ["--max-new-tokens", "10000000000", "--batch", "256"], "--batch 256 x a context of 10000000530 "
+     "tokens (from --steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower "
+     "--max-new-tokens or --batch\n"),
+    ("bench_step", ["--steps", "100000000", "--batch", "1"], "--batch 1 x a context of 3200000538 tokens (from "
+     "--steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps\n"),
     ("bench_tiles", ["--tile", "bogus"], "bad --tile 'bogus': want NAME=SPEC"),
     ("bench_tiles", ["--tile", "a=1x2"], "bad --tile 'a=1x2': want ROWSxCSPLIT"),
     ("bench_tiles", ["--define", "FOO"], "bad --define 'FOO': want DL_NAME=INT"),
