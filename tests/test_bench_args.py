@@ -70,6 +70,7 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_tiles", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_replay", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_step", ["--json", "/"], "--json: '/' is a directory, not a file"),
+    ("bench_step", ["--json", ""], "--json: '' is an empty path, not a file\n"),  # review 17 L9: 'a directory'
     ("bench_step", ["--batch", "300"], "--batch must be <= 256, got 300"),
     ("bench_step", ["--budget", "512", "--vocab", "200000"],
      "--vocab 200000 with --budget 512: vocab=200000 at K=512 needs 27 chunks x 512 candidates"),
@@ -145,6 +146,7 @@ def test_json_path_problem(tmp_path):
     assert json_path_problem(str(tmp_path)) == f"{str(tmp_path)!r} is a directory, not a file"
     assert json_path_problem(str(f / "x.json")) == f"the directory {str(f)!r} is not a directory"
     assert json_path_problem("/nonexistent-dir/x.json") == "the directory '/nonexistent-dir' does not exist"
+    assert json_path_problem("") == "'' is an empty path, not a file"  # review 17 L9: Path('') is '.'
 
 
 def test_json_path_problem_spelled_as_a_directory(tmp_path):

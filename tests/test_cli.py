@@ -518,3 +518,13 @@ def test_bench_replay_json_path_checked_before_the_gpu(runner, monkeypatch):
     assert r.exit_code == 2
     assert "Invalid value for --json: the directory '/nonexistent-dir' does not exist" in r.stderr
     assert r.stdout == ""
+
+
+def test_bench_replay_json_empty_path_is_called_empty(runner, monkeypatch):
+    """Review 17 L9: --json '' was called a directory (Path('') is '.')."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the --json path's"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", ""])
+    assert r.exit_code == 2
+    assert "Invalid value for --json: '' is an empty path, not a file\n" in r.stderr
