@@ -64,7 +64,11 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_ddtree", ["--max-context", "-1"], "--max-context must be >="),
     ("peer_read", ["--k", "0"], "--batch, --k and --reps must be >= 1"),
     ("profile_topk", ["--budget", "100000"], "--batch must be >= 1 and --budget in 1..512, got 8 and 100000"),
-    ("bench_replay", ["--nodes", "a,b"], "--nodes needs positive ints"),
+    ("bench_replay", ["--nodes", "a,b"], "--nodes: expected comma-separated ints, got 'a,b'\n"),
+    # review 17 L11: an empty item was dropped; refused now, as capture-demo --devices 0,,1 is
+    ("bench_replay", ["--nodes", "1,,2"], "--nodes: empty item in '1,,2': give kernel counts separated by single "
+     "commas, e.g. 1,10,50\n"),
+    ("bench_replay", ["--replays", "5"], "--replays must be >= 100 and --repeats >= 1, got 5 and 5\n"),
     ("bench_attention", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_ddtree", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_tiles", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
