@@ -162,8 +162,8 @@ def stream_arg(name, stream):
 
     The test :func:`driverlevel.capture` makes: an instance of :class:`~driverlevel.Stream`
     (from ``Device.create_stream()``, or a foreign stream borrowed with ``Stream.from_handle``).
-    An :class:`~driverlevel.Event`, a :class:`~driverlevel.Graph` or a
-    :class:`~driverlevel.GraphExec` has a ``handle`` and a ``device`` too, but its handle is
+    An :class:`~driverlevel.Event`, a :class:`~driverlevel.runtime.Graph` or a
+    :class:`~driverlevel.runtime.GraphExec` has a ``handle`` and a ``device`` too, but its handle is
     not a ``CUstream``: it is refused like any other object.
 
     Raises
