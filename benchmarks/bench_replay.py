@@ -17,7 +17,7 @@ import sys
 
 def main(argv=None) -> int:
     from driverlevel._cli_common import json_path_problem
-    from driverlevel.bench_replay import main_from_options
+    from driverlevel.bench_replay import main_from_options, parse_node_counts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph")
@@ -28,11 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout, the table then goes to stderr)")
     a = ap.parse_args(argv)
     try:
-        counts = [int(x) for x in a.nodes.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1 or a.replays < 100 or a.repeats < 1:
-        ap.error("--nodes needs positive ints, --replays >= 100, --repeats >= 1")
+        counts = parse_node_counts(a.nodes)
+    except ValueError as exc:
+        ap.error(f"--nodes: {exc}")
+    if a.replays < 100 or a.repeats < 1:
+        ap.error(f"--replays must be >= 100 and --repeats >= 1, got {a.replays} and {a.repeats}")
     if a.device < 0:
         ap.error(f"--device must be a GPU ordinal >= 0, got {a.device}")
     problem = json_path_problem(a.json)

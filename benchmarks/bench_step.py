@@ -124,8 +124,11 @@ def main(argv=None) -> int:
     long_new = 2 * a.steps * (a.depth_limit + 1) + 8
     max_context = a.prompt_len + max(long_new, a.max_new_tokens) + a.budget + 2
     if a.batch * max_context > 2**31 - 1:  # the runners' int32 kv_indptr (they raise it after the model is built)
+        # the option of the largest term (--budget is <= 512, never the one), and --batch unless it is 1 already
+        terms = {"--prompt-len": a.prompt_len, "--steps": long_new, "--max-new-tokens": a.max_new_tokens}
+        lower = max(terms, key=terms.get) + (" or --batch" if a.batch > 1 else "")
         ap.error(f"--batch {a.batch} x a context of {max_context} tokens (from --steps, --depth-limit, --prompt-len, "
-                 f"--max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch")
+                 f"--max-new-tokens and --budget) exceeds 2**31 - 1: lower {lower}")
     problem = json_path_problem(a.json)
     if problem:
         ap.error(f"--json: {problem}")

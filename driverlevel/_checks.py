@@ -158,18 +158,23 @@ def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
 
 
 def stream_arg(name, stream):
-    """``stream``, checked to be a driverlevel Stream before a plan launches on it.
+    """``stream``, checked to be a driverlevel :class:`~driverlevel.Stream` before a plan launches on it.
 
-    The test :func:`driverlevel.capture` makes: an object with the ``handle`` and ``device``
-    of a :class:`~driverlevel.Stream` (from ``Device.create_stream()`` or ``Stream.from_handle``).
+    The test :func:`driverlevel.capture` makes: an instance of :class:`~driverlevel.Stream`
+    (from ``Device.create_stream()``, or a foreign stream borrowed with ``Stream.from_handle``).
+    An :class:`~driverlevel.Event`, a :class:`~driverlevel.runtime.Graph` or a
+    :class:`~driverlevel.runtime.GraphExec` has a ``handle`` and a ``device`` too, but its handle is
+    not a ``CUstream``: it is refused like any other object.
 
     Raises
     ------
     TypeError
-        ``stream`` is anything else (None, an int, a str...):
-        ``"stream must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), got NoneType"``.
+        ``stream`` is anything else (None, an int, a str, an Event, a raw ``CUstream``...):
+        ``"stream must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), got Event"``.
     """
-    if not hasattr(stream, "handle") or not hasattr(stream, "device"):
+    from ._stream import Stream  # deferred: this module imports nothing at load time
+
+    if not isinstance(stream, Stream):
         raise TypeError(f"{name} must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}")
     return stream

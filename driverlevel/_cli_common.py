@@ -21,7 +21,8 @@ def json_path_problem(path) -> str | None:
     Checked before a benchmark runs, so that a typo in the path does not cost the measurements:
     the directory must exist and be writable, and ``path`` must not be a directory or a file
     that cannot be written. A path that names a directory by its spelling (a trailing
-    separator, or a last component ``.`` or ``..``) is a directory whether it exists or not.
+    separator, or a last component ``.`` or ``..``) is a directory whether it exists or not;
+    ``""`` is an empty path.
 
     Example
     -------
@@ -30,6 +31,8 @@ def json_path_problem(path) -> str | None:
     """
     if path is None or path == "-":
         return None
+    if os.fspath(path) == "":  # Path('') is '.', a directory: say what was given
+        return "'' is an empty path, not a file"
     p = Path(path)
     parent = p.resolve().parent if p.name else p.resolve()
     text = os.fspath(path)

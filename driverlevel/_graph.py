@@ -60,6 +60,7 @@ from cuda.bindings import driver
 from . import _capture_guard, _memory
 from ._errors import CaptureError, GraphUpdateError, check, raise_cuda
 from ._memory import lookup_pointer
+from ._stream import Stream
 
 __all__ = ["capture", "CaptureSession", "Graph", "GraphExec", "KernelNodeInfo", "PointerArg"]
 
@@ -133,7 +134,8 @@ def capture(stream, mode: str = "thread_local"):
     Raises
     ------
     TypeError
-        If ``stream`` is not a driverlevel Stream.
+        If ``stream`` is not a driverlevel Stream (an Event, a Graph or a GraphExec included:
+        ``"capture needs a driverlevel Stream (...), got Event"``).
     CaptureError
         If the capture was invalidated (e.g. by a prohibited call made through
         another library), or the stream is already capturing.
@@ -147,7 +149,7 @@ def capture(stream, mode: str = "thread_local"):
     """
     if mode not in _MODES:
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
-    if not hasattr(stream, "handle") or not hasattr(stream, "device"):
+    if not isinstance(stream, Stream):  # an Event, a Graph or a GraphExec has a handle and a device too
         raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}")
     if int(stream.handle) == 0:

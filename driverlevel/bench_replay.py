@@ -31,9 +31,33 @@ import numpy as np
 
 __all__ = ["ReplayRow", "measure_host_us", "measure_gpu_us", "graph_burst", "raw_burst", "eager_burst", "build", "run",
            "format_table", "to_json",
-           "main_from_options"]
+           "main_from_options", "parse_node_counts"]
 
 TARGET_OURS_OVER_RAW = 1.25
+
+
+def parse_node_counts(text: str) -> list[int]:
+    """``--nodes``: ``"1,10,50"`` -> ``[1, 10, 50]`` (the CLI's and ``benchmarks/bench_replay.py``'s).
+
+    Raises
+    ------
+    ValueError
+        For an empty list, an empty item (``"1,,2"``, ``"1,"``: refused, as ``capture-demo
+        --devices`` refuses one, not dropped), a non-integer or an integer < 1:
+        ``"empty item in '1,,2': give kernel counts separated by single commas, e.g. 1,10,50"``.
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"expected comma-separated positive ints, got {text!r}")
+    if not all(parts):
+        raise ValueError(f"empty item in {text!r}: give kernel counts separated by single commas, e.g. 1,10,50")
+    try:
+        counts = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"expected comma-separated ints, got {text!r}") from None
+    if min(counts) < 1:
+        raise ValueError(f"expected positive ints, got {text!r}")
+    return counts
 
 
 def graph_burst_size(nodes: int) -> int:

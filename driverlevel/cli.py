@@ -320,11 +320,9 @@ def bench_replay(nodes, replays, repeats, ordinal, no_torch, json_path):
     from . import bench_replay as br
 
     try:
-        counts = [int(x) for x in nodes.split(",") if x.strip()]
+        counts = br.parse_node_counts(nodes)
     except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated ints, got {nodes!r}", param_hint="--nodes") from exc
-    if not counts or min(counts) < 1:
-        raise click.BadParameter(f"expected positive ints, got {nodes!r}", param_hint="--nodes")
+        raise click.BadParameter(str(exc), param_hint="--nodes") from None
     problem = json_path_problem(json_path)
     if problem:
         raise click.BadParameter(problem, param_hint="--json")

@@ -9,21 +9,28 @@ another GPU's pools.
     python examples/multi_gpu.py 0,0          # two ranks on one GPU
 """
 
+import argparse
 import sys
 
 from driverlevel.runtime import require_gpu
 from driverlevel.demo.multi_device import RankConfig, parse_devices, run_ranks_threads
 
 
-def main() -> int:
-    if sys.argv[1:2] in (["-h"], ["--help"]):
-        print(__doc__.strip())
-        return 0
+def parse_args(argv=None) -> list:
+    """The GPU ordinals of the one optional argument (default ``0,0``); a bad list or an extra
+    argument is a usage error (exit 2), before the GPU check."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("devices", nargs="?", default="0,0", metavar="LIST",
+                    help="GPU ordinals, comma-separated (default: 0,0, two ranks on GPU 0)")
+    args = ap.parse_args(argv)
     try:
-        devices = parse_devices(sys.argv[1] if len(sys.argv) > 1 else "0,0")
+        return parse_devices(args.devices)
     except ValueError as exc:
-        print(f"examples/multi_gpu.py: {exc}", file=sys.stderr)
-        return 2
+        ap.error(str(exc))
+
+
+def main(argv=None) -> int:
+    devices = parse_args(argv)
     require_gpu()
     results = run_ranks_threads(devices, RankConfig(replays=1000))
     for r in results:

@@ -64,12 +64,17 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_ddtree", ["--max-context", "-1"], "--max-context must be >="),
     ("peer_read", ["--k", "0"], "--batch, --k and --reps must be >= 1"),
     ("profile_topk", ["--budget", "100000"], "--batch must be >= 1 and --budget in 1..512, got 8 and 100000"),
-    ("bench_replay", ["--nodes", "a,b"], "--nodes needs positive ints"),
+    ("bench_replay", ["--nodes", "a,b"], "--nodes: expected comma-separated ints, got 'a,b'\n"),
+    # review 17 L11: an empty item was dropped; refused now, as capture-demo --devices 0,,1 is
+    ("bench_replay", ["--nodes", "1,,2"], "--nodes: empty item in '1,,2': give kernel counts separated by single "
+     "commas, e.g. 1,10,50\n"),
+    ("bench_replay", ["--replays", "5"], "--replays must be >= 100 and --repeats >= 1, got 5 and 5\n"),
     ("bench_attention", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_ddtree", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_tiles", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_replay", ["--json", "/nonexistent-dir/x.json"], _NO_DIR),
     ("bench_step", ["--json", "/"], "--json: '/' is a directory, not a file"),
+    ("bench_step", ["--json", ""], "--json: '' is an empty path, not a file\n"),  # review 17 L9: 'a directory'
     ("bench_step", ["--batch", "300"], "--batch must be <= 256, got 300"),
     ("bench_step", ["--budget", "512", "--vocab", "200000"],
      "--vocab 200000 with --budget 512: vocab=200000 at K=512 needs 27 chunks x 512 candidates"),
@@ -84,7 +89,15 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
      "13021 chunks x 16 candidates per row, more than the row merge's 12288: no budget fits: the vocabulary can have at "
      "most 94371840 tokens"),
     ("bench_step", ["--steps", "10000000"], "--batch 8 x a context of 320000538 tokens (from --steps, --depth-limit, "
-     "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch"),
+     "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch\n"),
+    # review 17 L8: the option of the largest term is named (it said --steps whatever dominated), --batch unless 1
+    ("bench_step", ["--prompt-len", "99999999999"], "--batch 8 x a context of 100000012825 tokens (from --steps, "
+     "--depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --prompt-len or --batch\n"),
+    ("bench_step", ["--max-new-tokens", "10000000000", "--batch", "256"], "--batch 256 x a context of 10000000530 "
+     "tokens (from --steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower "
+     "--max-new-tokens or --batch\n"),
+    ("bench_step", ["--steps", "100000000", "--batch", "1"], "--batch 1 x a context of 3200000538 tokens (from "
+     "--steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps\n"),
     ("bench_tiles", ["--tile", "bogus"], "bad --tile 'bogus': want NAME=SPEC"),
     ("bench_tiles", ["--tile", "a=1x2"], "bad --tile 'a=1x2': want ROWSxCSPLIT"),
     ("bench_tiles", ["--define", "FOO"], "bad --define 'FOO': want DL_NAME=INT"),
@@ -137,6 +150,7 @@ def test_json_path_problem(tmp_path):
     assert json_path_problem(str(tmp_path)) == f"{str(tmp_path)!r} is a directory, not a file"
     assert json_path_problem(str(f / "x.json")) == f"the directory {str(f)!r} is not a directory"
     assert json_path_problem("/nonexistent-dir/x.json") == "the directory '/nonexistent-dir' does not exist"
+    assert json_path_problem("") == "'' is an empty path, not a file"  # review 17 L9: Path('') is '.'
 
 
 def test_json_path_problem_spelled_as_a_directory(tmp_path):

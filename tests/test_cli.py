@@ -448,6 +448,30 @@ def test_bench_replay_bad_nodes(runner, nodes):
     assert r.exit_code == 2 and "--nodes" in r.output
 
 
+@pytest.mark.parametrize("nodes, words", [
+    ("1,,2", "empty item in '1,,2': give kernel counts separated by single commas, e.g. 1,10,50"),
+    ("1,", "empty item in '1,': give kernel counts separated by single commas, e.g. 1,10,50"),
+    (" , ", "expected comma-separated positive ints, got ' , '"),
+    ("a,b", "expected comma-separated ints, got 'a,b'"),
+    ("0,5", "expected positive ints, got '0,5'"),
+])
+def test_bench_replay_nodes_refuse_an_empty_item_as_devices_does(runner, monkeypatch, nodes, words):
+    """Review 17 L11: --nodes 1,,2 was accepted (the empty item dropped) while capture-demo --devices 0,,1
+    is refused."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the --nodes check"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--nodes", nodes])
+    assert r.exit_code == 2
+    assert f"Invalid value for --nodes: {words}\n" in r.stderr
+
+
+def test_bench_replay_node_counts():
+    from driverlevel.bench_replay import parse_node_counts
+
+    assert parse_node_counts("1,10,50") == [1, 10, 50] and parse_node_counts(" 1 , 2 ") == [1, 2]
+
+
 def test_compile_of_a_target_the_nvrtc_lacks_is_a_problem_line_not_a_traceback(runner, monkeypatch):
     from driverlevel._compile import UnsupportedTargetError
 
@@ -518,3 +542,13 @@ def test_bench_replay_json_path_checked_before_the_gpu(runner, monkeypatch):
     assert r.exit_code == 2
     assert "Invalid value for --json: the directory '/nonexistent-dir' does not exist" in r.stderr
     assert r.stdout == ""
+
+
+def test_bench_replay_json_empty_path_is_called_empty(runner, monkeypatch):
+    """Review 17 L9: --json '' was called a directory (Path('') is '.')."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the --json path's"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--json", ""])
+    assert r.exit_code == 2
+    assert "Invalid value for --json: '' is an empty path, not a file\n" in r.stderr

@@ -568,6 +568,42 @@ def test_build_and_topk_name_a_malformed_argument(call, exc, words):
         call()
 
 
+# -- review 17 M4 / L10: build_tree_from_topk's other arguments, row_argmax's shape ----------------------------
+_IDS, _LP = np.zeros((3, 2), np.int64), np.zeros((3, 2), np.float32)
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: build_tree_from_topk(1.7, _IDS, _LP, 2), TypeError, "^root_token must be an int, got float$"),
+    (lambda: build_tree_from_topk("a", _IDS, _LP, 2), TypeError, "^root_token must be an int, got str$"),
+    (lambda: build_tree_from_topk(True, _IDS, _LP, 2), TypeError, "^root_token must be an int, got bool$"),
+    (lambda: build_tree_from_topk(1, np.full((3, 2), 1.7), _LP, 2), TypeError,
+     "^top_ids must be integers, got dtype float64$"),
+    (lambda: build_tree_from_topk(1, np.zeros((2, 2), np.int64), _LP, 4), ValueError,
+     r"^top_ids and top_lp must be \[depth_limit, K\] of one shape, got top_ids \(2, 2\) and top_lp \(3, 2\)$"),
+    (lambda: build_tree_from_topk(1, np.zeros((3, 1), np.int64), _LP, 4), ValueError,
+     r"^top_ids and top_lp must be \[depth_limit, K\] of one shape, got top_ids \(3, 1\) and top_lp \(3, 2\)$"),
+    (lambda: build_tree_from_topk(1, np.zeros(2, np.int64), np.zeros(2, np.float32), 4), ValueError,
+     r"^top_ids and top_lp must be \[depth_limit, K\] of one shape, got top_ids \(2,\) and top_lp \(2,\)$"),
+    (lambda: ref.row_argmax(np.zeros(5)), ValueError, r"^x must be \[rows, vocab\] with vocab >= 1, got shape \(5,\)$"),
+    (lambda: ref.row_argmax(np.zeros((2, 0))), ValueError,
+     r"^x must be \[rows, vocab\] with vocab >= 1, got shape \(2, 0\)$"),
+    (lambda: ref.row_argmax(np.float32(1)), ValueError, r"^x must be \[rows, vocab\] with vocab >= 1, got shape \(\)$"),
+])
+def test_build_from_topk_and_row_argmax_name_a_malformed_argument(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def test_build_tree_from_topk_takes_lists_and_numpy_ints_and_reads_k_from_both():
+    """Lists as well as arrays (a list crashed with AttributeError); a numpy integer root; the tree the
+    same as from the arrays."""
+    ids, lp = [[5, 6], [7, 8]], [[-0.1, -1.0], [-0.2, -2.0]]
+    want = build_tree_from_topk(3, np.array(ids), np.array(lp, np.float32), 3)
+    for got in (build_tree_from_topk(3, ids, lp, 3), build_tree_from_topk(np.int32(3), np.array(ids, np.uint8), lp, 3)):
+        assert got.tokens.tolist() == want.tokens.tolist() == [3, 5, 7, 6]
+        assert got.parents.tolist() == want.parents.tolist()
+
+
 def test_build_tree_still_takes_every_kind_of_flags_and_ints():
     """What the callers pass (tests, benchmarks, the demo's reference): lists, bool / uint8 / int arrays,
     numpy integer scalars for the budget."""

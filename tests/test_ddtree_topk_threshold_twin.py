@@ -322,3 +322,31 @@ def test_threshold_topk_checks_k_as_topk_logprobs(k, exc, words):
     """Review 16's leftover: threshold_topk(row, 0) returned an empty top-K instead of refusing k."""
     with pytest.raises(exc, match=words):
         twin.threshold_topk(np.arange(64, dtype=np.float32), k)
+
+
+_ROW = np.arange(100, dtype=np.float32)
+
+
+@pytest.mark.parametrize("row, kw, exc, words", [
+    (np.zeros((2, 100), np.float32), {}, ValueError,
+     r"^row must be one row \[vocab\] with vocab >= 1, got shape \(2, 100\)$"),
+    (np.float32(1), {}, ValueError, r"^row must be one row \[vocab\] with vocab >= 1, got shape \(\)$"),
+    (np.zeros(0, np.float32), {}, ValueError, r"^row must be one row \[vocab\] with vocab >= 1, got shape \(0,\)$"),
+    (_ROW, {"bf16": "no"}, TypeError, "^bf16 must be a bool, got str 'no'$"),
+    (_ROW, {"bf16": 1}, TypeError, "^bf16 must be a bool, got int 1$"),
+    (_ROW, {"merge_capacity": 0}, ValueError, "^merge_capacity must be a positive int, got 0$"),
+    (_ROW, {"sm_count": 0}, ValueError, "^sm_count must be a positive int, got 0$"),
+    (_ROW, {"rows": -1}, ValueError, "^rows must be a positive int, got -1$"),
+    (_ROW, {"rows": 2.0}, TypeError, "^rows must be a positive int, got float 2.0$"),
+])
+def test_threshold_topk_names_a_malformed_row_or_argument(row, kw, exc, words):
+    """Review 17 L10: a 2-D row, a scalar or an empty row leaked numpy's IndexError; bf16="no" (truthy)
+    took the bf16 path; merge_capacity / sm_count / rows of 0 or below were accepted."""
+    with pytest.raises(exc, match=words):
+        twin.threshold_topk(row, 2, **kw)
+
+
+def test_threshold_topk_takes_numpy_bools_and_ints():
+    want = twin.threshold_topk(_ROW, 2, True, 12288, 132, 1)
+    got = twin.threshold_topk(_ROW, np.int64(2), np.bool_(True), np.int32(12288), np.int64(132), np.int8(1))
+    assert got.ids.tolist() == want.ids.tolist() == [99, 98]

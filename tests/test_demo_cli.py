@@ -96,6 +96,21 @@ def test_rank_options_with_several_devices_reach_the_gpu_check(no_gpu):
     assert r.exit_code == 2 and NO_GPU_MESSAGE in r.output
 
 
+@pytest.mark.parametrize("devices", ["0", "0,0"])
+def test_vocab_and_budget_past_the_merge_rule_are_refused_before_the_gpu_check(monkeypatch, devices):
+    """Review 17 L3: capture-demo --vocab 1048576 --budget 512 reached the GPU check (and, on a GPU, built the
+    model before the runner refused it); bench_step checks the rule first, with these words."""
+    monkeypatch.setattr(demo_cli, "gpu_usable", lambda: pytest.fail("the GPU check came before the merge rule"))
+    r = invoke("--vocab", "1048576", "--budget", "512", "--devices", devices)
+    assert r.exit_code == 2, r.output
+    assert ("Error: --vocab 1048576 with --budget 512: vocab=1048576 at K=512 needs 137 chunks x 512 candidates per "
+            "row, more than the row merge's 12288: lower the budget\n") in r.output
+    assert "Traceback" not in r.output
+    monkeypatch.setattr(demo_cli, "gpu_usable", lambda: False)
+    r = invoke("--vocab", "1048576", "--budget", "64", "--devices", devices)  # 137 x 64 fits: on to the GPU check
+    assert r.exit_code == 2 and NO_GPU_MESSAGE in r.output
+
+
 def test_bad_options_through_run(capsys):
     assert demo_cli.run(["--vocab", "1001"]) == 2
     assert "--vocab" in capsys.readouterr().err

@@ -142,8 +142,30 @@ def test_example_help_needs_no_gpu(script):
     assert r.stdout.strip() and _device.NO_GPU_MESSAGE not in r.stdout
 
 
-@pytest.mark.parametrize("script", sorted(set(EXAMPLES) - {"examples/multi_gpu.py"}))
+@pytest.mark.parametrize("script", EXAMPLES)
 def test_example_without_arguments_refuses_one(script):
+    """multi_gpu.py included since review 17 L11 (it called --bogus a GPU ordinal)."""
     r = _run_without_gpu([script, "--bogus"])
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.startswith("usage: ") and "unrecognized arguments: --bogus" in r.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["0,1", "extra"], "unrecognized arguments: extra"),  # was ignored
+    (["0,,1"], "empty GPU ordinal in '0,,1': give ordinals separated by single commas, e.g. 0,1"),
+    (["-1"], "GPU ordinal '-1' is not a non-negative integer"),
+])
+def test_multi_gpu_example_is_on_argparse(argv, words, capsys, monkeypatch):
+    """Review 17 L11: examples/multi_gpu.py read sys.argv by hand: an extra argument was ignored."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("multi_gpu_example", REPO / "examples" / "multi_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "require_gpu", lambda: pytest.fail("the GPU check came before the arguments'"))
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ") and err.endswith(f"error: {words}\n"), err
+    assert mod.parse_args([]) == [0, 0] and mod.parse_args(["0,1"]) == [0, 1]

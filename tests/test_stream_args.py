@@ -18,6 +18,7 @@ import pytest
 import driverlevel as dl
 from driverlevel import DDTreePlan, RequestState, VerifyAttention, VerifyMetadata
 from driverlevel._checks import stream_arg
+from driverlevel._graph import Graph, GraphExec
 from driverlevel._mask import bitmask_words, parse_mask_format
 
 DEV = SimpleNamespace(ordinal=0)
@@ -29,12 +30,46 @@ def arr(shape, dtype):
     return dl.DeviceArray(0x10000, shape, dtype, DEV)
 
 
+def _with_handle(cls):
+    """A ``cls`` as its ``_create`` leaves it, without the driver: a handle and a device."""
+    obj = object.__new__(cls)
+    obj._handle, obj.device = 0x1234, DEV
+    return obj
+
+
+def _stream():
+    s = object.__new__(dl.Stream)
+    s._handle, s.device, s._capture, s._finalizer = 0x1234, DEV, None, None
+    return s
+
+
 def test_stream_arg_takes_what_capture_takes():
-    s = SimpleNamespace(handle=0x1234, device=DEV)
+    s = _stream()
     assert stream_arg("stream", s) is s
     for bad in BAD_STREAMS:
         with pytest.raises(TypeError, match=STREAM_WORDS + type(bad).__name__ + "$"):
             stream_arg("stream", bad)
+
+
+# Review 17 M2: an Event, a Graph or a GraphExec has a ``handle`` and a ``device`` too; the duck test passed
+# them, and their CUevent / CUgraph handle would have gone to cuLaunchKernel as a CUstream.
+NOT_STREAMS = [dl.Event, Graph, GraphExec, SimpleNamespace]
+
+
+@pytest.mark.parametrize("cls", NOT_STREAMS, ids=lambda c: c.__name__)
+def test_stream_arg_refuses_the_other_objects_with_a_handle_and_a_device(cls):
+    bad = SimpleNamespace(handle=0x1234, device=DEV) if cls is SimpleNamespace else _with_handle(cls)
+    with pytest.raises(TypeError, match=STREAM_WORDS + cls.__name__ + "$"):
+        stream_arg("stream", bad)
+
+
+@pytest.mark.parametrize("cls", NOT_STREAMS, ids=lambda c: c.__name__)
+def test_capture_refuses_the_other_objects_with_a_handle_and_a_device(cls):
+    bad = SimpleNamespace(handle=0x1234, device=DEV) if cls is SimpleNamespace else _with_handle(cls)
+    words = r"^capture needs a driverlevel Stream \(Device.create_stream\(\) or Stream.from_handle\), got "
+    with pytest.raises(TypeError, match=words + cls.__name__ + "$"):
+        with dl.capture(bad):
+            pytest.fail("captured")
 
 
 # -- VerifyAttention ---------------------------------------------------------------------------------

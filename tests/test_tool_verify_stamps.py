@@ -97,3 +97,58 @@ def test_a_bad_tile_is_a_usage_error_before_the_gpu_check(capsys, monkeypatch):
     cfg = vs.parse_args(["--tile", "64x1x32x4w"]).tile_config
     assert isinstance(cfg, va.TileConfig) and (cfg.rows, cfg.keys, cfg.stages, cfg.ws) == (64, 32, 4, True)
     assert vs.parse_args([]).tile_config is None
+
+
+# -- review 17 M3: --tile native_rs (a function of the arch and rows) resolved once the GPU's arch is known -----
+def test_native_rs_is_resolved_with_the_arch_as_sass_does():
+    from dataclasses import replace
+
+    f = vs.parse_args(["--tile", "native_rs"]).tile_config
+    assert callable(f)
+    got = vs.resolve_tile(f, "sm_100", 16 * 16)
+    assert isinstance(got, va.TileConfig) and got == replace(va.tile_config("sm_100", 256), exchange="reduce_scatter")
+    assert vs.resolve_tile(None, "sm_90", 256) is None  # native: the plan's default
+    fixed = vs.parse_args(["--tile", "sm_120"]).tile_config
+    assert vs.resolve_tile(fixed, "sm_90", 256) is fixed
+    with pytest.raises(SystemExit, match="^--tile: sm_90's tile has QK and PV warps, no S exchange to change$"):
+        vs.resolve_tile(f, "sm_90", 256)
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_main_passes_native_rs_resolved_and_refuses_it_before_the_stream(monkeypatch, capsys, arch):
+    """Without a GPU: torch, the device and the plan are stand-ins. sm_90's tile has no S exchange: a
+    usage error (exit 2) before the stream and the flush buffer; sm_100's: the plan gets a TileConfig."""
+    import sys
+    import types
+
+    from driverlevel import _device
+
+    made = []
+
+    class FakeDevice:
+        def __init__(self, ordinal):
+            self.arch = arch
+
+        def create_stream(self):
+            made.append("stream")
+
+    def fake_plan(*a, tile=None, **k):
+        raise _Stop(tile)
+
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setattr(_device, "require_gpu", lambda: None)
+    monkeypatch.setattr(dl, "Device", FakeDevice)
+    monkeypatch.setattr(dl.DeviceBuffer, "allocate", lambda *a, **k: types.SimpleNamespace(as_array=lambda: None))
+    monkeypatch.setattr(dl, "VerifyAttention", fake_plan)
+    if arch == "sm_90":
+        assert vs.main(["--tile", "native_rs"]) == 2 and made == []
+        assert capsys.readouterr().err == ("verify_stamps.py: error: --tile: sm_90's tile has QK and PV warps, "
+                                           "no S exchange to change\n")
+    else:
+        with pytest.raises(_Stop) as e:
+            vs.main(["--tile", "native_rs"])
+        assert isinstance(e.value.args[0], va.TileConfig) and e.value.args[0].exchange == "reduce_scatter"

@@ -85,6 +85,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def resolve_tile(tile_config, arch: str, rows: int):
+    """``parse_args``' ``tile_config`` for ``arch``: a TileConfig or None (the GPU's default), as it
+    comes, and ``native_rs`` (a function of ``(arch, rows)``, as ``tools/sass.py`` resolves it) called
+    now that the arch is known, with ``rows`` the plan's rows per request (``tokens * heads``).
+
+    Raises
+    ------
+    SystemExit
+        ``native_rs`` on an arch whose default tile has QK and PV warps (no S exchange to change),
+        with ``bench_tiles``' one-line message.
+    """
+    return tile_config(arch, rows) if callable(tile_config) else tile_config
+
+
 def point_name(row: int, point: str) -> str:
     """The timeline's name of a stamp of ``row``: the scheduler's and the combine's prefixed, a
     partial CTA's PV role prefixed with ``pv``."""
@@ -182,6 +196,11 @@ def main(argv=None) -> int:
     except ImportError:
         sys.exit("tools/verify_stamps.py needs PyTorch with CUDA (it makes the random inputs): pip install torch")
     dev = dl.Device(0)
+    try:  # native_rs needs the arch: resolved before the stream and the flush buffer
+        tile = resolve_tile(args.tile_config, dev.arch, args.tokens * args.heads)
+    except SystemExit as e:
+        print(f"verify_stamps.py: error: {e.code}", file=sys.stderr)
+        return 2
     stream = dev.create_stream()
     flush = dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
     plain = va.compile_defines
@@ -190,7 +209,7 @@ def main(argv=None) -> int:
         prefixes = [args.prefix] * args.batch
         plan = dl.VerifyAttention(dev, args.heads, max_batch=args.batch, max_q=args.tokens,
                                   mask_format="bitmask" if args.tree else "causal",
-                                  tile=args.tile_config)
+                                  tile=tile)
         d = make_data(torch, dev, args.heads, prefixes, args.tokens, not args.tree, plan.mask_words, 7)
         torch.cuda.synchronize()
         with dl.capture(stream) as cap:

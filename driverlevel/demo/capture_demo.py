@@ -417,6 +417,12 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     """
     if vocab % 8:
         raise click.BadParameter(f"must be a multiple of 8, got {vocab}", param_hint="--vocab")
+    from ..ddtree import check_merge_capacity
+
+    try:  # DDTreePlan's vocabulary x budget rule, before the GPU check (as bench_step's)
+        check_merge_capacity(vocab, budget)
+    except ValueError as exc:
+        raise click.UsageError(f"--vocab {vocab} with --budget {budget}: {exc}") from None
     for hint, value in (("--draft-noise", draft_noise), ("--draft-scale", draft_scale)):
         if not math.isfinite(value):  # (click's FloatRange lets nan and inf through)
             raise click.BadParameter(f"must be a finite number, got {value}", param_hint=hint)

@@ -164,8 +164,16 @@ def row_argmax(x: object) -> tuple[np.ndarray, np.ndarray]:
 
     NaN counts as -inf; ``ids`` is the first index of each row's maximum, 0 for a row with no
     value above -inf, where ``finite`` is False.
+
+    Raises
+    ------
+    ValueError
+        ``x`` is not 2-D ``[rows, vocab]`` with ``vocab >= 1``:
+        ``"x must be [rows, vocab] with vocab >= 1, got shape (5,)"``.
     """
     x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] < 1:
+        raise ValueError(f"x must be [rows, vocab] with vocab >= 1, got shape {x.shape}")
     x = np.where(np.isnan(x), np.float32(-np.inf), x)
     finite = (x > -np.inf).any(axis=1)
     ids = np.where(finite, np.argmax(x, axis=1), 0).astype(np.int32)
@@ -257,18 +265,19 @@ class Tree:
         return int(self.tokens.shape[0])
 
 
-def build_tree_from_topk(root_token: int, top_ids: np.ndarray, top_lp: np.ndarray, budget: int) -> Tree:
+def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budget: int) -> Tree:
     """Best-first tree build from per-depth top-K lists, with ``heapq`` as the reference.
 
     Parameters
     ----------
     root_token : int
-    top_ids : numpy.ndarray
-        int ``[depth_limit, >= K]`` token ids by rank.
-    top_lp : numpy.ndarray
-        float32 ``[depth_limit, >= K]`` log-probabilities by rank (non-increasing).
+        A Python or numpy integer (bool, floats and strings refused, never truncated or parsed).
+    top_ids : array_like of int
+        ``[depth_limit, K']`` token ids by rank (an integer dtype, as ``build_tree``'s ``root_tokens``).
+    top_lp : array_like of float
+        float32 ``[depth_limit, K']`` log-probabilities by rank (non-increasing), the shape of ``top_ids``.
     budget : int
-        Most nodes besides the root (>= 0). ``K = min(budget, top_ids.shape[1])``.
+        Most nodes besides the root (>= 0). ``K = min(budget, K')`` ranks are used per depth.
 
     Returns
     -------
@@ -276,21 +285,31 @@ def build_tree_from_topk(root_token: int, top_ids: np.ndarray, top_lp: np.ndarra
 
     Raises
     ------
-    TypeError, ValueError
-        ``budget`` not an int >= 0 (bool and floats refused, never truncated).
+    TypeError
+        ``budget`` or ``root_token`` not an int (bool and floats refused, never truncated), or
+        ``top_ids`` not of an integer dtype: ``"top_ids must be integers, got dtype float64"``.
+    ValueError
+        ``budget`` < 0, or ``top_ids`` and ``top_lp`` are not 2-D of one shape:
+        ``"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids (2, 2) and top_lp (3, 2)"``.
     """
     budget = _count("budget", budget, 0)
-    depth_limit = top_lp.shape[0]
-    k = min(budget, top_lp.shape[1])
-    lp = [[float(v) for v in row[:k]] for row in np.asarray(top_lp, dtype=np.float32)]
-    tokens, depths, parents, ranks, keys = [int(root_token)], [0], [-1], [-1], [0.0]
+    root = _count("root_token", root_token, -np.iinfo(np.int64).max)
+    ids = _int_array("top_ids", top_ids, "integers")
+    lp_arr = np.asarray(top_lp, dtype=np.float32)
+    if ids.ndim != 2 or ids.shape != lp_arr.shape:
+        raise ValueError(f"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids {ids.shape} "
+                         f"and top_lp {lp_arr.shape}")
+    depth_limit = ids.shape[0]
+    k = min(budget, ids.shape[1])
+    lp = [[float(v) for v in row[:k]] for row in lp_arr]
+    tokens, depths, parents, ranks, keys = [root], [0], [-1], [-1], [0.0]
     heap = []
     if k > 0 and depth_limit > 0:
         heap.append((-lp[0][0], (0,), 0, 1, 0, lp[0][0]))
     while heap and len(tokens) - 1 < budget:
         _, path, parent, depth, rank, logw = heapq.heappop(heap)
         node = len(tokens)
-        tokens.append(int(top_ids[depth - 1][rank]))
+        tokens.append(int(ids[depth - 1][rank]))
         depths.append(depth)
         parents.append(parent)
         ranks.append(rank)

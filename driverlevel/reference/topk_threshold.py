@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import positive_int
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
 from .ddtree import LP_FLOOR, _topk_k, topk_logprobs
@@ -131,12 +132,37 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     """The threshold top-K of one row as the kernels compute it (the fallback is the
     reference's exact top-K, which the chunk kernel reproduces).
 
+    Parameters
+    ----------
+    row : array_like of float
+        One row of logits, 1-D ``[vocab]`` with ``vocab >= 1`` (float32 values).
+    k : int
+        ``1 <= k <= vocab``.
+    bf16 : bool
+        The logits are bf16 (widened to float32): the kernels' bf16 sampling and tiles.
+    merge_capacity, sm_count, rows : int
+        The row merge's candidate capacity, the GPU's SM count and the rows of the launch
+        (which set the stream kernel's segments): each >= 1.
+
     Raises
     ------
-    TypeError, ValueError
-        ``k`` not an int in ``[1, len(row)]``, as :func:`~driverlevel.reference.ddtree.topk_logprobs`.
+    TypeError
+        ``k``, ``merge_capacity``, ``sm_count`` or ``rows`` not an int (bool and floats
+        refused), or ``bf16`` not a bool: ``"bf16 must be a bool, got str 'no'"``.
+    ValueError
+        ``row`` not 1-D and non-empty (``"row must be one row [vocab] with vocab >= 1, got shape
+        (2, 100)"``), ``k`` not in ``[1, len(row)]`` (as
+        :func:`~driverlevel.reference.ddtree.topk_logprobs`), or ``merge_capacity``, ``sm_count``
+        or ``rows`` < 1.
     """
     x = np.asarray(row, np.float32)
+    if x.ndim != 1 or x.shape[0] < 1:
+        raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
+    if not isinstance(bf16, (bool, np.bool_)):
+        raise TypeError(f"bf16 must be a bool, got {type(bf16).__name__} {bf16!r}")
+    bf16 = bool(bf16)
+    merge_capacity, sm_count, rows = (positive_int(n, a) for n, a in (("merge_capacity", merge_capacity),
+                                                                         ("sm_count", sm_count), ("rows", rows)))
     v = x.shape[0]
     k = _topk_k(k, v)
     cap = candidate_capacity(k, v, merge_capacity)
