@@ -242,9 +242,16 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   DDT_STAMP(4, "sorted", 0);
 }
 
-// The synthetic log-probs of the code warmer: row d, rank k (non-increasing in k, every one < 0,
-// finite), so that its search runs the usual phases (a few depths, a histogram, the ranking).
-DL_DEVICE float warm_lp(int d, int k) { return -0.6f - 0.3f * static_cast<float>(d) - 1.2f * log1pf(static_cast<float>(k)); }
+// The synthetic log-probs of the code warmer: row d, rank k. Like a drafter row of random logits
+// (-5.4 at rank 0 to ~-9.4 at rank 255: the trees are shallow, and the warmer's search is no
+// slower than a request's), strictly decreasing in k (k plus a hashed fraction below 1 inside the
+// log), and no two rows alike: a structured pattern (-0.3 d - 1.2 log1p(k)) made path sums tie
+// within rounding, and the warmer's search took the one-warp heap, slower than the request's
+// (s17 call 4).
+DL_DEVICE float warm_lp(int d, int k) {
+  const float frac = static_cast<float>(hash32(static_cast<u32>(d * 1024 + k)) >> 8) * 0x1p-24f;
+  return -5.4f - 0.5f * log2f(1.f + static_cast<float>(k) + 0.999f * frac);
+}
 
 // The code warmer (ddtree_build's CTA (depth_limit, 0)) comes straight here, without a row to
 // merge: it writes log-probs of its own to p.warm_scratch and runs the search and node code below
