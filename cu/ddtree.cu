@@ -41,7 +41,7 @@
 //        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
 //        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid of
 //        about one wave (driverlevel._topk_threshold.fallback_ctas).
-//   ddtree_build                 512 threads; grid (depth_limit, max_batch); dynamic smem
+//   ddtree_build                 512 threads; grid (depth_limit + 1, max_batch); dynamic smem
 //        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
 //        histogram select, the K-th composite among equal keys only when needed, then the K
@@ -55,6 +55,12 @@
 //        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else. Log-probs that
 //        are -inf or NaN become -FLT_MAX (a row whose maximum is not finite: all of them, and
 //        STATUS_NONFINITE in state[3]); a root token outside the vocabulary: no tree, an error.
+//        CTA (depth_limit, 0), the code warmer, runs the same search and node code on log-probs
+//        of its own (written to warm_scratch, its outputs there too) while the rows merge: any
+//        large read between two builds evicts the kernel's code from L2, and the search, one
+//        CTA's serial phases, then misses to DRAM region by region (~8 of a batch-1 / 256
+//        build's 41.7 µs after the accept stage on the H200, s17 call 2). The warmer takes those
+//        misses ~10 µs ahead. CTAs (depth_limit, b > 0) exit at once.
 //   ddtree_compile               256 threads; grid (max_batch, COMPILE_CTAS); no dynamic
 //        smem. Verify input ids, positions, slots from the free-slot pool, qo/kv/mask
 //        indptrs, kv_indices from req_to_token, packed bitmask and the optional SGLang
@@ -110,6 +116,10 @@
 #include "ddtree/accept.cuh"
 #include "ddtree/commit.cuh"
 
+#ifndef DL_BUILD_WARMER
+#define DL_BUILD_WARMER 1  // ddtree_build's code warmer CTA (build.cuh); 0: it exits at once (A/B runs)
+#endif
+
 // ------------------------------------------------------------------------------ entry points
 
 extern "C" __global__ void __launch_bounds__(ddt::TOPK_THREADS, 4) ddtree_topk_chunks_f32(const __grid_constant__ TopKParams p) {
@@ -133,22 +143,28 @@ extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, ddt::TK_STR
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {
   __shared__ ddt::BuildSmem sm;
   extern __shared__ __align__(16) u8 dyn[];
+  // CTA (depth_limit, 0) is the code warmer (build.cuh): the search's code on its own data, so
+  // that the request's search finds that code in L2. The other CTAs of column depth_limit exit.
+  const bool warmer = blockIdx.x == p.depth_limit;
+  if (warmer && (!DL_BUILD_WARMER || blockIdx.y != 0)) return;
   DDT_STAMP(30, "entry", 0);  // (before the PDL wait: how long the CTA waits for the top-K kernels)
-  const int b = blockIdx.y;
-  const int root = p.root_tokens[b];  // request state, final before the build's first launch
-  const bool bad_root = root < 0 || root >= p.vocab;
-  // PDL (common.cuh): all that follows reads what the top-K kernels wrote (candidates,
-  // statistics, tk_*), the counter the chunk kernel re-armed, or writes the tree; the chunk
-  // kernel's completion implies the earlier top-K kernels'. Inactive CTAs wait too.
-  dl::pdl_wait();
-  if (!p.active[b] || bad_root) {  // no tree: compile gives the request no rows
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-      p.node_counts[b] = 0;
-      if (p.active[b]) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
+  if (!warmer) {  // (the warmer reads nothing the top-K kernels write)
+    const int b = blockIdx.y;
+    const int root = p.root_tokens[b];  // request state, final before the build's first launch
+    const bool bad_root = root < 0 || root >= p.vocab;
+    // PDL (common.cuh): all that follows reads what the top-K kernels wrote (candidates,
+    // statistics, tk_*), the counter the chunk kernel re-armed, or writes the tree; the chunk
+    // kernel's completion implies the earlier top-K kernels'. Inactive CTAs wait too.
+    dl::pdl_wait();
+    if (!p.active[b] || bad_root) {  // no tree: compile gives the request no rows
+      if (blockIdx.x == 0 && threadIdx.x == 0) {
+        p.node_counts[b] = 0;
+        if (p.active[b]) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
+      }
+      return;
     }
-    return;
   }
-  ddt::build_tree(p, sm, dyn);
+  ddt::build_tree(p, sm, dyn);  // (the one call: the warmer must run the very instructions of the search)
 }
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ CompileParams p) {
   __shared__ ddt::CompileSmem sm;

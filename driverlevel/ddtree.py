@@ -139,7 +139,7 @@ class _BuildParams(_TopKParams):
     """ctypes mirror of ``BuildParams`` in cu/ddtree/params.cuh (offsets checked at compile time, prefix ``BD``)."""
 
     _fields_ = [("root_tokens", _u64), ("budgets", _u64), ("top_ids", _u64), ("top_lp", _u64), ("tokens", _u64),
-        ("depths", _u64), ("parents", _u64), ("node_counts", _u64), ("anc", _u64), ("lp_bytes", _i32),
+        ("depths", _u64), ("parents", _u64), ("node_counts", _u64), ("anc", _u64), ("warm_scratch", _u64), ("lp_bytes", _i32),
         ("build_pad", _i32)]
 
 
@@ -582,6 +582,8 @@ class DDTreePlan:
             ("posterior", (R,), np.int32), ("accepted_nodes", (B, D + 1), np.int32),
             ("accepted_count", (B,), np.int32), ("bonus", (B,), np.int32),
             ("records", (B, self.record_width), np.int32),
+            # ddtree_build's code warmer (cu/ddtree/build.cuh): its own log-probs, then its nodes
+            ("warm_scratch", (D * K + 3 * N + N * W + 1,), np.int32),
         ]
         if self.topk == "threshold":
             R = B * D
@@ -742,7 +744,7 @@ class DDTreePlan:
                         self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
                                                [tkp], self.tk_ring_bytes, programmatic=pdl)]
             out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp], programmatic=pdl and thr),
-                   self._k_build.prepare((self.depth_limit, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
+                   self._k_build.prepare((self.depth_limit + 1, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
                                          self.build_smem, programmatic=pdl)]
             for ln in out:
                 ln.keep(lg, state)

@@ -304,3 +304,30 @@ def test_pdl_option_resolves_per_arch():
         resolve_pdl(True, "sm_86")
     with pytest.raises(TypeError, match="pdl must be None, True or False"):
         _plan(pdl="on")
+
+
+def _function_bytes(cubin: bytes, name: str) -> int:
+    """Bytes of SASS of function ``name`` in an ELF cubin (its symbol's st_size)."""
+    import struct
+
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    for sec in (s for s in sections if s[1] == 2):  # SHT_SYMTAB
+        strtab = sections[sec[6]][4]
+        for off in range(sec[4], sec[4] + sec[5], 24):
+            st_name, st_info, _, _, _, st_size = struct.unpack_from("<IBBHQQ", cubin, off)
+            if cubin[strtab + st_name:cubin.index(b"\0", strtab + st_name)] == name.encode() and st_info & 0xF == 2:
+                return st_size
+    raise AssertionError(f"no function {name}")
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+def test_the_code_warmer_runs_the_search_code_not_a_copy(arch):
+    """ddtree_build's warmer CTA must run the very instructions of the request's search (one call
+    site of build_tree, a run-time flag): its code adds a few hundred bytes, not a second search."""
+    on = dl.runtime.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch))
+    off = dl.runtime.compile_file(ddtree.SOURCE, arch, {**ddtree.compile_defines(arch), "DL_BUILD_WARMER": 0})
+    n_on, n_off = _function_bytes(on.data, "ddtree_build"), _function_bytes(off.data, "ddtree_build")
+    assert n_off > 100_000  # (the search and the merge: ~14,000 instructions on sm_90)
+    assert 0 < n_on - n_off < 0.05 * n_off, (n_on, n_off)

@@ -46,6 +46,14 @@ def test_records_to_phases():
     assert rows[1].split()[2] == "350"  # median of 300 and 400 cycles
 
 
+def test_the_code_warmer_stays_out_of_the_tables():
+    """ddtree_build's CTA (depth_limit, 0) runs the search on its own data, without a ``merge`` point."""
+    warmer = [("entry", 0, 10, 8_000), ("lp", 0, 400, 8_300), ("searched", 20, 900, 8_600), ("nodes", 21, 1200, 8_700)]
+    rows, rest = stamps.split_warmer({**_records(), 15: warmer})
+    assert rows == _records() and rest == warmer
+    assert stamps.split_warmer(_records()) == (_records(), [])
+
+
 def test_records_are_taken_in_clock_order_not_slot_order():
     # the search's prologue has a high slot but comes right after "lp"
     recs = {0: [("lp", 0, 100, 1_000), ("depth", 1, 400, 1_300), ("srchpro", 0, 150, 1_050)]}

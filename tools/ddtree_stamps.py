@@ -72,6 +72,15 @@ def chronological(ctas: dict) -> dict:
     return {k: sorted(v, key=lambda r: r[2]) for k, v in ctas.items()}
 
 
+def split_warmer(ctas: dict) -> tuple:
+    """``(the merging CTAs' records, the code warmer's)``: ddtree_build's CTA (depth_limit, 0) runs
+    the search on data of its own (cu/ddtree/build.cuh) and is the one CTA without a ``merge``
+    point; its records (``[]`` when it stamped nothing) stay out of the tables."""
+    rows = {k: v for k, v in ctas.items() if any(p == "merge" for p, _, _, _ in v)}
+    rest = [r for k, v in ctas.items() if k not in rows for r in v]
+    return rows, rest
+
+
 def order_of(ctas: dict) -> list[str]:
     """Point names in time order: those of the CTA with the most records, then any others."""
     names = []
@@ -156,13 +165,17 @@ def main(argv=None) -> int:
                 phase_stamps.zero_stamps(plan._module)
                 plan.build(stream, logits, state)
                 stream.synchronize()
-                ctas = phase_stamps.read_stamps(plan._module)
+                ctas, warmer = split_warmer(phase_stamps.read_stamps(plan._module))
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
                 print("\n".join(timeline(ctas)), flush=True)
+                if warmer:
+                    t0 = min(r[3] for v in ctas.values() for r in v if r[0] == "merge")
+                    print(f"code warmer (CTA ({plan.depth_limit}, 0)): {len(warmer)} points, done "
+                          f"{(max(r[3] for r in warmer) - t0) / 1e3:.2f} µs after the first merge", flush=True)
     finally:
         ddtree.compile_defines = plain
     return 0

@@ -242,30 +242,56 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   DDT_STAMP(4, "sorted", 0);
 }
 
-DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
-  const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
-  u64* sortbuf = reinterpret_cast<u64*>(dyn);
-  merge_row(p, b, d, sm, sortbuf);
+// The synthetic log-probs of the code warmer: row d, rank k. Like a drafter row of random logits
+// (-5.4 at rank 0 to ~-9.4 at rank 255: the trees are shallow, and the warmer's search is no
+// slower than a request's), strictly decreasing in k (k plus a hashed fraction below 1 inside the
+// log), and no two rows alike: a structured pattern (-0.3 d - 1.2 log1p(k)) made path sums tie
+// within rounding, and the warmer's search took the one-warp heap, slower than the request's
+// (s17 call 4).
+DL_DEVICE float warm_lp(int d, int k) {
+  const float frac = static_cast<float>(hash32(static_cast<u32>(d * 1024 + k)) >> 8) * 0x1p-24f;
+  return -5.4f - 0.5f * log2f(1.f + static_cast<float>(k) + 0.999f * frac);
+}
 
-  // Every thread's top_ids / top_lp stores come before this barrier, and thread 0's fence after it
-  // makes them visible at GPU scope before its counter increment (the release of cooperative
-  // groups' grid sync: one fence per CTA; a fence in each of the 512 threads cost ~0.3 µs).
-  __syncthreads();
-  // The request's budget, loaded here so that its load travels with the counter's atomic (the
-  // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
+// The code warmer (ddtree_build's CTA (depth_limit, 0)) comes straight here, without a row to
+// merge: it writes log-probs of its own to p.warm_scratch and runs the search and node code below
+// -- the same instructions, one call site -- on them, with its nodes written to the scratch
+// too. A request's search is one CTA's chain of phases, each entering code of its own; when a
+// large read since the last build (a verify step, the accept's target logits, the model) has
+// evicted the kernel from L2, each of those first misses goes to DRAM. The warmer starts with
+// the merge and takes those misses ~10 µs before the request's search.
+DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
+  const int d = blockIdx.x, tid = threadIdx.x;
+  const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
+  const bool warmer = d == D;  // (uniform)
+  const int b = warmer ? 0 : static_cast<int>(blockIdx.y);
   int budget_b = p.budget;
-  if (p.budgets) budget_b = p.budgets[b];
-  if (tid == 0) {
+  float* const wlp = reinterpret_cast<float*>(p.warm_scratch);
+  if (warmer) {
+    for (int i = tid; i < D * K; i += BUILD_THREADS) wlp[i] = warm_lp(i / K, i - i / K * K);
+    __syncthreads();  // (the CTA's own global stores: visible to its threads past the barrier)
+  } else {
+    u64* sortbuf = reinterpret_cast<u64*>(dyn);
+    merge_row(p, b, d, sm, sortbuf);
+
+    // Every thread's top_ids / top_lp stores come before this barrier, and thread 0's fence after it
+    // makes them visible at GPU scope before its counter increment (the release of cooperative
+    // groups' grid sync: one fence per CTA; a fence in each of the 512 threads cost ~0.3 µs).
+    __syncthreads();
+    // The request's budget, loaded here so that its load travels with the counter's atomic (the
+    // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
+    if (p.budgets) budget_b = p.budgets[b];
+    if (tid == 0) {
+      __threadfence();
+      sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+    }
+    __syncthreads();
+    if (!sm.last) return;
+    budget_b = min(max(budget_b, 0), p.budget);
+    DDT_STAMP(5, "last", 0);
+    if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
     __threadfence();
-    sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
   }
-  __syncthreads();
-  if (!sm.last) return;
-  budget_b = min(max(budget_b, 0), p.budget);
-  DDT_STAMP(5, "last", 0);
-  if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
-  __threadfence();
 
   // ---- best-first search of request b (this CTA finished its last row)
   float* lp = reinterpret_cast<float*>(dyn);
@@ -276,7 +302,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   ns.par = reinterpret_cast<short*>(dyn + p.lp_bytes);
   ns.rank = ns.par + N;
   ns.dep = reinterpret_cast<u8*>(ns.rank + N);
-  const float* glp = p.top_lp + static_cast<size_t>(b) * D * K;
+  const float* glp = warmer ? wlp : p.top_lp + static_cast<size_t>(b) * D * K;
   const int kb = min(budget_b, K);
   // warp 0: the parallel search's bounds from the rows' ends, loaded with the rows (search.cuh)
   SearchEnds ends;
@@ -306,8 +332,15 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   // stored last, so that its round trip overlaps the masks' work instead of coming before it.
   // (The ids next to the log-probs in shared memory would take D * K * 4 more bytes: 64 KB at
   // depth 32 and K 512, past the 99 KB per block of sm_86 / sm_89 / sm_120.)
-  const i32* gids = p.top_ids + static_cast<size_t>(b) * D * K;
+  // (the warmer: its log-probs' bits as token ids, and its nodes after them in the scratch)
+  const i32* gids = warmer ? p.warm_scratch : p.top_ids + static_cast<size_t>(b) * D * K;
   const size_t base = static_cast<size_t>(b) * N;
+  i32* const wout = p.warm_scratch + D * K;
+  i32* const o_depths = warmer ? wout : p.depths + base;
+  i32* const o_parents = warmer ? wout + N : p.parents + base;
+  i32* const o_tokens = warmer ? wout + 2 * N : p.tokens + base;
+  u32* const o_anc = warmer ? reinterpret_cast<u32*>(wout + 3 * N) : p.anc + base * W;
+  i32* const o_count = warmer ? wout + 3 * N + N * W : p.node_counts + b;
   constexpr int NODE_PER = (MAX_K + 1 + BUILD_THREADS - 1) / BUILD_THREADS;  // N <= MAX_K + 1
   int tok[NODE_PER];
 #pragma unroll
@@ -324,8 +357,8 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
       tok[e] = __ldcg(gids + (dep - 1) * K + ns.rank[i]);
     }
     if (i < N) {
-      p.depths[base + i] = dep;
-      p.parents[base + i] = par;
+      o_depths[i] = dep;
+      o_parents[i] = par;
     }
   }
   u32* words = reinterpret_cast<u32*>(dyn);  // the log-probs are no longer needed
@@ -335,14 +368,13 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
     for (int a = i; a >= 0; a = ns.par[a]) words[i * W + (a >> 5)] |= 1u << (a & 31);
   }
   __syncthreads();
-  u32* ganc = p.anc + base * W;
-  for (int i = tid; i < N * W; i += BUILD_THREADS) ganc[i] = words[i];
+  for (int i = tid; i < N * W; i += BUILD_THREADS) o_anc[i] = words[i];
 #pragma unroll
   for (int e = 0; e < NODE_PER; ++e) {
     const int i = tid + e * BUILD_THREADS;
-    if (i < N) p.tokens[base + i] = tok[e];
+    if (i < N) o_tokens[i] = tok[e];
   }
-  if (tid == 0) p.node_counts[b] = count;
+  if (tid == 0) *o_count = count;
   DDT_STAMP(24, "nodes", count);
 }
 

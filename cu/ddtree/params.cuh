@@ -105,6 +105,7 @@ struct BuildParams : TopKParams {
   i32* parents;                  // [B, N] root -1
   i32* node_counts;              // [B] root included; 0 for inactive requests
   u32* anc;                      // [B, N, W] ancestor-and-self bitmask words
+  i32* warm_scratch;             // [D * K + 3 * N + N * W + 1] the code warmer's own log-probs and nodes (build.cuh)
   i32 lp_bytes;                  // union region of ddtree_build's dynamic smem (multiple of 16)
   i32 build_pad;
 };
