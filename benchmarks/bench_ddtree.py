@@ -25,10 +25,14 @@ chunk top-K's fallback grid, which exits at once for rows that need nothing).
 kernels after its first (default: the plan's, on from sm_90); "both" times off and on side by
 side on the same inputs, one plan each per row (the last column says which).
 
-Every timed replay comes behind a 256 MB write that evicts L2, as in bench_attention.py: in a decode
+Each repetition starts behind a 256 MB write that evicts L2, as in bench_attention.py: in a decode
 step the verify kernel and the target model run between two builds, so the build's code and data
-are cold there. ``--warm-l2`` leaves it out (the tables before 2026-12-02's seventeenth session;
-at batch 1 / 16 the build then measured ~10 µs faster than a step sees it).
+are cold there. The flush comes before the build (and before the whole step, the top-K launches,
+accept from tokens and each prefix of the build's launches); compile, accept and commit follow the
+build, as they do in a step. The write leaves ~50 MB of dirty lines that the next kernels' misses
+write back: ~6-7 µs of the top-K launches at batch 8 (2026-12-02, BENCHMARKS). ``--warm-l2`` leaves
+the flush out (the tables before 2026-12-02's seventeenth session; at batch 1 / 16 the build then
+measured ~10 µs faster than a step sees it).
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
@@ -350,7 +354,7 @@ def main(argv=None) -> int:
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__}); "
-          + ("L2 warm (no flush)" if flush is None else "each timed replay behind a 256 MB L2 flush"))
+          + ("L2 warm (no flush)" if flush is None else "build, step and top-K behind a 256 MB L2 flush (a write)"))
     head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
             f"{'build x':>7} | {'pdl':>3}")

@@ -47,11 +47,13 @@ def test_records_to_phases():
 
 
 def test_the_code_warmer_stays_out_of_the_tables():
-    """ddtree_build's CTA (depth_limit, 0) runs the search on its own data, without a ``merge`` point."""
+    """ddtree_build's CTA (depth_limit, 0), stamp row depth_limit, runs the search on its own data; an
+    inactive request's CTA (only an ``entry`` point, no ``merge`` either) stays in the tables."""
     warmer = [("entry", 0, 10, 8_000), ("lp", 0, 400, 8_300), ("searched", 20, 900, 8_600), ("nodes", 21, 1200, 8_700)]
-    rows, rest = stamps.split_warmer({**_records(), 15: warmer})
-    assert rows == _records() and rest == warmer
-    assert stamps.split_warmer(_records()) == (_records(), [])
+    inactive = [("entry", 0, 20, 8_100)]
+    rows, rest = stamps.split_warmer({**_records(), 15: warmer, 40: inactive}, 15)
+    assert rows == {**_records(), 40: inactive} and rest == warmer
+    assert stamps.split_warmer(_records(), 15) == (_records(), [])
 
 
 def test_records_are_taken_in_clock_order_not_slot_order():

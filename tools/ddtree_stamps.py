@@ -72,13 +72,12 @@ def chronological(ctas: dict) -> dict:
     return {k: sorted(v, key=lambda r: r[2]) for k, v in ctas.items()}
 
 
-def split_warmer(ctas: dict) -> tuple:
-    """``(the merging CTAs' records, the code warmer's)``: ddtree_build's CTA (depth_limit, 0) runs
-    the search on data of its own (cu/ddtree/build.cuh) and is the one CTA without a ``merge``
-    point; its records (``[]`` when it stamped nothing) stay out of the tables."""
-    rows = {k: v for k, v in ctas.items() if any(p == "merge" for p, _, _, _ in v)}
-    rest = [r for k, v in ctas.items() if k not in rows for r in v]
-    return rows, rest
+def split_warmer(ctas: dict, depth_limit: int) -> tuple:
+    """``(the other CTAs' records, the code warmer's)``: ddtree_build's CTA (depth_limit, 0) runs the
+    search on data of its own (cu/ddtree/build.cuh); its stamp row is ``0 * (depth_limit + 1) +
+    depth_limit``. Its records (``[]`` when it stamped nothing) stay out of the tables."""
+    rows = {k: v for k, v in ctas.items() if k != depth_limit}
+    return rows, list(ctas.get(depth_limit, []))
 
 
 def order_of(ctas: dict) -> list[str]:
@@ -165,7 +164,7 @@ def main(argv=None) -> int:
                 phase_stamps.zero_stamps(plan._module)
                 plan.build(stream, logits, state)
                 stream.synchronize()
-                ctas, warmer = split_warmer(phase_stamps.read_stamps(plan._module))
+                ctas, warmer = split_warmer(phase_stamps.read_stamps(plan._module), plan.depth_limit)
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
