@@ -307,19 +307,14 @@ def test_pdl_option_resolves_per_arch():
 
 
 def _function_bytes(cubin: bytes, name: str) -> int:
-    """Bytes of SASS of function ``name`` in an ELF cubin (its symbol's st_size)."""
-    import struct
+    """Bytes of SASS of kernel ``name`` in a cubin: its ``.text`` section (tools/code_sections.py reads the ELF)."""
+    import importlib.util
+    from pathlib import Path
 
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    for sec in (s for s in sections if s[1] == 2):  # SHT_SYMTAB
-        strtab = sections[sec[6]][4]
-        for off in range(sec[4], sec[4] + sec[5], 24):
-            st_name, st_info, _, _, _, st_size = struct.unpack_from("<IBBHQQ", cubin, off)
-            if cubin[strtab + st_name:cubin.index(b"\0", strtab + st_name)] == name.encode() and st_info & 0xF == 2:
-                return st_size
-    raise AssertionError(f"no function {name}")
+    spec = importlib.util.spec_from_file_location("code_sections", Path(__file__).parents[1] / "tools" / "code_sections.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return len(mod.elf_sections(cubin)[f".text.{name}"])
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
