@@ -25,18 +25,20 @@ chunk top-K's fallback grid, which exits at once for rows that need nothing).
 kernels after its first (default: the plan's, on from sm_90); "both" times off and on side by
 side on the same inputs, one plan each per row (the last column says which).
 
-Each repetition starts behind a 256 MB write that evicts L2, as in bench_attention.py: in a decode
-step the verify kernel and the target model run between two builds, so the build's code and data
-are cold there. The flush comes before the build (and before the whole step, the top-K launches,
-accept from tokens and each prefix of the build's launches); compile, accept and commit follow the
-build, as they do in a step. The write leaves ~50 MB of dirty lines that the next kernels' misses
-write back: ~6-7 µs of the top-K launches at batch 8 (2026-12-02, BENCHMARKS). ``--warm-l2`` leaves
-the flush out (the tables before 2026-12-02's seventeenth session; at batch 1 / 16 the build then
-measured ~10 µs faster than a step sees it).
+Each repetition starts behind an L2 flush: in a decode step the verify kernel and the target model
+run between two builds, so the build's code and data are cold there. The flush comes before the
+build (and before the whole step, the top-K launches, accept from tokens and each prefix of the
+build's launches); compile, accept and commit follow the build, as they do in a step. ``--flush read`` (the
+default) reads 256 MB (the package's argmax kernel over a zeroed buffer), which evicts L2 and leaves
+it clean, as the verify kernel's and the model's reads do. ``--flush write`` writes 256 MB, as
+bench_attention.py does (the seventeenth session's tables): its ~50 MB of dirty lines are written
+back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush none``: no flush
+(the tables before the seventeenth session; at batch 1 / 16 the build then measured ~10 µs faster
+than a step sees it).
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
-                                         [--warm-l2]
+                                         [--flush read|write|none]
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     """Median GPU µs of each stage over graph replays that start from the same state.
 
     Each stage is captured into a graph of its own; per repetition the state is
-    restored, ``flush`` (a 256 MB device array, or None) is written to evict L2 (as the
+    restored, ``flush`` (an :class:`L2Flush`, or None) evicts L2 (as the
     verify step and the target model do between two builds of a decode step: the build's
     code and data are cold there), a spin kernel holds the GPU for 300 µs while the host queues event,
     stage graph, event, ..., so the events see GPU time only (each boundary adds
@@ -186,10 +188,43 @@ def gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snapshot, 
     return out
 
 
+class L2Flush:
+    """Evicts L2 on a stream before a timed replay (``--flush``), 256 MB, several times the L2.
+
+    ``"read"``: the argmax kernel (:func:`driverlevel.argmax.argmax_rows_launch`) over a zeroed
+    float32 ``[4096, 16384]`` buffer, one warp per row, writing 16 KB of indices: L2 is left clean.
+    ``"write"``: the buffer's bytes set to ``r & 0xFF`` (:meth:`DeviceArray.fill_bytes`): L2 is left
+    holding ~50 MB of dirty lines, which the next kernels' misses write back.
+    """
+
+    ROWS, COLS = 4096, 16384  # float32: 256 MB
+
+    def __init__(self, dev, stream, mode: str):
+        from driverlevel.argmax import argmax_rows_launch
+
+        if mode not in ("read", "write"):
+            raise ValueError(f"flush mode must be 'read' or 'write', got {mode!r}")
+        self.mode = mode
+        self.buf = dl.DeviceBuffer.allocate(dev, self.ROWS * self.COLS * 4, label="l2-flush").as_array(
+            (self.ROWS, self.COLS), np.float32)
+        self.buf.fill_bytes(0, stream)
+        self.nbytes = self.buf.nbytes
+        if mode == "read":
+            idx = dl.DeviceBuffer.allocate(dev, self.ROWS * 4, label="l2-flush-index").as_array((self.ROWS,), np.int32)
+            self._read = argmax_rows_launch(dev, self.buf, index=idx, m_max=self.ROWS)
+        stream.synchronize()
+
+    def __call__(self, stream, r: int) -> None:
+        if self.mode == "read":
+            self._read.launch(stream)
+        else:
+            self.buf.fill_bytes(r & 0xFF, stream)
+
+
 def _evict_l2(flush, stream, r):
-    """Write ``flush`` (256 MB, several times the L2) on ``stream``, unless it is None (``--warm-l2``)."""
+    """Run ``flush`` (an :class:`L2Flush`) on ``stream``, unless it is None (``--flush none``)."""
     if flush is not None:
-        flush.fill_bytes(r & 0xFF, stream)
+        flush(stream, r)
 
 
 def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=None):
@@ -324,10 +359,11 @@ def main(argv=None) -> int:
                     help="programmatic dependent launch of the build's kernels (DDTreePlan(pdl=...)); "
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
-    ap.add_argument("--warm-l2", action="store_true",
-                    help="no L2 flush before the timed replays (the sixteenth session's and earlier tables): the "
-                         "build's code and data may still be in L2 from the previous replay, which a decode step's "
-                         "verify and model forward never leave")
+    ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
+                    help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
+                         "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "
+                         "lines the top-K kernels then write back), or none (the build's code and data may stay "
+                         "in L2 from the previous replay, which a decode step never leaves)")
     args = ap.parse_args(argv)
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
@@ -349,12 +385,12 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     budgets = (16, 256) if args.quick else (16, 64, 256, 512)
     reps = 10 if args.quick else 30
-    flush = None if args.warm_l2 else dl.DeviceBuffer.allocate(dev, 256 << 20, label="l2-flush").as_array()
+    flush = None if args.flush == "none" else L2Flush(dev, stream, args.flush)
     results = []
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__}); "
-          + ("L2 warm (no flush)" if flush is None else "build, step and top-K behind a 256 MB L2 flush (a write)"))
+          + ("L2 warm (no flush)" if flush is None else f"build, step and top-K behind a 256 MB L2 flush ({flush.mode})"))
     head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
             f"{'build x':>7} | {'pdl':>3}")
@@ -388,7 +424,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
-                       "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
+                       "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
     return 0
 
 
