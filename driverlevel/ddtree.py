@@ -929,6 +929,9 @@ class DDTreePlan:
 
         Raises
         ------
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
+            (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
         MetadataError
             Naming the first bad request and the field (the word is cleared).
         """
