@@ -244,7 +244,8 @@ def normalize_arch(arch) -> str:
     if s.isdigit():
         s = "sm_" + s
     m = re.fullmatch(r"sm_(\d+)a?", s)
-    if m and len(m.group(1)) > 1 and m.group(1).startswith("0"):
+    if m and len(m.group(1)) > 1 and m.group(1).startswith("0") and m.group(1).lstrip("0"):
+        # (an all-zero number, sm_00, is no leading-zero typo of a real one: "older than sm_80" below)
         plain = "sm_" + s[3:].lstrip("0")
         raise ValueError(f"unsupported architecture {given!r}: the number has a leading zero (write {plain!r})")
     if not m or int(m.group(1)) < 80:
@@ -335,7 +336,7 @@ def check_arch(name) -> str:
     m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
     if m is None:
         why = f"{text!r} is not an architecture name"
-    elif len(m.group(2)) > 1 and m.group(2).startswith("0"):
+    elif len(m.group(2)) > 1 and m.group(2).startswith("0") and m.group(2).lstrip("0"):  # (sm_00: older than sm_80)
         why = f"{text!r} has a leading zero in its number (write {m.group(1)}_{m.group(2).lstrip('0')}{m.group(3)})"
     elif m.group(1) == "compute":
         why = f"{text!r} is a virtual architecture (PTX); driverlevel compiles cubin for a real one"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import stream_arg
 from ._errors import MetadataError
 from ._memory import PinnedHostBuffer
 
@@ -85,15 +86,20 @@ class DeviceErrorWord:
         ----------
         stream : Stream, optional
             Synchronised first, so the work queued on it has finished (not capture-safe;
-            call between steps).
+            call between steps). ``None``: not synchronised (the caller has made sure
+            the work is complete).
 
         Raises
         ------
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (an
+            :class:`~driverlevel.Event` would be synchronised in its place, and return
+            before the kernels finish), checked before the word is read.
         MetadataError
             Naming the first bad request, the field and what was wrong.
         """
         if stream is not None:
-            stream.synchronize()
+            stream_arg("stream", stream).synchronize()
         code, request, field, count = self.read()
         if code == 0:
             return

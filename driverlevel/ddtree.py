@@ -709,7 +709,9 @@ class DDTreePlan:
             Reads ``active``, ``root_tokens`` and ``budgets``.
 
         Writes ``top_ids``, ``top_lp``, ``tokens``, ``depths``, ``parents``,
-        ``node_counts`` and ``anc`` (inactive requests: ``node_counts = 0`` only).
+        ``node_counts`` and ``anc`` (inactive requests: ``node_counts = 0`` only), and
+        the code warmer's scratch ``warm_scratch`` (its own log-probs and tree, whatever
+        the requests; never read by another stage: see cu/ddtree/build.cuh's ``build_tree``).
         ``top_ids`` equal the reference's exactly (equal logits: lower id first); the
         log-probs agree with its float64 log-sum-exp within a few float32 ulps (the GPU sums
         the exponentials in another order); from those top-K lists the tree is the
@@ -929,6 +931,9 @@ class DDTreePlan:
 
         Raises
         ------
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
+            (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
         MetadataError
             Naming the first bad request and the field (the word is cleared).
         """

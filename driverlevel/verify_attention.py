@@ -832,6 +832,9 @@ class VerifyAttention:
 
         Raises
         ------
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
+            (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
         MetadataError
             Naming the first bad request, the field (``qo_indptr``, ``kv_indptr``,
             ``kv_indices``, ``out_cache_loc``, ``mask_indptr``) and what was wrong.

@@ -855,6 +855,18 @@ def test_a_leading_zero_is_refused(bad, plain):
         _compile.check_arch(bad)
 
 
+@pytest.mark.parametrize("bad", ["sm_00", "SM_00", "00", "sm_000"])
+def test_an_all_zero_number_is_older_than_sm_80_not_a_leading_zero(bad):
+    """Review 17 L8: the leading-zero rule stripped every digit of sm_00 and suggested writing 'sm_'."""
+    with pytest.raises(ValueError, match=rf"unsupported architecture '{bad}': expected a real target sm_XX of sm_80 "
+                                         rf"or newer") as e:
+        normalize_arch(bad)
+    assert "leading zero" not in str(e.value)
+    with pytest.raises(ValueError, match=rf"'{bad}' is older than sm_80") as e:
+        _compile.check_arch(bad)
+    assert "leading zero" not in str(e.value)
+
+
 @pytest.mark.parametrize("source, name, words", [
     (_K, ".", "name must end in a file name such as 'k.cu', got '.'"),
     (_K, "..", "name must end in a file name such as 'k.cu', got '..'"),

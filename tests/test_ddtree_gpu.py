@@ -357,6 +357,83 @@ def test_build_chain_and_star_extremes(device, stream):
     assert (out["depths"][1, 1:] == 1).sum() >= 60  # nearly flat: mostly depth-1 siblings
 
 
+def warm_lp_host(D, K):
+    """``warm_lp(d, k)`` of cu/ddtree/build.cuh in numpy float32 ``[D, K]`` (the device may contract
+    to FMAs and its log2f rounds differently: equal within a few ulps, not bitwise)."""
+    from driverlevel._topk_threshold import hash32
+
+    d, k = np.meshgrid(np.arange(D), np.arange(K), indexing="ij")
+    frac = (hash32((d * 1024 + k).astype(np.uint64)).astype(np.uint32) >> np.uint32(8)).astype(np.float32) \
+        * np.float32(2.0 ** -24)
+    x = np.float32(1) + k.astype(np.float32) + np.float32(0.999) * frac
+    return np.float32(-5.4) - np.float32(0.5) * np.log2(x).astype(np.float32)
+
+
+def check_warm_scratch(ws, D, K, N, W, root, budget):
+    """The code warmer's scratch ``ws`` (int32, cu/ddtree/build.cuh's layout) against the reference
+    search on its own log-probs; returns the warmer's node count."""
+    assert ws.dtype == np.int32 and ws.shape == (D * K + 3 * N + N * W + 1,)
+    gids = ws[:D * K].reshape(D, K)  # its token ids: its log-probs' bits
+    lp = gids.view(np.float32)
+    assert np.isfinite(lp).all(), "the warmer's log-probs are not all finite"
+    assert (np.diff(lp.astype(np.float64), axis=1) < 0).all(), "the warmer's log-probs do not decrease along a row"
+    np.testing.assert_allclose(lp, warm_lp_host(D, K), rtol=0, atol=1e-5, err_msg="the warmer's log-probs")
+    o = D * K
+    depths, parents, tokens = ws[o:o + N], ws[o + N:o + 2 * N], ws[o + 2 * N:o + 3 * N]
+    anc = ws[o + 3 * N:o + 3 * N + N * W].view(np.uint32).reshape(N, W)
+    count = int(ws[o + 3 * N + N * W])
+    tree = ref.build_tree_from_topk(root, gids, lp, budget)
+    n = tree.num_nodes
+    assert count == n, f"the warmer built {count} nodes, the reference {n}"
+    np.testing.assert_array_equal(tokens[:n], tree.tokens, err_msg="the warmer's tokens")
+    np.testing.assert_array_equal(depths[:n], tree.depths, err_msg="the warmer's depths")
+    np.testing.assert_array_equal(parents[:n], tree.parents, err_msg="the warmer's parents")
+    np.testing.assert_array_equal(anc[:n], ref.ancestor_masks(tree.parents, W), err_msg="the warmer's anc")
+    for name, v in (("tokens", tokens), ("depths", depths), ("parents", parents)):  # past the count, as a request's
+        assert (v[n:] == -1).all(), f"the warmer's {name} past its count"
+    assert (anc[n:] == 0).all(), "the warmer's anc past its count"
+    return n
+
+
+@pytest.mark.parametrize("budget, depth", [(16, 6), (256, 15)])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_code_warmer_builds_the_reference_tree_of_its_own_log_probs(device, stream, budget, depth, batch):
+    """Review 17 L3: ddtree_build's code warmer (CTA (depth_limit, 0), cu/ddtree/build.cuh) runs and
+    computes what it should, which no other test would notice (a warmer that exits early or writes
+    garbage leaves the requests' outputs right).
+
+    After one build (and again after a second, the scratch poisoned before each), ``plan.warm_scratch``
+    holds, in build.cuh's layout: ``warm_lp``'s log-probs ``[depth_limit, K]`` (finite, strictly
+    decreasing along each row, within 1e-5 of a numpy float32 rebuild with ``hash32``); then the
+    warmer's tree, whose depths, parents, tokens (the log-probs' int32 bits as token ids, the root
+    ``root_tokens[0]``), ancestor masks (bit for bit) and node count equal
+    ``reference.ddtree.build_tree_from_topk(root_tokens[0], bits, log_probs, budget)`` and
+    ``ancestor_masks`` exactly, with -1 / 0 past the count. At batch 8 request 0 is inactive: the
+    warmer still builds on its root token, and the other requests' trees stay the reference's.
+    (The outputs do not tell the parallel search from the one-warp heap fallback: both are exact.
+    With warm_lp's rows, two rank-0 steps sum below rank K - 1 (-10.8 against >= -9.9), so the
+    warmer's tree is a star of depth-1 nodes: this pins its result, not the search's deeper order.)
+    """
+    rng = np.random.default_rng(budget + batch)
+    rig = Rig(device, rng, max_batch=batch, depth=depth, vocab=3000, budget=budget)
+    plan = rig.plan
+    D, K, N, W = plan.depth_limit, plan.k, plan.budget + 1, plan.n_words
+    assert (D, K, N) == (depth, budget, budget + 1)  # vocab > budget: K = budget
+    if batch > 1:
+        rig.h["active"][0] = 0
+    rig.push_state()
+    root = int(rig.h["root_tokens"][0])
+    for _ in range(2):
+        rig.new_logits()
+        poison(plan, stream, ("warm_scratch", "top_ids", "top_lp") + TREE_OUTPUTS)
+        plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        n = check_warm_scratch(plan.warm_scratch.to_numpy(), D, K, N, W, root, budget)
+        assert n == budget + 1  # D * K > budget candidates: the budget is spent
+        out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+        assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+
+
 # ------------------------------------------------------------------------------ compile
 
 

@@ -161,3 +161,66 @@ def test_runner_stream_must_be_a_stream(monkeypatch):
     with pytest.raises(TypeError, match=STREAM_WORDS + "int$"):
         runner.AutoregressiveRunner(0, target_forward=lambda stream, buffers: None, vocab_size=64, max_batch=2,
                                     max_context=64, max_prompt_len=8, stream=5)
+
+
+# -- check_errors(stream) ----------------------------------------------------------------------------
+# Review 17 L2: ``DeviceErrorWord.check`` ran ``stream.synchronize()`` on whatever it was given. An Event's
+# ``synchronize`` returns at once if it was never recorded (or was recorded before the step), so the word was
+# read before the kernels finished and an error could be missed; a GraphExec gave a bare AttributeError.
+def _error_word(code=0):
+    from driverlevel._device_error import DeviceErrorWord
+
+    word = object.__new__(DeviceErrorWord)
+    word.label, word._words = "test", np.array([code, 1, 2, 1], np.int32)  # a recorded error, if code
+    return word
+
+
+def _check_errors_owners():
+    plan = object.__new__(DDTreePlan)
+    plan.error_word = _error_word(code=3)
+    verify = _verify_plan()
+    verify.error_word = _error_word(code=3)
+    return {"DeviceErrorWord": (plan.error_word, plan.error_word.check), "DDTreePlan": (plan.error_word,
+            plan.check_errors), "VerifyAttention": (verify.error_word, verify.check_errors)}
+
+
+@pytest.fixture
+def synced(monkeypatch):
+    """Every ``synchronize`` of an Event, a Stream or any object, recorded instead of run."""
+    calls = []
+    for cls in (dl.Event, dl.Stream):
+        monkeypatch.setattr(cls, "synchronize", lambda self: calls.append(self))
+    return calls
+
+
+@pytest.mark.parametrize("owner", ["DeviceErrorWord", "DDTreePlan", "VerifyAttention"])
+@pytest.mark.parametrize("cls", NOT_STREAMS, ids=lambda c: c.__name__)
+def test_check_errors_refuses_an_event_or_a_graph_in_place_of_the_stream(owner, cls, synced):
+    word, check_errors = _check_errors_owners()[owner]
+    bad = SimpleNamespace(handle=0x1234, device=DEV, synchronize=lambda: synced.append("duck")) \
+        if cls is SimpleNamespace else _with_handle(cls)
+    with pytest.raises(TypeError, match=STREAM_WORDS + cls.__name__ + "$"):
+        check_errors(bad)
+    assert synced == []  # nothing synchronised in the stream's place
+    assert word.read() == (3, 1, 2, 1)  # the word neither read into an error nor cleared
+
+
+@pytest.mark.parametrize("owner", ["DeviceErrorWord", "DDTreePlan", "VerifyAttention"])
+@pytest.mark.parametrize("stream", [0, "stream"])
+def test_check_errors_refuses_a_stream_that_is_not_a_stream(owner, stream, synced):
+    word, check_errors = _check_errors_owners()[owner]
+    with pytest.raises(TypeError, match=STREAM_WORDS + type(stream).__name__ + "$"):
+        check_errors(stream)
+    assert word.read() == (3, 1, 2, 1)
+
+
+@pytest.mark.parametrize("owner", ["DeviceErrorWord", "DDTreePlan", "VerifyAttention"])
+def test_check_errors_synchronises_a_stream_and_takes_none(owner, synced):
+    word, check_errors = _check_errors_owners()[owner]
+    s = _stream()
+    with pytest.raises(dl.MetadataError):
+        check_errors(s)
+    assert synced == [s] and word.read() == (0, 0, 0, 0)  # synchronised first, then raised and cleared
+    check_errors(s)  # a clear word: no error
+    check_errors(None)  # documented: no synchronisation
+    assert synced == [s, s]

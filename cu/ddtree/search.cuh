@@ -200,10 +200,12 @@ struct SearchBins {
   // upper bound. Every step is monotone: the rounding of x to float32 (so x <= x_hi keeps it at or
   // below hi: no node inside the bound is dropped; one just past it can land in the last bin,
   // which costs a candidate, never a node), the subtraction of a constant, the product with a
-  // constant >= 0 (+inf when hi - lo is below float32's range: every x past lo in the last bin)
-  // and the truncation. Float32 resolves x to ~6e-8 of its size: where a bin is narrower than
-  // that (hi - lo below ~3e-5 of hi) neighbouring bins merge, which costs candidates (at worst
-  // SEARCH_CAP's fallback to the heap), never a wrong node.
+  // constant >= 0 (+inf when hi - lo is below float32's range: every x in (lo, hi] in the last
+  // bin) and the truncation. x_hi past FLT_MAX (a row floored to -FLT_MAX at rank kb - 1, e.g. a
+  // drafter row with fewer than K finite logits) rounds hi to +inf: nothing is past the bound,
+  // every key at most the last bin, still monotone. Float32 resolves x to ~6e-8 of its size: where
+  // a bin is narrower than that (hi - lo below ~3e-5 of hi) neighbouring bins merge, which costs
+  // candidates (at worst SEARCH_CAP's fallback to the heap), never a wrong node.
   DL_DEVICE int operator()(double x) const {
     const float xf = __double2float_rn(x);
     if (!(xf > lo)) return 0;
