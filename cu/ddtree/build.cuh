@@ -101,12 +101,9 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   double2 t_pre = make_double2(0.0, 0.0);
-  float t_thr = 0.f;
+  const float t_thr = thr ? p.tk_thresh[row_id] : 0.f;
   const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
-  if (thr && lse_warp) {
-    t_thr = p.tk_thresh[row_id];
-    if (lane < S) t_pre = tk_sums[lane];
-  }
+  if (thr && lse_warp && lane < S) t_pre = tk_sums[lane];
   u64 mine = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
@@ -115,6 +112,10 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
   // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
   // the composites with that key. One kth_largest instance serves both passes.
+  // thr: every candidate is >= T (a finite float; -0 >= +0 too, hence the key below T's), so
+  // the first pass bins [key(T) - 1, the maximum] linearly: one level usually leaves a few
+  // values in the K-th's bin (the log bins over every key took two).
+  const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
   u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
   int need = K;
   u64 cstar;  // picked: composite >= cstar
@@ -125,7 +126,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
           const u32 hi = static_cast<u32>(c[j] >> 32);
           return (pass ? (hi == tk ? static_cast<u32>(c[j]) : 0u) : hi) + static_cast<u32>(z);
         },
-        vmax, 1u, need, sm.sel, ecount);
+        vmax, pass ? 1u : kcut, need, sm.sel, ecount, thr && !pass);
     if (pass) {
       cstar = (static_cast<u64>(tk) << 32) | r;
       break;

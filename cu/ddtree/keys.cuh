@@ -37,6 +37,9 @@ DL_DEVICE double dec_key(u64 s) {
 // none) among those >= cut. Works on d = vmax - v (smallest d first): a histogram of
 // log-spaced bins (8 per octave), then 256-bin linear refinements of the bin holding the
 // answer, until that bin holds one value or at most 32 elements, which one warp ranks.
+// linear: the first level takes 512 linear bins of [0, vmax - cut] instead of the log bins, for
+// values known to lie in a narrow range above cut (the row merge's threshold candidates: one
+// level then usually leaves the need-th's bin with a few values, where the log bins took two).
 // Precondition: count(v >= cut) >= need >= 1 and vmax >= every value.
 // get(j, salt) must add `salt` (0, read from shared memory at each level) into its
 // result, so that the compiler recomputes values instead of keeping E of them live.
@@ -136,9 +139,14 @@ DL_DEVICE void select_level(SelectSmem& sm, U lo, U hi, int need, int shift) {
 }
 
 template <int T, int E, typename U, class Get>
-DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm, int ecount = E) {
+DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSmem& sm, int ecount = E,
+                        bool linear = false) {
   U lo = 0, hi = vmax_in - cut_in;
   int shift = -1;  // -1: log bins
+  if (linear) {
+    const int bits = 64 - __clzll(static_cast<long long>(hi));
+    shift = bits > 9 ? bits - 9 : 0;
+  }
   if (threadIdx.x == 0) { sm.vmax = vmax_in; sm.cut = cut_in; sm.salt = 0; }
   while (true) {
     for (int i = threadIdx.x; i < 512; i += T) sm.hist[i] = 0;
