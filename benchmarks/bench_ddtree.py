@@ -232,7 +232,7 @@ def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=Non
 
     Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
     tree; chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
-    :func:`gpu_stage_times` times a stage (state restored, ``flush`` written, a spin kernel ahead,
+    :func:`gpu_stage_times` times a stage (state restored, ``flush`` run, a spin kernel ahead,
     events around it), so consecutive differences are each launch's share, boundaries included.
     """
     from driverlevel import selftest

@@ -927,7 +927,8 @@ class DDTreePlan:
         Parameters
         ----------
         stream : Stream, optional
-            Synchronised first (not capture-safe; call between steps).
+            Synchronised first (not capture-safe; call between steps). ``None``: not
+            synchronised (the caller has made sure the work queued before is complete).
 
         Raises
         ------

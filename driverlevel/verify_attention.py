@@ -828,7 +828,8 @@ class VerifyAttention:
         Parameters
         ----------
         stream : Stream, optional
-            Synchronised first (call between steps, not during a capture).
+            Synchronised first (call between steps, not during a capture). ``None``: not
+            synchronised (the caller has made sure the work queued before is complete).
 
         Raises
         ------

@@ -389,9 +389,6 @@ def check_warm_scratch(ws, D, K, N, W, root, budget):
     np.testing.assert_array_equal(depths[:n], tree.depths, err_msg="the warmer's depths")
     np.testing.assert_array_equal(parents[:n], tree.parents, err_msg="the warmer's parents")
     np.testing.assert_array_equal(anc[:n], ref.ancestor_masks(tree.parents, W), err_msg="the warmer's anc")
-    for name, v in (("tokens", tokens), ("depths", depths), ("parents", parents)):  # past the count, as a request's
-        assert (v[n:] == -1).all(), f"the warmer's {name} past its count"
-    assert (anc[n:] == 0).all(), "the warmer's anc past its count"
     return n
 
 
@@ -408,7 +405,8 @@ def test_the_code_warmer_builds_the_reference_tree_of_its_own_log_probs(device, 
     warmer's tree, whose depths, parents, tokens (the log-probs' int32 bits as token ids, the root
     ``root_tokens[0]``), ancestor masks (bit for bit) and node count equal
     ``reference.ddtree.build_tree_from_topk(root_tokens[0], bits, log_probs, budget)`` and
-    ``ancestor_masks`` exactly, with -1 / 0 past the count. At batch 8 request 0 is inactive: the
+    ``ancestor_masks`` exactly (the warmer always spends its whole budget: there is nothing past
+    its count to check). At batch 8 request 0 is inactive: the
     warmer still builds on its root token, and the other requests' trees stay the reference's.
     (The outputs do not tell the parallel search from the one-warp heap fallback: both are exact.
     With warm_lp's rows, two rank-0 steps sum below rank K - 1 (-10.8 against >= -9.9), so the

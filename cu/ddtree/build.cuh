@@ -95,8 +95,8 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   }
   // The row's log-sum-exp is the last warp's (LSE_WARP): it computes it while the warps below
   // P sort, which leaves it idle for P < BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it
-  // sorts too, after the log-sum-exp, as warp 0 did before). thr: it loads the row's T and its
-  // first 32 segments' sums now (used after the select).
+  // sorts too, after the log-sum-exp, as warp 0 did before). thr: it loads the row's first 32
+  // segments' sums now (used after the select); every thread loads T (the select's cut).
   constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
   const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
@@ -112,9 +112,12 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
   // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
   // the composites with that key. One kth_largest instance serves both passes.
-  // thr: every candidate is >= T (a finite float; -0 >= +0 too, hence the key below T's), so
-  // the first pass bins [key(T) - 1, the maximum] linearly: one level usually leaves a few
-  // values in the K-th's bin (the log bins over every key took two).
+  // thr: every candidate x passed the stream's x >= T (T finite, x never NaN), so its key is
+  // >= key(T) (f32_key maps -0 and +0 alike; the - 1 is slack), and the first pass bins
+  // [key(T) - 1, the maximum] linearly: one level usually leaves a few values in the K-th's bin
+  // (the log bins over every key took two). This relies on IEEE compares in the stream: built
+  // with flush-to-zero (-ftz, --use_fast_math) a denormal T would admit +-0 and negative
+  // denormals whose keys lie below the cut.
   const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
   u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
   int need = K;
