@@ -228,9 +228,11 @@ def _evict_l2(flush, stream, r):
 
 
 def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=None):
-    """Cumulative median GPU µs of the build's launches: ``[t(first), t(first two), ...]``.
+    """Median GPU µs of a one-kernel graph and the build's launches, cumulative.
 
-    Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
+    Returns ``(floor, [t(first), t(first two), ...])``: ``floor`` is a graph of one empty
+    kernel (selftest's ``noop``, one thread) timed the same way, the share of every graph
+    time below that is the graph's launch and the events, not the build's work. Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
     tree; chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
     :func:`gpu_stage_times` times a stage (state restored, ``flush`` run, a spin kernel ahead,
     events around it), so consecutive differences are each launch's share, boundaries included.
@@ -239,7 +241,10 @@ def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=Non
 
     spin = selftest.load(dev).kernel("spin_wait_ns")
     launches = build_launches(plan, stream, logits, state)
-    graphs = []
+    noop = selftest.load(dev).kernel("noop")
+    with dl.capture(stream) as cap:
+        noop.launch(stream, 1, 1, [])
+    graphs = [cap.graph.instantiate()]
     for i in range(1, len(launches) + 1):
         with dl.capture(stream) as cap:
             for ln in launches[:i]:
@@ -259,7 +264,8 @@ def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=Non
             stream.synchronize()
             if r >= 3:
                 per[i].append(ev[0].elapsed_ms(ev[1]) * 1e3)
-    return [statistics.median(v) for v in per]
+    medians = [statistics.median(v) for v in per]
+    return medians[0], medians[1:]
 
 
 def build_launches(plan, stream, logits, state):
@@ -403,11 +409,12 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
-        parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)
+        floor, parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)
         r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
         row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
-               "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts}
+               "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts,
+               "graph_floor_us": floor}
         results.append(row)
         ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
                if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
@@ -419,7 +426,8 @@ def main(argv=None) -> int:
               flush=True)
         names = PART_NAMES[mode]
         print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
-              + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts)), flush=True)
+              + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts))
+              + f" (a one-noop graph: {floor:.1f})", flush=True)
         del plan, logits, target, tokens, state, snap
     if args.json:
         with open(args.json, "w") as f:
