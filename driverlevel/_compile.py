@@ -41,7 +41,7 @@ from pathlib import Path
 
 from cuda.bindings import nvrtc
 
-from ._errors import NvrtcError, check_nvrtc
+from ._errors import NvrtcError, PicklableError, check_nvrtc
 
 __all__ = [
     "CompileVariant",
@@ -268,7 +268,7 @@ def _nvrtc_supported_archs() -> tuple[str, ...]:
     return tuple(f"sm_{int(a)}" for a in archs)
 
 
-class UnsupportedTargetError(ValueError):
+class UnsupportedTargetError(PicklableError, ValueError):
     """The NVRTC in use cannot compile for the requested architecture (a ``ValueError``: what
     :func:`compile_source` documents). A separate class so that callers can tell it from bad
     arguments: on the GPU's own architecture it is the environment's problem, not the user's."""
