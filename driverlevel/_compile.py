@@ -240,9 +240,7 @@ def normalize_arch(arch) -> str:
             raise ValueError(f"unsupported architecture {given!r}: a compute capability tuple is (major, minor), "
                              f"two ints with major >= 1 and minor 0 to 9, e.g. (9, 0)")
         arch = f"sm_{int(major)}{int(minor)}"
-    s = str(arch).strip().lower()
-    if s.isdigit():
-        s = "sm_" + s
+    s = _arch_text(arch)
     m = re.fullmatch(r"sm_(\d+)a?", s)
     if m and len(m.group(1)) > 1 and m.group(1).startswith("0") and m.group(1).lstrip("0"):
         # (an all-zero number, sm_00, is no leading-zero typo of a real one: "older than sm_80" below)
@@ -258,6 +256,64 @@ def normalize_arch(arch) -> str:
 def _is_int(v) -> bool:
     """``v`` is an integer (numpy's too), not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _arch_text(name) -> str:
+    """An architecture given as text, in the one spelling every check compares: blanks stripped, lower
+    case (``"SM_90"``, ``"Sm_120a"`` and ``"sm_90A"`` are ``"sm_90"``, ``"sm_120a"``, ``"sm_90a"``), and a bare
+    number prefixed (``"90"`` is ``"sm_90"``). Checks nothing else: :func:`normalize_arch`, :func:`check_arch`
+    and :func:`check_cubin_arch` decide what they accept."""
+    s = str(name).strip().lower()
+    return "sm_" + s if s.isdigit() else s
+
+
+_REAL_TARGET_RE = re.compile(r"sm_(\d+)([af]?)")
+
+
+def check_cubin_arch(cubin_arch, device_arch) -> None:
+    """Raise ``ValueError`` unless a cubin compiled for ``cubin_arch`` runs on a GPU of ``device_arch``
+    (:func:`~driverlevel.load_module`'s check, made before the driver is asked).
+
+    * a plain target (``"sm_90"``) loads on exactly that compute capability (driverlevel's rule: its
+      kernels and their shared-memory limit, ``DL_SMEM_LIMIT``, are built for one architecture);
+    * an architecture-specific target (``"sm_90a"``: the ``wgmma`` / ``setmaxnreg`` feature set) runs
+      on exactly the compute capability of its base (``sm_90a`` on 9.0, nowhere else);
+    * a family-specific target (``"sm_100f"``) runs on the GPUs of its family of a minor version at
+      least its own: the same major compute capability (``sm_100f`` on 10.0 and 10.3, ``sm_120f`` on
+      12.0 and 12.1; ``sm_103f`` on 10.3 only).
+
+    Both names are compared in lower case (:func:`_arch_text`). ``device_arch`` is a GPU's plain
+    architecture (``Device.arch``).
+
+    Raises
+    ------
+    ValueError
+        Naming both architectures and why the cubin does not run there; or for a ``cubin_arch`` /
+        ``device_arch`` that is no real target ``sm_XX`` (optionally with ``a`` / ``f`` for the cubin).
+    """
+    c, d = _arch_text(cubin_arch), _arch_text(device_arch)
+    mc, md = _REAL_TARGET_RE.fullmatch(c), _REAL_TARGET_RE.fullmatch(d)
+    if mc is None:
+        raise ValueError(f"the cubin's architecture {cubin_arch!r} is no real target (sm_XX, sm_XXa or sm_XXf)")
+    if md is None or md.group(2):
+        raise ValueError(f"the device's architecture {device_arch!r} is no plain real target (sm_XX)")
+    cnum, dnum, suffix = int(mc.group(1)), int(md.group(1)), mc.group(2)
+
+    def cc(n: int) -> str:
+        return f"compute capability {n // 10}.{n % 10}"
+
+    if suffix == "f":
+        if cnum // 10 == dnum // 10 and dnum >= cnum:
+            return
+        raise ValueError(f"cubin was compiled for {c}, a family-specific target that runs on compute capability "
+                         f"{cnum // 10}.x with x >= {cnum % 10}, but the device is {d} ({cc(dnum)}): compile for {d}")
+    if cnum == dnum:
+        return
+    if suffix == "a":
+        raise ValueError(f"cubin was compiled for {c}, an architecture-specific target that runs only on "
+                         f"{cc(cnum)}, but the device is {d} ({cc(dnum)}): compile for {d}")
+    raise ValueError(f"cubin was compiled for {c} but the device is {d}: compile for {d} (a cubin is loaded only "
+                     f"on the architecture it was compiled for)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -330,9 +386,7 @@ def check_arch(name) -> str:
     """
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
-    s = text.lower()
-    if s.isdigit():
-        s = "sm_" + s
+    s = _arch_text(text)
     m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
     if m is None:
         why = f"{text!r} is not an architecture name"

@@ -199,7 +199,9 @@ def load_module(device, cubin) -> Module:
     device : Device or int
         The device (or its ordinal).
     cubin : Cubin
-        An image compiled for exactly ``device.arch`` (e.g. ``"sm_90"``); PTX is refused.
+        An image compiled for ``device.arch`` (e.g. ``"sm_90"``), or for its architecture-specific
+        target (``"sm_90a"`` on compute capability 9.0), or for a family-specific target of its family
+        (``"sm_100f"`` on 10.0 or 10.3): ``driverlevel._compile.check_cubin_arch``. PTX is refused.
 
     Returns
     -------
@@ -208,7 +210,8 @@ def load_module(device, cubin) -> Module:
     Raises
     ------
     ValueError
-        If the cubin was compiled for another architecture, or is not a cubin (ELF).
+        If the cubin was compiled for an architecture that does not run on ``device``
+        (``driverlevel._compile.check_cubin_arch`` says why), or is not a cubin (ELF).
     CudaError
         If ``cuModuleLoadData`` fails (e.g. ``CUDA_ERROR_NO_BINARY_FOR_GPU``).
 
@@ -217,11 +220,14 @@ def load_module(device, cubin) -> Module:
     >>> dev = dl.Device(0)                                                 # doctest: +SKIP
     >>> mod = dl.load_module(dev, dl.runtime.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
     """
+    from ._compile import check_cubin_arch
     from ._device import _check_device_arg
 
     device = _check_device_arg(device)
-    if cubin.arch != device.arch:
-        raise ValueError(f"cubin was compiled for {cubin.arch} but {device!r} is {device.arch}")
+    try:
+        check_cubin_arch(cubin.arch, device.arch)
+    except ValueError as exc:
+        raise ValueError(f"{device!r}: {exc}") from None
     key = (device.ordinal, cubin.key or id(cubin))
     with _module_lock:
         mod = _module_cache.get(key)

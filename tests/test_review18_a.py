@@ -90,3 +90,123 @@ def test_an_error_raised_in_a_process_pool_reaches_the_parent():
             fut.result(timeout=60)
     assert (ei.value.request, ei.value.field, ei.value.code) == (7, "kv_indices", "out_of_range")
     assert str(ei.value).startswith("VerifyAttention: request 7: kv_indices is out of range")
+
+
+# -- H2: an sm_XXa cubin loads on exactly CC XX; sm_XXf on its family; L8: architecture names in any case ----
+
+@pytest.mark.parametrize("cubin_arch, device_arch", [
+    ("sm_90a", "sm_90"), ("sm_90", "sm_90"), ("sm_100a", "sm_100"), ("sm_120a", "sm_120"),
+    ("sm_100f", "sm_100"), ("sm_100f", "sm_103"), ("sm_120f", "sm_121"), ("sm_103f", "sm_103"),
+    ("SM_90A", "sm_90"), ("Sm_120a", "SM_120"), ("sm_100F", "sm_103"), (" sm_90 ", "sm_90"),
+])
+def test_cubin_arch_that_runs_on_the_device_is_accepted(cubin_arch, device_arch):
+    from driverlevel._compile import check_cubin_arch
+
+    assert check_cubin_arch(cubin_arch, device_arch) is None
+
+
+@pytest.mark.parametrize("cubin_arch, device_arch, words", [
+    ("sm_90a", "sm_100", "sm_90a, an architecture-specific target that runs only on compute capability 9.0, but the "
+     "device is sm_100 (compute capability 10.0): compile for sm_100"),
+    ("sm_100a", "sm_103", "runs only on compute capability 10.0, but the device is sm_103"),
+    ("sm_90a", "sm_89", "runs only on compute capability 9.0"),
+    ("sm_103f", "sm_100", "sm_103f, a family-specific target that runs on compute capability 10.x with x >= 3, but "
+     "the device is sm_100 (compute capability 10.0)"),
+    ("sm_100f", "sm_110", "compute capability 10.x with x >= 0, but the device is sm_110"),
+    ("sm_120f", "sm_100", "the device is sm_100"),
+    ("sm_80", "sm_86", "cubin was compiled for sm_80 but the device is sm_86: compile for sm_86"),
+    ("sm_90", "sm_100", "cubin was compiled for sm_90 but the device is sm_100"),
+    ("compute_90", "sm_90", "'compute_90' is no real target"),
+])
+def test_cubin_arch_that_does_not_run_on_the_device_is_refused(cubin_arch, device_arch, words):
+    from driverlevel._compile import check_cubin_arch
+
+    with pytest.raises(ValueError) as ei:
+        check_cubin_arch(cubin_arch, device_arch)
+    assert words in str(ei.value)
+
+
+class _FakeGpu:
+    ordinal = 0
+
+    def __init__(self, arch):
+        self.arch = arch
+
+    def __repr__(self):
+        return f"<Device 0: fake ({self.arch})>"
+
+
+def _fake_load(monkeypatch, arch):
+    """load_module against a stand-in device of ``arch``; returns the list the stand-in loader fills."""
+    from driverlevel import _device, _module
+
+    loaded = []
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: d)
+    monkeypatch.setattr(_module.Module, "_load", classmethod(lambda cls, dev, cub: loaded.append(cub.arch) or "mod"))
+    return _FakeGpu(arch), loaded
+
+
+def test_load_module_takes_an_sm_90a_cubin_on_compute_capability_9_0(monkeypatch):
+    """load_module compared cubin.arch with device.arch as strings: 'sm_90a' != 'sm_90', refused."""
+    from driverlevel._compile import Cubin
+    from driverlevel._module import load_module
+
+    dev, loaded = _fake_load(monkeypatch, "sm_90")
+    assert load_module(dev, Cubin(b"\x7fELF", "sm_90a", "k.cu", ())) == "mod"
+    assert loaded == ["sm_90a"]
+
+
+def test_load_module_refuses_an_sm_90a_cubin_elsewhere_before_the_driver(monkeypatch):
+    from driverlevel._compile import Cubin
+    from driverlevel._module import load_module
+
+    dev, loaded = _fake_load(monkeypatch, "sm_100")
+    with pytest.raises(ValueError, match=r"<Device 0: fake \(sm_100\)>: cubin was compiled for sm_90a, an "
+                                         r"architecture-specific target that runs only on compute capability 9\.0"):
+        load_module(dev, Cubin(b"\x7fELF", "sm_90a", "k.cu", ()))
+    assert loaded == []
+
+
+@pytest.mark.parametrize("given, normalized", [("SM_90", "sm_90"), ("Sm_120a", "sm_120a"), ("sm_90A", "sm_90a"),
+                                               (" 90 ", "sm_90")])
+def test_architecture_names_are_case_insensitive(given, normalized):
+    from driverlevel._compile import check_arch, normalize_arch, shared_limit
+
+    assert normalize_arch(given) == normalized
+    assert shared_limit(given) == shared_limit(normalized.rstrip("a"))
+    if not normalized.endswith("a"):
+        assert check_arch(given) == normalized
+    else:  # refused as the lower-case name is, with the same reason
+        with pytest.raises(ValueError, match="is an architecture-specific target") as upper:
+            check_arch(given)
+        with pytest.raises(ValueError) as lower:
+            check_arch(normalized)
+        assert str(upper.value).replace(repr(given.strip()), repr(normalized)) == str(lower.value)
+
+
+def test_arch_text_is_the_one_normalisation():
+    from driverlevel._compile import _arch_text
+
+    assert [_arch_text(s) for s in ("SM_90", " Sm_120A ", "90", "compute_90")] == ["sm_90", "sm_120a", "sm_90",
+                                                                                    "compute_90"]
+
+
+@pytest.mark.parametrize("script, argv", [("bench_attention", ["--tile", "SM_120", "--json", "/nonexistent-dir/x"]),
+                                          ("profile_tile", ["--tile", "SM_120", "--heads", "0"])])
+def test_benchmark_tile_names_are_case_insensitive(script, argv, capsys):
+    """'--tile SM_120' was an invalid choice; now the option passes and the next check speaks."""
+    from test_bench_args import _load
+
+    with pytest.raises(SystemExit) as e:
+        _load(script).main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" not in err and ("--json:" in err or "--heads must be" in err), err
+
+
+def test_bench_tiles_named_spec_in_any_case():
+    from test_bench_args import _load
+
+    mod = _load("bench_tiles")
+    assert mod.parse_tile("a=SM_120")[1] == mod.parse_tile("a=sm_120")[1]
+    assert mod.parse_tile("a=Native")[1] is None
