@@ -7,8 +7,8 @@ is parsed from the compile log and kept with the cubin.
 
 Cache
 -----
-Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
-or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
+Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (``~`` expanded, a relative path made absolute
+once; default ``$XDG_CACHE_HOME/driverlevel`` or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
 the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other value is a
 ``ValueError`` (:func:`cache_dir`). The
 key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
@@ -20,7 +20,9 @@ the current directory is never searched; where any ``#include`` names its header
 directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
-match is recompiled and rewritten, never loaded.
+match is recompiled and rewritten, never loaded. Entries and directories are created as any
+file is (mode ``0o666`` / ``0o777`` less the umask), so that a cache shared by several users
+(a group-writable directory, umask 002) serves them all.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -419,6 +420,11 @@ def cache_dir() -> Path | None:
     ``DRIVERLEVEL_CACHE`` is ``0``, ``off``, ``false`` or ``no`` (any case) to disable the
     disk cache; unset, empty, ``1``, ``on``, ``true`` or ``yes`` keep it.
 
+    ``DRIVERLEVEL_CACHE_DIR`` names the directory: a leading ``~`` is expanded, and a relative
+    path is made absolute against the current directory of the first call that sees the value
+    (the process's directory changing later does not move the cache). Unset or empty:
+    ``$XDG_CACHE_HOME/driverlevel``, else ``~/.cache/driverlevel``.
+
     Raises
     ------
     ValueError
@@ -435,9 +441,23 @@ def cache_dir() -> Path | None:
                              f"the disk cache, or 1, on, true or yes (or leave it unset) to keep it")
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
     if d:
-        return Path(d)
+        return _absolute_cache_dir(d)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "driverlevel"
+
+
+#: ``DRIVERLEVEL_CACHE_DIR`` values -> the absolute directory each was first taken to mean.
+_absolute_cache_dirs: dict[str, Path] = {}
+
+
+def _absolute_cache_dir(value: str) -> Path:
+    """``DRIVERLEVEL_CACHE_DIR``'s ``value`` with ``~`` / ``~user`` expanded and made absolute against the
+    current directory of the first call that sees it: a later ``os.chdir`` does not move the cache."""
+    with _mem_lock:
+        p = _absolute_cache_dirs.get(value)
+        if p is None:
+            p = _absolute_cache_dirs[value] = Path(os.path.abspath(os.path.expanduser(value)))
+    return p
 
 
 def _cache_write_failure(cdir: Path, exc: OSError) -> str:
@@ -452,6 +472,16 @@ def _cache_write_failure(cdir: Path, exc: OSError) -> str:
             break
     return (f"driverlevel: could not write the cubin cache in {where}: {why}; compiling without the disk cache "
             f"(set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)")
+
+
+def _cache_read_failure(entry: Path, exc: OSError) -> str:
+    """Why the cache entry ``entry`` could not be read, in words (the entry is there: a miss is no failure)."""
+    why = exc.strerror or str(exc)
+    if entry.is_dir():
+        why = "it is a directory"
+    return (f"driverlevel: could not read the cubin cache entry {entry}: {why}; compiling the kernel again "
+            f"(make the entry readable or remove it, set DRIVERLEVEL_CACHE_DIR to a cache of your own, or "
+            f"DRIVERLEVEL_CACHE=0)")
 
 
 def include_dirs(extra=()) -> list[str]:
@@ -769,10 +799,13 @@ def _cache_key(source, name, headers, options, arch, include) -> str:
 
 
 def _read_entry(path: Path, key: str):
-    """Load a cache entry, or None if it is missing, truncated or corrupt."""
+    """Load a cache entry, or None if it is missing, truncated or corrupt.
+
+    Raises ``OSError`` when the entry is there but cannot be read (permissions, a directory in its
+    place, an I/O error): :func:`compile_source` says so in a warning and compiles."""
     try:
         blob = path.read_bytes()
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no cache directory) yet: a miss
         return None
     try:
         if blob[:8] != _MAGIC:
@@ -791,6 +824,19 @@ def _read_entry(path: Path, key: str):
         return None
 
 
+def _create_temporary(directory: Path) -> tuple[int, str]:
+    """``(fd, path)`` of a new, empty ``.tmp-*.cubin`` file in ``directory``, open for writing, created with
+    mode ``0o666`` less the umask as any file is (``tempfile.mkstemp`` makes ``0o600``: an entry that other
+    users of a shared cache could not read)."""
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(6).hex()}.cubin")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary file name in {directory}")
+
+
 def _write_entry(path: Path, cub: Cubin) -> None:
     header = {
         "key": cub.key, "arch": cub.arch, "source_name": cub.source_name, "options": list(cub.options),
@@ -798,8 +844,8 @@ def _write_entry(path: Path, cub: Cubin) -> None:
         "cubin_bytes": len(cub.data), "cubin_sha256": hashlib.sha256(cub.data).hexdigest(),
     }
     hb = json.dumps(header).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+    path.parent.mkdir(parents=True, exist_ok=True)  # 0o777 less the umask, parents too
+    fd, tmp = _create_temporary(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_MAGIC + struct.pack("<Q", len(hb)) + hb + cub.data)
@@ -876,8 +922,10 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     Warns
     -----
     RuntimeWarning
-        When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file):
-        the cubin is still returned; the warning points at the caller's line.
+        When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file), or
+        an entry that is there cannot be read (``could not read the cubin cache entry ...``, e.g.
+        another user's entry without read permission): the cubin is still compiled and returned;
+        the warning points at the caller's line.
     """
     _check_source_and_name(source, name)
     defines, extra_options, extra_include = _check_compile_args(defines, extra_options, include_dirs)
@@ -903,7 +951,11 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         if hit is not None:
             return replace(hit, cache_hit=True)
         if cdir is not None:
-            entry = _read_entry(cdir / f"{key}.cubin", key)
+            try:
+                entry = _read_entry(cdir / f"{key}.cubin", key)
+            except OSError as exc:  # an unreadable entry must not break compilation either
+                _warn(_cache_read_failure(cdir / f"{key}.cubin", exc))
+                entry = None
             if entry is not None:
                 with _mem_lock:
                     _mem_cache[key] = entry
@@ -918,11 +970,15 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
             try:
                 _write_entry(cdir / f"{key}.cubin", cub)
             except OSError as exc:  # an unwritable cache must not break compilation
-                import warnings
-
-                warnings.warn(_cache_write_failure(cdir, exc), RuntimeWarning,
-                              stacklevel=_stacklevel_outside_package())
+                _warn(_cache_write_failure(cdir, exc))
     return cub
+
+
+def _warn(text: str) -> None:
+    """A ``RuntimeWarning`` with ``text``, pointing at the first line outside driverlevel."""
+    import warnings
+
+    warnings.warn(text, RuntimeWarning, stacklevel=_stacklevel_outside_package())
 
 
 def _stacklevel_outside_package() -> int:

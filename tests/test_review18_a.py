@@ -210,3 +210,174 @@ def test_bench_tiles_named_spec_in_any_case():
     mod = _load("bench_tiles")
     assert mod.parse_tile("a=SM_120")[1] == mod.parse_tile("a=sm_120")[1]
     assert mod.parse_tile("a=Native")[1] is None
+
+
+# -- M2: cache entries and directories per the umask; a read failure says it is one ------------------
+
+_SRC = "__global__ void k() {}\n"
+
+
+@pytest.fixture
+def fake_nvrtc(monkeypatch):
+    """compile_source without NVRTC's work: every compile returns a tiny stand-in cubin; the list counts them."""
+    from driverlevel import _compile
+
+    calls = []
+
+    def compile_(source, name, arch, options, path=None):
+        calls.append(name)
+        return _compile.Cubin(b"\x7fELF-stand-in", arch, name, ())
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", compile_)
+    return calls
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for the test (``umask(0o022)``); the old one is restored after."""
+    import os
+
+    old = os.umask(0o022)
+    os.umask(old)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775),
+                                                       (0o077, 0o600, 0o700)],
+                         ids=["umask022", "umask002", "umask077"])
+def test_cache_entries_and_directories_follow_the_umask(tmp_path, monkeypatch, fake_nvrtc, umask, mask, file_mode,
+                                                        dir_mode):
+    """Entries were made by mkstemp, mode 0600 whatever the umask: another user of the cache could not read them."""
+    import stat
+
+    from driverlevel import _compile
+
+    cache = tmp_path / "shared" / "deeper" / "cache"
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    umask(mask)
+    try:
+        _compile.compile_source(_SRC, "mode.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    (entry,) = cache.glob("*.cubin")
+    assert stat.S_IMODE(entry.stat().st_mode) == file_mode
+    for d in (cache, cache.parent, cache.parent.parent):
+        assert stat.S_IMODE(d.stat().st_mode) == dir_mode, d
+    assert not list(cache.glob(".tmp-*"))  # the temporary file was renamed
+
+
+def _warm_entry(monkeypatch, tmp_path):
+    """A cache in tmp_path/cache holding the entry of _SRC; returns that entry's path."""
+    from driverlevel import _compile
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    _compile.compile_source(_SRC, "read.cu", "sm_90")
+    _compile._clear_memory_cache()  # as a new process: the next compile reads the disk
+    (entry,) = cache.glob("*.cubin")
+    return entry
+
+
+def test_an_unreadable_cache_entry_warns_about_reading(tmp_path, monkeypatch, fake_nvrtc):
+    """An entry the user may not read (another user's, mode 0600) was a silent miss, and the only warning
+    (when the write failed next) talked about writing."""
+    import pathlib
+
+    from driverlevel import _compile
+
+    entry = _warm_entry(monkeypatch, tmp_path)
+    real = pathlib.Path.read_bytes
+
+    def read_bytes(self):
+        if self == entry:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", read_bytes)
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            cub = _compile.compile_source(_SRC, "read.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    assert [str(w.message) for w in rec] == [
+        f"driverlevel: could not read the cubin cache entry {entry}: Permission denied; compiling the kernel again "
+        f"(make the entry readable or remove it, set DRIVERLEVEL_CACHE_DIR to a cache of your own, or "
+        f"DRIVERLEVEL_CACHE=0)"]
+    assert rec[0].filename == __file__  # the caller's line
+    assert not cub.cache_hit and fake_nvrtc == ["read.cu", "read.cu"]  # compiled again
+
+
+def test_an_entry_that_is_a_directory_is_named_as_such(tmp_path, monkeypatch, fake_nvrtc):
+    from driverlevel import _compile
+
+    entry = _warm_entry(monkeypatch, tmp_path)
+    entry.unlink()
+    entry.mkdir()
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            _compile.compile_source(_SRC, "read.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    texts = [str(w.message) for w in rec]
+    assert texts[0].startswith(f"driverlevel: could not read the cubin cache entry {entry}: it is a directory; ")
+    assert all("could not read" in t or "could not write" in t for t in texts)  # the rename onto it fails too
+
+
+def test_a_missing_entry_is_a_quiet_miss(tmp_path, monkeypatch, fake_nvrtc):
+    import warnings
+
+    from driverlevel import _compile
+
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(tmp_path / "not-yet"))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not _compile.compile_source(_SRC, "miss.cu", "sm_90").cache_hit
+    finally:
+        _compile._clear_memory_cache()
+
+
+# -- L7: DRIVERLEVEL_CACHE_DIR: ~ expanded, a relative path made absolute once ----------------------
+
+def test_cache_dir_expands_the_home_directory(tmp_path, monkeypatch):
+    from driverlevel._compile import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", f"~/dl-cache-{tmp_path.name}")
+    assert cache_dir() == tmp_path / f"dl-cache-{tmp_path.name}"
+
+
+def test_relative_cache_dir_is_made_absolute_once(tmp_path, monkeypatch):
+    """A relative DRIVERLEVEL_CACHE_DIR moved with every os.chdir: one process wrote several caches."""
+    from driverlevel._compile import cache_dir
+
+    first, later = tmp_path / "first", tmp_path / "later"
+    first.mkdir()
+    later.mkdir()
+    value = f"rel-cache-{tmp_path.name}/sub"  # a value no other test used: the first call decides
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", value)
+    monkeypatch.chdir(first)
+    assert cache_dir() == first / value and cache_dir().is_absolute()
+    monkeypatch.chdir(later)
+    assert cache_dir() == first / value
+
+
+def test_cache_dir_is_documented_in_the_readme_and_the_docstring():
+    from pathlib import Path
+
+    from driverlevel._compile import cache_dir
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `DRIVERLEVEL_CACHE_DIR`"))
+    assert "`~` is expanded" in row and "made absolute once" in row
+    assert "``~`` is expanded" in cache_dir.__doc__ and "made absolute" in cache_dir.__doc__
+
