@@ -42,6 +42,7 @@ from pathlib import Path
 
 from cuda.bindings import nvrtc
 
+from ._checks import bool_arg
 from ._errors import NvrtcError, PicklableError, check_nvrtc
 
 __all__ = [
@@ -886,7 +887,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         its value (``-D``, ``-U``, ``-Xptxas``, ``-maxrregcount`` …). They come after
         driverlevel's own options on NVRTC's command line.
     use_cache : bool
-        Use the in-process and disk caches (default True).
+        Use the in-process and disk caches (default True). A bool (numpy's too): ``"no"`` or ``0``
+        is a ``TypeError``, not a flag.
     include_dirs : sequence of str or Path
         More directories searched for ``#include "..."`` and ``#include <...>`` before ``cu/``;
         the headers found there are part of the cache key like those of ``cu/`` (all their files,
@@ -914,8 +916,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
-        paths), ``defines`` not a dict, or a define value that is None or of another type than
-        int, float, bool, str.
+        paths), ``defines`` not a dict, a define value that is None or of another type than
+        int, float, bool, str, or ``use_cache`` not a bool (``"use_cache must be a bool, got str 'no'"``).
 
     Every argument is checked before anything is compiled or read from the cache.
 
@@ -928,6 +930,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         the warning points at the caller's line.
     """
     _check_source_and_name(source, name)
+    use_cache = bool_arg("use_cache", use_cache)
     defines, extra_options, extra_include = _check_compile_args(defines, extra_options, include_dirs)
     arch = normalize_arch(arch)
     _check_nvrtc_supports(arch)
@@ -1068,10 +1071,12 @@ def compile_file(filename: str, arch, defines: dict | None = None, extra_options
     FileNotFoundError
         If ``filename`` is not one of :func:`kernel_sources` (the message lists them).
     TypeError
-        If ``filename`` is not a str (or path); as :func:`compile_source` for the other arguments.
+        If ``filename`` is not a str (or path), or ``use_cache`` not a bool (before the file is read);
+        as :func:`compile_source` for the other arguments.
     ValueError
         As :func:`compile_source`.
     """
+    bool_arg("use_cache", use_cache)
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError(f"filename must be a kernel source name (str), got {type(filename).__name__} {filename!r}")
     name = os.fspath(filename)

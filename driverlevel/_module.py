@@ -33,6 +33,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._array import DeviceArray, as_device_array
+from ._checks import bool_arg, is_bool
 from ._errors import check
 
 __all__ = ["Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines"]
@@ -68,7 +69,7 @@ def programmatic_supported(arch) -> bool:
 
 def check_pdl_arg(pdl) -> None:
     """Raise ``TypeError`` unless a plan's ``pdl=`` argument is None, True or False."""
-    if pdl is not None and not isinstance(pdl, (bool, np.bool_)):
+    if pdl is not None and not is_bool(pdl):
         raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
 
 
@@ -287,9 +288,7 @@ class PreparedLaunch:
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
         self.shared_mem = int(shared_mem)
-        if not isinstance(programmatic, (bool, np.bool_)):
-            raise TypeError(f"programmatic must be a bool, got {type(programmatic).__name__}")
-        self.programmatic = bool(programmatic)
+        self.programmatic = bool_arg("programmatic", programmatic)
         if self.programmatic and not programmatic_supported(kernel.module.cubin.arch):
             # Below sm_90 the code has no griddepcontrol.wait, so nothing would hold the kernel's
             # reads back until the previous kernel's writes are visible (NVIDIA/cccl#9134).

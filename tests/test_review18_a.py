@@ -381,3 +381,46 @@ def test_cache_dir_is_documented_in_the_readme_and_the_docstring():
     assert "`~` is expanded" in row and "made absolute once" in row
     assert "``~`` is expanded" in cache_dir.__doc__ and "made absolute" in cache_dir.__doc__
 
+
+# -- L8: use_cache is a bool --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["no", "False", 0, 1, None, 1.0, [False]])
+@pytest.mark.parametrize("via", ["compile_source", "compile_file"])
+def test_use_cache_must_be_a_bool(bad, via, fake_nvrtc, fresh_cache, monkeypatch):
+    """'no' (truthy) used the cache; every non-bool is refused before anything is read or compiled."""
+    from driverlevel import _compile
+
+    def must_not_read(*a, **k):
+        raise AssertionError("the cache or the source was read")
+
+    monkeypatch.setattr(_compile, "_read_entry", must_not_read)
+    monkeypatch.setattr(_compile, "kernel_sources", must_not_read)
+    with pytest.raises(TypeError, match=rf"^use_cache must be a bool, got {type(bad).__name__} "):
+        if via == "compile_source":
+            _compile.compile_source(_SRC, "u.cu", "sm_90", use_cache=bad)
+        else:
+            _compile.compile_file("selftest.cu", "sm_90", use_cache=bad)
+    assert fake_nvrtc == []
+
+
+def test_use_cache_takes_numpy_bools(fake_nvrtc, fresh_cache):
+    import numpy as np
+
+    from driverlevel import _compile
+
+    assert not _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=np.False_).cache_hit
+    assert not _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=np.True_).cache_hit  # not cached before
+    assert _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=True).cache_hit
+    assert fake_nvrtc == ["np.cu", "np.cu"]
+
+
+def test_bool_arg():
+    import numpy as np
+
+    from driverlevel._checks import bool_arg, is_bool
+
+    assert bool_arg("x", True) is True and bool_arg("x", np.False_) is False
+    assert [is_bool(v) for v in (True, np.True_, 1, "yes", None, np.int8(1))] == [True, True, False, False, False,
+                                                                                 False]
+    with pytest.raises(TypeError, match=r"^flag must be a bool, got str 'no'$"):
+        bool_arg("flag", "no")
