@@ -503,3 +503,80 @@ def test_kernel_launch_checks_the_geometry_before_the_driver(monkeypatch):
     k.module.cubin = type("C", (), {"arch": "sm_90"})()
     with pytest.raises(ValueError, match="block dimension z is 65"):
         Kernel.launch(k, object(), 1, (1, 1, 65), [])
+
+
+# -- L5: bench replay's --replays, --repeats and --nodes have upper bounds -------------------------------
+
+def _no_gpu_check(monkeypatch):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("the GPU check came before the options'"))
+    monkeypatch.setattr(_device, "require_gpu", lambda: pytest.fail("the GPU check came before the options'"))
+    monkeypatch.setattr(_device, "Device", lambda *a: pytest.fail("a device was opened"))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--replays", str(10**9)], "--replays must be <= 1,000,000 (calls per variant and repetition), got 1,000,000,000"),
+    (["--replays", "1000001"], "--replays must be <= 1,000,000"),
+    (["--repeats", "101"], "--repeats must be <= 100, got 101"),
+    (["--repeats", str(10**9)], "--repeats must be <= 100, got 1,000,000,000"),
+    (["--nodes", "1,10,1001"], "--nodes: kernel counts must be at most 1,000 per graph, got 1,001 in '1,10,1001'"),
+    (["--nodes", str(10**9)], "--nodes: kernel counts must be at most 1,000 per graph"),
+    # the lower bounds keep their words
+    (["--replays", "5"], "--replays must be >= 100 and --repeats >= 1, got 5 and 5"),
+])
+def test_bench_replay_script_bounds(argv, words, capsys, monkeypatch):
+    """10**9 replays or repeats ran for days; 10**9 kernels per graph prepared launches until memory ran out."""
+    from test_bench_args import _load
+
+    _no_gpu_check(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        _load("bench_replay").main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"bench_replay.py: error: {words}" in err or f"error: {words}" in err, err
+    assert err.startswith("usage: ")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--replays", str(10**9)], "Invalid value for '--replays': 1000000000 is not in the range 100<=x<=1000000"),
+    (["--repeats", "101"], "Invalid value for '--repeats': 101 is not in the range 1<=x<=100"),
+    (["--nodes", "1,5000"], "Invalid value for --nodes: kernel counts must be at most 1,000 per graph, got 5,000"),
+])
+def test_bench_replay_command_bounds(argv, words, monkeypatch):
+    from click.testing import CliRunner
+
+    from driverlevel import cli
+
+    _no_gpu_check(monkeypatch)
+    r = CliRunner().invoke(cli.main, ["bench", "replay", *argv])
+    assert r.exit_code == 2, r.output
+    assert words in r.stderr
+
+
+def test_bench_replay_bounds_at_the_limit_pass_the_checks(monkeypatch):
+    """The largest accepted values reach main_from_options (the GPU check), the script's and the command's."""
+    from click.testing import CliRunner
+
+    from driverlevel import bench_replay, cli
+    from test_bench_args import _load
+
+    seen = []
+    monkeypatch.setattr(bench_replay, "main_from_options", lambda *a: seen.append(a[:3]) or 0)
+    argv = ["--replays", "1000000", "--repeats", "100", "--nodes", "1,1000"]
+    assert _load("bench_replay").main(argv) == 0
+    assert CliRunner().invoke(cli.main, ["bench", "replay", *argv]).exit_code == 0
+    assert seen == [([1, 1000], 1_000_000, 100)] * 2
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(replays=10**9), "replays must be <= 1,000,000"), (dict(repeats=1000), "repeats must be <= 100"),
+    (dict(counts=(1, 2000)), "counts: kernel counts must be 1 to 1,000 per graph, got 2,000"),
+    (dict(counts=(0,)), "counts: kernel counts must be 1 to 1,000 per graph, got 0"),
+])
+def test_bench_replay_run_checks_before_the_device(kw, words, monkeypatch):
+    from driverlevel import bench_replay
+
+    _no_gpu_check(monkeypatch)
+    with pytest.raises(ValueError, match=words):
+        bench_replay.run(0, **kw)
