@@ -580,3 +580,69 @@ def test_bench_replay_run_checks_before_the_device(kw, words, monkeypatch):
     _no_gpu_check(monkeypatch)
     with pytest.raises(ValueError, match=words):
         bench_replay.run(0, **kw)
+
+
+# -- L6: tools/code_sections.py checks its output path before compiling -------------------------------
+
+def _code_sections(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    from driverlevel import _compile
+
+    spec = importlib.util.spec_from_file_location("code_sections_review18",
+                                                  Path(__file__).parents[1] / "tools" / "code_sections.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def refuse(*a, **k):
+        raise AssertionError("compiled before the output path was checked")
+
+    monkeypatch.setattr(mod, "hashes", refuse)
+    monkeypatch.setattr(_compile, "_nvrtc_compile", refuse)
+    return mod
+
+
+def _code_sections_error(mod, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ")
+    return err
+
+
+def test_code_sections_refuses_a_directory_as_output(tmp_path, monkeypatch, capsys):
+    """A directory passed the old check (its parent exists) and failed with IsADirectoryError after the compiles."""
+    mod = _code_sections(monkeypatch)
+    err = _code_sections_error(mod, [str(tmp_path), "--arch", "sm_90", "--kernel", "selftest.cu"], capsys)
+    assert f"error: out: {str(tmp_path)!r} is a directory, not a file" in err
+    err = _code_sections_error(mod, [f"{tmp_path}/newdir/"], capsys)
+    assert "is a directory, not a file" in err
+
+
+def test_code_sections_refuses_a_file_as_the_output_directory(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    err = _code_sections_error(_code_sections(monkeypatch), [str(f / "out.json")], capsys)
+    assert f"error: out: the directory {str(f)!r} is not a directory" in err
+
+
+def test_code_sections_refuses_an_unwritable_output_directory(tmp_path, monkeypatch, capsys):
+    import os
+
+    mod = _code_sections(monkeypatch)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if str(p) == str(tmp_path) else real(p, mode, **k))
+    err = _code_sections_error(mod, [str(tmp_path / "out.json")], capsys)
+    assert f"error: out: the directory {str(tmp_path)!r} is not writable" in err
+
+
+def test_code_sections_checks_the_output_path_first(tmp_path, monkeypatch, capsys):
+    """The output path is the first thing checked: before --arch, --kernel and --compare."""
+    err = _code_sections_error(_code_sections(monkeypatch),
+                               [str(tmp_path / "no" / "x.json"), "--arch", "sm_999", "--kernel", "nope.cu"], capsys)
+    assert f"error: out: the directory {str(tmp_path / 'no')!r} does not exist" in err and "--arch" not in err.split(
+        "error:")[1]
+    err = _code_sections_error(_code_sections(monkeypatch), ["-"], capsys)
+    assert "error: out: '-' (stdout) is not supported" in err
