@@ -21,7 +21,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph")
-    ap.add_argument("--replays", type=int, default=10_000, help=f"calls per variant and repetition (100 to {MAX_REPLAYS:,})")
+    ap.add_argument("--replays", type=int, default=10_000,
+                    help=f"calls per variant and repetition (100 to {MAX_REPLAYS:,})")
     ap.add_argument("--repeats", type=int, default=5, help=f"repetitions (1 to {MAX_REPEATS}); medians are reported")
     ap.add_argument("--device", type=int, default=0, help="GPU ordinal")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")

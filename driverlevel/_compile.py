@@ -8,10 +8,10 @@ is parsed from the compile log and kept with the cubin.
 Cache
 -----
 Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (``~`` expanded, a relative path made absolute
-once; default ``$XDG_CACHE_HOME/driverlevel`` or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
-the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other value is a
-``ValueError`` (:func:`cache_dir`). The
-key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
+once; default ``$XDG_CACHE_HOME/driverlevel`` or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0``
+(or ``off``, ``false``, ``no``) disables the disk cache, ``1``/``on``/``true``/``yes`` or unset
+keeps it, and any other value is a ``ValueError`` (:func:`cache_dir`).
+The key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
 the current directory is never searched; where any ``#include`` names its header through a macro,

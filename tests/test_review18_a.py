@@ -45,7 +45,8 @@ def _sample(cls):
     if cls.__name__ in _SAMPLES:
         return _SAMPLES[cls.__name__](cls)
     own = [k.__name__ for k in cls.__mro__ if k.__module__.startswith("driverlevel") and "__init__" in vars(k)]
-    assert not own, f"{cls.__name__} has {own[0]}'s __init__: add an instance to _SAMPLES so that its pickling is tested"
+    assert not own, (f"{cls.__name__} has {own[0]}'s __init__: add an instance to _SAMPLES so that its pickling "
+                     f"is tested")
     return cls("something went wrong: details")
 
 

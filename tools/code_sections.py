@@ -71,7 +71,9 @@ def main(argv=None) -> int:
     # first (its directory exists and is writable, it is no directory), as the benchmarks check --json
     from driverlevel._cli_common import json_path_problem
 
-    problem = json_path_problem(a.out) if a.out != "-" else "'-' (stdout) is not supported: give the path of the JSON file to write"
+    problem = json_path_problem(a.out)
+    if a.out == "-":  # json_path_problem's stdout: this tool writes a file
+        problem = "'-' (stdout) is not supported: give the path of the JSON file to write"
     if problem:
         ap.error(f"out: {problem}")
     from driverlevel._compile import check_arch
