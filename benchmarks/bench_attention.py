@@ -228,7 +228,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 2026-11-30 kernel")
-    ap.add_argument("--tile", choices=("native", "sm_120", "both"), default="native",
+    ap.add_argument("--tile", choices=("native", "sm_120", "both"), default="native", type=str.lower,
                     help="tile configuration: this GPU's, the one tile_config('sm_120', rows per request) returns "
                          "(forced with tile=), or both side by side")
     ap.add_argument("--json", help="write results here")

@@ -17,12 +17,13 @@ import sys
 
 def main(argv=None) -> int:
     from driverlevel._cli_common import json_path_problem
-    from driverlevel.bench_replay import main_from_options, parse_node_counts
+    from driverlevel.bench_replay import MAX_REPEATS, MAX_REPLAYS, main_from_options, options_problem, parse_node_counts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph")
-    ap.add_argument("--replays", type=int, default=10_000, help="calls per variant and repetition (>= 100)")
-    ap.add_argument("--repeats", type=int, default=5, help="repetitions; medians are reported")
+    ap.add_argument("--replays", type=int, default=10_000,
+                    help=f"calls per variant and repetition (100 to {MAX_REPLAYS:,})")
+    ap.add_argument("--repeats", type=int, default=5, help=f"repetitions (1 to {MAX_REPEATS}); medians are reported")
     ap.add_argument("--device", type=int, default=0, help="GPU ordinal")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout, the table then goes to stderr)")
@@ -31,8 +32,9 @@ def main(argv=None) -> int:
         counts = parse_node_counts(a.nodes)
     except ValueError as exc:
         ap.error(f"--nodes: {exc}")
-    if a.replays < 100 or a.repeats < 1:
-        ap.error(f"--replays must be >= 100 and --repeats >= 1, got {a.replays} and {a.repeats}")
+    problem = options_problem(a.replays, a.repeats)
+    if problem:
+        ap.error(problem)
     if a.device < 0:
         ap.error(f"--device must be a GPU ordinal >= 0, got {a.device}")
     problem = json_path_problem(a.json)

@@ -51,6 +51,8 @@ def parse_tile_config(cfg, what=None):
     from driverlevel.verify_attention import TileConfig, tile_config
 
     what = what or repr(cfg)
+    if cfg.strip().lower() in ("native", "native_rs", "sm_120"):  # names in any case, as architectures are
+        cfg = cfg.strip().lower()
     if cfg == "native":
         return None
     if cfg == "native_rs":

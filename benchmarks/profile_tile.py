@@ -27,7 +27,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tile", choices=["native", "sm_120"], default="native")
+    ap.add_argument("--tile", choices=["native", "sm_120"], default="native", type=str.lower)
     ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
     # The options are checked before the GPU is: a bad one is a usage error (exit 2 with the usage line).

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._array import DeviceArray
 
 __all__ = ["positive_int", "non_negative_int", "power_of_two", "int_tuple", "device_array_arg", "dtype_is", "need_dtype",
-           "need_shape", "stream_arg"]
+           "need_shape", "stream_arg", "is_bool", "bool_arg"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -195,3 +195,25 @@ def need_shape(name, a, shape):
     """Raise ``ValueError`` unless ``a.shape == shape``."""
     if a.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
+
+
+def is_bool(value: object) -> bool:
+    """True for ``True`` / ``False`` and numpy's bool scalars (``np.True_``); False for anything else, ints
+    and strings included (``"no"`` is truthy, ``0`` / ``1`` are no flags)."""
+    if isinstance(value, bool):
+        return True
+    t = type(value)
+    return t.__module__ == "numpy" and t.__name__ in ("bool", "bool_")  # numpy 2 / 1; numpy imported lazily
+
+
+def bool_arg(name: str, value: object) -> bool:
+    """``value`` as a Python ``bool``, checked to be a real bool (or numpy's, :func:`is_bool`).
+
+    Raises
+    ------
+    TypeError
+        For anything else: ``"use_cache must be a bool, got str 'no'"``.
+    """
+    if not is_bool(value):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)

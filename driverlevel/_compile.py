@@ -7,11 +7,11 @@ is parsed from the compile log and kept with the cubin.
 
 Cache
 -----
-Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/driverlevel``
-or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0`` (or ``off``, ``false``, ``no``) disables
-the disk cache, ``1``/``on``/``true``/``yes`` or unset keeps it, and any other value is a
-``ValueError`` (:func:`cache_dir`). The
-key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
+Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (``~`` expanded, a relative path made absolute
+once; default ``$XDG_CACHE_HOME/driverlevel`` or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0``
+(or ``off``, ``false``, ``no``) disables the disk cache, ``1``/``on``/``true``/``yes`` or unset
+keeps it, and any other value is a ``ValueError`` (:func:`cache_dir`).
+The key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
 the current directory is never searched; where any ``#include`` names its header through a macro,
@@ -20,7 +20,9 @@ the current directory is never searched; where any ``#include`` names its header
 directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
-match is recompiled and rewritten, never loaded.
+match is recompiled and rewritten, never loaded. Entries and directories are created as any
+file is (mode ``0o666`` / ``0o777`` less the umask), so that a cache shared by several users
+(a group-writable directory, umask 002) serves them all.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,8 @@ from pathlib import Path
 
 from cuda.bindings import nvrtc
 
-from ._errors import NvrtcError, check_nvrtc
+from ._checks import bool_arg
+from ._errors import NvrtcError, PicklableError, check_nvrtc
 
 __all__ = [
     "CompileVariant",
@@ -240,9 +242,7 @@ def normalize_arch(arch) -> str:
             raise ValueError(f"unsupported architecture {given!r}: a compute capability tuple is (major, minor), "
                              f"two ints with major >= 1 and minor 0 to 9, e.g. (9, 0)")
         arch = f"sm_{int(major)}{int(minor)}"
-    s = str(arch).strip().lower()
-    if s.isdigit():
-        s = "sm_" + s
+    s = _arch_text(arch)
     m = re.fullmatch(r"sm_(\d+)a?", s)
     if m and len(m.group(1)) > 1 and m.group(1).startswith("0") and m.group(1).lstrip("0"):
         # (an all-zero number, sm_00, is no leading-zero typo of a real one: "older than sm_80" below)
@@ -260,6 +260,64 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+def _arch_text(name) -> str:
+    """An architecture given as text, in the one spelling every check compares: blanks stripped, lower
+    case (``"SM_90"``, ``"Sm_120a"`` and ``"sm_90A"`` are ``"sm_90"``, ``"sm_120a"``, ``"sm_90a"``), and a bare
+    number prefixed (``"90"`` is ``"sm_90"``). Checks nothing else: :func:`normalize_arch`, :func:`check_arch`
+    and :func:`check_cubin_arch` decide what they accept."""
+    s = str(name).strip().lower()
+    return "sm_" + s if s.isdigit() else s
+
+
+_REAL_TARGET_RE = re.compile(r"sm_(\d+)([af]?)")
+
+
+def check_cubin_arch(cubin_arch, device_arch) -> None:
+    """Raise ``ValueError`` unless a cubin compiled for ``cubin_arch`` runs on a GPU of ``device_arch``
+    (:func:`~driverlevel.load_module`'s check, made before the driver is asked).
+
+    * a plain target (``"sm_90"``) loads on exactly that compute capability (driverlevel's rule: its
+      kernels and their shared-memory limit, ``DL_SMEM_LIMIT``, are built for one architecture);
+    * an architecture-specific target (``"sm_90a"``: the ``wgmma`` / ``setmaxnreg`` feature set) runs
+      on exactly the compute capability of its base (``sm_90a`` on 9.0, nowhere else);
+    * a family-specific target (``"sm_100f"``) runs on the GPUs of its family of a minor version at
+      least its own: the same major compute capability (``sm_100f`` on 10.0 and 10.3, ``sm_120f`` on
+      12.0 and 12.1; ``sm_103f`` on 10.3 only).
+
+    Both names are compared in lower case (:func:`_arch_text`). ``device_arch`` is a GPU's plain
+    architecture (``Device.arch``).
+
+    Raises
+    ------
+    ValueError
+        Naming both architectures and why the cubin does not run there; or for a ``cubin_arch`` /
+        ``device_arch`` that is no real target ``sm_XX`` (optionally with ``a`` / ``f`` for the cubin).
+    """
+    c, d = _arch_text(cubin_arch), _arch_text(device_arch)
+    mc, md = _REAL_TARGET_RE.fullmatch(c), _REAL_TARGET_RE.fullmatch(d)
+    if mc is None:
+        raise ValueError(f"the cubin's architecture {cubin_arch!r} is no real target (sm_XX, sm_XXa or sm_XXf)")
+    if md is None or md.group(2):
+        raise ValueError(f"the device's architecture {device_arch!r} is no plain real target (sm_XX)")
+    cnum, dnum, suffix = int(mc.group(1)), int(md.group(1)), mc.group(2)
+
+    def cc(n: int) -> str:
+        return f"compute capability {n // 10}.{n % 10}"
+
+    if suffix == "f":
+        if cnum // 10 == dnum // 10 and dnum >= cnum:
+            return
+        raise ValueError(f"cubin was compiled for {c}, a family-specific target that runs on compute capability "
+                         f"{cnum // 10}.x with x >= {cnum % 10}, but the device is {d} ({cc(dnum)}): compile for {d}")
+    if cnum == dnum:
+        return
+    if suffix == "a":
+        raise ValueError(f"cubin was compiled for {c}, an architecture-specific target that runs only on "
+                         f"{cc(cnum)}, but the device is {d} ({cc(dnum)}): compile for {d}")
+    raise ValueError(f"cubin was compiled for {c} but the device is {d}: compile for {d} (a cubin is loaded only "
+                     f"on the architecture it was compiled for)")
+
+
 @functools.lru_cache(maxsize=None)
 def _nvrtc_supported_archs() -> tuple[str, ...]:
     """The real targets the NVRTC in use compiles for, e.g. ``("sm_75", "sm_80", ...)``
@@ -268,7 +326,7 @@ def _nvrtc_supported_archs() -> tuple[str, ...]:
     return tuple(f"sm_{int(a)}" for a in archs)
 
 
-class UnsupportedTargetError(ValueError):
+class UnsupportedTargetError(PicklableError, ValueError):
     """The NVRTC in use cannot compile for the requested architecture (a ``ValueError``: what
     :func:`compile_source` documents). A separate class so that callers can tell it from bad
     arguments: on the GPU's own architecture it is the environment's problem, not the user's."""
@@ -330,9 +388,7 @@ def check_arch(name) -> str:
     """
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
-    s = text.lower()
-    if s.isdigit():
-        s = "sm_" + s
+    s = _arch_text(text)
     m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
     if m is None:
         why = f"{text!r} is not an architecture name"
@@ -365,6 +421,11 @@ def cache_dir() -> Path | None:
     ``DRIVERLEVEL_CACHE`` is ``0``, ``off``, ``false`` or ``no`` (any case) to disable the
     disk cache; unset, empty, ``1``, ``on``, ``true`` or ``yes`` keep it.
 
+    ``DRIVERLEVEL_CACHE_DIR`` names the directory: a leading ``~`` is expanded, and a relative
+    path is made absolute against the current directory of the first call that sees the value
+    (the process's directory changing later does not move the cache). Unset or empty:
+    ``$XDG_CACHE_HOME/driverlevel``, else ``~/.cache/driverlevel``.
+
     Raises
     ------
     ValueError
@@ -381,9 +442,23 @@ def cache_dir() -> Path | None:
                              f"the disk cache, or 1, on, true or yes (or leave it unset) to keep it")
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
     if d:
-        return Path(d)
+        return _absolute_cache_dir(d)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "driverlevel"
+
+
+#: ``DRIVERLEVEL_CACHE_DIR`` values -> the absolute directory each was first taken to mean.
+_absolute_cache_dirs: dict[str, Path] = {}
+
+
+def _absolute_cache_dir(value: str) -> Path:
+    """``DRIVERLEVEL_CACHE_DIR``'s ``value`` with ``~`` / ``~user`` expanded and made absolute against the
+    current directory of the first call that sees it: a later ``os.chdir`` does not move the cache."""
+    with _mem_lock:
+        p = _absolute_cache_dirs.get(value)
+        if p is None:
+            p = _absolute_cache_dirs[value] = Path(os.path.abspath(os.path.expanduser(value)))
+    return p
 
 
 def _cache_write_failure(cdir: Path, exc: OSError) -> str:
@@ -398,6 +473,16 @@ def _cache_write_failure(cdir: Path, exc: OSError) -> str:
             break
     return (f"driverlevel: could not write the cubin cache in {where}: {why}; compiling without the disk cache "
             f"(set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)")
+
+
+def _cache_read_failure(entry: Path, exc: OSError) -> str:
+    """Why the cache entry ``entry`` could not be read, in words (the entry is there: a miss is no failure)."""
+    why = exc.strerror or str(exc)
+    if entry.is_dir():
+        why = "it is a directory"
+    return (f"driverlevel: could not read the cubin cache entry {entry}: {why}; compiling the kernel again "
+            f"(make the entry readable or remove it, set DRIVERLEVEL_CACHE_DIR to a cache of your own, or "
+            f"DRIVERLEVEL_CACHE=0)")
 
 
 def include_dirs(extra=()) -> list[str]:
@@ -715,10 +800,13 @@ def _cache_key(source, name, headers, options, arch, include) -> str:
 
 
 def _read_entry(path: Path, key: str):
-    """Load a cache entry, or None if it is missing, truncated or corrupt."""
+    """Load a cache entry, or None if it is missing, truncated or corrupt.
+
+    Raises ``OSError`` when the entry is there but cannot be read (permissions, a directory in its
+    place, an I/O error): :func:`compile_source` says so in a warning and compiles."""
     try:
         blob = path.read_bytes()
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no cache directory) yet: a miss
         return None
     try:
         if blob[:8] != _MAGIC:
@@ -737,6 +825,19 @@ def _read_entry(path: Path, key: str):
         return None
 
 
+def _create_temporary(directory: Path) -> tuple[int, str]:
+    """``(fd, path)`` of a new, empty ``.tmp-*.cubin`` file in ``directory``, open for writing, created with
+    mode ``0o666`` less the umask as any file is (``tempfile.mkstemp`` makes ``0o600``: an entry that other
+    users of a shared cache could not read)."""
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.urandom(6).hex()}.cubin")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary file name in {directory}")
+
+
 def _write_entry(path: Path, cub: Cubin) -> None:
     header = {
         "key": cub.key, "arch": cub.arch, "source_name": cub.source_name, "options": list(cub.options),
@@ -744,8 +845,8 @@ def _write_entry(path: Path, cub: Cubin) -> None:
         "cubin_bytes": len(cub.data), "cubin_sha256": hashlib.sha256(cub.data).hexdigest(),
     }
     hb = json.dumps(header).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+    path.parent.mkdir(parents=True, exist_ok=True)  # 0o777 less the umask, parents too
+    fd, tmp = _create_temporary(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_MAGIC + struct.pack("<Q", len(hb)) + hb + cub.data)
@@ -786,7 +887,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         its value (``-D``, ``-U``, ``-Xptxas``, ``-maxrregcount`` …). They come after
         driverlevel's own options on NVRTC's command line.
     use_cache : bool
-        Use the in-process and disk caches (default True).
+        Use the in-process and disk caches (default True). A bool (numpy's too): ``"no"`` or ``0``
+        is a ``TypeError``, not a flag.
     include_dirs : sequence of str or Path
         More directories searched for ``#include "..."`` and ``#include <...>`` before ``cu/``;
         the headers found there are part of the cache key like those of ``cu/`` (all their files,
@@ -814,18 +916,21 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
-        paths), ``defines`` not a dict, or a define value that is None or of another type than
-        int, float, bool, str.
+        paths), ``defines`` not a dict, a define value that is None or of another type than
+        int, float, bool, str, or ``use_cache`` not a bool (``"use_cache must be a bool, got str 'no'"``).
 
     Every argument is checked before anything is compiled or read from the cache.
 
     Warns
     -----
     RuntimeWarning
-        When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file):
-        the cubin is still returned; the warning points at the caller's line.
+        When the disk cache cannot be written (e.g. ``DRIVERLEVEL_CACHE_DIR`` names a file), or
+        an entry that is there cannot be read (``could not read the cubin cache entry ...``, e.g.
+        another user's entry without read permission): the cubin is still compiled and returned;
+        the warning points at the caller's line.
     """
     _check_source_and_name(source, name)
+    use_cache = bool_arg("use_cache", use_cache)
     defines, extra_options, extra_include = _check_compile_args(defines, extra_options, include_dirs)
     arch = normalize_arch(arch)
     _check_nvrtc_supports(arch)
@@ -849,7 +954,11 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         if hit is not None:
             return replace(hit, cache_hit=True)
         if cdir is not None:
-            entry = _read_entry(cdir / f"{key}.cubin", key)
+            try:
+                entry = _read_entry(cdir / f"{key}.cubin", key)
+            except OSError as exc:  # an unreadable entry must not break compilation either
+                _warn(_cache_read_failure(cdir / f"{key}.cubin", exc))
+                entry = None
             if entry is not None:
                 with _mem_lock:
                     _mem_cache[key] = entry
@@ -864,11 +973,15 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
             try:
                 _write_entry(cdir / f"{key}.cubin", cub)
             except OSError as exc:  # an unwritable cache must not break compilation
-                import warnings
-
-                warnings.warn(_cache_write_failure(cdir, exc), RuntimeWarning,
-                              stacklevel=_stacklevel_outside_package())
+                _warn(_cache_write_failure(cdir, exc))
     return cub
+
+
+def _warn(text: str) -> None:
+    """A ``RuntimeWarning`` with ``text``, pointing at the first line outside driverlevel."""
+    import warnings
+
+    warnings.warn(text, RuntimeWarning, stacklevel=_stacklevel_outside_package())
 
 
 def _stacklevel_outside_package() -> int:
@@ -958,10 +1071,12 @@ def compile_file(filename: str, arch, defines: dict | None = None, extra_options
     FileNotFoundError
         If ``filename`` is not one of :func:`kernel_sources` (the message lists them).
     TypeError
-        If ``filename`` is not a str (or path); as :func:`compile_source` for the other arguments.
+        If ``filename`` is not a str (or path), or ``use_cache`` not a bool (before the file is read);
+        as :func:`compile_source` for the other arguments.
     ValueError
         As :func:`compile_source`.
     """
+    bool_arg("use_cache", use_cache)
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError(f"filename must be a kernel source name (str), got {type(filename).__name__} {filename!r}")
     name = os.fspath(filename)

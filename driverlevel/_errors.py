@@ -3,6 +3,12 @@
 Every call into ``cuda.bindings.driver`` or ``cuda.bindings.nvrtc`` goes through
 :func:`check` (driver) or :func:`check_nvrtc` (NVRTC), which raise an exception
 naming the failing call and the CUDA error instead of returning a status code.
+
+Every exception class of the package round-trips through :mod:`pickle` with its message and
+its attributes (:class:`PicklableError`), so that one raised in a worker process reaches the
+parent of a ``concurrent.futures.ProcessPoolExecutor`` or ``multiprocessing.Pool`` as itself
+(the default pickling calls ``cls(*exc.args)``, which a custom ``__init__`` refuses: the pool
+then breaks).
 """
 
 from __future__ import annotations
@@ -21,7 +27,31 @@ __all__ = [
 ]
 
 
-class CudaError(RuntimeError):
+def _restore_error(cls, args, state):
+    """Unpickle an exception of ``cls`` without calling its ``__init__`` (see :class:`PicklableError`)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class PicklableError:
+    """Mixin of every driverlevel exception: pickles the message (``args``) and the attributes
+    (``__dict__``) and restores them without calling ``__init__``.
+
+    ``BaseException.__reduce__`` rebuilds an exception as ``cls(*self.args)``; for a class whose
+    ``__init__`` takes other arguments than its message (:class:`CudaError`'s ``call, code, name``,
+    ...) that raises ``TypeError`` in the process that unpickles it, or builds a different message.
+    Put it first among the bases: ``class MyError(PicklableError, ValueError)``.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return _restore_error, (type(self), self.args, dict(self.__dict__))
+
+
+class CudaError(PicklableError, RuntimeError):
     """A CUDA driver call failed.
 
     Raised by :func:`check` for any result other than ``CUDA_SUCCESS``; the message
@@ -66,7 +96,7 @@ class DriverUnavailableError(CudaError):
     """
 
 
-class NvrtcError(RuntimeError):
+class NvrtcError(PicklableError, RuntimeError):
     """NVRTC failed to compile a kernel source; carries the full compile log.
 
     Raised by :func:`~driverlevel.compile_source` / :func:`~driverlevel.runtime.compile_file`
@@ -109,7 +139,7 @@ class NvrtcError(RuntimeError):
         super().__init__(head + body)
 
 
-class CaptureError(RuntimeError):
+class CaptureError(PicklableError, RuntimeError):
     """An operation would break (or has broken) a CUDA stream capture.
 
     Raised *before* the driver is called by everything that allocates, synchronizes
@@ -133,7 +163,7 @@ class GraphUpdateError(CudaError):
     """
 
 
-class PoolExhaustedError(MemoryError):
+class PoolExhaustedError(PicklableError, MemoryError):
     """A :class:`~driverlevel.WorkspacePool` has no room for a requested carve-out.
 
     Raised by ``WorkspacePool.carve`` before anything is written; the message names
@@ -242,7 +272,7 @@ def program_log(prog) -> str:
     return buf.rstrip(b"\x00").decode(errors="replace")
 
 
-class MetadataError(ValueError):
+class MetadataError(PicklableError, ValueError):
     """Per-step metadata that a kernel found inconsistent (reported through a device error word).
 
     Inside a captured graph no host check runs, so the kernels check what they read

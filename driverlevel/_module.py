@@ -33,6 +33,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._array import DeviceArray, as_device_array
+from ._checks import bool_arg, is_bool
 from ._errors import check
 
 __all__ = ["Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines"]
@@ -68,7 +69,7 @@ def programmatic_supported(arch) -> bool:
 
 def check_pdl_arg(pdl) -> None:
     """Raise ``TypeError`` unless a plan's ``pdl=`` argument is None, True or False."""
-    if pdl is not None and not isinstance(pdl, (bool, np.bool_)):
+    if pdl is not None and not is_bool(pdl):
         raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
 
 
@@ -199,7 +200,9 @@ def load_module(device, cubin) -> Module:
     device : Device or int
         The device (or its ordinal).
     cubin : Cubin
-        An image compiled for exactly ``device.arch`` (e.g. ``"sm_90"``); PTX is refused.
+        An image compiled for ``device.arch`` (e.g. ``"sm_90"``), or for its architecture-specific
+        target (``"sm_90a"`` on compute capability 9.0), or for a family-specific target of its family
+        (``"sm_100f"`` on 10.0 or 10.3): ``driverlevel._compile.check_cubin_arch``. PTX is refused.
 
     Returns
     -------
@@ -208,7 +211,8 @@ def load_module(device, cubin) -> Module:
     Raises
     ------
     ValueError
-        If the cubin was compiled for another architecture, or is not a cubin (ELF).
+        If the cubin was compiled for an architecture that does not run on ``device``
+        (``driverlevel._compile.check_cubin_arch`` says why), or is not a cubin (ELF).
     CudaError
         If ``cuModuleLoadData`` fails (e.g. ``CUDA_ERROR_NO_BINARY_FOR_GPU``).
 
@@ -217,11 +221,14 @@ def load_module(device, cubin) -> Module:
     >>> dev = dl.Device(0)                                                 # doctest: +SKIP
     >>> mod = dl.load_module(dev, dl.runtime.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
     """
+    from ._compile import check_cubin_arch
     from ._device import _check_device_arg
 
     device = _check_device_arg(device)
-    if cubin.arch != device.arch:
-        raise ValueError(f"cubin was compiled for {cubin.arch} but {device!r} is {device.arch}")
+    try:
+        check_cubin_arch(cubin.arch, device.arch)
+    except ValueError as exc:
+        raise ValueError(f"{device!r}: {exc}") from None
     key = (device.ordinal, cubin.key or id(cubin))
     with _module_lock:
         mod = _module_cache.get(key)
@@ -278,12 +285,8 @@ class PreparedLaunch:
 
     def __init__(self, kernel, grid, block, shared_mem, args, programmatic=False):
         self.kernel = kernel
-        self.grid = _dim3(grid, "grid")
-        self.block = _dim3(block, "block")
-        self.shared_mem = int(shared_mem)
-        if not isinstance(programmatic, (bool, np.bool_)):
-            raise TypeError(f"programmatic must be a bool, got {type(programmatic).__name__}")
-        self.programmatic = bool(programmatic)
+        self.grid, self.block, self.shared_mem = _launch_geometry(grid, block, shared_mem)
+        self.programmatic = bool_arg("programmatic", programmatic)
         if self.programmatic and not programmatic_supported(kernel.module.cubin.arch):
             # Below sm_90 the code has no griddepcontrol.wait, so nothing would hold the kernel's
             # reads back until the previous kernel's writes are visible (NVIDIA/cccl#9134).
@@ -377,13 +380,58 @@ class PreparedLaunch:
             _capture_guard.note_use(stream, self)
 
 
-def _dim3(d, what):
-    if isinstance(d, (int, np.integer)):
-        d = (int(d),)
-    d = tuple(int(x) for x in d) + (1,) * (3 - len(d))
-    if len(d) != 3 or any(x < 1 for x in d):
-        raise ValueError(f"{what} must be 1 to 3 positive ints, got {d}")
-    return d
+#: CUDA's launch limits, the same on every architecture driverlevel compiles for (CUDA C Programming
+#: Guide, "Features and Technical Specifications"): grid x, y, z; block x, y, z; threads per block.
+MAX_GRID_DIM = (2**31 - 1, 65_535, 65_535)
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _dim3(d, what, limits):
+    """``d`` (an int, or a sequence of 1 to 3 ints; missing dimensions are 1) as a tuple of 3 Python ints,
+    each checked to be >= 1 and <= its entry of ``limits``. Numpy integers are ints; bools and floats are not.
+
+    Raises ``TypeError`` (not ints) or ``ValueError`` (a count other than 1 to 3, a dimension below 1 or
+    above the limit), naming ``what`` (``"grid"``, ``"block"``)."""
+    items = (d,) if isinstance(d, (int, np.integer)) else d
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__len__"):
+        raise TypeError(f"{what} must be an int or a sequence of 1 to 3 ints, got {type(d).__name__} {d!r}")
+    n = len(items)
+    if not 1 <= n <= 3:
+        raise ValueError(f"{what} must be 1 to 3 positive ints, got {n} dimensions: {d!r}")
+    out = [1, 1, 1]
+    for i in range(n):
+        x = items[i]
+        if type(x) is not int:  # the common case is a plain int: one test
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+                raise TypeError(f"{what} must be 1 to 3 positive ints, got {type(x).__name__} {x!r} in {d!r}")
+            x = int(x)
+        if x < 1 or x > limits[i]:
+            if x < 1:
+                raise ValueError(f"{what} must be 1 to 3 positive ints, got {d!r}")
+            raise ValueError(f"{what} dimension {'xyz'[i]} is {x}, above CUDA's limit of {limits[i]:,} (the {what}'s "
+                             f"x, y and z are at most {limits[0]:,}, {limits[1]:,} and {limits[2]:,})")
+        out[i] = x
+    return tuple(out)
+
+
+def _launch_geometry(grid, block, shared_mem) -> tuple:
+    """``(grid, block, shared_mem)`` checked against CUDA's limits before anything reaches the driver
+    (which would answer ``CUDA_ERROR_INVALID_VALUE`` naming nothing): see :meth:`Kernel.prepare`."""
+    grid = _dim3(grid, "grid", MAX_GRID_DIM)
+    block = _dim3(block, "block", MAX_BLOCK_DIM)
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block {block} has {threads:,} threads, above CUDA's limit of {MAX_THREADS_PER_BLOCK:,} "
+                         f"per block")
+    if type(shared_mem) is not int:
+        if isinstance(shared_mem, (bool, np.bool_)) or not isinstance(shared_mem, (int, np.integer)):
+            raise TypeError(f"shared_mem must be an int (bytes of dynamic shared memory per block), got "
+                            f"{type(shared_mem).__name__} {shared_mem!r}")
+        shared_mem = int(shared_mem)
+    if shared_mem < 0:
+        raise ValueError(f"shared_mem must be >= 0 bytes of dynamic shared memory per block, got {shared_mem}")
+    return grid, block, shared_mem
 
 
 class Kernel:
@@ -500,7 +548,8 @@ class Kernel:
         Parameters
         ----------
         grid, block : int or tuple of 1 to 3 int
-            CTAs per grid and threads per CTA (missing dimensions are 1).
+            CTAs per grid and threads per CTA (missing dimensions are 1); within CUDA's limits
+            (:data:`MAX_GRID_DIM`, :data:`MAX_BLOCK_DIM`, :data:`MAX_THREADS_PER_BLOCK`).
         args : sequence
             The kernel's arguments, in order, typed as the class docstring says.
         shared_mem : int
@@ -526,11 +575,15 @@ class Kernel:
         Raises
         ------
         TypeError
-            For an argument with no explicit C type (plain ``int``/``float``/``bool``), or a
+            For an argument with no explicit C type (plain ``int``/``float``/``bool``), a grid or
+            block dimension or a ``shared_mem`` that is not an int (a float, a bool, a str), or a
             ``programmatic`` that is not a bool.
         ValueError
-            For a grid or block dimension below 1, more shared memory than the device allows,
-            or ``programmatic=True`` for code compiled below sm_90 (no ``griddepcontrol``).
+            Before the driver is called: for a grid or block of more than 3 dimensions or a
+            dimension below 1, one above CUDA's limits (grid x <= 2**31 - 1, y and z <= 65,535;
+            block x and y <= 1,024, z <= 64; at most 1,024 threads per block), a negative
+            ``shared_mem``, more shared memory than the device allows, or ``programmatic=True``
+            for code compiled below sm_90 (no ``griddepcontrol``).
         """
         return PreparedLaunch(self, grid, block, shared_mem, args, programmatic)
 

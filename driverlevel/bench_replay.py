@@ -31,9 +31,35 @@ import numpy as np
 
 __all__ = ["ReplayRow", "measure_host_us", "measure_gpu_us", "graph_burst", "raw_burst", "eager_burst", "build", "run",
            "format_table", "to_json",
-           "main_from_options", "parse_node_counts"]
+           "main_from_options", "parse_node_counts", "options_problem", "MIN_REPLAYS", "MAX_REPLAYS", "MAX_REPEATS",
+           "MAX_NODES"]
 
 TARGET_OURS_OVER_RAW = 1.25
+
+#: Bounds of ``--replays`` (calls per variant and repetition), ``--repeats`` and each ``--nodes`` count (kernels
+#: per graph). Past them a run lasts hours (four variants x every size x replays x repeats) or builds graphs of
+#: more kernels than a replay-latency measurement needs: 10**9 replays ran for days.
+MIN_REPLAYS, MAX_REPLAYS = 100, 1_000_000
+MAX_REPEATS = 100
+MAX_NODES = 1_000
+
+
+def options_problem(replays: int, repeats: int, counts=(), prefix: str = "--") -> str | None:
+    """What is wrong with ``replays``, ``repeats`` and the kernel ``counts`` (each 1 to :data:`MAX_NODES`), in
+    one line naming the option (``prefix`` + its name: ``"--replays"`` for the command lines, ``"replays"`` for
+    :func:`run`); None when nothing is. Bounds: :data:`MIN_REPLAYS` to :data:`MAX_REPLAYS` replays, 1 to
+    :data:`MAX_REPEATS` repeats."""
+    r, p, n = f"{prefix}replays", f"{prefix}repeats", f"{prefix}nodes" if prefix else "counts"
+    if replays < MIN_REPLAYS or repeats < 1:
+        return f"{r} must be >= {MIN_REPLAYS} and {p} >= 1, got {replays} and {repeats}"
+    if replays > MAX_REPLAYS:
+        return f"{r} must be <= {MAX_REPLAYS:,} (calls per variant and repetition), got {replays:,}"
+    if repeats > MAX_REPEATS:
+        return f"{p} must be <= {MAX_REPEATS}, got {repeats:,}"
+    for c in counts:
+        if not 1 <= c <= MAX_NODES:
+            return f"{n}: kernel counts must be 1 to {MAX_NODES:,} per graph, got {c:,}"
+    return None
 
 
 def parse_node_counts(text: str) -> list[int]:
@@ -43,7 +69,8 @@ def parse_node_counts(text: str) -> list[int]:
     ------
     ValueError
         For an empty list, an empty item (``"1,,2"``, ``"1,"``: refused, as ``capture-demo
-        --devices`` refuses one, not dropped), a non-integer or an integer < 1:
+        --devices`` refuses one, not dropped), a non-integer, an integer < 1 or one above
+        :data:`MAX_NODES`:
         ``"empty item in '1,,2': give kernel counts separated by single commas, e.g. 1,10,50"``.
     """
     parts = [p.strip() for p in str(text).split(",")]
@@ -57,6 +84,8 @@ def parse_node_counts(text: str) -> list[int]:
         raise ValueError(f"expected comma-separated ints, got {text!r}") from None
     if min(counts) < 1:
         raise ValueError(f"expected positive ints, got {text!r}")
+    if max(counts) > MAX_NODES:
+        raise ValueError(f"kernel counts must be at most {MAX_NODES:,} per graph, got {max(counts):,} in {text!r}")
     return counts
 
 
@@ -217,7 +246,18 @@ def _torch_peer(dev, launches, use_torch: bool):
 
 def run(ordinal: int = 0, counts=(1, 10, 50), replays: int = 10_000, repeats: int = 5, use_torch: bool = True,
         progress=None) -> dict:
-    """Run the benchmark; returns a dict with the environment and one :class:`ReplayRow` per size."""
+    """Run the benchmark; returns a dict with the environment and one :class:`ReplayRow` per size.
+
+    Raises
+    ------
+    ValueError
+        Before the device is touched, for ``replays`` outside :data:`MIN_REPLAYS` to :data:`MAX_REPLAYS`,
+        ``repeats`` outside 1 to :data:`MAX_REPEATS`, or a count outside 1 to :data:`MAX_NODES`
+        (:func:`options_problem`).
+    """
+    problem = options_problem(replays, repeats, counts, prefix="")
+    if problem:
+        raise ValueError(problem)
     from ._device import Device, driver_version
     from .selftest import load
 

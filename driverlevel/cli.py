@@ -20,6 +20,7 @@ from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, ca
                        kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
+from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
 from .demo.capture_demo import capture_demo
 
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
@@ -303,10 +304,12 @@ def bench():
 
 
 @bench.command("replay")
-@click.option("--nodes", default="1,10,50", show_default=True, help="Comma-separated kernel counts per graph.")
-@click.option("--replays", default=10_000, show_default=True, type=click.IntRange(100),
-              help="Replays (and eager steps) per variant and repetition.")
-@click.option("--repeats", default=5, show_default=True, type=click.IntRange(1), help="Repetitions; medians are reported.")
+@click.option("--nodes", default="1,10,50", show_default=True, help=f"Comma-separated kernel counts per graph "
+              f"(1 to {MAX_NODES:,} each).")
+@click.option("--replays", default=10_000, show_default=True, type=click.IntRange(MIN_REPLAYS, MAX_REPLAYS),
+              help=f"Replays (and eager steps) per variant and repetition, {MIN_REPLAYS} to {MAX_REPLAYS:,}.")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(1, MAX_REPEATS),
+              help=f"Repetitions, 1 to {MAX_REPEATS}; medians are reported.")
 @click.option("--device", "ordinal", default=0, show_default=True, type=click.IntRange(0), help="GPU ordinal.")
 @click.option("--no-torch", is_flag=True, help="Skip the torch.cuda.CUDAGraph peer even if torch is installed.")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the results as JSON ('-' for stdout, the table then goes to stderr).")

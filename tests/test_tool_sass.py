@@ -55,7 +55,7 @@ def test_code_sections_checks_its_arguments_before_compiling(tmp_path, capsys):
 
     bad_json = tmp_path / "bad.json"
     bad_json.write_text("not json")
-    for argv, words in [([str(tmp_path / "no" / "x.json")], "no directory"),
+    for argv, words in [([str(tmp_path / "no" / "x.json")], "out: the directory"),
                         ([str(tmp_path / "o.json"), "--compare", str(bad_json)], "--compare"),
                         ([str(tmp_path / "o.json"), "--compare", str(tmp_path / "missing.json")], "--compare"),
                         ([str(tmp_path / "o.json"), "--kernel", "nope.cu"], "not a kernel file"),

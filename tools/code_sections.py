@@ -67,9 +67,15 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", help="a JSON file written earlier: report the variants whose sections differ, and "
                                       "which sections (exit 1 if any)")
     a = ap.parse_args(argv)
-    # everything that can be wrong is checked before the (uncached, minutes-long) compiles
-    from pathlib import Path
+    # everything that can be wrong is checked before the (uncached, minutes-long) compiles: the output path
+    # first (its directory exists and is writable, it is no directory), as the benchmarks check --json
+    from driverlevel._cli_common import json_path_problem
 
+    problem = json_path_problem(a.out)
+    if a.out == "-":  # json_path_problem's stdout: this tool writes a file
+        problem = "'-' (stdout) is not supported: give the path of the JSON file to write"
+    if problem:
+        ap.error(f"out: {problem}")
     from driverlevel._compile import check_arch
     from driverlevel.cli import LAUNCHERS
 
@@ -80,8 +86,6 @@ def main(argv=None) -> int:
     for k in a.kernel or ():
         if k not in LAUNCHERS:
             ap.error(f"--kernel {k!r}: not a kernel file of cu/ (one of {', '.join(sorted(LAUNCHERS))})")
-    if not Path(a.out).resolve().parent.is_dir():
-        ap.error(f"out: no directory {str(Path(a.out).resolve().parent)!r}")
     old = None
     if a.compare:
         try:
