@@ -482,12 +482,21 @@ class _ImportedDLPack:
             pass
 
 
+def _other_device(obj, where: str, ordinal: int, device) -> ValueError:
+    """The error of a foreign array ``obj`` on device ``ordinal`` (as ``where`` says) imported for ``device``."""
+    return ValueError(f"{type(obj).__name__} is on device {ordinal} ({where}), not on device {device.ordinal}")
+
+
 def _from_dlpack(obj, device):
     from ._device import Device
 
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (_kDLCUDA, _kDLCUDAManaged, _kDLCUDAHost):
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}, not CUDA")
+    # Device memory is checked before the capsule is taken (managed and pinned host memory are
+    # reachable from every device: their device id does not bind them).
+    if int(dev_type) == _kDLCUDA and device is not None and int(dev_id) != device.ordinal:
+        raise _other_device(obj, "its __dlpack_device__()", int(dev_id), device)
     # stream=-1: "no synchronization" (DLPack protocol). stream=None would ask a CUDA producer
     # to order its current stream before the legacy default stream (torch records and waits on
     # an event), which invalidates a capture in progress on that stream.
@@ -530,37 +539,59 @@ def _from_cai(obj, device):
     strides = cai.get("strides")
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
-    if device is None:
-        device = _device_of_pointer(int(ptr)) if ptr else Device(0)
+    if ptr:  # the interface names no device: the driver knows where the pointer is
+        ordinal = _pointer_ordinal(int(ptr))
+        if device is None:
+            device = Device(ordinal)
+        elif ordinal != device.ordinal:
+            raise _other_device(obj, f"the driver's answer for its pointer 0x{int(ptr):x}", ordinal, device)
+    elif device is None:
+        device = Device(0)
     return DeviceArray(int(ptr or 0), shape, dt, device, strides, owner=obj, readonly=bool(readonly))
 
 
-def _device_of_pointer(ptr: int):
-    from ._device import Device, init_driver
+def _pointer_ordinal(ptr: int) -> int:
+    """The ordinal of the device whose memory ``ptr`` addresses (``cuPointerGetAttribute``, one call)."""
+    from ._device import init_driver
 
     init_driver()
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    ordinal = check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr))
-    return Device(int(ordinal))
+    return int(check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr),
+                     f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
 def as_device_array(obj, device=None) -> DeviceArray:
     """View ``obj`` as a :class:`DeviceArray` without copying.
 
+    A foreign array's device is checked against ``device`` where it is imported (once per
+    call, never per graph replay): a DLPack array by the device id of its
+    ``__dlpack_device__()`` (before its capsule is taken), a ``__cuda_array_interface__``
+    array by asking the driver which device its pointer is on (``cuPointerGetAttribute``,
+    which the interface, naming no device, needs). A :class:`DeviceArray` is passed through
+    as it is (its device is known: compare ``a.device`` yourself, as the plans do).
+
     Parameters
     ----------
     obj : DeviceArray, or any object with ``__cuda_array_interface__`` or ``__dlpack__``
         CuPy, PyTorch, JAX, Numba arrays, our buffers.
-    device : Device, optional
-        The device the memory is on (read from the pointer when omitted).
+    device : Device or int, optional
+        The device the memory must be on (read from the array when omitted).
 
     Raises
     ------
     TypeError
-        If ``obj`` exports neither protocol or lives in host memory.
+        If ``obj`` exports neither protocol or lives in host memory, or ``device`` is neither
+        a Device nor an int ordinal.
+    ValueError
+        If a foreign ``obj`` is on another device than ``device`` (the message names both).
+    CudaError
+        If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA
+        memory).
     """
     if isinstance(obj, DeviceArray):
         return obj
+    if device is not None:
+        device = _device_arg(device)
     if isinstance(obj, np.ndarray):
         raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
     as_arr = getattr(type(obj), "as_array", None)

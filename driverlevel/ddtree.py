@@ -752,7 +752,7 @@ class DDTreePlan:
                 ln.keep(lg, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -779,7 +779,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("compile",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -839,7 +839,7 @@ class DDTreePlan:
                 ln.keep(tl, tt, mirror, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
         for ln in self._launches(key, make):
             ln.launch(stream)
@@ -863,7 +863,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("commit",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -909,7 +909,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
             ln.launch(stream)
 

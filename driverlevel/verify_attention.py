@@ -913,7 +913,7 @@ class VerifyAttention:
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
 
     def _bind_stream(self, stream) -> None:
-        handle = int(_stream_arg("stream", stream).handle)
+        handle = int(_stream_arg("stream", stream, self.device).handle)
         if self._stream_handle is None:
             self._stream_handle = handle
         elif handle != self._stream_handle:
@@ -950,7 +950,8 @@ class VerifyAttention:
         TypeError, ValueError
             Before any launch, naming the offending argument (``TypeError`` for a ``stream``
             that is not a driverlevel Stream, or a ``metadata`` that is neither a
-            VerifyMetadata nor a mapping); ``ValueError`` also for a second stream, and for a
+            VerifyMetadata nor a mapping); ``ValueError`` also for a second stream or a stream
+            of another device, for an array on another device (a foreign one included), and for a
             read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``).
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)

@@ -37,9 +37,9 @@ import ctypes
 import math
 import numpy as np
 
-from .._array import DeviceArray, as_device_array
+from .._array import DeviceArray
 from .._capture_guard import ensure_not_capturing
-from .._checks import positive_int
+from .._checks import device_array_arg, positive_int
 from .._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from .._device import _check_device_arg
 from .._dtypes import bfloat16
@@ -180,15 +180,8 @@ def _ptr(x) -> int:
 
 
 def _dev_array(name, x, device) -> DeviceArray:
-    try:
-        a = as_device_array(x, device)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
-    if not a.is_c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
-    if a.device.ordinal != device.ordinal:
-        raise ValueError(f"{name} is on device {a.device.ordinal}, the model on device {device.ordinal}")
-    return a
+    """``x`` as a C-contiguous DeviceArray on ``device`` (:func:`~driverlevel._checks.device_array_arg`)."""
+    return device_array_arg(name, x, device, owner="the model")
 
 
 def _need(name, a, dtypes, ndim=None):

@@ -1,0 +1,328 @@
+"""Review 18 (b): device checks of foreign arrays and streams, bf16 from ml_dtypes, fill values,
+``Stream.from_handle``'s handle types, stream and event arguments, numpy-int sizes, ``len()`` of a
+0-d array and the pool-too-small message (CPU only).
+
+No GPU is needed: every driver call these checks make is replaced by a stub that answers as the
+driver would (``cuPointerGetAttribute``, ``cuStreamGetCtx``, ``cuStreamGetDevice``,
+``cuCtxGetDevice``, ``cuMemsetD8Async``, ``cuGraphLaunch``...), and records that it was asked.
+Each test fails on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cuda.bindings import driver
+
+import driverlevel as dl
+from driverlevel import DDTreePlan, DeviceArray, VerifyAttention, VerifyMetadata, bfloat16
+from driverlevel import _array, _device, _dtypes, _graph, _stream
+from driverlevel._checks import device_array_arg
+from driverlevel._graph import Graph, GraphExec
+from driverlevel._mask import bitmask_words, parse_mask_format
+from driverlevel.runtime import as_device_array
+
+PTR = 0x7F12_3456_7800
+OK = driver.CUresult.CUDA_SUCCESS
+STREAM_WORDS = r"stream must be a driverlevel Stream \(Device.create_stream\(\) or Stream.from_handle\), got "
+
+
+class FakeDevice:
+    """A stand-in for Device: an ordinal, a primary context, ``activated()``; never touches a driver."""
+
+    def __init__(self, ordinal=0):
+        self.ordinal = ordinal
+        self.context = driver.CUcontext(0xC000 + ordinal)
+
+    @contextlib.contextmanager
+    def activated(self):
+        yield self
+
+    def _push(self):
+        return False
+
+    def _copy_stream(self):
+        return driver.CUstream(0xC0FF)
+
+    def __repr__(self):
+        return f"FakeDevice({self.ordinal})"
+
+
+DEV0, DEV1 = FakeDevice(0), FakeDevice(1)
+
+
+def stream_on(device, handle=0x5000):
+    s = object.__new__(dl.Stream)
+    s._handle, s.device, s._capture, s._finalizer = driver.CUstream(handle), device, None, None
+    return s
+
+
+def event_on(device, handle=0x6000):
+    e = object.__new__(dl.Event)
+    e._handle, e.device, e.timing, e._finalizer = driver.CUevent(handle), device, True, None
+    return e
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every stubbed driver call, as ``(name, args)``; the stubs answer CUDA_SUCCESS."""
+    log = []
+
+    def stub(name, ret=()):
+        def f(*args):
+            log.append((name, args))
+            return (OK,) + tuple(ret)
+        monkeypatch.setattr(driver, name, f)
+
+    for name in ("cuMemsetD8Async", "cuMemsetD32Async", "cuMemcpyHtoDAsync", "cuMemcpyDtoDAsync", "cuMemcpyDtoH",
+                 "cuStreamSynchronize", "cuEventRecord", "cuStreamWaitEvent", "cuGraphLaunch", "cuGraphUpload"):
+        stub(name)
+    stub("cuEventElapsedTime", (1.5,))
+    stub("cuStreamIsCapturing", (driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE,))
+    stub("cuGraphInstantiate", (driver.CUgraphExec(0x7000),))
+    return log
+
+
+def names(log):
+    return [n for n, _ in log]
+
+
+# == M1: foreign arrays and streams on another device ==================================================
+class DLPackOnly:
+    """A foreign array that exports only DLPack, wrapping one of ours; records whether its capsule was taken."""
+
+    def __init__(self, arr, device_type=2):
+        self._arr, self._type, self.taken = arr, device_type, 0
+
+    def __dlpack__(self, stream=None):
+        self.taken += 1
+        return self._arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return (self._type, self._arr.device.ordinal)
+
+
+class CAIOnly:
+    def __init__(self, ptr=PTR, shape=(4,), typestr="<f4"):
+        self.__cuda_array_interface__ = dict(version=3, strides=None, shape=shape, typestr=typestr, data=(ptr, False))
+
+
+def test_a_dlpack_array_of_another_device_is_refused_before_its_capsule_is_taken():
+    src = DLPackOnly(DeviceArray(PTR, (4, 3), np.float32, DEV1))
+    with pytest.raises(ValueError) as ei:
+        as_device_array(src, device=DEV0)
+    assert str(ei.value) == "DLPackOnly is on device 1 (its __dlpack_device__()), not on device 0"
+    assert src.taken == 0  # the producer's capsule was never asked for
+    with pytest.raises(ValueError, match=r"^q: DLPackOnly is on device 1 \(its __dlpack_device__\(\)\), not on device 0$"):
+        device_array_arg("q", src, DEV0)
+    ok = as_device_array(src, device=DEV1)  # on its own device it imports as before
+    assert ok.ptr == PTR and ok.device is DEV1 and src.taken == 1
+
+
+def test_dlpack_managed_memory_of_another_device_id_is_taken():
+    """Managed memory is reachable from every device: its DLPack device id does not bind it."""
+    src = DLPackOnly(DeviceArray(PTR, (4,), np.int32, DEV1), device_type=13)
+    assert as_device_array(src, device=DEV0).device is DEV0
+
+
+@pytest.fixture
+def pointer_on(monkeypatch):
+    """``cuPointerGetAttribute`` answers with the ordinal in ``pointer_on.ordinal`` (the driver is initialised)."""
+    asked = []
+    state = SimpleNamespace(ordinal=1, err=OK, asked=asked)
+    monkeypatch.setattr(_device, "_initialized", True)
+
+    def get(attr, ptr):
+        asked.append((attr, ptr))
+        return (state.err, state.ordinal)
+
+    monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
+    return state
+
+
+def test_a_cai_array_of_another_device_is_refused_by_asking_the_driver(pointer_on):
+    with pytest.raises(ValueError) as ei:
+        device_array_arg("kv_cache", CAIOnly(), DEV0)
+    assert str(ei.value) == ("kv_cache: CAIOnly is on device 1 (the driver's answer for its pointer "
+                             f"0x{PTR:x}), not on device 0")
+    assert pointer_on.asked == [(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR)]
+    pointer_on.ordinal = 0
+    a = device_array_arg("kv_cache", CAIOnly(), DEV0)
+    assert a.ptr == PTR and a.device is DEV0 and len(pointer_on.asked) == 2  # one question per import
+
+
+def test_a_cai_pointer_the_driver_does_not_know_is_a_cuda_error(pointer_on):
+    pointer_on.err = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(dl.CudaError, match=r"^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE .*"
+                                           r"a __cuda_array_interface__ pointer\]$"):
+        as_device_array(CAIOnly(), device=DEV0)
+
+
+def test_an_empty_cai_array_with_a_null_pointer_asks_nothing(pointer_on):
+    a = as_device_array(CAIOnly(ptr=0, shape=(0,)), device=DEV0)
+    assert a.size == 0 and a.device is DEV0 and pointer_on.asked == []
+
+
+@pytest.fixture
+def stream_driver(monkeypatch):
+    """``cuStreamGetCtx`` / ``cuStreamGetDevice`` / ``cuCtxGetDevice`` stubs: stream 0x5000 is in ``ctx``, on ``dev``."""
+    st = SimpleNamespace(ctx=DEV0.context, dev=0, log=[])
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: {0: DEV0, 1: DEV1}[d] if isinstance(d, int) else d)
+
+    def get_ctx(h):
+        st.log.append(("cuStreamGetCtx", int(h)))
+        return (OK, st.ctx)
+
+    def get_dev(h):
+        st.log.append(("cuStreamGetDevice", int(h)))
+        return (OK, driver.CUdevice(st.dev))
+
+    monkeypatch.setattr(driver, "cuStreamGetCtx", get_ctx)
+    monkeypatch.setattr(driver, "cuStreamGetDevice", get_dev)
+    monkeypatch.setattr(driver, "cuCtxPushCurrent", lambda c: st.log.append(("push", int(c))) or (OK,))
+    monkeypatch.setattr(driver, "cuCtxGetDevice", lambda: st.log.append(("cuCtxGetDevice",)) or (OK, driver.CUdevice(st.dev)))
+    monkeypatch.setattr(driver, "cuCtxPopCurrent", lambda: st.log.append(("pop",)) or (OK, st.ctx))
+    return st
+
+
+def test_from_handle_takes_a_stream_of_the_primary_context_with_one_question(stream_driver):
+    s = dl.Stream.from_handle(0x5000, 0)
+    assert s.device is DEV0 and int(s) == 0x5000
+    assert stream_driver.log == [("cuStreamGetCtx", 0x5000)]
+
+
+def test_from_handle_refuses_a_stream_of_another_device(stream_driver):
+    stream_driver.ctx, stream_driver.dev = DEV1.context, 1
+    with pytest.raises(ValueError) as ei:
+        dl.Stream.from_handle(0x5000, 0)
+    assert str(ei.value) == "stream 0x5000 belongs to device 1, not to device 0: borrow it with Stream.from_handle(handle, 1)"
+    assert stream_driver.log == [("cuStreamGetCtx", 0x5000), ("cuStreamGetDevice", 0x5000)]
+
+
+def test_from_handle_refuses_a_stream_of_another_context_of_the_device(stream_driver):
+    stream_driver.ctx = driver.CUcontext(0xF00D)  # cuCtxCreate'd on device 0
+    with pytest.raises(ValueError, match=r"^stream 0x5000 belongs to a context of device 0 other than its primary "
+                                         r"context"):
+        dl.Stream.from_handle(0x5000, DEV0)
+
+
+@pytest.mark.parametrize("lacks", ["binding", "driver"])
+def test_from_handle_asks_the_context_when_cu_stream_get_device_is_missing(stream_driver, monkeypatch, lacks):
+    """cuStreamGetDevice came with CUDA 12.8: older bindings lack the name, newer bindings on an older driver
+    raise their function-not-found error; the stream's context is pushed, asked, and popped instead."""
+    if lacks == "binding":
+        monkeypatch.delattr(driver, "cuStreamGetDevice")
+    else:
+        class FunctionNotFoundError(RuntimeError):
+            pass
+
+        def missing(h):
+            raise FunctionNotFoundError("function cuStreamGetDevice is not found")
+
+        monkeypatch.setattr(driver, "cuStreamGetDevice", missing)
+    stream_driver.ctx, stream_driver.dev = DEV1.context, 1
+    with pytest.raises(ValueError, match="^stream 0x5000 belongs to device 1, not to device 0"):
+        dl.Stream.from_handle(0x5000, 0)
+    assert stream_driver.log == [("cuStreamGetCtx", 0x5000), ("push", int(DEV1.context)), ("cuCtxGetDevice",), ("pop",)]
+
+
+def test_from_handle_passes_on_another_runtime_error_of_cu_stream_get_device(stream_driver, monkeypatch):
+    def broken(h):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(driver, "cuStreamGetDevice", broken)
+    stream_driver.ctx = DEV1.context
+    with pytest.raises(RuntimeError, match="^something else$"):
+        dl.Stream.from_handle(0x5000, 0)
+
+
+@pytest.mark.parametrize("handle", [0, 1, 2])
+def test_the_special_default_stream_handles_ask_nothing(stream_driver, handle):
+    """0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name the current context's default stream."""
+    assert int(dl.Stream.from_handle(handle, 0)) == handle and stream_driver.log == []
+
+
+def test_a_cuda_stream_protocol_object_of_another_device_is_refused(stream_driver):
+    class CoreStream:  # cuda.core's: __cuda_stream__() -> (version, address)
+        def __cuda_stream__(self):
+            return (0, 0x5000)
+
+    stream_driver.ctx, stream_driver.dev = DEV1.context, 1
+    with pytest.raises(ValueError, match="^stream 0x5000 belongs to device 1, not to device 0"):
+        dl.Stream.from_handle(CoreStream(), 0)
+    stream_driver.ctx = DEV0.context
+    assert int(dl.Stream.from_handle(CoreStream(), 0)) == 0x5000
+
+
+# The plans check their stream's device too (a launch on another device's stream fails in the driver).
+def _arr(shape, dtype, device=DEV0):
+    return DeviceArray(0x10000, shape, dtype, device)
+
+
+def _ddtree_plan():
+    plan = object.__new__(DDTreePlan)
+    plan.device, plan.max_batch, plan.max_context = DEV0, 4, 64
+    plan.depth_limit, plan.vocab, plan.logits_dtype = 3, 128, np.dtype(np.float32)
+    plan.max_rows, plan.record_width = 64, 12
+    plan._cache = {}
+    return plan
+
+
+def _state():
+    B, C = 4, 64
+    f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
+         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((100,), "int64"),
+         "free_count": ((1,), "int64")}
+    return dl.RequestState(**{k: _arr(s, d) for k, (s, d) in f.items()})
+
+
+def test_plans_refuse_a_stream_of_another_device_before_any_launch():
+    plan = _ddtree_plan()
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the plan is on device 0$"):
+        plan.compile(stream_on(DEV1), _state())
+    assert plan._cache == {}  # nothing packed
+    verify = object.__new__(VerifyAttention)
+    verify.device, verify.num_heads, verify.max_batch, verify.max_q = DEV0, 9, 8, 64
+    verify.mask_format, verify.mask_words = parse_mask_format("bitmask"), bitmask_words(64)
+    verify._stream_handle, verify._cached_key = None, None
+    meta = VerifyMetadata(_arr((2,), "int64"), _arr((2,), "int32"), _arr((100,), "int64"), _arr((4,), "int64"),
+                          _arr((4, 2), "uint32"))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the plan is on device 0$"):
+        verify.run(stream_on(DEV1), _arr((4, 9, 576), bfloat16), _arr((200, 576), bfloat16), meta,
+                   _arr((4, 9, 512), bfloat16))
+    assert verify._stream_handle is None  # not bound
+
+
+# == L2: Stream.from_handle takes what it documents ======================================================
+@pytest.mark.parametrize("handle", [driver.CUevent(0x5000), driver.CUgraph(0x5000), driver.CUcontext(0x5000), 1.0,
+                                    "0x5000", b"x", None, True, np.bool_(True), object()],
+                         ids=lambda h: type(h).__name__)
+def test_from_handle_refuses_what_is_not_a_stream_handle(stream_driver, handle):
+    """A CUevent (it has __index__) was taken as the stream at its address."""
+    with pytest.raises(TypeError) as ei:
+        dl.Stream.from_handle(handle, 0)
+    assert str(ei.value).startswith("handle must be an int stream address, a CUstream or an object with "
+                                    f"__cuda_stream__, got {type(handle).__name__}")
+    assert stream_driver.log == []
+
+
+@pytest.mark.parametrize("pair", [(1, 0x5000), (0x5000,), [0, 0x5000], 0x5000])
+def test_from_handle_refuses_a_cuda_stream_protocol_of_another_form(stream_driver, pair):
+    class Odd:
+        def __cuda_stream__(self):
+            return pair
+
+    with pytest.raises(TypeError, match=r"^handle.__cuda_stream__ must give \(0, address\)"):
+        dl.Stream.from_handle(Odd(), 0)
+
+
+def test_from_handle_takes_ints_numpy_ints_custreams_and_the_stream_protocol(stream_driver):
+    class OldCoreStream:  # early cuda.core: a property
+        __cuda_stream__ = property(lambda self: (0, 0x5000))
+
+    for handle in (0x5000, np.int64(0x5000), np.uint64(0x5000), driver.CUstream(0x5000), OldCoreStream()):
+        s = dl.Stream.from_handle(handle, 0)
+        assert type(s.handle) is driver.CUstream and int(s) == 0x5000
