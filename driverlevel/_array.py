@@ -29,7 +29,7 @@ from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
 from ._checks import int_tuple
 from ._device import Device, _check_device_arg
-from ._dtypes import as_dtype, bfloat16, storage_dtype
+from ._dtypes import as_dtype, bfloat16, is_ml_bfloat16, storage_dtype
 from ._errors import check
 
 __all__ = ["DeviceArray", "as_device_array"]
@@ -202,7 +202,7 @@ class DeviceArray:
         ----------
         src : numpy.ndarray
             This array's shape and matching dtype (for bfloat16, uint16 bit
-            patterns); any host memory (pageable or pinned).
+            patterns or an ``ml_dtypes.bfloat16`` array); any host memory (pageable or pinned).
         stream : Stream, optional
             Without one, the copy runs on a private non-blocking stream of the
             device and that stream is synchronized: the bytes are in device memory
@@ -228,8 +228,12 @@ class DeviceArray:
         self._require_contiguous("copy_from_host")
         a = np.ascontiguousarray(src)
         want = storage_dtype(self.dtype)
+        if self.dtype is bfloat16 and is_ml_bfloat16(a.dtype):
+            a = a.view(want)  # the same bytes: ml_dtypes' bfloat16 is bf16
         if a.dtype != want:
-            raise TypeError(f"copy_from_host: expected host dtype {want} for a {self.dtype.name} array, got {a.dtype}")
+            also = " (its bit patterns; an ml_dtypes.bfloat16 array is taken too)" if self.dtype is bfloat16 else ""
+            raise TypeError(f"copy_from_host: expected host dtype {want} for a {self.dtype.name} array{also}, "
+                            f"got {a.dtype}")
         if a.shape != self.shape:
             raise ValueError(f"copy_from_host: expected shape {self.shape}, got {a.shape}")
         ensure_not_capturing("DeviceArray.copy_from_host()", stream)

@@ -62,7 +62,7 @@ from ._constants import (
     mask_words,
 )
 from ._device import _check_device_arg
-from ._dtypes import as_dtype, bfloat16
+from ._dtypes import BF16_FORMS, as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import check_plan_args, load_module, resolve_pdl
@@ -310,7 +310,7 @@ def _pos_int(name, v, lo=1, hi=None):
     return int(v)
 
 
-_LOGIT_DTYPES = "float32 or bfloat16 (\"float32\", numpy.float32, \"bfloat16\", \"bf16\" or driverlevel.bfloat16)"
+_LOGIT_DTYPES = f'float32 or bfloat16 ("float32" or numpy.float32; {BF16_FORMS})'
 
 
 def _logit_dtype(name, dt):

@@ -345,7 +345,8 @@ def test_device_array_accepts_the_null_empty_array():
 
 
 # -- review15 #6: DeviceArray takes integer geometry and supported dtypes only ----------------------
-_SUPPORTED = "a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+_SUPPORTED = ("a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16 "
+              '(driverlevel.bfloat16, "bfloat16", "bf16" or ml_dtypes.bfloat16)')
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -382,9 +382,9 @@ def test_pinned_views_in_bounds():
     (5, (4,), "uint8", {}, TypeError, "carve name must be a str, got int 5"),
     ("", (4,), "uint8", {}, ValueError, "carve name must not be empty"),
     ("c", (4,), object, {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                       "float16/32/64 or bfloat16"),
+                                       "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ("c", (4,), "U8", {}, TypeError, "unsupported dtype <U8: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                     "float16/32/64 or bfloat16"),
+                                     "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ("c", (4,), "float32", dict(alignment=3), ValueError, "alignment must be a positive power of two, got 3"),
     ("c", (4,), "float32", dict(alignment=-256), ValueError, "alignment must be a positive power of two, got -256"),
     ("c", (4,), "float32", dict(alignment=0), ValueError, "alignment must be a positive power of two, got 0"),
@@ -418,7 +418,7 @@ def test_carve_accepts_numpy_ints_and_aligns_to_the_item_size(fake_alloc):
     ([((True,), "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got bool True at index 0 of (True,)"),
     ([("4", "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got str '4'"),
     ([((4,), object)], {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                      "float16/32/64 or bfloat16"),
+                                      "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ([((4,), "float32")], dict(alignment="256"), TypeError, "alignment must be a positive power of two, got str '256'"),
     ([((4,), "float32")], dict(alignment=256.0), TypeError, "alignment must be a positive power of two, got float 256.0"),
 ])

@@ -296,6 +296,69 @@ def test_plans_refuse_a_stream_of_another_device_before_any_launch():
     assert verify._stream_handle is None  # not bound
 
 
+# == M3: ml_dtypes' bfloat16 ============================================================================
+class bfloat(np.void):
+    """numpy names a void dtype of this type, 2 bytes, "bfloat16": a lookalike of ml_dtypes' dtype."""
+
+
+def test_a_void_dtype_named_bfloat16_is_refused_clearly_without_ml_dtypes():
+    plain, structured = np.dtype((bfloat, 2)), np.dtype((bfloat, [("x", "<u2")]))
+    assert plain.name == structured.name == "bfloat16" and plain.kind == "V" and plain.itemsize == 2
+    for dt, kind in ((plain, "plain"), (structured, "structured")):
+        assert not _dtypes.is_ml_bfloat16(dt)
+        with pytest.raises(TypeError) as ei:
+            DeviceArray(PTR, (4,), dt, DEV0)
+        assert f"named 'bfloat16' (a {kind} void type, not ml_dtypes.bfloat16): a device array holds" in str(ei.value)
+        assert str(ei.value).endswith(_dtypes.SUPPORTED)
+        host = np.zeros(4, dt)
+        with pytest.raises(TypeError, match="expected host dtype uint16 for a bfloat16 array"):
+            DeviceArray(PTR, (4,), bfloat16, DEV0).copy_from_host(host)
+
+
+def test_every_dtype_message_lists_the_same_bfloat16_forms():
+    forms = 'driverlevel.bfloat16, "bfloat16", "bf16" or ml_dtypes.bfloat16'
+    assert _dtypes.BF16_FORMS == forms
+    with pytest.raises(TypeError) as ei:
+        DeviceArray(PTR, (4,), np.complex64, DEV0)
+    assert str(ei.value).endswith(f"or bfloat16 ({forms})")
+    from driverlevel.ddtree import _logit_dtype
+
+    with pytest.raises(TypeError) as ei:
+        _logit_dtype("logits_dtype", "float16")
+    assert forms in str(ei.value)
+    with pytest.raises(TypeError) as ei:
+        DeviceArray(PTR, (4,), bfloat16, DEV0).copy_from_host(np.zeros(4, np.float32))
+    assert "ml_dtypes.bfloat16" in str(ei.value)
+
+
+def test_ml_dtypes_bfloat16_is_bfloat16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    assert _dtypes.is_ml_bfloat16(np.dtype(bf)) and _dtypes.is_ml_bfloat16(bf)
+    for dt in (bf, np.dtype(bf), "bfloat16"):
+        assert _dtypes.as_dtype(dt) is bfloat16
+    a = DeviceArray(PTR, (3,), bf, DEV0)
+    assert a.dtype is bfloat16 and a.nbytes == 6
+    from driverlevel.ddtree import _logit_dtype
+
+    assert _logit_dtype("logits_dtype", bf) is bfloat16
+    values = np.array([1.0, -2.5, 3.0e38], bf)
+    bits = values.view(np.uint16)
+    np.testing.assert_array_equal(_dtypes.bf16_bits_to_f32(values), values.astype(np.float32))  # read as bits
+    np.testing.assert_array_equal(_dtypes.bf16_bits_to_f32(bits), values.astype(np.float32))
+
+
+def test_copy_from_host_takes_an_ml_dtypes_bfloat16_array_as_its_bits(calls, monkeypatch):
+    import ctypes
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    host = np.array([[1.0, 2.0], [-0.5, 65280.0]], ml_dtypes.bfloat16)
+    seen = []
+    monkeypatch.setattr(driver, "cuMemcpyHtoDAsync", lambda dst, src, n, h: seen.append(ctypes.string_at(src, n)) or (OK,))
+    DeviceArray(PTR, (2, 2), bfloat16, DEV0).copy_from_host(host)
+    assert seen == [host.view(np.uint16).tobytes()]
+
+
 # == L2: Stream.from_handle takes what it documents ======================================================
 @pytest.mark.parametrize("handle", [driver.CUevent(0x5000), driver.CUgraph(0x5000), driver.CUcontext(0x5000), 1.0,
                                     "0x5000", b"x", None, True, np.bool_(True), object()],
