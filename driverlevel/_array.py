@@ -27,7 +27,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
-from ._checks import int_tuple
+from ._checks import int_in_range, int_tuple, stream_arg
 from ._device import Device, _check_device_arg
 from ._dtypes import as_dtype, bfloat16, is_ml_bfloat16, storage_dtype
 from ._errors import check
@@ -190,6 +190,10 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
 
+    def _stream(self, what, stream):
+        """``stream`` checked to be a driverlevel Stream of this array's device (before anything is queued)."""
+        return stream_arg(f"{what}: stream", stream, self.device, "the array")
+
     def _require_writable(self, what):
         if self.readonly:
             raise ValueError(f"{what}: this DeviceArray is read-only (readonly=True, e.g. imported from a read-only "
@@ -221,6 +225,11 @@ class DeviceArray:
         ValueError, TypeError
             On a shape or dtype mismatch, or (``ValueError``) when this array is read-only
             (before anything is copied).
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (a raw
+            handle, another library's stream: borrow it with ``Stream.from_handle``).
+        ValueError
+            ``stream`` belongs to another device than this array.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
@@ -236,6 +245,8 @@ class DeviceArray:
                             f"got {a.dtype}")
         if a.shape != self.shape:
             raise ValueError(f"copy_from_host: expected shape {self.shape}, got {a.shape}")
+        if stream is not None:
+            self._stream("copy_from_host", stream)
         ensure_not_capturing("DeviceArray.copy_from_host()", stream)
         if a.nbytes == 0:
             return self
@@ -258,11 +269,15 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is not C-contiguous.
+            If this array is not C-contiguous, or ``stream`` belongs to another device.
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
         self._require_contiguous("to_numpy")
+        if stream is not None:
+            self._stream("to_numpy", stream)
         ensure_not_capturing("DeviceArray.to_numpy() (a device-to-host copy)", stream)
         out = np.empty(self.shape, dtype=storage_dtype(self.dtype))
         if out.nbytes == 0:
@@ -281,14 +296,17 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is read-only, or ``src`` is not C-contiguous or has another byte size
-            (before anything is queued).
+            If this array is read-only, or ``src`` is not C-contiguous or has another byte size,
+            or ``stream`` belongs to another device than this array (before anything is queued).
+        TypeError
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         """
         self._require_writable("copy_from")
         self._require_contiguous("copy_from")
         src = as_device_array(src)
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
+        self._stream("copy_from", stream)
         if self.nbytes:
             with self.device.activated():
                 check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
@@ -300,14 +318,21 @@ class DeviceArray:
 
         Raises
         ------
+        TypeError
+            ``value`` is not an integer (a bool or a float is refused, never truncated), or
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            If this array is read-only or not C-contiguous (before anything is queued).
+            ``value`` is outside 0 .. 255 (it was wrapped: 256 filled zeros), this array is
+            read-only or not C-contiguous, or ``stream`` belongs to another device; all before
+            anything is queued.
         """
+        value = int_in_range("fill_bytes: value", value, 0, 0xFF)
         self._require_writable("fill_bytes")
         self._require_contiguous("fill_bytes")
+        self._stream("fill_bytes", stream)
         if self.nbytes:
             with self.device.activated():
-                check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
+                check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, value, self.nbytes, stream.handle))
             _capture_guard.note_use(stream, self)
         return self
 
@@ -316,18 +341,24 @@ class DeviceArray:
 
         Raises
         ------
+        TypeError
+            ``word`` is not an integer (a bool or a float is refused, never truncated), or
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            If this array is read-only, or its byte size is not a multiple of 4 (before
-            anything is queued).
+            ``word`` is outside 0 .. 2**32 - 1 (a negative word, e.g. -1 for 0xFFFFFFFF, is
+            refused: write the unsigned word), this array is read-only, not C-contiguous or its
+            byte size is not a multiple of 4, or ``stream`` belongs to another device; all
+            before anything is queued.
         """
+        word = int_in_range("fill_u32: word", word, 0, 0xFFFFFFFF)
         self._require_writable("fill_u32")
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")
+        self._stream("fill_u32", stream)
         if self.nbytes:
             with self.device.activated():
-                check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4,
-                                                                  stream.handle))
+                check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, word, self.nbytes // 4, stream.handle))
             _capture_guard.note_use(stream, self)
         return self
 

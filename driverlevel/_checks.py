@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._array import DeviceArray
 
-__all__ = ["positive_int", "non_negative_int", "power_of_two", "int_tuple", "device_array_arg",
+__all__ = ["positive_int", "non_negative_int", "int_in_range", "power_of_two", "int_tuple", "device_array_arg",
            "dtype_is", "need_dtype", "need_shape", "stream_arg", "foreign_stream_hint"]
 
 
@@ -49,6 +49,31 @@ def non_negative_int(name: str, value: object) -> int:
         ``value < 0``: ``"nbytes must be an int >= 0, got -1"``.
     """
     return _int_at_least(name, value, 0, "an int >= 0")
+
+
+def int_in_range(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as a Python ``int``, checked to be an integer in ``lo .. hi`` (both included).
+
+    Python and numpy integers are accepted; ``bool`` and floats are not, even when integral,
+    so nothing is truncated or wrapped.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer: ``"value must be an int in 0 .. 255, got float 1.5"``.
+    ValueError
+        ``value`` is outside ``lo .. hi``: ``"value must be an int in 0 .. 255, got 256"``.
+
+    Example
+    -------
+    >>> int_in_range("value", 255, 0, 255)
+    255
+    """
+    want = f"an int in {lo} .. {hi}"
+    v = _as_int(name, value, want)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be {want}, got {v!r}")
+    return v
 
 
 def power_of_two(name: str, value: object) -> int:

@@ -15,7 +15,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing, stream_is_capturing
-from ._checks import non_negative_int
+from ._checks import non_negative_int, stream_arg
 from ._errors import check
 
 __all__ = ["Stream", "Event"]
@@ -99,6 +99,13 @@ def _stream_device_ordinal(handle, ctx) -> int:
         popped = driver.cuCtxPopCurrent()
     check("cuCtxPopCurrent", popped[:1])
     return int(check("cuCtxGetDevice", ret))
+
+
+def _event_arg(name: str, event) -> "Event":
+    """``event``, checked to be a driverlevel :class:`Event` (``TypeError`` naming ``name`` otherwise)."""
+    if not isinstance(event, Event):
+        raise TypeError(f"{name} must be a driverlevel Event (Device.create_event()), got {type(event).__name__}")
+    return event
 
 
 class Stream:
@@ -218,8 +225,17 @@ class Stream:
         """Make future work on this stream wait for ``event`` (capture-safe).
 
         Inside a capture this is how a side stream joins it (fork) and rejoins the
-        origin stream (join); the event is tied to the captured graph.
+        origin stream (join); the event is tied to the captured graph. The event may belong
+        to another device (CUDA allows a wait across devices).
+
+        Raises
+        ------
+        TypeError
+            ``event`` is not a driverlevel :class:`Event` (checked before the driver is called).
+        CudaError
+            If ``cuStreamWaitEvent`` fails.
         """
+        _event_arg("event", event)
         with self.device.activated():
             check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
         _capture_guard.note_use(self, event)
@@ -276,7 +292,19 @@ class Event:
 
     def record(self, stream: Stream) -> "Event":
         """Record the event on ``stream`` (capture-safe: a dependency or event-record node);
-        returns the event, so ``ev = dev.create_event().record(s)`` chains."""
+        returns the event, so ``ev = dev.create_event().record(s)`` chains.
+
+        Raises
+        ------
+        TypeError
+            ``stream`` is not a driverlevel :class:`Stream` (a raw handle or another library's
+            stream: borrow it with :meth:`Stream.from_handle`).
+        ValueError
+            ``stream`` belongs to another device than the event (CUDA refuses that record).
+        CudaError
+            If ``cuEventRecord`` fails.
+        """
+        stream_arg("stream", stream, self.device, "the event")
         with self.device.activated():
             check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
         _capture_guard.note_use(stream, self)
@@ -312,11 +340,19 @@ class Event:
 
         Raises
         ------
+        TypeError
+            ``end`` is not a driverlevel :class:`Event`.
+        ValueError
+            ``end`` belongs to another device (CUDA times events of one device only).
         CudaError
             ``CUDA_ERROR_NOT_READY`` if either has not completed yet,
             ``CUDA_ERROR_INVALID_HANDLE`` if either was created with ``timing=False`` or
             never recorded.
         """
+        _event_arg("end", end)
+        if end.device is not self.device and end.device.ordinal != self.device.ordinal:
+            raise ValueError(f"end is an event of device {end.device.ordinal}, this event of device "
+                             f"{self.device.ordinal}: elapsed_ms times two events of one device")
         with self.device.activated():
             return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
 

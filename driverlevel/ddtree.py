@@ -67,6 +67,7 @@ from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import check_plan_args, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
+from ._checks import int_in_range as _int_in_range
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import stream_arg as _stream_arg
@@ -302,14 +303,6 @@ def check_merge_capacity(vocab: int, budget: int) -> None:
                          f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
 
 
-def _pos_int(name, v, lo=1, hi=None):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be in [{lo}, {hi if hi is not None else 'inf'}], got {v}")
-    return int(v)
-
-
 _LOGIT_DTYPES = f'float32 or bfloat16 ("float32" or numpy.float32; {BF16_FORMS})'
 
 
@@ -468,17 +461,17 @@ class DDTreePlan:
     def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
                  logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None,
                  topk: str = "threshold", pdl: bool | None = None):
-        self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
-        self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
-        self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
-        self.budget = _pos_int("budget", budget, 1, MAX_BUDGET)
-        self.max_context = _pos_int("max_context", max_context, 1, 2**31 - 1)
+        self.max_batch = _int_in_range("max_batch", max_batch, 1, MAX_BATCH)
+        self.depth_limit = _int_in_range("depth_limit", depth_limit, 1, MAX_DEPTH)
+        self.vocab = _int_in_range("vocab", vocab, 1, 2**31 - 1)
+        self.budget = _int_in_range("budget", budget, 1, MAX_BUDGET)
+        self.max_context = _int_in_range("max_context", max_context, 1, 2**31 - 1)
         if self.max_batch * self.max_context > 2**31 - 1:
             # kv_indptr is int32 (SGLang's layout): every request at max_context must fit it
             raise ValueError(f"max_batch * max_context = {self.max_batch} * {self.max_context} = "
                              f"{self.max_batch * self.max_context} exceeds 2**31 - 1, the range of the int32 "
                              f"kv_indptr: lower max_batch or max_context")
-        self.compile_ctas = _pos_int("compile_ctas", compile_ctas, 1, 1024)
+        self.compile_ctas = _int_in_range("compile_ctas", compile_ctas, 1, 1024)
         self.logits_dtype = _logit_dtype("logits_dtype", logits_dtype)
         self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
         if isinstance(mask_formats, str):

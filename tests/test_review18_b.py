@@ -359,6 +359,37 @@ def test_copy_from_host_takes_an_ml_dtypes_bfloat16_array_as_its_bits(calls, mon
     assert seen == [host.view(np.uint16).tobytes()]
 
 
+# == M4: fill values are checked, not wrapped ===========================================================
+@pytest.mark.parametrize("method, value, exc, words", [
+    ("fill_bytes", 256, ValueError, "fill_bytes: value must be an int in 0 .. 255, got 256"),
+    ("fill_bytes", -1, ValueError, "fill_bytes: value must be an int in 0 .. 255, got -1"),
+    ("fill_bytes", np.int64(1000), ValueError, "fill_bytes: value must be an int in 0 .. 255, got 1000"),
+    ("fill_bytes", 1.5, TypeError, "fill_bytes: value must be an int in 0 .. 255, got float 1.5"),
+    ("fill_bytes", True, TypeError, "fill_bytes: value must be an int in 0 .. 255, got bool True"),
+    ("fill_bytes", "7", TypeError, "fill_bytes: value must be an int in 0 .. 255, got str '7'"),
+    ("fill_u32", 2**32, ValueError, "fill_u32: word must be an int in 0 .. 4294967295, got 4294967296"),
+    ("fill_u32", -1, ValueError, "fill_u32: word must be an int in 0 .. 4294967295, got -1"),
+    ("fill_u32", 2.0, TypeError, "fill_u32: word must be an int in 0 .. 4294967295, got float 2.0"),
+    ("fill_u32", np.float32(1), TypeError, f"fill_u32: word must be an int in 0 .. 4294967295, got float32 {np.float32(1)!r}"),
+    ("fill_u32", False, TypeError, "fill_u32: word must be an int in 0 .. 4294967295, got bool False"),
+])
+def test_fill_values_out_of_range_or_not_integers_are_refused_before_the_memset(calls, method, value, exc, words):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(exc) as ei:
+        getattr(a, method)(value, stream_on(DEV0))
+    assert str(ei.value) == words
+    assert calls == []  # no memset queued
+
+
+def test_fill_values_in_range_reach_the_driver_as_they_are(calls):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    s = stream_on(DEV0)
+    a.fill_bytes(np.uint8(255), s).fill_bytes(0, s).fill_u32(0xFFFFFFFF, s).fill_u32(np.uint32(0x7FC00000), s)
+    assert [(n, args[1]) for n, args in calls] == [("cuMemsetD8Async", 255), ("cuMemsetD8Async", 0),
+                                                  ("cuMemsetD32Async", 0xFFFFFFFF), ("cuMemsetD32Async", 0x7FC00000)]
+    assert all(type(args[1]) is int for _, args in calls)
+
+
 # == L2: Stream.from_handle takes what it documents ======================================================
 @pytest.mark.parametrize("handle", [driver.CUevent(0x5000), driver.CUgraph(0x5000), driver.CUcontext(0x5000), 1.0,
                                     "0x5000", b"x", None, True, np.bool_(True), object()],
@@ -389,3 +420,117 @@ def test_from_handle_takes_ints_numpy_ints_custreams_and_the_stream_protocol(str
     for handle in (0x5000, np.int64(0x5000), np.uint64(0x5000), driver.CUstream(0x5000), OldCoreStream()):
         s = dl.Stream.from_handle(handle, 0)
         assert type(s.handle) is driver.CUstream and int(s) == 0x5000
+
+
+# == L3: stream and event arguments are type-checked =====================================================
+class CupyLikeStream:
+    """What CuPy's stream looks like to us: a ``ptr``, and a class named Stream outside driverlevel."""
+    ptr = 0x5000
+
+
+CupyLikeStream.__name__ = CupyLikeStream.__qualname__ = "Stream"
+
+
+def _array_calls(a, s):
+    return {
+        "copy_from_host": lambda: a.copy_from_host(np.zeros(8, np.float32), stream=s),
+        "to_numpy": lambda: a.to_numpy(stream=s),
+        "copy_from": lambda: a.copy_from(DeviceArray(PTR + 4096, (8,), np.float32, DEV0), s),
+        "fill_bytes": lambda: a.fill_bytes(0, s),
+        "fill_u32": lambda: a.fill_u32(0, s),
+    }
+
+
+@pytest.mark.parametrize("method", ["copy_from_host", "to_numpy", "copy_from", "fill_bytes", "fill_u32"])
+@pytest.mark.parametrize("bad", [0x5000, driver.CUstream(0x5000), CupyLikeStream(), None], ids=lambda b: type(b).__name__)
+def test_array_methods_refuse_a_stream_that_is_not_a_stream(calls, method, bad):
+    if bad is None and method in ("copy_from_host", "to_numpy"):
+        pytest.skip("stream=None is documented for the host copies")
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(TypeError) as ei:
+        _array_calls(a, bad)[method]()
+    assert str(ei.value).startswith(f"{method}: stream must be a driverlevel Stream (Device.create_stream() or "
+                                    f"Stream.from_handle), got {type(bad).__name__}")
+    if isinstance(bad, CupyLikeStream):
+        assert "borrow another library's stream with driverlevel.Stream.from_handle(handle, device)" in str(ei.value)
+    assert calls == []
+
+
+@pytest.mark.parametrize("method", ["copy_from_host", "to_numpy", "copy_from", "fill_bytes", "fill_u32"])
+def test_array_methods_refuse_a_stream_of_another_device(calls, method):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(ValueError, match=f"^{method}: stream is on device 1, but the array is on device 0$"):
+        _array_calls(a, stream_on(DEV1))[method]()
+    assert calls == []
+    _array_calls(a, stream_on(DEV0))[method]()  # its own device's stream: queued
+    assert calls
+
+
+def _exec(device=DEV0):
+    ex = object.__new__(GraphExec)
+    ex._handle, ex.device = driver.CUgraphExec(0x7000), device
+    return ex
+
+
+@pytest.mark.parametrize("bad", [0x5000, driver.CUstream(0x5000), CupyLikeStream(), event_on(DEV0)],
+                         ids=lambda b: type(b).__name__)
+def test_graph_exec_launch_and_upload_refuse_what_is_not_a_stream(calls, bad):
+    ex = _exec()
+    for call in (ex.launch, ex.replay, ex.upload):
+        with pytest.raises(TypeError, match=f"^{STREAM_WORDS}{type(bad).__name__}"):
+            call(bad)
+    assert calls == []
+
+
+def test_graph_exec_launch_passes_a_streams_handle(calls):
+    _exec().launch(stream_on(DEV0))
+    assert [(n, int(a[0]), int(a[1])) for n, a in calls] == [("cuGraphLaunch", 0x7000, 0x5000)]
+
+
+def test_graph_exec_launch_on_another_devices_stream_names_both_devices(calls, monkeypatch):
+    monkeypatch.setattr(driver, "cuGraphLaunch", lambda h, s: (driver.CUresult.CUDA_ERROR_INVALID_HANDLE,))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the graph is on device 0: cuGraphLaunch "
+                                         r"failed with CUDA_ERROR_INVALID_HANDLE$"):
+        _exec().launch(stream_on(DEV1))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the graph is on device 0$"):
+        _exec().upload(stream_on(DEV1))
+
+
+def test_instantiate_checks_the_upload_stream_before_instantiating(calls):
+    g = object.__new__(Graph)
+    g._handle, g.device = driver.CUgraph(0x8000), DEV0
+    with pytest.raises(TypeError, match=f"^upload_{STREAM_WORDS}int$"):
+        g.instantiate(upload_stream=0x5000)
+    with pytest.raises(ValueError, match="^upload_stream is on device 1, but the graph is on device 0$"):
+        g.instantiate(upload_stream=stream_on(DEV1))
+    assert calls == []
+
+
+def test_capture_names_another_librarys_stream():
+    with pytest.raises(TypeError, match=r"^capture needs a driverlevel Stream .*got Stream \(\S*\.Stream: "
+                                        r"borrow another library's stream"):
+        with dl.capture(CupyLikeStream()):
+            pytest.fail("captured")
+
+
+def test_event_methods_check_their_stream_and_event_arguments(calls):
+    ev, other = event_on(DEV0), event_on(DEV1, 0x6001)
+    for bad in (0x5000, driver.CUstream(0x5000), CupyLikeStream(), ev):
+        with pytest.raises(TypeError, match=f"^{STREAM_WORDS}{type(bad).__name__}"):
+            ev.record(bad)
+    with pytest.raises(ValueError, match="^stream is on device 1, but the event is on device 0$"):
+        ev.record(stream_on(DEV1))
+    for bad in (0x6000, driver.CUevent(0x6000), stream_on(DEV0)):
+        with pytest.raises(TypeError, match=rf"^event must be a driverlevel Event \(Device.create_event\(\)\), "
+                                            rf"got {type(bad).__name__}$"):
+            stream_on(DEV0).wait(bad)
+        with pytest.raises(TypeError, match=rf"^end must be a driverlevel Event \(Device.create_event\(\)\), "
+                                            rf"got {type(bad).__name__}$"):
+            ev.elapsed_ms(bad)
+    with pytest.raises(ValueError, match="^end is an event of device 1, this event of device 0"):
+        ev.elapsed_ms(other)
+    assert calls == []
+    ev.record(stream_on(DEV0))
+    stream_on(DEV0).wait(other)  # CUDA lets a stream wait for another device's event
+    assert ev.elapsed_ms(event_on(DEV0, 0x6002)) == 1.5
+    assert names(calls) == ["cuEventRecord", "cuStreamWaitEvent", "cuEventElapsedTime"]
