@@ -37,10 +37,10 @@ __all__ = ["DeviceArray", "as_device_array"]
 
 def _c_strides(shape, itemsize):
     strides = []
-    acc = itemsize
+    acc = operator.index(itemsize)
     for n in reversed(shape):
         strides.append(acc)
-        acc *= max(int(n), 1)
+        acc *= max(operator.index(n), 1)  # Python ints: a numpy extent would wrap the product
     return tuple(reversed(strides))
 
 
@@ -142,13 +142,24 @@ class DeviceArray:
         return all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want))
 
     def reshape(self, *shape) -> "DeviceArray":
-        """A C-contiguous view with a new shape (same number of elements)."""
+        """A C-contiguous view with a new shape (same number of elements).
+
+        Raises
+        ------
+        TypeError
+            An extent is not an integer (a float or a bool is refused, not truncated).
+        ValueError
+            This array is not C-contiguous, or the new shape has another number of elements
+            (counted with Python ints: numpy extents whose product wraps are not taken for a
+            match), or a negative extent.
+        """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        shape = int_tuple("reshape: shape", shape)
         if not self.is_c_contiguous:
             raise ValueError("reshape needs a C-contiguous array")
         if math.prod(shape) != self.size:
-            raise ValueError(f"cannot reshape {self.shape} into {tuple(shape)}")
+            raise ValueError(f"cannot reshape {self.shape} into {shape}")
         return DeviceArray(self.ptr, shape, self.dtype, self.device, owner=self, readonly=self.readonly)
 
     def view(self, dtype) -> "DeviceArray":

@@ -47,6 +47,7 @@ import bisect
 import collections
 import ctypes
 import math
+import operator
 import sys
 import threading
 import warnings
@@ -69,8 +70,12 @@ __all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "Pointe
 
 
 def align_up(n: int, alignment: int) -> int:
-    """Round ``n`` up to a multiple of ``alignment`` (a power of two)."""
-    return (int(n) + alignment - 1) & ~(alignment - 1)
+    """Round ``n`` up to a multiple of ``alignment`` (a power of two), in Python ints.
+
+    Raises ``TypeError`` for a non-integer (``operator.index``: numpy ints are taken, a float
+    is not truncated)."""
+    n, alignment = operator.index(n), operator.index(alignment)
+    return (n + alignment - 1) & ~(alignment - 1)
 
 
 #: The largest byte count an allocation, a view or a carve-out may have: an int64 (the kernels'
@@ -87,8 +92,9 @@ def _nbytes_arg(nbytes, minimum: int = 1) -> int:
 
 
 def _shape_nbytes(shape: tuple, itemsize: int) -> int:
-    """The byte size of a C-contiguous ``shape`` with Python ints (never wraps, unlike ``np.prod``)."""
-    return math.prod(shape) * itemsize
+    """The byte size of a C-contiguous ``shape`` with Python ints (never wraps, unlike ``np.prod``
+    or a product of numpy ints)."""
+    return math.prod(operator.index(n) for n in shape) * operator.index(itemsize)
 
 
 # -- registry of live allocations (for the graph audit) ---------------------------------

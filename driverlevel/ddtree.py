@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 
 import numpy as np
 
@@ -236,8 +237,15 @@ def _align16(n: int) -> int:
     return (int(n) + 15) & ~15
 
 
+def _py_ints(*values) -> tuple:
+    """``values`` as Python ints (``operator.index``: numpy ints accepted, floats refused) before they are
+    multiplied: a product of numpy ints wraps silently (``np.int32(65536) * np.int32(65536) == 0``)."""
+    return tuple(operator.index(v) for v in values)
+
+
 def _build_union_bytes(depth_limit: int, k: int, budget: int) -> int:
     """The union region of ``ddtree_build``'s dynamic shared memory, bytes (``lp_bytes``)."""
+    depth_limit, k, budget = _py_ints(depth_limit, k, budget)
     n = budget + 1
     sort = 8 * (1 << max(k - 1, 0).bit_length())           # the row merge's picked composites
     heap = _align16(4 * depth_limit * k) + 12 * n            # log-probs + overflow frontier
@@ -252,7 +260,14 @@ def build_shared_bytes(depth_limit: int, k: int, budget: int) -> int:
     with ``N = budget + 1``, ``W = ceil(N / 32)``: the row merge's sort buffer, the
     heap's log-probs and overflow frontier, or the mask staging (one at a time), then the
     node arrays (parent, rank int16, depth uint8).
+
+    Raises
+    ------
+    TypeError
+        An argument is not an integer (numpy ints are taken, as Python ints: their products
+        never wrap).
     """
+    depth_limit, k, budget = _py_ints(depth_limit, k, budget)
     return _align16(_build_union_bytes(depth_limit, k, budget) + 5 * (budget + 1))
 
 

@@ -490,6 +490,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
             raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
         if rows_per_request < 0:
             raise ValueError(f"rows_per_request must be >= 0, got {rows_per_request}")
+        rows_per_request = int(rows_per_request)  # a Python int before the products below
     fits = tile_configs(arch)
     fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
     if rows_per_request and fits[0].ws:
@@ -724,14 +725,15 @@ class VerifyAttention:
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
                  arch=None, tile: TileConfig | None = None, num_parts: int | None = None, pdl: bool | None = None):
-        # the arguments first (no driver call), then the device
-        checks = [("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q)]
+        # the arguments first (no driver call), then the device; as Python ints before any product
+        # (numpy ints would wrap: np.int32(65536) * np.int32(65536) is 0)
+        num_heads = positive_int("num_heads", num_heads)
+        max_batch = positive_int("max_batch", max_batch)
+        max_q = positive_int("max_q", max_q)
         if num_splits is not None:
-            checks.append(("num_splits", num_splits))
+            num_splits = positive_int("num_splits", num_splits)
         if num_parts is not None:
-            checks.append(("num_parts", num_parts))
-        for pname, v in checks:
-            positive_int(pname, v)
+            num_parts = positive_int("num_parts", num_parts)
         if num_splits is not None and num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
         if max_batch > MAX_BATCH:
@@ -814,8 +816,9 @@ class VerifyAttention:
         ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and
         ``TypeError`` / ``ValueError`` for non-positive or non-int ones).
         """
-        for pname, v in (("num_parts", num_parts), ("tile_rows", tile_rows), ("max_batch", max_batch)):
-            positive_int(pname, v)
+        num_parts = positive_int("num_parts", num_parts)
+        tile_rows = positive_int("tile_rows", tile_rows)
+        max_batch = positive_int("max_batch", max_batch)
         if num_parts > MAX_PARTS or max_batch > MAX_BATCH or tile_rows % 16:
             raise ValueError(f"no plan has num_parts={num_parts} (<= {MAX_PARTS}), max_batch={max_batch} "
                              f"(<= {MAX_BATCH}), tile_rows={tile_rows} (a multiple of 16)")

@@ -534,3 +534,37 @@ def test_event_methods_check_their_stream_and_event_arguments(calls):
     stream_on(DEV0).wait(other)  # CUDA lets a stream wait for another device's event
     assert ev.elapsed_ms(event_on(DEV0, 0x6002)) == 1.5
     assert names(calls) == ["cuEventRecord", "cuStreamWaitEvent", "cuEventElapsedTime"]
+
+
+# == L4: sizes are multiplied as Python ints =============================================================
+def test_reshape_does_not_take_a_wrapped_numpy_product_for_a_match():
+    """np.int32(65536) * np.int32(65536) wraps to 0: an empty array became a 16 GiB view."""
+    a = DeviceArray(PTR, (0,), np.float32, DEV0)
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match=r"^cannot reshape \(0,\) into \(65536, 65536\)$"):
+        a.reshape(np.int32(65536), np.int32(65536))
+    b = DeviceArray(PTR, (6,), np.float32, DEV0).reshape(np.int32(2), np.int64(3))
+    assert b.shape == (2, 3) and all(type(n) is int for n in b.shape + b.strides)
+    with pytest.raises(TypeError, match="^reshape: shape must be an int or a sequence of ints, got float 2.0"):
+        DeviceArray(PTR, (6,), np.float32, DEV0).reshape(2.0, 3)
+
+
+def test_verify_attention_checks_max_q_times_heads_in_python_ints():
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match=r"^max_q \* num_heads must be < 2\*\*31, "
+                                                                     r"got 65536 \* 65536$"):
+        VerifyAttention(None, np.int32(65536), max_batch=1, max_q=np.int32(65536))
+    assert VerifyAttention.workspace_bytes_for(np.int32(132), np.int32(64), np.int32(8)) == \
+        VerifyAttention.workspace_bytes_for(132, 64, 8)
+
+
+def test_shared_memory_and_alignment_sums_never_wrap():
+    from driverlevel import ddtree
+    from driverlevel._memory import align_up
+
+    with np.errstate(over="ignore"):
+        assert align_up(2**31 - 1, np.int32(256)) == 2**31
+        big = np.int32(2**15)
+        assert ddtree._build_union_bytes(big, big, np.int32(1)) == ddtree._build_union_bytes(2**15, 2**15, 1) >= 2**32
+        assert ddtree.build_shared_bytes(np.int32(15), np.int32(256), np.int32(256)) == \
+            ddtree.build_shared_bytes(15, 256, 256)
+    with pytest.raises(TypeError):
+        align_up(10.5, 8)  # was truncated
