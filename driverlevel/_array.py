@@ -188,6 +188,9 @@ class DeviceArray:
         raise IndexError("DeviceArray supports only an int or a slice on the first axis")
 
     def __len__(self) -> int:
+        """The first extent; a ``TypeError`` for a 0-d array, as numpy's ``len()`` of a 0-d array."""
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d DeviceArray)")
         return self.shape[0]
 
     def __int__(self) -> int:

@@ -78,6 +78,15 @@ def align_up(n: int, alignment: int) -> int:
     return (n + alignment - 1) & ~(alignment - 1)
 
 
+def format_bytes(n: int) -> str:
+    """``n`` bytes as the messages give sizes: ``"17,369,088 bytes (16.6 MiB)"`` (``"512 bytes"`` below 1 KiB)."""
+    n = operator.index(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
 #: The largest byte count an allocation, a view or a carve-out may have: an int64 (the kernels'
 #: and DLPack's offsets are int64; no device or host memory comes near it).
 MAX_NBYTES = (1 << 63) - 1
@@ -667,13 +676,34 @@ class WorkspacePool:
             offset = align_up(self._used, al)
             if offset + nbytes > self.capacity:
                 raise PoolExhaustedError(
-                    f"pool {self.label!r} is exhausted: carve-out {name!r} needs {nbytes} bytes at offset {offset}, "
-                    f"but the pool holds {self.capacity} bytes ({self.capacity - self._used} free). "
+                    f"pool {self.label!r} is exhausted: carve-out {name!r} needs {format_bytes(nbytes)} at offset "
+                    f"{offset:,}, so the pool would need {format_bytes(offset + nbytes)}, but it holds "
+                    f"{format_bytes(self.capacity)}, of which {format_bytes(self.capacity - self._used)} are free. "
                     f"Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes."
                 )
             self._used = offset + nbytes
             self._carves[name] = Carve(name, offset, nbytes, shape, dt.name)
         return DeviceArray(self.base + offset, shape, dt, self.device, owner=self)
+
+    def _require_room(self, specs, what: str) -> None:
+        """Raise :class:`PoolExhaustedError` unless ``specs`` (``(shape, dtype)`` pairs, carved in this
+        order as :meth:`carve` places them) fit in what is left of the pool; nothing is carved.
+
+        For a plan given a pool of the caller's: refused before its first carve-out, with the
+        bytes the plan needs and the bytes the pool has, instead of at whichever carve-out runs out.
+        """
+        with self._lock:
+            used = self._used
+        end = used
+        for shape, dtype in specs:
+            dt = as_dtype(dtype)
+            end = align_up(end, max(self.alignment, dt.itemsize)) + _shape_nbytes(int_tuple("shape", shape),
+                                                                                   dt.itemsize)
+        if end > self.capacity:
+            raise PoolExhaustedError(
+                f"pool {self.label!r} is too small for {what}: its carve-outs need {format_bytes(end - used)}, but "
+                f"the pool has {format_bytes(self.capacity - used)} free (it holds {format_bytes(self.capacity)}). "
+                f"Allocate it with at least the plan's workspace_bytes, or let the plan allocate its own.")
 
     def carves(self) -> list:
         """The :class:`Carve` records in carving order."""

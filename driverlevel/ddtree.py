@@ -464,6 +464,9 @@ class DDTreePlan:
         For out-of-range parameters.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
+    PoolExhaustedError
+        ``pool`` has too little room left for the plan's workspace: the message gives the
+        bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -560,10 +563,13 @@ class DDTreePlan:
         # plans of other sizes share the loaded kernel).
         self._k_build.reserve_shared(self.build_smem)
 
+        specs = self._specs()
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes, label=name)
+        else:  # the caller's: too small is said before anything is carved, with both sizes
+            pool._require_room([(shape, dtype) for _, shape, dtype in specs], f"DDTreePlan {name!r}")
         self.pool = pool
-        for cname, shape, dtype in self._specs():
+        for cname, shape, dtype in specs:
             setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
         #: The device error word the kernels report bad per-step metadata in (see :meth:`check_errors`).
         self.error_word = DeviceErrorWord(self.device, label=f"DDTreePlan {name}")

@@ -713,6 +713,9 @@ class VerifyAttention:
         If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
+    PoolExhaustedError
+        ``pool`` has too little room left for the plan's workspace: the message gives the
+        bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -781,17 +784,21 @@ class VerifyAttention:
         per_sm = self._combine.max_active_blocks_per_sm(_COMBINE_THREADS, 0)
         self.grid_combine = (self.device.sm_count * max(1, min(per_sm, _COMBINE_CTAS_PER_SM)), 1, 1)
 
+        slots, m = 2 * self.num_parts, self.config.rows
+        carves = [("o_part", (slots, m, V_DIM), np.uint16),  # bf16 bit patterns
+                  ("lse_part", (slots, m), np.float32),
+                  # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
+                  ("sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32),
+                  ("sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32),
+                  ("sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)]
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 8 * WorkspacePool.DEFAULT_ALIGNMENT,
                                           label=name)
+        else:  # the caller's: too small is said before anything is carved, with both sizes
+            pool._require_room([(shape, dt) for _, shape, dt in carves], f"VerifyAttention {name!r}")
         self.pool = pool
-        slots, m = 2 * self.num_parts, self.config.rows
-        self.o_part = pool.carve(f"{name}.o_part", (slots, m, V_DIM), np.uint16)  # bf16 bit patterns
-        self.lse_part = pool.carve(f"{name}.lse_part", (slots, m), np.float32)
-        # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
-        self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32)
-        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32)
-        self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)
+        for cname, shape, dt in carves:
+            setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dt))
         self.error_word = DeviceErrorWord(self.device, label=f"VerifyAttention({name})")
         self._stream_handle = None
         self._cached_key = None

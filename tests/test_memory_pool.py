@@ -177,9 +177,9 @@ def test_exhaustion_error_names_the_sizes(fake_alloc):
     with pytest.raises(PoolExhaustedError) as ei:
         pool.carve("o_part", (1000,), np.float32)
     msg = str(ei.value)
-    assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4000 bytes at offset 512, but the pool "
-                   "holds 1024 bytes (624 free). Size the pool with WorkspacePool.required_bytes() or the "
-                   "plan's workspace_bytes.")
+    assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4,000 bytes (3.9 KiB) at offset 512, so the "
+                   "pool would need 4,512 bytes (4.4 KiB), but it holds 1,024 bytes (1.0 KiB), of which 624 bytes are "
+                   "free. Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes.")
     assert isinstance(ei.value, MemoryError)
     assert [c.name for c in pool.carves()] == ["a"]  # a failed carve changes nothing
     pool.carve("fits", (128,), np.float32)
@@ -280,8 +280,9 @@ def test_an_oversized_carve_is_refused_and_changes_nothing(fake_alloc, shape, nb
     a = pool.carve("a", (4096,), np.uint8)
     with pytest.raises(PoolExhaustedError) as ei:
         pool.carve("bad", shape, np.uint8)
-    assert str(ei.value).startswith(f"pool 'x' is exhausted: carve-out 'bad' needs {nbytes} bytes at offset 4096, "
-                                    f"but the pool holds {1 << 20} bytes")
+    assert str(ei.value).startswith(f"pool 'x' is exhausted: carve-out 'bad' needs {nbytes:,} bytes (")
+    assert f" at offset 4,096, so the pool would need {nbytes + 4096:,} bytes (" in str(ei.value)
+    assert f"but it holds {1 << 20:,} bytes (1.0 MiB)" in str(ei.value)
     assert pool.used == 4096 and [c.name for c in pool.carves()] == ["a"]
     c = pool.carve("c", (4096,), np.uint8)  # was carved at a's address (pool.used had gone down)
     assert c.ptr == a.ptr + 4096 and pool.used == 8192

@@ -43,7 +43,7 @@ from .._checks import device_array_arg, positive_int
 from .._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from .._device import _check_device_arg
 from .._dtypes import bfloat16
-from .._memory import DeviceBuffer, WorkspacePool
+from .._memory import DeviceBuffer, WorkspacePool, format_bytes
 from .._module import load_module
 from ..argmax import argmax_rows_launch as _argmax_rows_launch
 from ..argmax import load as _load_argmax
@@ -389,8 +389,9 @@ class MLAModel:
                 workspace = _dev_array("workspace", workspace, dev)
                 _need("workspace", workspace, ("float32",))
                 if workspace.size < splits * m_max * n:
-                    raise ValueError(f"workspace needs {splits * m_max * n} float32 for {splits} splits, "
-                                     f"got {workspace.size}")
+                    raise ValueError(f"workspace needs {splits * m_max * n:,} float32 "
+                                     f"({format_bytes(4 * splits * m_max * n)}) for {splits} splits, got "
+                                     f"{workspace.size:,} ({format_bytes(workspace.nbytes)})")
         p = _GemmParams()
         p.a, p.a_index, p.b, p.c = a.ptr, _ptr(a_index), b.ptr, c.ptr
         p.c_index, p.residual, p.m_ptr, p.noise_counter = _ptr(c_index), _ptr(residual), _ptr(num_rows), _ptr(noise_counter)
