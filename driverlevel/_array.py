@@ -27,9 +27,9 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
-from ._checks import int_tuple
+from ._checks import int_in_range, int_tuple, stream_arg
 from ._device import Device, _check_device_arg
-from ._dtypes import as_dtype, bfloat16, storage_dtype
+from ._dtypes import as_dtype, bfloat16, is_ml_bfloat16, storage_dtype
 from ._errors import check
 
 __all__ = ["DeviceArray", "as_device_array"]
@@ -37,10 +37,10 @@ __all__ = ["DeviceArray", "as_device_array"]
 
 def _c_strides(shape, itemsize):
     strides = []
-    acc = itemsize
+    acc = operator.index(itemsize)
     for n in reversed(shape):
         strides.append(acc)
-        acc *= max(int(n), 1)
+        acc *= max(operator.index(n), 1)  # Python ints: a numpy extent would wrap the product
     return tuple(reversed(strides))
 
 
@@ -142,13 +142,24 @@ class DeviceArray:
         return all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want))
 
     def reshape(self, *shape) -> "DeviceArray":
-        """A C-contiguous view with a new shape (same number of elements)."""
+        """A C-contiguous view with a new shape (same number of elements).
+
+        Raises
+        ------
+        TypeError
+            An extent is not an integer (a float or a bool is refused, not truncated).
+        ValueError
+            This array is not C-contiguous, or the new shape has another number of elements
+            (counted with Python ints: numpy extents whose product wraps are not taken for a
+            match), or a negative extent.
+        """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        shape = int_tuple("reshape: shape", shape)
         if not self.is_c_contiguous:
             raise ValueError("reshape needs a C-contiguous array")
         if math.prod(shape) != self.size:
-            raise ValueError(f"cannot reshape {self.shape} into {tuple(shape)}")
+            raise ValueError(f"cannot reshape {self.shape} into {shape}")
         return DeviceArray(self.ptr, shape, self.dtype, self.device, owner=self, readonly=self.readonly)
 
     def view(self, dtype) -> "DeviceArray":
@@ -177,6 +188,9 @@ class DeviceArray:
         raise IndexError("DeviceArray supports only an int or a slice on the first axis")
 
     def __len__(self) -> int:
+        """The first extent; a ``TypeError`` for a 0-d array, as numpy's ``len()`` of a 0-d array."""
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d DeviceArray)")
         return self.shape[0]
 
     def __int__(self) -> int:
@@ -190,6 +204,10 @@ class DeviceArray:
         if not self.is_c_contiguous:
             raise ValueError(f"{what} needs a C-contiguous DeviceArray, got strides {self.strides} for shape {self.shape}")
 
+    def _stream(self, what, stream):
+        """``stream`` checked to be a driverlevel Stream of this array's device (before anything is queued)."""
+        return stream_arg(f"{what}: stream", stream, self.device, "the array")
+
     def _require_writable(self, what):
         if self.readonly:
             raise ValueError(f"{what}: this DeviceArray is read-only (readonly=True, e.g. imported from a read-only "
@@ -202,7 +220,7 @@ class DeviceArray:
         ----------
         src : numpy.ndarray
             This array's shape and matching dtype (for bfloat16, uint16 bit
-            patterns); any host memory (pageable or pinned).
+            patterns or an ``ml_dtypes.bfloat16`` array); any host memory (pageable or pinned).
         stream : Stream, optional
             Without one, the copy runs on a private non-blocking stream of the
             device and that stream is synchronized: the bytes are in device memory
@@ -221,6 +239,11 @@ class DeviceArray:
         ValueError, TypeError
             On a shape or dtype mismatch, or (``ValueError``) when this array is read-only
             (before anything is copied).
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (a raw
+            handle, another library's stream: borrow it with ``Stream.from_handle``).
+        ValueError
+            ``stream`` belongs to another device than this array.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
@@ -228,10 +251,16 @@ class DeviceArray:
         self._require_contiguous("copy_from_host")
         a = np.ascontiguousarray(src)
         want = storage_dtype(self.dtype)
+        if self.dtype is bfloat16 and is_ml_bfloat16(a.dtype):
+            a = a.view(want)  # the same bytes: ml_dtypes' bfloat16 is bf16
         if a.dtype != want:
-            raise TypeError(f"copy_from_host: expected host dtype {want} for a {self.dtype.name} array, got {a.dtype}")
+            also = " (its bit patterns; an ml_dtypes.bfloat16 array is taken too)" if self.dtype is bfloat16 else ""
+            raise TypeError(f"copy_from_host: expected host dtype {want} for a {self.dtype.name} array{also}, "
+                            f"got {a.dtype}")
         if a.shape != self.shape:
             raise ValueError(f"copy_from_host: expected shape {self.shape}, got {a.shape}")
+        if stream is not None:
+            self._stream("copy_from_host", stream)
         ensure_not_capturing("DeviceArray.copy_from_host()", stream)
         if a.nbytes == 0:
             return self
@@ -254,11 +283,15 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is not C-contiguous.
+            If this array is not C-contiguous, or ``stream`` belongs to another device.
+        TypeError
+            ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
         self._require_contiguous("to_numpy")
+        if stream is not None:
+            self._stream("to_numpy", stream)
         ensure_not_capturing("DeviceArray.to_numpy() (a device-to-host copy)", stream)
         out = np.empty(self.shape, dtype=storage_dtype(self.dtype))
         if out.nbytes == 0:
@@ -277,14 +310,17 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is read-only, or ``src`` is not C-contiguous or has another byte size
-            (before anything is queued).
+            If this array is read-only, or ``src`` is not C-contiguous or has another byte size,
+            or ``stream`` belongs to another device than this array (before anything is queued).
+        TypeError
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         """
         self._require_writable("copy_from")
         self._require_contiguous("copy_from")
         src = as_device_array(src)
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
+        self._stream("copy_from", stream)
         if self.nbytes:
             with self.device.activated():
                 check("cuMemcpyDtoDAsync", driver.cuMemcpyDtoDAsync(self.ptr, src.ptr, self.nbytes, stream.handle))
@@ -296,14 +332,21 @@ class DeviceArray:
 
         Raises
         ------
+        TypeError
+            ``value`` is not an integer (a bool or a float is refused, never truncated), or
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            If this array is read-only or not C-contiguous (before anything is queued).
+            ``value`` is outside 0 .. 255 (it was wrapped: 256 filled zeros), this array is
+            read-only or not C-contiguous, or ``stream`` belongs to another device; all before
+            anything is queued.
         """
+        value = int_in_range("fill_bytes: value", value, 0, 0xFF)
         self._require_writable("fill_bytes")
         self._require_contiguous("fill_bytes")
+        self._stream("fill_bytes", stream)
         if self.nbytes:
             with self.device.activated():
-                check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, int(value) & 0xFF, self.nbytes, stream.handle))
+                check("cuMemsetD8Async", driver.cuMemsetD8Async(self.ptr, value, self.nbytes, stream.handle))
             _capture_guard.note_use(stream, self)
         return self
 
@@ -312,18 +355,24 @@ class DeviceArray:
 
         Raises
         ------
+        TypeError
+            ``word`` is not an integer (a bool or a float is refused, never truncated), or
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            If this array is read-only, or its byte size is not a multiple of 4 (before
-            anything is queued).
+            ``word`` is outside 0 .. 2**32 - 1 (a negative word, e.g. -1 for 0xFFFFFFFF, is
+            refused: write the unsigned word), this array is read-only, not C-contiguous or its
+            byte size is not a multiple of 4, or ``stream`` belongs to another device; all
+            before anything is queued.
         """
+        word = int_in_range("fill_u32: word", word, 0, 0xFFFFFFFF)
         self._require_writable("fill_u32")
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:
             raise ValueError(f"fill_u32 needs a multiple of 4 bytes, got {self.nbytes}")
+        self._stream("fill_u32", stream)
         if self.nbytes:
             with self.device.activated():
-                check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, int(word) & 0xFFFFFFFF, self.nbytes // 4,
-                                                                  stream.handle))
+                check("cuMemsetD32Async", driver.cuMemsetD32Async(self.ptr, word, self.nbytes // 4, stream.handle))
             _capture_guard.note_use(stream, self)
         return self
 
@@ -482,12 +531,21 @@ class _ImportedDLPack:
             pass
 
 
+def _other_device(obj, where: str, ordinal: int, device) -> ValueError:
+    """The error of a foreign array ``obj`` on device ``ordinal`` (as ``where`` says) imported for ``device``."""
+    return ValueError(f"{type(obj).__name__} is on device {ordinal} ({where}), not on device {device.ordinal}")
+
+
 def _from_dlpack(obj, device):
     from ._device import Device
 
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (_kDLCUDA, _kDLCUDAManaged, _kDLCUDAHost):
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}, not CUDA")
+    # Device memory is checked before the capsule is taken (managed and pinned host memory are
+    # reachable from every device: their device id does not bind them).
+    if int(dev_type) == _kDLCUDA and device is not None and int(dev_id) != device.ordinal:
+        raise _other_device(obj, "its __dlpack_device__()", int(dev_id), device)
     # stream=-1: "no synchronization" (DLPack protocol). stream=None would ask a CUDA producer
     # to order its current stream before the legacy default stream (torch records and waits on
     # an event), which invalidates a capture in progress on that stream.
@@ -530,37 +588,59 @@ def _from_cai(obj, device):
     strides = cai.get("strides")
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
-    if device is None:
-        device = _device_of_pointer(int(ptr)) if ptr else Device(0)
+    if ptr:  # the interface names no device: the driver knows where the pointer is
+        ordinal = _pointer_ordinal(int(ptr))
+        if device is None:
+            device = Device(ordinal)
+        elif ordinal != device.ordinal:
+            raise _other_device(obj, f"the driver's answer for its pointer 0x{int(ptr):x}", ordinal, device)
+    elif device is None:
+        device = Device(0)
     return DeviceArray(int(ptr or 0), shape, dt, device, strides, owner=obj, readonly=bool(readonly))
 
 
-def _device_of_pointer(ptr: int):
-    from ._device import Device, init_driver
+def _pointer_ordinal(ptr: int) -> int:
+    """The ordinal of the device whose memory ``ptr`` addresses (``cuPointerGetAttribute``, one call)."""
+    from ._device import init_driver
 
     init_driver()
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    ordinal = check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr))
-    return Device(int(ordinal))
+    return int(check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr),
+                     f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
 def as_device_array(obj, device=None) -> DeviceArray:
     """View ``obj`` as a :class:`DeviceArray` without copying.
 
+    A foreign array's device is checked against ``device`` where it is imported (once per
+    call, never per graph replay): a DLPack array by the device id of its
+    ``__dlpack_device__()`` (before its capsule is taken), a ``__cuda_array_interface__``
+    array by asking the driver which device its pointer is on (``cuPointerGetAttribute``,
+    which the interface, naming no device, needs). A :class:`DeviceArray` is passed through
+    as it is (its device is known: compare ``a.device`` yourself, as the plans do).
+
     Parameters
     ----------
     obj : DeviceArray, or any object with ``__cuda_array_interface__`` or ``__dlpack__``
         CuPy, PyTorch, JAX, Numba arrays, our buffers.
-    device : Device, optional
-        The device the memory is on (read from the pointer when omitted).
+    device : Device or int, optional
+        The device the memory must be on (read from the array when omitted).
 
     Raises
     ------
     TypeError
-        If ``obj`` exports neither protocol or lives in host memory.
+        If ``obj`` exports neither protocol or lives in host memory, or ``device`` is neither
+        a Device nor an int ordinal.
+    ValueError
+        If a foreign ``obj`` is on another device than ``device`` (the message names both).
+    CudaError
+        If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA
+        memory).
     """
     if isinstance(obj, DeviceArray):
         return obj
+    if device is not None:
+        device = _device_arg(device)
     if isinstance(obj, np.ndarray):
         raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
     as_arr = getattr(type(obj), "as_array", None)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._array import DeviceArray
 
-__all__ = ["positive_int", "non_negative_int", "power_of_two", "int_tuple", "device_array_arg", "dtype_is", "need_dtype",
-           "need_shape", "stream_arg", "is_bool", "bool_arg"]
+__all__ = ["positive_int", "non_negative_int", "int_in_range", "power_of_two", "int_tuple", "device_array_arg",
+           "dtype_is", "need_dtype", "need_shape", "stream_arg", "foreign_stream_hint", "is_bool", "bool_arg"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -49,6 +49,31 @@ def non_negative_int(name: str, value: object) -> int:
         ``value < 0``: ``"nbytes must be an int >= 0, got -1"``.
     """
     return _int_at_least(name, value, 0, "an int >= 0")
+
+
+def int_in_range(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as a Python ``int``, checked to be an integer in ``lo .. hi`` (both included).
+
+    Python and numpy integers are accepted; ``bool`` and floats are not, even when integral,
+    so nothing is truncated or wrapped.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer: ``"value must be an int in 0 .. 255, got float 1.5"``.
+    ValueError
+        ``value`` is outside ``lo .. hi``: ``"value must be an int in 0 .. 255, got 256"``.
+
+    Example
+    -------
+    >>> int_in_range("value", 255, 0, 255)
+    255
+    """
+    want = f"an int in {lo} .. {hi}"
+    v = _as_int(name, value, want)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be {want}, got {v!r}")
+    return v
 
 
 def power_of_two(name: str, value: object) -> int:
@@ -125,20 +150,25 @@ def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
     return v
 
 
-def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
+def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "the plan") -> DeviceArray:
     """``x`` as a C-contiguous :class:`DeviceArray` on ``device`` (no copy).
 
     Pass ``writable=True`` for an array the caller's launch writes (an output, or a state
     field the kernels update): a read-only array (``readonly``, e.g. imported from a
     ``__cuda_array_interface__`` whose ``data`` is ``(ptr, True)``) is refused then.
+    ``owner`` names what ``device`` belongs to in the other-device message.
+
+    A foreign array is checked where it is imported (:func:`~driverlevel.runtime.as_device_array`):
+    a DLPack one by the device id its ``__dlpack_device__()`` gives, a
+    ``__cuda_array_interface__`` one by asking the driver which device its pointer is on.
 
     Raises
     ------
     TypeError
         ``x`` is None, host memory, or exports no array protocol.
     ValueError
-        ``x`` is on another device or not C-contiguous; or ``writable`` and ``x`` is
-        read-only: ``"out is read-only, but the launch writes it"``.
+        ``x`` is on another device (ours or a foreign array) or not C-contiguous; or
+        ``writable`` and ``x`` is read-only: ``"out is read-only, but the launch writes it"``.
     """
     from ._array import as_device_array
 
@@ -146,10 +176,10 @@ def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
         raise TypeError(f"{name} is required")
     try:
         a = as_device_array(x, device)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
     if a.device.ordinal != device.ordinal:
-        raise ValueError(f"{name} is on device {a.device.ordinal}, the plan on device {device.ordinal}")
+        raise ValueError(f"{name} is on device {a.device.ordinal}, {owner} on device {device.ordinal}")
     if not a.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
     if writable and a.readonly:
@@ -157,27 +187,48 @@ def device_array_arg(name, x, device, *, writable: bool = False) -> DeviceArray:
     return a
 
 
-def stream_arg(name, stream):
+def stream_arg(name, stream, device=None, owner="the plan"):
     """``stream``, checked to be a driverlevel :class:`~driverlevel.Stream` before a plan launches on it.
 
     The test :func:`driverlevel.capture` makes: an instance of :class:`~driverlevel.Stream`
     (from ``Device.create_stream()``, or a foreign stream borrowed with ``Stream.from_handle``).
     An :class:`~driverlevel.Event`, a :class:`~driverlevel.runtime.Graph` or a
     :class:`~driverlevel.runtime.GraphExec` has a ``handle`` and a ``device`` too, but its handle is
-    not a ``CUstream``: it is refused like any other object.
+    not a ``CUstream``: it is refused like any other object. With ``device``, the stream must
+    belong to that device too (a launch on another device's stream fails in the driver);
+    ``owner`` names what ``device`` belongs to in that message.
 
     Raises
     ------
     TypeError
-        ``stream`` is anything else (None, an int, a str, an Event, a raw ``CUstream``...):
+        ``stream`` is anything else (None, an int, a str, an Event, a raw ``CUstream``, a CuPy or
+        PyTorch stream...):
         ``"stream must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), got Event"``.
+    ValueError
+        ``device`` is given and the stream is on another device:
+        ``"stream is on device 1, but the plan is on device 0"``.
     """
     from ._stream import Stream  # deferred: this module imports nothing at load time
 
     if not isinstance(stream, Stream):
         raise TypeError(f"{name} must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
-                        f"got {type(stream).__name__}")
+                        f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
+    if device is not None and stream.device is not device and stream.device.ordinal != device.ordinal:
+        raise ValueError(f"{name} is on device {stream.device.ordinal}, but {owner} is on device {device.ordinal}")
     return stream
+
+
+def foreign_stream_hint(obj) -> str:
+    """``""``, or for what looks like another library's stream (CuPy's, PyTorch's, cuda.core's: an
+    object with ``__cuda_stream__`` or ``cuda_stream``, or a class named ``...Stream`` outside
+    driverlevel) a parenthesis naming its class and how to borrow it, for a ``TypeError``'s message."""
+    t = type(obj)
+    if t.__module__.startswith("driverlevel"):
+        return ""
+    if hasattr(obj, "__cuda_stream__") or hasattr(obj, "cuda_stream") or t.__name__.endswith("Stream"):
+        return (f" ({t.__module__}.{t.__qualname__}: borrow another library's stream with "
+                f"driverlevel.Stream.from_handle(handle, device))")
+    return ""
 
 
 def dtype_is(a: DeviceArray, *names) -> bool:

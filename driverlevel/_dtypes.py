@@ -2,7 +2,9 @@
 
 bfloat16 data is stored as 16-bit patterns; on the host it appears as
 ``numpy.uint16`` arrays holding the bit patterns (see :func:`bf16_bits_to_f32`
-and :func:`f32_to_bf16_bits`).
+and :func:`f32_to_bf16_bits`). numpy arrays of ``ml_dtypes.bfloat16`` (the type JAX and
+TensorFlow use) are accepted too, and so is that type as a dtype; ml_dtypes is not a
+dependency: its type is recognised by what numpy says of it (:func:`is_ml_bfloat16`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ class _BFloat16:
 
     numpy has no bfloat16, so ``driverlevel.bfloat16`` (the one instance) is what
     :meth:`WorkspacePool.carve`, :meth:`DeviceBuffer.as_array` and :class:`DeviceArray` take
-    as ``dtype`` for bf16 data (``"bfloat16"`` and ``"bf16"`` are accepted too). On the
-    host the data appears as ``numpy.uint16`` bit patterns: :meth:`DeviceArray.to_numpy`
-    returns them and :meth:`DeviceArray.copy_from_host` expects them.
+    as ``dtype`` for bf16 data (``"bfloat16"``, ``"bf16"`` and ``ml_dtypes.bfloat16`` are
+    accepted too: :data:`BF16_FORMS`). On the host the data appears as ``numpy.uint16`` bit
+    patterns: :meth:`DeviceArray.to_numpy` returns them and :meth:`DeviceArray.copy_from_host`
+    expects them (or an ``ml_dtypes.bfloat16`` array, whose bytes are the same).
     """
 
     name = "bfloat16"
@@ -37,25 +40,47 @@ class _BFloat16:
 bfloat16 = _BFloat16()
 
 
-#: What a device array may hold besides bfloat16: bool, the integers and the IEEE floats, in the
-#: device's (little-endian) byte order.
-SUPPORTED = "bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+#: Every way of naming bfloat16 as a dtype that :func:`as_dtype` accepts, as the messages list them.
+BF16_FORMS = 'driverlevel.bfloat16, "bfloat16", "bf16" or ml_dtypes.bfloat16'
+#: What a device array may hold: bool, the integers and the IEEE floats, in the device's
+#: (little-endian) byte order, and bfloat16 (named in any of :data:`BF16_FORMS`).
+SUPPORTED = f"bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16 ({BF16_FORMS})"
+
+
+def is_ml_bfloat16(dt) -> bool:
+    """True if ``dt`` is ml_dtypes' ``bfloat16`` numpy dtype (or that scalar type), without importing ml_dtypes.
+
+    ml_dtypes registers bfloat16 with numpy as a 2-byte dtype of kind ``'V'`` named
+    ``"bfloat16"`` whose scalar type is its own (a ``numpy.generic``, not a ``numpy.void``).
+    A plain or structured void dtype that happens to carry that name (a ``numpy.void``
+    subclass, or one with fields) is not it: nothing says its bytes are bf16.
+    """
+    if isinstance(dt, np.dtype):
+        d = dt
+    elif isinstance(dt, type) and issubclass(dt, np.generic):
+        d = np.dtype(dt)
+    else:
+        return False
+    return (d.kind == "V" and d.itemsize == 2 and d.name == "bfloat16" and d.fields is None
+            and d.subdtype is None and not issubclass(d.type, np.void))
 
 
 def as_dtype(dt):
     """Normalise ``dt`` to a ``numpy.dtype`` or :data:`bfloat16`.
 
     Accepts numpy dtypes and type objects, strings (``"bfloat16"``, ``"bf16"``,
-    ``"float32"``…) and :data:`bfloat16` itself. Only the element types a kernel can
-    read are accepted: bool, the signed and unsigned integers of 1 to 8 bytes, float16,
-    float32, float64 and bfloat16, in native byte order.
+    ``"float32"``…), :data:`bfloat16` itself and ml_dtypes' ``bfloat16`` (its type or its
+    numpy dtype, :func:`is_ml_bfloat16`). Only the element types a kernel can read are
+    accepted: bool, the signed and unsigned integers of 1 to 8 bytes, float16, float32,
+    float64 and bfloat16, in native byte order.
 
     Raises
     ------
     TypeError
         If ``dt`` names no supported type: None (numpy would read it as float64), a
         string numpy does not know, or a numpy type outside the list above (object,
-        str, datetime, complex, structured, big-endian...):
+        str, datetime, complex, structured or plain void even when named "bfloat16",
+        big-endian...); the message lists what is accepted (:data:`SUPPORTED`):
         ``"unsupported dtype <U8: a device array holds bool, int8/16/32/64, ..."``.
     """
     if dt is bfloat16:
@@ -68,9 +93,17 @@ def as_dtype(dt):
         d = np.dtype(dt)
     except TypeError as exc:
         raise TypeError(f"unsupported dtype {dt!r}: a device array holds {SUPPORTED}") from exc
+    if is_ml_bfloat16(d):  # ml_dtypes.bfloat16, its dtype, or "bfloat16" read by numpy once ml_dtypes is imported
+        return bfloat16
     ok = (d.kind in "biu" and d.itemsize in (1, 2, 4, 8)) or (d.kind == "f" and d.itemsize in (2, 4, 8))
     if not ok or d.fields is not None or d.subdtype is not None or not d.isnative:
-        raise TypeError(f"unsupported dtype {d.str if d.fields is None else d}: a device array holds {SUPPORTED}")
+        shown = d.str if d.fields is None else str(d)
+        if d.kind == "V" and not issubclass(d.type, np.void):  # another library's type (ml_dtypes' float8...)
+            shown = f"{d.name} ({d.str})"
+        elif d.kind == "V" and "bfloat16" in d.name:  # named like it, but not ml_dtypes' type: say so
+            kind = "structured" if d.fields is not None else "plain"
+            shown = f"{shown} named {d.name!r} (a {kind} void type, not ml_dtypes.bfloat16)"
+        raise TypeError(f"unsupported dtype {shown}: a device array holds {SUPPORTED}")
     return d
 
 
@@ -99,6 +132,11 @@ def f32_to_bf16_bits(x) -> np.ndarray:
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:
-    """Widen bfloat16 bit patterns (uint16) to float32 exactly."""
-    b = np.ascontiguousarray(np.asarray(bits, dtype=np.uint16))
+    """Widen bfloat16 bit patterns (uint16) to float32 exactly.
+
+    An ``ml_dtypes.bfloat16`` array is read as the bit patterns it holds (not converted
+    value by value to uint16 first).
+    """
+    b = np.asarray(bits)
+    b = np.ascontiguousarray(b.view(np.uint16) if is_ml_bfloat16(b.dtype) else np.asarray(bits, dtype=np.uint16))
     return (b.astype(np.uint32) << 16).view(np.float32)

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from cuda.bindings import driver
 
 from . import _capture_guard, _memory
+from ._checks import foreign_stream_hint, stream_arg
 from ._errors import CaptureError, GraphUpdateError, check, raise_cuda
 from ._memory import lookup_pointer
 from ._stream import Stream
@@ -151,7 +152,7 @@ def capture(stream, mode: str = "thread_local"):
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
     if not isinstance(stream, Stream):  # an Event, a Graph or a GraphExec has a handle and a device too
         raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
-                        f"got {type(stream).__name__}")
+                        f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
     if int(stream.handle) == 0:
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
     if getattr(stream, "_capture", None) is not None:
@@ -439,9 +440,16 @@ class Graph:
 
         Raises
         ------
+        TypeError
+            ``upload_stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
+        ValueError
+            ``upload_stream`` belongs to another device than the graph (both checked before
+            anything is instantiated).
         CudaError
             If ``cuGraphInstantiate`` fails.
         """
+        if upload_stream is not None:
+            stream_arg("upload_stream", upload_stream, self.device, "the graph")
         with self.device.activated():
             h = check("cuGraphInstantiate", driver.cuGraphInstantiate(self._handle, 0))
         ex = GraphExec._create(h, self)
@@ -503,18 +511,32 @@ class GraphExec:
 
         Raises
         ------
+        TypeError
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream` (a raw handle, another
+            library's stream: borrow it with ``Stream.from_handle``), before the driver is called.
+        ValueError
+            The driver refused the launch and ``stream`` belongs to another device than the
+            graph (the message names both devices and the driver's error).
         CudaError
             If ``cuGraphLaunch`` fails.
         """
-        # Optimistic: the hot path is one cuGraphLaunch. Only if the driver refuses it (no
-        # context current, or another one) is the primary context pushed for a second try,
-        # and popped again; that try's error is the one raised.
-        (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+        # The hot path: one type identity test (it also saves the ``handle`` property's call),
+        # one cuGraphLaunch. A Stream subclass, or anything else, takes the full check. Only if
+        # the driver refuses the launch (no context current, or another one) is the primary
+        # context pushed for a second try, and popped again; that try's error is the one raised.
+        if type(stream) is Stream:
+            h = stream._handle
+        else:
+            h = stream_arg("stream", stream).handle
+        (err,) = driver.cuGraphLaunch(self._handle, h)
         if err:
             dev = self.device
             pushed = dev._push()
             try:
-                (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+                (err,) = driver.cuGraphLaunch(self._handle, h)
+                if err and stream.device.ordinal != dev.ordinal:
+                    raise ValueError(f"stream is on device {stream.device.ordinal}, but the graph is on device "
+                                     f"{dev.ordinal}: cuGraphLaunch failed with {err.name}")
                 if err:
                     check("cuGraphLaunch", (err,))
             finally:
@@ -529,9 +551,14 @@ class GraphExec:
 
         Raises
         ------
+        TypeError
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
+        ValueError
+            ``stream`` belongs to another device than the graph.
         CudaError
             If ``cuGraphUpload`` fails.
         """
+        stream_arg("stream", stream, self.device, "the graph")
         with self.device.activated():
             check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
 

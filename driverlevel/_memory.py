@@ -47,6 +47,7 @@ import bisect
 import collections
 import ctypes
 import math
+import operator
 import sys
 import threading
 import warnings
@@ -69,8 +70,21 @@ __all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "Pointe
 
 
 def align_up(n: int, alignment: int) -> int:
-    """Round ``n`` up to a multiple of ``alignment`` (a power of two)."""
-    return (int(n) + alignment - 1) & ~(alignment - 1)
+    """Round ``n`` up to a multiple of ``alignment`` (a power of two), in Python ints.
+
+    Raises ``TypeError`` for a non-integer (``operator.index``: numpy ints are taken, a float
+    is not truncated)."""
+    n, alignment = operator.index(n), operator.index(alignment)
+    return (n + alignment - 1) & ~(alignment - 1)
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as the messages give sizes: ``"17,369,088 bytes (16.6 MiB)"`` (``"512 bytes"`` below 1 KiB)."""
+    n = operator.index(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
 
 
 #: The largest byte count an allocation, a view or a carve-out may have: an int64 (the kernels'
@@ -87,8 +101,9 @@ def _nbytes_arg(nbytes, minimum: int = 1) -> int:
 
 
 def _shape_nbytes(shape: tuple, itemsize: int) -> int:
-    """The byte size of a C-contiguous ``shape`` with Python ints (never wraps, unlike ``np.prod``)."""
-    return math.prod(shape) * itemsize
+    """The byte size of a C-contiguous ``shape`` with Python ints (never wraps, unlike ``np.prod``
+    or a product of numpy ints)."""
+    return math.prod(operator.index(n) for n in shape) * operator.index(itemsize)
 
 
 # -- registry of live allocations (for the graph audit) ---------------------------------
@@ -661,13 +676,34 @@ class WorkspacePool:
             offset = align_up(self._used, al)
             if offset + nbytes > self.capacity:
                 raise PoolExhaustedError(
-                    f"pool {self.label!r} is exhausted: carve-out {name!r} needs {nbytes} bytes at offset {offset}, "
-                    f"but the pool holds {self.capacity} bytes ({self.capacity - self._used} free). "
+                    f"pool {self.label!r} is exhausted: carve-out {name!r} needs {format_bytes(nbytes)} at offset "
+                    f"{offset:,}, so the pool would need {format_bytes(offset + nbytes)}, but it holds "
+                    f"{format_bytes(self.capacity)}, of which {format_bytes(self.capacity - self._used)} are free. "
                     f"Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes."
                 )
             self._used = offset + nbytes
             self._carves[name] = Carve(name, offset, nbytes, shape, dt.name)
         return DeviceArray(self.base + offset, shape, dt, self.device, owner=self)
+
+    def _require_room(self, specs, what: str) -> None:
+        """Raise :class:`PoolExhaustedError` unless ``specs`` (``(shape, dtype)`` pairs, carved in this
+        order as :meth:`carve` places them) fit in what is left of the pool; nothing is carved.
+
+        For a plan given a pool of the caller's: refused before its first carve-out, with the
+        bytes the plan needs and the bytes the pool has, instead of at whichever carve-out runs out.
+        """
+        with self._lock:
+            used = self._used
+        end = used
+        for shape, dtype in specs:
+            dt = as_dtype(dtype)
+            end = align_up(end, max(self.alignment, dt.itemsize)) + _shape_nbytes(int_tuple("shape", shape),
+                                                                                   dt.itemsize)
+        if end > self.capacity:
+            raise PoolExhaustedError(
+                f"pool {self.label!r} is too small for {what}: its carve-outs need {format_bytes(end - used)}, but "
+                f"the pool has {format_bytes(self.capacity - used)} free (it holds {format_bytes(self.capacity)}). "
+                f"Allocate it with at least the plan's workspace_bytes, or let the plan allocate its own.")
 
     def carves(self) -> list:
         """The :class:`Carve` records in carving order."""

@@ -8,13 +8,14 @@ capture is tied to the captured graph's lifetime.
 
 from __future__ import annotations
 
+import numbers
 import weakref
 
 from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing, stream_is_capturing
-from ._checks import non_negative_int
+from ._checks import non_negative_int, stream_arg
 from ._errors import check
 
 __all__ = ["Stream", "Event"]
@@ -24,6 +25,87 @@ def _release(kind, handle, ctx):
     from ._memory import _release as release  # deferred during captures, relaxed otherwise
 
     release(kind, handle, ctx)
+
+
+_HANDLE_FORMS = "an int stream address, a CUstream or an object with __cuda_stream__"
+#: The special stream handles: the legacy default stream (0 and ``CU_STREAM_LEGACY``) and the per-thread
+#: default stream. Each names the default stream of the context current at the call, not one stream.
+_SPECIAL_STREAMS = frozenset((0, int(driver.CU_STREAM_LEGACY), int(driver.CU_STREAM_PER_THREAD)))
+
+
+def _stream_handle_arg(handle):
+    """``handle`` (what :meth:`Stream.from_handle` documents) as a ``CUstream``, or ``TypeError`` / ``ValueError``.
+
+    Only a Python or numpy integer is read as an address: another driver handle (a ``CUevent``,
+    a ``CUgraph``...) has ``__index__`` too, and would be taken for a stream otherwise.
+    """
+    if isinstance(handle, driver.CUstream):
+        return handle
+    proto = getattr(type(handle), "__cuda_stream__", None)
+    if proto is not None:  # the CUDA stream protocol: (version, address), a method (or, in old producers, a property)
+        pair = handle.__cuda_stream__
+        if callable(pair):
+            pair = pair()
+        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] == 0):
+            raise TypeError(f"handle.__cuda_stream__ must give (0, address) (version 0 of the CUDA stream "
+                            f"protocol), got {pair!r}")
+        return driver.CUstream(non_negative_int("handle.__cuda_stream__ address", pair[1]))
+    if isinstance(handle, bool) or not isinstance(handle, numbers.Integral):
+        raise TypeError(f"handle must be {_HANDLE_FORMS}, got {type(handle).__name__} {handle!r}")
+    return driver.CUstream(non_negative_int("handle", handle))
+
+
+def _check_stream_context(handle, device) -> None:
+    """``ValueError`` unless the stream ``handle`` belongs to ``device``'s primary context (asks the driver).
+
+    One ``cuStreamGetCtx``; on a mismatch the stream's device is looked up for the message. The
+    special handles (:data:`_SPECIAL_STREAMS`) are not asked about: they resolve to the context
+    current at each call, which driverlevel makes the primary one.
+    """
+    h = int(handle)
+    if h in _SPECIAL_STREAMS:
+        return
+    ctx = check("cuStreamGetCtx", driver.cuStreamGetCtx(handle), f"stream 0x{h:x}")
+    if int(ctx) == int(device.context):
+        return
+    ordinal = _stream_device_ordinal(handle, ctx)
+    if ordinal != device.ordinal:
+        raise ValueError(f"stream 0x{h:x} belongs to device {ordinal}, not to device {device.ordinal}: "
+                         f"borrow it with Stream.from_handle(handle, {ordinal})")
+    raise ValueError(f"stream 0x{h:x} belongs to a context of device {ordinal} other than its primary context "
+                     f"(made with cuCtxCreate, or a green context); driverlevel works in the primary context only")
+
+
+def _stream_device_ordinal(handle, ctx) -> int:
+    """The ordinal of the device of stream ``handle``, whose context is ``ctx``.
+
+    ``cuStreamGetDevice`` where both the bindings and the driver have it (CUDA 12.8 on);
+    otherwise ``cuCtxGetDevice`` with ``ctx`` pushed for the call and popped again.
+    """
+    get_device = getattr(driver, "cuStreamGetDevice", None)
+    ret = None
+    if get_device is not None:
+        try:
+            ret = get_device(handle)
+        except RuntimeError as exc:  # bindings newer than the driver: the symbol is missing from libcuda
+            if type(exc).__name__ != "FunctionNotFoundError" and "not found" not in str(exc):
+                raise
+    if ret is not None:
+        return int(check("cuStreamGetDevice", ret))
+    check("cuCtxPushCurrent", driver.cuCtxPushCurrent(ctx))
+    try:
+        ret = driver.cuCtxGetDevice()
+    finally:
+        popped = driver.cuCtxPopCurrent()
+    check("cuCtxPopCurrent", popped[:1])
+    return int(check("cuCtxGetDevice", ret))
+
+
+def _event_arg(name: str, event) -> "Event":
+    """``event``, checked to be a driverlevel :class:`Event` (``TypeError`` naming ``name`` otherwise)."""
+    if not isinstance(event, Event):
+        raise TypeError(f"{name} must be a driverlevel Event (Device.create_event()), got {type(event).__name__}")
+    return event
 
 
 class Stream:
@@ -67,30 +149,47 @@ class Stream:
 
     @classmethod
     def from_handle(cls, handle, device):
-        """Borrow a foreign stream (an int address or a ``CUstream``); it is not destroyed by us.
+        """Borrow a foreign stream; it is not destroyed by us.
+
+        The driver is asked which context the stream belongs to (``cuStreamGetCtx``, once,
+        here): driverlevel works in ``device``'s primary context, so a stream of another
+        device, or of another context (``cuCtxCreate``, a green context), is refused now
+        instead of failing at its first launch. The special handles 0 (the legacy default
+        stream), ``CU_STREAM_LEGACY`` (1) and ``CU_STREAM_PER_THREAD`` (2) name the default
+        stream of whatever context is current, which driverlevel makes ``device``'s primary
+        one, and are taken as they are.
 
         Parameters
         ----------
-        handle : int or CUstream
-            e.g. ``torch.cuda.current_stream().cuda_stream`` or CuPy's ``stream.ptr``.
+        handle : int, CUstream, or an object with ``__cuda_stream__``
+            The stream's address as a Python or numpy integer (e.g.
+            ``torch.cuda.current_stream().cuda_stream`` or CuPy's ``stream.ptr``), a
+            ``cuda.bindings.driver.CUstream``, or a stream object of the CUDA stream protocol
+            (``__cuda_stream__``, a method or attribute giving ``(version, address)``, e.g. a
+            ``cuda.core`` stream).
         device : Device or int
             The device the stream belongs to (an int ordinal is opened as :class:`Device`).
 
         Raises
         ------
         TypeError
-            ``handle`` is neither a ``CUstream`` nor an int (a float or a bool is refused), or
+            ``handle`` is none of those (a float, a bool, a str, another driver handle such as a
+            ``CUevent``...), ``__cuda_stream__`` gives no ``(version, address)`` pair, or
             ``device`` is neither a Device nor an int ordinal (None included).
         ValueError
-            ``handle`` or the device ordinal is negative.
+            ``handle`` or the device ordinal is negative; or the stream belongs to another
+            device than ``device`` (the message names both), or to a context of ``device``
+            other than its primary context.
         DriverUnavailableError
             ``device`` is an int and there is no usable driver.
+        CudaError
+            If the driver cannot say which context the stream belongs to.
         """
         from ._device import _check_device_arg
 
-        if not isinstance(handle, driver.CUstream):
-            handle = driver.CUstream(non_negative_int("handle", handle))
+        handle = _stream_handle_arg(handle)
         device = _check_device_arg(device)
+        _check_stream_context(handle, device)
         self = object.__new__(cls)
         self._handle = handle
         self.device = device
@@ -126,8 +225,17 @@ class Stream:
         """Make future work on this stream wait for ``event`` (capture-safe).
 
         Inside a capture this is how a side stream joins it (fork) and rejoins the
-        origin stream (join); the event is tied to the captured graph.
+        origin stream (join); the event is tied to the captured graph. The event may belong
+        to another device (CUDA allows a wait across devices).
+
+        Raises
+        ------
+        TypeError
+            ``event`` is not a driverlevel :class:`Event` (checked before the driver is called).
+        CudaError
+            If ``cuStreamWaitEvent`` fails.
         """
+        _event_arg("event", event)
         with self.device.activated():
             check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
         _capture_guard.note_use(self, event)
@@ -184,7 +292,19 @@ class Event:
 
     def record(self, stream: Stream) -> "Event":
         """Record the event on ``stream`` (capture-safe: a dependency or event-record node);
-        returns the event, so ``ev = dev.create_event().record(s)`` chains."""
+        returns the event, so ``ev = dev.create_event().record(s)`` chains.
+
+        Raises
+        ------
+        TypeError
+            ``stream`` is not a driverlevel :class:`Stream` (a raw handle or another library's
+            stream: borrow it with :meth:`Stream.from_handle`).
+        ValueError
+            ``stream`` belongs to another device than the event (CUDA refuses that record).
+        CudaError
+            If ``cuEventRecord`` fails.
+        """
+        stream_arg("stream", stream, self.device, "the event")
         with self.device.activated():
             check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
         _capture_guard.note_use(stream, self)
@@ -220,11 +340,19 @@ class Event:
 
         Raises
         ------
+        TypeError
+            ``end`` is not a driverlevel :class:`Event`.
+        ValueError
+            ``end`` belongs to another device (CUDA times events of one device only).
         CudaError
             ``CUDA_ERROR_NOT_READY`` if either has not completed yet,
             ``CUDA_ERROR_INVALID_HANDLE`` if either was created with ``timing=False`` or
             never recorded.
         """
+        _event_arg("end", end)
+        if end.device is not self.device and end.device.ordinal != self.device.ordinal:
+            raise ValueError(f"end is an event of device {end.device.ordinal}, this event of device "
+                             f"{self.device.ordinal}: elapsed_ms times two events of one device")
         with self.device.activated():
             return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 
 import numpy as np
 
@@ -62,11 +63,12 @@ from ._constants import (
     mask_words,
 )
 from ._device import _check_device_arg
-from ._dtypes import as_dtype, bfloat16
+from ._dtypes import BF16_FORMS, as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import check_plan_args, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
+from ._checks import int_in_range as _int_in_range
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
 from ._checks import stream_arg as _stream_arg
@@ -235,8 +237,15 @@ def _align16(n: int) -> int:
     return (int(n) + 15) & ~15
 
 
+def _py_ints(*values) -> tuple:
+    """``values`` as Python ints (``operator.index``: numpy ints accepted, floats refused) before they are
+    multiplied: a product of numpy ints wraps silently (``np.int32(65536) * np.int32(65536) == 0``)."""
+    return tuple(operator.index(v) for v in values)
+
+
 def _build_union_bytes(depth_limit: int, k: int, budget: int) -> int:
     """The union region of ``ddtree_build``'s dynamic shared memory, bytes (``lp_bytes``)."""
+    depth_limit, k, budget = _py_ints(depth_limit, k, budget)
     n = budget + 1
     sort = 8 * (1 << max(k - 1, 0).bit_length())           # the row merge's picked composites
     heap = _align16(4 * depth_limit * k) + 12 * n            # log-probs + overflow frontier
@@ -251,7 +260,14 @@ def build_shared_bytes(depth_limit: int, k: int, budget: int) -> int:
     with ``N = budget + 1``, ``W = ceil(N / 32)``: the row merge's sort buffer, the
     heap's log-probs and overflow frontier, or the mask staging (one at a time), then the
     node arrays (parent, rank int16, depth uint8).
+
+    Raises
+    ------
+    TypeError
+        An argument is not an integer (numpy ints are taken, as Python ints: their products
+        never wrap).
     """
+    depth_limit, k, budget = _py_ints(depth_limit, k, budget)
     return _align16(_build_union_bytes(depth_limit, k, budget) + 5 * (budget + 1))
 
 
@@ -302,15 +318,7 @@ def check_merge_capacity(vocab: int, budget: int) -> None:
                          f"per row, more than the row merge's {MERGE_CAPACITY}: {fix}")
 
 
-def _pos_int(name, v, lo=1, hi=None):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be in [{lo}, {hi if hi is not None else 'inf'}], got {v}")
-    return int(v)
-
-
-_LOGIT_DTYPES = "float32 or bfloat16 (\"float32\", numpy.float32, \"bfloat16\", \"bf16\" or driverlevel.bfloat16)"
+_LOGIT_DTYPES = f'float32 or bfloat16 ("float32" or numpy.float32; {BF16_FORMS})'
 
 
 def _logit_dtype(name, dt):
@@ -456,6 +464,9 @@ class DDTreePlan:
         For out-of-range parameters.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
+    PoolExhaustedError
+        ``pool`` has too little room left for the plan's workspace: the message gives the
+        bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -468,17 +479,17 @@ class DDTreePlan:
     def __init__(self, device, *, max_batch: int, depth_limit: int, vocab: int, budget: int, max_context: int,
                  logits_dtype="float32", target_dtype=None, mask_formats=("bitmask",), compile_ctas: int = 8, pool: WorkspacePool | None = None, name: str = "ddtree", arch=None,
                  topk: str = "threshold", pdl: bool | None = None):
-        self.max_batch = _pos_int("max_batch", max_batch, 1, MAX_BATCH)
-        self.depth_limit = _pos_int("depth_limit", depth_limit, 1, MAX_DEPTH)
-        self.vocab = _pos_int("vocab", vocab, 1, 2**31 - 1)
-        self.budget = _pos_int("budget", budget, 1, MAX_BUDGET)
-        self.max_context = _pos_int("max_context", max_context, 1, 2**31 - 1)
+        self.max_batch = _int_in_range("max_batch", max_batch, 1, MAX_BATCH)
+        self.depth_limit = _int_in_range("depth_limit", depth_limit, 1, MAX_DEPTH)
+        self.vocab = _int_in_range("vocab", vocab, 1, 2**31 - 1)
+        self.budget = _int_in_range("budget", budget, 1, MAX_BUDGET)
+        self.max_context = _int_in_range("max_context", max_context, 1, 2**31 - 1)
         if self.max_batch * self.max_context > 2**31 - 1:
             # kv_indptr is int32 (SGLang's layout): every request at max_context must fit it
             raise ValueError(f"max_batch * max_context = {self.max_batch} * {self.max_context} = "
                              f"{self.max_batch * self.max_context} exceeds 2**31 - 1, the range of the int32 "
                              f"kv_indptr: lower max_batch or max_context")
-        self.compile_ctas = _pos_int("compile_ctas", compile_ctas, 1, 1024)
+        self.compile_ctas = _int_in_range("compile_ctas", compile_ctas, 1, 1024)
         self.logits_dtype = _logit_dtype("logits_dtype", logits_dtype)
         self.target_dtype = _logit_dtype("target_dtype", target_dtype if target_dtype is not None else logits_dtype)
         if isinstance(mask_formats, str):
@@ -552,10 +563,13 @@ class DDTreePlan:
         # plans of other sizes share the loaded kernel).
         self._k_build.reserve_shared(self.build_smem)
 
+        specs = self._specs()
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes, label=name)
+        else:  # the caller's: too small is said before anything is carved, with both sizes
+            pool._require_room([(shape, dtype) for _, shape, dtype in specs], f"DDTreePlan {name!r}")
         self.pool = pool
-        for cname, shape, dtype in self._specs():
+        for cname, shape, dtype in specs:
             setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dtype))
         #: The device error word the kernels report bad per-step metadata in (see :meth:`check_errors`).
         self.error_word = DeviceErrorWord(self.device, label=f"DDTreePlan {name}")
@@ -752,7 +766,7 @@ class DDTreePlan:
                 ln.keep(lg, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -779,7 +793,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("compile",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -839,7 +853,7 @@ class DDTreePlan:
                 ln.keep(tl, tt, mirror, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
         for ln in self._launches(key, make):
             ln.launch(stream)
@@ -863,7 +877,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("commit",) + self._state_key(state), make):
             ln.launch(stream)
 
@@ -909,7 +923,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
-        _stream_arg("stream", stream)
+        _stream_arg("stream", stream, self.device)
         for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
             ln.launch(stream)
 

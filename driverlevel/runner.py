@@ -223,7 +223,9 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
     ring_slots : int
         Steps that may be in flight before :meth:`step` collects the oldest (default 64).
     stream : Stream, optional
-        The stream the steps run on (default: a new one on ``device``).
+        The stream the steps run on (default: a new one on ``device``); a driverlevel Stream
+        (``TypeError`` otherwise, before the device is opened) of ``device`` (``ValueError``
+        otherwise).
     slot_seed : int
         Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
     name : str
@@ -307,6 +309,8 @@ class _RunnerBase:
         self.name = name
         self._check_more_args()
         self.device = _check_device_arg(device)
+        if stream is not None:
+            stream_arg("stream", stream, self.device, "the runner")
         ensure_not_capturing(f"{type(self).__name__}()")
         self.stream = stream if stream is not None else self.device.create_stream()
         self._module = _load(self.device)

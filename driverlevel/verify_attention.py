@@ -490,6 +490,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
             raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
         if rows_per_request < 0:
             raise ValueError(f"rows_per_request must be >= 0, got {rows_per_request}")
+        rows_per_request = int(rows_per_request)  # a Python int before the products below
     fits = tile_configs(arch)
     fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
     if rows_per_request and fits[0].ws:
@@ -712,6 +713,9 @@ class VerifyAttention:
         If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
+    PoolExhaustedError
+        ``pool`` has too little room left for the plan's workspace: the message gives the
+        bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -724,14 +728,15 @@ class VerifyAttention:
                  sm_scale: float = DEFAULT_SM_SCALE, mask_format="bitmask", qk_dim: int = QK_DIM,
                  v_dim: int = V_DIM, pool: WorkspacePool | None = None, name: str = "verify_attention",
                  arch=None, tile: TileConfig | None = None, num_parts: int | None = None, pdl: bool | None = None):
-        # the arguments first (no driver call), then the device
-        checks = [("num_heads", num_heads), ("max_batch", max_batch), ("max_q", max_q)]
+        # the arguments first (no driver call), then the device; as Python ints before any product
+        # (numpy ints would wrap: np.int32(65536) * np.int32(65536) is 0)
+        num_heads = positive_int("num_heads", num_heads)
+        max_batch = positive_int("max_batch", max_batch)
+        max_q = positive_int("max_q", max_q)
         if num_splits is not None:
-            checks.append(("num_splits", num_splits))
+            num_splits = positive_int("num_splits", num_splits)
         if num_parts is not None:
-            checks.append(("num_parts", num_parts))
-        for pname, v in checks:
-            positive_int(pname, v)
+            num_parts = positive_int("num_parts", num_parts)
         if num_splits is not None and num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be <= {MAX_SPLITS}, got {num_splits}")
         if max_batch > MAX_BATCH:
@@ -779,17 +784,21 @@ class VerifyAttention:
         per_sm = self._combine.max_active_blocks_per_sm(_COMBINE_THREADS, 0)
         self.grid_combine = (self.device.sm_count * max(1, min(per_sm, _COMBINE_CTAS_PER_SM)), 1, 1)
 
+        slots, m = 2 * self.num_parts, self.config.rows
+        carves = [("o_part", (slots, m, V_DIM), np.uint16),  # bf16 bit patterns
+                  ("lse_part", (slots, m), np.float32),
+                  # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
+                  ("sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32),
+                  ("sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32),
+                  ("sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)]
         if pool is None:
             pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 8 * WorkspacePool.DEFAULT_ALIGNMENT,
                                           label=name)
+        else:  # the caller's: too small is said before anything is carved, with both sizes
+            pool._require_room([(shape, dt) for _, shape, dt in carves], f"VerifyAttention {name!r}")
         self.pool = pool
-        slots, m = 2 * self.num_parts, self.config.rows
-        self.o_part = pool.carve(f"{name}.o_part", (slots, m, V_DIM), np.uint16)  # bf16 bit patterns
-        self.lse_part = pool.carve(f"{name}.lse_part", (slots, m), np.float32)
-        # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
-        self.sched_reqs = pool.carve(f"{name}.sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32)
-        self.sched_cuts = pool.carve(f"{name}.sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32)
-        self.sched_entries = pool.carve(f"{name}.sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)
+        for cname, shape, dt in carves:
+            setattr(self, cname, pool.carve(f"{name}.{cname}", shape, dt))
         self.error_word = DeviceErrorWord(self.device, label=f"VerifyAttention({name})")
         self._stream_handle = None
         self._cached_key = None
@@ -814,8 +823,9 @@ class VerifyAttention:
         ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and
         ``TypeError`` / ``ValueError`` for non-positive or non-int ones).
         """
-        for pname, v in (("num_parts", num_parts), ("tile_rows", tile_rows), ("max_batch", max_batch)):
-            positive_int(pname, v)
+        num_parts = positive_int("num_parts", num_parts)
+        tile_rows = positive_int("tile_rows", tile_rows)
+        max_batch = positive_int("max_batch", max_batch)
         if num_parts > MAX_PARTS or max_batch > MAX_BATCH or tile_rows % 16:
             raise ValueError(f"no plan has num_parts={num_parts} (<= {MAX_PARTS}), max_batch={max_batch} "
                              f"(<= {MAX_BATCH}), tile_rows={tile_rows} (a multiple of 16)")
@@ -913,7 +923,7 @@ class VerifyAttention:
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
 
     def _bind_stream(self, stream) -> None:
-        handle = int(_stream_arg("stream", stream).handle)
+        handle = int(_stream_arg("stream", stream, self.device).handle)
         if self._stream_handle is None:
             self._stream_handle = handle
         elif handle != self._stream_handle:
@@ -950,7 +960,8 @@ class VerifyAttention:
         TypeError, ValueError
             Before any launch, naming the offending argument (``TypeError`` for a ``stream``
             that is not a driverlevel Stream, or a ``metadata`` that is neither a
-            VerifyMetadata nor a mapping); ``ValueError`` also for a second stream, and for a
+            VerifyMetadata nor a mapping); ``ValueError`` also for a second stream or a stream
+            of another device, for an array on another device (a foreign one included), and for a
             read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``).
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)

@@ -53,6 +53,13 @@ def roundtrip(arr):
     return _array._from_dlpack(DLPackOnly(arr), DEV)
 
 
+@pytest.fixture(autouse=True)
+def _pointers_on_device_0(monkeypatch):
+    """A ``__cuda_array_interface__`` import asks the driver which device its pointer is on (review 18 M1):
+    the made-up pointers of these tests are on device 0 (the driver's side is tested in test_review18_b)."""
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr: 0)
+
+
 # -- geometry ---------------------------------------------------------------------------------
 def test_geometry():
     a = DeviceArray(PTR, (4, 3, 2), np.float32, DEV)
@@ -338,7 +345,8 @@ def test_device_array_accepts_the_null_empty_array():
 
 
 # -- review15 #6: DeviceArray takes integer geometry and supported dtypes only ----------------------
-_SUPPORTED = "a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16"
+_SUPPORTED = ("a device array holds bool, int8/16/32/64, uint8/16/32/64, float16/32/64 or bfloat16 "
+              '(driverlevel.bfloat16, "bfloat16", "bf16" or ml_dtypes.bfloat16)')
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -422,7 +430,8 @@ def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
         (0x1234, None, TypeError, "device must be a driverlevel.Device or an int ordinal, got NoneType"),
         (0x1234, 1.0, TypeError, "device must be a driverlevel.Device or an int ordinal, got float"),
         (0x1234, -2, ValueError, "device must be an ordinal >= 0, got -2"),
-        (1.5, 0, TypeError, "handle must be an int >= 0, got float 1.5"),
+        (1.5, 0, TypeError, "handle must be an int stream address, a CUstream or an object with __cuda_stream__, "
+                            "got float 1.5"),
         (-1, 0, ValueError, "handle must be an int >= 0, got -1"),
     ]:
         with pytest.raises(exc) as ei:
@@ -430,8 +439,13 @@ def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
         assert str(ei.value) == words
     fake = FakeDevice(0)
     monkeypatch.setattr(_device, "_check_device_arg", lambda d: fake if d == 0 else pytest.fail(repr(d)))
+    from driverlevel import _stream
+
+    asked = []  # the stream's context is asked of the driver (review 18 M1; tested in test_review18_b)
+    monkeypatch.setattr(_stream, "_check_stream_context", lambda h, d: asked.append((int(h), d)))
     s = dl.Stream.from_handle(0x1234, 0)
     assert s.device is fake and int(s) == 0x1234  # was the int 0, stored as the device
+    assert asked == [(0x1234, fake)]
 
 
 # -- review15 #5: read-only arrays are never written -------------------------------------------------

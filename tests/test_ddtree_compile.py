@@ -111,11 +111,11 @@ def _plan(**kw):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(max_batch=0), "max_batch must be in"),
-    (dict(max_batch=2000), "max_batch must be in"),
-    (dict(depth_limit=33), "depth_limit must be in"),
-    (dict(budget=513), "budget must be in"),
-    (dict(budget=0), "budget must be in"),
+    (dict(max_batch=0), "max_batch must be an int in 1 .. 1024, got 0"),
+    (dict(max_batch=2000), "max_batch must be an int in 1 .. 1024, got 2000"),
+    (dict(depth_limit=33), "depth_limit must be an int in 1 .. 32, got 33"),
+    (dict(budget=513), "budget must be an int in 1 .. 512, got 513"),
+    (dict(budget=0), "budget must be an int in 1 .. 512, got 0"),
     (dict(vocab=400_000, budget=512), "more than the row merge"),
     (dict(mask_formats=("bitmask", "dense")), "mask_formats must be a subset"),
 ])

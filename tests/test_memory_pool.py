@@ -177,9 +177,9 @@ def test_exhaustion_error_names_the_sizes(fake_alloc):
     with pytest.raises(PoolExhaustedError) as ei:
         pool.carve("o_part", (1000,), np.float32)
     msg = str(ei.value)
-    assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4000 bytes at offset 512, but the pool "
-                   "holds 1024 bytes (624 free). Size the pool with WorkspacePool.required_bytes() or the "
-                   "plan's workspace_bytes.")
+    assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4,000 bytes (3.9 KiB) at offset 512, so the "
+                   "pool would need 4,512 bytes (4.4 KiB), but it holds 1,024 bytes (1.0 KiB), of which 624 bytes are "
+                   "free. Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes.")
     assert isinstance(ei.value, MemoryError)
     assert [c.name for c in pool.carves()] == ["a"]  # a failed carve changes nothing
     pool.carve("fits", (128,), np.float32)
@@ -280,8 +280,9 @@ def test_an_oversized_carve_is_refused_and_changes_nothing(fake_alloc, shape, nb
     a = pool.carve("a", (4096,), np.uint8)
     with pytest.raises(PoolExhaustedError) as ei:
         pool.carve("bad", shape, np.uint8)
-    assert str(ei.value).startswith(f"pool 'x' is exhausted: carve-out 'bad' needs {nbytes} bytes at offset 4096, "
-                                    f"but the pool holds {1 << 20} bytes")
+    assert str(ei.value).startswith(f"pool 'x' is exhausted: carve-out 'bad' needs {nbytes:,} bytes (")
+    assert f" at offset 4,096, so the pool would need {nbytes + 4096:,} bytes (" in str(ei.value)
+    assert f"but it holds {1 << 20:,} bytes (1.0 MiB)" in str(ei.value)
     assert pool.used == 4096 and [c.name for c in pool.carves()] == ["a"]
     c = pool.carve("c", (4096,), np.uint8)  # was carved at a's address (pool.used had gone down)
     assert c.ptr == a.ptr + 4096 and pool.used == 8192
@@ -382,9 +383,9 @@ def test_pinned_views_in_bounds():
     (5, (4,), "uint8", {}, TypeError, "carve name must be a str, got int 5"),
     ("", (4,), "uint8", {}, ValueError, "carve name must not be empty"),
     ("c", (4,), object, {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                       "float16/32/64 or bfloat16"),
+                                       "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ("c", (4,), "U8", {}, TypeError, "unsupported dtype <U8: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                     "float16/32/64 or bfloat16"),
+                                     "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ("c", (4,), "float32", dict(alignment=3), ValueError, "alignment must be a positive power of two, got 3"),
     ("c", (4,), "float32", dict(alignment=-256), ValueError, "alignment must be a positive power of two, got -256"),
     ("c", (4,), "float32", dict(alignment=0), ValueError, "alignment must be a positive power of two, got 0"),
@@ -418,7 +419,7 @@ def test_carve_accepts_numpy_ints_and_aligns_to_the_item_size(fake_alloc):
     ([((True,), "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got bool True at index 0 of (True,)"),
     ([("4", "float32")], {}, TypeError, "shape must be an int or a sequence of ints, got str '4'"),
     ([((4,), object)], {}, TypeError, "unsupported dtype |O: a device array holds bool, int8/16/32/64, uint8/16/32/64, "
-                                      "float16/32/64 or bfloat16"),
+                                      "float16/32/64 or bfloat16 (driverlevel.bfloat16, \"bfloat16\", \"bf16\" or ml_dtypes.bfloat16)"),
     ([((4,), "float32")], dict(alignment="256"), TypeError, "alignment must be a positive power of two, got str '256'"),
     ([((4,), "float32")], dict(alignment=256.0), TypeError, "alignment must be a positive power of two, got float 256.0"),
 ])

@@ -19,6 +19,15 @@ from driverlevel._mask import bitmask_words, parse_mask_format
 DEV = SimpleNamespace(ordinal=0)
 
 
+@pytest.fixture(autouse=True)
+def _pointers_on_device_0(monkeypatch):
+    """A ``__cuda_array_interface__`` import asks the driver which device its pointer is on (review 18 M1):
+    the made-up pointers of these tests are on device 0."""
+    from driverlevel import _array
+
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr: 0)
+
+
 class RO:
     """A read-only foreign device array (``data=(ptr, True)``), as in the report."""
 

@@ -37,13 +37,13 @@ import ctypes
 import math
 import numpy as np
 
-from .._array import DeviceArray, as_device_array
+from .._array import DeviceArray
 from .._capture_guard import ensure_not_capturing
-from .._checks import positive_int
+from .._checks import device_array_arg, positive_int
 from .._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from .._device import _check_device_arg
 from .._dtypes import bfloat16
-from .._memory import DeviceBuffer, WorkspacePool
+from .._memory import DeviceBuffer, WorkspacePool, format_bytes
 from .._module import load_module
 from ..argmax import argmax_rows_launch as _argmax_rows_launch
 from ..argmax import load as _load_argmax
@@ -180,15 +180,8 @@ def _ptr(x) -> int:
 
 
 def _dev_array(name, x, device) -> DeviceArray:
-    try:
-        a = as_device_array(x, device)
-    except TypeError as exc:
-        raise TypeError(f"{name}: {exc}") from None
-    if not a.is_c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
-    if a.device.ordinal != device.ordinal:
-        raise ValueError(f"{name} is on device {a.device.ordinal}, the model on device {device.ordinal}")
-    return a
+    """``x`` as a C-contiguous DeviceArray on ``device`` (:func:`~driverlevel._checks.device_array_arg`)."""
+    return device_array_arg(name, x, device, owner="the model")
 
 
 def _need(name, a, dtypes, ndim=None):
@@ -396,8 +389,9 @@ class MLAModel:
                 workspace = _dev_array("workspace", workspace, dev)
                 _need("workspace", workspace, ("float32",))
                 if workspace.size < splits * m_max * n:
-                    raise ValueError(f"workspace needs {splits * m_max * n} float32 for {splits} splits, "
-                                     f"got {workspace.size}")
+                    raise ValueError(f"workspace needs {splits * m_max * n:,} float32 "
+                                     f"({format_bytes(4 * splits * m_max * n)}) for {splits} splits, got "
+                                     f"{workspace.size:,} ({format_bytes(workspace.nbytes)})")
         p = _GemmParams()
         p.a, p.a_index, p.b, p.c = a.ptr, _ptr(a_index), b.ptr, c.ptr
         p.c_index, p.residual, p.m_ptr, p.noise_counter = _ptr(c_index), _ptr(residual), _ptr(num_rows), _ptr(noise_counter)

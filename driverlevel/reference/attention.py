@@ -31,6 +31,7 @@ import numbers
 
 import numpy as np
 
+from driverlevel._dtypes import is_ml_bfloat16
 from driverlevel._mask import BITMASK_WORD_BITS, MaskFormat, parse_mask_format
 
 __all__ = [
@@ -117,13 +118,14 @@ def round_to_bf16(values: object) -> np.ndarray:
 
 
 def _float_input(name: str, x: object) -> np.ndarray:
-    """Check a data array's dtype; bf16 (e.g. ml_dtypes) comes back as uint16 bits."""
+    """Check a data array's dtype; bf16 (ml_dtypes.bfloat16) comes back as uint16 bits."""
     arr = np.asarray(x)
-    if arr.dtype.name == "bfloat16" and arr.dtype.itemsize == 2:
+    if is_ml_bfloat16(arr.dtype):  # not a void dtype that only carries the name
         arr = arr.view(np.uint16)
     if arr.dtype != np.uint16 and arr.dtype.kind != "f":
         raise TypeError(
-            f"{name} must be a float array or uint16 bf16 bit patterns, got dtype {arr.dtype}"
+            f"{name} must be a float array, an ml_dtypes.bfloat16 array or uint16 bf16 bit patterns, "
+            f"got dtype {arr.dtype}"
         )
     return arr
 
