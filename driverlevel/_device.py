@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from cuda.bindings import driver
 
+from ._checks import is_bool
 from ._errors import CudaError, DriverUnavailableError, check
 
 __all__ = ["Device", "DeviceProperties", "device_count", "driver_version", "init_driver", "NO_GPU_MESSAGE",
@@ -438,7 +439,7 @@ def current_device_or_none():
 def _check_device_arg(device) -> "Device":
     if isinstance(device, Device):
         return device
-    if hasattr(device, "__index__") and not isinstance(device, bool) and type(device).__name__ != "bool_":
+    if hasattr(device, "__index__") and not is_bool(device):  # numpy 1's bool_ has __index__
         ordinal = operator.index(device)  # an int, or a numpy integer
         if ordinal < 0:
             raise ValueError(f"device must be an ordinal >= 0, got {ordinal}")
