@@ -592,7 +592,9 @@ def _from_cai(obj, device):
         ordinal = _pointer_ordinal(int(ptr))
         if device is None:
             device = Device(ordinal)
-        elif ordinal != device.ordinal:
+        elif ordinal != device.ordinal and not _pointer_is_managed(int(ptr)):
+            # managed memory (cuMemAllocManaged) is reachable from every device, as DLPack's
+            # kDLCUDAManaged is: the device it was allocated on does not bind it
             raise _other_device(obj, f"the driver's answer for its pointer 0x{int(ptr):x}", ordinal, device)
     elif device is None:
         device = Device(0)
@@ -609,6 +611,20 @@ def _pointer_ordinal(ptr: int) -> int:
                      f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
+def _pointer_is_managed(ptr: int) -> bool:
+    """Whether ``ptr`` is managed memory (``CU_POINTER_ATTRIBUTE_IS_MANAGED``, one call).
+
+    Asked only when :func:`_pointer_ordinal` named another device than the one wanted, so an
+    import on the pointer's own device still costs one driver call. Not one
+    ``cuPointerGetAttributes`` for both attributes: that call answers ``CUDA_SUCCESS`` with
+    default values for a pointer the driver does not know, where ``cuPointerGetAttribute``
+    fails (the :class:`CudaError` that says the pointer is not CUDA memory).
+    """
+    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED
+    return bool(check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr),
+                      f"CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
+
+
 def as_device_array(obj, device=None) -> DeviceArray:
     """View ``obj`` as a :class:`DeviceArray` without copying.
 
@@ -616,8 +632,12 @@ def as_device_array(obj, device=None) -> DeviceArray:
     call, never per graph replay): a DLPack array by the device id of its
     ``__dlpack_device__()`` (before its capsule is taken), a ``__cuda_array_interface__``
     array by asking the driver which device its pointer is on (``cuPointerGetAttribute``,
-    which the interface, naming no device, needs). A :class:`DeviceArray` is passed through
-    as it is (its device is known: compare ``a.device`` yourself, as the plans do).
+    which the interface, naming no device, needs). Managed memory is reachable from every
+    device and is taken whatever device it was allocated on: DLPack's ``kDLCUDAManaged``
+    (and pinned host memory, ``kDLCUDAHost``), and a ``__cuda_array_interface__`` pointer
+    the driver says is managed (``CU_POINTER_ATTRIBUTE_IS_MANAGED``, asked only when the
+    pointer's device is not ``device``). A :class:`DeviceArray` is passed through as it is
+    (its device is known: compare ``a.device`` yourself, as the plans do).
 
     Parameters
     ----------
@@ -632,7 +652,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
         If ``obj`` exports neither protocol or lives in host memory, or ``device`` is neither
         a Device nor an int ordinal.
     ValueError
-        If a foreign ``obj`` is on another device than ``device`` (the message names both).
+        If a foreign ``obj`` is on another device than ``device`` (the message names both) and
+        is not managed memory.
     CudaError
         If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA
         memory).

@@ -160,7 +160,8 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
 
     A foreign array is checked where it is imported (:func:`~driverlevel.runtime.as_device_array`):
     a DLPack one by the device id its ``__dlpack_device__()`` gives, a
-    ``__cuda_array_interface__`` one by asking the driver which device its pointer is on.
+    ``__cuda_array_interface__`` one by asking the driver which device its pointer is on;
+    managed memory (either protocol) is taken whatever device it was allocated on.
 
     Raises
     ------

@@ -130,13 +130,17 @@ def test_dlpack_managed_memory_of_another_device_id_is_taken():
 
 @pytest.fixture
 def pointer_on(monkeypatch):
-    """``cuPointerGetAttribute`` answers with the ordinal in ``pointer_on.ordinal`` (the driver is initialised)."""
+    """``cuPointerGetAttribute`` answers with the ordinal in ``pointer_on.ordinal`` and, for
+    ``CU_POINTER_ATTRIBUTE_IS_MANAGED``, ``pointer_on.managed`` (a plain device allocation: 0);
+    the driver is initialised."""
     asked = []
-    state = SimpleNamespace(ordinal=1, err=OK, asked=asked)
+    state = SimpleNamespace(ordinal=1, managed=0, err=OK, asked=asked)
     monkeypatch.setattr(_device, "_initialized", True)
 
     def get(attr, ptr):
         asked.append((attr, ptr))
+        if attr == driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED:
+            return (state.err, state.managed)
         return (state.err, state.ordinal)
 
     monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
@@ -148,10 +152,12 @@ def test_a_cai_array_of_another_device_is_refused_by_asking_the_driver(pointer_o
         device_array_arg("kv_cache", CAIOnly(), DEV0)
     assert str(ei.value) == ("kv_cache: CAIOnly is on device 1 (the driver's answer for its pointer "
                              f"0x{PTR:x}), not on device 0")
-    assert pointer_on.asked == [(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR)]
+    # review 19: on another device, whether the pointer is managed memory is asked too
+    assert pointer_on.asked == [(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR),
+                                (driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED, PTR)]
     pointer_on.ordinal = 0
     a = device_array_arg("kv_cache", CAIOnly(), DEV0)
-    assert a.ptr == PTR and a.device is DEV0 and len(pointer_on.asked) == 2  # one question per import
+    assert a.ptr == PTR and a.device is DEV0 and len(pointer_on.asked) == 3  # on its own device: one question
 
 
 def test_a_cai_pointer_the_driver_does_not_know_is_a_cuda_error(pointer_on):

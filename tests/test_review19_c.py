@@ -1,0 +1,104 @@
+"""Review 19 (c): managed memory through ``__cuda_array_interface__``, ``DeviceArray.copy_from``
+between devices, integer checks of ``check_merge_capacity`` / ``mask_words``, the benchmarks'
+upper bounds and ``TileConfig``'s bool checks (CPU only).
+
+No GPU is needed: the driver calls these paths make are replaced by stubs that answer as the
+driver would and record that they were asked (the pattern of ``test_review18_b.py``). Each test
+fails on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cuda.bindings import driver
+
+import driverlevel as dl
+from driverlevel import DeviceArray, _device
+from driverlevel._checks import device_array_arg
+from driverlevel.runtime import as_device_array
+
+PTR = 0x7F12_3456_7800
+OK = driver.CUresult.CUDA_SUCCESS
+ATTR = driver.CUpointer_attribute
+
+
+class FakeDevice:
+    """A stand-in for Device: an ordinal, a primary context, ``activated()``; never touches a driver."""
+
+    def __init__(self, ordinal=0):
+        self.ordinal = ordinal
+        self.context = driver.CUcontext(0xC000 + ordinal)
+
+    @contextlib.contextmanager
+    def activated(self):
+        yield self
+
+    def _push(self):
+        return False
+
+    def __repr__(self):
+        return f"FakeDevice({self.ordinal})"
+
+
+DEV0, DEV1 = FakeDevice(0), FakeDevice(1)
+
+
+def stream_on(device, handle=0x5000):
+    s = object.__new__(dl.Stream)
+    s._handle, s.device, s._capture, s._finalizer = driver.CUstream(handle), device, None, None
+    return s
+
+
+class CAIOnly:
+    def __init__(self, ptr=PTR, shape=(4,), typestr="<f4"):
+        self.__cuda_array_interface__ = dict(version=3, strides=None, shape=shape, typestr=typestr, data=(ptr, False))
+
+
+# == 1: a managed __cuda_array_interface__ pointer of another device ==================================
+@pytest.fixture
+def pointer(monkeypatch):
+    """``cuPointerGetAttribute`` stub: the pointer is on device ``pointer.ordinal``, managed if
+    ``pointer.managed``; ``pointer.err[attr]`` makes that attribute's question fail."""
+    st = SimpleNamespace(ordinal=1, managed=1, err={}, asked=[])
+    monkeypatch.setattr(_device, "_initialized", True)
+
+    def get(attr, ptr):
+        st.asked.append((attr, ptr))
+        value = st.managed if attr == ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED else st.ordinal
+        return (st.err.get(attr, OK), value)
+
+    monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
+    return st
+
+
+def test_a_managed_cai_array_allocated_on_another_device_is_taken(pointer):
+    """Managed memory is reachable from every device (DLPack's kDLCUDAManaged already was taken)."""
+    a = as_device_array(CAIOnly(), device=DEV0)
+    assert a.ptr == PTR and a.device is DEV0
+    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR), (ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED, PTR)]
+    b = device_array_arg("kv_cache", CAIOnly(), DEV0)  # as the plans import their arguments
+    assert b.device is DEV0 and len(pointer.asked) == 4  # the questions are asked per import
+
+
+def test_a_plain_cai_array_of_another_device_is_still_refused(pointer):
+    pointer.managed = 0
+    with pytest.raises(ValueError, match=r"^kv_cache: CAIOnly is on device 1 \(the driver's answer for its pointer "
+                                         rf"0x{PTR:x}\), not on device 0$"):
+        device_array_arg("kv_cache", CAIOnly(), DEV0)
+
+
+def test_a_cai_array_on_its_own_device_asks_one_question(pointer):
+    pointer.ordinal = 0
+    assert as_device_array(CAIOnly(), device=DEV0).device is DEV0
+    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR)]
+
+
+def test_a_failed_is_managed_question_is_a_cuda_error(pointer):
+    pointer.err[ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED] = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(dl.CudaError, match=r"^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE .*"
+                                           r"\[CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x.*pointer\]$"):
+        as_device_array(CAIOnly(), device=DEV0)
