@@ -306,18 +306,30 @@ class DeviceArray:
         """Device-to-device copy from ``src`` (same nbytes), queued on ``stream``. Capture-safe.
 
         Inside a driverlevel capture both arrays (and their owners) are tied to the graph.
+        Both arrays must be on the same device: a copy between two devices (a peer copy) is
+        not supported. A foreign ``src`` is imported for this array's device (managed memory
+        allocated on another device is taken, as :func:`as_device_array` takes it).
 
         Raises
         ------
         ValueError
-            If this array is read-only, or ``src`` is not C-contiguous or has another byte size,
-            or ``stream`` belongs to another device than this array (before anything is queued).
+            If this array is read-only, or ``src`` is on another device than this array
+            (``"copy_from: the source is on device 1, this array on device 0 ..."``), is not
+            C-contiguous or has another byte size, or ``stream`` belongs to another device than
+            this array; all before anything is queued.
         TypeError
-            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
+            ``src`` exports no device array protocol, or ``stream`` is not a driverlevel
+            :class:`~driverlevel.Stream`.
         """
         self._require_writable("copy_from")
         self._require_contiguous("copy_from")
-        src = as_device_array(src)
+        try:
+            src = as_device_array(src, self.device)  # a foreign src: checked where it is imported
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"copy_from: src: {exc}") from None
+        if src.device.ordinal != self.device.ordinal:  # a DeviceArray passes through as it is
+            raise ValueError(f"copy_from: the source is on device {src.device.ordinal}, this array on device "
+                             f"{self.device.ordinal}: copies between devices (peer copies) are not supported")
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
         self._stream("copy_from", stream)

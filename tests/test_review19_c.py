@@ -102,3 +102,53 @@ def test_a_failed_is_managed_question_is_a_cuda_error(pointer):
     with pytest.raises(dl.CudaError, match=r"^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE .*"
                                            r"\[CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x.*pointer\]$"):
         as_device_array(CAIOnly(), device=DEV0)
+
+
+# == 2: DeviceArray.copy_from between two devices ======================================================
+@pytest.fixture
+def memcpy(monkeypatch):
+    """``cuMemcpyDtoDAsync`` stub: records ``(dst, src, nbytes)``."""
+    log = []
+    monkeypatch.setattr(driver, "cuMemcpyDtoDAsync", lambda dst, src, n, h: log.append((dst, src, n)) or (OK,))
+    return log
+
+
+class DLPackOnly:
+    """A foreign array that exports only DLPack, wrapping one of ours (device type 2: kDLCUDA)."""
+
+    def __init__(self, arr, device_type=2):
+        self._arr, self._type = arr, device_type
+
+    def __dlpack__(self, stream=None):
+        return self._arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return (self._type, self._arr.device.ordinal)
+
+
+def test_copy_from_refuses_a_source_on_another_device(memcpy):
+    """cuMemcpyDtoDAsync was queued with the pointers of two devices (no peer access set up)."""
+    dst = DeviceArray(PTR, (8,), np.float32, DEV0)
+    src = DeviceArray(PTR + 4096, (8,), np.float32, DEV1)
+    with pytest.raises(ValueError, match=r"^copy_from: the source is on device 1, this array on device 0: copies "
+                                         r"between devices \(peer copies\) are not supported$"):
+        dst.copy_from(src, stream_on(DEV0))
+    assert memcpy == []
+    with pytest.raises(ValueError, match=r"^copy_from: the source is on device 0, this array on device 1"):
+        src.copy_from(dst, stream_on(DEV1))  # either way round
+    assert memcpy == []
+
+
+def test_copy_from_refuses_a_foreign_source_on_another_device(memcpy):
+    dst = DeviceArray(PTR, (8,), np.float32, DEV0)
+    src = DLPackOnly(DeviceArray(PTR + 4096, (8,), np.float32, DEV1))
+    with pytest.raises(ValueError, match=r"^copy_from: src: DLPackOnly is on device 1 \(its __dlpack_device__\(\)\), "
+                                         r"not on device 0$"):
+        dst.copy_from(src, stream_on(DEV0))
+    assert memcpy == []
+
+
+def test_copy_from_on_one_device_copies(memcpy):
+    dst = DeviceArray(PTR, (8,), np.float32, DEV0)
+    assert dst.copy_from(DeviceArray(PTR + 4096, (2, 4), np.float32, FakeDevice(0)), stream_on(DEV0)) is dst
+    assert memcpy == [(PTR, PTR + 4096, 32)]
