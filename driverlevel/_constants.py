@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import non_negative_int
 from ._mask import bitmask_words
 
 __all__ = [
@@ -137,7 +138,11 @@ def mask_words(budget: int) -> int:
     """uint32 words per node of a tree's ancestor bitmask: ``ceil((budget + 1) / 32)``, the
     verify bitmask's :func:`~driverlevel._mask.bitmask_words` of the ``budget + 1`` nodes.
 
-    Raises ``ValueError`` for a negative ``budget`` (naming it)."""
-    if int(budget) < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    return bitmask_words(int(budget) + 1)
+    Raises
+    ------
+    TypeError
+        ``budget`` is not an integer (a float or a bool is refused, never truncated):
+        ``"budget must be an int >= 0, got float 16.5"``.
+    ValueError
+        ``budget`` is negative: ``"budget must be an int >= 0, got -1"``."""
+    return bitmask_words(non_negative_int("budget", budget) + 1)

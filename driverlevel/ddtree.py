@@ -71,6 +71,7 @@ from ._checks import device_array_arg as _arr
 from ._checks import int_in_range as _int_in_range
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
+from ._checks import positive_int as _positive_int
 from ._checks import stream_arg as _stream_arg
 from . import _topk_threshold as _tk
 from . import argmax as _argmax
@@ -298,19 +299,24 @@ def check_merge_capacity(vocab: int, budget: int) -> None:
     Parameters
     ----------
     vocab, budget : int
-        Already checked to be positive ints.
+        Positive integers (Python or numpy ints; a float or a bool is refused, never truncated).
 
     Raises
     ------
+    TypeError
+        ``vocab`` or ``budget`` is not an integer (the message names it and the type it got, e.g. a float).
     ValueError
-        Naming the vocabulary, K, the chunks and the capacity, and what to lower.
+        ``vocab`` or ``budget`` is < 1; or the row merge cannot hold the candidates: the message
+        names the vocabulary, K, the chunks and the capacity, and what to lower.
 
     Example
     -------
     >>> check_merge_capacity(163840, 512)   # 22 chunks x 512 = 11264 candidates: fits
     """
-    k = min(int(budget), int(vocab))
-    num_chunks = math.ceil(int(vocab) / CHUNK)
+    vocab = _positive_int("vocab", vocab)  # int() truncated a float: 163840.9 was checked as 163840
+    budget = _positive_int("budget", budget)
+    k = min(budget, vocab)
+    num_chunks = -(-vocab // CHUNK)  # exact for any int (a float division rounds above 2**53)
     if num_chunks * k > MERGE_CAPACITY:
         fix = ("lower the budget" if num_chunks <= MERGE_CAPACITY
                else f"no budget fits: the vocabulary can have at most {MERGE_CAPACITY * CHUNK} tokens")

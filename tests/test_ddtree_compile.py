@@ -127,7 +127,7 @@ def test_plan_rejects_bad_parameters_before_touching_the_device(kw, msg):
 def test_mask_words_rejects_a_negative_budget():
     from driverlevel._constants import mask_words
     assert mask_words(0) == 1 and mask_words(31) == 1 and mask_words(32) == 2
-    with pytest.raises(ValueError, match="budget must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="budget must be an int >= 0, got -1"):
         mask_words(-1)
 
 

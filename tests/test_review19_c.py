@@ -152,3 +152,46 @@ def test_copy_from_on_one_device_copies(memcpy):
     dst = DeviceArray(PTR, (8,), np.float32, DEV0)
     assert dst.copy_from(DeviceArray(PTR + 4096, (2, 4), np.float32, FakeDevice(0)), stream_on(DEV0)) is dst
     assert memcpy == [(PTR, PTR + 4096, 32)]
+
+
+# == 3: check_merge_capacity and mask_words refuse floats and bools (int() truncated them) ============
+@pytest.mark.parametrize("vocab, budget, exc, words", [
+    (163840.9, 512, TypeError, "^vocab must be a positive int, got float 163840.9$"),
+    (163840, 16.5, TypeError, "^budget must be a positive int, got float 16.5$"),
+    (163840, True, TypeError, "^budget must be a positive int, got bool True$"),
+    (np.float64(32768), 16, TypeError, r"^vocab must be a positive int, got float64 (np.float64\(32768.0\)|32768.0)$"),
+    ("32768", 16, TypeError, "^vocab must be a positive int, got str '32768'$"),
+    (0, 16, ValueError, "^vocab must be a positive int, got 0$"),
+    (32768, -1, ValueError, "^budget must be a positive int, got -1$"),
+])
+def test_check_merge_capacity_refuses_what_is_not_a_positive_int(vocab, budget, exc, words):
+    from driverlevel.ddtree import check_merge_capacity
+
+    with pytest.raises(exc, match=words):
+        check_merge_capacity(vocab, budget)
+
+
+def test_check_merge_capacity_takes_numpy_ints_and_keeps_its_rule():
+    from driverlevel.ddtree import check_merge_capacity
+
+    check_merge_capacity(np.int64(163840), np.int32(512))
+    with pytest.raises(ValueError, match="vocab=200000 at K=512 needs 27 chunks x 512 candidates"):
+        check_merge_capacity(np.int64(200000), 512)
+
+
+@pytest.mark.parametrize("budget, exc, words", [
+    (31.9, TypeError, "^budget must be an int >= 0, got float 31.9$"),  # was mask_words(31) == 1
+    (False, TypeError, "^budget must be an int >= 0, got bool False$"),
+    (-1, ValueError, "^budget must be an int >= 0, got -1$"),
+])
+def test_mask_words_refuses_what_is_not_an_int(budget, exc, words):
+    from driverlevel._constants import mask_words
+
+    with pytest.raises(exc, match=words):
+        mask_words(budget)
+
+
+def test_mask_words_of_ints():
+    from driverlevel._constants import mask_words
+
+    assert [mask_words(b) for b in (0, 30, 31, 32, np.int64(512))] == [1, 1, 1, 2, 17]
