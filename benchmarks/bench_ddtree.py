@@ -60,6 +60,12 @@ from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
 
 VOCAB, DEPTH = 163_840, 15
+BATCHES = (1, 8)  # the batches of every table
+#: The largest --max-context: make_inputs gives the batch-8 rows' state batch x (max_context + budget + 1)
+#: KV slots, whose ids the int32 req_to_token must hold (at most 2**31 slots; DDTreePlan's int32
+#: kv_indptr, batch x max_context < 2**31, then holds too). The state, its snapshot and the KV indices
+#: take ~256 bytes per token of context at batch 8: 69 GB there.
+MAX_CONTEXT = (1 << 31) // max(BATCHES) - (512 + 1)
 STAGES = ("build", "compile", "accept", "commit")
 #: The build's launches, in order, per top-K mode (build_part_times prints their cumulative times).
 PART_NAMES = {"chunked": ("chunk top-K", "+tree"), "threshold": ("sample", "+stream", "+chunk fallback", "+tree")}
@@ -374,6 +380,9 @@ def main(argv=None) -> int:
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
         ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
+    if args.max_context > MAX_CONTEXT:  # else the batch-8 rows' state refuses it after the batch-1 rows ran
+        ap.error(f"--max-context must be <= {MAX_CONTEXT} (batch {max(BATCHES)} x (max_context + 513) KV slots must "
+                 f"fit the state's int32 req_to_token; 69 GB of state there), got {args.max_context}")
     problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
     if problem:
         ap.error(f"--json: {problem}")
@@ -402,7 +411,7 @@ def main(argv=None) -> int:
             f"{'build x':>7} | {'pdl':>3}")
     print(head)
     print("-" * len(head))
-    for batch, budget, mode, pdl in ((b, k, m, p) for b in (1, 8) for k in budgets for m in modes for p in pdls):
+    for batch, budget, mode, pdl in ((b, k, m, p) for b in BATCHES for k in budgets for m in modes for p in pdls):
         plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                           max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                           topk=mode, pdl=pdl)

@@ -16,6 +16,15 @@ import sys
 from pathlib import Path
 
 
+DEPTH, VOCAB = 15, 163_840  # bench_ddtree's logits: batch x depth x vocab
+#: The largest --batch: driverlevel's MAX_BATCH (a plan's request slots). Its logits are
+#: 1024 x 15 x 163,840 float32 = 10 GB, torch.topk's values and int64 indices at the largest
+#: --k 30 GB more: the largest run fits an 80 GB GPU.
+MAX_BATCH = 1024
+#: The most repetitions of each measurement (each one writes 256 MB first).
+MAX_REPS = 10_000
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
@@ -25,6 +34,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if min(args.batch) < 1 or args.k < 1 or args.reps < 1:
         ap.error("--batch, --k and --reps must be >= 1")
+    for opt, value, hi, why in (
+            ("--batch", max(args.batch), MAX_BATCH, f"{MAX_BATCH} x {DEPTH} x {VOCAB} logits are 10 GB in float32"),
+            ("--k", args.k, VOCAB, f"torch.topk takes at most a row's {VOCAB} logits"),
+            ("--reps", args.reps, MAX_REPS, "each writes 256 MB before it is timed")):
+        if value > hi:  # before the GPU check, not an out-of-memory error (or hours) into the run
+            ap.error(f"{opt} must be <= {hi} ({why}), got {value}")
     import statistics
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -36,7 +51,7 @@ def main(argv=None):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     print(f"| batch | bytes MB | amax µs (TB/s) | topk µs (TB/s) |  [{torch.cuda.get_device_name()}, {args.dtype}]")
     for b in args.batch:
-        x = torch.randn(b, 15, 163840, device="cuda").to(dt)
+        x = torch.randn(b, DEPTH, VOCAB, device="cuda").to(dt)
         nbytes = x.numel() * x.element_size()
         res = []
         for fn in (lambda: x.amax(-1), lambda: torch.topk(x, args.k, dim=-1)):

@@ -21,6 +21,29 @@ import sys
 from pathlib import Path
 
 
+#: Each option's largest value, and why.
+UPPER = {
+    "heads": (128, "an MLA model's heads, as bench_step.py's --heads"),
+    "batch": (1024, "VerifyAttention's MAX_BATCH"),
+    "prefix": (2**31 - 1, "VerifyMetadata's kv_indptr is int32"),
+    # about twice the 513 nodes (budget 512 + 1) a DDTree step verifies; the host builds each request's
+    # tree mask in Python, O(tokens^2): ~20 s at batch 1024 and 1024 tokens
+    "tokens": (1024, "twice the draft tokens a DDTree step verifies at most"),
+}
+#: The most device memory the inputs may take: they must fit an 80 GB GPU beside the plan's workspace.
+MAX_INPUT_BYTES = 64 << 30
+
+
+def input_bytes(heads: int, batch: int, prefix: int, tokens: int) -> int:
+    """Device bytes of ``bench_attention.make_data``'s inputs: the bf16 KV cache (576 values per slot) and
+    its int64 slot permutation, bf16 q (576) and out (512) and float32 lse per token and head, the
+    uint32 bitmask, and the int64 / int32 index arrays."""
+    slots = batch * (prefix + tokens) + 1024
+    rows = batch * tokens
+    return (slots * (576 * 2 + 8) + rows * heads * (576 * 2 + 512 * 2 + 4) + rows * -(-tokens // 32) * 4
+            + batch * prefix * 8 + rows * 8 + (batch + 1) * 12)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", type=int, default=16)
@@ -34,6 +57,14 @@ def main(argv=None):
     for name in ("heads", "batch", "prefix", "tokens"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    for name, (hi, why) in UPPER.items():
+        if getattr(args, name) > hi:
+            ap.error(f"--{name} must be <= {hi} ({why}), got {getattr(args, name)}")
+    need = input_bytes(args.heads, args.batch, args.prefix, args.tokens)
+    if need > MAX_INPUT_BYTES:  # not an out-of-memory error from torch after the GPU check
+        ap.error(f"--batch {args.batch} x (--prefix {args.prefix} + --tokens {args.tokens}) with --heads {args.heads} "
+                 f"needs {need / 2**30:.1f} GiB of inputs on the GPU, more than {MAX_INPUT_BYTES >> 30} GiB: "
+                 f"lower --batch, --prefix, --tokens or --heads")
     sys.path.insert(0, str(Path(__file__).parent))
     spec_tile = None
     if args.spec:

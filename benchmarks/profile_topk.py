@@ -17,6 +17,12 @@ import sys
 from pathlib import Path
 
 
+#: The largest --batch: bench_ddtree's make_inputs allocates bf16 target logits for every tree node,
+#: batch x (budget + 1) x 163,840 x 2 bytes, 43 GB at batch 256 and budget 512 (plus 2.5 GB of drafter
+#: logits): the largest run fits an 80 GB GPU. (DDTreePlan itself takes up to 1024.)
+MAX_BATCH = 256
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -28,6 +34,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.batch < 1 or not 1 <= args.budget <= 512:
         ap.error(f"--batch must be >= 1 and --budget in 1..512, got {args.batch} and {args.budget}")
+    if args.batch > MAX_BATCH:  # before the GPU check, not an out-of-memory error after the compile
+        ap.error(f"--batch must be <= {MAX_BATCH} (the target logits are batch x (budget + 1) x 163840 bf16: "
+                 f"43 GB at batch {MAX_BATCH} and budget 512), got {args.batch}")
     sys.path.insert(0, str(Path(__file__).parent))
     import numpy as np
 

@@ -195,3 +195,97 @@ def test_mask_words_of_ints():
     from driverlevel._constants import mask_words
 
     assert [mask_words(b) for b in (0, 30, 31, 32, np.int64(512))] == [1, 1, 1, 2, 17]
+
+
+# == 4: the benchmarks' options have upper bounds, refused before the GPU check ========================
+def _load_bench(name):
+    """A benchmark script as a module (as tests/test_bench_args.py loads them)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))  # the scripts import their siblings
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test_r19", bench / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(bench))
+
+
+class ReachedTheGPUCheck(Exception):
+    pass
+
+
+@pytest.fixture
+def gpu_check(monkeypatch):
+    """The GPU check raises :class:`ReachedTheGPUCheck`: the options were all taken."""
+    def reached():
+        raise ReachedTheGPUCheck
+
+    monkeypatch.setattr(_device, "gpu_usable", reached)
+    monkeypatch.setattr(_device, "require_gpu", reached)
+
+
+_TILE_MEMORY = ("--batch 1024 x (--prefix 65536 + --tokens 256) with --heads 16 needs 81.8 GiB of inputs on the "
+                "GPU, more than 64 GiB: lower --batch, --prefix, --tokens or --heads")
+
+
+@pytest.mark.parametrize("script, argv, words", [
+    ("peer_read", ["--batch", "1", "2000"], "--batch must be <= 1024 (1024 x 15 x 163840 logits are 10 GB in "
+     "float32), got 2000"),
+    ("peer_read", ["--k", "163841"], "--k must be <= 163840 (torch.topk takes at most a row's 163840 logits), "
+     "got 163841"),
+    ("peer_read", ["--reps", "10001"], "--reps must be <= 10000 (each writes 256 MB before it is timed), got 10001"),
+    ("profile_topk", ["--batch", "257"], "--batch must be <= 256 (the target logits are batch x (budget + 1) x "
+     "163840 bf16: 43 GB at batch 256 and budget 512), got 257"),
+    ("profile_tile", ["--heads", "129"], "--heads must be <= 128 (an MLA model's heads, as bench_step.py's "
+     "--heads), got 129"),
+    ("profile_tile", ["--batch", "1025"], "--batch must be <= 1024 (VerifyAttention's MAX_BATCH), got 1025"),
+    ("profile_tile", ["--prefix", str(2**31)], "--prefix must be <= 2147483647 (VerifyMetadata's kv_indptr is "
+     "int32), got 2147483648"),
+    ("profile_tile", ["--tokens", "1025"], "--tokens must be <= 1024 (twice the draft tokens a DDTree step verifies "
+     "at most), got 1025"),
+    ("profile_tile", ["--batch", "1024", "--prefix", "65536"], _TILE_MEMORY),
+    ("profile_tile", ["--prefix", "100000000"], "--batch 2 x (--prefix 100000000 + --tokens 256) with --heads 16 "
+     "needs 217.6 GiB"),
+    ("bench_ddtree", ["--max-context", "268434944"], "--max-context must be <= 268434943 (batch 8 x (max_context "
+     "+ 513) KV slots must fit the state's int32 req_to_token; 69 GB of state there), got 268434944"),
+])
+def test_benchmark_options_above_their_bound_are_usage_errors(script, argv, words, capsys, gpu_check):
+    """Each went on to the GPU check and failed there: out of memory, a plan's ValueError after the
+    batch-1 rows ran (bench_ddtree), or hours of repetitions."""
+    with pytest.raises(SystemExit) as e:
+        _load_bench(script).main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{script}.py: error: {words}" in err or f"error: {words}" in err, err
+    assert err.startswith("usage: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("script, argv", [
+    ("peer_read", []), ("peer_read", ["--batch", "1", "1024", "--k", "163840", "--reps", "10000"]),
+    ("profile_topk", []), ("profile_topk", ["--batch", "256", "--budget", "512"]),
+    ("profile_tile", []), ("profile_tile", ["--heads", "128", "--batch", "1024", "--prefix", "32768",
+                                            "--tokens", "16"]),
+    ("profile_tile", ["--prefix", "50000000", "--batch", "1"]),
+    ("bench_ddtree", []), ("bench_ddtree", ["--max-context", "268434943"]),
+])
+def test_defaults_and_values_at_the_bounds_reach_the_gpu_check(script, argv, gpu_check):
+    with pytest.raises(ReachedTheGPUCheck):
+        _load_bench(script).main(argv)
+
+
+def test_bench_ddtree_bound_fits_the_state_it_allocates():
+    """At --max-context MAX_CONTEXT the batch-8 state's slots fit an int32 req_to_token (RequestState's
+    rule) and DDTreePlan's int32 kv_indptr; one more token does not."""
+    from driverlevel.request_state import RequestState
+
+    mod = _load_bench("bench_ddtree")
+    mc, b = mod.MAX_CONTEXT, max(mod.BATCHES)
+    RequestState.specs(max_batch=b, max_context=mc, num_slots=b * (mc + 513))
+    assert b * mc <= 2**31 - 1
+    with pytest.raises(ValueError, match="num_slots must be at most 2"):
+        RequestState.specs(max_batch=b, max_context=mc + 1, num_slots=b * (mc + 1 + 513))
