@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ._checks import bool_arg, is_bool
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
@@ -180,6 +181,16 @@ class TileConfig:
         scheduler fills the mma chain's ``ldmatrix`` waits with the softmax (the QK warps are the
         critical path of every key tile: research/verify_ws.md); the PV warps apply tile t-2.
         A tile's V then lives one iteration longer: tiles are loaded ``stages - 3`` ahead.
+
+    Raises
+    ------
+    TypeError
+        An int field is not an int (a bool included), or a bool field (``qreg``, ``bulk``,
+        ``ws``, ``pv_softmax``, ``qk_skew``) is not a bool (numpy's is taken, and stored as a
+        Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
+    ValueError
+        A field is out of its range, or the fields do not fit together (e.g. ``ws=True`` with
+        ``csplit=2``).
     """
 
     rows: int
@@ -201,9 +212,8 @@ class TileConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"TileConfig.{f} must be an int, got {v!r}")
-        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):
-            if not isinstance(getattr(self, f), (bool, np.bool_)):
-                raise TypeError(f"TileConfig.{f} must be a bool, got {getattr(self, f)!r}")
+        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):  # numpy's bool is stored as a Python bool
+            object.__setattr__(self, f, bool_arg(f"TileConfig.{f}", getattr(self, f)))
         # each field's own range first, then what the fields need of each other
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
             raise ValueError(f"rows must be a multiple of 16 in 16..128 (m16 tiles), got {self.rows}")
@@ -486,7 +496,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
         If ``rows_per_request`` is not an int (or None).
     """
     if rows_per_request is not None:
-        if isinstance(rows_per_request, (bool, np.bool_)) or not isinstance(rows_per_request, (int, np.integer)):
+        if is_bool(rows_per_request) or not isinstance(rows_per_request, (int, np.integer)):
             raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
         if rows_per_request < 0:
             raise ValueError(f"rows_per_request must be >= 0, got {rows_per_request}")
@@ -587,7 +597,7 @@ def _check_sm_scale(sm_scale) -> float:
     """``sm_scale`` as a float; ``TypeError`` for anything but a real number (a bool is not one),
     ``ValueError`` outside about 8.15e-39 .. 2.36e38 (also for an int too large for a float). No
     device work: :class:`VerifyAttention` checks it before it touches the device."""
-    if isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, numbers.Real):
+    if is_bool(sm_scale) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"sm_scale must be a real number (float or int), got {type(sm_scale).__name__}: {sm_scale!r}")
     rng = f"sm_scale about {_SM_SCALE_MIN:.3g} to {_SM_SCALE_MAX:.3g}"
     try:

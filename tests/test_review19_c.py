@@ -289,3 +289,43 @@ def test_bench_ddtree_bound_fits_the_state_it_allocates():
     assert b * mc <= 2**31 - 1
     with pytest.raises(ValueError, match="num_slots must be at most 2"):
         RequestState.specs(max_batch=b, max_context=mc + 1, num_slots=b * (mc + 1 + 513))
+
+
+# == 5: TileConfig's bool fields through _checks.bool_arg ============================================
+_WS_TILE = dict(rows=64, csplit=1, keys=32, stages=4, ws=True)
+
+
+@pytest.mark.parametrize("field, bad, words", [
+    ("ws", "yes", "^TileConfig.ws must be a bool, got str 'yes'$"),
+    ("qk_skew", 1, "^TileConfig.qk_skew must be a bool, got int 1$"),
+    ("bulk", None, "^TileConfig.bulk must be a bool, got NoneType None$"),
+    ("pv_softmax", 0.0, "^TileConfig.pv_softmax must be a bool, got float 0.0$"),
+])
+def test_tile_config_bool_fields_name_what_they_got(field, bad, words):
+    """The message names the type as every other 'must be a bool' of the package (_checks.bool_arg)."""
+    from driverlevel.verify_attention import TileConfig
+
+    with pytest.raises(TypeError, match=words):
+        TileConfig(**(_WS_TILE | {field: bad}))
+
+
+def test_tile_config_stores_numpy_bools_as_python_bools():
+    from driverlevel.verify_attention import TileConfig
+
+    cfg = TileConfig(**(_WS_TILE | dict(ws=np.True_, qk_skew=np.True_, qreg=np.False_)))
+    assert type(cfg.ws) is bool and type(cfg.qk_skew) is bool and type(cfg.qreg) is bool
+    assert cfg == TileConfig(**(_WS_TILE | dict(qk_skew=True))) and cfg.defines()["DL_WS_SKEW"] == 1
+    assert "np." not in repr(cfg)
+
+
+@pytest.mark.parametrize("call", ["tile_config", "sm_scale"])
+def test_numpy_bools_are_refused_as_numbers(call):
+    """rows_per_request and sm_scale refuse numpy's bool as they refuse Python's (through _checks.is_bool)."""
+    from driverlevel import verify_attention as va
+
+    with pytest.raises(TypeError, match="rows_per_request must be an int or None, got bool" if call == "tile_config"
+                       else r"sm_scale must be a real number \(float or int\), got bool"):
+        if call == "tile_config":
+            va.tile_config("sm_90", rows_per_request=np.True_)
+        else:
+            va._check_sm_scale(np.True_)
