@@ -65,6 +65,7 @@ class DeviceErrorWord:
 
     def __init__(self, device, label: str = "kernel"):
         self.label = label
+        self.device = device
         self._buf = PinnedHostBuffer.allocate(device, 16, mapped=True, label=f"{label}.error_word")
         self._words = self._buf.numpy((4,), np.int32)
         self._words[:] = 0
@@ -95,11 +96,14 @@ class DeviceErrorWord:
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (an
             :class:`~driverlevel.Event` would be synchronised in its place, and return
             before the kernels finish), checked before the word is read.
+        ValueError
+            ``stream`` belongs to another device than the word's (synchronising it would not
+            wait for the kernels that write the word), checked before the word is read.
         MetadataError
             Naming the first bad request, the field and what was wrong.
         """
         if stream is not None:
-            stream_arg("stream", stream).synchronize()
+            stream_arg("stream", stream, self.device, self.label).synchronize()
         code, request, field, count = self.read()
         if code == 0:
             return

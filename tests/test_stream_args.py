@@ -171,7 +171,7 @@ def _error_word(code=0):
     from driverlevel._device_error import DeviceErrorWord
 
     word = object.__new__(DeviceErrorWord)
-    word.label, word._words = "test", np.array([code, 1, 2, 1], np.int32)  # a recorded error, if code
+    word.label, word.device, word._words = "test", DEV, np.array([code, 1, 2, 1], np.int32)  # an error, if code
     return word
 
 

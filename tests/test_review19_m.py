@@ -1,0 +1,56 @@
+"""Review 19's M1 and M2 (no GPU): the error word's check refuses another device's stream, and a
+0-d DeviceArray round-trips through copy_from_host; indexing a 0-d array is a clear IndexError."""
+import ctypes
+
+import numpy as np
+import pytest
+from cuda.bindings import driver
+
+import driverlevel as dl
+from driverlevel._array import DeviceArray
+from driverlevel._device_error import DeviceErrorWord
+from test_review18_b import DEV0, DEV1, OK, PTR, calls, names, stream_on  # noqa: F401 (calls: a fixture)
+
+
+def _word(device):
+    """A DeviceErrorWord on ``device`` without pinned memory: its words are a host array."""
+    w = object.__new__(DeviceErrorWord)
+    w.label, w.device, w._words, w.device_ptr = "DDTreePlan test", device, np.zeros(4, np.int32), 0
+    return w
+
+
+def test_check_refuses_a_stream_of_another_device_before_reading(calls):
+    w = _word(DEV0)
+    w._words[:] = (1, 2, 0, 1)  # an error the check must not lose
+    with pytest.raises(ValueError, match="stream is on device 1, but DDTreePlan test is on device 0"):
+        w.check(stream_on(DEV1))
+    assert "cuStreamSynchronize" not in names(calls)
+    assert tuple(w._words) == (1, 2, 0, 1)  # not read and cleared
+
+
+def test_check_synchronises_a_stream_of_its_own_device_then_raises(calls):
+    w = _word(DEV0)
+    w._words[:] = (1, 2, 0, 1)
+    with pytest.raises(dl.MetadataError):
+        w.check(stream_on(DEV0))
+    assert names(calls)[-1] == "cuStreamSynchronize"
+    assert tuple(w._words) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("host", [np.array(7, np.int64), np.int64(7)], ids=["0-d array", "numpy scalar"])
+def test_a_0d_array_takes_a_0d_host_value(calls, monkeypatch, host):
+    seen = []
+    monkeypatch.setattr(driver, "cuMemcpyHtoDAsync", lambda dst, src, n, h: seen.append((int(dst), ctypes.string_at(src, n))) or (OK,))
+    DeviceArray(PTR, (), np.int64, DEV0).copy_from_host(host)
+    assert seen == [(PTR, np.int64(7).tobytes())]
+
+
+def test_a_0d_array_still_refuses_a_1d_host_array(calls):
+    with pytest.raises(ValueError, match=r"expected shape \(\), got \(1,\)"):
+        DeviceArray(PTR, (), np.int64, DEV0).copy_from_host(np.array([7], np.int64))
+
+
+@pytest.mark.parametrize("idx", [0, slice(None)], ids=["int", "slice"])
+def test_indexing_a_0d_array_is_a_clear_index_error(idx):
+    with pytest.raises(IndexError, match="a 0-d DeviceArray cannot be indexed"):
+        DeviceArray(PTR, (), np.int64, DEV0)[idx]
