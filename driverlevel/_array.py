@@ -170,8 +170,10 @@ class DeviceArray:
         return DeviceArray(self.ptr, self.shape, dt, self.device, owner=self, readonly=self.readonly)
 
     def __getitem__(self, idx) -> "DeviceArray":
-        """Basic indexing on the first axis only (an int or a step-1 slice)."""
-        n = self.shape[0] if self.shape else 0
+        """Basic indexing on the first axis only (an int or a step-1 slice); ``IndexError`` on a 0-d array."""
+        if not self.shape:
+            raise IndexError("a 0-d DeviceArray cannot be indexed (it has no axis)")
+        n = self.shape[0]
         if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
             i = int(idx) + (n if idx < 0 else 0)
             if not 0 <= i < n:
@@ -249,7 +251,7 @@ class DeviceArray:
         """
         self._require_writable("copy_from_host")
         self._require_contiguous("copy_from_host")
-        a = np.ascontiguousarray(src)
+        a = np.require(src, requirements="C")  # keeps a 0-d source 0-d (ascontiguousarray makes it (1,))
         want = storage_dtype(self.dtype)
         if self.dtype is bfloat16 and is_ml_bfloat16(a.dtype):
             a = a.view(want)  # the same bytes: ml_dtypes' bfloat16 is bf16
