@@ -603,7 +603,7 @@ def _from_cai(obj, device):
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
     if ptr:  # the interface names no device: the driver knows where the pointer is
-        ordinal = _pointer_ordinal(int(ptr))
+        ordinal = _pointer_ordinal(int(ptr), device)
         if device is None:
             device = Device(ordinal)
         elif ordinal != device.ordinal and not _pointer_is_managed(int(ptr)):
@@ -615,14 +615,37 @@ def _from_cai(obj, device):
     return DeviceArray(int(ptr or 0), shape, dt, device, strides, owner=obj, readonly=bool(readonly))
 
 
-def _pointer_ordinal(ptr: int) -> int:
-    """The ordinal of the device whose memory ``ptr`` addresses (``cuPointerGetAttribute``, one call)."""
+def _pointer_ordinal(ptr: int, device=None) -> int:
+    """The ordinal of the device whose memory ``ptr`` addresses, asked through its context.
+
+    ``CU_POINTER_ATTRIBUTE_CONTEXT`` first: one driver call when it is ``device``'s primary
+    context; another context's device comes from :func:`_context_ordinal` (three calls).
+    ``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`` is asked only for memory with no context (mapped
+    with the virtual memory management API), because cuda.bindings from PR #1451 (January 2026)
+    until the fix of NVIDIA/cuda-python#2928 reads that attribute from the wrong field and
+    answers 0 for every pointer: an array on device 1 would look like device 0's.
+    """
     from ._device import init_driver
 
     init_driver()
+    what = "of 0x{:x}, a __cuda_array_interface__ pointer".format(ptr)
+    ctx = check("cuPointerGetAttribute",
+                driver.cuPointerGetAttribute(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr),
+                f"CU_POINTER_ATTRIBUTE_CONTEXT {what}")
+    if int(ctx):
+        if device is not None and int(ctx) == int(device.context):
+            return device.ordinal
+        return _context_ordinal(ctx)
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     return int(check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr),
-                     f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
+                     f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL {what}"))
+
+
+def _context_ordinal(ctx) -> int:
+    """The ordinal of the device of context ``ctx`` (``cuCtxGetDevice`` with ``ctx`` pushed, then popped)."""
+    from ._device import context_ordinal
+
+    return context_ordinal(ctx)
 
 
 def _pointer_is_managed(ptr: int) -> bool:

@@ -436,6 +436,24 @@ def current_device_or_none():
     return None
 
 
+def context_ordinal(ctx) -> int:
+    """The ordinal of the device of CUDA context ``ctx``: ``cuCtxGetDevice`` with ``ctx`` pushed
+    for the call and popped again (the caller's current context is unchanged).
+
+    Raises
+    ------
+    CudaError
+        If the driver refuses the push, the question or the pop.
+    """
+    check("cuCtxPushCurrent", driver.cuCtxPushCurrent(ctx))
+    try:
+        ret = driver.cuCtxGetDevice()
+    finally:
+        popped = driver.cuCtxPopCurrent()
+    check("cuCtxPopCurrent", popped[:1])
+    return int(check("cuCtxGetDevice", ret))
+
+
 def _check_device_arg(device) -> "Device":
     if isinstance(device, Device):
         return device

@@ -92,13 +92,9 @@ def _stream_device_ordinal(handle, ctx) -> int:
                 raise
     if ret is not None:
         return int(check("cuStreamGetDevice", ret))
-    check("cuCtxPushCurrent", driver.cuCtxPushCurrent(ctx))
-    try:
-        ret = driver.cuCtxGetDevice()
-    finally:
-        popped = driver.cuCtxPopCurrent()
-    check("cuCtxPopCurrent", popped[:1])
-    return int(check("cuCtxGetDevice", ret))
+    from ._device import context_ordinal
+
+    return context_ordinal(ctx)
 
 
 def _event_arg(name: str, event) -> "Event":

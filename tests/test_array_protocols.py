@@ -57,7 +57,7 @@ def roundtrip(arr):
 def _pointers_on_device_0(monkeypatch):
     """A ``__cuda_array_interface__`` import asks the driver which device its pointer is on (review 18 M1):
     the made-up pointers of these tests are on device 0 (the driver's side is tested in test_review18_b)."""
-    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr: 0)
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: 0)
 
 
 # -- geometry ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def _pointers_on_device_0(monkeypatch):
     the made-up pointers of these tests are on device 0."""
     from driverlevel import _array
 
-    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr: 0)
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: 0)
 
 
 class RO:

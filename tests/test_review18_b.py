@@ -141,9 +141,12 @@ def pointer_on(monkeypatch):
         asked.append((attr, ptr))
         if attr == driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED:
             return (state.err, state.managed)
+        if attr == driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT:  # FakeDevice(n)'s primary context
+            return (state.err, driver.CUcontext(0xC000 + state.ordinal))
         return (state.err, state.ordinal)
 
     monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
+    monkeypatch.setattr(_device, "context_ordinal", lambda ctx: int(ctx) - 0xC000)
     return state
 
 
@@ -153,7 +156,7 @@ def test_a_cai_array_of_another_device_is_refused_by_asking_the_driver(pointer_o
     assert str(ei.value) == ("kv_cache: CAIOnly is on device 1 (the driver's answer for its pointer "
                              f"0x{PTR:x}), not on device 0")
     # review 19: on another device, whether the pointer is managed memory is asked too
-    assert pointer_on.asked == [(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR),
+    assert pointer_on.asked == [(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, PTR),
                                 (driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED, PTR)]
     pointer_on.ordinal = 0
     a = device_array_arg("kv_cache", CAIOnly(), DEV0)
@@ -162,7 +165,7 @@ def test_a_cai_array_of_another_device_is_refused_by_asking_the_driver(pointer_o
 
 def test_a_cai_pointer_the_driver_does_not_know_is_a_cuda_error(pointer_on):
     pointer_on.err = driver.CUresult.CUDA_ERROR_INVALID_VALUE
-    with pytest.raises(dl.CudaError, match=r"^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE .*"
+    with pytest.raises(dl.CudaError, match=r"^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE .*CONTEXT.*"
                                            r"a __cuda_array_interface__ pointer\]$"):
         as_device_array(CAIOnly(), device=DEV0)
 

@@ -69,9 +69,12 @@ def pointer(monkeypatch):
     def get(attr, ptr):
         st.asked.append((attr, ptr))
         value = st.managed if attr == ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED else st.ordinal
+        if attr == ATTR.CU_POINTER_ATTRIBUTE_CONTEXT:  # FakeDevice(n)'s primary context
+            value = driver.CUcontext(0xC000 + st.ordinal)
         return (st.err.get(attr, OK), value)
 
     monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
+    monkeypatch.setattr(_device, "context_ordinal", lambda ctx: int(ctx) - 0xC000)
     return st
 
 
@@ -79,7 +82,7 @@ def test_a_managed_cai_array_allocated_on_another_device_is_taken(pointer):
     """Managed memory is reachable from every device (DLPack's kDLCUDAManaged already was taken)."""
     a = as_device_array(CAIOnly(), device=DEV0)
     assert a.ptr == PTR and a.device is DEV0
-    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR), (ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED, PTR)]
+    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_CONTEXT, PTR), (ATTR.CU_POINTER_ATTRIBUTE_IS_MANAGED, PTR)]
     b = device_array_arg("kv_cache", CAIOnly(), DEV0)  # as the plans import their arguments
     assert b.device is DEV0 and len(pointer.asked) == 4  # the questions are asked per import
 
@@ -94,7 +97,7 @@ def test_a_plain_cai_array_of_another_device_is_still_refused(pointer):
 def test_a_cai_array_on_its_own_device_asks_one_question(pointer):
     pointer.ordinal = 0
     assert as_device_array(CAIOnly(), device=DEV0).device is DEV0
-    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, PTR)]
+    assert pointer.asked == [(ATTR.CU_POINTER_ATTRIBUTE_CONTEXT, PTR)]
 
 
 def test_a_failed_is_managed_question_is_a_cuda_error(pointer):

@@ -54,3 +54,58 @@ def test_a_0d_array_still_refuses_a_1d_host_array(calls):
 def test_indexing_a_0d_array_is_a_clear_index_error(idx):
     with pytest.raises(IndexError, match="a 0-d DeviceArray cannot be indexed"):
         DeviceArray(PTR, (), np.int64, DEV0)[idx]
+
+
+# == the CAI device check asks the pointer's context, not CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL ==========
+# cuda.bindings from PR #1451 until the fix of NVIDIA/cuda-python#2928 answers 0 for the ordinal
+# attribute whatever the device: a CAI array of device 1 would have been refused on device 1.
+from types import SimpleNamespace  # noqa: E402
+
+from driverlevel import _device  # noqa: E402
+from driverlevel._array import as_device_array  # noqa: E402
+
+ATTR = driver.CUpointer_attribute
+
+
+class _CAI:
+    def __init__(self, ptr=PTR):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "typestr": "<f4", "shape": (4,), "strides": None,
+                                         "version": 3}
+
+
+@pytest.fixture
+def buggy_bindings(monkeypatch):
+    """The pointer lives in device 1's primary context; the ordinal attribute answers 0 (the binding bug);
+    the context's device is found with cuCtxPushCurrent / cuCtxGetDevice / cuCtxPopCurrent."""
+    st = SimpleNamespace(ctx=0xC001, asked=[], log=[])
+    monkeypatch.setattr(_device, "_initialized", True)
+
+    def get(attr, ptr):
+        st.asked.append(attr)
+        if attr == ATTR.CU_POINTER_ATTRIBUTE_CONTEXT:
+            return (OK, driver.CUcontext(st.ctx))
+        return (OK, 0)  # DEVICE_ORDINAL (wrongly 0) and IS_MANAGED (no)
+
+    monkeypatch.setattr(driver, "cuPointerGetAttribute", get)
+    monkeypatch.setattr(driver, "cuCtxPushCurrent", lambda c: st.log.append(("push", int(c))) or (OK,))
+    monkeypatch.setattr(driver, "cuCtxGetDevice", lambda: st.log.append(("get",)) or (OK, driver.CUdevice(st.ctx - 0xC000)))
+    monkeypatch.setattr(driver, "cuCtxPopCurrent", lambda: st.log.append(("pop",)) or (OK, driver.CUcontext(st.ctx)))
+    return st
+
+
+def test_a_cai_array_of_device_1_is_taken_on_device_1_despite_the_ordinal_bug(buggy_bindings):
+    a = as_device_array(_CAI(), device=DEV1)
+    assert a.device is DEV1 and buggy_bindings.asked == [ATTR.CU_POINTER_ATTRIBUTE_CONTEXT]
+    assert buggy_bindings.log == []  # its device's own primary context: one question
+
+
+def test_a_cai_array_of_device_1_is_refused_on_device_0_naming_device_1(buggy_bindings):
+    with pytest.raises(ValueError, match=r"is on device 1 .*not on device 0"):
+        as_device_array(_CAI(), device=DEV0)
+    assert buggy_bindings.log == [("push", 0xC001), ("get",), ("pop",)]
+
+
+def test_memory_without_a_context_falls_back_to_the_ordinal_attribute(buggy_bindings):
+    buggy_bindings.ctx = 0  # mapped with the virtual memory management API: no context
+    assert as_device_array(_CAI(), device=DEV0).device is DEV0
+    assert buggy_bindings.asked == [ATTR.CU_POINTER_ATTRIBUTE_CONTEXT, ATTR.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL]
