@@ -68,3 +68,67 @@ def test_ml_dtypes_bfloat16_logits_match_their_bits():
     ml = bits.view(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(R.build_tree([1], ml, budget=4).tokens, R.build_tree([1], wide, budget=4).tokens)
     assert R.row_argmax(np.array([[1.0, -1.0]], ml_dtypes.bfloat16))[0].tolist() == [0]
+
+
+# --------------------------------------------------------------------------- M4 / L1: tools/code_sections.py
+
+
+def _code_sections():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("code_sections_review19",
+                                                  Path(__file__).parents[1] / "tools" / "code_sections.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CS_SRC = r'''
+__constant__ int T[4] = {1, 2, 3, 4};
+__device__ int G[2] = {5, 6};
+__device__ __noinline__ int helper(int x) { return x * 3 + T[x & 3]; }
+extern "C" __global__ void __launch_bounds__(128, 1) k(int *out) {
+    int i = threadIdx.x;
+    out[i] = helper(i) + G[i & 1];
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def cs_hashes():
+    from driverlevel import compile_source
+
+    mod = _code_sections()
+    return lambda src: mod.section_hashes(compile_source(src, "k.cu", "sm_90", use_cache=False).data)
+
+
+@pytest.mark.parametrize("old, new, section", [
+    ("(128, 1)", "(128, 4)", ".nv.info.k"),         # min CTAs per SM: a register limit, same code
+    ("(128, 1)", "(256, 1)", ".nv.info.k"),         # max threads per block
+    ("{1, 2, 3, 4}", "{1, 2, 3, 5}", ".nv.constant3"),  # an initialised __constant__
+    ("{5, 6}", "{5, 7}", ".nv.global.init"),        # an initialised __device__ global
+])
+def test_code_sections_sees_launch_attributes_and_initialised_globals(cs_hashes, old, new, section):
+    base, changed = cs_hashes(CS_SRC), cs_hashes(CS_SRC.replace(old, new))
+    assert base[".text.k"] == changed[".text.k"]  # the code alone would call these identical
+    assert sorted(n for n in set(base) | set(changed) if base.get(n) != changed.get(n)) == [section]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("int i = threadIdx.x;", "// a comment\n\n    int i = threadIdx.x;  /* another */"),
+    ("helper", "helper_renamed"),                          # a device function's (mangled) name
+    ("int helper(int x)", "int helper(unsigned x)"),       # ... and its parameter type
+])
+def test_code_sections_ignores_comments_and_names_that_are_not_code(cs_hashes, old, new):
+    assert cs_hashes(CS_SRC) == cs_hashes(CS_SRC.replace(old, new))
+
+
+def test_code_sections_hashes_relocations_by_symbol_name_not_index():
+    """Symbol indices move with the symbol table: a relocation is hashed by the symbol's name."""
+    import struct
+
+    mod = _code_sections()
+    rela = lambda sym: struct.pack("<QQq", 0x10, (sym << 32) | 2, 0)  # noqa: E731
+    assert mod._relocations(rela(1), 24, ["", "G", "H"]) == mod._relocations(rela(2), 24, ["", "H", "G"])
+    assert mod._relocations(rela(1), 24, ["", "G", "H"]) != mod._relocations(rela(2), 24, ["", "G", "H"])
