@@ -132,3 +132,52 @@ def test_code_sections_hashes_relocations_by_symbol_name_not_index():
     rela = lambda sym: struct.pack("<QQq", 0x10, (sym << 32) | 2, 0)  # noqa: E731
     assert mod._relocations(rela(1), 24, ["", "G", "H"]) == mod._relocations(rela(2), 24, ["", "H", "G"])
     assert mod._relocations(rela(1), 24, ["", "G", "H"]) != mod._relocations(rela(2), 24, ["", "G", "H"])
+
+
+def _run_code_sections(monkeypatch, tmp_path, capsys, before: dict, after: dict, *flags):
+    import json
+
+    mod = _code_sections()
+    monkeypatch.setattr(mod, "hashes", lambda archs, kernels: after)
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    rc = mod.main([str(tmp_path / "after.json"), "--arch", "sm_90", "--compare", str(tmp_path / "before.json"), *flags])
+    return rc, capsys.readouterr().out
+
+
+SAME = {".text.k": "aa"}
+
+
+@pytest.mark.parametrize("before, after", [
+    ({"argmax.cu sm_90 ": SAME, "selftest.cu sm_90 ": SAME}, {"argmax.cu sm_90 ": SAME}),
+    ({"argmax.cu sm_90 ": SAME}, {"argmax.cu sm_90 ": SAME, "selftest.cu sm_90 ": SAME}),
+])
+def test_code_sections_compares_only_the_variants_of_both_files(monkeypatch, tmp_path, capsys, before, after):
+    rc, out = _run_code_sections(monkeypatch, tmp_path, capsys, before, after)
+    assert rc == 0, out
+    assert "differs" not in out and "selftest.cu sm_90 " in out and "1 of 1 variants" in out
+    rc, out = _run_code_sections(monkeypatch, tmp_path, capsys, before, after, "--strict")
+    assert rc == 1
+
+
+def test_code_sections_still_fails_on_a_difference_or_nothing_in_common(monkeypatch, tmp_path, capsys):
+    before = {"argmax.cu sm_90 ": SAME, "selftest.cu sm_90 ": SAME}
+    rc, out = _run_code_sections(monkeypatch, tmp_path, capsys, before, {"argmax.cu sm_90 ": {".text.k": "bb"}})
+    assert rc == 1 and "differs: argmax.cu sm_90 : .text.k" in out
+    rc, out = _run_code_sections(monkeypatch, tmp_path, capsys, {"argmax.cu sm_80 ": SAME}, {"argmax.cu sm_90 ": SAME})
+    assert rc == 1 and "nothing was compared" in out
+
+
+def test_code_sections_refuses_to_overwrite_the_file_it_compares_with(tmp_path, monkeypatch, capsys):
+    mod = _code_sections()
+
+    def refuse(*a, **k):
+        raise AssertionError("compiled before the arguments were checked")
+
+    monkeypatch.setattr(mod, "hashes", refuse)
+    base = tmp_path / "base.json"
+    base.write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["base.json", "--arch", "sm_90", "--compare", str(base)])
+    assert e.value.code == 2 and "is the output file" in capsys.readouterr().err
+    assert base.read_text() == "{}"

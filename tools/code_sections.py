@@ -21,7 +21,7 @@ Usage::
 
 Only the variants in both files are compared; a variant in one file only (another ``--arch`` or
 ``--kernel`` selection) is listed as ``new`` or ``gone`` and makes the exit status 1 only with
-``--strict``.
+``--strict``; no variant in both files is exit status 1. The output file may not be the one compared with.
 
 Needs no GPU.
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import struct
 import sys
 
@@ -167,8 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="JSON file to write")
     ap.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated architectures (default {','.join(ARCHS)})")
     ap.add_argument("--kernel", action="append", help="a kernel file of cu/ (repeatable; default: all)")
-    ap.add_argument("--compare", help="a JSON file written earlier: report the variants whose sections differ, and "
-                                      "which sections (exit 1 if any)")
+    ap.add_argument("--compare", help="a JSON file written earlier (not the output file): report the variants of both "
+                                      "files whose sections differ, and which sections (exit 1 if any)")
+    ap.add_argument("--strict", action="store_true", help="with --compare: a variant in one file only (new or gone) "
+                                                          "also makes the exit status 1")
     a = ap.parse_args(argv)
     # everything that can be wrong is checked before the (uncached, minutes-long) compiles: the output path
     # first (its directory exists and is writable, it is no directory), as the benchmarks check --json
@@ -190,6 +193,10 @@ def main(argv=None) -> int:
         if k not in LAUNCHERS:
             ap.error(f"--kernel {k!r}: not a kernel file of cu/ (one of {', '.join(sorted(LAUNCHERS))})")
     old = None
+    if a.strict and not a.compare:
+        ap.error("--strict needs --compare")
+    if a.compare and os.path.realpath(a.compare) == os.path.realpath(a.out):
+        ap.error(f"--compare {a.compare!r} is the output file: it would be overwritten before the comparison")
     if a.compare:
         try:
             with open(a.compare) as f:
@@ -201,15 +208,19 @@ def main(argv=None) -> int:
         json.dump(h, f, indent=1)
     if old is None:
         return 0
-    differ = sorted(k for k in set(h) | set(old) if h.get(k) != old.get(k))
+    both = sorted(set(h) & set(old))
+    differ = [k for k in both if h[k] != old[k]]
     for k in differ:
-        if k in h and k in old:
-            sections = sorted(n for n in set(h[k]) | set(old[k]) if h[k].get(n) != old[k].get(n))
-            print(f"differs: {k}: {', '.join(sections)}")
-        else:
-            print(f"differs: {k}: {'new' if k in h else 'gone'}")
-    print(f"{len(h) - len([k for k in differ if k in h])} of {len(h)} variants have identical code sections")
-    return 1 if differ else 0
+        sections = sorted(n for n in set(h[k]) | set(old[k]) if h[k].get(n) != old[k].get(n))
+        print(f"differs: {k}: {', '.join(sections)}")
+    # variants of one file only (another --arch or --kernel selection): information, not a difference
+    only = sorted((k, "new") for k in set(h) - set(old)) + sorted((k, "gone") for k in set(old) - set(h))
+    for k, what in only:
+        print(f"{what}: {k}{'' if a.strict else ' (not compared)'}")
+    print(f"{len(both) - len(differ)} of {len(both)} variants in both files have identical code sections")
+    if not both:
+        print("no variant is in both files: nothing was compared")
+    return 1 if differ or not both or (a.strict and only) else 0
 
 
 if __name__ == "__main__":
