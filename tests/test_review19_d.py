@@ -181,3 +181,29 @@ def test_code_sections_refuses_to_overwrite_the_file_it_compares_with(tmp_path, 
         mod.main(["base.json", "--arch", "sm_90", "--compare", str(base)])
     assert e.value.code == 2 and "is the output file" in capsys.readouterr().err
     assert base.read_text() == "{}"
+
+
+# --------------------------------------------------------------------------- L2 / L3: reference.attention
+
+from driverlevel.reference.attention import (  # noqa: E402
+    verify_attention_bruteforce,
+    verify_attention_reference,
+)
+
+
+@pytest.mark.parametrize("empty", [[], ()])
+def test_verify_attention_reference_takes_an_empty_list_of_kv_indices(empty):
+    kw = dict(qo_indptr=[0, 2], kv_indptr=[0, 0], kv_indices=empty, out_cache_loc=[0, 1], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    for f in (verify_attention_reference, verify_attention_bruteforce):
+        out, lse = f(np.ones((2, 1, 4)), np.ones((4, 4)), **kw)
+        assert out.shape == (2, 1, 2) and np.isfinite(lse).all()
+
+
+def test_empty_index_lists_still_refuse_floats_and_wrong_shapes():
+    kw = dict(qo_indptr=[0, 2], kv_indptr=[0, 0], out_cache_loc=[0, 1], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    with pytest.raises(TypeError, match="kv_indices must be an integer array"):
+        verify_attention_reference(np.ones((2, 1, 4)), np.ones((4, 4)), kv_indices=np.array([], np.float64), **kw)
+    with pytest.raises(ValueError, match="kv_indices must be 1-D"):
+        verify_attention_reference(np.ones((2, 1, 4)), np.ones((4, 4)), kv_indices=[[]], **kw)

@@ -146,6 +146,8 @@ def _to_float64(name: str, x: object) -> np.ndarray:
 
 def _index_array(name: str, x: object, length: "int | None" = None) -> np.ndarray:
     arr = np.asarray(x)
+    if arr.size == 0 and isinstance(x, (list, tuple)):  # numpy makes [] float64: it holds no float
+        arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
     if arr.ndim != 1:
