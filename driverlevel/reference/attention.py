@@ -12,7 +12,8 @@ heads, paged KV with page size 1)::
         lse[t,h] = log(sum_k exp(s_k))                           (natural log)
 
 A row that sees no key at all (only possible with an empty prefix and a mask
-that hides the token from itself) gets ``out = 0`` and ``lse = -inf``.
+that hides the token from itself), or whose every score is -inf, gets ``out = 0``
+and ``lse = -inf``; a NaN score, or a largest score of +inf, makes the row NaN.
 
 Inputs may be any float dtype, or bf16 given as uint16 bit patterns (converted
 with :func:`bf16_to_f32`); everything is computed in float64. The mask formats
@@ -558,6 +559,8 @@ def verify_attention_bruteforce(
                 continue  # out stays 0, lse -inf
             for h in range(H):
                 scores = [pb.sm_scale * float(np.dot(pb.q[t, h], kv[s])) for s in slots]
+                if all(x == -math.inf for x in scores):
+                    continue  # every weight is 0: out stays 0, lse -inf (as a row that sees no key)
                 top = max(scores)
                 weights = [math.exp(x - top) for x in scores]
                 total = math.fsum(weights)
