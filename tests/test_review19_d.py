@@ -232,3 +232,43 @@ def test_bruteforce_keeps_a_nan_score_nan_even_when_the_others_are_minus_inf():
     got = verify_attention_bruteforce(q, kv, **kw)
     assert np.isnan(want[1]).all()
     np.testing.assert_array_equal(got[1], want[1])
+
+
+# --------------------------------------------------------------------------- L4: greedy_accept's counts, build_tree's top
+
+
+def _deep_tree():
+    """A depth-2 chain (root, 0 at depth 1, 0 at depth 2) and target logits that accept all of it."""
+    lg = np.full((1, 2, 4), -5.0, np.float32)
+    lg[0, :, 0] = 5.0
+    tb = R.build_tree([3], lg, budget=2)
+    assert tb.depths[0].tolist() == [0, 1, 2]
+    tgt = np.full((3, 4), -5.0, np.float32)
+    tgt[:, 0] = 5.0
+    return tb, tgt
+
+
+def test_greedy_accept_refuses_a_depth_limit_below_the_trees_depth():
+    tb, tgt = _deep_tree()
+    R.greedy_accept(tb, [0, 3], tgt, [True], [0], 100, 2)
+    with pytest.raises(ValueError, match="request 0's tree has a node at depth 2, past depth_limit = 1"):
+        R.greedy_accept(tb, [0, 3], tgt, [True], [0], 100, 1)
+
+
+@pytest.mark.parametrize("max_context, depth_limit, exc", [
+    (100, True, TypeError), (100, 2.0, TypeError), (100, "x", TypeError), (100, -1, ValueError),
+    (2.5, 2, TypeError), (False, 2, TypeError), ("100", 2, TypeError), (-1, 2, ValueError),
+])
+def test_greedy_accept_checks_max_context_and_depth_limit(max_context, depth_limit, exc):
+    tb, tgt = _deep_tree()
+    name = "depth_limit" if max_context == 100 else "max_context"
+    with pytest.raises(exc, match=name):
+        R.greedy_accept(tb, [0, 3], tgt, [True], [0], max_context, depth_limit)
+    R.greedy_accept(tb, [0, 3], tgt, [True], [0], np.int64(100), np.int32(2))  # numpy ints are ints
+
+
+def test_build_tree_takes_top_as_lists():
+    lg = np.random.default_rng(4).standard_normal((1, 2, 8)).astype(np.float32)
+    want = R.build_tree([3], lg, budget=4)
+    got = R.build_tree([3], None, budget=4, top=(want.top_ids.tolist(), want.top_lp.tolist()))
+    np.testing.assert_array_equal(got.tokens, want.tokens)

@@ -454,8 +454,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
         if np.ndim(top[0]) != 3 or np.shape(top[0])[0] != bs or np.shape(top[1]) != np.shape(top[0]):
             raise ValueError(f"top must be (ids, lp), each [bs={bs}, depth_limit, >= K], got shapes "
                              f"{np.shape(top[0])} and {np.shape(top[1])}")
-        depth_limit, vocab = top[0].shape[1], None
-    k = min(budget, vocab) if vocab is not None else min(budget, top[0].shape[2])
+        depth_limit, vocab = np.shape(top[0])[1], None
+    k = min(budget, vocab) if vocab is not None else min(budget, np.shape(top[0])[2])
     per = np.full(bs, budget, np.int64) if budgets is None else np.clip(_per_request("budgets", budgets, bs), 0, budget)
     act = np.ones(bs, bool) if active is None else _per_request_flags("active", active, bs)
     words = mask_words(budget)
@@ -723,8 +723,10 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     seq_lens : array_like of int
         ``[bs]`` (limits acceptance to ``max_context - committed_len`` nodes).
     max_context : int
+        ``>= 0``.
     depth_limit : int
-        Width of the accepted arrays is ``depth_limit + 1``.
+        ``>= 0``, at least the depth of every tree node in use: width of the accepted arrays
+        is ``depth_limit + 1``.
     root_tokens : array_like of int, optional
         ``[bs]`` current roots (default -1); the result's ``root_tokens`` updates them.
     stop_tokens : array_like of int, optional
@@ -743,9 +745,11 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         For a ``qo_indptr`` that is not ``[bs + 1]`` non-decreasing from 0 with ``bs`` the
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
-        ``[bs, n_stop]``), or a negative ``depth_limit``.
+        ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
+        deeper than ``depth_limit``.
     TypeError
-        For ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, ``active``
+        For ``max_context`` or ``depth_limit`` that are not ints (bool and floats refused,
+        never truncated), ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, ``active``
         that is neither bools nor integers, or 2-D ``target`` logits that are not float,
         ``ml_dtypes.bfloat16`` or uint16 bf16 bits.
     """
@@ -756,8 +760,13 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     qo = qo.astype(np.int64)
     if np.any(np.diff(qo) > trees.parents.shape[1]):
         raise ValueError(f"a request has more than the trees' {trees.parents.shape[1]} nodes: qo_indptr {qo.tolist()}")
-    if depth_limit < 0:
-        raise ValueError(f"depth_limit must be >= 0, got {depth_limit}")
+    depth_limit = _count("depth_limit", depth_limit, 0)
+    max_context = _count("max_context", max_context, 0)
+    for b in range(bs):  # the accepted arrays are depth_limit + 1 wide: no path may be longer
+        n = int(qo[b + 1] - qo[b])
+        deepest = int(trees.depths[b, :n].max()) if n else 0
+        if deepest > depth_limit:
+            raise ValueError(f"request {b}'s tree has a node at depth {deepest}, past depth_limit = {depth_limit}")
     tgt = np.asarray(target)
     if tgt.ndim not in (1, 2) or tgt.shape[0] != qo[-1]:
         raise ValueError(f"target must be [total_q = {qo[-1]}, vocab] logits or [total_q] tokens, got shape {tgt.shape}")
