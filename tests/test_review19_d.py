@@ -272,3 +272,43 @@ def test_build_tree_takes_top_as_lists():
     want = R.build_tree([3], lg, budget=4)
     got = R.build_tree([3], None, budget=4, top=(want.top_ids.tolist(), want.top_lp.tolist()))
     np.testing.assert_array_equal(got.tokens, want.tokens)
+
+
+# --------------------------------------------------------------------------- L5: the bf16 converters
+
+from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits  # noqa: E402
+from driverlevel.reference.attention import round_to_bf16  # noqa: E402
+
+
+@pytest.mark.parametrize("f, x, want", [
+    (f32_to_bf16, 1.0, 0x3F80), (f32_to_bf16_bits, np.float32(1.0), 0x3F80),
+    (round_to_bf16, 1.0, 1.0), (bf16_bits_to_f32, 0x3F80, 1.0), (bf16_bits_to_f32, np.uint16(0x3F80), 1.0),
+    (bf16_to_f32, np.uint16(0x3F80), 1.0),
+])
+def test_bf16_converters_keep_a_scalars_0d_shape(f, x, want):
+    got = f(x)
+    assert got.shape == () and got == want
+    assert f(np.full((2, 3), x)).shape == (2, 3)
+
+
+def test_both_f32_to_bf16_converters_keep_the_sign_of_nan():
+    x = np.array([np.nan, -np.nan, 1.5, -np.inf, 3.4e38], np.float32)
+    got = f32_to_bf16_bits(x)
+    np.testing.assert_array_equal(got, f32_to_bf16(x))
+    assert got[:2].tolist() == [0x7FC0, 0xFFC0]
+    assert np.isnan(bf16_bits_to_f32(got[:2])).all() and np.signbit(bf16_bits_to_f32(got[:2])).tolist() == [False, True]
+
+
+@pytest.mark.parametrize("bits", [1.5, np.array([1.0]), [True], np.float32(2)])
+def test_bf16_bits_to_f32_refuses_what_is_not_integer_bits(bits):
+    with pytest.raises(TypeError, match="bf16 bit patterns must be integers"):
+        bf16_bits_to_f32(bits)
+
+
+def test_bf16_bits_to_f32_refuses_integers_that_are_no_16_bit_pattern():
+    with pytest.raises(ValueError, match=r"\[0, 0xFFFF\]"):
+        bf16_bits_to_f32([0x3F80, 0x10000])
+    with pytest.raises(ValueError, match=r"\[0, 0xFFFF\]"):
+        bf16_bits_to_f32(np.array([-1], np.int32))
+    assert bf16_bits_to_f32(np.array([-16512], np.int16)).tolist() == [-1.0]  # int16 0xBF80 by its bits
+    assert bf16_bits_to_f32([0x3F80, 0xBF80]).tolist() == [1.0, -1.0]

@@ -32,7 +32,7 @@ import numbers
 
 import numpy as np
 
-from driverlevel._dtypes import is_ml_bfloat16
+from driverlevel._dtypes import f32_to_bf16_bits, is_ml_bfloat16
 from driverlevel._mask import BITMASK_WORD_BITS, MaskFormat, parse_mask_format
 
 __all__ = [
@@ -87,19 +87,11 @@ def f32_to_bf16(values: object) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        uint16 bf16 bit patterns, same shape. Values past bf16's range round to
-        +-inf, infinities stay infinite, NaN becomes a quiet NaN with the
-        same sign.
+        uint16 bf16 bit patterns, same shape (a scalar gives a 0-d array). Values past bf16's
+        range round to +-inf, infinities stay infinite, NaN becomes a quiet NaN with the
+        same sign. The package's :func:`driverlevel.runtime.f32_to_bf16_bits`, which this calls.
     """
-    f = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
-    u = f.view(np.uint32).astype(np.uint64)
-    lsb = (u >> np.uint64(16)) & np.uint64(1)
-    rounded = ((u + np.uint64(0x7FFF) + lsb) >> np.uint64(16)).astype(np.uint16)
-    nan = np.isnan(f)
-    if nan.any():
-        quiet = ((u >> np.uint64(16)) | np.uint64(0x0040)).astype(np.uint16)
-        rounded = np.where(nan, quiet, rounded)
-    return rounded
+    return f32_to_bf16_bits(values)
 
 
 def round_to_bf16(values: object) -> np.ndarray:
