@@ -312,3 +312,42 @@ def test_bf16_bits_to_f32_refuses_integers_that_are_no_16_bit_pattern():
         bf16_bits_to_f32(np.array([-1], np.int32))
     assert bf16_bits_to_f32(np.array([-16512], np.int16)).tolist() == [-1.0]  # int16 0xBF80 by its bits
     assert bf16_bits_to_f32([0x3F80, 0xBF80]).tolist() == [1.0, -1.0]
+
+
+# --------------------------------------------------------------------------- L6 / L7: compile_source's defines and options
+
+import driverlevel as dl  # noqa: E402
+from driverlevel import _compile  # noqa: E402
+
+K_SRC = 'extern "C" __global__ void k(int *o) { o[0] = N; }\n'
+
+
+@pytest.fixture
+def no_nvrtc(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("reached NVRTC")
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", refuse)
+
+
+@pytest.mark.parametrize("value", [np.int64(4), np.int32(4), np.uint8(4)])
+def test_compile_source_takes_numpy_integers_as_defines(value):
+    cubin = dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
+    assert "k" in cubin.resources and "-DN=4" in cubin.options
+    assert _compile._check_compile_args({"N": value}, (), ())[0] == {"N": 4}
+    assert type(_compile._check_compile_args({"N": value}, (), ())[0]["N"]) is int
+
+
+@pytest.mark.parametrize("value, words", [
+    (float("nan"), "finite"), (float("inf"), "finite"), (np.float64("-inf"), "finite"),
+    ("4\n#error x", "line break"), ("4\r", "line break"), ("4\0", "NUL"),
+])
+def test_compile_source_refuses_define_values_no_compile_can_take(no_nvrtc, value, words):
+    with pytest.raises(ValueError, match=words):
+        dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), np.float32(1.0), 1 + 2j])
+def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
+    with pytest.raises(TypeError, match="must be an int, float, bool or str"):
+        dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
