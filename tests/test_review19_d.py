@@ -357,3 +357,57 @@ def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
 def test_compile_source_refuses_a_syntax_only_compile(no_nvrtc, opt):
     with pytest.raises(ValueError, match="syntax check only"):
         dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": 1}, extra_options=[opt], use_cache=False)
+
+
+# --------------------------------------------------------------------------- L8: names and flags
+
+from driverlevel import ddtree as _ddtree  # noqa: E402
+from driverlevel._mask import MaskFormat  # noqa: E402
+from driverlevel.request_state import RequestState  # noqa: E402
+
+
+def _plan_error(**kw):
+    """What DDTreePlan(None, ...) raises: the device check (past every argument check) or an argument's error."""
+    args = dict(max_batch=2, depth_limit=4, vocab=1000, budget=16, max_context=256)
+    args.update(kw)
+    with pytest.raises(Exception) as e:
+        _ddtree.DDTreePlan(None, **args)
+    return type(e.value), str(e.value)
+
+
+def test_ddtree_plan_reads_mask_formats_and_topk_case_insensitively():
+    past = _plan_error()  # only the device (None) is wrong
+    assert "mask_formats" not in past[1] and "topk" not in past[1]
+    assert _plan_error(mask_formats=("BITMASK", "Full"), topk="THRESHOLD") == past
+    assert _plan_error(mask_formats=(MaskFormat.FULL, "qlen_only"), topk="Chunked") == past
+    assert _plan_error(mask_formats=("causal",))[0] is ValueError
+    assert _plan_error(topk="fast")[0] is ValueError
+
+
+@pytest.mark.parametrize("flag", ["budgets", "remaining"])
+@pytest.mark.parametrize("value", [1, 0, "no", None, 1.0])
+def test_request_state_flags_must_be_bools(flag, value):
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        RequestState.specs(max_batch=2, max_context=8, num_slots=16, **{flag: value})
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        RequestState.allocate(None, max_batch=2, max_context=8, num_slots=16, **{flag: value})
+    names = [n for n, _, _ in RequestState.specs(max_batch=2, max_context=8, num_slots=16, **{flag: np.bool_(True)})]
+    assert flag in names
+
+
+def test_cli_compile_lists_a_repeated_kernel_once(monkeypatch):
+    from click.testing import CliRunner
+
+    from driverlevel import cli
+
+    seen = []
+    real = cli.compile_variants
+
+    def variants(filename, arch):
+        seen.append(filename)
+        return real(filename, arch)
+
+    monkeypatch.setattr(cli, "compile_variants", variants)
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "argmax.cu", "--kernel", "argmax.cu"])
+    assert r.exit_code == 0, r.output
+    assert seen.count("argmax.cu") == 1
