@@ -411,3 +411,16 @@ def test_cli_compile_lists_a_repeated_kernel_once(monkeypatch):
     r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "argmax.cu", "--kernel", "argmax.cu"])
     assert r.exit_code == 0, r.output
     assert seen.count("argmax.cu") == 1
+
+
+# --------------------------------------------------------------------------- L9: ml_dtypes in the test extra
+
+
+def test_the_test_extra_brings_ml_dtypes():
+    """CI installs '.[test]': without ml_dtypes there, every ml_dtypes test is skipped and cannot fail."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    test_extra = re.search(r"^test = \[(.*)\]$", text, re.M)
+    assert test_extra and re.search(r'"ml_dtypes[^"]*"', test_extra.group(1)), test_extra
