@@ -676,8 +676,6 @@ _ARCH_OPTION_RE = re.compile(r"\s*(-arch|--gpu-architecture|-gencode|--generate-
 _INCLUDE_OPTION_RE = re.compile(r"\s*(-I|(--include-path|-include|--pre-include)(\s|=|$))")
 #: Options that make NVRTC emit LTO IR instead of a cubin (no cubin to load).
 _NO_CUBIN_OPTION_RE = re.compile(r"\s*(-dlto|--dlink-time-opt)(\s|=|$)")
-#: Options that make NVRTC check the syntax only: a cubin with no kernels.
-_SYNTAX_ONLY_OPTION_RE = re.compile(r"\s*--?fdevice-syntax-only(\s|=|$)")
 #: Options whose value may be the next item: last in ``extra_options``, NVRTC ignores them silently
 #: (``-Xptxas``, ``-maxrregcount``) or says only "invalid macro definition" (``-D``).
 _VALUE_OPTIONS = ("-D", "--define-macro", "-U", "--undefine-macro", "-Xptxas", "--ptxas-options", "-Xnvvm",
@@ -733,9 +731,6 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
         if _NO_CUBIN_OPTION_RE.match(o):
             raise ValueError(f"extra_options must not ask for LTO IR instead of a cubin ({o!r}): driverlevel "
                              f"compiles a cubin and loads it as it is")
-        if _SYNTAX_ONLY_OPTION_RE.match(o):
-            raise ValueError(f"extra_options must not ask for a syntax check only ({o!r}): its cubin has no "
-                             f"kernels, and would be cached as the source's")
     if extra and extra[-1].strip() in _VALUE_OPTIONS:
         o = extra[-1].strip()
         raise ValueError(f"extra_options ends with {extra[-1]!r}, which takes a value: give the value as the next "
@@ -897,11 +892,12 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         refused, not split into characters). Options that select the target
         (``-arch``, ``--gpu-architecture``, ``-gencode``) are refused: the target is ``arch``;
         so are those that add include directories or headers (``-I``, ``--include-path``,
-        ``-include``, ``--pre-include``): pass ``include_dirs``; those that make NVRTC emit
-        LTO IR instead of a cubin (``-dlto``, ``--dlink-time-opt``) or only check the syntax
-        (``--fdevice-syntax-only``: a cubin with no kernels); and a last item that lacks
+        ``-include``, ``--pre-include``): pass ``include_dirs``; and those that make NVRTC emit
+        LTO IR instead of a cubin (``-dlto``, ``--dlink-time-opt``), and a last item that lacks
         its value (``-D``, ``-U``, ``-Xptxas``, ``-maxrregcount`` …). They come after
-        driverlevel's own options on NVRTC's command line.
+        driverlevel's own options on NVRTC's command line, and are part of the cache key: with
+        ``-fdevice-syntax-only`` (a front-end check only, e.g. for ``static_assert`` messages)
+        the result is a cubin with no kernels, cached under a key of its own.
     use_cache : bool
         Use the in-process and disk caches (default True). A bool (numpy's too): ``"no"`` or ``0``
         is a ``TypeError``, not a flag.
@@ -926,7 +922,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     ValueError
         For a ``name`` with no file name (``""``, ``"dir/"``, ``"."``, ``".."``), a NUL character in
         ``name`` or ``source``, an unsupported architecture, a target-selecting, include or LTO
-        option in ``extra_options``, a syntax-only one, or one last there without its value, an ``include_dirs``
+        option in ``extra_options`` or one last there without its value, an ``include_dirs``
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
         define name that is no C identifier, a define value that is a non-finite float or a str
         with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).

@@ -314,7 +314,7 @@ def test_bf16_bits_to_f32_refuses_integers_that_are_no_16_bit_pattern():
     assert bf16_bits_to_f32([0x3F80, 0xBF80]).tolist() == [1.0, -1.0]
 
 
-# --------------------------------------------------------------------------- L6 / L7: compile_source's defines and options
+# --------------------------------------------------------------------------- L6: compile_source's defines
 
 import driverlevel as dl  # noqa: E402
 from driverlevel import _compile  # noqa: E402
@@ -351,12 +351,6 @@ def test_compile_source_refuses_define_values_no_compile_can_take(no_nvrtc, valu
 def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
     with pytest.raises(TypeError, match="must be an int, float, bool or str"):
         dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
-
-
-@pytest.mark.parametrize("opt", ["--fdevice-syntax-only", "-fdevice-syntax-only", " --fdevice-syntax-only"])
-def test_compile_source_refuses_a_syntax_only_compile(no_nvrtc, opt):
-    with pytest.raises(ValueError, match="syntax check only"):
-        dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": 1}, extra_options=[opt], use_cache=False)
 
 
 # --------------------------------------------------------------------------- L8: names and flags
