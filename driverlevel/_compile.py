@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import numbers
 import os
 import re
@@ -741,6 +742,7 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
         defines = {}
     if not hasattr(defines, "items"):
         raise TypeError(f"defines must be a dict of NAME: value, got {type(defines).__name__}")
+    checked = {}
     for k, v in defines.items():
         if not isinstance(k, str):
             raise TypeError(f"defines: a name must be a str, got {type(k).__name__} {k!r}")
@@ -748,9 +750,16 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
             raise ValueError(f"defines: {k!r} is not a C identifier")
         if v is None:
             raise TypeError(f"defines[{k!r}] is None: give a value (e.g. 1); a bare -D{k} is not supported")
-        if not isinstance(v, (bool, int, float, str)):
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            v = int(v)  # numpy's integers too, as the architecture takes them
+        elif not isinstance(v, (bool, float, str)):
             raise TypeError(f"defines[{k!r}] must be an int, float, bool or str, got {type(v).__name__} {v!r}")
-    return dict(defines), extra, incl
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"defines[{k!r}] must be a finite float, got {v!r} (no C literal)")
+        if isinstance(v, str) and any(c in v for c in "\n\r\0"):
+            raise ValueError(f"defines[{k!r}] must not contain a line break or NUL character, got {v!r}")
+        checked[k] = v
+    return checked, extra, incl
 
 
 def _check_source_and_name(source, name) -> None:
@@ -875,7 +884,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         Target architecture, e.g. ``"sm_120"``.
     defines : dict, optional
         Compile-time constants, passed as ``-DNAME=VALUE`` (a bool as 0 / 1). ``NAME`` is a C
-        identifier; the value an int, float, bool or str. ``None`` is refused (no bare
+        identifier; the value an int (numpy's integers too), a finite float, a bool or a str
+        without line breaks. ``None`` is refused (no bare
         ``-DNAME``: give a value, e.g. 1).
     extra_options : sequence of str
         More NVRTC options, e.g. ``["-lineinfo"]`` (a list even for one; a lone str is
@@ -885,7 +895,9 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         ``-include``, ``--pre-include``): pass ``include_dirs``; and those that make NVRTC emit
         LTO IR instead of a cubin (``-dlto``, ``--dlink-time-opt``), and a last item that lacks
         its value (``-D``, ``-U``, ``-Xptxas``, ``-maxrregcount`` …). They come after
-        driverlevel's own options on NVRTC's command line.
+        driverlevel's own options on NVRTC's command line, and are part of the cache key: with
+        ``-fdevice-syntax-only`` (a front-end check only, e.g. for ``static_assert`` messages)
+        the result is a cubin with no kernels, cached under a key of its own.
     use_cache : bool
         Use the in-process and disk caches (default True). A bool (numpy's too): ``"no"`` or ``0``
         is a ``TypeError``, not a flag.
@@ -912,12 +924,13 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         ``name`` or ``source``, an unsupported architecture, a target-selecting, include or LTO
         option in ``extra_options`` or one last there without its value, an ``include_dirs``
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
-        define name that is no C identifier, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
+        define name that is no C identifier, a define value that is a non-finite float or a str
+        with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
         paths), ``defines`` not a dict, a define value that is None or of another type than
-        int, float, bool, str, or ``use_cache`` not a bool (``"use_cache must be a bool, got str 'no'"``).
+        int (numpy's integers too), float, bool, str, or ``use_cache`` not a bool (``"use_cache must be a bool, got str 'no'"``).
 
     Every argument is checked before anything is compiled or read from the cache.
 

@@ -120,23 +120,44 @@ def storage_dtype(dt) -> np.dtype:
 
 
 def f32_to_bf16_bits(x) -> np.ndarray:
-    """Round float values to bfloat16 (round to nearest even); return uint16 bit patterns."""
-    f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    """Round float values to bfloat16 (round to nearest even); return uint16 bit patterns.
+
+    ``x`` is converted to float32 first; the result has its shape (a scalar gives a 0-d array).
+    Values past bf16's range round to +-inf, infinities stay infinite, and NaN becomes a quiet
+    NaN with the same sign (the upper bits of its payload kept).
+    """
+    f = np.require(np.asarray(x, dtype=np.float32), requirements="C")  # keeps a 0-d shape
     u = f.view(np.uint32).astype(np.uint64)
-    rounding = 0x7FFF + ((u >> 16) & 1)
-    out = ((u + rounding) >> 16).astype(np.uint16)
+    rounding = np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))
+    out = ((u + rounding) >> np.uint64(16)).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
-        out[nan] = 0x7FC0
+        out = np.where(nan, ((u >> np.uint64(16)) | np.uint64(0x0040)).astype(np.uint16), out)
     return out
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:
-    """Widen bfloat16 bit patterns (uint16) to float32 exactly.
+    """Widen bfloat16 bit patterns (uint16) to float32 exactly; the result has the shape of ``bits``.
 
     An ``ml_dtypes.bfloat16`` array is read as the bit patterns it holds (not converted
-    value by value to uint16 first).
+    value by value to uint16 first). Integers of other types are taken when they are bit
+    patterns: int16 by its bits, wider ones in ``[0, 0xFFFF]``.
+
+    Raises
+    ------
+    TypeError
+        ``bits`` is neither integers nor ``ml_dtypes.bfloat16`` (a float is not truncated to bits).
+    ValueError
+        An integer outside ``[0, 0xFFFF]`` (other than int16).
     """
     b = np.asarray(bits)
-    b = np.ascontiguousarray(b.view(np.uint16) if is_ml_bfloat16(b.dtype) else np.asarray(bits, dtype=np.uint16))
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    if is_ml_bfloat16(b.dtype):
+        b = b.view(np.uint16)
+    elif b.dtype.kind not in "iu":
+        raise TypeError(f"bf16 bit patterns must be integers (uint16) or ml_dtypes.bfloat16, got dtype {b.dtype}")
+    elif b.dtype.itemsize == 2:
+        b = b.view(np.uint16)
+    elif b.size and (int(b.min()) < 0 or int(b.max()) > 0xFFFF):
+        raise ValueError(f"bf16 bit patterns must be in [0, 0xFFFF], got values in [{int(b.min())}, {int(b.max())}]")
+    b = np.require(b.astype(np.uint16), requirements="C")  # keeps a 0-d shape
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)

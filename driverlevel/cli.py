@@ -206,7 +206,7 @@ def compile_cmd(arch_opt, kernels):
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
-    files = list(kernels) or available
+    files = list(dict.fromkeys(kernels)) or available  # a repeated --kernel is compiled and listed once, as --arch
     for f in files:
         if f not in available:
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",

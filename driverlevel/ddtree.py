@@ -381,12 +381,12 @@ class DDTreePlan:
     logits_dtype, target_dtype : {"float32", "bfloat16"}
         Drafter and target logits (target defaults to the drafter's).
     mask_formats : iterable of {"bitmask", "full", "qlen_only"}
-        Verify masks :meth:`compile` writes. The packed ``bitmask`` is always written;
+        Verify masks :meth:`compile` writes (names case-insensitive; :class:`MaskFormat` members too). The packed ``bitmask`` is always written;
         ``"full"`` carves ``max_batch * N * (max_context + N)`` bytes (SGLang FULL).
     compile_ctas : int
         CTAs per request of ``ddtree_compile`` (kv_indices and mask rows are spread over them).
     topk : {"chunked", "threshold"}
-        The build's top-K; both give the same (exact) result. ``"threshold"`` (default): a
+        The build's top-K (case-insensitive); both give the same (exact) result. ``"threshold"`` (default): a
         sampled threshold per row, one streaming pass over the logits that keeps those above
         it, and the chunk top-K only for the rows where the threshold failed
         (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8 it builds the tree in
@@ -502,11 +502,14 @@ class DDTreePlan:
             raise TypeError(f"mask_formats must be an iterable of format names, e.g. ({mask_formats!r},), not a str")
         if mask_formats is None or not hasattr(mask_formats, "__iter__"):
             raise TypeError(f"mask_formats must be an iterable of format names, got {type(mask_formats).__name__}")
-        formats = tuple(mask_formats)
+        # case-insensitive, as VerifyAttention's mask_format (parse_mask_format); a MaskFormat is a str
+        formats = tuple(f.lower() if isinstance(f, str) else f for f in mask_formats)
         bad = [f for f in formats if f not in _MASK_FORMATS]
         if bad:
             raise ValueError(f"mask_formats must be a subset of {_MASK_FORMATS}, got {formats}")
         self.mask_formats = formats
+        if isinstance(topk, str):
+            topk = topk.lower()  # case-insensitive, as logits_dtype and the arch
         if topk not in TOPK_MODES:
             raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
         check_plan_args(pdl=pdl, pool=pool, name=name, arch=arch)  # before the device

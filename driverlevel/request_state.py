@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._array import DeviceArray
-from ._checks import non_negative_int, positive_int
+from ._checks import bool_arg, non_negative_int, positive_int
 from ._device import _check_device_arg
 from ._memory import MAX_NBYTES, WorkspacePool
 
@@ -98,7 +98,8 @@ class RequestState:
         Raises
         ------
         TypeError, ValueError
-            Naming the argument: a count that is not a positive int (``n_stop``: >= 0), an
+            Naming the argument: a count that is not a positive int (``n_stop``: >= 0),
+            ``budgets`` / ``remaining`` not a bool (numpy's included), an
             ``r2t_dtype`` other than int32 / int64, or (``ValueError``) ``num_slots`` above
             2**31 with an int32 ``req_to_token`` (its slot ids would wrap).
         """
@@ -107,6 +108,7 @@ class RequestState:
         if req_rows is not None:
             req_rows = positive_int("req_rows", req_rows)
         n_stop = non_negative_int("n_stop", n_stop)
+        budgets, remaining = bool_arg("budgets", budgets), bool_arg("remaining", remaining)  # 1 or "no" is no flag
         if r2t_dtype is None or np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise TypeError(f"r2t_dtype must be int32 or int64, got {r2t_dtype if r2t_dtype is None else np.dtype(r2t_dtype)}")
         if np.dtype(r2t_dtype) == np.int32 and num_slots > 1 << 31:

@@ -2,16 +2,26 @@
 
 Compiles every variant of every kernel file that ``driverlevel compile`` builds (the launchers'
 ``compile_variants``) for the given architectures, without the cache, and records per variant a
-hash of each ELF section that holds code or launch-relevant data (``.text.*``,
-``.nv.constant0.*``, ``.nv.shared.*``). The whole cubin is not compared: its symbol and string
-tables change with names that do not reach the code (a device function's parameter type, for
-instance), while comments and line shifts change nothing at all.
+hash of each ELF section that holds code or what the code and its launch depend on: the code
+(``.text.*``), the kernels' attributes (``.nv.info`` and ``.nv.info.*``: launch bounds, max
+threads, min CTAs per SM, registers, stack, parameters...), the constant banks
+(``.nv.constant*``), the initial values of ``__device__`` globals (``.nv.global.init``), the
+shared memory (``.nv.shared.*``, by size: it has no bytes) and the relocations of those sections
+(``.rela.text.*``...). Symbol indices in the relocations and attributes are replaced by the
+symbols' names, since the indices move with the symbol table. The whole cubin is not compared:
+its symbol and string tables change with names that do not reach the code (a device function's
+parameter type, for instance), while comments and line shifts change nothing at all. Files
+written by an earlier version of this tool (which hashed fewer sections) are not comparable.
 
 Usage::
 
     python tools/code_sections.py before.json [--arch sm_90,sm_120] [--kernel verify_attention.cu]
     (edit)
     python tools/code_sections.py after.json --compare before.json    # exit 1 if any section differs
+
+Only the variants in both files are compared; a variant in one file only (another ``--arch`` or
+``--kernel`` selection) is listed as ``new`` or ``gone`` and makes the exit status 1 only with
+``--strict``; no variant in both files is exit status 1. The output file may not be the one compared with.
 
 Needs no GPU.
 """
@@ -21,25 +31,120 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import struct
 import sys
 
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
-KEPT = (".text", ".nv.constant0", ".nv.shared")
+#: Sections hashed (by name prefix); the debug sections, the symbol and string tables and the notes are not.
+KEPT = (".text", ".nv.info", ".nv.constant", ".nv.global.init", ".nv.shared",
+        ".rela.text", ".rela.nv.constant", ".rela.nv.global.init",
+        ".rel.text", ".rel.nv.constant", ".rel.nv.global.init")
+SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 2, 4, 8, 9
+#: .nv.info attributes (EIATTR_*) whose payload holds symbol indices: the first 4 bytes of every
+#: 8-byte record (PARAM_CBANK, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE, REGCOUNT), or every
+#: 4 bytes (EXTERNS).
+INFO_SYM_PAIRS = {0x0A, 0x11, 0x12, 0x23, 0x2F}
+INFO_SYM_LIST = {0x0F}
 
 
-def elf_sections(data: bytes) -> dict:
-    """``{name: bytes}`` of a little-endian ELF64 file (NOBITS sections give empty bytes)."""
+def _cstr(data: bytes, at: int) -> str:
+    return data[at: data.index(b"\0", at)].decode()
+
+
+def _raw_sections(data: bytes) -> list:
+    """``[(name, type, link, bytes)]`` of a little-endian ELF64 file (NOBITS sections give empty bytes)."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise ValueError("not an ELF64 file")
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    raw = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    raw = [struct.unpack_from("<IIQQQQI", data, shoff + i * shentsize) for i in range(shnum)]
     strtab = raw[shstrndx][4]
+    return [(_cstr(data, strtab + name), typ, link, size, b"" if typ == SHT_NOBITS else data[offset: offset + size])
+            for name, typ, _flags, _addr, offset, size, link in raw]
+
+
+def elf_sections(data: bytes) -> dict:
+    """``{name: bytes}`` of a little-endian ELF64 file (NOBITS sections give empty bytes)."""
+    return {name: body for name, _t, _l, _s, body in _raw_sections(data)}
+
+
+def _symbol_names(secs: list) -> list:
+    """A stable name for every symbol of the (first) symbol table: a section's symbol is named after
+    its section, a function that is not a kernel (no ``.text.<name>`` section of its own) after
+    where it sits (``.text.k+0x340``: a device function's mangled name is not code), any other
+    symbol (kernels, globals) by its name."""
+    for _name, typ, link, _size, body in secs:
+        if typ == SHT_SYMTAB:
+            strings = secs[link][4]
+            out = []
+            for off in range(0, len(body) - 23, 24):
+                st_name, st_info, _other, shndx, value = struct.unpack_from("<IBBHQ", body, off)
+                name = _cstr(strings, st_name)
+                section = secs[shndx][0] if shndx < len(secs) else None
+                if st_info & 0xF == 3 and section is not None:  # STT_SECTION
+                    name = section
+                elif st_info & 0xF == 2 and section is not None and section != f".text.{name}":  # STT_FUNC
+                    name = f"{section}+{value:#x}"
+                out.append(name)
+            return out
+    return []
+
+
+def _sym(names: list, i: int) -> str:
+    return names[i] if 0 <= i < len(names) else f"#{i}"
+
+
+def _relocations(body: bytes, entsize: int, names: list) -> bytes:
+    """A relocation section with each symbol index replaced by the symbol's name."""
+    lines = []
+    for off in range(0, len(body) - entsize + 1, entsize):
+        r_offset, r_info = struct.unpack_from("<QQ", body, off)
+        addend = struct.unpack_from("<q", body, off + 16)[0] if entsize == 24 else 0
+        lines.append(f"{r_offset:#x} {r_info & 0xFFFFFFFF} {_sym(names, r_info >> 32)} {addend}")
+    return "\n".join(lines).encode()
+
+
+def _attributes(body: bytes, names: list) -> bytes:
+    """A .nv.info section as sorted records with symbol indices replaced by names (its bytes if it
+    does not parse as EIATTR records)."""
+    records, off = [], 0
+    while off < len(body):
+        if off + 4 > len(body):
+            return body
+        fmt, attr, value = struct.unpack_from("<BBH", body, off)
+        off += 4
+        if fmt != 0x04:  # EIFMT_NVAL / BVAL / HVAL: the value is in the header
+            records.append(f"{fmt} {attr:#x} {value}")
+            continue
+        payload = body[off: off + value]
+        if len(payload) != value:
+            return body
+        off += value
+        words = [struct.unpack_from("<I", payload, i)[0] for i in range(0, value - value % 4, 4)]
+        if attr in INFO_SYM_LIST:
+            words = [_sym(names, w) for w in words]
+        elif attr in INFO_SYM_PAIRS and value % 8 == 0:
+            words = [_sym(names, w) if i % 2 == 0 else w for i, w in enumerate(words)]
+        records.append(f"{fmt} {attr:#x} {words} {payload[value - value % 4:].hex()}")
+    return "\n".join(sorted(records)).encode()
+
+
+def section_hashes(data: bytes) -> dict:
+    """``{section: hash}`` of the sections of a cubin that :data:`KEPT` selects (see the module docstring)."""
+    secs = _raw_sections(data)
+    names = _symbol_names(secs)
     out = {}
-    for name, typ, _flags, _addr, offset, size in raw:
-        n = data[strtab + name: data.index(b"\0", strtab + name)].decode()
-        out[n] = b"" if typ == 8 else data[offset: offset + size]
+    for name, typ, _link, size, body in secs:
+        if not name.startswith(KEPT):
+            continue
+        if typ == SHT_NOBITS:
+            body = f"NOBITS {size}".encode()
+        elif typ in (SHT_RELA, SHT_REL):
+            body = _relocations(body, 24 if typ == SHT_RELA else 16, names)
+        elif name == ".nv.info" or name.startswith(".nv.info."):
+            body = _attributes(body, names)
+        out[name] = hashlib.sha256(body).hexdigest()[:16]
     return out
 
 
@@ -53,8 +158,7 @@ def hashes(archs, kernels) -> dict:
             for v in compile_variants(filename, arch):
                 cubin = compile_file(filename, arch, v.defines, use_cache=False)
                 key = f"{filename} {arch} {v.label}"
-                out[key] = {n: hashlib.sha256(b).hexdigest()[:16] for n, b in elf_sections(cubin.data).items()
-                            if n.startswith(KEPT)}
+                out[key] = section_hashes(cubin.data)
                 print(f"{key}: {len(out[key])} sections", file=sys.stderr, flush=True)
     return out
 
@@ -64,8 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="JSON file to write")
     ap.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated architectures (default {','.join(ARCHS)})")
     ap.add_argument("--kernel", action="append", help="a kernel file of cu/ (repeatable; default: all)")
-    ap.add_argument("--compare", help="a JSON file written earlier: report the variants whose sections differ, and "
-                                      "which sections (exit 1 if any)")
+    ap.add_argument("--compare", help="a JSON file written earlier (not the output file): report the variants of both "
+                                      "files whose sections differ, and which sections (exit 1 if any)")
+    ap.add_argument("--strict", action="store_true", help="with --compare: a variant in one file only (new or gone) "
+                                                          "also makes the exit status 1")
     a = ap.parse_args(argv)
     # everything that can be wrong is checked before the (uncached, minutes-long) compiles: the output path
     # first (its directory exists and is writable, it is no directory), as the benchmarks check --json
@@ -87,6 +193,10 @@ def main(argv=None) -> int:
         if k not in LAUNCHERS:
             ap.error(f"--kernel {k!r}: not a kernel file of cu/ (one of {', '.join(sorted(LAUNCHERS))})")
     old = None
+    if a.strict and not a.compare:
+        ap.error("--strict needs --compare")
+    if a.compare and os.path.realpath(a.compare) == os.path.realpath(a.out):
+        ap.error(f"--compare {a.compare!r} is the output file: it would be overwritten before the comparison")
     if a.compare:
         try:
             with open(a.compare) as f:
@@ -98,15 +208,19 @@ def main(argv=None) -> int:
         json.dump(h, f, indent=1)
     if old is None:
         return 0
-    differ = sorted(k for k in set(h) | set(old) if h.get(k) != old.get(k))
+    both = sorted(set(h) & set(old))
+    differ = [k for k in both if h[k] != old[k]]
     for k in differ:
-        if k in h and k in old:
-            sections = sorted(n for n in set(h[k]) | set(old[k]) if h[k].get(n) != old[k].get(n))
-            print(f"differs: {k}: {', '.join(sections)}")
-        else:
-            print(f"differs: {k}: {'new' if k in h else 'gone'}")
-    print(f"{len(h) - len([k for k in differ if k in h])} of {len(h)} variants have identical code sections")
-    return 1 if differ else 0
+        sections = sorted(n for n in set(h[k]) | set(old[k]) if h[k].get(n) != old[k].get(n))
+        print(f"differs: {k}: {', '.join(sections)}")
+    # variants of one file only (another --arch or --kernel selection): information, not a difference
+    only = sorted((k, "new") for k in set(h) - set(old)) + sorted((k, "gone") for k in set(old) - set(h))
+    for k, what in only:
+        print(f"{what}: {k}{'' if a.strict else ' (not compared)'}")
+    print(f"{len(both) - len(differ)} of {len(both)} variants in both files have identical code sections")
+    if not both:
+        print("no variant is in both files: nothing was compared")
+    return 1 if differ or not both or (a.strict and only) else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ heads, paged KV with page size 1)::
         lse[t,h] = log(sum_k exp(s_k))                           (natural log)
 
 A row that sees no key at all (only possible with an empty prefix and a mask
-that hides the token from itself) gets ``out = 0`` and ``lse = -inf``.
+that hides the token from itself), or whose every score is -inf, gets ``out = 0``
+and ``lse = -inf``; a NaN score, or a largest score of +inf, makes the row NaN.
 
 Inputs may be any float dtype, or bf16 given as uint16 bit patterns (converted
 with :func:`bf16_to_f32`); everything is computed in float64. The mask formats
@@ -31,7 +32,7 @@ import numbers
 
 import numpy as np
 
-from driverlevel._dtypes import is_ml_bfloat16
+from driverlevel._dtypes import f32_to_bf16_bits, is_ml_bfloat16
 from driverlevel._mask import BITMASK_WORD_BITS, MaskFormat, parse_mask_format
 
 __all__ = [
@@ -86,19 +87,11 @@ def f32_to_bf16(values: object) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        uint16 bf16 bit patterns, same shape. Values past bf16's range round to
-        +-inf, infinities stay infinite, NaN becomes a quiet NaN with the
-        same sign.
+        uint16 bf16 bit patterns, same shape (a scalar gives a 0-d array). Values past bf16's
+        range round to +-inf, infinities stay infinite, NaN becomes a quiet NaN with the
+        same sign. The package's :func:`driverlevel.runtime.f32_to_bf16_bits`, which this calls.
     """
-    f = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
-    u = f.view(np.uint32).astype(np.uint64)
-    lsb = (u >> np.uint64(16)) & np.uint64(1)
-    rounded = ((u + np.uint64(0x7FFF) + lsb) >> np.uint64(16)).astype(np.uint16)
-    nan = np.isnan(f)
-    if nan.any():
-        quiet = ((u >> np.uint64(16)) | np.uint64(0x0040)).astype(np.uint16)
-        rounded = np.where(nan, quiet, rounded)
-    return rounded
+    return f32_to_bf16_bits(values)
 
 
 def round_to_bf16(values: object) -> np.ndarray:
@@ -146,6 +139,8 @@ def _to_float64(name: str, x: object) -> np.ndarray:
 
 def _index_array(name: str, x: object, length: "int | None" = None) -> np.ndarray:
     arr = np.asarray(x)
+    if arr.size == 0 and isinstance(x, (list, tuple)):  # numpy makes [] float64: it holds no float
+        arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
     if arr.ndim != 1:
@@ -556,6 +551,8 @@ def verify_attention_bruteforce(
                 continue  # out stays 0, lse -inf
             for h in range(H):
                 scores = [pb.sm_scale * float(np.dot(pb.q[t, h], kv[s])) for s in slots]
+                if all(x == -math.inf for x in scores):
+                    continue  # every weight is 0: out stays 0, lse -inf (as a row that sees no key)
                 top = max(scores)
                 weights = [math.exp(x - top) for x in scores]
                 total = math.fsum(weights)

@@ -126,6 +126,7 @@ from driverlevel._constants import (
 )
 from driverlevel._checks import need_shape
 from driverlevel._mask import BITMASK_WORD_BITS
+from driverlevel.reference.attention import _float_input, bf16_to_f32
 from driverlevel.reference.trees import _count, _int_array, ancestor_visibility
 
 __all__ = [
@@ -159,19 +160,32 @@ __all__ = [
 # --------------------------------------------------------------------------- top-K
 
 
+def _logits_input(name: str, x: object) -> np.ndarray:
+    """Logits as float32: a float array converted, bf16 (``ml_dtypes.bfloat16``, or uint16 bit
+    patterns as :meth:`DeviceArray.to_numpy` returns them) widened exactly; TypeError for any other
+    dtype (integers are not read as values: uint16 would be bf16 bits)."""
+    arr = _float_input(name, x)
+    return bf16_to_f32(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
+
+
 def row_argmax(x: object) -> tuple[np.ndarray, np.ndarray]:
     """The package's argmax rule: ``(ids, finite)`` of every row of ``x`` ``[rows, vocab]``.
 
     NaN counts as -inf; ``ids`` is the first index of each row's maximum, 0 for a row with no
-    value above -inf, where ``finite`` is False.
+    value above -inf, where ``finite`` is False. ``x`` is float (compared as float32), or bf16:
+    an ``ml_dtypes.bfloat16`` array or uint16 bit patterns (as a bf16 :class:`DeviceArray`'s
+    ``to_numpy()`` returns them), widened exactly.
 
     Raises
     ------
+    TypeError
+        ``x`` has another dtype (an integer other than uint16, bool...):
+        ``"x must be a float array, an ml_dtypes.bfloat16 array or uint16 bf16 bit patterns, got dtype int64"``.
     ValueError
         ``x`` is not 2-D ``[rows, vocab]`` with ``vocab >= 1``:
         ``"x must be [rows, vocab] with vocab >= 1, got shape (5,)"``.
     """
-    x = np.asarray(x, dtype=np.float32)
+    x = _logits_input("x", x)
     if x.ndim != 2 or x.shape[1] < 1:
         raise ValueError(f"x must be [rows, vocab] with vocab >= 1, got shape {x.shape}")
     x = np.where(np.isnan(x), np.float32(-np.inf), x)
@@ -194,9 +208,9 @@ def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     Parameters
     ----------
     logits : array_like of float
-        ``[depth_limit, vocab]`` drafter logits (float32, or anything that
-        converts to float32 exactly, e.g. bf16 widened with
-        :func:`driverlevel._dtypes.bf16_bits_to_f32`). NaN counts as -inf.
+        ``[depth_limit, vocab]`` drafter logits: float32 (other floats are converted to float32),
+        or bf16 as an ``ml_dtypes.bfloat16`` array or uint16 bit patterns (as a bf16
+        :class:`DeviceArray`'s ``to_numpy()`` returns them), widened exactly. NaN counts as -inf.
     k : int
         ``1 <= k <= vocab``.
 
@@ -215,11 +229,13 @@ def topk_logprobs(logits: object, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     Raises
     ------
     TypeError
-        ``k`` not an int (bool and floats included, even when integral).
+        ``k`` not an int (bool and floats included, even when integral), or ``logits`` of
+        another dtype than float, ``ml_dtypes.bfloat16`` or uint16 (integer logits are refused,
+        not read as values).
     ValueError
         Not 2-D or ``k`` out of range.
     """
-    x = np.asarray(logits, dtype=np.float32)
+    x = _logits_input("logits", logits)
     if x.ndim != 2:
         raise ValueError(f"logits must be [depth_limit, vocab], got shape {x.shape}")
     k = _topk_k(k, x.shape[1])
@@ -393,7 +409,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     root_tokens : array_like of int
         ``[bs]``.
     logits : array_like of float
-        ``[bs, depth_limit, vocab]`` (float32 values; see :func:`topk_logprobs`).
+        ``[bs, depth_limit, vocab]``: float (converted to float32), or bf16 as an
+        ``ml_dtypes.bfloat16`` array or uint16 bit patterns (see :func:`topk_logprobs`).
     budget : int
         The plan's budget (>= 0): the arrays' width is ``budget + 1``, and
         ``K = min(budget, vocab)`` tokens are kept per depth.
@@ -417,8 +434,9 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
         ``active`` is not ``[bs]``.
     TypeError
         If ``budget`` is not an int (bool and floats refused, never truncated), or
-        ``root_tokens`` / ``budgets`` are not integers, or ``active`` not bools or integers
-        (a string is not a flag).
+        ``root_tokens`` / ``budgets`` are not integers, ``active`` not bools or integers
+        (a string is not a flag), or ``logits`` not float, ``ml_dtypes.bfloat16`` or uint16 bf16
+        bits (see :func:`topk_logprobs`).
     """
     roots = np.asarray(root_tokens)
     if roots.ndim != 1:
@@ -427,7 +445,7 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     bs = roots.shape[0]
     budget = _count("budget", budget, 0)
     if top is None:
-        x = np.asarray(logits, dtype=np.float32)
+        x = _logits_input("logits", logits)
         if x.ndim != 3 or x.shape[0] != bs or 0 in x.shape[1:]:
             raise ValueError(f"logits must be [bs={bs}, depth_limit, vocab] with depth_limit, vocab >= 1, "
                              f"got shape {x.shape}")
@@ -436,8 +454,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
         if np.ndim(top[0]) != 3 or np.shape(top[0])[0] != bs or np.shape(top[1]) != np.shape(top[0]):
             raise ValueError(f"top must be (ids, lp), each [bs={bs}, depth_limit, >= K], got shapes "
                              f"{np.shape(top[0])} and {np.shape(top[1])}")
-        depth_limit, vocab = top[0].shape[1], None
-    k = min(budget, vocab) if vocab is not None else min(budget, top[0].shape[2])
+        depth_limit, vocab = np.shape(top[0])[1], None
+    k = min(budget, vocab) if vocab is not None else min(budget, np.shape(top[0])[2])
     per = np.full(bs, budget, np.int64) if budgets is None else np.clip(_per_request("budgets", budgets, bs), 0, budget)
     act = np.ones(bs, bool) if active is None else _per_request_flags("active", active, bs)
     words = mask_words(budget)
@@ -697,15 +715,18 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     qo_indptr : array_like of int
         ``[bs + 1]`` rows of request ``b`` in ``target``.
     target : array_like
-        float ``[total_q, vocab]`` target logits (argmax taken here by :func:`row_argmax`:
-        first index on ties, NaN as -inf) or int ``[total_q]`` target tokens.
+        ``[total_q, vocab]`` target logits, float or bf16 (``ml_dtypes.bfloat16`` or uint16 bit
+        patterns; argmax taken here by :func:`row_argmax`: first index on ties, NaN as -inf), or
+        int ``[total_q]`` target tokens.
     active : array_like of bool
         ``[bs]`` active flags at accept time.
     seq_lens : array_like of int
         ``[bs]`` (limits acceptance to ``max_context - committed_len`` nodes).
     max_context : int
+        ``>= 0``.
     depth_limit : int
-        Width of the accepted arrays is ``depth_limit + 1``.
+        ``>= 0``, at least the depth of every tree node in use: width of the accepted arrays
+        is ``depth_limit + 1``.
     root_tokens : array_like of int, optional
         ``[bs]`` current roots (default -1); the result's ``root_tokens`` updates them.
     stop_tokens : array_like of int, optional
@@ -724,10 +745,13 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         For a ``qo_indptr`` that is not ``[bs + 1]`` non-decreasing from 0 with ``bs`` the
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
-        ``[bs, n_stop]``), or a negative ``depth_limit``.
+        ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
+        deeper than ``depth_limit``.
     TypeError
-        For ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, or
-        ``active`` that is neither bools nor integers.
+        For ``max_context`` or ``depth_limit`` that are not ints (bool and floats refused,
+        never truncated), ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, ``active``
+        that is neither bools nor integers, or 2-D ``target`` logits that are not float,
+        ``ml_dtypes.bfloat16`` or uint16 bf16 bits.
     """
     qo = np.asarray(qo_indptr)
     bs = trees.node_counts.shape[0]
@@ -736,12 +760,18 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     qo = qo.astype(np.int64)
     if np.any(np.diff(qo) > trees.parents.shape[1]):
         raise ValueError(f"a request has more than the trees' {trees.parents.shape[1]} nodes: qo_indptr {qo.tolist()}")
-    if depth_limit < 0:
-        raise ValueError(f"depth_limit must be >= 0, got {depth_limit}")
+    depth_limit = _count("depth_limit", depth_limit, 0)
+    max_context = _count("max_context", max_context, 0)
+    for b in range(bs):  # the accepted arrays are depth_limit + 1 wide: no path may be longer
+        n = int(qo[b + 1] - qo[b])
+        deepest = int(trees.depths[b, :n].max()) if n else 0
+        if deepest > depth_limit:
+            raise ValueError(f"request {b}'s tree has a node at depth {deepest}, past depth_limit = {depth_limit}")
     tgt = np.asarray(target)
     if tgt.ndim not in (1, 2) or tgt.shape[0] != qo[-1]:
         raise ValueError(f"target must be [total_q = {qo[-1]}, vocab] logits or [total_q] tokens, got shape {tgt.shape}")
     if tgt.ndim == 2:
+        tgt = _logits_input("target", tgt)  # refuses integer logits; uint16 are bf16 bits
         post, finite = row_argmax(tgt) if tgt.shape[0] else (np.zeros(0, np.int32), np.zeros(0, bool))
     else:
         post = tgt.astype(np.int64)
