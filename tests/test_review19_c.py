@@ -9,7 +9,6 @@ fails on the code before its fix.
 
 from __future__ import annotations
 
-import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,31 +25,7 @@ OK = driver.CUresult.CUDA_SUCCESS
 ATTR = driver.CUpointer_attribute
 
 
-class FakeDevice:
-    """A stand-in for Device: an ordinal, a primary context, ``activated()``; never touches a driver."""
-
-    def __init__(self, ordinal=0):
-        self.ordinal = ordinal
-        self.context = driver.CUcontext(0xC000 + ordinal)
-
-    @contextlib.contextmanager
-    def activated(self):
-        yield self
-
-    def _push(self):
-        return False
-
-    def __repr__(self):
-        return f"FakeDevice({self.ordinal})"
-
-
-DEV0, DEV1 = FakeDevice(0), FakeDevice(1)
-
-
-def stream_on(device, handle=0x5000):
-    s = object.__new__(dl.Stream)
-    s._handle, s.device, s._capture, s._finalizer = driver.CUstream(handle), device, None, None
-    return s
+from test_review18_b import DEV0, DEV1, FakeDevice, stream_on  # noqa: E402 (the fakes of review 18's tests)
 
 
 class CAIOnly:
