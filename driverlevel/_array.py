@@ -619,13 +619,13 @@ def _pointer_ordinal(ptr: int, device=None) -> int:
     """The ordinal of the device whose memory ``ptr`` addresses, asked through its context.
 
     ``CU_POINTER_ATTRIBUTE_CONTEXT`` first: one driver call when it is ``device``'s primary
-    context; another context's device comes from :func:`_context_ordinal` (three calls).
+    context; another context's device comes from :func:`~driverlevel._device.context_ordinal` (three calls).
     ``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`` is asked only for memory with no context (mapped
     with the virtual memory management API), because cuda.bindings from PR #1451 (January 2026)
     until the fix of NVIDIA/cuda-python#2928 reads that attribute from the wrong field and
     answers 0 for every pointer: an array on device 1 would look like device 0's.
     """
-    from ._device import init_driver
+    from ._device import context_ordinal, init_driver  # at the call: the tests replace context_ordinal
 
     init_driver()
     what = "of 0x{:x}, a __cuda_array_interface__ pointer".format(ptr)
@@ -635,17 +635,10 @@ def _pointer_ordinal(ptr: int, device=None) -> int:
     if int(ctx):
         if device is not None and int(ctx) == int(device.context):
             return device.ordinal
-        return _context_ordinal(ctx)
+        return context_ordinal(ctx)
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     return int(check("cuPointerGetAttribute", driver.cuPointerGetAttribute(attr, ptr),
                      f"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL {what}"))
-
-
-def _context_ordinal(ctx) -> int:
-    """The ordinal of the device of context ``ctx`` (``cuCtxGetDevice`` with ``ctx`` pushed, then popped)."""
-    from ._device import context_ordinal
-
-    return context_ordinal(ctx)
 
 
 def _pointer_is_managed(ptr: int) -> bool:

@@ -106,6 +106,23 @@ def _shape_nbytes(shape: tuple, itemsize: int) -> int:
     return math.prod(operator.index(n) for n in shape) * operator.index(itemsize)
 
 
+def _carve_end(start: int, specs, alignment: int) -> int:
+    """The byte offset where ``specs`` (``(shape, dtype)`` pairs) end when carved in order from offset
+    ``start``, each at a multiple of ``alignment`` (at least its dtype's item size), as
+    :meth:`WorkspacePool.carve` places them; Python ints throughout.
+
+    Raises ``TypeError`` for an extent that is not an integer or an unsupported dtype, ``ValueError``
+    for a negative extent."""
+    end = start
+    for shape, dtype in specs:
+        shape = int_tuple("shape", shape)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"shape extents must be >= 0, got {shape}")
+        dt = as_dtype(dtype)
+        end = align_up(end, max(alignment, dt.itemsize)) + _shape_nbytes(shape, dt.itemsize)
+    return end
+
+
 # -- registry of live allocations (for the graph audit) ---------------------------------
 _reg_lock = threading.Lock()
 _registry: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -605,14 +622,7 @@ class WorkspacePool:
             ``alignment`` is not a positive power of two, or a shape has a negative extent.
         """
         alignment = power_of_two("alignment", alignment)
-        total = 0
-        for shape, dtype in specs:
-            shape = int_tuple("shape", shape)
-            if any(d < 0 for d in shape):
-                raise ValueError(f"shape extents must be >= 0, got {shape}")
-            dt = as_dtype(dtype)
-            total = align_up(total, max(alignment, dt.itemsize)) + _shape_nbytes(shape, dt.itemsize)
-        return align_up(total, alignment)
+        return align_up(_carve_end(0, specs, alignment), alignment)
 
     @property
     def used(self) -> int:
@@ -694,11 +704,7 @@ class WorkspacePool:
         """
         with self._lock:
             used = self._used
-        end = used
-        for shape, dtype in specs:
-            dt = as_dtype(dtype)
-            end = align_up(end, max(self.alignment, dt.itemsize)) + _shape_nbytes(int_tuple("shape", shape),
-                                                                                   dt.itemsize)
+        end = _carve_end(used, specs, self.alignment)
         if end > self.capacity:
             raise PoolExhaustedError(
                 f"pool {self.label!r} is too small for {what}: its carve-outs need {format_bytes(end - used)}, but "

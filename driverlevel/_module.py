@@ -403,7 +403,7 @@ def _dim3(d, what, limits):
     for i in range(n):
         x = items[i]
         if type(x) is not int:  # the common case is a plain int: one test
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            if is_bool(x) or not isinstance(x, (int, np.integer)):
                 raise TypeError(f"{what} must be 1 to 3 positive ints, got {type(x).__name__} {x!r} in {d!r}")
             x = int(x)
         if x < 1 or x > limits[i]:
@@ -425,7 +425,7 @@ def _launch_geometry(grid, block, shared_mem) -> tuple:
         raise ValueError(f"block {block} has {threads:,} threads, above CUDA's limit of {MAX_THREADS_PER_BLOCK:,} "
                          f"per block")
     if type(shared_mem) is not int:
-        if isinstance(shared_mem, (bool, np.bool_)) or not isinstance(shared_mem, (int, np.integer)):
+        if is_bool(shared_mem) or not isinstance(shared_mem, (int, np.integer)):
             raise TypeError(f"shared_mem must be an int (bytes of dynamic shared memory per block), got "
                             f"{type(shared_mem).__name__} {shared_mem!r}")
         shared_mem = int(shared_mem)
