@@ -86,9 +86,12 @@ def test_rank_and_capacity():
             assert m >= prev and 1 <= m <= tk.SAMPLE_VALUES
             prev = m
             mean = m * v / tk.SAMPLE_VALUES
-            # the expected count clears K by z = 5 standard deviations, and the capacity the
-            # expected count by 2 z
-            assert (m - tk.SAMPLE_Z * np.sqrt(m)) * v / tk.SAMPLE_VALUES >= k * 0.999
+            # m is the smallest rank whose hypergeometric tail is at most SAMPLE_FAIL, and no less
+            # than min(K, 17): one sampled group of up to 16 tokens cannot fail a row alone
+            tail = tk.hypergeom_tail(16 * (v // 16), k - 1, tk.SAMPLE_VALUES)
+            floor = min(k, 17)
+            assert m >= floor and tail[m] <= tk.SAMPLE_FAIL, (v, k, m)
+            assert m == floor or tail[m - 1] > tk.SAMPLE_FAIL, (v, k, m)
             cap = tk.candidate_capacity(k, v, MERGE_CAPACITY)
             assert cap % 256 == 0 and mean < cap <= MERGE_CAPACITY and cap >= 4 * k
             # T admits up to S = floor(z sqrt(m)) sampled values past the m-th: the capacity
@@ -100,6 +103,42 @@ def test_rank_and_capacity():
     assert tk.sample_rank(300, 4000) == 300  # a row sampled whole: m = K
     for k in (1, 16, 300, 512):  # ... counted exactly: K + S candidates fit
         assert k + tk.sample_slack(k, 4000) <= tk.candidate_capacity(k, 4000, MERGE_CAPACITY)
+
+
+def _exact_tail(population, successes, draws, x):
+    """P(X >= x) for X hypergeometric, in exact integer arithmetic (an independent check)."""
+    from fractions import Fraction
+    from math import comb
+
+    num = sum(comb(successes, j) * comb(population - successes, draws - j) for j in range(x, min(successes, draws) + 1))
+    return Fraction(num, comb(population, draws))
+
+
+def test_sample_rank_tail_against_exact_arithmetic():
+    """hypergeom_tail (log-gamma, float64) agrees with exact integer sums, and the ranks it gives
+    at Kimi's vocabulary are the smallest whose failure probability is at most SAMPLE_FAIL; a
+    uniform random sample of the row fails at about that rate (Monte Carlo at an inflated
+    SAMPLE_FAIL, where the rate is measurable)."""
+    for pop, succ, draws in ((163840, 255, 4096), (129280, 15, 4096), (5000, 63, 4096), (300, 40, 100)):
+        tail = tk.hypergeom_tail(pop, succ, draws)
+        for x in sorted({x for x in (0, 1, 3, 7, 15, 25) if x <= min(succ, draws)} | {min(succ, draws)}):
+            want = float(_exact_tail(pop, succ, draws, x))
+            assert tail[x] == pytest.approx(want, rel=1e-9, abs=1e-300), (pop, succ, draws, x)
+    assert [tk.sample_rank(k, 163840) for k in (1, 16, 64, 256, 512)] == [1, 16, 17, 23, 35]
+    for k in (256, 512):
+        m = tk.sample_rank(k, 163840)
+        assert float(_exact_tail(163840, k - 1, 4096, m)) <= tk.SAMPLE_FAIL
+        assert float(_exact_tail(163840, k - 1, 4096, m - 1)) > tk.SAMPLE_FAIL
+    with pytest.raises(ValueError):
+        tk.hypergeom_tail(10, 11, 5)
+    # a random sample of 4,096 of 163,840 ranks: how often do >= m land among the top K - 1
+    rng = np.random.default_rng(5)
+    k, v, trials = 256, 163840, 20000
+    hits = rng.hypergeometric(k - 1, v - (k - 1), tk.SAMPLE_VALUES, size=trials)
+    for m in (10, 12, 14):
+        rate = float((hits >= m).mean())
+        p = tk.hypergeom_tail(v, k - 1, tk.SAMPLE_VALUES)[m]
+        assert abs(rate - p) < 5 * np.sqrt(p * (1 - p) / trials) + 1e-4, (m, rate, p)
 
 
 def test_segments_fill_the_gpu_and_cover_the_row():
