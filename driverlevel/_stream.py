@@ -58,7 +58,8 @@ def _stream_handle_arg(handle):
 def _check_stream_context(handle, device) -> None:
     """``ValueError`` unless the stream ``handle`` belongs to ``device``'s primary context (asks the driver).
 
-    One ``cuStreamGetCtx``; on a mismatch the stream's device is looked up for the message. The
+    One ``cuStreamGetCtx``; on a mismatch the device of the stream's context is looked up for the
+    message (:func:`~driverlevel._device.context_ordinal`: push, ``cuCtxGetDevice``, pop). The
     special handles (:data:`_SPECIAL_STREAMS`) are not asked about: they resolve to the context
     current at each call, which driverlevel makes the primary one.
     """
@@ -68,33 +69,14 @@ def _check_stream_context(handle, device) -> None:
     ctx = check("cuStreamGetCtx", driver.cuStreamGetCtx(handle), f"stream 0x{h:x}")
     if int(ctx) == int(device.context):
         return
-    ordinal = _stream_device_ordinal(handle, ctx)
+    from ._device import context_ordinal  # at the call: the tests replace context_ordinal
+
+    ordinal = context_ordinal(ctx)
     if ordinal != device.ordinal:
         raise ValueError(f"stream 0x{h:x} belongs to device {ordinal}, not to device {device.ordinal}: "
                          f"borrow it with Stream.from_handle(handle, {ordinal})")
     raise ValueError(f"stream 0x{h:x} belongs to a context of device {ordinal} other than its primary context "
                      f"(made with cuCtxCreate, or a green context); driverlevel works in the primary context only")
-
-
-def _stream_device_ordinal(handle, ctx) -> int:
-    """The ordinal of the device of stream ``handle``, whose context is ``ctx``.
-
-    ``cuStreamGetDevice`` where both the bindings and the driver have it (CUDA 12.8 on);
-    otherwise ``cuCtxGetDevice`` with ``ctx`` pushed for the call and popped again.
-    """
-    get_device = getattr(driver, "cuStreamGetDevice", None)
-    ret = None
-    if get_device is not None:
-        try:
-            ret = get_device(handle)
-        except RuntimeError as exc:  # bindings newer than the driver: the symbol is missing from libcuda
-            if type(exc).__name__ != "FunctionNotFoundError" and "not found" not in str(exc):
-                raise
-    if ret is not None:
-        return int(check("cuStreamGetDevice", ret))
-    from ._device import context_ordinal
-
-    return context_ordinal(ctx)
 
 
 def _event_arg(name: str, event) -> "Event":
@@ -179,7 +161,8 @@ class Stream:
         DriverUnavailableError
             ``device`` is an int and there is no usable driver.
         CudaError
-            If the driver cannot say which context the stream belongs to.
+            If the driver cannot say which context the stream belongs to (or, when that is not
+            ``device``'s primary context, which device the context is on).
         """
         from ._device import _check_device_arg
 

@@ -708,16 +708,20 @@ class DDTreePlan:
             p.n_stop = state.stop_tokens.shape[1] if state.stop_tokens is not None else 0
         return p
 
-    def _launches(self, key, make):
-        ln = self._cache.get(key)
-        if ln is None:
-            ln = make()
-            self._cache[key] = ln
-        return ln
+    def _launch(self, stream, key, state, make) -> None:
+        """Check ``stream``, then launch on it every prepared launch of ``key`` + ``state.key()``.
 
-    @staticmethod
-    def _state_key(state):
-        return state.key()
+        The stream is checked (:func:`~driverlevel._checks.stream_arg`: ``TypeError`` /
+        ``ValueError``) before anything is packed or launched. ``make()`` packs the list of
+        launches the first time a key is seen; later calls with the same addresses replay it.
+        """
+        _stream_arg("stream", stream, self.device)
+        key += state.key()
+        launches = self._cache.get(key)
+        if launches is None:
+            launches = self._cache[key] = make()
+        for ln in launches:
+            ln.launch(stream)
 
     # -- launches ---------------------------------------------------------------------------
     def build(self, stream, logits, state: RequestState) -> None:
@@ -775,9 +779,7 @@ class DDTreePlan:
                 ln.keep(lg, state)
             return out
 
-        _stream_arg("stream", stream, self.device)
-        for ln in self._launches(("build", lg.ptr) + self._state_key(state), make):
-            ln.launch(stream)
+        self._launch(stream, ("build", lg.ptr), state, make)
 
     def compile(self, stream, state: RequestState) -> None:
         """Verify inputs, slots, metadata and masks of the trees just built.
@@ -802,9 +804,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream, self.device)
-        for ln in self._launches(("compile",) + self._state_key(state), make):
-            ln.launch(stream)
+        self._launch(stream, ("compile",), state, make)
 
     def accept(self, stream, state: RequestState, target_logits=None, target_tokens=None, mirror=None) -> None:
         """Greedy acceptance: the target's argmax per node, the walk, stop tokens, next roots.
@@ -862,10 +862,7 @@ class DDTreePlan:
                 ln.keep(tl, tt, mirror, state)
             return out
 
-        _stream_arg("stream", stream, self.device)
-        key = ("accept", _ptr(tl), _ptr(tt), _ptr(mir)) + self._state_key(state)
-        for ln in self._launches(key, make):
-            ln.launch(stream)
+        self._launch(stream, ("accept", _ptr(tl), _ptr(tt), _ptr(mir)), state, make)
 
     def commit(self, stream, state: RequestState) -> None:
         """Paged commit: append the accepted slots to ``req_to_token``, advance
@@ -886,9 +883,7 @@ class DDTreePlan:
             ln.keep(state)
             return [ln]
 
-        _stream_arg("stream", stream, self.device)
-        for ln in self._launches(("commit",) + self._state_key(state), make):
-            ln.launch(stream)
+        self._launch(stream, ("commit",), state, make)
 
     def commit_dense(self, stream, state: RequestState, cache) -> None:
         """Dense commit: move the accepted rows of each request's appended window to its front.
@@ -932,9 +927,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
-        _stream_arg("stream", stream, self.device)
-        for ln in self._launches(("dense", c.ptr) + self._state_key(state), make):
-            ln.launch(stream)
+        self._launch(stream, ("dense", c.ptr), state, make)
 
     # -- host helpers (not capture-safe) ----------------------------------------------------
     def check_errors(self, stream=None) -> None:

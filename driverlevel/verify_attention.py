@@ -30,7 +30,7 @@ from ._checks import bool_arg, is_bool
 from ._checks import device_array_arg as _arr
 from ._checks import need_dtype as _need_dtype
 from ._checks import need_shape as _need_shape
-from ._checks import positive_int
+from ._checks import non_negative_int, positive_int
 from ._checks import stream_arg as _stream_arg
 from ._compile import (CompileVariant, _stacklevel_outside_package, arch_number, compile_file, normalize_arch,
                        shared_limit)
@@ -496,11 +496,9 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
         If ``rows_per_request`` is not an int (or None).
     """
     if rows_per_request is not None:
-        if is_bool(rows_per_request) or not isinstance(rows_per_request, (int, np.integer)):
+        if is_bool(rows_per_request):  # numpy 1's bool_ has __index__: non_negative_int would take it for 0 / 1
             raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
-        if rows_per_request < 0:
-            raise ValueError(f"rows_per_request must be >= 0, got {rows_per_request}")
-        rows_per_request = int(rows_per_request)  # a Python int before the products below
+        rows_per_request = non_negative_int("rows_per_request", rows_per_request)  # a Python int, for the products below
     fits = tile_configs(arch)
     fits = [c for c in fits if c.exchange == fits[0].exchange]  # the others: compiled, selectable with tile=
     if rows_per_request and fits[0].ws:

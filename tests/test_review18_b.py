@@ -177,7 +177,8 @@ def test_an_empty_cai_array_with_a_null_pointer_asks_nothing(pointer_on):
 
 @pytest.fixture
 def stream_driver(monkeypatch):
-    """``cuStreamGetCtx`` / ``cuStreamGetDevice`` / ``cuCtxGetDevice`` stubs: stream 0x5000 is in ``ctx``, on ``dev``."""
+    """``cuStreamGetCtx`` / ``cuCtxGetDevice`` stubs: stream 0x5000 is in ``ctx``, on ``dev``. ``cuStreamGetDevice``
+    is stubbed too, only to log it if it were asked: the stream's device comes from its context."""
     st = SimpleNamespace(ctx=DEV0.context, dev=0, log=[])
     monkeypatch.setattr(_device, "_check_device_arg", lambda d: {0: DEV0, 1: DEV1}[d] if isinstance(d, int) else d)
 
@@ -190,7 +191,7 @@ def stream_driver(monkeypatch):
         return (OK, driver.CUdevice(st.dev))
 
     monkeypatch.setattr(driver, "cuStreamGetCtx", get_ctx)
-    monkeypatch.setattr(driver, "cuStreamGetDevice", get_dev)
+    monkeypatch.setattr(driver, "cuStreamGetDevice", get_dev, raising=False)  # bindings before CUDA 12.8 lack it
     monkeypatch.setattr(driver, "cuCtxPushCurrent", lambda c: st.log.append(("push", int(c))) or (OK,))
     monkeypatch.setattr(driver, "cuCtxGetDevice", lambda: st.log.append(("cuCtxGetDevice",)) or (OK, driver.CUdevice(st.dev)))
     monkeypatch.setattr(driver, "cuCtxPopCurrent", lambda: st.log.append(("pop",)) or (OK, st.ctx))
@@ -208,7 +209,8 @@ def test_from_handle_refuses_a_stream_of_another_device(stream_driver):
     with pytest.raises(ValueError) as ei:
         dl.Stream.from_handle(0x5000, 0)
     assert str(ei.value) == "stream 0x5000 belongs to device 1, not to device 0: borrow it with Stream.from_handle(handle, 1)"
-    assert stream_driver.log == [("cuStreamGetCtx", 0x5000), ("cuStreamGetDevice", 0x5000)]
+    # the device of the stream's context: pushed, asked and popped (_device.context_ordinal)
+    assert stream_driver.log == [("cuStreamGetCtx", 0x5000), ("push", int(DEV1.context)), ("cuCtxGetDevice",), ("pop",)]
 
 
 def test_from_handle_refuses_a_stream_of_another_context_of_the_device(stream_driver):
@@ -218,34 +220,17 @@ def test_from_handle_refuses_a_stream_of_another_context_of_the_device(stream_dr
         dl.Stream.from_handle(0x5000, DEV0)
 
 
-@pytest.mark.parametrize("lacks", ["binding", "driver"])
-def test_from_handle_asks_the_context_when_cu_stream_get_device_is_missing(stream_driver, monkeypatch, lacks):
-    """cuStreamGetDevice came with CUDA 12.8: older bindings lack the name, newer bindings on an older driver
-    raise their function-not-found error; the stream's context is pushed, asked, and popped instead."""
-    if lacks == "binding":
-        monkeypatch.delattr(driver, "cuStreamGetDevice")
-    else:
-        class FunctionNotFoundError(RuntimeError):
-            pass
-
-        def missing(h):
-            raise FunctionNotFoundError("function cuStreamGetDevice is not found")
-
-        monkeypatch.setattr(driver, "cuStreamGetDevice", missing)
-    stream_driver.ctx, stream_driver.dev = DEV1.context, 1
-    with pytest.raises(ValueError, match="^stream 0x5000 belongs to device 1, not to device 0"):
-        dl.Stream.from_handle(0x5000, 0)
-    assert stream_driver.log == [("cuStreamGetCtx", 0x5000), ("push", int(DEV1.context)), ("cuCtxGetDevice",), ("pop",)]
-
-
-def test_from_handle_passes_on_another_runtime_error_of_cu_stream_get_device(stream_driver, monkeypatch):
-    def broken(h):
-        raise RuntimeError("something else")
-
-    monkeypatch.setattr(driver, "cuStreamGetDevice", broken)
+def test_from_handle_finds_the_stream_device_by_context_ordinal_of_its_context(stream_driver, monkeypatch):
+    """The ordinal in the message is _device.context_ordinal's answer for the context cuStreamGetCtx gave;
+    cuStreamGetDevice (CUDA 12.8 on, missing from older bindings and drivers) is not asked."""
+    asked = []
+    monkeypatch.setattr(_device, "context_ordinal", lambda ctx: asked.append(int(ctx)) or 1)
     stream_driver.ctx = DEV1.context
-    with pytest.raises(RuntimeError, match="^something else$"):
+    with pytest.raises(ValueError, match=r"^stream 0x5000 belongs to device 1, not to device 0: "
+                                         r"borrow it with Stream.from_handle\(handle, 1\)$"):
         dl.Stream.from_handle(0x5000, 0)
+    assert asked == [int(DEV1.context)]
+    assert stream_driver.log == [("cuStreamGetCtx", 0x5000)]
 
 
 @pytest.mark.parametrize("handle", [0, 1, 2])
