@@ -285,16 +285,22 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
     // The request's budget, loaded here so that its load travels with the counter's atomic (the
     // search's first loads, search_ends, need it); clamped past the barrier, where it has arrived.
     if (p.budgets) budget_b = p.budgets[b];
+    // The last CTA's thread 0 re-arms the counter and fences again (the acquire of the other
+    // rows' stores) before the barrier, which hands that order on to the CTA's other threads:
+    // one fence per CTA, not one in each of the 512 threads.
     if (tid == 0) {
       __threadfence();
-      sm.last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+      const bool last = atomicAdd(&p.counters[b], 1u) == static_cast<u32>(D - 1);
+      if (last) {
+        p.counters[b] = 0u;  // ready for the next launch
+        __threadfence();
+      }
+      sm.last = last;
     }
     __syncthreads();
     if (!sm.last) return;
     budget_b = min(max(budget_b, 0), p.budget);
     DDT_STAMP(5, "last", 0);
-    if (tid == 0) p.counters[b] = 0u;  // ready for the next launch
-    __threadfence();
   }
 
   // ---- best-first search of request b (this CTA finished its last row)
@@ -311,7 +317,24 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   // warp 0: the parallel search's bounds from the rows' ends, loaded with the rows (search.cuh)
   SearchEnds ends;
   if (tid < 32) ends = search_ends(glp, K, kb, D);
-  for (int i = tid; i < D * K; i += BUILD_THREADS) lp[i] = __ldcg(glp + i);
+  {  // the rows' log-probs into shared memory: eight loads in flight per thread, then the stores
+    constexpr int LPU = 8;
+    const int n = D * K;
+#pragma unroll 1
+    for (int base = 0; base < n; base += LPU * BUILD_THREADS) {
+      float r[LPU];
+#pragma unroll
+      for (int u = 0; u < LPU; ++u) {
+        const int i = base + u * BUILD_THREADS + tid;
+        r[u] = i < n ? __ldcg(glp + i) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < LPU; ++u) {
+        const int i = base + u * BUILD_THREADS + tid;
+        if (i < n) lp[i] = r[u];
+      }
+    }
+  }
   if (tid == 0) { ns.par[0] = -1; ns.rank[0] = -1; ns.dep[0] = 0; }
   if (tid < 32 && kb > 0) search_bounds(ends, kb, D, budget_b, sm.search);
   __syncthreads();
