@@ -134,7 +134,7 @@ def int_tuple(name: str, value: object) -> tuple:
 
 def _as_int(name: str, value: object, want: str) -> int:
     """``value`` as a Python int (``__index__``; bool and floats refused), or ``TypeError`` naming ``name``."""
-    if isinstance(value, bool):
+    if is_bool(value):  # numpy 1's np.bool_ has __index__ too
         raise TypeError(f"{name} must be {want}, got bool {value!r}")
     try:
         v = operator.index(value)

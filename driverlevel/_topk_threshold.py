@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from ._checks import non_negative_int, positive_int
 from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_CTAS_PER_SM, DDTREE_TK_STREAM_THREADS,
                          DDTREE_TK_STREAM_VECS, DDTREE_TK_WARP_STAGE)
 
@@ -110,7 +111,7 @@ def sample_rank(k: int, vocab: int) -> int:
     The row counts fewer than ``K`` logits ``>= T`` only if ``m`` or more sampled values lie
     among the row's ``K - 1`` largest. For ``n`` values drawn without replacement from ``N``
     that number is hypergeometric, ``X ~ H(N, K - 1, n)``; ``m`` is the smallest with
-    ``P(X >= m) <= SAMPLE_FAIL`` (exact tail, :func:`hypergeom_tail`; ``N = 16 floor(vocab /
+    ``P(X >= m) <= SAMPLE_FAIL`` (the whole tail, not an approximation: :func:`hypergeom_tail`; ``N = 16 floor(vocab /
     16)``, the tokens the sample can read in either dtype, which only raises the tail). The
     stratified sample spreads its draws over the row, so rows whose large logits are spread out
     fail less often than that; rows whose large logits sit in runs of consecutive ids (a 32-byte
@@ -125,15 +126,25 @@ def sample_rank(k: int, vocab: int) -> int:
     session gave 26 / 26 / 29 / 37 / 48, failing at 1e-14 and below instead of its intended
     3e-7; at K = 256 the new ``m`` keeps ~950 candidates per row on random rows instead of
     ~1,500.
+
+    Raises
+    ------
+    TypeError
+        ``k`` or ``vocab`` is not an int (bools and floats refused).
+    ValueError
+        ``k`` or ``vocab`` is below 1.
     """
+    k, vocab = positive_int("k", k), positive_int("vocab", vocab)
     if vocab <= SAMPLE_VALUES:
         return k
-    return _sample_rank(int(k), int(vocab), SAMPLE_FAIL)
+    return _sample_rank(k, vocab, SAMPLE_FAIL)
 
 
 @functools.lru_cache(maxsize=256)
 def _sample_rank(k: int, vocab: int, p_fail: float) -> int:
-    tail = hypergeom_tail(16 * (vocab // 16), k - 1, SAMPLE_VALUES)
+    population = 16 * (vocab // 16)
+    # K - 1 above a population that small: every sampled value is among them, X = n always
+    tail = hypergeom_tail(population, min(k - 1, population), SAMPLE_VALUES)
     m = 1
     while m < len(tail) and tail[m] > p_fail:
         m += 1
@@ -144,7 +155,22 @@ def _sample_rank(k: int, vocab: int, p_fail: float) -> int:
 def hypergeom_tail(population: int, successes: int, draws: int) -> list[float]:
     """``[P(X >= x) for x in 0 .. min(successes, draws) + 1]`` for ``X`` hypergeometric: the
     successes among ``draws`` drawn without replacement from ``population`` of which
-    ``successes`` are successes (float64, from log-gamma; the last entry is 0)."""
+    ``successes`` are successes (the last entry is 0).
+
+    Float64 from log-gamma terms: within ~1e-8 relative of the exact tail for populations up
+    to a few million (every vocabulary), ~1e-6 at 1e9; the terms cancel, so much larger
+    populations lose accuracy fast.
+
+    Raises
+    ------
+    TypeError
+        An argument is not an int (bools and floats refused).
+    ValueError
+        ``population < 0``, or ``successes`` or ``draws`` outside ``0 .. population``.
+    """
+    population = non_negative_int("population", population)
+    successes = non_negative_int("successes", successes)
+    draws = non_negative_int("draws", draws)
     if not 0 <= successes <= population or not 0 <= draws <= population:
         raise ValueError(f"hypergeom_tail({population}, {successes}, {draws}): need 0 <= successes, draws "
                          f"<= population")

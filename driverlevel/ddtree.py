@@ -422,7 +422,7 @@ class DDTreePlan:
     ``kv_indices`` (``max_batch * max_context * 8``), the target argmax partials
     (``max_batch * (budget + 1) * 8``: one running maximum per row, which accept clears) and
     the optional FULL mask. ``topk="threshold"`` adds ``max_batch * depth_limit * tk_cap * 8``
-    bytes of candidates (``tk_cap``: 3,072-5,376 at the model vocabularies) and per-segment
+    bytes of candidates (``tk_cap``: 1,024-4,608 at the model vocabularies) and per-segment
     statistics.
 
     Outputs (device arrays of the plan)
