@@ -36,8 +36,12 @@ back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush 
 (the tables before the seventeenth session; at batch 1 / 16 the build then measured ~10 µs faster
 than a step sees it).
 
+``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
+are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`).
+
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
+                                         [--drafter random|peaked]
                                          [--flush read|write|none]
 """
 
@@ -73,13 +77,29 @@ EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax al
 # top-K kernel alone (ddtree_topk_*, the first launch of build); each timed on its own
 
 
-def make_inputs(dev, stream, rng, plan, batch, logits_dtype):
-    """Drafter logits (peaked like a real drafter: a few strong tokens per depth), bf16 target
-    logits that follow the drafter's top token, and a fresh state; returns them with a snapshot."""
-    x = rng.standard_normal((batch, DEPTH, VOCAB), dtype=np.float32) * 2.0
-    top = rng.integers(0, VOCAB, (batch, DEPTH, 4))
-    for j, boost in enumerate((9.0, 6.0, 5.0, 4.0)):
+#: Logits of the four strong tokens per (request, depth) over N(0, 4) noise, per --drafter.
+#: "random": 9 / 6 / 5 / 4, about as large as the noise's maximum (~9): every row is nearly flat
+#: (top-1 probability under 1%), and the best-first tree is a star (every node at depth 1, at
+#: budgets 16 and 256). "peaked": 16 / 14 / 12.5 / 11.5 over the noise's mass (~e^14): top-1
+#: probability ~0.76, then ~0.10, ~0.02, ~0.01, like a confident drafter; the tree runs through
+#: all 15 depths with branches at each (the search's deeper phases run).
+DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": (16.0, 14.0, 12.5, 11.5)}
+
+
+def drafter_logits(rng, batch, drafter="random", vocab=VOCAB):
+    """``(x, top)``: fp32 drafter logits ``[batch, DEPTH, vocab]`` (N(0, 4) noise, four strong
+    tokens per row from :data:`DRAFTER_BOOSTS`) and the strong tokens' ids ``[batch, DEPTH, 4]``."""
+    x = rng.standard_normal((batch, DEPTH, vocab), dtype=np.float32) * 2.0
+    top = rng.integers(0, vocab, (batch, DEPTH, 4))
+    for j, boost in enumerate(DRAFTER_BOOSTS[drafter]):
         np.put_along_axis(x, top[:, :, j:j + 1], boost, axis=2)
+    return x, top
+
+
+def make_inputs(dev, stream, rng, plan, batch, logits_dtype, drafter="random"):
+    """Drafter logits (:func:`drafter_logits`), bf16 target logits that follow the drafter's top
+    token, and a fresh state; returns them with a snapshot."""
+    x, top = drafter_logits(rng, batch, drafter)
     bf16 = logits_dtype == "bfloat16"
     logits = dl.DeviceBuffer.allocate(dev, x.size * (2 if bf16 else 4)).as_array(x.shape, dl.bfloat16 if bf16 else np.float32)
     logits.copy_from_host(f32_to_bf16_bits(x) if bf16 else x)
@@ -359,6 +379,14 @@ def reference_times(torch, logits, target, budget, batch, reps):
     return {"copy": med[0], "heap": med[1], "visibility": med[2], "build": med[0] + med[1] + med[2], "accept": med[3]}
 
 
+def tree_shape(plan) -> list[int]:
+    """Request 0's nodes by depth (root excluded) in the plan's last tree: ``[n_1, n_2, ...]`` up to
+    its deepest node."""
+    n = int(plan.node_counts.to_numpy()[0])
+    depths = plan.depths.to_numpy()[0, 1:n]
+    return np.bincount(depths, minlength=2)[1:].tolist() if depths.size else []
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="budgets 16 and 256, fewer repetitions")
@@ -371,6 +399,9 @@ def main(argv=None) -> int:
                     help="programmatic dependent launch of the build's kernels (DDTreePlan(pdl=...)); "
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
+    ap.add_argument("--drafter", default="random", choices=tuple(DRAFTER_BOOSTS),
+                    help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1) or "
+                         "peaked (a confident drafter: deep trees)")
     ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
                     help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
                          "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "
@@ -402,7 +433,8 @@ def main(argv=None) -> int:
     reps = 10 if args.quick else 30
     flush = None if args.flush == "none" else L2Flush(dev, stream, args.flush)
     results = []
-    print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype}, target bf16; "
+    print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype} ({args.drafter}), "
+          f"target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__}); "
           + ("L2 warm (no flush)" if flush is None else f"build, step and top-K behind a 256 MB L2 flush ({flush.mode})"))
@@ -416,14 +448,16 @@ def main(argv=None) -> int:
                           max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                           topk=mode, pdl=pdl)
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
-        _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
+        _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
+                                                             args.drafter)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
+        shape = tree_shape(plan)
         floor, parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)
         r = reference_times(torch, logits, target, budget, batch, max(3, reps // 3)) if torch else None
         row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
                "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts,
-               "graph_floor_us": floor}
+               "graph_floor_us": floor, "tree_nodes_by_depth": shape}
         results.append(row)
         ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
                if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
@@ -436,11 +470,12 @@ def main(argv=None) -> int:
         names = PART_NAMES[mode]
         print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
               + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts))
-              + f" (a one-noop graph: {floor:.1f})", flush=True)
+              + f" (a one-noop graph: {floor:.1f}); request 0's tree, nodes by depth: {shape}", flush=True)
         del plan, logits, target, tokens, state, snap
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
+                       "drafter": args.drafter,
                        "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
     return 0
 
