@@ -111,8 +111,9 @@ def sample_rank(k: int, vocab: int) -> int:
     The row counts fewer than ``K`` logits ``>= T`` only if ``m`` or more sampled values lie
     among the row's ``K - 1`` largest. For ``n`` values drawn without replacement from ``N``
     that number is hypergeometric, ``X ~ H(N, K - 1, n)``; ``m`` is the smallest with
-    ``P(X >= m) <= SAMPLE_FAIL`` (the whole tail, not an approximation: :func:`hypergeom_tail`; ``N = 16 floor(vocab /
-    16)``, the tokens the sample can read in either dtype, which only raises the tail). The
+    ``P(X >= m) <= SAMPLE_FAIL`` (the whole tail, not an approximation: :func:`hypergeom_tail`;
+    ``N = 16 floor(vocab / 16)``, the tokens the sample can read in either dtype, which only
+    raises the tail). The
     stratified sample spreads its draws over the row, so rows whose large logits are spread out
     fail less often than that; rows whose large logits sit in runs of consecutive ids (a 32-byte
     group holds 8 or 16 of them at once) fail more often. A failed row takes the exact fallback:

@@ -496,7 +496,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
         If ``rows_per_request`` is not an int (or None).
     """
     if rows_per_request is not None:
-        if is_bool(rows_per_request):  # numpy 1's bool_ has __index__: non_negative_int would take it for 0 / 1
+        if is_bool(rows_per_request):  # (non_negative_int refuses bools too; this message names None)
             raise TypeError(f"rows_per_request must be an int or None, got {type(rows_per_request).__name__}")
         rows_per_request = non_negative_int("rows_per_request", rows_per_request)  # a Python int, for the products below
     fits = tile_configs(arch)
