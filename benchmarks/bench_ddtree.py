@@ -38,10 +38,11 @@ than a step sees it).
 
 ``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
 are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`).
+``--search heap`` makes every build use the one-warp heap instead of the parallel search.
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
-                                         [--drafter random|peaked]
+                                         [--drafter random|peaked] [--search parallel|heap]
                                          [--flush read|write|none]
 """
 
@@ -59,7 +60,7 @@ import driverlevel as dl
 from driverlevel._cli_common import json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
-from driverlevel.ddtree import DDTreePlan, DDTreeState
+from driverlevel.ddtree import FLAG_LEGACY_SEARCH, DDTreePlan, DDTreeState
 from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
 
@@ -399,6 +400,10 @@ def main(argv=None) -> int:
                     help="programmatic dependent launch of the build's kernels (DDTreePlan(pdl=...)); "
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
+    ap.add_argument("--search", default="parallel", choices=("parallel", "heap"),
+                    help="the build's tree search: parallel (default: the block-wide search, which falls back to "
+                         "the heap where it cannot prove exactness) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH: "
+                         "the one-warp best-first heap for every request)")
     ap.add_argument("--drafter", default="random", choices=tuple(DRAFTER_BOOSTS),
                     help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1) or "
                          "peaked (a confident drafter: deep trees)")
@@ -434,7 +439,7 @@ def main(argv=None) -> int:
     flush = None if args.flush == "none" else L2Flush(dev, stream, args.flush)
     results = []
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype} ({args.drafter}), "
-          f"target bf16; "
+          f"{args.search} search, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__}); "
           + ("L2 warm (no flush)" if flush is None else f"build, step and top-K behind a 256 MB L2 flush ({flush.mode})"))
@@ -447,6 +452,8 @@ def main(argv=None) -> int:
         plan = DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                           max_context=args.max_context, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                           topk=mode, pdl=pdl)
+        if args.search == "heap":
+            plan.flags = FLAG_LEGACY_SEARCH  # (before the first launch: launches are packed once)
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                              args.drafter)
@@ -475,7 +482,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
-                       "drafter": args.drafter,
+                       "drafter": args.drafter, "search": args.search,
                        "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
     return 0
 

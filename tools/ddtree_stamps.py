@@ -54,6 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..64)")
     ap.add_argument("--budget", type=int, nargs="+", default=[256], help="tree budgets (1..512)")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--drafter", choices=("random", "peaked"), default="random",
+                    help="bench_ddtree's drafter rows: random (nearly flat; star trees) or peaked (deep trees)")
+    ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
+                    help="parallel (default) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
     args = ap.parse_args(argv)
     for name, values, lo, hi in (("--batch", args.batch, 1, 64), ("--budget", args.budget, 1, 512)):
         bad = [v for v in values if not lo <= v <= hi]
@@ -157,15 +161,19 @@ def main(argv=None) -> int:
                 plan = ddtree.DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                                          max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                                          topk="threshold")
+                if args.search == "heap":
+                    plan.flags = ddtree.FLAG_LEGACY_SEARCH
                 rng = np.random.default_rng(1000 * batch + budget)
-                _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype)
+                _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
+                                                        args.drafter)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
                 phase_stamps.zero_stamps(plan._module)
                 plan.build(stream, logits, state)
                 stream.synchronize()
                 ctas, warmer = split_warmer(phase_stamps.read_stamps(plan._module), plan.depth_limit)
-                print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits, "
+                print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits "
+                      f"({args.drafter} drafter, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
