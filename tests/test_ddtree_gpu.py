@@ -306,6 +306,61 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
                 np.testing.assert_array_equal(out[n], first[n], err_msg=f"round {rnd}: {n}")
 
 
+def peaked_rows(rng, batch, depth, vocab, jitter):
+    """Confident drafter rows (bench_ddtree --drafter peaked): N(0, 4) noise and four tokens at
+    16 / 14 / 12.5 / 11.5 (top-1 probability ~0.76 at 163,840 tokens); ``jitter`` (standard
+    deviation) moves each boost per row, else every depth has the same boosts and many paths'
+    sums tie within rounding."""
+    x = rng.standard_normal((batch, depth, vocab)).astype(np.float32) * 2.0
+    top = rng.integers(0, vocab, (batch, depth, 4))
+    for j, boost in enumerate((16.0, 14.0, 12.5, 11.5)):
+        vals = boost + (rng.standard_normal((batch, depth, 1)) * jitter if jitter else 0.0)
+        np.put_along_axis(x, top[:, :, j:j + 1], np.asarray(vals, np.float32), axis=2)
+    return x
+
+
+@pytest.mark.parametrize("search", ["parallel", "heap"])
+@pytest.mark.parametrize("jitter", [0.0, 0.7])
+@pytest.mark.parametrize("dtype, budget, batch", [("float32", 256, 3), ("bfloat16", 512, 2), ("float32", 16, 2)])
+def test_build_deep_trees(device, stream, dtype, budget, batch, jitter, search):
+    """Deep and wide trees (every depth of 15 holds nodes, tens per depth at budget 256): the
+    random rows of the other tests give trees of at most four depths, and bench_ddtree's default
+    rows stars. Confident rows at Kimi's vocabulary, with the boosts equal at every depth (many
+    near-tied path sums: the ranks tuple decides) or jittered; the parallel search and the
+    one-warp heap (FLAG_LEGACY_SEARCH) both equal the reference tree on the GPU's own top-K,
+    node for node, and the trees are deep."""
+    from driverlevel.ddtree import FLAG_LEGACY_SEARCH
+
+    rng = np.random.default_rng(budget * 10 + batch + int(jitter * 10))
+    D, V = 15, 163_840
+    rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, dtype=dtype, mask_formats=("bitmask",))
+    if search == "heap":
+        rig.plan.flags = FLAG_LEGACY_SEARCH
+    rig.push_state()
+    x = peaked_rows(rng, batch, D, V, jitter)
+    if rig.bf16:
+        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
+        rig.logits.copy_from_host(f32_to_bf16_bits(x))
+    else:
+        rig.logits.copy_from_host(x)
+    poison(rig.plan, stream, ("top_ids", "top_lp") + TREE_OUTPUTS)
+    poison_topk(rig.plan, stream)
+    rig.plan.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+    k = rig.plan.k
+    for b in range(batch):
+        ids, lp, lse = ref.topk_logprobs(x[b], k)
+        assert_topk_matches(out, b, ids, lp, lse, f"peaked rows, jitter {jitter}")
+    tb = rig.host_tree(out)
+    assert_tree_equal(tb, out, rig.h["active"])
+    for b in range(batch):
+        n = int(tb.node_counts[b])
+        assert n == budget + 1
+        # deep (the reference on these seeds: 15 at budgets 256 / 512; 8-10 at budget 16)
+        assert out["depths"][b, :n].max() >= (12 if budget > 16 else 6), out["depths"][b, :n].max()
+
+
 @pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("vocab, depth, batch", [(2048, 6, 4), (32768, 15, 8)])
 def test_build_on_the_demo_drafters_rows(device, stream, vocab, depth, batch, topk):
