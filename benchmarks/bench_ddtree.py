@@ -37,12 +37,13 @@ back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush 
 than a step sees it).
 
 ``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
-are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`).
+are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`);
+``--drafter jittered`` moves the peaked boosts per row.
 ``--search heap`` makes every build use the one-warp heap instead of the parallel search.
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
-                                         [--drafter random|peaked] [--search parallel|heap]
+                                         [--drafter random|peaked|jittered] [--search parallel|heap]
                                          [--flush read|write|none]
 """
 
@@ -84,16 +85,23 @@ EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax al
 #: budgets 16 and 256). "peaked": 16 / 14 / 12.5 / 11.5 over the noise's mass (~e^14): top-1
 #: probability ~0.76, then ~0.10, ~0.02, ~0.01, like a confident drafter; the tree runs through
 #: all 15 depths with branches at each (the search's deeper phases run).
-DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": (16.0, 14.0, 12.5, 11.5)}
+#: "jittered": the peaked boosts, each moved per row by N(0, 0.7^2): no two depths alike, so path
+#: sums do not tie within rounding as they do with the same boosts at every depth.
+DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": (16.0, 14.0, 12.5, 11.5),
+                  "jittered": (16.0, 14.0, 12.5, 11.5)}
+DRAFTER_JITTER = {"jittered": 0.7}
 
 
 def drafter_logits(rng, batch, drafter="random", vocab=VOCAB):
     """``(x, top)``: fp32 drafter logits ``[batch, DEPTH, vocab]`` (N(0, 4) noise, four strong
-    tokens per row from :data:`DRAFTER_BOOSTS`) and the strong tokens' ids ``[batch, DEPTH, 4]``."""
+    tokens per row from :data:`DRAFTER_BOOSTS`, moved per row by :data:`DRAFTER_JITTER`) and the
+    strong tokens' ids ``[batch, DEPTH, 4]``."""
     x = rng.standard_normal((batch, DEPTH, vocab), dtype=np.float32) * 2.0
     top = rng.integers(0, vocab, (batch, DEPTH, 4))
+    jitter = DRAFTER_JITTER.get(drafter, 0.0)
     for j, boost in enumerate(DRAFTER_BOOSTS[drafter]):
-        np.put_along_axis(x, top[:, :, j:j + 1], boost, axis=2)
+        vals = boost + rng.standard_normal((batch, DEPTH, 1)) * jitter if jitter else np.full((batch, DEPTH, 1), boost)
+        np.put_along_axis(x, top[:, :, j:j + 1], vals.astype(np.float32), axis=2)
     return x, top
 
 
@@ -405,8 +413,9 @@ def main(argv=None) -> int:
                          "the heap where it cannot prove exactness) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH: "
                          "the one-warp best-first heap for every request)")
     ap.add_argument("--drafter", default="random", choices=tuple(DRAFTER_BOOSTS),
-                    help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1) or "
-                         "peaked (a confident drafter: deep trees)")
+                    help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1), "
+                         "peaked (a confident drafter: deep trees; the same boosts at every depth) or jittered "
+                         "(peaked, the boosts moved per row: no artificial ties)")
     ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
                     help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
                          "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "

@@ -62,14 +62,18 @@ def test_reference_stages_match_the_reference_build_and_accept():
 
 def test_drafter_kinds_give_the_tree_shapes_their_docs_claim():
     """--drafter: the default rows are nearly flat (top-1 probability under 1%) and their trees
-    stars of depth 1; the peaked rows put ~0.76 on the top token and their budget-256 trees reach
-    every depth (the reference's tree on the bench's own logits, at the bench's vocabulary)."""
+    stars of depth 1; the peaked rows put ~0.76 on the top token (the jittered ones 0.3-0.99, a
+    different value at every depth) and their budget-256 trees reach every depth (the reference's
+    tree on the bench's own logits, at the bench's vocabulary)."""
     bench = _bench()
-    for drafter, star in (("random", True), ("peaked", False)):
+    for drafter, star, (lo, hi) in (("random", True, (0.0, 0.01)), ("peaked", False, (0.6, 0.9)),
+                                    ("jittered", False, (0.3, 0.99))):
         x, top = bench.drafter_logits(np.random.default_rng(1), 2, drafter)
         assert x.shape == (2, bench.DEPTH, bench.VOCAB) and top.shape == (2, bench.DEPTH, 4)
         p1 = np.exp(ref.topk_logprobs(x[0], 1)[1][:, 0])
-        assert ((p1 < 0.01) if star else ((p1 > 0.6) & (p1 < 0.9))).all(), (drafter, p1)
+        assert ((p1 > lo) & (p1 < hi)).all(), (drafter, p1)
+        if drafter == "jittered":  # the boosts differ per depth
+            assert np.unique(np.round(p1, 3)).size == bench.DEPTH
         t = ref.build_tree(np.zeros(2, np.int64), x, 256)
         for b in range(2):
             depths = t.depths[b, 1:int(t.node_counts[b])]

@@ -54,8 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..64)")
     ap.add_argument("--budget", type=int, nargs="+", default=[256], help="tree budgets (1..512)")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
-    ap.add_argument("--drafter", choices=("random", "peaked"), default="random",
-                    help="bench_ddtree's drafter rows: random (nearly flat; star trees) or peaked (deep trees)")
+    ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
+                    help="bench_ddtree's drafter rows: random (nearly flat; star trees), peaked or jittered (deep "
+                         "trees)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="parallel (default) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
     args = ap.parse_args(argv)
