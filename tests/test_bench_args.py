@@ -1,24 +1,9 @@
 """The benchmarks refuse bad options in one line (exit 2) before the GPU check: no GPU needed."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).parents[1] / "benchmarks"
-
-
-def _load(name):
-    import sys
-
-    sys.path.insert(0, str(BENCH))  # the scripts import their siblings
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test", BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
+from bench_util import BENCH, assert_usage_error
+from bench_util import load_bench as _load
 
 
 def test_tile_spec_takes_the_qk_chain_count():
@@ -115,12 +100,7 @@ def test_bad_options_and_json_paths_are_usage_errors(script, argv, words, capsys
 
     monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("the GPU check came before the options'"))
     monkeypatch.setattr(_device, "require_gpu", lambda: pytest.fail("the GPU check came before the options'"))
-    with pytest.raises(SystemExit) as e:
-        _load(script).main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"{script}.py: error: {words}" in err or f"error: {words}" in err, err
-    assert err.startswith("usage: ") and "Traceback" not in err
+    assert_usage_error(script, argv, words, capsys)
 
 
 @pytest.mark.parametrize("argv, words", [

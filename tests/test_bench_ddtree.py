@@ -7,25 +7,19 @@ follows the tree.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
+from bench_util import BENCH, load_bench
 from driverlevel.reference import ddtree as ref
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ddtree.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_ddtree", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_ddtree")
 
 
 def test_the_benchmark_has_no_copy_of_the_reference():
-    text = BENCH.read_text()
+    text = (BENCH / "bench_ddtree.py").read_text()
     assert "import heapq" not in text and "def reference_heap" not in text
     assert "from driverlevel.reference import ddtree as ref" in text
 

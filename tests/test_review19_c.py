@@ -25,6 +25,8 @@ OK = driver.CUresult.CUDA_SUCCESS
 ATTR = driver.CUpointer_attribute
 
 
+from bench_util import assert_usage_error  # noqa: E402
+from bench_util import load_bench as _load_bench  # noqa: E402
 from test_review18_b import DEV0, DEV1, FakeDevice, stream_on  # noqa: E402 (the fakes of review 18's tests)
 
 
@@ -176,23 +178,6 @@ def test_mask_words_of_ints():
 
 
 # == 4: the benchmarks' options have upper bounds, refused before the GPU check ========================
-def _load_bench(name):
-    """A benchmark script as a module (as tests/test_bench_args.py loads them)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    bench = Path(__file__).parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))  # the scripts import their siblings
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test_r19", bench / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(bench))
-
-
 class ReachedTheGPUCheck(Exception):
     pass
 
@@ -235,12 +220,7 @@ _TILE_MEMORY = ("--batch 1024 x (--prefix 65536 + --tokens 256) with --heads 16 
 def test_benchmark_options_above_their_bound_are_usage_errors(script, argv, words, capsys, gpu_check):
     """Each went on to the GPU check and failed there: out of memory, a plan's ValueError after the
     batch-1 rows ran (bench_ddtree), or hours of repetitions."""
-    with pytest.raises(SystemExit) as e:
-        _load_bench(script).main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"{script}.py: error: {words}" in err or f"error: {words}" in err, err
-    assert err.startswith("usage: ") and "Traceback" not in err
+    assert_usage_error(script, argv, words, capsys)
 
 
 @pytest.mark.parametrize("script, argv", [
