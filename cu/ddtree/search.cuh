@@ -222,6 +222,15 @@ struct SearchBins {
 // the bounds and the search starts with no serial loop over the rows and no barrier of its own.
 static_assert(DL_MAX_DEPTH <= 32, "search_ends: one row per lane of a warp");
 
+// search_bounds' switch to the one-warp heap: requests of budget <= DL_SEARCH_HEAP_BUDGET whose
+// tree may be deeper than DL_SEARCH_HEAP_DEPTH (measured on the H200, twenty-first session).
+#ifndef DL_SEARCH_HEAP_DEPTH
+#define DL_SEARCH_HEAP_DEPTH 3
+#endif
+#ifndef DL_SEARCH_HEAP_BUDGET
+#define DL_SEARCH_HEAP_BUDGET 16
+#endif
+
 struct SearchEnds {
   float first = 0.f, last = 0.f;  // lane d < D: lp[d][0], lp[d][kb - 1]
 };
@@ -261,11 +270,32 @@ DL_DEVICE void search_bounds(const SearchEnds& e, int kb, int D, int n, SearchSm
   // the rows are sorted, so their first entries decide. A positive one (a log-sum-exp that
   // rounded below its row maximum) sends the request to the exact heap instead.
   const u32 pos = __ballot_sync(FULL, lane < D && e.first > 0.f);
+  // A bound on the tree's depth (kb == n): the n depth-1 nodes of ranks 0 .. n - 1 have keys
+  // >= lp[0][n - 1] = -hi, so no node with a smaller key is in the tree, and the chain (rank 0
+  // at every depth) is the best node of its depth: the tree is at most as deep as the chain
+  // stays >= -hi. Deeper than DL_SEARCH_HEAP_DEPTH, a request of a small budget takes the
+  // one-warp heap: its cost grows with the pops, not with the depth, and the parallel search's
+  // depths cost ~2 µs each on the H200 whatever their size (mostly latency). On bench_ddtree's
+  // deep trees (peaked / jittered rows, 10 depths) the build with the heap took 38.0 / 36.7 µs at
+  // batch 1, budget 16, against 52.0 / 52.3 with the parallel search; at budget 256 the heap's
+  // overflow list makes it 3.6-7x slower (251-593 µs against 70-84), so larger budgets keep the
+  // parallel search. Stars (bound 1-2) keep it too: one depth. Rounding in the prefix sums can
+  // move the bound by one: a choice of path, never of result (both searches are exact).
+  bool deep = false;
+  if (kb == n && n <= DL_SEARCH_HEAP_BUDGET) {
+    double c = lane < D ? static_cast<double>(e.first) : 0.0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(FULL, c, o);
+      if (lane >= o) c += y;
+    }
+    deep = __popc(__ballot_sync(FULL, lane < D && -c <= hi)) > DL_SEARCH_HEAP_DEPTH;
+  }
   if (lane == 0) {
     s.x_lo = lo;
     s.x_hi = hi;
     s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
-    s.fail = pos != 0u;
+    s.fail = pos != 0u || deep;
   }
 }
 
