@@ -456,9 +456,11 @@ class DDTreePlan:
     Attributes
     ----------
     flags : int
-        0 (default): the fast paths. :data:`FLAG_LEGACY_SEARCH` makes the build use the
-        one-warp heap for every request (the parallel search falls back to it by itself in
-        the rare cases where it cannot prove it matches the heap); for tests.
+        0 (default): the fast paths: the block-wide parallel search, or the one-warp heap for
+        a request of budget <= 16 whose tree may be deeper than 3 (a bound from its rows'
+        maxima; the heap's 16 pops beat ~2 µs per depth there) and in the rare cases where the
+        parallel search cannot prove it matches the heap. :data:`FLAG_LEGACY_SEARCH` makes the
+        build use the heap for every request; for tests.
         Set it before the first launch of a stage (launches are packed once).
     pdl : bool
         Whether :meth:`build` launches its kernels after the first programmatically (the
