@@ -319,18 +319,30 @@ def peaked_rows(rng, batch, depth, vocab, jitter):
     return x
 
 
-@pytest.mark.parametrize("search", ["parallel", "heap"])
+def search_defines(monkeypatch, extra):
+    """Compile the plans made after this call with ``extra`` added to ddtree.cu's defines (e.g.
+    ``DL_SEARCH_HEAP_BUDGET=0``: never the switch to the heap; ``DL_STAMPS=1``: phase stamps)."""
+    from driverlevel import ddtree
+
+    plain = ddtree.compile_defines
+    monkeypatch.setattr(ddtree, "compile_defines", lambda arch: {**plain(arch), **extra})
+
+
+@pytest.mark.parametrize("search", ["default", "parallel", "heap"])
 @pytest.mark.parametrize("jitter", [0.0, 0.7])
 @pytest.mark.parametrize("dtype, budget, batch", [("float32", 256, 3), ("bfloat16", 512, 2), ("float32", 16, 2)])
-def test_build_deep_trees(device, stream, dtype, budget, batch, jitter, search):
+def test_build_deep_trees(device, stream, monkeypatch, dtype, budget, batch, jitter, search):
     """Deep and wide trees (every depth of 15 holds nodes, tens per depth at budget 256): the
     random rows of the other tests give trees of at most four depths, and bench_ddtree's default
     rows stars. Confident rows at Kimi's vocabulary, with the boosts equal at every depth (many
-    near-tied path sums: the ranks tuple decides) or jittered; the parallel search and the
-    one-warp heap (FLAG_LEGACY_SEARCH) both equal the reference tree on the GPU's own top-K,
-    node for node, and the trees are deep."""
+    near-tied path sums: the ranks tuple decides) or jittered; the default search (at budget 16
+    these deep trees take the one-warp heap: search_bounds' switch), the parallel search alone
+    (the switch compiled out) and the heap alone (FLAG_LEGACY_SEARCH) all equal the reference tree
+    on the GPU's own top-K, node for node, and the trees are deep."""
     from driverlevel.ddtree import FLAG_LEGACY_SEARCH
 
+    if search == "parallel":
+        search_defines(monkeypatch, {"DL_SEARCH_HEAP_BUDGET": 0})
     rng = np.random.default_rng(budget * 10 + batch + int(jitter * 10))
     D, V = 15, 163_840
     rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, dtype=dtype, mask_formats=("bitmask",))
@@ -359,6 +371,48 @@ def test_build_deep_trees(device, stream, dtype, budget, batch, jitter, search):
         assert n == budget + 1
         # deep (the reference on these seeds: 15 at budgets 256 / 512; 8-10 at budget 16)
         assert out["depths"][b, :n].max() >= (12 if budget > 16 else 6), out["depths"][b, :n].max()
+
+
+@pytest.mark.parametrize("rows, budget, parallel", [("peaked", 16, False), ("stars", 16, True), ("peaked", 256, True)])
+def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypatch, rows, budget, parallel):
+    """search_bounds' switch, seen through the phase stamps (-DDL_STAMPS=1): deep trees of budget
+    <= 16 take the one-warp heap (the request's search CTA stamps no parallel-search depth),
+    star trees (bench_ddtree's default rows: every node at depth 1) and budget 256 the parallel
+    search (depth stamps); the tree equals the reference either way."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import phase_stamps
+
+    search_defines(monkeypatch, {"DL_STAMPS": 1})
+    rng = np.random.default_rng(budget + (rows == "stars"))
+    D, V, batch = 15, 163_840, 2
+    rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, mask_formats=("bitmask",))
+    rig.push_state()
+    if rows == "peaked":
+        x = peaked_rows(rng, batch, D, V, 0.7)
+    else:  # nearly flat rows: four boosts 9 / 6 / 5 / 4 over N(0, 4) noise (bench_ddtree's default)
+        x = rng.standard_normal((batch, D, V)).astype(np.float32) * 2.0
+        top = rng.integers(0, V, (batch, D, 4))
+        for j, boost in enumerate((9.0, 6.0, 5.0, 4.0)):
+            np.put_along_axis(x, top[:, :, j:j + 1], np.float32(boost), axis=2)
+    rig.logits.copy_from_host(x)
+    phase_stamps.zero_stamps(rig.plan._module)
+    rig.plan.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    recs = phase_stamps.read_stamps(rig.plan._module)
+    out = rig.get(*TREE_OUTPUTS)
+    tb = rig.host_tree(out)
+    assert_tree_equal(tb, out, rig.h["active"])
+    deepest = int(out["depths"][:, :budget + 1].max())
+    assert (deepest <= 2) if rows == "stars" else (deepest >= 6), deepest  # (stars: depth bound <= 3)
+    warmer_row = D  # CTA (depth_limit, 0): the code warmer's own search (cu/ddtree/build.cuh)
+    searched = {row: {p for p, _, _, _ in r} for row, r in recs.items() if row != warmer_row
+                and any(p == "searched" for p, _, _, _ in r)}
+    assert len(searched) == batch, sorted(recs)
+    for row, points in searched.items():
+        assert ("depth" in points) == parallel, (row, sorted(points))
 
 
 @pytest.mark.parametrize("topk", TOPK_MODES)
