@@ -21,6 +21,12 @@ def test_argument_ranges():
         stamps.parse_args(["--batch", "0"])
     with pytest.raises(SystemExit):
         stamps.parse_args(["--budget", "600"])
+    assert stamps.parse_args([]).detail_depth is None
+    for bad in ("0", "16"):
+        with pytest.raises(SystemExit):
+            stamps.parse_args(["--detail-depth", bad])
+    assert stamps.stamp_defines() == {"DL_STAMPS": 1}
+    assert stamps.stamp_defines(2) == {"DL_STAMPS": 1, "DL_STAMPS_DETAIL": 2}
 
 
 def _records():
@@ -95,6 +101,17 @@ def test_stamped_build_compiles_with_its_globals_and_the_plain_one_is_unchanged(
     assert b"dl_stamps" in stamped.data
     assert b"dl_stamp" not in plain.data
     assert plain.resources["ddtree_build"].stack_bytes == 0
+
+
+def test_detail_stamps_compile_and_leave_the_plain_build_unchanged():
+    """--detail-depth's build (DL_STAMPS_DETAIL) compiles without spills and stamps its five step
+    names; DDT_DETAIL is empty without DL_STAMPS, so the plain cubin does not change."""
+    plain_defines = ddtree.compile_defines("sm_90")
+    detail = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines(2)})
+    assert detail.resources["ddtree_build"].spills == 0
+    only_detail = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, "DL_STAMPS_DETAIL": 2})
+    plain = dl.runtime.compile_file("ddtree.cu", "sm_90", plain_defines)
+    assert only_detail.data == plain.data
 
 
 def test_stamp_names_are_immediates_in_the_code():

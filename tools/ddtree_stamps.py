@@ -21,7 +21,8 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
     memory; warp 0 also finds the search's bounds of the keys there), ``srchpro`` (the search's
     prologue: the histogram cleared), ``d1count`` / ``d1gen`` (the first depth's children
-    counted / stored), ``depth`` 1..15 (the parallel search's rounds), ``generate`` (the loop's
+    counted / stored), ``depth`` 1..15 (the parallel search's rounds; with ``--detail-depth N``
+    also ``count``, ``scan``, ``offs``, ``gen`` and ``bstar`` inside depth N), ``generate`` (the loop's
     end), ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
 * a timeline in µs of the global timer from the first CTA's ``merge`` point: when the row CTAs
   start and finish their merge (first, median, last), and when each request's last CTA reaches
@@ -59,12 +60,23 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "trees)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="parallel (default) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
+    ap.add_argument("--detail-depth", type=int, default=None, metavar="N",
+                    help="also stamp the steps inside the parallel search's depth N (1..15; -DDL_STAMPS_DETAIL=N): "
+                         "count (thread 0's parents), scan, offs, gen, bstar; the depth stamps then stop at 10")
     args = ap.parse_args(argv)
     for name, values, lo, hi in (("--batch", args.batch, 1, 64), ("--budget", args.budget, 1, 512)):
         bad = [v for v in values if not lo <= v <= hi]
         if bad:
             ap.error(f"{name} must be in {lo}..{hi}, got {bad}")
+    if args.detail_depth is not None and not 1 <= args.detail_depth <= 15:
+        ap.error(f"--detail-depth must be in 1..15, got {args.detail_depth}")
     return args
+
+
+def stamp_defines(detail_depth=None) -> dict:
+    """The defines a stamped build adds to ddtree.cu's: DL_STAMPS, and DL_STAMPS_DETAIL for
+    ``--detail-depth``."""
+    return {"DL_STAMPS": 1, **({"DL_STAMPS_DETAIL": int(detail_depth)} if detail_depth is not None else {})}
 
 
 def point_name(point: str, arg: int) -> str:
@@ -154,7 +166,8 @@ def main(argv=None) -> int:
     from bench_ddtree import DEPTH, VOCAB, make_inputs
 
     plain = ddtree.compile_defines
-    ddtree.compile_defines = lambda arch: {**plain(arch), "DL_STAMPS": 1}
+    extra = stamp_defines(args.detail_depth)
+    ddtree.compile_defines = lambda arch: {**plain(arch), **extra}
     stream = dev.create_stream()
     try:
         for batch in args.batch:

@@ -461,8 +461,10 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       fail = tid == 0 ? f : 0;
     } else {
       own = search_counts(s, row, d, P, seg_lo, kb, bstar, bins, cnt, &fail);
+      DDT_DETAIL(d, 17, "count");  // (thread 0's own parents)
       // (no closing barrier: the offsets' barrier below comes before scratch is written again)
       base = dl::block_excl_scan<T, false>(own, scratch, &M);
+      DDT_DETAIL(d, 18, "scan");
     }
     if (d == 1) DDT_STAMP(26, "d1count", M);  // the root's children counted
     bool add_hist = true;
@@ -573,6 +575,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       failed = true;
       break;
     }
+    DDT_DETAIL(d, 19, "offs");
     for (int j = tid; j < M; j += T) {
       int lo = 0, hi = P;  // the last parent whose offset is <= j
       while (hi - lo > 1) {
@@ -592,13 +595,15 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       if (add_hist) atomicAdd(&s.hist[bins(-k)], 1u);
     }
     failed = __syncthreads_or(fail);
+    DDT_DETAIL(d, 20, "gen");
     if (d == 1) DDT_STAMP(27, "d1gen", M);  // the root's children stored, their histogram built
     // (no barrier after b*: the next depth writes the histogram only after its scan's barrier)
     bstar = search_find_bin(s.hist, n);
+    DDT_DETAIL(d, 21, "bstar");
     seg_lo = cn;
     seg_hi = cn + M;
     cn += M;
-    DDT_STAMP(6 + min(d, 15), "depth", d);
+    if (d <= DDT_DEPTH_STAMPS || DDT_DEPTH_STAMPS == 15) DDT_STAMP(6 + min(d, 15), "depth", d);
     if (failed || M == 0) break;
   }
   if (failed) return -1;

@@ -18,7 +18,25 @@
     if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
   } while (0)
 #define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
+#endif
+
+// DDT_DETAIL(d, slot, point): with -DDL_STAMPS=1 -DDL_STAMPS_DETAIL=N, the steps inside depth N
+// of the parallel search (slots 17-21: count, scan, offs, gen, bstar; the `depth` stamps then stop
+// at depth 10). Empty otherwise.
+#if defined(DL_STAMPS) && DL_STAMPS && defined(DL_STAMPS_DETAIL)
+#define DDT_DETAIL(d, slot, point)                          \
+  do {                                                      \
+    if ((d) == DL_STAMPS_DETAIL) DDT_STAMP(slot, point, d); \
+  } while (0)
+#define DDT_DEPTH_STAMPS 10
 #else
+#define DDT_DETAIL(d, slot, point) \
+  do {                             \
+  } while (0)
+#define DDT_DEPTH_STAMPS 15
+#endif
+
+#if !(defined(DL_STAMPS) && DL_STAMPS)
 #define DDT_STAMP_BY(tid0, slot, point, arg) \
   do {                                       \
   } while (0)
