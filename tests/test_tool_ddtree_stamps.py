@@ -52,6 +52,12 @@ def test_records_to_phases():
     assert rows[1].split()[2] == "350"  # median of 300 and 400 cycles
 
 
+def test_point_names_carry_the_depth_or_the_pop_count():
+    assert stamps.point_name("depth", 3) == "depth  3"
+    assert stamps.point_name("pop", 8) == "pop   8" and stamps.point_name("pop", 60) == "pop  60"
+    assert stamps.point_name("lp", 0) == "lp"
+
+
 def test_the_code_warmer_stays_out_of_the_tables():
     """ddtree_build's CTA (depth_limit, 0), stamp row depth_limit, runs the search on its own data; an
     inactive request's CTA (only an ``entry`` point, no ``merge`` either) stays in the tables."""

@@ -21,7 +21,8 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
     memory; warp 0 also finds the search's bounds of the keys there), ``srchpro`` (the search's
     prologue: the histogram cleared), ``d1count`` / ``d1gen`` (the first depth's children
-    counted / stored), ``depth`` 1..15 (the parallel search's rounds; with ``--detail-depth N``
+    counted / stored), ``depth`` 1..15 (the parallel search's rounds; ``pop`` 4, 8, .. 60 instead where the one-warp
+    heap runs; with ``--detail-depth N``
     also ``count``, ``scan``, ``offs``, ``gen`` and ``bstar`` inside depth N), ``generate`` (the loop's
     end), ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
 * a timeline in µs of the global timer from the first CTA's ``merge`` point: when the row CTAs
@@ -80,8 +81,11 @@ def stamp_defines(detail_depth=None) -> dict:
 
 
 def point_name(point: str, arg: int) -> str:
-    """A record's name in the tables: ``depth`` points carry their depth."""
-    return f"depth {arg:2d}" if point == "depth" else point
+    """A record's name in the tables: ``depth`` points carry their depth, the heap's ``pop`` points
+    their pop count."""
+    if point == "depth":
+        return f"depth {arg:2d}"
+    return f"pop {arg:3d}" if point == "pop" else point
 
 
 def chronological(ctas: dict) -> dict:

@@ -153,6 +153,8 @@ DL_DEVICE int heap_select(const float* lp, int ks, int kb, int D, int budget, u6
       oi = ovn > 0 ? overflow_max(ovs, ovm, ovn, ns, &os, &om) : -1;
     }
     ++count;
+    // (phase stamps only: every fourth pop up to 60, in the parallel search's depth slots)
+    if ((count & 3) == 0 && count <= 60) DDT_STAMP(6 + count / 4, "pop", count);
   }
   return count;
 }

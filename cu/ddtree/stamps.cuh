@@ -1,7 +1,8 @@
 // ddtree/stamps.cuh: DDT_STAMP(slot, point, arg), the phase stamps of ddtree_build (phase_stamps.cuh;
 // tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps slot `slot` of row
 // blockIdx.y * gridDim.x + blockIdx.x. Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
-// last 5, lp 6, depth d 6 + d (d <= 15), generate 22, searched 23, nodes 24, srchpro 25 (the
+// last 5, lp 6, depth d 6 + d (d <= 15; the one-warp heap stamps `pop` there, every fourth pop up
+// to 60, slot 6 + pops / 4), generate 22, searched 23, nodes 24, srchpro 25 (the
 // search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation), lsedone 28
 // (the row merge's log-sum-exp warp done: DDT_STAMP_BY, its lane 0) and sortdone 29 (thread 0's
 // part of the sort done, before the merge's last barrier), entry 30 (ddtree_build's first
