@@ -379,10 +379,9 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
     <= 16 take the one-warp heap (the request's search CTA stamps no parallel-search depth),
     star trees (bench_ddtree's default rows: every node at depth 1) and budget 256 the parallel
     search (depth stamps); the tree equals the reference either way."""
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
     import phase_stamps
 
     search_defines(monkeypatch, {"DL_STAMPS": 1})
@@ -402,7 +401,7 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
     rig.plan.build(stream, rig.logits, rig.state)
     stream.synchronize()
     recs = phase_stamps.read_stamps(rig.plan._module)
-    out = rig.get(*TREE_OUTPUTS)
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
     tb = rig.host_tree(out)
     assert_tree_equal(tb, out, rig.h["active"])
     deepest = int(out["depths"][:, :budget + 1].max())
