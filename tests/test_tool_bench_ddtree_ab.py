@@ -1,0 +1,70 @@
+"""tools/bench_ddtree_ab.py without a GPU: medians per configuration and side, the B - A
+difference of the medians, the cumulative parts, and clear errors for files that are not
+bench_ddtree results or sides that hold different configurations."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("bench_ddtree_ab", Path(__file__).parents[1] / "tools" / "bench_ddtree_ab.py")
+ab = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ab)
+
+
+def _write(path, rows):
+    path.write_text(json.dumps({"device": "test", "results": rows}))
+    return str(path)
+
+
+def _row(batch, budget, build, topk, step, parts=None):
+    return {"batch": batch, "budget": budget, "topk": "threshold",
+            "gpu_us": {"build": build, "topk": topk, "step": step, "compile": 1.0},
+            "build_parts_cumulative_us": parts or []}
+
+
+def test_medians_and_differences(tmp_path, capsys):
+    a = [_write(tmp_path / f"a{i}.json", [_row(1, 16, b, 14.0 + i, 70.0, [7.0, 13.0 + i, 14.0, b])])
+         for i, b in enumerate((52.0, 53.0, 60.0))]
+    b = [_write(tmp_path / f"b{i}.json", [_row(1, 16, x, 14.0, 57.0)]) for i, x in enumerate((40.0, 39.0))]
+    assert ab.main(a + ["--vs"] + b) == 0
+    out = capsys.readouterr().out.splitlines()
+    build = next(line for line in out if " build " in line).split()
+    assert build[:3] == ["1/16", "threshold", "build"]
+    assert build[3:6] == ["52.0", "53.0", "60.0"] and build[6:8] == ["40.0", "39.0"]
+    assert float(build[-1]) == pytest.approx(39.5 - 53.0)  # medians 53.0 and 39.5
+    topk = next(line for line in out if " topk " in line).split()
+    assert float(topk[-1]) == pytest.approx(14.0 - 15.0)
+    parts = next(line for line in out if "parts" in line)
+    assert "A 7.0 14.0 14.0 53.0  B" in parts  # per position medians; B recorded none
+
+
+def test_sides_with_different_configurations_are_refused(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", [_row(1, 16, 50.0, 14.0, 70.0), _row(8, 16, 60.0, 30.0, 90.0)])
+    b = _write(tmp_path / "b.json", [_row(1, 16, 50.0, 14.0, 70.0)])
+    with pytest.raises(SystemExit) as e:
+        ab.main([a, "--vs", b])
+    assert e.value.code == 2
+    assert "different configurations" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_result_is_named(tmp_path, capsys):
+    good = _write(tmp_path / "a.json", [_row(1, 16, 50.0, 14.0, 70.0)])
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"device": "x"}')
+    for other in (str(bad), str(tmp_path / "missing.json")):
+        with pytest.raises(SystemExit) as e:
+            ab.main([good, "--vs", other])
+        assert e.value.code == 2
+        assert Path(other).name in capsys.readouterr().err
+
+
+def test_the_sessions_own_result_files_compare():
+    """The twenty-first session's call 2 (main against the heap switch, jittered rows): the table
+    BENCHMARKS quotes (-13.7 µs at 1 / 16)."""
+    r = Path(__file__).parents[1] / "benchmarks" / "results" / "2026-12-02-h200-s21-call2-bench_ddtree"
+    a = ab.load_side([f"{r}-main-jittered-1.json", f"{r}-main-jittered-2.json"])
+    b = ab.load_side([f"{r}-sw-jittered-1.json", f"{r}-sw-jittered-2.json"])
+    line = next(x for x in ab.table(a, b) if x.split()[:3] == ["1/16", "threshold", "build"])
+    assert float(line.split()[-1]) == pytest.approx(-13.66, abs=0.01)
