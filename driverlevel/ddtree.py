@@ -458,7 +458,8 @@ class DDTreePlan:
     flags : int
         0 (default): the fast paths: the block-wide parallel search, or the one-warp heap for
         a request of budget <= 16 whose tree may be deeper than 3 (a bound from its rows'
-        maxima; the heap's 16 pops beat ~2 µs per depth there) and in the rare cases where the
+        maxima; the heap's 16 pops beat ~2 µs per depth there; ``DL_SEARCH_HEAP_BUDGET`` and
+        ``DL_SEARCH_HEAP_DEPTH`` in ``cu/ddtree/search.cuh``) and in the rare cases where the
         parallel search cannot prove it matches the heap. :data:`FLAG_LEGACY_SEARCH` makes the
         build use the heap for every request; for tests.
         Set it before the first launch of a stage (launches are packed once).

@@ -605,7 +605,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     seg_lo = cn;
     seg_hi = cn + M;
     cn += M;
-    if (d <= DDT_DEPTH_STAMPS || DDT_DEPTH_STAMPS == 15) DDT_STAMP(6 + min(d, 15), "depth", d);
+    if (d <= DDT_DEPTH_STAMPS) DDT_STAMP(6 + min(d, 15), "depth", d);
     if (failed || M == 0) break;
   }
   if (failed) return -1;

@@ -34,7 +34,7 @@
 #define DDT_DETAIL(d, slot, point) \
   do {                             \
   } while (0)
-#define DDT_DEPTH_STAMPS 15
+#define DDT_DEPTH_STAMPS DL_MAX_DEPTH  // every depth (those past 15 share slot 21)
 #endif
 
 #if !(defined(DL_STAMPS) && DL_STAMPS)
