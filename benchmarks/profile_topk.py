@@ -8,6 +8,13 @@ kernel; skip the first build's launches and read the second's::
 
 Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunked|threshold]
                                          [--logits-dtype float32|bfloat16] [--search parallel|heap]
+                                         [--drafter random|peaked|jittered]
+
+The tree kernel's own profile (where its search stalls, per SASS instruction)::
+
+    ncu --clock-control none -k regex:ddtree_build -s 1 -c 1 --section SourceCounters \\
+        --sampling-interval 0 -o build python benchmarks/profile_topk.py --budget 16 --drafter jittered
+    ncu -i build.ncu-rep --page source --print-source sass --csv
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ def main(argv=None):
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap)")
+    ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
+                    help="bench_ddtree's drafter rows: random (star trees) or peaked / jittered (deep trees)")
     args = ap.parse_args(argv)
     if args.batch < 1 or not 1 <= args.budget <= 512:
         ap.error(f"--batch must be >= 1 and --budget in 1..512, got {args.batch} and {args.budget}")
@@ -53,14 +62,14 @@ def main(argv=None):
     if args.search == "heap":
         plan.flags = dl.ddtree.FLAG_LEGACY_SEARCH
     rng = np.random.default_rng(1000 * args.batch + args.budget)
-    _, logits, _, _, state, snap = make_inputs(dev, stream, rng, plan, args.batch, args.logits_dtype)
+    _, logits, _, _, state, snap = make_inputs(dev, stream, rng, plan, args.batch, args.logits_dtype, args.drafter)
     for _ in range(2):
         for k, a in snap.items():
             getattr(state, k).copy_from(a, stream)
         plan.build(stream, logits, state)
     stream.synchronize()
     print(f"batch {args.batch}, budget {args.budget}, {args.topk} top-K, {args.logits_dtype} logits: "
-          f"{plan.tk_nseg} stream segments of {plan.tk_seg_len} tokens per row", file=sys.stderr)
+          f"{args.drafter} drafter, {args.search} search: {plan.tk_nseg} stream segments of {plan.tk_seg_len} tokens per row", file=sys.stderr)
 
 
 if __name__ == "__main__":
