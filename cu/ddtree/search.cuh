@@ -197,6 +197,11 @@ struct SearchBins {
   float lo, hi, inv;
   DL_DEVICE SearchBins(double x_lo, double x_hi, double inv_w)
       : lo(__double2float_rn(x_lo)), hi(__double2float_rn(x_hi)), inv(__double2float_rn(inv_w)) {}
+  // About the largest x that operator() puts at or below bin b: a guess for count_children's
+  // float32 probe, which checks its answer exactly (any value, even NaN, gives the same result).
+  DL_DEVICE float edge(int b) const {
+    return b >= SEARCH_BINS - 1 ? hi : fminf(__fmaf_rn(static_cast<float>(b + 1), __frcp_rn(inv), lo), hi);
+  }
   // Monotone (non-decreasing) in x = -key, the one property the search relies on (the bins only
   // ever meet b* and each other, and the exact keys rank inside a bin); SEARCH_BINS = past the
   // upper bound. Every step is monotone: the rounding of x to float32 (so x <= x_hi keeps it at or
@@ -350,15 +355,35 @@ DL_DEVICE bool sibling_back_in(double kp, const float* row, int kb, int lo, int 
   return false;
 }
 
-// Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
-// prefix of the ranks (binary search). Sets *fail when a later sibling might still qualify.
-DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, int* fail) {
-  int lo = 0, hi = kb;
+// The exact prefix length: the ranks in [lo, hi) that qualify (bins(-(kp + row[r])) <= bstar)
+// are a prefix of it (the row is sorted and bins monotone); binary search.
+DL_DEVICE int count_children_exact(double kp, const float* row, int lo, int hi, int bstar, const SearchBins& bins) {
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
     if (bins(-__dadd_rn(kp, static_cast<double>(row[mid]))) <= bstar) lo = mid + 1;
     else hi = mid;
   }
+  return lo;
+}
+
+// Children of a parent with key kp at the row `row` (ranks < kb) whose bins are <= bstar: a
+// prefix of the ranks. Sets *fail when a later sibling might still qualify. `edge` =
+// bins.edge(bstar). The prefix's end is guessed by a float32 binary search for row[r] >= -kp -
+// edge (a shared-memory load and one compare per step, instead of a float64 sum and a bin), and
+// the guess g is checked exactly at ranks g - 1 and g (two independent sums): nearly always right;
+// otherwise the exact binary search runs on the side that holds the end. So the result is the
+// exact search's whatever the guess.
+DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, float edge,
+                             int* fail) {
+  const float t = __fsub_rn(__double2float_rn(-kp), edge);
+  int g = 0;  // ranks with row[r] >= t (row sorted descending): branch-free lower bound
+  for (int step = kb > 0 ? 1 << (31 - __clz(kb)) : 0; step > 0; step >>= 1)
+    if (g + step <= kb && row[g + step - 1] >= t) g += step;
+  const bool before = g == 0 || bins(-__dadd_rn(kp, static_cast<double>(row[g - 1]))) <= bstar;
+  const bool at = g < kb && bins(-__dadd_rn(kp, static_cast<double>(row[g]))) <= bstar;
+  int lo = g;
+  if (!before) lo = count_children_exact(kp, row, 0, g - 1, bstar, bins);
+  else if (at) lo = count_children_exact(kp, row, g + 1, kb, bstar, bins);
   if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
   return lo;
 }
@@ -408,6 +433,7 @@ DL_DEVICE bool cand_better(int y, int x, const SearchSmem& s) {
 DL_DEVICE int search_counts(const SearchSmem& s, const float* row, int d, int P, int seg_lo, int kb, int bstar,
                             const SearchBins& bins, int (&cnt)[SEARCH_PER], int* fail) {
   const int E = (P + BUILD_THREADS - 1) / BUILD_THREADS;
+  const float edge = bins.edge(bstar);
   int own = 0;
 #pragma unroll
   for (int e = 0; e < SEARCH_PER; ++e) {
@@ -415,7 +441,7 @@ DL_DEVICE int search_counts(const SearchSmem& s, const float* row, int d, int P,
     int c = 0;
     if (e < E && i < P) {
       const double kp = d == 1 ? 0.0 : s.key[seg_lo + i];
-      if (d == 1 || bins(-kp) <= bstar) c = count_children(kp, row, kb, bstar, bins, fail);
+      if (d == 1 || bins(-kp) <= bstar) c = count_children(kp, row, kb, bstar, bins, edge, fail);
     }
     cnt[e] = c;
     own += c;
