@@ -326,3 +326,17 @@ def test_the_code_warmer_runs_the_search_code_not_a_copy(arch):
     n_on, n_off = _function_bytes(on.data, "ddtree_build"), _function_bytes(off.data, "ddtree_build")
     assert n_off > 100_000  # (the search and the merge: ~14,000 instructions on sm_90)
     assert 0 < n_on - n_off < 0.05 * n_off, (n_on, n_off)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+def test_the_guess_skew_of_the_gpu_test_compiles_and_changes_the_code(arch):
+    """test_count_children_guess_off_still_exact builds with -DDL_SEARCH_GUESS_SKEW (every count's
+    float32 guess moved, so that the exact fallback runs): that variant compiles with no spills and
+    no stack, and is not the plain cubin (the define reaches count_children)."""
+    plain_defines = ddtree.compile_defines(arch)
+    plain = dl.runtime.compile_file(ddtree.SOURCE, arch, plain_defines)
+    for skew in (-1000, 3):
+        skewed = dl.runtime.compile_file(ddtree.SOURCE, arch, {**plain_defines, "DL_SEARCH_GUESS_SKEW": skew})
+        r = skewed.resources["ddtree_build"]
+        assert r.spills == 0 and r.stack_bytes == 0, (skew, r)
+        assert skewed.data != plain.data, skew

@@ -414,6 +414,42 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
         assert ("depth" in points) == parallel, (row, sorted(points))
 
 
+@pytest.mark.parametrize("skew", [-3, 3, -1000, 1000])
+def test_count_children_guess_off_still_exact(device, stream, monkeypatch, skew):
+    """count_children (cu/ddtree/search.cuh) guesses each parent's count of children with a float32
+    binary search and checks the guess exactly at two ranks; only a wrong guess runs the exact
+    binary search, on the side that holds the answer. Random rows almost never make the guess
+    wrong, so -DDL_SEARCH_GUESS_SKEW moves every guess by `skew` ranks (clamped to 0..kb: +-1000
+    sends it to either end): the deep trees of budget 256 still equal the reference node for node,
+    and the parallel search ran (its depth stamps, -DDL_STAMPS=1), not the heap."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
+    import phase_stamps
+
+    search_defines(monkeypatch, {"DL_STAMPS": 1, "DL_SEARCH_GUESS_SKEW": skew})
+    rng = np.random.default_rng(500 + skew)
+    D, V, batch, budget = 15, 163_840, 2, 256
+    rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, mask_formats=("bitmask",))
+    rig.push_state()
+    x = peaked_rows(rng, batch, D, V, 0.7)
+    rig.logits.copy_from_host(x)
+    poison(rig.plan, stream, TREE_OUTPUTS)
+    phase_stamps.zero_stamps(rig.plan._module)
+    rig.plan.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    recs = phase_stamps.read_stamps(rig.plan._module)
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+    tb = rig.host_tree(out)
+    assert_tree_equal(tb, out, rig.h["active"])
+    assert int(out["depths"][:, :budget + 1].max()) >= 12
+    searched = {row: {p for p, _, _, _ in r} for row, r in recs.items() if row != D
+                and any(p == "searched" for p, _, _, _ in r)}
+    assert len(searched) == batch, sorted(recs)
+    for row, points in searched.items():
+        assert "depth" in points, (row, sorted(points))
+
+
 @pytest.mark.parametrize("topk", TOPK_MODES)
 @pytest.mark.parametrize("vocab, depth, batch", [(2048, 6, 4), (32768, 15, 8)])
 def test_build_on_the_demo_drafters_rows(device, stream, vocab, depth, batch, topk):

@@ -379,6 +379,9 @@ DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, con
   int g = 0;  // ranks with row[r] >= t (row sorted descending): branch-free lower bound
   for (int step = kb > 0 ? 1 << (31 - __clz(kb)) : 0; step > 0; step >>= 1)
     if (g + step <= kb && row[g + step - 1] >= t) g += step;
+#ifdef DL_SEARCH_GUESS_SKEW  // (tests only: a guess off by this many ranks must change no result)
+  g = min(max(g + (DL_SEARCH_GUESS_SKEW), 0), kb);
+#endif
   const bool before = g == 0 || bins(-__dadd_rn(kp, static_cast<double>(row[g - 1]))) <= bstar;
   const bool at = g < kb && bins(-__dadd_rn(kp, static_cast<double>(row[g]))) <= bstar;
   int lo = g;
