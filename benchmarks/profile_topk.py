@@ -13,7 +13,7 @@ Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunke
 The tree kernel's own profile (where its search stalls, per SASS instruction)::
 
     ncu --clock-control none -k regex:ddtree_build -s 1 -c 1 --section SourceCounters \\
-        --sampling-interval 0 -o build python benchmarks/profile_topk.py --budget 16 --drafter jittered
+        --warp-sampling-interval 0 -o build python benchmarks/profile_topk.py --budget 16 --drafter jittered
     ncu -i build.ncu-rep --page source --print-source sass --csv
 """
 

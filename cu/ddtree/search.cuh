@@ -376,7 +376,7 @@ DL_DEVICE int count_children_exact(double kp, const float* row, int lo, int hi, 
 DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, const SearchBins& bins, float edge,
                              int* fail) {
   const float t = __fsub_rn(__double2float_rn(-kp), edge);
-  int g = 0;  // ranks with row[r] >= t (row sorted descending): branch-free lower bound
+  int g = 0;  // ranks with row[r] >= t (row sorted descending): a lower bound in predicated steps
   for (int step = kb > 0 ? 1 << (31 - __clz(kb)) : 0; step > 0; step >>= 1)
     if (g + step <= kb && row[g + step - 1] >= t) g += step;
 #ifdef DL_SEARCH_GUESS_SKEW  // (tests only: a guess off by this many ranks must change no result)
