@@ -328,6 +328,29 @@ def search_defines(monkeypatch, extra):
     monkeypatch.setattr(ddtree, "compile_defines", lambda arch: {**plain(arch), **extra})
 
 
+def stamped_build(monkeypatch, rig, stream, x):
+    """Build from the drafter logits ``x`` with a plan compiled with ``-DDL_STAMPS=1``
+    (search_defines), check the tree against the reference node for node, and return the outputs
+    and, for each CTA that searched a request's tree (it stamps ``searched``; not the code warmer,
+    CTA (depth_limit, 0)), the set of its stamp points (``depth``: the parallel search ran)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
+    import phase_stamps
+
+    rig.logits.copy_from_host(x)
+    phase_stamps.zero_stamps(rig.plan._module)
+    rig.plan.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    recs = phase_stamps.read_stamps(rig.plan._module)
+    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
+    assert_tree_equal(rig.host_tree(out), out, rig.h["active"])
+    warmer_row = rig.plan.depth_limit  # (cu/ddtree/build.cuh)
+    searched = {row: {p for p, _, _, _ in r} for row, r in recs.items()
+                if row != warmer_row and any(p == "searched" for p, _, _, _ in r)}
+    return out, searched
+
+
 @pytest.mark.parametrize("search", ["default", "parallel", "heap"])
 @pytest.mark.parametrize("jitter", [0.0, 0.7])
 @pytest.mark.parametrize("dtype, budget, batch", [("float32", 256, 3), ("bfloat16", 512, 2), ("float32", 16, 2)])
@@ -379,11 +402,6 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
     <= 16 take the one-warp heap (the request's search CTA stamps no parallel-search depth),
     star trees (bench_ddtree's default rows: every node at depth 1) and budget 256 the parallel
     search (depth stamps); the tree equals the reference either way."""
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
-    import phase_stamps
-
     search_defines(monkeypatch, {"DL_STAMPS": 1})
     rng = np.random.default_rng(budget + (rows == "stars"))
     D, V, batch = 15, 163_840, 2
@@ -396,20 +414,10 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
         top = rng.integers(0, V, (batch, D, 4))
         for j, boost in enumerate((9.0, 6.0, 5.0, 4.0)):
             np.put_along_axis(x, top[:, :, j:j + 1], np.float32(boost), axis=2)
-    rig.logits.copy_from_host(x)
-    phase_stamps.zero_stamps(rig.plan._module)
-    rig.plan.build(stream, rig.logits, rig.state)
-    stream.synchronize()
-    recs = phase_stamps.read_stamps(rig.plan._module)
-    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
-    tb = rig.host_tree(out)
-    assert_tree_equal(tb, out, rig.h["active"])
+    out, searched = stamped_build(monkeypatch, rig, stream, x)
     deepest = int(out["depths"][:, :budget + 1].max())
     assert (deepest <= 2) if rows == "stars" else (deepest >= 6), deepest  # (stars: depth bound <= 3)
-    warmer_row = D  # CTA (depth_limit, 0): the code warmer's own search (cu/ddtree/build.cuh)
-    searched = {row: {p for p, _, _, _ in r} for row, r in recs.items() if row != warmer_row
-                and any(p == "searched" for p, _, _, _ in r)}
-    assert len(searched) == batch, sorted(recs)
+    assert len(searched) == batch, sorted(searched)
     for row, points in searched.items():
         assert ("depth" in points) == parallel, (row, sorted(points))
 
@@ -422,30 +430,16 @@ def test_count_children_guess_off_still_exact(device, stream, monkeypatch, skew)
     wrong, so -DDL_SEARCH_GUESS_SKEW moves every guess by `skew` ranks (clamped to 0..kb: +-1000
     sends it to either end): the deep trees of budget 256 still equal the reference node for node,
     and the parallel search ran (its depth stamps, -DDL_STAMPS=1), not the heap."""
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
-    import phase_stamps
-
     search_defines(monkeypatch, {"DL_STAMPS": 1, "DL_SEARCH_GUESS_SKEW": skew})
     rng = np.random.default_rng(500 + skew)
     D, V, batch, budget = 15, 163_840, 2, 256
     rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, mask_formats=("bitmask",))
     rig.push_state()
     x = peaked_rows(rng, batch, D, V, 0.7)
-    rig.logits.copy_from_host(x)
     poison(rig.plan, stream, TREE_OUTPUTS)
-    phase_stamps.zero_stamps(rig.plan._module)
-    rig.plan.build(stream, rig.logits, rig.state)
-    stream.synchronize()
-    recs = phase_stamps.read_stamps(rig.plan._module)
-    out = rig.get("top_ids", "top_lp", *TREE_OUTPUTS)
-    tb = rig.host_tree(out)
-    assert_tree_equal(tb, out, rig.h["active"])
+    out, searched = stamped_build(monkeypatch, rig, stream, x)
     assert int(out["depths"][:, :budget + 1].max()) >= 12
-    searched = {row: {p for p, _, _, _ in r} for row, r in recs.items() if row != D
-                and any(p == "searched" for p, _, _, _ in r)}
-    assert len(searched) == batch, sorted(recs)
+    assert len(searched) == batch, sorted(searched)
     for row, points in searched.items():
         assert "depth" in points, (row, sorted(points))
 
