@@ -29,7 +29,7 @@ for t in hc hcr hcb hcw all sk; do for d in random peaked jittered; do
   echo "=== main vs $t (${V[$t]}), $d"
   python $R/tools/bench_ddtree_ab.py $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
-(cd $R && PYTHONPATH=$R timeout 120 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py \
+(cd $R && PYTHONPATH=$R timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py \
   -k "guess_off or search_switch_routes" 2>&1 | tail -3) | tee $O/r/unrun-tests.log
 echo "total: $(( $(date +%s) - t0 )) s"
 tar -C $O -czf $O/r.tgz r && rm -rf $O/r
