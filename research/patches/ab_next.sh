@@ -31,5 +31,6 @@ for t in hc hcr hcb hcw all sk; do for d in random peaked jittered; do
 done; done
 (cd $R && PYTHONPATH=$R timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py \
   -k "guess_off or search_switch_routes" 2>&1 | tail -3) | tee $O/r/unrun-tests.log
+(cd $R && PYTHONPATH=$R timeout 60 python tools/cluster_probe.py 2>&1) | tee $O/r/cluster-probe.txt
 echo "total: $(( $(date +%s) - t0 )) s"
 tar -C $O -czf $O/r.tgz r && rm -rf $O/r
