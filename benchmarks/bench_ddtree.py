@@ -87,8 +87,8 @@ EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax al
 #: all 15 depths with branches at each (the search's deeper phases run).
 #: "jittered": the peaked boosts, each moved per row by N(0, 0.7^2): no two depths alike, so path
 #: sums do not tie within rounding as they do with the same boosts at every depth.
-DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": (16.0, 14.0, 12.5, 11.5),
-                  "jittered": (16.0, 14.0, 12.5, 11.5)}
+PEAKED_BOOSTS = (16.0, 14.0, 12.5, 11.5)
+DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": PEAKED_BOOSTS, "jittered": PEAKED_BOOSTS}
 DRAFTER_JITTER = {"jittered": 0.7}
 
 

@@ -21,10 +21,10 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   * the request's last CTA: ``last`` (the counter after the fence), ``lp`` (log-probs to shared
     memory; warp 0 also finds the search's bounds of the keys there), ``srchpro`` (the search's
     prologue: the histogram cleared), ``d1count`` / ``d1gen`` (the first depth's children
-    counted / stored), ``depth`` 1..15 (the parallel search's rounds; ``pop`` 4, 8, .. 60 instead where the one-warp
-    heap runs; with ``--detail-depth N``
-    also ``count``, ``scan``, ``offs``, ``gen`` and ``bstar`` inside depth N), ``generate`` (the loop's
-    end), ``searched`` (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
+    counted / stored), ``depth`` 1..15 (the parallel search's rounds; ``pop`` 4, 8, .. 60
+    instead where the one-warp heap runs; with ``--detail-depth N`` also ``count``, ``scan``,
+    ``offs``, ``gen`` and ``bstar`` inside depth N), ``generate`` (the loop's end), ``searched``
+    (the ranking, or the one-warp heap), ``nodes`` (nodes and ancestor masks);
 * a timeline in µs of the global timer from the first CTA's ``merge`` point: when the row CTAs
   start and finish their merge (first, median, last), and when each request's last CTA reaches
   its search and its end.
