@@ -433,9 +433,17 @@ DL_DEVICE bool cand_ranks_less(int a, int b, const SearchSmem& s) {
   return (s.rd[x] & 511) < (s.rd[y] & 511);
 }
 
-DL_DEVICE bool cand_better(int y, int x, const SearchSmem& s) {
-  const double ky = s.key[y], kx = s.key[x];
-  return ky > kx || (ky == kx && cand_ranks_less(y, x, s));
+// The candidates of bucket [st, en) whose key equals kx (x's) and whose ranks tuple sorts before
+// x's: the ranking's rare second pass. Out of line: inlined into the ranking's three unrolled copies
+// the ranks-tuple walks were ~780 SASS instructions, and the first pass (a compare and an add per
+// candidate) stays short.
+__device__ __noinline__ int rank_ties(int x, double kx, int st, int en, const SearchSmem& s) {
+  int n = 0;
+  for (int q = st; q < en; ++q) {
+    const int y = s.aux[q];
+    if (y != x && s.key[y] == kx && cand_ranks_less(y, x, s)) ++n;
+  }
+  return n;
 }
 
 // Counts of the children of the parents [seg_lo, seg_lo + P) (d == 1: the root alone) under
@@ -665,13 +673,21 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     rk[e] = n;
     if (slot < total) {
       const int x = s.aux[slot];
-      const int b = bins(-s.key[x]);
-      const int en = static_cast<int>(s.cur[b]);
-      int rank = en - static_cast<int>(s.hist[b]);
-      for (int q = en - static_cast<int>(s.hist[b]); q < en; ++q) {
+      const double kx = s.key[x];
+      const int b = bins(-kx);
+      const int en = static_cast<int>(s.cur[b]), st = en - static_cast<int>(s.hist[b]);
+      // rank = the bins before b + the candidates of bin b better than x: larger keys counted by a
+      // compare and an add, equal keys (another candidate's) only noted; they need the ranks tuple,
+      // which rank_ties compares where any exists.
+      int rank = st;
+      bool tie = false;
+      for (int q = st; q < en; ++q) {
         const int y = s.aux[q];
-        if (y != x && cand_better(y, x, s)) ++rank;
+        const double ky = s.key[y];
+        rank += ky > kx;
+        tie |= ky == kx && y != x;
       }
+      if (tie) rank += rank_ties(x, kx, st, en, s);
       xs[e] = x;
       rk[e] = rank;
     }
