@@ -146,7 +146,10 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   // CTA (depth_limit, 0) is the code warmer (build.cuh): the search's code on its own data, so
   // that the request's search finds that code in L2. The other CTAs of column depth_limit exit.
   const bool warmer = blockIdx.x == p.depth_limit;
-  if (warmer && (!DL_BUILD_WARMER || blockIdx.y != 0)) return;
+  // CTA (depth_limit, 1) warms the heap's code where a request may take the heap: budgets up to
+  // DL_SEARCH_HEAP_BUDGET (search_bounds' switch) or the heap for every request (build.cuh).
+  const bool heap_warmer = blockIdx.y == 1 && (p.budget <= DL_SEARCH_HEAP_BUDGET || (p.flags & ddt::FLAG_LEGACY_SEARCH));
+  if (warmer && (!DL_BUILD_WARMER || (blockIdx.y != 0 && !heap_warmer))) return;
   DDT_STAMP(30, "entry", 0);  // (before the PDL wait: how long the CTA waits for the top-K kernels)
   if (!warmer) {  // (the warmer reads nothing the top-K kernels write)
     const int b = blockIdx.y;

@@ -268,12 +268,17 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   const int d = blockIdx.x, tid = threadIdx.x;
   const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
   const bool warmer = d == D;  // (uniform)
+  // CTA (depth_limit, 1), when the kernel lets it in: the heap's code warmer. Its log-probs go
+  // straight to its shared memory, and it runs three pops of the heap at the one call site below,
+  // then leaves: the heap's code is in L2 before a deep request of a small budget takes the heap.
+  const bool heap_warmer = warmer && blockIdx.y != 0;
   const int b = warmer ? 0 : static_cast<int>(blockIdx.y);
-  int budget_b = p.budget;
+  int budget_b = heap_warmer ? min(p.budget, 3) : p.budget;
   float* const wlp = reinterpret_cast<float*>(p.warm_scratch);
   if (warmer) {
-    for (int i = tid; i < D * K; i += BUILD_THREADS) wlp[i] = warm_lp(i / K, i - i / K * K);
-    __syncthreads();  // (the CTA's own global stores: visible to its threads past the barrier)
+    float* const dst = heap_warmer ? reinterpret_cast<float*>(dyn) : wlp;
+    for (int i = tid; i < D * K; i += BUILD_THREADS) dst[i] = warm_lp(i / K, i - i / K * K);
+    __syncthreads();  // (the CTA's own stores: visible to its threads past the barrier)
   } else {
     u64* sortbuf = reinterpret_cast<u64*>(dyn);
     merge_row(p, b, d, sm, sortbuf);
@@ -316,10 +321,10 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   const int kb = min(budget_b, K);
   // warp 0: the parallel search's bounds from the rows' ends, loaded with the rows (search.cuh)
   SearchEnds ends;
-  if (tid < 32) ends = search_ends(glp, K, kb, D);
+  if (tid < 32 && !heap_warmer) ends = search_ends(glp, K, kb, D);
   {  // the rows' log-probs into shared memory: eight loads in flight per thread, then the stores
     constexpr int LPU = 8;
-    const int n = D * K;
+    const int n = heap_warmer ? 0 : D * K;  // (the heap's warmer wrote its own)
 #pragma unroll 1
     for (int base = 0; base < n; base += LPU * BUILD_THREADS) {
       float r[LPU];
@@ -341,7 +346,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   DDT_STAMP(6, "lp", 0);
   int popped = 0;
   if (budget_b > 0 && kb > 0 && D > 0) {
-    popped = (p.flags & FLAG_LEGACY_SEARCH) ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
+    popped = (p.flags & FLAG_LEGACY_SEARCH) || heap_warmer ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
     if (popped < 0) {  // the exact heap of the reference, one warp
       if (tid < 32) {
         const int c = heap_select(lp, K, kb, D, budget_b, ovs, ovm, ns);
@@ -351,6 +356,7 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
       popped = sm.ri[0];
     }
   }
+  if (heap_warmer) return;  // (uniform)
   const int count = popped + 1;
   DDT_STAMP(23, "searched", popped);
 
