@@ -191,6 +191,7 @@ struct SearchSmem {
   unsigned short aux[SEARCH_CAP];  // per-parent counts / offsets, compaction map, buckets, node index
   u32 hist[SEARCH_BINS];
   u32 cur[SEARCH_BINS];            // bucket cursors; during generation the list of big parents
+  u32 rowtot[SEARCH_BINS / 32];    // search_find_bin's row totals
   double x_lo, x_hi, inv_w;
   int fail, nbig, nlo, nhi;
 };
@@ -322,27 +323,33 @@ DL_DEVICE bool sum_exact(double a, double b, double s) {  // s = fl(a + b): is i
   return err == 0.0;
 }
 
-// Warp-uniform, on any warp: the smallest b with hist[0..b] >= need (SEARCH_BINS - 1 when the
-// total is less). Lane l reads bins r * 32 + l of the SEARCH_BINS / 32 rows (no bank conflict;
-// one lane reading 16 adjacent bins was a 16-way conflict), the rows' totals locate the row,
-// one warp scan inside it the bin.
-DL_DEVICE int search_find_bin(const u32* hist, int need) {
-  const int lane = threadIdx.x & 31;
+// CTA-wide (every thread, after a barrier that orders the histogram's adds): the smallest b with
+// hist[0..b] >= need (SEARCH_BINS - 1 when the total is less), the same in every thread. Warp w
+// sums row w of the SEARCH_BINS / 32 rows of 32 bins (lane l reads bin w * 32 + l: no bank
+// conflict) into rowtot[w]; past a barrier every warp scans the row totals to find the row and
+// scans that row to find the bin. Before, each of the 16 warps reduced all 16 rows itself
+// (256 warp reductions on one SM for one b*): ~1,100-1,600 cycles per depth in the stamps
+// (twenty-third session), now one reduction per warp and a barrier.
+DL_DEVICE int search_find_bin(const u32* hist, int need, u32* rowtot) {
+  static_assert(BUILD_THREADS == SEARCH_BINS, "one warp per row of 32 bins");
   constexpr int ROWS = SEARCH_BINS / 32;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const u32 want = static_cast<u32>(need);
-  u32 v[ROWS];
+  const u32 t = __reduce_add_sync(FULL, hist[w * 32 + lane]);
+  if (lane == 0) rowtot[w] = t;
+  __syncthreads();
+  const u32 rt = lane < ROWS ? rowtot[lane] : 0u;
+  u32 run = rt;  // inclusive prefix of the row totals over the lanes
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) v[r] = hist[r * 32 + lane];
-  u32 run = 0, before = 0, x = 0;
-  int row = -1;
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const u32 t = __reduce_add_sync(FULL, v[r]);
-    if (row < 0 && run + t >= want) { row = r; before = run; x = v[r]; }
-    run += t;
+  for (int o = 1; o < ROWS; o <<= 1) {
+    const u32 y = __shfl_up_sync(FULL, run, o);
+    if (lane >= o) run += y;
   }
-  if (row < 0) return SEARCH_BINS - 1;  // (uniform)
-  u32 incl = x;
+  const u32 rows = __ballot_sync(FULL, lane < ROWS && run >= want);
+  if (rows == 0u) return SEARCH_BINS - 1;  // (uniform)
+  const int row = __ffs(rows) - 1;
+  const u32 before = __shfl_sync(FULL, run - rt, row);
+  u32 incl = hist[row * 32 + lane];
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const u32 y = __shfl_up_sync(FULL, incl, o);
@@ -556,7 +563,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
         }
       }
       __syncthreads();
-      bstar = search_find_bin(s.hist, n);
+      bstar = search_find_bin(s.hist, n, s.rowtot);
       // compaction of the stored candidates (order kept; parents are never dropped before a child)
       const int E2 = (cn + T - 1) / T;
       double kk[SEARCH_PER];
@@ -649,7 +656,7 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
     DDT_DETAIL(d, 20, "gen");
     if (d == 1) DDT_STAMP(27, "d1gen", M);  // the root's children stored, their histogram built
     // (no barrier after b*: the next depth writes the histogram only after its scan's barrier)
-    bstar = search_find_bin(s.hist, n);
+    bstar = search_find_bin(s.hist, n, s.rowtot);
     DDT_DETAIL(d, 21, "bstar");
     seg_lo = cn;
     seg_hi = cn + M;
