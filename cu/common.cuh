@@ -230,18 +230,26 @@ DL_DEVICE int block_sum_int(int v, int* scratch) {
   return r;
 }
 
+// Inclusive prefix sum over a warp's lanes (every lane calls it): lane l gets x of lanes 0..l, for
+// l < WIDTH (a power of two; lanes at or past WIDTH get partial sums nobody should read).
+template <int WIDTH = 32, typename V>
+DL_DEVICE V warp_incl_scan(V x) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < WIDTH; o <<= 1) {
+    const V y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
 // Exclusive prefix sum over the block in thread order; *total gets the sum. TAIL_SYNC = false
 // leaves out the closing barrier: the caller must pass a block barrier before any thread writes
 // scratch again (the next scan's warp totals).
 template <int T, bool TAIL_SYNC = true>
 DL_DEVICE int block_excl_scan(int v, int* scratch, int* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
+  const int x = warp_incl_scan(v);
   if (lane == 31) scratch[warp] = x;
   __syncthreads();
   int before = 0, all = 0;

@@ -339,22 +339,12 @@ DL_DEVICE int search_find_bin(const u32* hist, int need, u32* rowtot) {
   if (lane == 0) rowtot[w] = t;
   __syncthreads();
   const u32 rt = lane < ROWS ? rowtot[lane] : 0u;
-  u32 run = rt;  // inclusive prefix of the row totals over the lanes
-#pragma unroll
-  for (int o = 1; o < ROWS; o <<= 1) {
-    const u32 y = __shfl_up_sync(FULL, run, o);
-    if (lane >= o) run += y;
-  }
+  const u32 run = dl::warp_incl_scan<ROWS>(rt);  // inclusive prefix of the row totals
   const u32 rows = __ballot_sync(FULL, lane < ROWS && run >= want);
   if (rows == 0u) return SEARCH_BINS - 1;  // (uniform)
   const int row = __ffs(rows) - 1;
   const u32 before = __shfl_sync(FULL, run - rt, row);
-  u32 incl = hist[row * 32 + lane];
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u32 y = __shfl_up_sync(FULL, incl, o);
-    if (lane >= o) incl += y;
-  }
+  const u32 incl = dl::warp_incl_scan(hist[row * 32 + lane]);
   return row * 32 + __ffs(__ballot_sync(FULL, before + incl >= want)) - 1;
 }
 
