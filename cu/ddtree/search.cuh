@@ -348,10 +348,15 @@ DL_DEVICE int search_find_bin(const u32* hist, int need, u32* rowtot) {
   return row * 32 + __ffs(__ballot_sync(FULL, before + incl >= want)) - 1;
 }
 
+// sibling_back_in's margin: a bound on how far rounding can move a key of this parent's children.
+DL_DEVICE double sibling_margin(double kp, const float* row, int kb) {
+  return (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+}
+
 // Past the children [0, lo) of a parent with key kp (lo < kb): walks the exact sibling chain
 // while rounding could still bring a key back in; true when a later sibling qualifies after all.
 DL_DEVICE bool sibling_back_in(double kp, const float* row, int kb, int lo, int bstar, const SearchBins& bins) {
-  const double margin = (fabs(kp) + fabs(static_cast<double>(row[kb - 1]))) * 0x1p-40;
+  const double margin = sibling_margin(kp, row, kb);
   double k = __dadd_rn(kp, static_cast<double>(row[lo]));
   int r = lo;
   while (bins(-__dadd_rn(k, margin)) <= bstar) {
@@ -389,12 +394,20 @@ DL_DEVICE int count_children(double kp, const float* row, int kb, int bstar, con
 #ifdef DL_SEARCH_GUESS_SKEW  // (tests only: a guess off by this many ranks must change no result)
   g = min(max(g + (DL_SEARCH_GUESS_SKEW), 0), kb);
 #endif
-  const bool before = g == 0 || bins(-__dadd_rn(kp, static_cast<double>(row[g - 1]))) <= bstar;
-  const bool at = g < kb && bins(-__dadd_rn(kp, static_cast<double>(row[g]))) <= bstar;
+  // The checks at g - 1 and g, and sibling_back_in's first test at g, as independent chains from
+  // clamped (in-bounds) ranks, combined without short-circuit branches: before, each waited on
+  // the one before it.
+  const float rb = row[max(g - 1, 0)], ra = row[min(g, kb - 1)];  // (kb >= 1)
+  const double ka = __dadd_rn(kp, static_cast<double>(ra));
+  const bool before = (g == 0) | (bins(-__dadd_rn(kp, static_cast<double>(rb))) <= bstar);
+  const bool at = (g < kb) & (bins(-ka) <= bstar);
+  const bool near = (g < kb) & (bins(-__dadd_rn(ka, sibling_margin(kp, row, kb))) <= bstar);
   int lo = g;
   if (!before) lo = count_children_exact(kp, row, 0, g - 1, bstar, bins);
   else if (at) lo = count_children_exact(kp, row, g + 1, kb, bstar, bins);
-  if (lo < kb && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
+  // sibling_back_in(lo) with lo == g starts with exactly the test `near`: where that fails it
+  // returns false at once, so the call is skipped (the same result, the common case).
+  if (lo < kb && (lo != g || near) && sibling_back_in(kp, row, kb, lo, bstar, bins)) *fail = 1;
   return lo;
 }
 
