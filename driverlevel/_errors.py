@@ -276,8 +276,9 @@ class MetadataError(PicklableError, ValueError):
     """Per-step metadata that a kernel found inconsistent (reported through a device error word).
 
     Inside a captured graph no host check runs, so the kernels check what they read
-    and set a :class:`~driverlevel._device_error.DeviceErrorWord`; the plan's
-    ``check_errors()`` raises this error naming the first bad request and field.
+    and record the first fault in the plan's device error word (its ``error_word``
+    attribute, in mapped host memory); the plan's ``check_errors()`` raises this error
+    naming the first bad request and field.
 
     Attributes
     ----------

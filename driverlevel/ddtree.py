@@ -97,6 +97,7 @@ __all__ = [
     "RECORD_HEADER",
     "FLAG_LEGACY_SEARCH",
     "compile_defines",
+    "compile_variants",
     "dynamic_shared_bytes",
     "build_shared_bytes",
 ]
@@ -284,8 +285,11 @@ def dynamic_shared_bytes(arch) -> dict:
     return out
 
 
-def compile_variants(arch) -> list:
-    """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory."""
+def compile_variants(arch) -> list[CompileVariant]:
+    """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory.
+
+    ``driverlevel.runtime.compile_file(SOURCE, arch, v.defines)`` for the one variant ``v`` compiles
+    it as the plans do (``compile_file`` without these defines stops at the source's ``#error``)."""
     return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
 
 
@@ -450,7 +454,7 @@ class DDTreePlan:
     Bad per-step metadata
     ---------------------
     Checked by the kernels and reported through :attr:`error_word`; :meth:`check_errors`
-    raises :class:`~driverlevel._errors.MetadataError` naming the request and field. ``max_batch *
+    raises :class:`~driverlevel.MetadataError` naming the request and field. ``max_batch *
     max_context`` must stay below 2**31 (``kv_indptr`` is int32): checked at construction.
 
     Attributes
@@ -470,7 +474,10 @@ class DDTreePlan:
     Raises
     ------
     ValueError, TypeError
-        For out-of-range parameters.
+        For out-of-range or mistyped parameters (checked before the device is touched, so
+        this works without a GPU too).
+    DriverUnavailableError, CudaError
+        If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
     PoolExhaustedError

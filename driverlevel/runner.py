@@ -47,6 +47,7 @@ module knows them.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -192,6 +193,16 @@ def _int_in(name, v, lo, hi) -> int:
     if not lo <= v <= hi:
         raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
     return int(v)
+
+
+def _check_options(cls, kw: dict) -> None:
+    """TypeError naming the public runner class ``cls`` for a keyword that neither it nor
+    :class:`_RunnerBase` takes (the runners pass their other keywords on to the base, whose own
+    error would name the private class)."""
+    allowed = set(inspect.signature(_RunnerBase.__init__).parameters) - {"self", "device"}
+    for k in kw:
+        if k not in allowed:
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {k!r}")
 
 
 def _as_int_list(name, x, n):
@@ -666,7 +677,7 @@ class _RunnerBase:
         return n
 
     def check_errors(self) -> None:
-        """Raise :class:`~driverlevel._errors.MetadataError` if a kernel of the step found bad per-step
+        """Raise :class:`~driverlevel.MetadataError` if a kernel of the step found bad per-step
         metadata (a committed length past ``max_context``, a pool count or slot id outside the
         pool, ...) since the last check; :meth:`collect` calls it after every step it reads.
 
@@ -833,6 +844,7 @@ class AutoregressiveRunner(_RunnerBase):
 
     def __init__(self, device, *, model=None, target_forward=None, vocab_size=None, max_batch: int,
                  max_context: int, max_prompt_len: int, num_splits: int | None = None, name: str = "ar", **kw):
+        _check_options(type(self), kw)
         super().__init__(device, model=model, target_forward=target_forward, vocab_size=vocab_size,
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
@@ -933,6 +945,7 @@ class DecodeStepRunner(_RunnerBase):
     def __init__(self, device, *, model=None, target_forward=None, drafter: DraftModel, vocab_size=None, max_batch: int,
                  budget: int, depth_limit: int = 15, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  name: str = "ddtree", **kw):
+        _check_options(type(self), kw)
         if not isinstance(drafter, DraftModel):
             raise TypeError(f"drafter= must be a driverlevel.interfaces.DraftModel (logits, prepare(root_tokens), "
                             f"run(stream)), got {type(drafter).__name__}")
@@ -976,8 +989,10 @@ class DecodeStepRunner(_RunnerBase):
         lg = self._drafter_arg.logits
         dt = getattr(lg, "dtype", None)
         if dt is None or getattr(dt, "name", None) != "float32" or tuple(getattr(lg, "shape", ())) != want:
-            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, got "
-                             f"{'None' if lg is None else getattr(dt, 'name', dt)} {list(getattr(lg, 'shape', ()))}")
+            got = ("None" if lg is None else f"{type(lg).__name__} without a dtype") if dt is None else \
+                f"{getattr(dt, 'name', dt)} {list(getattr(lg, 'shape', ()))}"
+            raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, "
+                             f"got {got}")
 
     def _emit_width(self) -> int:
         return self.depth_limit + 1

@@ -542,6 +542,13 @@ class VerifyMetadata:
     The dtypes below are SGLang's; every index array may be int32 or int64 (read in
     place, no conversion), and a bitmask ``custom_mask`` may be int32.
 
+    A plain container: nothing is checked when it is built. :meth:`VerifyAttention.run`
+    checks each array's device, dtype and shape before any launch (``TypeError`` /
+    ``ValueError`` naming the field), and the kernels check the values (lengths, slot ids,
+    offsets) on the GPU, reported by :meth:`VerifyAttention.check_errors`.
+    (:class:`driverlevel.reference.trees.VerifyMetadata` is the host-side metadata of the
+    reference, a different class.)
+
     Attributes
     ----------
     qo_indptr : int64 ``[bs + 1]``

@@ -519,7 +519,9 @@ def test_errors_name_the_argument():
     fails(ValueError, "mask_format must be one of", mask_format="tree")
     fails(TypeError, "q must be a float array", q=kw["q"].astype(np.int32))
     fails(ValueError, r"q must be \[total_q", q=kw["q"][:, 0])
-    fails(ValueError, r"kv_cache.shape\[1\]", kv_cache=kw["kv_cache"][:, :3])
+    fails(ValueError, r"disagree on head_dim: q.shape\[2\] = \d+, kv_cache.shape\[1\] = 3",
+          kv_cache=kw["kv_cache"][:, :3])
+    fails(ValueError, r"disagree on head_dim: q.shape\[2\] = 3, kv_cache.shape\[1\]", q=kw["q"][:, :, :3])
     fails(ValueError, "v_dim must be in", v_dim=5)
     fails(TypeError, "sm_scale", sm_scale="0.5")
     fails(ValueError, "sm_scale must be finite", sm_scale=float("nan"))

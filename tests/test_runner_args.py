@@ -160,3 +160,27 @@ def test_check_merge_capacity_is_the_plans_rule(vocab, budget, fits):
     else:
         with pytest.raises(ValueError, match="more than the row merge's 12288"):
             check_merge_capacity(vocab, budget)
+
+
+def test_an_unknown_keyword_names_the_public_runner(no_device):
+    """A keyword neither runner takes: the TypeError names the runner the user called, not the
+    private base class the other keywords are passed on to (a new user's trial, twenty-third session)."""
+    with pytest.raises(TypeError, match=r"^AutoregressiveRunner\(\) got an unexpected keyword argument 'foo'$"):
+        AutoregressiveRunner(0, **BASE, foo=1)
+    with pytest.raises(TypeError, match=r"^DecodeStepRunner\(\) got an unexpected keyword argument 'foo'$"):
+        DecodeStepRunner(0, drafter=_Drafter(), budget=16, **BASE, foo=1)
+    # the base's own keywords still pass (and reach the device)
+    with pytest.raises(_Touched):
+        AutoregressiveRunner(0, **BASE, ring_slots=8, slot_seed=1)
+
+
+class _NoLogits(_Drafter):
+    def __init__(self, logits):
+        self.logits = logits
+
+
+@pytest.mark.parametrize("logits, words", [(None, "got None$"), ([1.0, 2.0], "got list without a dtype$")])
+def test_drafter_logits_without_a_dtype_say_what_they_are(no_device, logits, words):
+    with pytest.raises(ValueError, match=r"drafter.logits must be float32 \[max_batch, depth_limit, vocab\] = "
+                                         r"\[8, 15, 32768\], " + words):
+        DecodeStepRunner(0, drafter=_NoLogits(logits), budget=16, **BASE)

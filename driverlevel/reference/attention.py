@@ -179,8 +179,9 @@ class _Problem:
             raise ValueError(f"kv_cache must be [num_slots, head_dim], got shape {self.kv.shape}")
         total_q, self.num_heads, head_dim = self.q.shape
         if self.kv.shape[1] != head_dim:
+            # (names both shapes: either argument may be the wrong one)
             raise ValueError(
-                f"kv_cache.shape[1] must equal q.shape[2] = {head_dim}, got {self.kv.shape[1]}"
+                f"q and kv_cache disagree on head_dim: q.shape[2] = {head_dim}, kv_cache.shape[1] = {self.kv.shape[1]}"
             )
         if isinstance(v_dim, bool) or not isinstance(v_dim, numbers.Integral):
             raise TypeError(f"v_dim must be an int, got {type(v_dim).__name__}")
