@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call for the prepared patches (research/patches/README.md), from the repository root:
+#   bash research/patches/ab_next.sh [NAME ...]     (default: every *.patch here; needs $OUT)
+# Copies the tracked tree once per patch into /tmp/ab-NAME and applies it (`patch -p1`, no .git
+# needed), runs bench_ddtree on main and each variant, interleaved, twice per drafter, prints each
+# variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
+# batch 1 and 8, budget 256) on main and each variant, runs the DDTree GPU tests on each variant,
+# and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight).
+# ~2 minutes plus ~2 per variant on the H200.
+set -u
+R=$PWD; O=${OUT:?set OUT}; mkdir -p $O/r
+P=$R/research/patches
+names=("$@"); [ ${#names[@]} -eq 0 ] && names=($(cd $P && ls *.patch | sed 's/\.patch$//'))
+for v in "${names[@]}"; do
+  T=/tmp/ab-$v; rm -rf $T; mkdir -p $T
+  (cd $R && tar --exclude=./.wt --exclude=./.git -cf - .) | (cd $T && tar -xf -)
+  (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
+done
+nvidia-smi -L
+B="--quick --no-reference --topk threshold"
+for i in 1 2; do for d in random peaked jittered; do for t in main "${names[@]}"; do
+  dd=$R; [ $t != main ] && dd=/tmp/ab-$t
+  (cd $dd && PYTHONPATH=$dd timeout 45 python benchmarks/bench_ddtree.py $B --drafter $d --json $O/r/$t-$d-$i.json > $O/r/$t-$d-$i.log 2>&1) || echo "bench $t $d $i failed"
+done; done; done
+for t in "${names[@]}"; do for d in random peaked jittered; do
+  echo "=== main vs $t, $d"
+  python $R/tools/bench_ddtree_ab.py $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
+done; done
+for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
+  for b in 1 8; do
+    (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch $b --budget 256 --drafter random > $O/r/stamps-$t-b$b.txt 2>&1)
+    echo "--- stamps $t batch $b"; grep -E '^(sorted|last|lp|srchpro|searched|nodes) ' $O/r/stamps-$t-b$b.txt | head -6
+  done
+done
+tar -C $O -czf $O/r.tgz r && rm -rf $O/r
+for t in "${names[@]}"; do
+  echo "--- DDTree GPU tests on $t"
+  (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py 2>&1 | tail -2)
+done
