@@ -29,12 +29,18 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   start and finish their merge (first, median, last), and when each request's last CTA reaches
   its search and its end.
 
+With ``--chain``, also the top-K kernels' CTAs (``DDT_TK_STAMP``: entry, past the PDL wait, exit)
+and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
+global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
+Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
+(256 MB read, then a 100 µs spin kernel so that the host's launches are all queued).
+
 A record costs a few tens of cycles (a global store by thread 0), so the phases are close to the
 uninstrumented kernel's; bench_ddtree's times stay the reference.
 
 Usage::
 
-    python tools/ddtree_stamps.py [--batch 1 8] [--budget 256] [--logits-dtype float32]
+    python tools/ddtree_stamps.py [--batch 1 8] [--budget 256] [--logits-dtype float32] [--chain --flush read]
 
 Needs a GPU.
 """
@@ -64,6 +70,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--detail-depth", type=int, default=None, metavar="N",
                     help="also stamp the steps inside the parallel search's depth N (1..15; -DDL_STAMPS_DETAIL=N): "
                          "count (thread 0's parents), scan, offs, gen, bstar; the depth stamps then stop at 10")
+    ap.add_argument("--chain", action="store_true",
+                    help="also the top-K kernels' stamps and the timeline of the whole chain (sample, stream, "
+                         "chunks, build)")
+    ap.add_argument("--flush", choices=("read", "none"), default="none",
+                    help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
+                         "build behind a 100 µs spin; none (default): the build right after its warm-up")
     args = ap.parse_args(argv)
     for name, values, lo, hi in (("--batch", args.batch, 1, 64), ("--budget", args.budget, 1, 512)):
         bad = [v for v in values if not lo <= v <= hi]
@@ -133,6 +145,34 @@ def measured_clock_ghz(ctas: dict, min_ns: int = 2000):
     return statistics.median(rates) if rates else None
 
 
+#: First stamp rows of the top-K kernels' CTAs (DDT_TK_ROW_* of cu/ddtree/stamps.cuh); ddtree_build's
+#: rows are below the first.
+TK_ROWS = (("sample", 256), ("stream", 512), ("chunks", 1024))
+
+
+def split_topk(ctas: dict) -> tuple:
+    """``(ddtree_build's rows, the top-K kernels' rows)``; the latter with each point named after its
+    kernel (``"stream waited"``)."""
+    build = {k: v for k, v in ctas.items() if k < TK_ROWS[0][1]}
+    topk = {}
+    for k, v in ctas.items():
+        kernel = [n for n, base in TK_ROWS if k >= base]
+        if kernel:
+            topk[k] = [(f"{kernel[-1]} {p}", a, c, g) for p, a, c, g in v]
+    return build, topk
+
+
+def chain_timeline(build: dict, topk: dict) -> list[str]:
+    """The whole chain's timeline (µs from the sample kernel's first ``entry``): the top-K kernels'
+    points, then ddtree_build's entry, merge start, rows sorted, and the search's end."""
+    keep = ("entry", "merge", "sorted", "last", "nodes")
+    rows = dict(topk)
+    for k, v in build.items():
+        rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
+    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "waited", "exit")] + [f"build {p}" for p in keep]
+    return phase_stamps.timeline(rows, order, "sample entry")
+
+
 def timeline(ctas: dict) -> list[str]:
     """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
     return phase_stamps.timeline(ctas, order_of(ctas), "merge", point_name)
@@ -167,12 +207,16 @@ def main(argv=None) -> int:
                                                  driver.cuDeviceGet(dev.ordinal)[1])
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuDeviceGetAttribute(CLOCK_RATE) failed: {err}")
-    from bench_ddtree import DEPTH, VOCAB, make_inputs
+    from bench_ddtree import DEPTH, VOCAB, L2Flush, make_inputs
+
+    from driverlevel import selftest
 
     plain = ddtree.compile_defines
     extra = stamp_defines(args.detail_depth)
     ddtree.compile_defines = lambda arch: {**plain(arch), **extra}
     stream = dev.create_stream()
+    flush = L2Flush(dev, stream, "read") if args.flush == "read" else None
+    spin = selftest.load(dev).kernel("spin_wait_ns")
     try:
         for batch in args.batch:
             for budget in args.budget:
@@ -187,9 +231,13 @@ def main(argv=None) -> int:
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
                 phase_stamps.zero_stamps(plan._module)
+                if flush is not None:
+                    flush(stream, 0)
+                    spin.launch(stream, 1, 32, [np.int64(100_000)])
                 plan.build(stream, logits, state)
                 stream.synchronize()
-                ctas, warmer = split_warmer(phase_stamps.read_stamps(plan._module), plan.depth_limit)
+                ctas, topk = split_topk(phase_stamps.read_stamps(plan._module))
+                ctas, warmer = split_warmer(ctas, plan.depth_limit)
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits "
                       f"({args.drafter} drafter, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
@@ -197,6 +245,10 @@ def main(argv=None) -> int:
                          else "measured: no CTA spans 2 µs"))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
                 print("\n".join(timeline(ctas)), flush=True)
+                if args.chain:
+                    print(f"# the chain ({'L2 flushed' if flush is not None else 'L2 warm'}), µs from the sample "
+                          f"kernel's first CTA")
+                    print("\n".join(chain_timeline(ctas, topk)), flush=True)
                 if warmer:
                     t0 = min(r[3] for v in ctas.values() for r in v if r[0] == "merge")
                     print(f"code warmer (CTA ({plan.depth_limit}, 0)): {len(warmer)} points, done "

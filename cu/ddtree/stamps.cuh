@@ -9,6 +9,11 @@
 // instruction, before its PDL wait: the phase `merge` is then the wait). The tool orders a CTA's
 // records by their clock. Empty, and the kernels unchanged, without the define.
 //
+// DDT_TK_STAMP(base, slot, point): the top-K kernels' stamps (tools/ddtree_stamps.py --chain):
+// thread 0 of a CTA stamps row base + its linear block index, above ddtree_build's rows: the
+// sample kernel's CTAs from row DDT_TK_ROW_SAMPLE, the stream's from DDT_TK_ROW_STREAM, the
+// chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait), exit 2.
+//
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "../phase_stamps.cuh"
@@ -19,7 +24,16 @@
     if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
   } while (0)
 #define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
+#define DDT_TK_STAMP(base, slot, point)                                                                  \
+  do {                                                                                                   \
+    if (threadIdx.x == 0)                                                                                \
+      DL_STAMP(static_cast<int>((base) + blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), \
+               slot, point, 0);                                                                          \
+  } while (0)
 #endif
+#define DDT_TK_ROW_SAMPLE 256
+#define DDT_TK_ROW_STREAM 512
+#define DDT_TK_ROW_CHUNKS 1024
 
 // DDT_DETAIL(d, slot, point): with -DDL_STAMPS=1 -DDL_STAMPS_DETAIL=N, the steps inside depth N
 // of the parallel search (slots 17-21: count, scan, offs, gen, bstar; the `depth` stamps then stop
@@ -43,5 +57,8 @@
   } while (0)
 #define DDT_STAMP(slot, point, arg) \
   do {                              \
+  } while (0)
+#define DDT_TK_STAMP(base, slot, point) \
+  do {                                  \
   } while (0)
 #endif

@@ -239,16 +239,22 @@ DL_DEVICE void topk_chunk(const TopKParams& p) {
   // and the sample's tk_flag decide the fallback below, and whose completion implies the
   // sample's. topk_mode = 0: this is the build's first kernel, an ordinary launch, and the
   // wait returns at once.
+  DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 0, "entry");
   dl::pdl_launch_dependents();
   dl::pdl_wait();
+  DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 1, "waited");
   if (p.topk_mode == TOPK_MODE_THRESHOLD) {
-    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) return;  // (uniform)
+    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) {  // (uniform)
+      DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 2, "exit");
+      return;
+    }
   }
 #pragma unroll 1
   for (int s = blockIdx.x; s < p.num_chunks; s += gridDim.x) {
     if (s != static_cast<int>(blockIdx.x)) __syncthreads();  // the previous chunk's shared memory is read
     topk_one_chunk<T>(p, sm, s, d, b);
   }
+  DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 2, "exit");
 }
 
 }  // namespace ddt

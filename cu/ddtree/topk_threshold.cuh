@@ -11,6 +11,7 @@
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
 #include "keys.cuh"
+#include "stamps.cuh"
 
 namespace ddt {
 
@@ -116,6 +117,7 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   // grid. This kernel is the build's first, an ordinary launch: all it reads (logits, active) is
   // complete and visible before it starts, so it has no wait of its own.
   dl::pdl_launch_dependents();
+  DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 0, "entry");
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
   if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
     if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
@@ -130,6 +132,7 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
     p.tk_count[row] = 0u;  // the stream kernel counts from here
     p.tk_flag[row] = (t <= KEY_NEG_INF || !isfinite(tf)) ? 1u : 0u;
   }
+  DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 2, "exit");
 }
 
 // ------------------------------------------------------------------------------ stream
@@ -258,6 +261,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   // PDL (common.cuh): the chunk kernel may start now; its pdl_wait() waits for this whole grid
   // (and so, through this grid's own waits below, for the sample kernel too).
   dl::pdl_launch_dependents();
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 0, "entry");
   // Before the wait this kernel reads only what was written before the build's first (ordinary)
   // launch, the sample kernel, started: active and the logits; it writes nothing global.
   if (!p.active[b]) {  // (uniform) the build skips the request
@@ -297,6 +301,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   // PDL: the sample kernel's T, flag and zeroed count are read (and the count, candidates and
   // segment sums written) only after it has completed; the tiles above are in flight.
   dl::pdl_wait();
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 1, "waited");
 
   if (p.tk_flag[row] != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
     if (vec) dl::cp_async_wait<0>();
@@ -413,6 +418,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     }
     reinterpret_cast<double2*>(p.tk_sum)[row * static_cast<size_t>(p.tk_nseg) + s] = t;
   }
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 2, "exit");
 }
 
 }  // namespace ddt
