@@ -4,9 +4,10 @@
 # Copies the tracked tree once per patch into /tmp/ab-NAME and applies it (`patch -p1`, no .git
 # needed), runs bench_ddtree on main and each variant, interleaved, twice per drafter, prints each
 # variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
-# batch 1 and 8, budget 256) on main and each variant, runs the DDTree GPU tests on each variant,
-# and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight).
-# ~2 minutes plus ~2 per variant on the H200.
+# batch 1 and 8, budget 256) and the top-K chain's timeline (--chain --flush read) on main and each
+# variant, runs the DDTree GPU tests on each variant (TESTS=0: not), and leaves the results in
+# $OUT/r.tgz (one file: the device tool returns at most eight).
+# ~2 minutes plus ~2 per variant on the H200 (~1 per variant with TESTS=0).
 set -u
 R=$PWD; O=${OUT:?set OUT}; mkdir -p $O/r
 P=$R/research/patches
@@ -31,8 +32,12 @@ for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
     (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch $b --budget 256 --drafter random > $O/r/stamps-$t-b$b.txt 2>&1)
     echo "--- stamps $t batch $b"; grep -E '^(sorted|last|lp|srchpro|searched|nodes) ' $O/r/stamps-$t-b$b.txt | head -6
   done
+  (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain \
+     --flush read > $O/r/chain-$t.txt 2>&1)
+  echo "--- chain $t (µs: first / median / last)"; grep -E '^(stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
 done
 tar -C $O -czf $O/r.tgz r && rm -rf $O/r
+[ "${TESTS:-1}" = 0 ] && exit 0
 for t in "${names[@]}"; do
   echo "--- DDTree GPU tests on $t"
   (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py 2>&1 | tail -2)
