@@ -143,3 +143,34 @@ def test_measured_clock_from_the_global_timer():
     assert stamps.measured_clock_ghz(recs) == pytest.approx(4950 / 3550)
     assert stamps.measured_clock_ghz(recs, min_ns=1000) == pytest.approx((2100 / 1050 + 4950 / 3550) / 2)
     assert stamps.measured_clock_ghz({3: recs[3]}) is None
+
+
+def test_topk_rows_are_split_off_and_named_by_kernel():
+    """--chain: the top-K kernels' rows (DDT_TK_ROW_* of cu/ddtree/stamps.cuh) leave the build's tables
+    and come back named by kernel, the chain's timeline starting at the sample's first entry."""
+    recs = {3: [("merge", 0, 100, 14_000), ("sorted", 0, 900, 26_000), ("last", 0, 950, 27_000)],
+            256: [("entry", 0, 5, 1_000), ("exit", 0, 50, 6_000)],
+            600: [("entry", 0, 7, 1_500), ("waited", 0, 9, 7_000), ("exit", 0, 20, 11_000)],
+            1100: [("entry", 0, 1, 9_000), ("waited", 0, 2, 12_000), ("exit", 0, 3, 13_000)]}
+    build, topk = stamps.split_topk(recs)
+    assert set(build) == {3} and set(topk) == {256, 600, 1100}
+    assert [p for p, *_ in topk[600]] == ["stream entry", "stream waited", "stream exit"]
+    assert topk[256][0][0] == "sample entry" and topk[1100][2][0] == "chunks exit"
+    lines = stamps.chain_timeline(build, topk)
+    names = [ln[:14].strip() for ln in lines[1:]]
+    assert names == ["sample entry", "sample exit", "stream entry", "stream waited", "stream exit", "chunks entry",
+                     "chunks waited", "chunks exit", "build merge", "build sorted", "build last"]
+    assert lines[1].split()[-1] == "0.00"  # the sample's first entry is the origin
+    assert lines[-1].split()[-1] == "26.00"  # build last: 27,000 ns - 1,000 ns
+    args = stamps.parse_args(["--chain", "--flush", "read", "--evict-code"])
+    assert args.chain and args.flush == "read" and args.evict_code
+    assert stamps.parse_args([]).flush == "none" and not stamps.parse_args([]).evict_code
+
+
+def test_code_evictor_is_larger_than_an_sms_instruction_caches():
+    """--evict-code's kernel compiles (NVRTC) to over 250 KB of code, and keeps its steps (no
+    dead-code elimination: the cubin grows with EVICT_STEPS)."""
+    small = dl.runtime.compile_source(stamps.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": 64})
+    big = dl.runtime.compile_source(stamps.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": stamps.EVICT_STEPS})
+    assert len(big.data) > 250_000 and len(big.data) > 20 * len(small.data)
+    assert big.resources["evict_code"].spills == 0
