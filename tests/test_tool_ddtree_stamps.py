@@ -174,3 +174,23 @@ def test_code_evictor_is_larger_than_an_sms_instruction_caches():
     big = dl.runtime.compile_source(stamps.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": stamps.EVICT_STEPS})
     assert len(big.data) > 250_000 and len(big.data) > 20 * len(small.data)
     assert big.resources["evict_code"].spills == 0
+
+
+def test_stamp_rows_of_the_kernels_do_not_overlap():
+    """Every kernel of a stamped build writes rows of its own: the check passes for bench_ddtree's
+    shapes at batch 1, 8 and 16 on a 132-SM GPU and refuses a grid that would spill into the next
+    kernel's rows; --batch stops at 16."""
+    from types import SimpleNamespace
+
+    from driverlevel import _topk_threshold as tk
+
+    for batch in (1, 8, 16):
+        nseg, _ = tk.stream_segments(batch * 15, 163_840, False, 132)
+        plan = SimpleNamespace(max_batch=batch, depth_limit=15, tk_nseg=nseg, num_chunks=22,
+                               device=SimpleNamespace(sm_count=132))
+        stamps.check_stamp_rows(plan)
+    plan = SimpleNamespace(max_batch=17, depth_limit=15, tk_nseg=1, num_chunks=22, device=SimpleNamespace(sm_count=132))
+    with pytest.raises(ValueError, match="ddtree_build 272 CTAs > 256 rows"):
+        stamps.check_stamp_rows(plan)
+    with pytest.raises(SystemExit):
+        stamps.parse_args(["--batch", "17"])

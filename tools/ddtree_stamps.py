@@ -63,7 +63,8 @@ import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..64)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..16: the stamp rows of "
+                    "cu/ddtree/stamps.cuh hold ddtree_build's CTAs below row 256)")
     ap.add_argument("--budget", type=int, nargs="+", default=[256], help="tree budgets (1..512)")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
@@ -84,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a 100 µs spin; none (default): the build right after its warm-up")
     args = ap.parse_args(argv)
-    for name, values, lo, hi in (("--batch", args.batch, 1, 64), ("--budget", args.budget, 1, 512)):
+    for name, values, lo, hi in (("--batch", args.batch, 1, 16), ("--budget", args.budget, 1, 512)):
         bad = [v for v in values if not lo <= v <= hi]
         if bad:
             ap.error(f"{name} must be in {lo}..{hi}, got {bad}")
@@ -194,6 +195,23 @@ def code_evictor(dev):
 TK_ROWS = (("sample", 256), ("stream", 512), ("chunks", 1024))
 
 
+def check_stamp_rows(plan) -> None:
+    """Raise ``ValueError`` unless every CTA of ``plan``'s build has stamp rows of its own: ddtree_build's
+    ``(depth_limit + 1) * max_batch`` CTAs below the sample's first row, each top-K kernel's grid below
+    the next kernel's first row, all below DL_STAMP_ROWS (cu/phase_stamps.cuh). Overlapping rows would
+    mix two CTAs' records silently."""
+    from driverlevel import _topk_threshold as tk
+
+    rows = plan.max_batch * plan.depth_limit
+    grids = {"ddtree_build": (plan.depth_limit + 1) * plan.max_batch, "sample": rows, "stream": plan.tk_nseg * rows,
+             "chunks": tk.fallback_ctas(plan.num_chunks, rows, plan.device.sm_count) * rows}
+    room = {"ddtree_build": TK_ROWS[0][1], "sample": TK_ROWS[1][1] - TK_ROWS[0][1],
+            "stream": TK_ROWS[2][1] - TK_ROWS[1][1], "chunks": phase_stamps.ROWS - TK_ROWS[2][1]}
+    over = [f"{k} {grids[k]} CTAs > {room[k]} rows" for k in grids if grids[k] > room[k]]
+    if over:
+        raise ValueError("the stamped build has more CTAs than stamp rows: " + ", ".join(over))
+
+
 def split_topk(ctas: dict) -> tuple:
     """``(ddtree_build's rows, the top-K kernels' rows)``; the latter with each point named after its
     kernel (``"stream waited"``)."""
@@ -268,6 +286,7 @@ def main(argv=None) -> int:
                 plan = ddtree.DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
                                          max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                                          topk="threshold")
+                check_stamp_rows(plan)
                 if args.search == "heap":
                     plan.flags = ddtree.FLAG_LEGACY_SEARCH
                 rng = np.random.default_rng(1000 * batch + budget)
