@@ -29,7 +29,8 @@ logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
   start and finish their merge (first, median, last), and when each request's last CTA reaches
   its search and its end.
 
-With ``--chain``, also the top-K kernels' CTAs (``DDT_TK_STAMP``: entry, past the PDL wait, exit)
+With ``--chain``, also the top-K kernels' CTAs (``DDT_TK_STAMP``: entry, past the PDL wait (the
+sample kernel: its keys loaded), exit)
 and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
 global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
@@ -231,7 +232,7 @@ def chain_timeline(build: dict, topk: dict) -> list[str]:
     rows = dict(topk)
     for k, v in build.items():
         rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
-    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "waited", "exit")] + [f"build {p}" for p in keep]
+    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "keys", "waited", "exit")] + [f"build {p}" for p in keep]
     return phase_stamps.timeline(rows, order, "sample entry")
 
 

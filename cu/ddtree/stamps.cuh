@@ -12,7 +12,8 @@
 // DDT_TK_STAMP(base, slot, point): the top-K kernels' stamps (tools/ddtree_stamps.py --chain):
 // thread 0 of a CTA stamps row base + its linear block index, above ddtree_build's rows: the
 // sample kernel's CTAs from row DDT_TK_ROW_SAMPLE, the stream's from DDT_TK_ROW_STREAM, the
-// chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait), exit 2.
+// chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait; in the
+// sample kernel, which has no wait: keys, its sampled keys loaded and their maximum known), exit 2.
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once

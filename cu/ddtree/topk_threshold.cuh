@@ -100,6 +100,7 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
 #pragma unroll
   for (int j = 0; j < TK_SAMPLE_PER; ++j) kloc = key[j] > kloc ? key[j] : kloc;
   const u32 kmax = static_cast<u32>(dl::block_max_u64<TK_SAMPLE_THREADS>(kloc, sm.r64));
+  DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 1, "keys");  // (the keys loaded and their maximum known)
   // tk_m <= the sampled values (host: driverlevel._topk_threshold.sample_rank); every sampled
   // key is >= KEY_NEG_INF (a slot past a short row holds 0: not counted), so t is a logit's key
   return kth_largest_bound<TK_SAMPLE_THREADS, TK_SAMPLE_PER, u32>(
