@@ -4,8 +4,8 @@
 # Copies the tracked tree once per patch into /tmp/ab-NAME and applies it (`patch -p1`, no .git
 # needed), runs bench_ddtree on main and each variant, interleaved, twice per drafter, prints each
 # variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
-# batch 1 and 8, budget 256) and the top-K chain's timeline (--chain --flush read) on main and each
-# variant, runs the DDTree GPU tests on each variant (TESTS=0: not), and leaves the results in
+# batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's timeline, --chain
+# --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not), and leaves the results in
 # $OUT/r.tgz (one file: the device tool returns at most eight).
 # ~2 minutes plus ~2 per variant on the H200 (~1 per variant with TESTS=0).
 set -u
@@ -28,13 +28,11 @@ for t in "${names[@]}"; do for d in random peaked jittered; do
   python $R/tools/bench_ddtree_ab.py $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
 for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
-  for b in 1 8; do
-    (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch $b --budget 256 --drafter random > $O/r/stamps-$t-b$b.txt 2>&1)
-    echo "--- stamps $t batch $b"; grep -E '^(sorted|last|lp|srchpro|searched|nodes) ' $O/r/stamps-$t-b$b.txt | head -6
-  done
-  (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain \
+  # one stamped build per batch, L2 flushed as in bench_ddtree: the build's phase tables and the chain
+  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain \
      --flush read > $O/r/chain-$t.txt 2>&1)
-  echo "--- chain $t (µs: first / median / last)"; grep -E '^(stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
+  echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
+  grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
 done
 tar -C $O -czf $O/r.tgz r && rm -rf $O/r
 [ "${TESTS:-1}" = 0 ] && exit 0
