@@ -12,7 +12,7 @@
 #pragma once
 
 #if defined(DL_STAMPS) && DL_STAMPS
-#define DL_STAMP_ROWS 4096   // rows; stamps of a higher row are dropped
+#define DL_STAMP_ROWS 8192   // rows; stamps of a higher row are dropped
 #define DL_STAMP_POINTS 32   // record slots per row; a stamp of a higher slot is dropped
 
 struct DlStamp {

@@ -151,11 +151,11 @@ def test_topk_rows_are_split_off_and_named_by_kernel():
     recs = {3: [("merge", 0, 100, 14_000), ("sorted", 0, 900, 26_000), ("last", 0, 950, 27_000)],
             256: [("entry", 0, 5, 1_000), ("exit", 0, 50, 6_000)],
             600: [("entry", 0, 7, 1_500), ("waited", 0, 9, 7_000), ("exit", 0, 20, 11_000)],
-            2600: [("entry", 0, 1, 9_000), ("waited", 0, 2, 12_000), ("exit", 0, 3, 13_000)]}
+            4700: [("entry", 0, 1, 9_000), ("waited", 0, 2, 12_000), ("exit", 0, 3, 13_000)]}
     build, topk = stamps.split_topk(recs)
-    assert set(build) == {3} and set(topk) == {256, 600, 2600}
+    assert set(build) == {3} and set(topk) == {256, 600, 4700}
     assert [p for p, *_ in topk[600]] == ["stream entry", "stream waited", "stream exit"]
-    assert topk[256][0][0] == "sample entry" and topk[2600][2][0] == "chunks exit"
+    assert topk[256][0][0] == "sample entry" and topk[4700][2][0] == "chunks exit"
     lines = stamps.chain_timeline(build, topk)
     names = [ln[:14].strip() for ln in lines[1:]]
     assert names == ["sample entry", "sample exit", "stream entry", "stream waited", "stream exit", "chunks entry",

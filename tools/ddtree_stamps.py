@@ -193,7 +193,7 @@ def code_evictor(dev):
 
 #: First stamp rows of the top-K kernels' CTAs (DDT_TK_ROW_* of cu/ddtree/stamps.cuh); ddtree_build's
 #: rows are below the first.
-TK_ROWS = (("sample", 256), ("stream", 512), ("chunks", 2560))
+TK_ROWS = (("sample", 256), ("stream", 512), ("chunks", 4608))
 
 
 def check_stamp_rows(plan) -> None:

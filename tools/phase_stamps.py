@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-ROWS, POINTS = 4096, 32  # DL_STAMP_ROWS, DL_STAMP_POINTS of cu/phase_stamps.cuh
+ROWS, POINTS = 8192, 32  # DL_STAMP_ROWS, DL_STAMP_POINTS of cu/phase_stamps.cuh
 
 
 def _global(module, name: bytes):

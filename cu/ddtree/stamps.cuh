@@ -34,7 +34,7 @@
 #endif
 #define DDT_TK_ROW_SAMPLE 256
 #define DDT_TK_ROW_STREAM 512
-#define DDT_TK_ROW_CHUNKS 2560
+#define DDT_TK_ROW_CHUNKS 4608
 
 // DDT_DETAIL(d, slot, point): with -DDL_STAMPS=1 -DDL_STAMPS_DETAIL=N, the steps inside depth N
 // of the parallel search (slots 17-21: count, scan, offs, gen, bstar; the `depth` stamps then stop
