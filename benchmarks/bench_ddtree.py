@@ -34,7 +34,12 @@ it clean, as the verify kernel's and the model's reads do. ``--flush write`` wri
 bench_attention.py does (the seventeenth session's tables): its ~50 MB of dirty lines are written
 back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush none``: no flush
 (the tables before the seventeenth session; at batch 1 / 16 the build then measured ~10 µs faster
-than a step sees it).
+than a step sees it). ``--evict-code`` also runs, before each flush, a kernel of ~290 KB of code on
+every SM (:class:`CodeEvict`): the flush leaves the SMs' instruction caches as they were, so a build
+whose CTAs land on SMs that ran it in the previous replay (batch 8: nearly all) finds its code there,
+which a decode step, where the verify kernel and the model run in between, may not (the
+twenty-fifth session's stamps: the row merge 11.8 µs cold against 7.0 warm at batch 1). Not yet run
+on a GPU.
 
 ``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
 are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`);
@@ -44,7 +49,7 @@ are stars (every node at depth 1), the peaked ones run through every depth (:dat
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
                                          [--drafter random|peaked|jittered] [--search parallel|heap]
-                                         [--flush read|write|none]
+                                         [--flush read|write|none] [--evict-code]
 """
 
 from __future__ import annotations
@@ -240,6 +245,7 @@ class L2Flush:
         if mode not in ("read", "write"):
             raise ValueError(f"flush mode must be 'read' or 'write', got {mode!r}")
         self.mode = mode
+        self.evict_code = None  # a CodeEvict to run before the flush (--evict-code)
         self.buf = dl.DeviceBuffer.allocate(dev, self.ROWS * self.COLS * 4, label="l2-flush").as_array(
             (self.ROWS, self.COLS), np.float32)
         self.buf.fill_bytes(0, stream)
@@ -256,9 +262,52 @@ class L2Flush:
             self.buf.fill_bytes(r & 0xFF, stream)
 
 
+#: A kernel whose only purpose is its code's size (``--evict-code``; tools/ddtree_stamps.py too):
+#: each CTA runs two loops of EVICT_STEPS distinct steps (two FFMA each), which NVRTC unrolls fully
+#: up to 4,096: a ~290 KB cubin on sm_90, over twice the ~128 KB that microbenchmarks report for an
+#: SM's instruction caches (not measured here: the build with and without it is the test).
+EVICT_SRC = r'''
+extern "C" __global__ void evict_code(float* out) {
+  float a = static_cast<float>(threadIdx.x), b = 1.0f;
+#pragma unroll
+  for (int i = 0; i < EVICT_STEPS; ++i) {
+    a = fmaf(a, 1.0001f, static_cast<float>(i ^ 0x5a5));
+    b = fmaf(b, a, -static_cast<float>(i & 0xff));
+  }
+#pragma unroll
+  for (int i = 0; i < EVICT_STEPS; ++i) {
+    b = fmaf(b, 0.9999f, static_cast<float>(i ^ 0x3c3));
+    a = fmaf(a, b, static_cast<float>(i & 0x7f));
+  }
+  if (a == 12345.0f && b == 54321.0f) out[0] = a + b;  // (never true: keeps the steps)
+}
+'''
+EVICT_STEPS = 4096
+
+
+class CodeEvict:
+    """Evicts the build's code from every SM's instruction caches (``--evict-code``), as the verify
+    kernel and the model do between two builds of a decode step: :data:`EVICT_SRC` on 8 CTAs per SM
+    (~35 µs). Calling it queues the kernel on a stream."""
+
+    def __init__(self, dev):
+        from driverlevel._module import load_module
+
+        cub = dl.runtime.compile_source(EVICT_SRC, "evict_code.cu", dev.arch, {"EVICT_STEPS": EVICT_STEPS})
+        self._kernel = load_module(dev, cub).kernel("evict_code")
+        self._out = dl.DeviceBuffer.allocate(dev, 4, label="evict-code").as_array((1,), np.float32)
+        self._grid = 8 * dev.sm_count
+
+    def __call__(self, stream) -> None:
+        self._kernel.launch(stream, self._grid, 128, [self._out])
+
+
 def _evict_l2(flush, stream, r):
-    """Run ``flush`` (an :class:`L2Flush`) on ``stream``, unless it is None (``--flush none``)."""
+    """Run ``flush`` (an :class:`L2Flush`, with its :class:`CodeEvict` first when it has one) on
+    ``stream``, unless it is None (``--flush none``)."""
     if flush is not None:
+        if getattr(flush, "evict_code", None) is not None:
+            flush.evict_code(stream)
         flush(stream, r)
 
 
@@ -416,12 +465,18 @@ def main(argv=None) -> int:
                     help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1), "
                          "peaked (a confident drafter: deep trees; the same boosts at every depth) or jittered "
                          "(peaked, the boosts moved per row: no artificial ties)")
+    ap.add_argument("--evict-code", action="store_true",
+                    help="before each timed replay's flush, also run a kernel of ~290 KB of code on every SM, so "
+                         "that the build's code is in no SM's instruction caches, as in a decode step (needs a "
+                         "--flush other than none)")
     ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
                     help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
                          "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "
                          "lines the top-K kernels then write back), or none (the build's code and data may stay "
                          "in L2 from the previous replay, which a decode step never leaves)")
     args = ap.parse_args(argv)
+    if args.evict_code and args.flush == "none":
+        ap.error("--evict-code evicts the code with the flush: give --flush read or write")
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
         ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
@@ -446,12 +501,15 @@ def main(argv=None) -> int:
     budgets = (16, 256) if args.quick else (16, 64, 256, 512)
     reps = 10 if args.quick else 30
     flush = None if args.flush == "none" else L2Flush(dev, stream, args.flush)
+    if args.evict_code:
+        flush.evict_code = CodeEvict(dev)
     results = []
     print(f"{dev.name}: vocab {VOCAB}, depth_limit {DEPTH}, drafter logits {args.logits_dtype} ({args.drafter}), "
           f"{args.search} search, target bf16; "
           f"median GPU µs per stage (graph replay, events) vs the reference's way (host µs, torch "
           f"{'not installed' if torch is None else torch.__version__}); "
-          + ("L2 warm (no flush)" if flush is None else f"build, step and top-K behind a 256 MB L2 flush ({flush.mode})"))
+          + ("L2 warm (no flush)" if flush is None else f"build, step and top-K behind a 256 MB L2 flush ({flush.mode})"
+             + (" and a code eviction on every SM" if args.evict_code else "")))
     head = (f"{'top-K':>9} {'budget':>6} {'batch':>5} | {'build':>7} {'compile':>7} {'accept':>7} {'commit':>7} {'acc+com':>7} "
             f"{'a+c tok':>7} {'step':>7} {'top-K':>7} {'TB/s':>5} | {'ref build':>9} {'copy':>6} {'heap':>6} {'vis':>6} {'ref acc':>7} | "
             f"{'build x':>7} | {'pdl':>3}")
@@ -492,7 +550,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
                        "drafter": args.drafter, "search": args.search,
-                       "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes, "results": results}, f, indent=1)
+                       "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes,
+                       "evict_code": bool(args.evict_code), "results": results}, f, indent=1)
     return 0
 
 

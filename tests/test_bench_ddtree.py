@@ -76,3 +76,15 @@ def test_drafter_kinds_give_the_tree_shapes_their_docs_claim():
                 assert (depths == 1).all()
             else:
                 assert depths.max() == bench.DEPTH and (np.bincount(depths)[1:] > 0).all()
+
+
+def test_code_evictor_is_larger_than_an_sms_instruction_caches():
+    """--evict-code's kernel (also tools/ddtree_stamps.py's) compiles (NVRTC) to over 250 KB of code
+    and keeps its steps (no dead-code elimination: the cubin grows with EVICT_STEPS), without spills."""
+    import driverlevel as dl
+
+    b = _bench()
+    small = dl.runtime.compile_source(b.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": 64})
+    big = dl.runtime.compile_source(b.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": b.EVICT_STEPS})
+    assert len(big.data) > 250_000 and len(big.data) > 20 * len(small.data)
+    assert big.resources["evict_code"].spills == 0

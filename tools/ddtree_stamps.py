@@ -36,7 +36,7 @@ global timer from the sample kernel's first CTA: how the launches overlap as the
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
 (256 MB read, then a 100 µs spin kernel so that the host's launches are all queued).
 ``--evict-code`` runs, before that flush, a kernel of ~290 KB of straight-line code on every SM
-(:data:`EVICT_SRC`), so that no SM's instruction caches still hold ``ddtree_build``'s code from the
+(``bench_ddtree.CodeEvict``), so that no SM's instruction caches still hold ``ddtree_build``'s code from the
 warm-up, as in a decode step where the verify kernel and the model run between two builds.
 
 A record costs a few tens of cycles (a global store by thread 0), so the phases are close to the
@@ -154,43 +154,6 @@ def measured_clock_ghz(ctas: dict, min_ns: int = 2000):
     return statistics.median(rates) if rates else None
 
 
-#: A kernel whose only purpose is its code's size (``--evict-code``): each CTA runs two loops of
-#: EVICT_STEPS distinct steps (two FFMA each), which NVRTC unrolls fully up to 4,096: a ~290 KB
-#: cubin on sm_90, over twice the ~128 KB that microbenchmarks report for an SM's instruction
-#: caches (not measured here: the stamps with and without it are the test).
-EVICT_SRC = r'''
-extern "C" __global__ void evict_code(float* out) {
-  float a = static_cast<float>(threadIdx.x), b = 1.0f;
-#pragma unroll
-  for (int i = 0; i < EVICT_STEPS; ++i) {
-    a = fmaf(a, 1.0001f, static_cast<float>(i ^ 0x5a5));
-    b = fmaf(b, a, -static_cast<float>(i & 0xff));
-  }
-#pragma unroll
-  for (int i = 0; i < EVICT_STEPS; ++i) {
-    b = fmaf(b, 0.9999f, static_cast<float>(i ^ 0x3c3));
-    a = fmaf(a, b, static_cast<float>(i & 0x7f));
-  }
-  if (a == 12345.0f && b == 54321.0f) out[0] = a + b;  // (never true: keeps the steps)
-}
-'''
-EVICT_STEPS = 4096
-
-
-def code_evictor(dev):
-    """``launch(stream)``: the ``EVICT_SRC`` kernel on 8 CTAs per SM of ``dev`` (every SM runs it)."""
-    import numpy as np
-
-    import driverlevel as dl
-    from driverlevel._module import load_module
-
-    cub = dl.runtime.compile_source(EVICT_SRC, "evict_code.cu", dev.arch, {"EVICT_STEPS": EVICT_STEPS})
-    kern = load_module(dev, cub).kernel("evict_code")
-    out = dl.DeviceBuffer.allocate(dev, 4, label="evict-code").as_array((1,), np.float32)
-    grid = 8 * dev.sm_count
-    return lambda stream: kern.launch(stream, grid, 128, [out])
-
-
 #: First stamp rows of the top-K kernels' CTAs (DDT_TK_ROW_* of cu/ddtree/stamps.cuh); ddtree_build's
 #: rows are below the first.
 TK_ROWS = (("sample", 256), ("stream", 512), ("chunks", 4608))
@@ -270,7 +233,7 @@ def main(argv=None) -> int:
                                                  driver.cuDeviceGet(dev.ordinal)[1])
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuDeviceGetAttribute(CLOCK_RATE) failed: {err}")
-    from bench_ddtree import DEPTH, VOCAB, L2Flush, make_inputs
+    from bench_ddtree import DEPTH, VOCAB, CodeEvict, L2Flush, make_inputs
 
     from driverlevel import selftest
 
@@ -280,7 +243,7 @@ def main(argv=None) -> int:
     stream = dev.create_stream()
     flush = L2Flush(dev, stream, "read") if args.flush == "read" else None
     spin = selftest.load(dev).kernel("spin_wait_ns")
-    evict = code_evictor(dev) if args.evict_code else None
+    evict = CodeEvict(dev) if args.evict_code else None
     try:
         for batch in args.batch:
             for budget in args.budget:
