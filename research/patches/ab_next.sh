@@ -7,7 +7,8 @@
 # batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's timeline, --chain
 # --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not), and leaves the results in
 # $OUT/r.tgz (one file: the device tool returns at most eight).
-# ~2 minutes plus ~2 per variant on the H200 (~1 per variant with TESTS=0).
+# ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
+# ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
 set -u
 R=$PWD; O=${OUT:?set OUT}; mkdir -p $O/r
 P=$R/research/patches
@@ -19,11 +20,12 @@ for v in "${names[@]}"; do
 done
 nvidia-smi -L
 B="--quick --no-reference --topk threshold"
-for i in 1 2; do for d in random peaked jittered; do for t in main "${names[@]}"; do
+DR=${DRAFTERS:-random peaked jittered}
+for i in 1 2; do for d in $DR; do for t in main "${names[@]}"; do
   dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   (cd $dd && PYTHONPATH=$dd timeout 45 python benchmarks/bench_ddtree.py $B --drafter $d --json $O/r/$t-$d-$i.json > $O/r/$t-$d-$i.log 2>&1) || echo "bench $t $d $i failed"
 done; done; done
-for t in "${names[@]}"; do for d in random peaked jittered; do
+for t in "${names[@]}"; do for d in $DR; do
   echo "=== main vs $t, $d"
   python $R/tools/bench_ddtree_ab.py $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
