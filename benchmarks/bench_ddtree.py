@@ -306,7 +306,7 @@ def _evict_l2(flush, stream, r):
     """Run ``flush`` (an :class:`L2Flush`, with its :class:`CodeEvict` first when it has one) on
     ``stream``, unless it is None (``--flush none``)."""
     if flush is not None:
-        if getattr(flush, "evict_code", None) is not None:
+        if flush.evict_code is not None:
             flush.evict_code(stream)
         flush(stream, r)
 

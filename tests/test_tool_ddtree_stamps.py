@@ -185,3 +185,23 @@ def test_stamp_rows_of_the_kernels_do_not_overlap():
         stamps.check_stamp_rows(plan)
     with pytest.raises(SystemExit):
         stamps.parse_args(["--batch", "17"])
+
+
+def test_stamp_row_layout_matches_the_headers():
+    """The tools' stamp-row layout is the kernels': ROWS and POINTS are cu/phase_stamps.cuh's
+    DL_STAMP_ROWS and DL_STAMP_POINTS, TK_ROWS the DDT_TK_ROW_* of cu/ddtree/stamps.cuh (a drift would
+    mix or drop records silently; read_stamps only checks the total size)."""
+    import re
+
+    cu = Path(__file__).parents[1] / "cu"
+
+    def define(path, name):
+        m = re.search(rf"^#define {name} (\d+)", (cu / path).read_text(), re.M)
+        assert m, f"{name} not in {path}"
+        return int(m.group(1))
+
+    assert stamps.phase_stamps.ROWS == define("phase_stamps.cuh", "DL_STAMP_ROWS")
+    assert stamps.phase_stamps.POINTS == define("phase_stamps.cuh", "DL_STAMP_POINTS")
+    assert dict(stamps.TK_ROWS) == {k: define("ddtree/stamps.cuh", f"DDT_TK_ROW_{k.upper()}")
+                                   for k in ("sample", "stream", "chunks")}
+    assert stamps.TK_ROWS[-1][1] < stamps.phase_stamps.ROWS
