@@ -120,13 +120,17 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 0, "entry");
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
-  if (!p.active[b]) {  // (uniform) the build skips the request; the chunk kernel's gate too
-    if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
-    return;
-  }
+  // The sample's loads do not wait for `active` (one round trip, not two, before the keys arrive):
+  // every CTA samples its row (in bounds: the logits hold max_batch requests), and an inactive
+  // request's result is discarded below.
+  const bool act = p.active[b];
   const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
                static_cast<i64>(d) * p.logits_row_stride;
   const u32 t = sample_threshold<T>(p, x, sm);
+  if (!act) {  // (uniform) the build skips the request; the chunk kernel's gate too
+    if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
+    return;
+  }
   if (tid == 0) {
     const float tf = key_f32(t);
     p.tk_thresh[row] = tf;
@@ -264,11 +268,10 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_STREAM, 0, "entry");
   // Before the wait this kernel reads only what was written before the build's first (ordinary)
-  // launch, the sample kernel, started: active and the logits; it writes nothing global.
-  if (!p.active[b]) {  // (uniform) the build skips the request
-    dl::pdl_wait();    // every CTA waits before it exits (common.cuh)
-    return;
-  }
+  // launch, the sample kernel, started: active and the logits; it writes nothing global. The
+  // first tiles do not wait for `active` (in bounds whatever the request: an inactive one's are
+  // read and dropped), so they leave one round trip earlier.
+  const bool act = p.active[b];
   const int start = s * p.tk_seg_len;
   const int end = min(p.vocab, start + p.tk_seg_len);
   const int ntiles = (end - start + TILE - 1) / TILE;
@@ -298,6 +301,11 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       if (i < ntiles) issue(i, i);
       dl::cp_async_commit();
     }
+  }
+  if (!act) {  // (uniform) the build skips the request
+    if (vec) dl::cp_async_wait<0>();
+    dl::pdl_wait();  // every CTA waits before it exits (common.cuh)
+    return;
   }
   // PDL: the sample kernel's T, flag and zeroed count are read (and the count, candidates and
   // segment sums written) only after it has completed; the tiles above are in flight.
