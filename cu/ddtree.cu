@@ -154,15 +154,17 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   if (!warmer) {  // (the warmer reads nothing the top-K kernels write)
     const int b = blockIdx.y;
     const int root = p.root_tokens[b];  // request state, final before the build's first launch
+    const bool act = p.active[b];       // (the same: read before the wait, so that past it the
+                                        // row merge's loads are the only round trip)
     const bool bad_root = root < 0 || root >= p.vocab;
     // PDL (common.cuh): all that follows reads what the top-K kernels wrote (candidates,
     // statistics, tk_*), the counter the chunk kernel re-armed, or writes the tree; the chunk
     // kernel's completion implies the earlier top-K kernels'. Inactive CTAs wait too.
     dl::pdl_wait();
-    if (!p.active[b] || bad_root) {  // no tree: compile gives the request no rows
+    if (!act || bad_root) {  // no tree: compile gives the request no rows
       if (blockIdx.x == 0 && threadIdx.x == 0) {
         p.node_counts[b] = 0;
-        if (p.active[b]) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
+        if (act) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
       }
       return;
     }

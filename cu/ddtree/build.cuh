@@ -72,10 +72,22 @@ DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
 DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
   const int tid = threadIdx.x, K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
-  const bool thr = p.topk_mode == TOPK_MODE_THRESHOLD && !tk_fallback(p, row_id);  // (uniform)
-  const int S = thr ? p.tk_nseg : p.num_chunks;
   DDT_STAMP(0, "merge", 0);
-  const int n_cand = thr ? static_cast<int>(p.tk_count[row_id]) : S * K;  // thr: <= tk_cap <= the capacity
+  // topk_mode = 1: the row's flag, its count and T in one round trip to L2, then its candidate list
+  // (the count's entries only), where the fallback test's flag, then the count, then the list took
+  // three. (Loading the list's first tk_cap entries with them, whatever the count, moved 4-5x the
+  // bytes at batch 8 and lost ~1 µs there: the twenty-fifth session's `one-trip`.)
+  const bool tmode = p.topk_mode == TOPK_MODE_THRESHOLD;  // (uniform)
+  u32 tk_flag = 0u, tk_n = 0u;
+  float tk_t = 0.f;
+  if (tmode) {
+    tk_flag = p.tk_flag[row_id];
+    tk_n = p.tk_count[row_id];
+    tk_t = p.tk_thresh[row_id];
+  }
+  const bool thr = tmode && !tk_fallback_of(p, tk_flag, tk_n);  // (uniform)
+  const int S = thr ? p.tk_nseg : p.num_chunks;
+  const int n_cand = thr ? static_cast<int>(tk_n) : S * K;  // thr: <= tk_cap <= the capacity
   u64 c[MERGE_ELEMS];
   if (thr) {
     const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
@@ -101,7 +113,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   double2 t_pre = make_double2(0.0, 0.0);
-  const float t_thr = thr ? p.tk_thresh[row_id] : 0.f;
+  const float t_thr = thr ? tk_t : 0.f;
   const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
   if (thr && lse_warp && lane < S) t_pre = tk_sums[lane];
   u64 mine = 0;

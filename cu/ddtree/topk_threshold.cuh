@@ -17,12 +17,17 @@ namespace ddt {
 
 // ------------------------------------------------------------------------------ shared rule
 
-// The row takes the chunk top-K (the exact fallback): T not finite, or the stream's count says
-// that the logits >= T do not hold the top K, or that they did not fit the candidate list.
+// The row takes the chunk top-K (the exact fallback): T not finite (flag), or the stream's count
+// n says that the logits >= T do not hold the top K, or that they did not fit the candidate list.
+DL_DEVICE bool tk_fallback_of(const TopKParams& p, u32 flag, u32 n) {
+  return flag != 0u || n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
+}
+// The same from the row's words, both loaded before either is tested: one round trip to L2, not
+// the two a load behind the flag's branch costs.
 DL_DEVICE bool tk_fallback(const TopKParams& p, size_t row) {
-  if (p.tk_flag[row] != 0u) return true;
+  const u32 flag = p.tk_flag[row];
   const u32 n = p.tk_count[row];
-  return n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
+  return tk_fallback_of(p, flag, n);
 }
 
 DL_DEVICE float ex2_approx(float y) {
