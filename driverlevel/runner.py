@@ -989,8 +989,12 @@ class DecodeStepRunner(_RunnerBase):
         lg = self._drafter_arg.logits
         dt = getattr(lg, "dtype", None)
         if dt is None or getattr(dt, "name", None) != "float32" or tuple(getattr(lg, "shape", ())) != want:
-            got = ("None" if lg is None else f"{type(lg).__name__} without a dtype") if dt is None else \
-                f"{getattr(dt, 'name', dt)} {list(getattr(lg, 'shape', ()))}"
+            if lg is None:
+                got = "None"
+            elif dt is None:
+                got = f"{type(lg).__name__} without a dtype"
+            else:
+                got = f"{getattr(dt, 'name', dt)} {list(getattr(lg, 'shape', ()))}"
             raise ValueError(f"drafter.logits must be float32 [max_batch, depth_limit, vocab] = {list(want)}, "
                              f"got {got}")
 
