@@ -75,6 +75,7 @@ def test_capture_demo_ranks_on_one_gpu():
     assert "tokens identical on every rank: yes" in r.output
 
 
+@pytest.mark.gpu
 @pytest.mark.multigpu
 def test_one_thread_per_gpu(single):
     n = dl.device_count()
@@ -82,6 +83,7 @@ def test_one_thread_per_gpu(single):
     _check(results, single, range(n))
 
 
+@pytest.mark.gpu
 @pytest.mark.multigpu
 def test_one_process_per_gpu(single):
     n = dl.device_count()
