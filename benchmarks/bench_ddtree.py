@@ -37,9 +37,10 @@ back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush 
 than a step sees it). ``--evict-code`` also runs, before each flush, a kernel of ~290 KB of code on
 every SM (:class:`CodeEvict`): the flush leaves the SMs' instruction caches as they were, so a build
 whose CTAs land on SMs that ran it in the previous replay (batch 8: nearly all) finds its code there,
-which a decode step, where the verify kernel and the model run in between, may not (the
-twenty-fifth session's stamps: the row merge 11.8 µs cold against 7.0 warm at batch 1). Not yet run
-on a GPU.
+which a decode step, where the verify kernel and the model run in between, may not. Measured in
+the twenty-sixth session (BENCHMARKS.md): the build moved by -0.3 to +0.6 µs at batch 1 and +0.3 to
++1.5 at batch 8, so the row merge's cold cost at batch 1 (11.8 µs flushed against 7.0 warm) is not
+the SMs' instruction caches.
 
 ``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
 are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`);
