@@ -95,8 +95,11 @@ def check_plan_args(*, pdl, pool, name, arch):
     also :func:`resolve_pdl`'s sm_90 rule), ``pool`` a ``WorkspacePool`` or None, ``name`` a str.
     Returns the normalised ``arch``, or None when the device will decide it.
 
-    Raises ``TypeError`` / ``ValueError`` naming the argument."""
-    from ._compile import normalize_arch
+    Raises ``TypeError`` / ``ValueError`` naming the argument: ``arch`` of another type than a
+    str, int, ``(major, minor)`` tuple or an object with an ``arch`` (a Device) is a TypeError;
+    one the NVRTC in use cannot compile for (``sm_999``) is
+    :class:`~driverlevel._compile.UnsupportedTargetError`, a ValueError."""
+    from ._compile import _check_nvrtc_supports, normalize_arch
     from ._memory import WorkspacePool
 
     check_pdl_arg(pdl)
@@ -106,7 +109,11 @@ def check_plan_args(*, pdl, pool, name, arch):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if arch is None:
         return None
+    if not isinstance(arch, (str, int, tuple)) and not hasattr(arch, "arch"):
+        raise TypeError(f"arch must be a str such as 'sm_90', an int, a (major, minor) tuple or a Device, "
+                        f"got {type(arch).__name__}")
     arch = normalize_arch(arch)
+    _check_nvrtc_supports(arch)  # (NVRTC answers without a GPU: the plan would fail at its first compile)
     resolve_pdl(pdl, arch)
     return arch
 

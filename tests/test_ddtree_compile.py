@@ -138,6 +138,10 @@ def test_plan_checks_pool_name_and_pdl_against_arch_before_the_device():
         _plan(name=3)
     with pytest.raises(ValueError, match="pdl=True needs sm_90"):
         _plan(arch="sm_86", pdl=True)
+    with pytest.raises(ValueError, match="unsupported architecture 'sm_999': NVRTC"):  # (not DriverUnavailableError)
+        _plan(arch="sm_999")
+    with pytest.raises(TypeError, match="arch must be a str"):
+        _plan(arch=object())
 
 
 def test_plan_rejects_wrong_types():

@@ -371,6 +371,8 @@ def test_constructor_checks_its_arguments_before_the_device():
                            (dict(mask_format="bogus"), ValueError, "mask_format must be one of"),
                            (dict(tile="x"), TypeError, "tile must be a TileConfig"),
                            (dict(arch="sm_75"), ValueError, "unsupported architecture"),
+                           (dict(arch="sm_999"), ValueError, "unsupported architecture 'sm_999': NVRTC"),
+                           (dict(arch=object()), TypeError, "arch must be a str"),
                            (dict(num_parts=0), ValueError, "num_parts must be a positive int"),
                            (dict(pdl="on"), TypeError, "pdl must be None, True or False"),
                            (dict(pool="x"), TypeError, "pool must be a WorkspacePool"),
