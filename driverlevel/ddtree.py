@@ -742,6 +742,9 @@ class DDTreePlan:
         stream : Stream
         logits : float32 or bf16 ``[max_batch, depth_limit, vocab]``
             The drafter's logits (finite), C-contiguous; the plan's ``logits_dtype``.
+            The rows of inactive requests are read too (the top-K does not wait for
+            ``active`` before its first loads) and their results dropped: their values
+            may be anything, but the whole array must be allocated.
         state : RequestState
             Reads ``active``, ``root_tokens`` and ``budgets``.
 
