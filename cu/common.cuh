@@ -90,6 +90,51 @@ DL_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta
 DL_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 #endif
 
+// wgmma (sm_90a only: PTX ISA 8.0, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+// the four warps of a warpgroup issue each instruction together. B (and A where given as a
+// descriptor) is read from shared memory in the 128-byte-swizzled K-major layout: atoms of 8 rows
+// x 128 B (64 bf16 of K), 1024-byte aligned, row r's 16-byte chunk j stored at chunk j ^ r; SBO =
+// bytes between 8-row groups, LBO unused (PTX ISA, "Matrix Descriptor Format"; the swizzle is
+// TMA's SWIZZLE_128B). A k-step's 32 bytes inside an atom: the start address + 32 * (k % 4).
+//   wgmma_fence()                     before the first wgmma that reads registers written since
+//   wgmma_commit(), wgmma_wait<N>()   close a group; wait until at most N groups are pending
+//   wgmma_desc_sw128(addr, sbo)       a 128-byte-swizzle shared-memory matrix descriptor
+//   wgmma_m64n32k16_rs(d, a, b, acc)  d (+)= A B: A as four m16n8k16-style registers per thread
+//                                     (warp w holds rows 16w..16w+15), B by descriptor; acc = 0: d = A B
+//   wgmma_m64n32k16_ss(d, a, b, acc)  the same with A by descriptor
+//   wgmma_pin(d)                      keeps the compiler from moving d across this point
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+DL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+DL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+DL_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+DL_DEVICE u64 wgmma_desc_sw128(u32 addr, u32 sbo) {
+  return (u64)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+#define DL_WGMMA_D16_ "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define DL_WGMMA_D16_OUT_(d)                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+DL_DEVICE void wgmma_m64n32k16_rs(float (&d)[16], const u32 (&a)[4], u64 b, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " DL_WGMMA_D16_ ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : DL_WGMMA_D16_OUT_(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+DL_DEVICE void wgmma_m64n32k16_ss(float (&d)[16], u64 a, u64 b, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " DL_WGMMA_D16_ ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : DL_WGMMA_D16_OUT_(d)
+      : "l"(a), "l"(b), "r"(acc));
+}
+DL_DEVICE void wgmma_pin(float (&d)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
 DL_DEVICE void ldmatrix_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));

@@ -109,10 +109,17 @@
 //   the same k-steps (one block of code, so the scheduler fills the mma chain's ldmatrix waits),
 //   tile t-1's mask, softmax, P and rescale factors; the PV warps apply tile t-2 and prepare
 //   tile t's visibility words; tiles are loaded STAGES-3 ahead (a V lives one iteration longer).
+//   DL_WS_WGMMA (sm_90's 64-row tile since the twenty-seventh session; compiled for sm_90a only):
+//   the four QK warps are one warpgroup and issue tile t's 36 k-steps as wgmma m64n32k16 (A = Q:
+//   the DL_WS_QREGS register k-steps, then the Q tile by descriptor; B = the K tile by
+//   descriptor), run tile t-1's softmax while those execute, then wait. K stages and the Q tile
+//   are stored 128-byte swizzled (TMA's SWIZZLE_128B pattern, 64-column slabs, 1024-byte
+//   aligned); each loader fences its landed cp.async copies to the async proxy before the
+//   iteration's barrier. PTX ISA 8.0, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
-// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_OVH_TILES.
+// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_WS_WGMMA, DL_OVH_TILES.
 #include "common.cuh"
 #include "phase_stamps.cuh"
 
@@ -182,6 +189,12 @@
 #endif
 #ifndef DL_WS_QREGS
 #define DL_WS_QREGS 32
+#endif
+#ifndef DL_WS_WGMMA
+#define DL_WS_WGMMA 0
+#endif
+#if DL_WS_WGMMA && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "DL_WS_WGMMA needs the sm_90a target (wgmma)"
 #endif
 // From the launcher (driverlevel/verify_attention.py compile_defines): the device error word's
 // numbers (driverlevel/_device_error.py) and the scheduler's table limits (MAX_BATCH, MAX_PARTS).
@@ -342,6 +355,12 @@ static_assert(!PVSM || DL_WS, "DL_WS_PVSM needs DL_WS");
 // softmax fills the mma chain's ldmatrix waits); the PV warps apply tile t-2, so a tile's V lives
 // one iteration longer and tiles are loaded STAGES - 3 ahead.
 constexpr bool SKEW = DL_WS_SKEW != 0;
+// DL_WS_WGMMA (sm_90a): the four QK warps are one warpgroup and compute S of a 64 x 32 tile with
+// wgmma m64n32k16 (A: Q, from registers for the first DL_WS_QREGS k-steps, then from shared
+// memory; B: the K tile from shared memory, read once per warpgroup instead of once per warp). K
+// tiles and the shared-memory part of Q are then stored in wgmma's 128-byte-swizzled K-major layout
+// (sw_off), which the loaders write and the PV warps' ldmatrix of V reads free of bank conflicts.
+constexpr bool WG = DL_WS_WGMMA != 0;
 // Where the previous tile's softmax goes among the 36 k-steps (SKEW): its math at k-step
 // DL_SKEW_MATH_AT, its shared-memory stores at DL_SKEW_STORE_AT. ptxas keeps the stores in order
 // with the k-steps' ldmatrix and sinks the math to just before the stores, so the stores' place
@@ -366,6 +385,21 @@ constexpr int kKvElem = sizeof(kv_elem);       // bytes per cache element
 static_assert(kQElem == kKvElem, "Q and K tiles share ROW_BYTES: a narrower cache needs its own K row layout");
 constexpr int ROW_BYTES = kQK * kKvElem + 16;  // 1168: padded so 8 consecutive rows hit 8 different 16-B bank groups
 constexpr int CHUNKS = kQK * kKvElem / 16;     // 72 16-byte chunks per row
+// WG: chunk c of row r of a tile of `rows` rows, 128-byte swizzled: 64-column slabs of rows x 128 B
+// (slab c / 8; row r at r * 128; its chunk c % 8 at (c % 8) ^ (r % 8)): the tile must start
+// 1024-byte aligned
+DL_DEVICE constexpr u32 sw_off(int r, int c, int rows) { return (c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
+// WG: orders this thread's landed cp.async copies (generic proxy) before the QK warps' wgmma
+// reads of them (async proxy), ahead of the CTA barrier that publishes them; nothing otherwise
+DL_DEVICE void wg_fence_landed() {
+#if DL_WS_WGMMA
+  dl::fence_proxy_async();
+#endif
+}
+// byte offset of chunk c of key row `key` in a K stage (padded rows, or WG's swizzled slabs)
+DL_DEVICE constexpr u32 k_off(int key, int c) { return WG ? sw_off(key, c, N) : key * ROW_BYTES + c * 16; }
+// bytes between K stages (WG: 1024-byte multiples, for the swizzle)
+constexpr int KT_STRIDE = WG ? N * CHUNKS * 16 : N * ROW_BYTES;
 constexpr int V_CHUNKS = kV * kKvElem / 16;    // 64 16-byte chunks of V per row
 constexpr int KSTEPS = kQK / 16 / C;           // k-steps of the QK^T contraction per warp
 constexpr int VCOLS = kV / C;                  // value columns per warp
@@ -433,6 +467,7 @@ static_assert(DL_EXCHANGE == 0 || DL_EXCHANGE == 1, "DL_EXCHANGE: 0 all-reduce, 
 static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && (M == 32 || M == 48 || M == 64) && STAGES >= 3),
               "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, 32, 48 or 64 rows, >= 3 stages");
 static_assert(!WS || N <= 32, "DL_WS: a row's visibility word holds one tile's keys (u32)");
+static_assert(!WG || (WS && M == 64 && N == 32 && !PVSM), "DL_WS_WGMMA: ws, 64 rows (one warpgroup of QK warps), 32 keys, no PVSM");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
@@ -487,7 +522,7 @@ DL_DEVICE void load_row_part(u32 smem_base, const void* src, bool valid) {
 static_assert(kKvElem == 2, "zero_nonfinite_v tests bf16 bit patterns: write its test for the cache's element type");
 DL_DEVICE void zero_nonfinite_v(unsigned char* tile, int first = threadIdx.x, int stride = THREADS) {
   for (int c = first; c < N * V_CHUNKS; c += stride) {
-    uint4* q = reinterpret_cast<uint4*>(tile + (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16);
+    uint4* q = reinterpret_cast<uint4*>(tile + (WG ? k_off(c / V_CHUNKS, c % V_CHUNKS) : (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16));
     uint4 v = *q;
     u32 w[4] = {v.x, v.y, v.z, v.w};
     bool changed = false;
@@ -1274,6 +1309,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   auto nt = [&] { return max(0, sd->t_end - sd->t_begin); };
   const u32 qs_smem = dl::smem_u32(smem);
   const u32 k_smem = qs_smem + Q_BYTES;
+  static_assert(!WG || (Q_BYTES % 1024 == 0 && KT_STRIDE % 1024 == 0), "WG: swizzled tiles start 1024-byte aligned");
+  if (WG && (qs_smem & 1023u)) __trap();  // (the dynamic shared memory's start: the swizzle needs 1024-byte alignment)
   unsigned char* pslots = smem + Q_BYTES + K_BYTES;                      // WS_SLOTS x M rows x P_ROW
   float* alpha = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES);  // WS_SLOTS x M
   unsigned char* sslots = smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES;  // PVSM: 2 x M rows x S_ROW (fp32 S)
@@ -1288,7 +1325,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const int rr = c / QS_CHUNKS, ch = c % QS_CHUNKS;
     const bool valid = row0() + rr < rows();
     const bf16* src = valid ? p.q + (sd->rq.q_start * H + row0() + rr) * kQK + 16 * WS_QREGS + ch * 8 : p.q;
-    dl::cp_async_16(qs_smem + rr * WS_QS_ROW + ch * 16, src, valid ? 16 : 0);
+    dl::cp_async_16(qs_smem + (WG ? sw_off(rr, ch, M) : rr * WS_QS_ROW + ch * 16), src, valid ? 16 : 0);
   }
   // K/V tiles are loaded by the PV warps only (LOADERS threads, LPR per key row): the QK warps'
   // registers hold Q. The QK warps wait for them through the per-iteration CTA barrier.
@@ -1296,6 +1333,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   static_assert(LOADERS % N == 0, "whole loader threads per key row");
   const int ltid = tid - WS_QK_WARPS * 32;  // (PV warps: 0 .. LOADERS-1)
   const int krow = ltid / LPR;
+  const int kph = ltid % LPR;  // this thread's first chunk of the row
+  const u32 k_lane = k_off(krow, kph);  // (WG: its place in every slab)
   // The raw slot id of this thread's key row of tile t, fetched an iteration ahead (0 past the
   // segment's keys: load_k tells those apart by the key index, so every id, -1 too, is checked).
   // It is checked only where it is used: a check here would make the warp wait for the index
@@ -1310,13 +1349,14 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     const i64 key = (i64)t * N + krow;
     const bool has_key = key < total();
     const bool valid = has_key && slot_id >= 0 && slot_id < p.num_slots;
-    if (has_key && !valid && ltid % LPR == 0)
+    if (has_key && !valid && kph == 0)
       dl::report_error(p.err, sd->b, key < kv_len() ? DL_FIELD_KV_INDICES : DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
     const kv_elem* src = valid ? p.kv_cache + slot_id * kQK : p.kv_cache;
-    const u32 dst = k_smem + stage * (N * ROW_BYTES) + krow * ROW_BYTES;
+    const u32 dst = k_smem + stage * KT_STRIDE + (WG ? 0 : krow * ROW_BYTES);
     const char* sp = reinterpret_cast<const char*>(src);
 #pragma unroll
-    for (int c = ltid % LPR; c < CHUNKS; c += LPR) dl::cp_async_16(dst + c * 16, sp + (valid ? c * 16 : 0), valid ? 16 : 0);
+    for (int c = kph; c < CHUNKS; c += LPR)  // (WG: chunk kph of slab c / 8 at this thread's swizzled place in it)
+      dl::cp_async_16(dst + (WG ? (c >> 3) * (N * 128) + k_lane : c * 16), sp + (valid ? c * 16 : 0), valid ? 16 : 0);
   };
   // PV warps: the visibility words of the segment's tile `it` (only where it holds draft keys or
   // keys past the end), for the QK warps of the next iteration: KPT keys of one row per thread, the
@@ -1399,7 +1439,45 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // S of tile it (unscaled, unmasked): the mma over the 36 k-steps
     // (hook(kk) runs at the top of k-step kk: SKEW places the previous tile's softmax there)
     auto qk_mma = [&](int it, float (&s)[NT_S][4], auto&& hook) {
-      const u32 kt = k_smem + (it % STAGES) * (N * ROW_BYTES);
+      const u32 kt = k_smem + (it % STAGES) * KT_STRIDE;
+#if DL_WS_WGMMA
+      {
+        // the warpgroup's S of tile it: 36 wgmma k-steps issued into QK_CHAINS accumulator sets
+        // (interleaved k-steps; one set measured as fast as 2-4 on the H200), then the hooks (the
+        // previous tile's softmax) while they execute, then the wait and the sum
+        float d[QK_CHAINS][NT_S * 4];
+#pragma unroll
+        for (int ch = 0; ch < QK_CHAINS; ++ch)
+#pragma unroll
+          for (int i = 0; i < NT_S * 4; ++i) d[ch][i] = 0.f;
+        dl::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kQK / 16; ++kk) {
+          const u64 bd = dl::wgmma_desc_sw128(kt + (kk >> 2) * (N * 128) + (kk & 3) * 32, 1024);
+          if (kk < WS_QREGS) dl::wgmma_m64n32k16_rs(d[kk % QK_CHAINS], qf[kk], bd, kk >= QK_CHAINS);
+          else dl::wgmma_m64n32k16_ss(d[kk % QK_CHAINS],
+                                      dl::wgmma_desc_sw128(qs_smem + ((kk - WS_QREGS) >> 2) * (M * 128) + ((kk - WS_QREGS) & 3) * 32, 1024),
+                                      bd, kk >= QK_CHAINS);
+        }
+        dl::wgmma_commit();
+#pragma unroll
+        for (int ch = 0; ch < QK_CHAINS; ++ch) dl::wgmma_pin(d[ch]);
+#pragma unroll
+        for (int kk = 0; kk < kQK / 16; ++kk) hook(kk);
+        dl::wgmma_wait<0>();
+#pragma unroll
+        for (int ch = 0; ch < QK_CHAINS; ++ch) dl::wgmma_pin(d[ch]);
+#pragma unroll
+        for (int n = 0; n < NT_S; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = d[0][4 * n + e];
+#pragma unroll
+            for (int ch = 1; ch < QK_CHAINS; ++ch) v += d[ch][4 * n + e];
+            s[n][e] = v;
+          }
+      }
+#else
       // QK_CHAINS accumulator sets over interleaved k-steps (more independent mma chains for a
       // single QK warp per scheduler), added in a fixed order at the end
       float sc[QK_CHAINS][NT_S][4];
@@ -1434,6 +1512,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           for (int ch = 1; ch < QK_CHAINS; ++ch) v += sc[ch][n][e];
           s[n][e] = v;
         }
+#endif
     };
     // The mask and the online softmax of tile it, from its S: P as bf16 pairs (pw) and the rescale
     // factors; qk_store writes them into slot it % 2
@@ -1497,7 +1576,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     auto qk_scrub = [&](int it) {
       if ((i64)(qk_t_begin + it + 1) * N > qk_kv_len) {  // uniform across the CTA
         dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
-        zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * (N * ROW_BYTES), tid, WS_QK_WARPS * 32);
+        zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * KT_STRIDE, tid, WS_QK_WARPS * 32);
       }
     };
     auto qk_stamps = [&](int it) {
@@ -1516,6 +1595,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       for (int n = 0; n < NT_S; ++n) sp[n][0] = sp[n][1] = sp[n][2] = sp[n][3] = DL_NEG_INF;
       for (int it = 0; it <= qk_nt + 1; ++it) {
         dl::cp_async_wait<AHEAD - 1>();
+        wg_fence_landed();
         dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-3) are done (their stages and slots)
         qk_stamps(it);
         if (it < qk_nt) {
@@ -1539,6 +1619,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     } else {
       for (int it = 0; it <= qk_nt; ++it) {
         dl::cp_async_wait<AHEAD - 1>();
+        wg_fence_landed();
         dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
         qk_stamps(it);
         if (it < qk_nt) {
@@ -1602,6 +1683,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     constexpr int LAG = SKEW ? 2 : 1;  // PV applies tile it - LAG
     for (int it = 0; it <= pv_nt + LAG - 1; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
+      wg_fence_landed();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-1-LAG) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
@@ -1660,11 +1742,16 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
           // masked keys must have no influence on P V, finite or not: scrub V of tile j's stage
           // (the QK warps are done with it: they read it in iteration j)
-          if (need_mask) zero_nonfinite_v(smem + Q_BYTES + (j % STAGES) * (N * ROW_BYTES), ltid, LOADERS);
+          if (need_mask) zero_nonfinite_v(smem + Q_BYTES + (j % STAGES) * KT_STRIDE, ltid, LOADERS);
           // (the aligned bar.sync of named_barrier: only whole PV warps reach it, from one branch)
           dl::named_barrier(2, LOADERS);  // P, the rescale factors and V of tile j are ready
         }
-        const u32 vt = k_smem + (j % STAGES) * (N * ROW_BYTES);
+        const u32 vt = k_smem + (j % STAGES) * KT_STRIDE;
+        // (WG: key jj*16 + ((lane >> 3) & 1) * 8 + (lane & 7) =: jj*16 + kr, chunk cq*WS_PV_COLS/8 + 2*np + (lane >> 4):
+        // slab cq*WS_PV_COLS/64 + np/4, swizzled chunk (2*(np%4) + (lane >> 4)) ^ (kr & 7). Its bits 5-6 are those of
+        // v_base XOR (np % 4) << 5, and no other term has them: one register and one XOR per ldmatrix)
+        const int v_kr = ((lane >> 3) & 1) * 8 + (lane & 7);
+        const u32 v_base = vt + (cq * WS_PV_COLS / 64) * (N * 128) + v_kr * 128 + ((((lane >> 4) ^ v_kr) & 1) << 4) + (((v_kr >> 1) & 3) << 5);  // (WG)
         const unsigned char* ps = pslots + slot * (M * P_ROW);
 #pragma unroll
         for (int mt = 0; mt < WS_PV_MT; ++mt) {
@@ -1687,8 +1774,9 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
 #pragma unroll
           for (int np = 0; np < WS_PV_NT / 2; ++np) {
             u32 v[4];
-            dl::ldmatrix_x4_trans(v, vt + (jj * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
-                                         (cq * WS_PV_COLS + np * 16 + (lane >> 4) * 8) * kKvElem);
+            dl::ldmatrix_x4_trans(v, WG ? (v_base + jj * (16 * 128) + (np >> 2) * (N * 128)) ^ ((np & 3) << 5)
+                                        : vt + (jj * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW_BYTES +
+                                              (cq * WS_PV_COLS + np * 16 + (lane >> 4) * 8) * kKvElem);
 #pragma unroll
             for (int mt = 0; mt < WS_PV_MT; ++mt) {
               dl::mma_bf16_16816(o[mt][2 * np], pa[mt], v[0], v[1]);

@@ -137,6 +137,10 @@ class CompileVariant:
     label : str
         Names the variant when a file has several (e.g. ``"rows=64 csplit=2 keys=32"``);
         ``""`` for a file's only variant.
+    target : str
+        The NVRTC target when it is not the architecture the variants are listed for (``"sm_90a"``
+        for a tile that uses wgmma on sm_90); ``""`` otherwise. Compile with
+        ``compile_file(file, v.target or arch, v.defines)``.
 
     Example
     -------
@@ -146,6 +150,7 @@ class CompileVariant:
     defines: dict
     dynamic_shared: dict = field(default_factory=dict)
     label: str = ""
+    target: str = ""
 
 
 @dataclass

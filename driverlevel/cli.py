@@ -252,7 +252,7 @@ def _compile_jobs(files, archs) -> bool:
             where = f"{f} [{v.label}]" if v.label else f
             bar.set_postfix_str(f"{where} {arch}", refresh=False)
             try:
-                cub = compile_file(f, arch, v.defines)
+                cub = compile_file(f, v.target or arch, v.defines)
             except (NvrtcError, ValueError) as exc:  # ValueError: a target the installed NVRTC lacks
                 problems.append(f"{where} ({arch}) failed to compile:\n{exc}")
                 continue

@@ -181,6 +181,15 @@ class TileConfig:
         scheduler fills the mma chain's ``ldmatrix`` waits with the softmax (the QK warps are the
         critical path of every key tile: research/verify_ws.md); the PV warps apply tile t-2.
         A tile's V then lives one iteration longer: tiles are loaded ``stages - 3`` ahead.
+    wgmma : bool
+        ``ws`` only, 64 rows, 32 keys, no ``pv_softmax``; sm_90 only (the kernel is compiled for
+        the architecture-specific target ``sm_90a``: :meth:`nvrtc_target`): the four QK warps
+        are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
+        k-steps from registers, the rest of Q and the K tile read by the tensor cores from
+        shared memory once per warpgroup instead of once per warp, by ``ldmatrix``); K stages
+        and the Q tile are stored 128-byte swizzled. On the H200 1.06-1.13x the same tile
+        without it (BENCHMARKS.md, twenty-seventh session). PTX ISA 8.0, "Asynchronous
+        Warpgroup Level Matrix Multiply-Accumulate".
 
     Raises
     ------
@@ -206,13 +215,14 @@ class TileConfig:
     q_regs: int = 32
     pv_softmax: bool = False
     qk_skew: bool = False
+    wgmma: bool = False
 
     def __post_init__(self):
         for f in ("rows", "csplit", "keys", "stages", "pv_rows", "qk_chains", "q_regs"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"TileConfig.{f} must be an int, got {v!r}")
-        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew"):  # numpy's bool is stored as a Python bool
+        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew", "wgmma"):  # numpy's bool is stored as a Python bool
             object.__setattr__(self, f, bool_arg(f"TileConfig.{f}", getattr(self, f)))
         # each field's own range first, then what the fields need of each other
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
@@ -251,6 +261,8 @@ class TileConfig:
         if self.pv_rows == 32 and (self.exchange != "reduce_scatter" or (self.rows // 16) % 2):
             raise ValueError(f"pv_rows=32 needs exchange='reduce_scatter' and an even number of 16-row groups "
                              f"(rows={self.rows}, exchange={self.exchange!r})")
+        if self.wgmma and (not self.ws or self.rows != 64 or self.keys != 32 or self.pv_softmax):
+            raise ValueError(f"wgmma=True needs ws=True, rows=64, keys=32 and no pv_softmax (got {self.label})")
         self._check_kernel_layout()
 
     def _check_kernel_layout(self) -> None:
@@ -301,7 +313,23 @@ class TileConfig:
         """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm``, `` skew`` where set (part of :attr:`label` and of the plan's repr)."""
         return ((" ws" if self.ws else "") + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
                 + (f" qregs={self.q_regs}" if self.q_regs != 32 else "") + (" pvsm" if self.pv_softmax else "")
-                + (" skew" if self.qk_skew else ""))
+                + (" skew" if self.qk_skew else "") + (" wgmma" if self.wgmma else ""))
+
+    def nvrtc_target(self, arch) -> str:
+        """The NVRTC target this tile's kernel is compiled for on ``arch``: ``"sm_90a"`` for a
+        ``wgmma`` tile (which runs on sm_90 only), else ``arch`` normalised.
+
+        Raises
+        ------
+        ValueError
+            A ``wgmma`` tile on an architecture other than sm_90 (wgmma is sm_90a's).
+        """
+        arch = normalize_arch(arch)
+        if not self.wgmma:
+            return arch
+        if arch_number(arch) != 90:
+            raise ValueError(f"tile {self.label} uses wgmma, which only sm_90 has (sm_90a), not {arch}")
+        return "sm_90a"
 
     @property
     def label(self) -> str:
@@ -350,6 +378,7 @@ class TileConfig:
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
                 "DL_WS_QREGS": self.q_regs, "DL_WS_PVSM": int(self.pv_softmax), "DL_WS_SKEW": int(self.qk_skew),
+                "DL_WS_WGMMA": int(self.wgmma),
                 "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
@@ -371,9 +400,14 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: The first architecture number from which tile_configs skips a configuration: where its build
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
+# sm_90's tile since 2026-12-03 (twenty-seventh session): the same with the QK warps' S by wgmma
+# (sm_90a; K stages and the Q tile 128-byte swizzled): 1.06-1.13x _WS32_SKEW at 64-row shapes on
+# the H200 (BENCHMARKS.md twenty-seventh session). sm_90 only (tile_configs); 194,912 B, 0 spills.
+_WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True)
 
 _CONFIGS = (
-    _WS32_SKEW,  # 194,912 B: sm_90
+    _WS32_SKEW_WG,  # 194,912 B: sm_90 (wgmma, sm_90a)
+    _WS32_SKEW,  # 194,912 B: sm_90 before the twenty-seventh session (selectable)
     _WS32,  # 149,344 B: sm_80 (and selectable on sm_90)
     # 171,776 B: sm_100, sm_103 (sm_90's before the ws tile): the reduce-scatter S exchange (1.03-1.07x the all-reduce
     # tiles below on the H200) with P V over row pairs (each V fragment feeds two m16 tiles;
@@ -436,7 +470,7 @@ def tile_configs(arch) -> list[TileConfig]:
     limit = shared_limit(arch)
     has_bulk = arch_number(arch) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
     fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)
-            and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
+            and (arch_number(arch) == 90 or not c.wgmma) and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]
@@ -444,7 +478,9 @@ def tile_configs(arch) -> list[TileConfig]:
 
 
 def _check_tile_fits(tile: TileConfig, arch: str) -> None:
-    """Raise ``ValueError`` if ``tile`` needs more shared memory per block than ``arch`` has."""
+    """Raise ``ValueError`` if ``tile`` needs more shared memory per block than ``arch`` has, or
+    instructions it lacks (a ``wgmma`` tile off sm_90)."""
+    tile.nvrtc_target(arch)
     limit = shared_limit(arch)
     if tile.shared_bytes > limit:
         raise ValueError(f"tile {tile.label} is too big for shared memory: it needs {tile.shared_bytes} B per block, "
@@ -528,10 +564,13 @@ def compile_defines(arch, config: TileConfig | None = None) -> dict:
 def compile_variants(arch) -> list[CompileVariant]:
     """Every way :class:`VerifyAttention` compiles ``verify_attention.cu`` on ``arch``: one
     variant per tile configuration of :func:`tile_configs`, with ``verify_attn_partial``'s
-    dynamic shared memory (the scheduler and the combine use static shared memory only)."""
+    dynamic shared memory (the scheduler and the combine use static shared memory only) and,
+    for sm_90's wgmma tile, the target ``"sm_90a"``."""
     out = []
     for cfg in tile_configs(arch):
-        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label))
+        target = cfg.nvrtc_target(arch)  # (sm_90a for the wgmma tile; "" where it is arch itself)
+        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label,
+                                  target=target if target != normalize_arch(arch) else ""))
     return out
 
 
@@ -782,7 +821,8 @@ class VerifyAttention:
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
         _check_tile_fits(self.config, self.arch)
 
-        self.cubin = compile_file("verify_attention.cu", self.arch, compile_defines(self.arch, self.config))
+        self.cubin = compile_file("verify_attention.cu", self.config.nvrtc_target(self.arch),
+                                  compile_defines(self.arch, self.config))
         if tile is not None:  # a tile of the caller's: say if it spills (warning at the caller's line)
             _warn_if_spills(self.cubin, self.config)
         self._module = load_module(self.device, self.cubin)

@@ -117,7 +117,7 @@ def test_a_spilling_tile_warns_and_the_default_does_not():
     assert f"{res.spill_store_bytes} B of spill stores" in msg and f"{res.spill_load_bytes} B of spill loads" in msg
     assert rec[0].filename == __file__  # stacklevel: the caller's line
     default = tile_config("sm_90")
-    cub = compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", default))
+    cub = compile_file("verify_attention.cu", default.nvrtc_target("sm_90"), compile_defines("sm_90", default))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert va._warn_if_spills(cub, default) == 0

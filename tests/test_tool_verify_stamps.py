@@ -74,8 +74,9 @@ def test_loop_rate_and_iteration_split():
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
 def test_stamped_verify_attention_compiles_and_the_plain_one_has_no_stamps(arch):
     cfg = va.tile_config(arch)
-    plain = dl.runtime.compile_file("verify_attention.cu", arch, va.compile_defines(arch, cfg))
-    stamped = dl.runtime.compile_file("verify_attention.cu", arch, {**va.compile_defines(arch, cfg), "DL_STAMPS": 1})
+    target = cfg.nvrtc_target(arch)
+    plain = dl.runtime.compile_file("verify_attention.cu", target, va.compile_defines(arch, cfg))
+    stamped = dl.runtime.compile_file("verify_attention.cu", target, {**va.compile_defines(arch, cfg), "DL_STAMPS": 1})
     for k in ("verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"):
         assert stamped.resources[k].spills == 0, k
     assert b"dl_stamps" in stamped.data and b"dl_stamp" not in plain.data

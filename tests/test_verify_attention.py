@@ -15,7 +15,7 @@ import driverlevel as dl
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file
 from ptx_util import ptx_entries, ptx_of
 from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
-                                         tile_config, tile_configs)
+                                         compile_variants, tile_config, tile_configs)
 
 
 # every target `--arch` accepts (sm_87, sm_103, sm_121 too: ptxas allocates differently there,
@@ -24,7 +24,7 @@ from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention,
 def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
     cfgs = {tile_config(arch)} | {tile_config(arch, r) for r in (144, 2304, 16)}
     for cfg in cfgs:
-        cub = compile_file("verify_attention.cu", arch, compile_defines(arch, cfg))
+        cub = compile_file("verify_attention.cu", cfg.nvrtc_target(arch), compile_defines(arch, cfg))
         assert set(cub.resources) == {"verify_attn_schedule", "verify_attn_partial", "verify_attn_combine"}
         for name, res in cub.resources.items():
             assert res.registers > 0, name
@@ -38,11 +38,14 @@ def test_compiles_for_every_arch_without_spills_within_shared_memory(arch):
         assert tile_config(arch).shared_bytes <= 99 * 1024
 
 
+SM90_TARGET = tile_config("sm_90").nvrtc_target("sm_90")  # what sm_90's default tile compiles for (sm_90a: wgmma)
+
+
 def test_layout_mismatch_fails_the_compile():
     defines = compile_defines("sm_90")
     defines["DL_OFF_lse"] += 8
     with pytest.raises(dl.NvrtcError, match="offset differs"):
-        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+        compile_file("verify_attention.cu", SM90_TARGET, defines, use_cache=False)
 
 
 @pytest.mark.parametrize("missing", ["DL_FIELD_QO_INDPTR", "DL_ERR_INCONSISTENT", "DL_VA_MAX_PARTS",
@@ -53,7 +56,7 @@ def test_compile_without_the_launchers_defines_fails(missing):
     del defines[missing]
     with pytest.raises(dl.NvrtcError, match=r'#error directive: "compile with driverlevel\.verify_attention\.'
                                             r'compile_variants\(\)"'):
-        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+        compile_file("verify_attention.cu", SM90_TARGET, defines, use_cache=False)
 
 
 @pytest.mark.parametrize("arch, cfg", [("sm_90", None), ("sm_120", None),
@@ -65,7 +68,7 @@ def test_host_shared_bytes_are_checked_against_the_kernel_layout(arch, cfg):
     defines = compile_defines(arch, cfg)
     defines["DL_SMEM_BYTES"] -= 8
     with pytest.raises(dl.NvrtcError, match="differs from TileConfig.shared_bytes"):
-        compile_file("verify_attention.cu", arch, defines, use_cache=False)
+        compile_file("verify_attention.cu", (cfg or tile_config(arch)).nvrtc_target(arch), defines, use_cache=False)
 
 
 def test_row_pairs_need_the_reduce_scatter_exchange_in_the_kernel_too():
@@ -142,7 +145,7 @@ def test_scheduler_record_sizes_are_checked_against_the_formula():
     defines = compile_defines("sm_90")
     defines["DL_VA_REQUEST_BYTES"] += 8
     with pytest.raises(dl.NvrtcError, match="VaRequest differs from REQUEST_RECORD_BYTES"):
-        compile_file("verify_attention.cu", "sm_90", defines, use_cache=False)
+        compile_file("verify_attention.cu", SM90_TARGET, defines, use_cache=False)
 
 
 def test_tile_shared_memory_formula_and_choice():
@@ -220,7 +223,12 @@ def test_tile_shared_memory_formula_and_choice():
     skew90 = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20, qk_skew=True)
     assert skew90.shared_bytes == 64 * 528 + 4 * 32 * 1168 + 2 * 64 * 80 + 512 + 256 + 512 + 96 == 194_912
     assert skew90.label == "rows=64 csplit=1 keys=32 stages=4 ws qregs=20 skew" and skew90.defines()["DL_WS_SKEW"] == 1
-    for arch, first in (("sm_80", []), ("sm_90", [skew90])):
+    # sm_90 since the twenty-seventh session: the same with the QK warps' S by wgmma (sm_90a), the
+    # same shared memory (K stages swizzled within the same bytes); the tile without it selectable
+    wg90 = replace(skew90, wgmma=True)
+    assert wg90.shared_bytes == 194_912 and wg90.label == skew90.label + " wgmma" and wg90.defines()["DL_WS_WGMMA"] == 1
+    assert wg90.nvrtc_target("sm_90") == "sm_90a" and skew90.nvrtc_target("sm_90") == "sm_90"
+    for arch, first in (("sm_80", []), ("sm_90", [wg90, skew90])):
         assert tile_configs(arch) == first + [ws90, ws90_48]
         big = first[0] if first else ws90
         assert tile_config(arch) == tile_config(arch, 9 * 256) == tile_config(arch, 16 * 16) == big
@@ -440,7 +448,7 @@ def test_verify_kernels_programmatic_waits():
     mem = re.compile(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async")
     for cfg in va.tile_configs("sm_90"):
         ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / "verify_attention.cu").read_text(),
-                            "verify_attention.cu", "sm_90", va.compile_defines("sm_90", cfg)))
+                            "verify_attention.cu", cfg.nvrtc_target("sm_90"), va.compile_defines("sm_90", cfg)))
         body = ptx["verify_attn_combine"]
         first = mem.search(body)
         assert first is not None and "griddepcontrol.wait;" in body
@@ -473,3 +481,41 @@ def test_tile_config_and_sm_scale_argument_types():
         VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=np.float32(0.1))
     with pytest.raises(TypeError, match="sm_scale must be a real number"):
         VerifyAttention(object(), 9, max_batch=2, max_q=16, sm_scale=True)
+
+
+def test_wgmma_tile_is_sm_90_only_and_checked_before_the_device():
+    """The wgmma tile (sm_90's default since the twenty-seventh session) needs ws, 64 rows, 32 keys
+    and no pv_softmax; it compiles for sm_90a, and a plan that forces it elsewhere fails before
+    the device, naming the tile."""
+    wg = tile_config("sm_90")
+    assert wg.wgmma and wg.nvrtc_target("sm_90") == "sm_90a" and wg.nvrtc_target("sm_90a") == "sm_90a"
+    for bad in (dict(ws=False, csplit=2, qk_skew=False, q_regs=32, stages=2), dict(rows=48), dict(keys=16),
+                dict(qk_skew=False, stages=3, pv_softmax=True)):
+        with pytest.raises(ValueError, match="wgmma=True needs"):
+            replace(wg, **bad)
+    with pytest.raises(TypeError, match="wgmma must be a bool"):
+        replace(wg, wgmma="yes")
+    for arch in ("sm_80", "sm_100", "sm_120"):
+        assert not any(c.wgmma for c in tile_configs(arch))
+        with pytest.raises(ValueError, match="only sm_90 has"):
+            wg.nvrtc_target(arch)
+    with pytest.raises(ValueError, match="only sm_90 has"):
+        VerifyAttention(0, 16, max_batch=1, max_q=16, tile=wg, arch="sm_80")  # (no device is touched)
+    variants = compile_variants("sm_90")
+    assert [v.target for v in variants] == ["sm_90a"] + [""] * (len(variants) - 1)
+    assert all(v.target == "" for a in ("sm_80", "sm_120") for v in compile_variants(a))
+
+
+def test_wgmma_tile_issues_wgmma_and_fences_its_copies():
+    """sm_90's default tile computes S with wgmma (36 k-steps a tile) after a proxy fence of the
+    landed copies; the same tile without wgmma has neither."""
+    wg = tile_config("sm_90")
+    src = (dl._compile.kernel_source_dir() / "verify_attention.cu").read_text()
+    ptx = ptx_entries(ptx_of(src, "verify_attention.cu", "sm_90a", compile_defines("sm_90", wg)))["verify_attn_partial"]
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16") == 36
+    assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 0" in ptx
+    plain = replace(wg, wgmma=False)
+    ptx = ptx_entries(ptx_of(src, "verify_attention.cu", "sm_90", compile_defines("sm_90", plain)))["verify_attn_partial"]
+    assert "wgmma" not in ptx and "fence.proxy.async" not in ptx
+    with pytest.raises(dl.NvrtcError, match="DL_WS_WGMMA needs the sm_90a target"):
+        compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", wg), use_cache=False)

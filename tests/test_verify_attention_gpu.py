@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
-from driverlevel._compile import shared_limit
+from driverlevel._compile import arch_number, shared_limit
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, chain_tree, make_metadata, random_tree, star_tree
@@ -113,9 +113,16 @@ def check(out, lse, ref_out, ref_lse, tol=5e-3):
     return err
 
 
-def make_plan(dev, prob, num_splits, bs=None, tile=None):
+def skip_unless_runs(dev, tile):
+    """Skip where ``tile`` cannot run on ``dev``: more shared memory than it has, or wgmma off sm_90."""
     if tile is not None and tile.shared_bytes > shared_limit(dev.arch):
         pytest.skip(f"tile {tile.label} ({tile.shared_bytes} B) does not fit {dev.arch}'s shared memory per block")
+    if tile is not None and tile.wgmma and arch_number(dev.arch) != 90:
+        pytest.skip(f"tile {tile.label} uses wgmma (sm_90a), {dev.arch} has none")
+
+
+def make_plan(dev, prob, num_splits, bs=None, tile=None):
+    skip_unless_runs(dev, tile)
     return VerifyAttention(dev, prob.heads, max_batch=bs or prob.meta.batch_size, max_q=prob.max_q,
                            num_splits=num_splits, sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=tile)
 
@@ -157,7 +164,13 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          "native_pv": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32),
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
-                                   bulk=True)}
+                                   bulk=True),
+         # sm_90's "native" since the twenty-seventh session: the QK warps' S by wgmma (sm_90a), by
+         # name so that other GPUs run it where they can (they skip it), and with four accumulator
+         # sets and 12 Q k-steps in registers (not a default); "skew20" the same without wgmma (sm_90's
+         # tile before)
+         "wgmma": tile_config("sm_90"), "wgmma_c4": replace(tile_config("sm_90"), qk_chains=4, q_regs=12),
+         "skew20": replace(tile_config("sm_90"), wgmma=False)}
 assert TILES["sm120"] == tile_config("sm_120")
 assert all(c in TILES.values() or c == tile_config("sm_90") for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 
@@ -231,7 +244,7 @@ def test_200k_prefix(dev, stream):
     check(*prob.run(plan, stream), *prob.reference())
 
 
-@pytest.mark.parametrize("tile", ["native", "sm120", "pvsm48", "native_pv"])
+@pytest.mark.parametrize("tile", ["native", "sm120", "pvsm48", "native_pv", "wgmma"])
 def test_pdl_on_and_off_bitwise_equal_eager_and_replayed(dev, stream, tile):
     """VerifyAttention(pdl=True) (the partial and combine kernels launched programmatically,
     waiting inside) gives bitwise the output and LSE of pdl=False, eagerly and replayed from a
@@ -247,8 +260,7 @@ def test_pdl_on_and_off_bitwise_equal_eager_and_replayed(dev, stream, tile):
     trees = [random_tree(n, rng) for n in (16, 1, 40, 7)]
     prob = Problem(dev, rng, 9, [3000, 0, 12_000, 700], trees, "bitmask")
     cfg = TILES[tile]
-    if cfg is not None and cfg.shared_bytes > shared_limit(dev.arch):
-        pytest.skip(f"tile {cfg.label} does not fit {dev.arch}")
+    skip_unless_runs(dev, cfg)
     plans = {pdl: VerifyAttention(dev, prob.heads, max_batch=prob.meta.batch_size, max_q=prob.max_q, num_splits=None,
                                   sm_scale=SM_SCALE, mask_format=prob.mask_format, tile=cfg, pdl=pdl)
              for pdl in (False, True)}

@@ -12,21 +12,20 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
-from driverlevel._compile import shared_limit
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference.attention import verify_attention_reference
 from driverlevel.reference.trees import build_mask, make_metadata, random_tree
 from driverlevel.reference.verify_schedule import schedule
 from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 
-from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, Problem, check, upload
+from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, Problem, check, skip_unless_runs, upload
 
 # the main loop's variants that these tests also run (segments of several pairs per part, short
 # segments, masked NaN keys): the default tile (sm_90: QK + PV warps, 3 x 32 keys), sm_100's (64
 # rows, reduce-scatter, P V over row pairs), the 64-row all-reduce tile, the 64-row tile with bulk
 # copies, the sm_120 tile (QK + PV warps, 3 x 16 keys), its 32-row predecessor (bulk copies) and
 # that one with 16 P V rows, the ws tile with 4 stages (tiles loaded two iterations ahead)
-LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16", "skew", "ws32"]
+LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16", "skew", "ws32", "skew20"]
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,9 +34,7 @@ pytestmark = [
 
 
 def plan_for(device, prob, max_batch=None, **kw):
-    tile = kw.get("tile")
-    if tile is not None and tile.shared_bytes > shared_limit(device.arch):
-        pytest.skip(f"tile {tile.label} ({tile.shared_bytes} B) does not fit {device.arch}'s shared memory per block")
+    skip_unless_runs(device, kw.get("tile"))
     return VerifyAttention(device, prob.heads, max_batch=max_batch or prob.meta.batch_size, max_q=prob.max_q,
                            sm_scale=SM_SCALE, mask_format=prob.mask_format, **kw)
 
@@ -256,8 +253,7 @@ def test_one_graph_1000_random_steps_with_a_poisoned_workspace(device, stream, n
 def test_corrupted_metadata_is_reported_and_harmless(device, stream, tile):
     """One graph; each replay corrupts one field of one request; the others stay right (fuzz)."""
     heads, max_bs, max_q, num_slots = 4, 3, 16, 3000
-    if TILES[tile] is not None and TILES[tile].shared_bytes > shared_limit(device.arch):
-        pytest.skip(f"tile {tile} does not fit {device.arch}'s shared memory per block")
+    skip_unless_runs(device, TILES[tile])
     plan, bufs, meta = _graph_setup(device, heads, max_bs, max_q, num_slots, mask_format="full", tile=TILES[tile])
     with dl.capture(stream) as cap:
         plan.run(stream, bufs["q"], bufs["kv"], meta, bufs["out"], bufs["lse"])

@@ -156,7 +156,7 @@ def hashes(archs, kernels) -> dict:
     for filename in kernels or sorted(LAUNCHERS):
         for arch in archs:
             for v in compile_variants(filename, arch):
-                cubin = compile_file(filename, arch, v.defines, use_cache=False)
+                cubin = compile_file(filename, v.target or arch, v.defines, use_cache=False)
                 key = f"{filename} {arch} {v.label}"
                 out[key] = section_hashes(cubin.data)
                 print(f"{key}: {len(out[key])} sections", file=sys.stderr, flush=True)

@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     v = variants[args.variant]
     if args.tile:
         v = _tile_variant(ap, args)
-    kernels = disassemble(compile_file(args.file, args.arch, v.defines).data)
+    kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data)
     print(f"// {args.file} {args.arch} [{v.label or 'the only variant'}]")
     if not any(kernel_re.search(n) for n in kernels):
         raise SystemExit(f"tools/sass.py: --kernel {args.kernel!r} matches none of {sorted(kernels)}")
