@@ -187,7 +187,7 @@ class TileConfig:
         are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
         k-steps from registers, the rest of Q and the K tile read by the tensor cores from
         shared memory once per warpgroup instead of once per warp, by ``ldmatrix``); K stages
-        and the Q tile are stored 128-byte swizzled. On the H200 1.06-1.13x the same tile
+        and the Q tile are stored 128-byte swizzled. On the H200 1.05-1.13x the same tile
         without it (BENCHMARKS.md, twenty-seventh session). PTX ISA 8.0, "Asynchronous
         Warpgroup Level Matrix Multiply-Accumulate".
 
@@ -401,7 +401,7 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 # sm_90's tile since 2026-12-03 (twenty-seventh session): the same with the QK warps' S by wgmma
-# (sm_90a; K stages and the Q tile 128-byte swizzled): 1.06-1.13x _WS32_SKEW at 64-row shapes on
+# (sm_90a; K stages and the Q tile 128-byte swizzled): 1.05-1.13x _WS32_SKEW at 64-row shapes on
 # the H200 (BENCHMARKS.md twenty-seventh session). sm_90 only (tile_configs); 194,912 B, 0 spills.
 _WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True)
 
