@@ -367,7 +367,8 @@ constexpr bool WG = DL_WS_WGMMA != 0;
 // decides the overlap. On the H200 (32-key tile, 20 Q k-steps in registers, bench_tiles against
 // the 3-stage tile without SKEW, 64-row shapes, the noisy 16 h x 8 x 32k x 256 left out): stores
 // at k-step 27-35 1.04-1.06x (9 h x 200k x 256: 1.06-1.10x), at 18 0.97-1.00x, at 9 1.00-1.01x,
-// after the last k-step (no overlap) 1.03-1.05x; the math's place (2-8) matters little.
+// after the last k-step (no overlap) 1.03-1.05x; the math's place (2-8) matters little. With
+// DL_WS_WGMMA the two have no effect: the whole softmax runs after the 36 wgmma are issued.
 #ifndef DL_SKEW_MATH_AT
 #define DL_SKEW_MATH_AT 4
 #endif
@@ -468,6 +469,7 @@ static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && (M == 32 || 
               "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, 32, 48 or 64 rows, >= 3 stages");
 static_assert(!WS || N <= 32, "DL_WS: a row's visibility word holds one tile's keys (u32)");
 static_assert(!WG || (WS && M == 64 && N == 32 && !PVSM), "DL_WS_WGMMA: ws, 64 rows (one warpgroup of QK warps), 32 keys, no PVSM");
+static_assert(!WG || (kQK - 16 * DL_WS_QREGS) % 64 == 0, "DL_WS_WGMMA: the Q tile in whole 64-column slabs (DL_WS_QREGS a multiple of 4)");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
 static_assert(BAR_OFFSET % 8 == 0, "mbarriers need 8-byte alignment");
@@ -1334,6 +1336,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   const int ltid = tid - WS_QK_WARPS * 32;  // (PV warps: 0 .. LOADERS-1)
   const int krow = ltid / LPR;
   const int kph = ltid % LPR;  // this thread's first chunk of the row
+  static_assert(!WG || LPR == 8, "WG: a loader's chunks kph + 8i are chunk kph of every slab");
   const u32 k_lane = k_off(krow, kph);  // (WG: its place in every slab)
   // The raw slot id of this thread's key row of tile t, fetched an iteration ahead (0 past the
   // segment's keys: load_k tells those apart by the key index, so every id, -1 too, is checked).
@@ -1437,7 +1440,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // (the QK warps are the critical path: their loop keeps these three in registers)
     const int qk_nt = nt(), qk_t_begin = t_begin(), qk_kv_len = kv_len();
     // S of tile it (unscaled, unmasked): the mma over the 36 k-steps
-    // (hook(kk) runs at the top of k-step kk: SKEW places the previous tile's softmax there)
+    // (hook(kk) runs at the top of k-step kk: SKEW places the previous tile's softmax there; with
+    // WG every hook runs after the 36 wgmma are issued, while they execute)
     auto qk_mma = [&](int it, float (&s)[NT_S][4], auto&& hook) {
       const u32 kt = k_smem + (it % STAGES) * KT_STRIDE;
 #if DL_WS_WGMMA

@@ -388,9 +388,9 @@ def check_arch(name) -> str:
         Naming what was wrong and listing the accepted names: a name that is no
         architecture (or has a leading zero, ``sm_090``), a virtual one (``compute_90``), one
         older than sm_80, one unknown to driverlevel (``sm_999``), or a suffixed one
-        (``sm_90a``, ``sm_100f``): the kernels use no architecture- or family-specific
-        instructions, so driverlevel always builds the plain target (``sm_90``), which the
-        runtime loads on that GPU.
+        (``sm_90a``, ``sm_100f``): a user names the GPU's plain architecture and driverlevel
+        picks each kernel's target itself (the plain one, or ``sm_90a`` for sm_90's wgmma
+        verify-attention tile: ``CompileVariant.target``), which the runtime loads on that GPU.
     """
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
@@ -404,9 +404,9 @@ def check_arch(name) -> str:
         why = f"{text!r} is a virtual architecture (PTX); driverlevel compiles cubin for a real one"
     elif m.group(3):
         plain = f"sm_{m.group(2)}"
-        why = (f"{text!r} is {'an architecture' if m.group(3) == 'a' else 'a family'}-specific target; driverlevel's "
-               f"kernels use no such instructions and it always builds the plain {plain}, which runs on those GPUs "
-               f"(use {plain})")
+        why = (f"{text!r} is {'an architecture' if m.group(3) == 'a' else 'a family'}-specific target; driverlevel "
+               f"picks each kernel's target for the GPU's plain architecture (the plain one, or sm_90a for sm_90's "
+               f"wgmma verify-attention tile) (use {plain})")
     elif int(m.group(2)) < 80:
         why = f"{text!r} is older than sm_80 (the kernels need cp.async and bf16 tensor cores)"
     elif s not in MAX_SHARED_PER_BLOCK:
@@ -1076,13 +1076,15 @@ def compile_file(filename: str, arch, defines: dict | None = None, extra_options
     needs them and stops at an ``#error`` naming where they come from when they are missing. Take
     them from a variant of ``driverlevel.cli.compile_variants(filename, arch)`` (its ``defines``,
     exactly as the launcher passes them, so both share a cache entry) or from the launcher
-    module's ``compile_defines`` / ``compile_variants`` (e.g. ``driverlevel.argmax``).
+    module's ``compile_defines`` / ``compile_variants`` (e.g. ``driverlevel.argmax``), and
+    compile for the variant's ``target`` where it has one (``v.target or arch``: ``"sm_90a"`` for
+    sm_90's wgmma verify-attention tile, whose source stops at an ``#error`` for plain sm_90).
 
     Example
     -------
     >>> from driverlevel.cli import compile_variants                      # doctest: +SKIP
     >>> v = compile_variants("argmax.cu", "sm_90")[0]                     # doctest: +SKIP
-    >>> compile_file("argmax.cu", "sm_90", v.defines)                     # doctest: +SKIP
+    >>> compile_file("argmax.cu", v.target or "sm_90", v.defines)         # doctest: +SKIP
 
     Raises
     ------

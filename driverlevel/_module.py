@@ -25,6 +25,7 @@ run, in the device's primary context whatever the caller has current.
 from __future__ import annotations
 
 import ctypes
+import numbers
 import threading
 import weakref
 
@@ -109,7 +110,7 @@ def check_plan_args(*, pdl, pool, name, arch):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if arch is None:
         return None
-    if not isinstance(arch, (str, int, tuple)) and not hasattr(arch, "arch"):
+    if is_bool(arch) or (not isinstance(arch, (str, numbers.Integral, tuple)) and not hasattr(arch, "arch")):
         raise TypeError(f"arch must be a str such as 'sm_90', an int, a (major, minor) tuple or a Device, "
                         f"got {type(arch).__name__}")
     arch = normalize_arch(arch)

@@ -173,7 +173,7 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
             flags.append("SMEM>LIMIT")
             problems.append(f"{where}:{kname} ({arch}) needs {smem:,} B of shared memory per block, "
                             f"over the {limit:,} B limit")
-        rows.append((where, kname, arch, r.registers, f"{r.shared_bytes:,}", "-" if dyn is None else f"{dyn:,}",
+        rows.append((where, kname, cub.arch, r.registers, f"{r.shared_bytes:,}", "-" if dyn is None else f"{dyn:,}",
                      f"{limit:,}", f"{limit - smem:,}", r.stack_bytes, r.spills,
                      "hit" if cub.cache_hit else "compiled", " ".join(flags)))
     return rows
@@ -182,8 +182,8 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
 @main.command("compile")
 @click.option("--arch", "arch_opt", default=None, metavar="sm_XX[,sm_YY]|all",
               help=f"Target architecture(s), comma separated: {', '.join(MAX_SHARED_PER_BLOCK)}; or 'all' for "
-                   f"{', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: the kernels use "
-                   f"no architecture-specific instructions, so the plain target is what runs. "
+                   f"{', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: name the plain one; "
+                   f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE",
               help="Kernel source in cu/ to compile (repeatable). Default: every .cu file.")

@@ -182,7 +182,7 @@ class TileConfig:
         critical path of every key tile: research/verify_ws.md); the PV warps apply tile t-2.
         A tile's V then lives one iteration longer: tiles are loaded ``stages - 3`` ahead.
     wgmma : bool
-        ``ws`` only, 64 rows, 32 keys, no ``pv_softmax``; sm_90 only (the kernel is compiled for
+        ``ws`` only, 64 rows, 32 keys, ``q_regs`` a multiple of 4, no ``pv_softmax``; sm_90 only (the kernel is compiled for
         the architecture-specific target ``sm_90a``: :meth:`nvrtc_target`): the four QK warps
         are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
         k-steps from registers, the rest of Q and the K tile read by the tensor cores from
@@ -261,8 +261,9 @@ class TileConfig:
         if self.pv_rows == 32 and (self.exchange != "reduce_scatter" or (self.rows // 16) % 2):
             raise ValueError(f"pv_rows=32 needs exchange='reduce_scatter' and an even number of 16-row groups "
                              f"(rows={self.rows}, exchange={self.exchange!r})")
-        if self.wgmma and (not self.ws or self.rows != 64 or self.keys != 32 or self.pv_softmax):
-            raise ValueError(f"wgmma=True needs ws=True, rows=64, keys=32 and no pv_softmax (got {self.label})")
+        if self.wgmma and (not self.ws or self.rows != 64 or self.keys != 32 or self.pv_softmax or self.q_regs % 4):
+            raise ValueError(f"wgmma=True needs ws=True, rows=64, keys=32, q_regs a multiple of 4 (whole 64-column "
+                             f"slabs of Q in shared memory) and no pv_softmax (got {self.label})")
         self._check_kernel_layout()
 
     def _check_kernel_layout(self) -> None:
@@ -458,8 +459,8 @@ def tile_configs(arch) -> list[TileConfig]:
     from the architecture on where its build spills (``_SPILLS_FROM``: the 32-key ws tiles, with
     and without ``qk_skew``, from sm_100 on; with NVRTC 13.5 only the ``qk_skew`` one still
     spills there, the other is kept out because it was never measured on an sm_100 GPU).
-    :func:`tile_config` picks among those with the default's S exchange; the others stay
-    selectable with ``tile=``.
+    ``wgmma`` tiles only on sm_90 (they compile for sm_90a). :func:`tile_config` picks among those
+    with the default's S exchange; the others stay selectable with ``tile=``.
 
     Raises
     ------
@@ -517,7 +518,7 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
 
     - ws tiles (sm_80/86/87/89/90/120/121): the one that cuts it into the fewest row tiles,
       and among those the one that pads it the least, then the first in ``_CONFIGS`` order (on
-      sm_90 the ``qk_skew`` tile before the 3-stage one) (144 rows: 3 x 48, not 3 x 64; 240 rows:
+      sm_90 the ``wgmma`` ``qk_skew`` tile, then the same without wgmma, then the 3-stage one) (144 rows: 3 x 48, not 3 x 64; 240 rows:
       4 x 64, not 5 x 48: the 48-row ws tiles do 0.71-0.85x the 64-row ones' work per
       second on the H200, BENCHMARKS.md "Main loop, step 7");
     - the others (sm_100/103): the one that pads it the least, ties to the larger row tile

@@ -121,3 +121,22 @@ def test_sass_list_names_a_files_only_variant(monkeypatch, capsys):
     assert sass.main(["verify_attention.cu", "--arch", "sm_90", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) >= 2 and lines[0].startswith("  0  rows=")
+
+
+@pytest.mark.parametrize("argv", [["verify_attention.cu", "--arch", "sm_90", "--tile", "native"],
+                                  ["verify_attention.cu", "--arch", "sm_90", "--tile", "64x1x32x4wdg_20"],
+                                  ["verify_attention.cu", "--arch", "sm_90"]])
+def test_sass_compiles_sm_90s_wgmma_tile_for_sm_90a(monkeypatch, capsys, argv):
+    """Review 27: --tile native on sm_90 compiled the wgmma tile for plain sm_90 (its #error)."""
+    seen = []
+
+    def fake_compile(filename, arch, defines, *a, **k):
+        seen.append((arch, defines.get("DL_WS_WGMMA")))
+        raise SystemExit(0)  # (stop before the disassembly)
+
+    monkeypatch.setattr(sass, "compile_file", fake_compile, raising=False)
+    import driverlevel.runtime as rt
+    monkeypatch.setattr(rt, "compile_file", fake_compile)
+    with pytest.raises(SystemExit):
+        sass.main(argv)
+    assert seen == [("sm_90a", 1)]

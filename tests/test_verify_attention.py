@@ -381,6 +381,7 @@ def test_constructor_checks_its_arguments_before_the_device():
                            (dict(arch="sm_75"), ValueError, "unsupported architecture"),
                            (dict(arch="sm_999"), ValueError, "unsupported architecture 'sm_999': NVRTC"),
                            (dict(arch=object()), TypeError, "arch must be a str"),
+                           (dict(arch=True), TypeError, "arch must be a str"),
                            (dict(num_parts=0), ValueError, "num_parts must be a positive int"),
                            (dict(pdl="on"), TypeError, "pdl must be None, True or False"),
                            (dict(pool="x"), TypeError, "pool must be a WorkspacePool"),
@@ -394,6 +395,9 @@ def test_constructor_checks_its_arguments_before_the_device():
             VerifyAttention(object(), **args)  # (an invalid device: never reached)
     with pytest.raises(TypeError, match="device must be"):  # ... and valid arguments reach it
         VerifyAttention(object(), 9, max_batch=2, max_q=16)
+    for arch in (np.int64(90), 90, (9, 0), "sm_90"):  # (numpy ints too, as normalize_arch takes them)
+        with pytest.raises(TypeError, match="device must be"):
+            VerifyAttention(object(), 9, max_batch=2, max_q=16, arch=arch)
     with pytest.raises(ValueError, match="device must be an ordinal >= 0"):
         VerifyAttention(-1, 9, max_batch=2, max_q=16)
 
@@ -519,3 +523,18 @@ def test_wgmma_tile_issues_wgmma_and_fences_its_copies():
     assert "wgmma" not in ptx and "fence.proxy.async" not in ptx
     with pytest.raises(dl.NvrtcError, match="DL_WS_WGMMA needs the sm_90a target"):
         compile_file("verify_attention.cu", "sm_90", compile_defines("sm_90", wg), use_cache=False)
+
+
+def test_wgmma_tile_needs_whole_q_slabs():
+    """Review 27: with q_regs 21 the Q tile's last 64-column slab would run past its bytes into K
+    stage 0 (silently wrong S); the tile refuses q_regs that are not multiples of 4, and the kernel
+    has the same static_assert."""
+    wg = tile_config("sm_90")
+    for bad in (21, 30, 1):
+        with pytest.raises(ValueError, match="q_regs a multiple of 4"):
+            replace(wg, q_regs=bad)
+    assert replace(wg, q_regs=12).q_regs == 12
+    defines = compile_defines("sm_90", wg)
+    defines["DL_WS_QREGS"] = 21
+    with pytest.raises(dl.NvrtcError, match="whole 64-column slabs"):
+        compile_file("verify_attention.cu", "sm_90a", defines, use_cache=False)

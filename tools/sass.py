@@ -124,7 +124,9 @@ def _tile_variant(ap: argparse.ArgumentParser, args) -> CompileVariant:
     if cfg.shared_bytes > shared_limit(args.arch):
         ap.error(f"tile {cfg.label} needs {cfg.shared_bytes:,} B of shared memory, "
                  f"{args.arch} allows {shared_limit(args.arch):,}")
-    return CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label)
+    target = cfg.nvrtc_target(args.arch)  # (sm_90a for the wgmma tile)
+    return CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label,
+                          target=target if target != args.arch else "")
 
 
 def main(argv=None) -> int:
@@ -164,7 +166,7 @@ def main(argv=None) -> int:
     if args.tile:
         v = _tile_variant(ap, args)
     kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data)
-    print(f"// {args.file} {args.arch} [{v.label or 'the only variant'}]")
+    print(f"// {args.file} {v.target or args.arch} [{v.label or 'the only variant'}]")
     if not any(kernel_re.search(n) for n in kernels):
         raise SystemExit(f"tools/sass.py: --kernel {args.kernel!r} matches none of {sorted(kernels)}")
     for name, ins in kernels.items():
