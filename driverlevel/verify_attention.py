@@ -195,7 +195,7 @@ class TileConfig:
     ------
     TypeError
         An int field is not an int (a bool included), or a bool field (``qreg``, ``bulk``,
-        ``ws``, ``pv_softmax``, ``qk_skew``) is not a bool (numpy's is taken, and stored as a
+        ``ws``, ``pv_softmax``, ``qk_skew``, ``wgmma``) is not a bool (numpy's is taken, and stored as a
         Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
     ValueError
         A field is out of its range, or the fields do not fit together (e.g. ``ws=True`` with
