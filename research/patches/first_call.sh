@@ -35,6 +35,9 @@ for t in main-wgmma main-mmasync pv; do dd=$R; args="--tile native"
   (cd $dd && PYTHONPATH=$dd timeout 240 ncu --clock-control none -k regex:verify_attn_partial -s 1 -c 1 --section SpeedOfLight \
      --section ComputeWorkloadAnalysis --section WarpStateStats python benchmarks/profile_tile.py $args \
      > $O/n/ncu-$t-sections.txt 2>&1) || echo "ncu sections $t failed"
-  echo "=== ncu $t"; grep -E "gpu__time|tensor_op|wavefronts_mem_shared.avg|issue_active|stalled_(barrier|short|wait)" $O/n/ncu-$t-metrics.txt
+  (cd $dd && PYTHONPATH=$dd timeout 240 ncu --clock-control none -k regex:verify_attn_partial -s 1 -c 1 --metrics \
+     sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+     python benchmarks/profile_tile.py $args > $O/n/ncu-$t-gmma.txt 2>&1) || echo "ncu gmma $t failed"
+  echo "=== ncu $t"; grep -E "tensor_op_(g|h)mma_cycles" $O/n/ncu-$t-gmma.txt; grep -E "gpu__time|tensor_op|wavefronts_mem_shared.avg|issue_active|stalled_(barrier|short|wait)" $O/n/ncu-$t-metrics.txt
 done
 tar -C $O -czf $O/n.tgz n && rm -rf $O/n
