@@ -182,9 +182,9 @@ class TileConfig:
         critical path of every key tile: research/verify_ws.md); the PV warps apply tile t-2.
         A tile's V then lives one iteration longer: tiles are loaded ``stages - 3`` ahead.
     wgmma : bool
-        ``ws`` only, 64 rows, 32 keys, ``q_regs`` a multiple of 4, no ``pv_softmax``; sm_90 only (the kernel is compiled for
-        the architecture-specific target ``sm_90a``: :meth:`nvrtc_target`): the four QK warps
-        are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
+        ``ws`` only, 64 rows, 32 keys, ``q_regs`` a multiple of 4, no ``pv_softmax``; sm_90
+        only (the kernel is compiled for the architecture-specific target ``sm_90a``:
+        :meth:`nvrtc_target`): the four QK warps are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
         k-steps from registers, the rest of Q and the K tile read by the tensor cores from
         shared memory once per warpgroup instead of once per warp, by ``ldmatrix``); K stages
         and the Q tile are stored 128-byte swizzled. On the H200 1.05-1.13x the same tile
@@ -195,8 +195,8 @@ class TileConfig:
     ------
     TypeError
         An int field is not an int (a bool included), or a bool field (``qreg``, ``bulk``,
-        ``ws``, ``pv_softmax``, ``qk_skew``, ``wgmma``) is not a bool (numpy's is taken, and stored as a
-        Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
+        ``ws``, ``pv_softmax``, ``qk_skew``, ``wgmma``) is not a bool (numpy's is taken, and
+        stored as a Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
     ValueError
         A field is out of its range, or the fields do not fit together (e.g. ``ws=True`` with
         ``csplit=2``).
@@ -518,8 +518,8 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
 
     - ws tiles (sm_80/86/87/89/90/120/121): the one that cuts it into the fewest row tiles,
       and among those the one that pads it the least, then the first in ``_CONFIGS`` order (on
-      sm_90 the ``wgmma`` ``qk_skew`` tile, then the same without wgmma, then the 3-stage one) (144 rows: 3 x 48, not 3 x 64; 240 rows:
-      4 x 64, not 5 x 48: the 48-row ws tiles do 0.71-0.85x the 64-row ones' work per
+      sm_90 the ``wgmma`` ``qk_skew`` tile, then the same without wgmma, then the 3-stage one)
+      (144 rows: 3 x 48, not 3 x 64; 240 rows: 4 x 64, not 5 x 48: the 48-row ws tiles do 0.71-0.85x the 64-row ones' work per
       second on the H200, BENCHMARKS.md "Main loop, step 7");
     - the others (sm_100/103): the one that pads it the least, ties to the larger row tile
       (less L2 traffic), then the first in ``_CONFIGS`` order (which is how, on sm_100, P V
@@ -567,12 +567,16 @@ def compile_variants(arch) -> list[CompileVariant]:
     variant per tile configuration of :func:`tile_configs`, with ``verify_attn_partial``'s
     dynamic shared memory (the scheduler and the combine use static shared memory only) and,
     for sm_90's wgmma tile, the target ``"sm_90a"``."""
-    out = []
-    for cfg in tile_configs(arch):
-        target = cfg.nvrtc_target(arch)  # (sm_90a for the wgmma tile; "" where it is arch itself)
-        out.append(CompileVariant(compile_defines(arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label,
-                                  target=target if target != normalize_arch(arch) else ""))
-    return out
+    return [compile_variant(arch, cfg) for cfg in tile_configs(arch)]
+
+
+def compile_variant(arch, config: TileConfig) -> CompileVariant:
+    """How :class:`VerifyAttention` compiles ``verify_attention.cu`` for ``config`` on ``arch``: its
+    defines, ``verify_attn_partial``'s dynamic shared memory and, where it is not ``arch`` itself,
+    its NVRTC target (``"sm_90a"`` for a wgmma tile). ``ValueError`` for a wgmma tile off sm_90."""
+    target = config.nvrtc_target(arch)
+    return CompileVariant(compile_defines(arch, config), {"verify_attn_partial": config.shared_bytes}, config.label,
+                          target=target if target != normalize_arch(arch) else "")
 
 
 @dataclass

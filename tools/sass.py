@@ -110,7 +110,7 @@ def _tile_variant(ap: argparse.ArgumentParser, args) -> CompileVariant:
 
     from driverlevel._compile import shared_limit
     from driverlevel.cli import CompileVariant
-    from driverlevel.verify_attention import compile_defines, tile_config
+    from driverlevel.verify_attention import compile_variant, tile_config
 
     try:  # its one-line message (it raises SystemExit for its other callers)
         cfg = parse_tile_config(args.tile.partition("=")[2] if "=" in args.tile else args.tile,
@@ -124,9 +124,7 @@ def _tile_variant(ap: argparse.ArgumentParser, args) -> CompileVariant:
     if cfg.shared_bytes > shared_limit(args.arch):
         ap.error(f"tile {cfg.label} needs {cfg.shared_bytes:,} B of shared memory, "
                  f"{args.arch} allows {shared_limit(args.arch):,}")
-    target = cfg.nvrtc_target(args.arch)  # (sm_90a for the wgmma tile)
-    return CompileVariant(compile_defines(args.arch, cfg), {"verify_attn_partial": cfg.shared_bytes}, cfg.label,
-                          target=target if target != args.arch else "")
+    return compile_variant(args.arch, cfg)
 
 
 def main(argv=None) -> int:
