@@ -241,10 +241,13 @@ DL_DEVICE void topk_chunk(const TopKParams& p) {
   // wait returns at once.
   DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 0, "entry");
   dl::pdl_launch_dependents();
+  // active: request state, final before the build's first (ordinary) launch: read before the
+  // wait, so that past it one round trip (the row's flag and count) decides the fallback
+  const bool act = p.active[b];
   dl::pdl_wait();
   DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 1, "waited");
   if (p.topk_mode == TOPK_MODE_THRESHOLD) {
-    if (!p.active[b] || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) {  // (uniform)
+    if (!act || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) {  // (uniform)
       DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 2, "exit");
       return;
     }

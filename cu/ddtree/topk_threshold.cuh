@@ -317,11 +317,13 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   dl::pdl_wait();
   DDT_TK_STAMP(DDT_TK_ROW_STREAM, 1, "waited");
 
-  if (p.tk_flag[row] != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
+  // T and the flag in one round trip (T is written whatever the flag: loaded before the test)
+  const u32 tkflag = p.tk_flag[row];
+  const float thr = p.tk_thresh[row];
+  if (tkflag != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
     if (vec) dl::cp_async_wait<0>();
     return;
   }
-  const float thr = p.tk_thresh[row];
   const float ythr = thr * LOG2E;  // y = x * log2(e) - ythr ~ (x - T) * log2(e)
   u32* count = p.tk_count + row;   // zeroed by the sample kernel
   u64* out = p.tk_cand + row * static_cast<size_t>(p.tk_cap);
