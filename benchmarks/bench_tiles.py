@@ -8,7 +8,7 @@ Frobenius difference), so a variant that computes something else shows up.
 Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][g][_N] ...]
 [--ratio A/B ...] [--define DL_NAME=INT ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
-pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator sets (``cN``: N of them), ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``g`` = the QK warps' S by wgmma (``wgmma``, sm_90 only: ``64x1x32x4wdg_20`` is sm_90's default tile), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
+pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator sets (``cN``: N of them), ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``g`` = the QK warps' S by wgmma (``wgmma``, sm_90 only), ``v`` = the PV warps' P V by wgmma too (``wgmma_pv``: ``64x1x32x4wdgv_20`` is sm_90's default tile), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
 --tile sm120rs=32x4x32x2qr``; ``NAME=native`` is the tile ``tile_config`` picks for the shape, ``NAME=native_rs``
 the same with the reduce-scatter exchange, ``NAME=sm_120`` what ``tile_config("sm_120")`` returns.
 ``--ratio A/B`` adds a column of A's TFLOP/s over B's to the summary table printed last.
@@ -65,16 +65,16 @@ def parse_tile_config(cfg, what=None):
         return native_rs
     if cfg == "sm_120":
         return tile_config("sm_120")
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c\d?)?(s?)(d?)(g?)(?:_(\d+))?", cfg)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(q?)(r?)(p?)(b?)(w?)(c\d?)?(s?)(d?)(g?)(v?)(?:_(\d+))?", cfg)
     if not m:
         raise SystemExit(f"bad {what}: want {SPEC_GRAMMAR}")
-    r, c, k, s, q, x, pv, bulk, ws, chains, pvsm, skew, wg, qregs = m.groups()
+    r, c, k, s, q, x, pv, bulk, ws, chains, pvsm, skew, wg, wgpv, qregs = m.groups()
     try:
         return TileConfig(rows=int(r), csplit=int(c), keys=int(k), stages=int(s), qreg=bool(q),
                           exchange="reduce_scatter" if x else "allreduce", pv_rows=32 if pv else 16,
                           bulk=bool(bulk), ws=bool(ws), qk_chains=(int(chains[1:]) if chains[1:] else 2) if chains else 1,
                           q_regs=int(qregs) if qregs else 32, pv_softmax=bool(pvsm), qk_skew=bool(skew),
-                          wgmma=bool(wg))
+                          wgmma=bool(wg), wgmma_pv=bool(wgpv))
     except (TypeError, ValueError) as e:
         raise SystemExit(f"bad {what}: {e}") from None
 

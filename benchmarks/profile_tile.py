@@ -12,7 +12,8 @@ Usage: python benchmarks/profile_tile.py [--heads H] [--batch B] [--prefix P] [-
 any tile in ``bench_tiles.py``'s notation instead, e.g. ``64x2x32x2rp`` (sm_90's tile before the
 ws tile, sm_100's today), ``64x2x32x2rpb`` (the same with bulk copies), ``32x4x32x2qrpb``
 (sm_120's before the ws tile), ``64x1x32x3wc_24`` (sm_80's ws tile), ``64x1x32x4wd_20`` (sm_90's tile
-before the twenty-seventh session), ``64x1x32x4wdg_20`` (sm_90's: the same with the QK warps' S by wgmma).
+before the twenty-seventh session), ``64x1x32x4wdg_20`` (the same with the QK warps' S by wgmma),
+``64x1x32x4wdgv_20`` (sm_90's since the twenty-eighth session: P V by wgmma too).
 """
 
 from __future__ import annotations

@@ -193,6 +193,9 @@
 #ifndef DL_WS_WGMMA
 #define DL_WS_WGMMA 0
 #endif
+#ifndef DL_WS_WGMMA_PV
+#define DL_WS_WGMMA_PV 0
+#endif
 #if DL_WS_WGMMA && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "DL_WS_WGMMA needs the sm_90a target (wgmma)"
 #endif
@@ -337,12 +340,20 @@ constexpr int ROW_GROUPS = M / 16;
 // (M = 64: 2 row pairs x 4 quarters of the value columns, 32 x 128 accumulators each; M = 48: all
 // 48 rows x 8 eighths of the columns, 48 x 64 each; M = 32: 4 warps, 32 x 128); DL_CSPLIT is 1.
 constexpr bool WS = DL_WS != 0;
+// DL_WS_WGMMA_PV (with DL_WS_WGMMA, M = 64): the 8 PV warps are two warpgroups, each all 64 rows x
+// 256 value columns (warp w of group g: rows 16w .. 16w+15, columns 256g ..), and apply a tile with
+// two wgmma m64n256k16 (A: P from the P slot by ldmatrix into registers; B: V from the K stage by
+// descriptor, N-major, 128-byte swizzled)
+constexpr bool WGPV = DL_WS_WGMMA_PV != 0;
 constexpr int WS_QK_WARPS = M / 16;
-constexpr int WS_PV_MT = M % 32 == 0 ? 2 : 3;          // m16 tiles (16-row blocks) of a PV warp
+constexpr int WS_PV_MT = WGPV ? 1 : M % 32 == 0 ? 2 : 3;  // m16 tiles (16-row blocks) of a PV warp
 constexpr int WS_PV_RB = M / (16 * WS_PV_MT);          // PV warp row blocks
-constexpr int WS_PV_CB_LOG2 = M % 32 == 0 ? 2 : 3;
+constexpr int WS_PV_CB_LOG2 = WGPV ? 1 : M % 32 == 0 ? 2 : 3;
 constexpr int WS_PV_CB = 1 << WS_PV_CB_LOG2;           // PV warp column blocks
 constexpr int WS_PV_WARPS = WS_PV_RB * WS_PV_CB;
+// PV warp pw's row block and column block (WGPV: a warpgroup shares a column block)
+DL_DEVICE constexpr int pv_row_block(int pw) { return WGPV ? pw % WS_PV_RB : pw >> WS_PV_CB_LOG2; }
+DL_DEVICE constexpr int pv_col_block(int pw) { return WGPV ? pw / WS_PV_RB : pw & (WS_PV_CB - 1); }
 constexpr int WS_PV_COLS = kV / WS_PV_CB;              // value columns of a PV warp
 constexpr int WS_PV_NT = WS_PV_COLS / 8;               // its 8-wide n-tiles of O per m16 tile
 constexpr int WARPS = WS ? WS_QK_WARPS + WS_PV_WARPS : ROW_GROUPS * C;
@@ -469,6 +480,7 @@ static_assert(!WS || (C == 1 && !QREG && !RS && !PV2 && !DL_BULK && (M == 32 || 
               "DL_WS: C = 1, no QREG / exchange / PV rows / bulk, 32, 48 or 64 rows, >= 3 stages");
 static_assert(!WS || N <= 32, "DL_WS: a row's visibility word holds one tile's keys (u32)");
 static_assert(!WG || (WS && M == 64 && N == 32 && !PVSM), "DL_WS_WGMMA: ws, 64 rows (one warpgroup of QK warps), 32 keys, no PVSM");
+static_assert(!WGPV || (WG && WS_PV_COLS == 256 && WS_PV_RB == 4), "DL_WS_WGMMA_PV: with DL_WS_WGMMA, two warpgroups of 64 x 256");
 static_assert(!WG || (kQK - 16 * DL_WS_QREGS) % 64 == 0, "DL_WS_WGMMA: the Q tile in whole 64-column slabs (DL_WS_QREGS a multiple of 4)");
 static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "tile configuration exceeds the architecture's shared memory per block");
 static_assert(SMEM_BYTES == DL_SMEM_BYTES, "shared-memory layout differs from TileConfig.shared_bytes (what the host launches with)");
@@ -1581,6 +1593,9 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       if ((i64)(qk_t_begin + it + 1) * N > qk_kv_len) {  // uniform across the CTA
         dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
         zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * KT_STRIDE, tid, WS_QK_WARPS * 32);
+#if DL_WS_WGMMA_PV
+        dl::fence_proxy_async();  // the scrubbed V, before the PV warps' wgmma reads it (after later barriers)
+#endif
       }
     };
     auto qk_stamps = [&](int it) {
@@ -1674,7 +1689,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   } else {
     // PV warp: row block pr (rows pr*16*WS_PV_MT .. +16*WS_PV_MT, WS_PV_MT m16 tiles), value
     // columns cq*WS_PV_COLS .. +WS_PV_COLS.
-    const int pw = warp - WS_QK_WARPS, pr = pw >> WS_PV_CB_LOG2, cq = pw & (WS_PV_CB - 1);
+    const int pw = warp - WS_QK_WARPS, pr = pv_row_block(pw), cq = pv_col_block(pw);
     float o[WS_PV_MT][WS_PV_NT][4];
 #pragma unroll
     for (int mt = 0; mt < WS_PV_MT; ++mt)
@@ -1754,8 +1769,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         // (WG: key jj*16 + ((lane >> 3) & 1) * 8 + (lane & 7) =: jj*16 + kr, chunk cq*WS_PV_COLS/8 + 2*np + (lane >> 4):
         // slab cq*WS_PV_COLS/64 + np/4, swizzled chunk (2*(np%4) + (lane >> 4)) ^ (kr & 7). Its bits 5-6 are those of
         // v_base XOR (np % 4) << 5, and no other term has them: one register and one XOR per ldmatrix)
+#if !DL_WS_WGMMA_PV
         const int v_kr = ((lane >> 3) & 1) * 8 + (lane & 7);
         const u32 v_base = vt + (cq * WS_PV_COLS / 64) * (N * 128) + v_kr * 128 + ((((lane >> 4) ^ v_kr) & 1) << 4) + (((v_kr >> 1) & 3) << 5);  // (WG)
+#endif
         const unsigned char* ps = pslots + slot * (M * P_ROW);
 #pragma unroll
         for (int mt = 0; mt < WS_PV_MT; ++mt) {
@@ -1770,6 +1787,25 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
           }
         }
         const u32 pb = dl::smem_u32(ps) + (pr * (16 * WS_PV_MT) + (lane & 15)) * P_ROW + (lane >> 4) * 16;
+#if DL_WS_WGMMA_PV
+        {
+          // the warpgroup's P V: P of its warps' 16 rows each from the P slot (the mma.sync A
+          // fragments are wgmma's), V of its 256 columns by descriptor: 4 slabs of 64 columns
+          // (LBO), 8-key groups (SBO), N-major (transposed B)
+          u32 pa[N / 16][4];
+#pragma unroll
+          for (int jj = 0; jj < N / 16; ++jj) dl::ldmatrix_x4(pa[jj], pb + jj * 32);
+          dl::wgmma_pin(o[0]);  // (the rescale's multiplies stay before the fence)
+          dl::wgmma_fence();
+#pragma unroll
+          for (int jj = 0; jj < N / 16; ++jj)
+            dl::wgmma_m64n256k16_rs_tb(o[0], pa[jj], dl::wgmma_desc_sw128(vt + cq * (4 * N * 128) + jj * (16 * 128), N * 128, 1024), 1);
+          dl::wgmma_commit();
+          dl::wgmma_pin(o[0]);
+          dl::wgmma_wait<0>();
+          dl::wgmma_pin(o[0]);
+        }
+#else
 #pragma unroll
         for (int jj = 0; jj < N / 16; ++jj) {
           u32 pa[WS_PV_MT][4];  // P of 16 keys for the m16 tiles (one k-step of P V at a time: fewer registers)
@@ -1788,6 +1824,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
             }
           }
         }
+#endif
       }
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 6, "mma16", 0);  // (tile 15 applied: its mma issued)
       // after this tile's math; read by the QK warps after the next barrier (SKEW: tile it's, read in iteration it+1)
@@ -1833,10 +1870,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       const u32 r2 = __shfl_sync(0xffffffffu, (qc & 1) ? a : b, src2);
       return qc < 2 ? make_uint2(r1, r2) : make_uint2(r2, r1);
     };
-    const int colq = (epw & (WS_PV_CB - 1)) * WS_PV_COLS + 4 * qc;  // + 16 * np: this lane's 4 columns
+    const int colq = pv_col_block(epw) * WS_PV_COLS + 4 * qc;  // + 16 * np: this lane's 4 columns
 #pragma unroll
     for (int mt = 0; mt < WS_PV_MT; ++mt) {
-      const int tAm = (epw >> WS_PV_CB_LOG2) * 16 * WS_PV_MT + mt * 16 + (elane >> 2), tBm = tAm + 8;
+      const int tAm = pv_row_block(epw) * 16 * WS_PV_MT + mt * 16 + (elane >> 2), tBm = tAm + 8;
       const float lAm = lm[tAm], lBm = lm[tBm];
       const float invA = lAm == 0.f ? 0.f : 1.f / lAm, invB = lBm == 0.f ? 0.f : 1.f / lBm;
       const bool vA = row0() + tAm < rows(), vB = row0() + tBm < rows();

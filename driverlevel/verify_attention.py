@@ -184,19 +184,27 @@ class TileConfig:
     wgmma : bool
         ``ws`` only, 64 rows, 32 keys, ``q_regs`` a multiple of 4, no ``pv_softmax``; sm_90
         only (the kernel is compiled for the architecture-specific target ``sm_90a``:
-        :meth:`nvrtc_target`): the four QK warps are one warpgroup and compute S with ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs``
-        k-steps from registers, the rest of Q and the K tile read by the tensor cores from
-        shared memory once per warpgroup instead of once per warp, by ``ldmatrix``); K stages
-        and the Q tile are stored 128-byte swizzled. On the H200 1.05-1.13x the same tile
+        :meth:`nvrtc_target`): the four QK warps are one warpgroup and compute S with
+        ``wgmma.mma_async`` m64n32k16 (Q's ``q_regs`` k-steps from registers, the rest of Q
+        and the K tile read by the tensor cores from shared memory once per warpgroup instead
+        of once per warp, by ``ldmatrix``); K stages and the Q tile are stored 128-byte
+        swizzled. On the H200 1.05-1.13x the same tile
         without it (BENCHMARKS.md, twenty-seventh session). PTX ISA 8.0, "Asynchronous
         Warpgroup Level Matrix Multiply-Accumulate".
+    wgmma_pv : bool
+        With ``wgmma`` only: the 8 PV warps are two warpgroups of 64 rows x 256 value columns
+        and apply a key tile with two ``wgmma.mma_async`` m64n256k16 (A = P from registers, B =
+        V read by the tensor cores from the K stage by descriptor, N-major: ``imm-trans-b = 1``,
+        instead of ``ldmatrix.trans`` and 64 mma.sync a warp). On the H200 1.16-1.22x the tile
+        with ``wgmma`` alone at 64-row shapes (BENCHMARKS.md, twenty-eighth session); sm_90's
+        default tile has both.
 
     Raises
     ------
     TypeError
         An int field is not an int (a bool included), or a bool field (``qreg``, ``bulk``,
-        ``ws``, ``pv_softmax``, ``qk_skew``, ``wgmma``) is not a bool (numpy's is taken, and
-        stored as a Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
+        ``ws``, ``pv_softmax``, ``qk_skew``, ``wgmma``, ``wgmma_pv``) is not a bool (numpy's is
+        taken, and stored as a Python bool): ``"TileConfig.ws must be a bool, got str 'yes'"``.
     ValueError
         A field is out of its range, or the fields do not fit together (e.g. ``ws=True`` with
         ``csplit=2``).
@@ -216,13 +224,14 @@ class TileConfig:
     pv_softmax: bool = False
     qk_skew: bool = False
     wgmma: bool = False
+    wgmma_pv: bool = False
 
     def __post_init__(self):
         for f in ("rows", "csplit", "keys", "stages", "pv_rows", "qk_chains", "q_regs"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"TileConfig.{f} must be an int, got {v!r}")
-        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew", "wgmma"):  # numpy's bool is stored as a Python bool
+        for f in ("qreg", "bulk", "ws", "pv_softmax", "qk_skew", "wgmma", "wgmma_pv"):  # numpy's bool is stored as a Python bool
             object.__setattr__(self, f, bool_arg(f"TileConfig.{f}", getattr(self, f)))
         # each field's own range first, then what the fields need of each other
         if not (16 <= self.rows <= 128 and self.rows % 16 == 0):
@@ -264,6 +273,8 @@ class TileConfig:
         if self.wgmma and (not self.ws or self.rows != 64 or self.keys != 32 or self.pv_softmax or self.q_regs % 4):
             raise ValueError(f"wgmma=True needs ws=True, rows=64, keys=32, q_regs a multiple of 4 (whole 64-column "
                              f"slabs of Q in shared memory) and no pv_softmax (got {self.label})")
+        if self.wgmma_pv and not self.wgmma:
+            raise ValueError(f"wgmma_pv=True needs wgmma=True (got {self.label})")
         self._check_kernel_layout()
 
     def _check_kernel_layout(self) -> None:
@@ -311,10 +322,11 @@ class TileConfig:
 
     @property
     def _ws_flags(self) -> str:
-        """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm``, `` skew`` where set (part of :attr:`label` and of the plan's repr)."""
+        """`` ws``, `` chains=2``, `` qregs=N``, `` pvsm``, `` skew``, `` wgmma``, `` pv`` where set
+        (part of :attr:`label` and of the plan's repr)."""
         return ((" ws" if self.ws else "") + (f" chains={self.qk_chains}" if self.qk_chains != 1 else "")
                 + (f" qregs={self.q_regs}" if self.q_regs != 32 else "") + (" pvsm" if self.pv_softmax else "")
-                + (" skew" if self.qk_skew else "") + (" wgmma" if self.wgmma else ""))
+                + (" skew" if self.qk_skew else "") + (" wgmma" if self.wgmma else "") + (" pv" if self.wgmma_pv else ""))
 
     def nvrtc_target(self, arch) -> str:
         """The NVRTC target this tile's kernel is compiled for on ``arch``: ``"sm_90a"`` for a
@@ -379,7 +391,7 @@ class TileConfig:
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
                 "DL_WS_QREGS": self.q_regs, "DL_WS_PVSM": int(self.pv_softmax), "DL_WS_SKEW": int(self.qk_skew),
-                "DL_WS_WGMMA": int(self.wgmma),
+                "DL_WS_WGMMA": int(self.wgmma), "DL_WS_WGMMA_PV": int(self.wgmma_pv),
                 "DL_OVH_TILES": max(1, _OVH_KEYS // self.keys)}
 
 
@@ -401,13 +413,14 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: The first architecture number from which tile_configs skips a configuration: where its build
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
-# sm_90's tile since 2026-12-03 (twenty-seventh session): the same with the QK warps' S by wgmma
-# (sm_90a; K stages and the Q tile 128-byte swizzled): 1.05-1.13x _WS32_SKEW at 64-row shapes on
-# the H200 (BENCHMARKS.md twenty-seventh session). sm_90 only (tile_configs); 194,912 B, 0 spills.
-_WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True)
+# sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
+# and the Q tile 128-byte swizzled: 1.05-1.13x _WS32_SKEW at 64-row shapes on the H200) and, since
+# the twenty-eighth session, the PV warps' P V by wgmma too (1.16-1.22x the QK-only tile;
+# BENCHMARKS.md). sm_90 only (tile_configs); 194,912 B, 0 spills (168 registers).
+_WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True, wgmma_pv=True)
 
 _CONFIGS = (
-    _WS32_SKEW_WG,  # 194,912 B: sm_90 (wgmma, sm_90a)
+    _WS32_SKEW_WG,  # 194,912 B: sm_90 (S and P V by wgmma, sm_90a)
     _WS32_SKEW,  # 194,912 B: sm_90 before the twenty-seventh session (selectable)
     _WS32,  # 149,344 B: sm_80 (and selectable on sm_90)
     # 171,776 B: sm_100, sm_103 (sm_90's before the ws tile): the reduce-scatter S exchange (1.03-1.07x the all-reduce

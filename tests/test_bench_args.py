@@ -27,6 +27,17 @@ def test_tile_spec_takes_the_qk_skew():
         mod.parse_tile("a=64x1x32x3wd_24")
 
 
+def test_tile_spec_takes_the_wgmma_letters():
+    """bench_tiles' SPEC: ``g`` is the QK warps' S by wgmma, ``v`` P V by wgmma too (sm_90's default)."""
+    from driverlevel.verify_attention import tile_config
+    mod = _load("bench_tiles")
+    qk = mod.parse_tile("a=64x1x32x4wdg_20")[1]
+    assert qk.wgmma and not qk.wgmma_pv and qk.label.endswith(" skew wgmma")
+    assert mod.parse_tile("a=64x1x32x4wdgv_20")[1] == tile_config("sm_90")
+    with pytest.raises(SystemExit, match="wgmma_pv=True needs wgmma=True"):
+        mod.parse_tile("a=64x1x32x4wdv_20")
+
+
 def test_tile_bench_takes_extra_defines():
     """bench_tiles' --define DL_NAME=INT: a kernel knob for every tile of the run (experiments)."""
     mod = _load("bench_tiles")

@@ -225,8 +225,9 @@ def test_tile_shared_memory_formula_and_choice():
     assert skew90.label == "rows=64 csplit=1 keys=32 stages=4 ws qregs=20 skew" and skew90.defines()["DL_WS_SKEW"] == 1
     # sm_90 since the twenty-seventh session: the same with the QK warps' S by wgmma (sm_90a), the
     # same shared memory (K stages swizzled within the same bytes); the tile without it selectable
-    wg90 = replace(skew90, wgmma=True)
-    assert wg90.shared_bytes == 194_912 and wg90.label == skew90.label + " wgmma" and wg90.defines()["DL_WS_WGMMA"] == 1
+    wg90 = replace(skew90, wgmma=True, wgmma_pv=True)
+    assert wg90.shared_bytes == 194_912 and wg90.label == skew90.label + " wgmma pv" and wg90.defines()["DL_WS_WGMMA"] == 1
+    assert wg90.defines()["DL_WS_WGMMA_PV"] == 1
     assert wg90.nvrtc_target("sm_90") == "sm_90a" and skew90.nvrtc_target("sm_90") == "sm_90"
     for arch, first in (("sm_80", []), ("sm_90", [wg90, skew90])):
         assert tile_configs(arch) == first + [ws90, ws90_48]
@@ -517,8 +518,9 @@ def test_wgmma_tile_issues_wgmma_and_fences_its_copies():
     src = (dl._compile.kernel_source_dir() / "verify_attention.cu").read_text()
     ptx = ptx_entries(ptx_of(src, "verify_attention.cu", "sm_90a", compile_defines("sm_90", wg)))["verify_attn_partial"]
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16") == 36
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16") == 2  # (P V, with wgmma_pv)
     assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 0" in ptx
-    plain = replace(wg, wgmma=False)
+    plain = replace(wg, wgmma=False, wgmma_pv=False)
     ptx = ptx_entries(ptx_of(src, "verify_attention.cu", "sm_90", compile_defines("sm_90", plain)))["verify_attn_partial"]
     assert "wgmma" not in ptx and "fence.proxy.async" not in ptx
     with pytest.raises(dl.NvrtcError, match="DL_WS_WGMMA needs the sm_90a target"):

@@ -165,12 +165,14 @@ TILES = {"native": None, "native_ar": TileConfig(rows=64, csplit=2, keys=32, sta
          # K tiles by bulk copies + mbarriers (sm_90+; cp.async below)
          "native_bulk": TileConfig(rows=64, csplit=2, keys=32, stages=2, exchange="reduce_scatter", pv_rows=32,
                                    bulk=True),
-         # sm_90's "native" since the twenty-seventh session: the QK warps' S by wgmma (sm_90a), by
+         # sm_90's "native": S (twenty-seventh session) and P V (twenty-eighth) by wgmma (sm_90a), by
          # name so that other GPUs run it where they can (they skip it), and with four accumulator
          # sets and 12 Q k-steps in registers (not a default); "skew20" the same without wgmma (sm_90's
-         # tile before)
+         # tile before the twenty-seventh session), "wgmma_qk" with the QK warps' wgmma only (sm_90's
+         # in the twenty-seventh)
          "wgmma": tile_config("sm_90"), "wgmma_c4": replace(tile_config("sm_90"), qk_chains=4, q_regs=12),
-         "skew20": replace(tile_config("sm_90"), wgmma=False)}
+         "skew20": replace(tile_config("sm_90"), wgmma=False, wgmma_pv=False),
+         "wgmma_qk": replace(tile_config("sm_90"), wgmma_pv=False)}
 assert TILES["sm120"] == tile_config("sm_120")
 assert all(c in TILES.values() or c == tile_config("sm_90") for c in _CONFIGS), "a tile of _CONFIGS is not tested"
 

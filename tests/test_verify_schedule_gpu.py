@@ -21,12 +21,13 @@ from driverlevel.verify_attention import VerifyAttention, VerifyMetadata
 from test_verify_attention_gpu import BF16_NAN_PAIR, F32_NAN, SM_SCALE, TILES, Problem, check, skip_unless_runs, upload
 
 # the main loop's variants that these tests also run (segments of several pairs per part, short
-# segments, masked NaN keys): the default tile (sm_90: QK + PV warps, 4 x 32 keys, S by wgmma), sm_100's (64
+# segments, masked NaN keys): the default tile (sm_90: QK + PV warps, 4 x 32 keys, S and P V by wgmma), sm_100's (64
 # rows, reduce-scatter, P V over row pairs), the 64-row all-reduce tile, the 64-row tile with bulk
 # copies, the sm_120 tile (QK + PV warps, 3 x 16 keys), its 32-row predecessor (bulk copies) and
 # that one with 16 P V rows, the ws tile with 4 stages (tiles loaded two iterations ahead), and sm_90's
-# default without wgmma (skew20)
-LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16", "skew", "ws32", "skew20"]
+# default without wgmma (skew20) and with the QK warps' wgmma only (wgmma_qk)
+LOOP_TILES = ["native", "native_pv", "native_ar", "native_bulk", "sm120", "sm120b32", "sm120rs", "ws16", "skew", "ws32", "skew20",
+              "wgmma_qk"]
 
 pytestmark = [
     pytest.mark.gpu,
