@@ -63,6 +63,7 @@ nothing in the core imports it; it plugs into the runner through the protocols o
 :mod:`driverlevel.interfaces`, as any other runtime does.
 """
 
+from ._compile import UnsupportedTargetError
 from ._dtypes import bfloat16
 from ._errors import (CaptureError, CudaError, DriverUnavailableError, GraphUpdateError, MetadataError, NvrtcError,
                       PoolExhaustedError)
@@ -84,6 +85,6 @@ __all__ = [
     # verify attention, DDTree, the decode-step runners
     "VerifyAttention", "VerifyMetadata", "DDTreePlan", "RequestState", "DecodeStepRunner", "AutoregressiveRunner",
     # errors
-    "CudaError", "DriverUnavailableError", "NvrtcError", "CaptureError", "GraphUpdateError", "PoolExhaustedError",
-    "MetadataError",
+    "CudaError", "DriverUnavailableError", "NvrtcError", "UnsupportedTargetError", "CaptureError", "GraphUpdateError",
+    "PoolExhaustedError", "MetadataError",
 ]

@@ -99,7 +99,7 @@ def check_plan_args(*, pdl, pool, name, arch):
     Raises ``TypeError`` / ``ValueError`` naming the argument: ``arch`` of another type than a
     str, int, ``(major, minor)`` tuple or an object with an ``arch`` (a Device) is a TypeError;
     one the NVRTC in use cannot compile for (``sm_999``) is
-    :class:`~driverlevel._compile.UnsupportedTargetError`, a ValueError."""
+    :class:`~driverlevel.UnsupportedTargetError`, a ValueError."""
     from ._compile import _check_nvrtc_supports, normalize_arch
     from ._memory import WorkspacePool
 

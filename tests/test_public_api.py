@@ -279,3 +279,12 @@ def test_help_example_calls_match_the_signatures():
     assert ast.unparse(assigned["stream"].func) == "dev.create_stream"
     assert ast.unparse(assigned["step"].func) == "cap.graph.instantiate"
     assert all(ast.unparse(assigned[v].func) == "pool.carve" for v in pool_carve_types)
+
+
+def test_unsupported_target_error_is_public_and_caught_as_raised(monkeypatch):
+    """compile_source raises it where the NVRTC in use lacks the target; callers catch it from the root."""
+    from driverlevel import _compile
+    monkeypatch.setattr(_compile, "_nvrtc_supported_archs", lambda: ("sm_80",))
+    with pytest.raises(driverlevel.UnsupportedTargetError, match="unsupported architecture 'sm_90'.*sm_80") as e:
+        driverlevel.compile_source('extern "C" __global__ void k() {}', "k.cu", arch="sm_90", use_cache=False)
+    assert isinstance(e.value, ValueError) and driverlevel.UnsupportedTargetError is _compile.UnsupportedTargetError
