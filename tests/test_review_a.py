@@ -127,11 +127,9 @@ class _Loaded(Exception):
     """Raised by a stand-in load_module: the plan compiled its kernels and got no further."""
 
 
-@pytest.mark.parametrize("tile, warns", [(TileConfig(rows=32, csplit=1, keys=64, stages=2), True), (None, False)])
-def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, warns):
-    # no device: a stand-in device and a load_module that stops the plan right after the compile
-    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
-
+def _plan_warnings(monkeypatch, **kw):
+    """The warnings of building a 9-head sm_90 plan (max_q 16) whose load_module stops it right
+    after the compile (no device)."""
     def load_module(device, cubin):
         raise _Loaded(cubin)
 
@@ -139,7 +137,16 @@ def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, w
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         with pytest.raises(_Loaded):
-            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90", tile=tile)
+            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90", **kw)
+    return rec
+
+
+@pytest.mark.parametrize("tile, warns", [(TileConfig(rows=32, csplit=1, keys=64, stages=2), True), (None, False)])
+def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, warns):
+    # no device: a stand-in device and a load_module that stops the plan right after the compile
+    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
+
+    rec = _plan_warnings(monkeypatch, tile=tile)
     spills = [w for w in rec if issubclass(w.category, RuntimeWarning) and "spills registers" in str(w.message)]
     assert len(spills) == (1 if warns else 0), [str(w.message) for w in rec]
     if warns:
@@ -231,14 +238,7 @@ def test_a_spilling_default_tile_warns_and_names_an_old_nvrtc(monkeypatch, nvrtc
     monkeypatch.setattr(va, "compile_file", lambda *a, **k: SimpleNamespace(
         arch="sm_90", resources={"verify_attn_partial": spilling}))
 
-    def load_module(device, cubin):
-        raise _Loaded(cubin)
-
-    monkeypatch.setattr(va, "load_module", load_module)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        with pytest.raises(_Loaded):
-            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90")  # 144 rows: the 48-row default tile
+    rec = _plan_warnings(monkeypatch)  # 9 heads x 16 tokens = 144 rows: the 48-row default tile
     spills = [str(w.message) for w in rec if "spills registers" in str(w.message)]
     assert len(spills) == 1 and tile_config("sm_90", 144).label in spills[0], spills
     assert "68 B of spill stores" in spills[0] and advice in spills[0]
