@@ -5,7 +5,7 @@ picks for this GPU) and timed as in ``bench_attention.py`` (graph replays behind
 flush, median). Every configuration's output is compared with the first one's (relative
 Frobenius difference), so a variant that computes something else shows up.
 
-Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][g][_N] ...]
+Usage: python benchmarks/bench_tiles.py [--quick] [--json out.json] [--tile NAME=ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][g][v][_N] ...]
 [--ratio A/B ...] [--define DL_NAME=INT ...]
 (``q`` = Q fragments in registers, ``r`` = the reduce-scatter S exchange, ``p`` = P V over row
 pairs, ``pv_rows=32``, ``b`` = K tiles by bulk copies, ``w`` = QK and PV warps, e.g. ``64x1x16x4w``, ``c`` = with two QK accumulator sets (``cN``: N of them), ``s`` = the mask and softmax in the PV warps (``pv_softmax``), ``d`` = the QK warps' softmax deferred by a tile (``qk_skew``), ``g`` = the QK warps' S by wgmma (``wgmma``, sm_90 only), ``v`` = the PV warps' P V by wgmma too (``wgmma_pv``: ``64x1x32x4wdgv_20`` is sm_90's default tile), ``_N`` = N k-steps of Q in a QK warp's registers, e.g. ``64x1x16x4w_28``), e.g. ``--tile sm120=32x4x32x2q
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 
-SPEC_GRAMMAR = "ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][g][_QREGS], native, native_rs or sm_120"
+SPEC_GRAMMAR = "ROWSxCSPLITxKEYSxSTAGES[q][r][p][b][w][c[N]][s][d][g][v][_QREGS], native, native_rs or sm_120"
 
 
 def parse_tile(spec):

@@ -386,7 +386,7 @@ class TileConfig:
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``, ``DL_WS_PVSM``,
-        ``DL_WS_SKEW``, ``DL_OVH_TILES``)."""
+        ``DL_WS_SKEW``, ``DL_WS_WGMMA``, ``DL_WS_WGMMA_PV``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
@@ -414,7 +414,7 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 #: The first NVRTC (major, minor) with which every default tile builds without spills on every
-#: architecture (13.0-13.3 spill 64-68 B per thread in sm_80's and sm_90's 48-row tile; checked
+#: architecture (13.0-13.3 spill 64-68 B per thread in the 48-row tile of sm_80, sm_87 and sm_90; checked
 #: with 13.0.88, 13.2.86, 13.3.33, 13.4.92 and 13.5.37). pyproject.toml requires it.
 _NVRTC_SPILL_FREE = (13, 4)
 # sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
@@ -522,7 +522,7 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     major, minor = nvrtc_version()
     if (major, minor) < _NVRTC_SPILL_FREE:
         why = (f"NVRTC {major}.{minor} is in use; the default tiles do not spill with NVRTC "
-               f"{_NVRTC_SPILL_FREE[0]}.{_NVRTC_SPILL_FREE[1]} or newer (pip install -U nvidia-cuda-nvrtc)")
+               f"{_NVRTC_SPILL_FREE[0]}.{_NVRTC_SPILL_FREE[1]} or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')")
     else:
         why = "the default tiles do not"
     warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "

@@ -36,6 +36,7 @@ def test_tile_spec_takes_the_wgmma_letters():
     assert mod.parse_tile("a=64x1x32x4wdgv_20")[1] == tile_config("sm_90")
     with pytest.raises(SystemExit, match="wgmma_pv=True needs wgmma=True"):
         mod.parse_tile("a=64x1x32x4wdv_20")
+    assert "[g][v]" in mod.SPEC_GRAMMAR and "[g][v]" in mod.__doc__  # the error message and --help name it
 
 
 def test_tile_bench_takes_extra_defines():

@@ -500,6 +500,10 @@ def test_wgmma_tile_is_sm_90_only_and_checked_before_the_device():
             replace(wg, **bad)
     with pytest.raises(TypeError, match="wgmma must be a bool"):
         replace(wg, wgmma="yes")
+    with pytest.raises(TypeError, match="wgmma_pv must be a bool"):
+        replace(wg, wgmma_pv=1)
+    with pytest.raises(ValueError, match="wgmma_pv=True needs wgmma=True"):
+        replace(wg, wgmma=False)
     for arch in ("sm_80", "sm_100", "sm_120"):
         assert not any(c.wgmma for c in tile_configs(arch))
         with pytest.raises(ValueError, match="only sm_90 has"):
