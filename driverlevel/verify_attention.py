@@ -340,7 +340,7 @@ class TileConfig:
         arch = normalize_arch(arch)
         if not self.wgmma:
             return arch
-        if arch_number(arch) != 90:
+        if not _has_instructions(self, arch):
             raise ValueError(f"tile {self.label} uses wgmma, which only sm_90 has (sm_90a), not {arch}")
         return "sm_90a"
 
@@ -488,11 +488,17 @@ def tile_configs(arch) -> list[TileConfig]:
     limit = shared_limit(arch)
     has_bulk = arch_number(arch) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
     fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)
-            and (arch_number(arch) == 90 or not c.wgmma) and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
+            and _has_instructions(c, arch) and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]
     return [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
+
+
+def _has_instructions(tile: TileConfig, arch: str) -> bool:
+    """Whether ``arch`` has the instructions ``tile`` compiles to: a ``wgmma`` tile needs sm_90
+    (sm_90a; neither sm_100 nor sm_120 has wgmma). The one place of that rule."""
+    return not tile.wgmma or arch_number(arch) == 90
 
 
 def _check_tile_fits(tile: TileConfig, arch: str) -> None:
