@@ -195,7 +195,7 @@ class TileConfig:
         With ``wgmma`` only: the 8 PV warps are two warpgroups of 64 rows x 256 value columns
         and apply a key tile with two ``wgmma.mma_async`` m64n256k16 (A = P from registers, B =
         V read by the tensor cores from the K stage by descriptor, N-major: ``imm-trans-b = 1``,
-        instead of ``ldmatrix.trans`` and 64 mma.sync a warp). On the H200 1.16-1.22x the tile
+        instead of ``ldmatrix.trans`` and 64 mma.sync a warp). On the H200 1.13-1.22x the tile
         with ``wgmma`` alone at 64-row shapes (BENCHMARKS.md, twenty-eighth session); sm_90's
         default tile has both.
 
@@ -419,7 +419,7 @@ _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 _NVRTC_SPILL_FREE = (13, 4)
 # sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
 # and the Q tile 128-byte swizzled: 1.05-1.13x _WS32_SKEW at 64-row shapes on the H200) and, since
-# the twenty-eighth session, the PV warps' P V by wgmma too (1.16-1.22x the QK-only tile;
+# the twenty-eighth session, the PV warps' P V by wgmma too (1.13-1.22x the QK-only tile;
 # BENCHMARKS.md). sm_90 only (tile_configs); 194,912 B, 0 spills (168 registers).
 _WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True, wgmma_pv=True)
 
