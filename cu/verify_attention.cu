@@ -116,14 +116,10 @@
 //   are stored 128-byte swizzled (TMA's SWIZZLE_128B pattern, 64-column slabs, 1024-byte
 //   aligned); each loader fences its landed cp.async copies to the async proxy before the
 //   iteration's barrier. PTX ISA 8.0, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
-//   DL_WS_WGMMA_PV (with DL_WS_WGMMA; sm_90's 64-row tile since the twenty-eighth session): the 8
-//   PV warps are two warpgroups of 64 rows x 256 value columns and apply a tile with two wgmma
-//   m64n256k16 (A = P, ldmatrix'd from the P slot into registers; B = V by descriptor from the
-//   swizzled K stage, N-major: imm-trans-b = 1) instead of mma.sync on ldmatrix.trans fragments.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
-// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_WS_WGMMA, DL_WS_WGMMA_PV, DL_OVH_TILES.
+// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_WS_WGMMA, DL_OVH_TILES.
 #include "common.cuh"
 #include "phase_stamps.cuh"
 
