@@ -110,13 +110,12 @@ DL_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "m
 DL_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 DL_DEVICE void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-DL_DEVICE u64 wgmma_desc_sw128(u32 addr, u32 sbo) {
-  return (u64)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
-}
 // (N-major / M-major operands: LBO = bytes between 64-element slabs along N / M, SBO = between 8-row groups along K)
 DL_DEVICE u64 wgmma_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
   return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
+// (K-major operands: LBO is unused with the 128-byte swizzle; 16 B, its conventional value)
+DL_DEVICE u64 wgmma_desc_sw128(u32 addr, u32 sbo) { return wgmma_desc_sw128(addr, 16, sbo); }
 #define DL_WGMMA_D16_ "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define DL_WGMMA_D16_OUT_(d)                                                                                  \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \

@@ -116,10 +116,14 @@
 //   are stored 128-byte swizzled (TMA's SWIZZLE_128B pattern, 64-column slabs, 1024-byte
 //   aligned); each loader fences its landed cp.async copies to the async proxy before the
 //   iteration's barrier. PTX ISA 8.0, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+//   DL_WS_WGMMA_PV (with DL_WS_WGMMA; sm_90's 64-row tile since the twenty-eighth session): the 8
+//   PV warps are two warpgroups of 64 rows x 256 value columns and apply a tile with two wgmma
+//   m64n256k16 (A = P, ldmatrix'd from the P slot into registers; B = V by descriptor from the
+//   swizzled K stage, N-major: imm-trans-b = 1) instead of mma.sync on ldmatrix.trans fragments.
 //
 // Configuration (compile-time, from the launcher): DL_ROWS (M), DL_CSPLIT (C), DL_KEYS (N),
 // DL_STAGES, DL_QREG, DL_EXCHANGE, DL_PV_ROWS, DL_BULK, DL_WS, DL_WS_QREGS, DL_QK_CHAINS,
-// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_WS_WGMMA, DL_OVH_TILES.
+// DL_WS_PVSM, DL_WS_SKEW (with DL_SKEW_MATH_AT, DL_SKEW_STORE_AT), DL_WS_WGMMA, DL_WS_WGMMA_PV, DL_OVH_TILES.
 #include "common.cuh"
 #include "phase_stamps.cuh"
 
@@ -536,7 +540,7 @@ DL_DEVICE void load_row_part(u32 smem_base, const void* src, bool valid) {
 static_assert(kKvElem == 2, "zero_nonfinite_v tests bf16 bit patterns: write its test for the cache's element type");
 DL_DEVICE void zero_nonfinite_v(unsigned char* tile, int first = threadIdx.x, int stride = THREADS) {
   for (int c = first; c < N * V_CHUNKS; c += stride) {
-    uint4* q = reinterpret_cast<uint4*>(tile + (WG ? k_off(c / V_CHUNKS, c % V_CHUNKS) : (c / V_CHUNKS) * ROW_BYTES + (c % V_CHUNKS) * 16));
+    uint4* q = reinterpret_cast<uint4*>(tile + k_off(c / V_CHUNKS, c % V_CHUNKS));
     uint4 v = *q;
     u32 w[4] = {v.x, v.y, v.z, v.w};
     bool changed = false;
@@ -1461,6 +1465,8 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         // the warpgroup's S of tile it: 36 wgmma k-steps issued into QK_CHAINS accumulator sets
         // (interleaved k-steps; one set measured as fast as 2-4 on the H200), then the hooks (the
         // previous tile's softmax) while they execute, then the wait and the sum
+        // (the first QK_CHAINS k-steps have scale-d = 0 and ignore d; the zeroing keeps the asm's "+f"
+        // inputs defined)
         float d[QK_CHAINS][NT_S * 4];
 #pragma unroll
         for (int ch = 0; ch < QK_CHAINS; ++ch)
@@ -2023,6 +2029,7 @@ DL_DEVICE void run_part(const VerifyAttnParams& p, unsigned char* smem, int part
 extern "C" __global__ void __launch_bounds__(va::THREADS, 1)
 verify_attn_partial(const __grid_constant__ VerifyAttnParams p) {
   using namespace va;
+  // (128, not 1024: with 1024 the compiler drops the run-time check of the swizzle's alignment below)
   extern __shared__ __align__(128) unsigned char smem[];
   // PDL (common.cuh; VerifyAttention(pdl=...)): the combine may be launched now (its CTAs wait for
   // this whole grid). This grid starts while the scheduler runs: everything before the scheduler

@@ -931,6 +931,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
         define name that is no C identifier, a define value that is a non-finite float or a str
         with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
+        An architecture the NVRTC in use cannot compile for is
+        :class:`~driverlevel.UnsupportedTargetError`, a ValueError.
     TypeError
         For ``source`` or ``name`` not a str (bytes are refused too), ``extra_options`` /
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /

@@ -22,6 +22,7 @@ from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
 from .demo.capture_demo import capture_demo
+from .verify_attention import _NVRTC_SPILL_FREE
 
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
@@ -268,6 +269,10 @@ def _compile_jobs(files, archs) -> bool:
         click.echo(f"NVRTC warnings compiling {', '.join(wheres)}:\n{text}", err=True)
     for p in problems:
         click.echo(p, err=True)
+    if any(" spills " in p for p in problems) and nvrtc_version() < _NVRTC_SPILL_FREE:
+        click.echo(f"NVRTC {'.'.join(map(str, nvrtc_version()))} is in use; the kernels build without spills with NVRTC "
+                   f"{'.'.join(map(str, _NVRTC_SPILL_FREE))} or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')",
+                   err=True)
     return bool(problems)
 
 

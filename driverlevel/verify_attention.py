@@ -33,7 +33,7 @@ from ._checks import need_shape as _need_shape
 from ._checks import non_negative_int, positive_int
 from ._checks import stream_arg as _stream_arg
 from ._compile import (CompileVariant, _stacklevel_outside_package, arch_number, compile_file, normalize_arch,
-                       shared_limit)
+                       nvrtc_version, shared_limit)
 from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
@@ -195,7 +195,7 @@ class TileConfig:
         With ``wgmma`` only: the 8 PV warps are two warpgroups of 64 rows x 256 value columns
         and apply a key tile with two ``wgmma.mma_async`` m64n256k16 (A = P from registers, B =
         V read by the tensor cores from the K stage by descriptor, N-major: ``imm-trans-b = 1``,
-        instead of ``ldmatrix.trans`` and 64 mma.sync a warp). On the H200 1.16-1.22x the tile
+        instead of ``ldmatrix.trans`` and 64 mma.sync a warp). On the H200 1.13-1.22x the tile
         with ``wgmma`` alone at 64-row shapes (BENCHMARKS.md, twenty-eighth session); sm_90's
         default tile has both.
 
@@ -340,7 +340,7 @@ class TileConfig:
         arch = normalize_arch(arch)
         if not self.wgmma:
             return arch
-        if arch_number(arch) != 90:
+        if not _has_instructions(self, arch):
             raise ValueError(f"tile {self.label} uses wgmma, which only sm_90 has (sm_90a), not {arch}")
         return "sm_90a"
 
@@ -386,7 +386,7 @@ class TileConfig:
     def defines(self) -> dict:
         """The NVRTC defines of this tile (``DL_ROWS``, ``DL_CSPLIT``, ``DL_KEYS``, ``DL_STAGES``, ``DL_QREG``,
         ``DL_EXCHANGE``, ``DL_PV_ROWS``, ``DL_BULK``, ``DL_WS``, ``DL_QK_CHAINS``, ``DL_WS_QREGS``, ``DL_WS_PVSM``,
-        ``DL_WS_SKEW``, ``DL_OVH_TILES``)."""
+        ``DL_WS_SKEW``, ``DL_WS_WGMMA``, ``DL_WS_WGMMA_PV``, ``DL_OVH_TILES``)."""
         return {"DL_ROWS": self.rows, "DL_CSPLIT": self.csplit, "DL_KEYS": self.keys, "DL_STAGES": self.stages,
                 "DL_QREG": int(self.qreg), "DL_EXCHANGE": _EXCHANGES[self.exchange], "DL_PV_ROWS": self.pv_rows,
                 "DL_BULK": int(self.bulk), "DL_WS": int(self.ws), "DL_QK_CHAINS": self.qk_chains,
@@ -413,9 +413,13 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: The first architecture number from which tile_configs skips a configuration: where its build
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
+#: The first NVRTC (major, minor) with which every default tile builds without spills on every
+#: architecture (13.0-13.3 spill 64-68 B per thread in the 48-row tile of sm_80, sm_87 and sm_90; checked
+#: with 13.0.88, 13.2.86, 13.3.33, 13.4.92 and 13.5.37). pyproject.toml requires it.
+_NVRTC_SPILL_FREE = (13, 4)
 # sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
 # and the Q tile 128-byte swizzled: 1.05-1.13x _WS32_SKEW at 64-row shapes on the H200) and, since
-# the twenty-eighth session, the PV warps' P V by wgmma too (1.16-1.22x the QK-only tile;
+# the twenty-eighth session, the PV warps' P V by wgmma too (1.13-1.22x the QK-only tile;
 # BENCHMARKS.md). sm_90 only (tile_configs); 194,912 B, 0 spills (168 registers).
 _WS32_SKEW_WG = replace(_WS32_SKEW, wgmma=True, wgmma_pv=True)
 
@@ -484,11 +488,17 @@ def tile_configs(arch) -> list[TileConfig]:
     limit = shared_limit(arch)
     has_bulk = arch_number(arch) >= 90  # cp.async.bulk and mbarrier tx counts: sm_90 and later
     fits = [c for c in _CONFIGS if c.shared_bytes <= limit and (has_bulk or not c.bulk)
-            and (arch_number(arch) == 90 or not c.wgmma) and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
+            and _has_instructions(c, arch) and arch_number(arch) < _SPILLS_FROM.get(c, 1000)]
     if not fits:
         raise ValueError(f"no verify-attention tile fits {limit} B of shared memory ({arch})")
     best = fits[0]
     return [c for c in fits if c.keys == best.keys and c.csplit == best.csplit]
+
+
+def _has_instructions(tile: TileConfig, arch: str) -> bool:
+    """Whether ``arch`` has the instructions ``tile`` compiles to: a ``wgmma`` tile needs sm_90
+    (sm_90a; neither sm_100 nor sm_120 has wgmma). The one place of that rule."""
+    return not tile.wgmma or arch_number(arch) == 90
 
 
 def _check_tile_fits(tile: TileConfig, arch: str) -> None:
@@ -505,18 +515,26 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
     spill bytes per thread (stores + loads, 0 if none).
 
-    :class:`VerifyAttention` calls it for a tile given with ``tile=`` (the default tiles are
-    checked spill-free on every architecture by the tests): a spilling tile runs, but slower
-    than its shared-memory size suggests. The warning points at the first line outside driverlevel
-    (the caller's, also when a runner builds the plan), as the cubin cache's warning does.
+    :class:`VerifyAttention` calls it for every plan: a spilling tile runs, but slower than its
+    shared-memory size suggests. The default tiles are checked spill-free on every architecture
+    by the tests, with NVRTC 13.4 or newer; 13.0-13.3 spill 64-68 B in sm_80's and sm_90's 48-row
+    tile, and the warning then names the NVRTC in use. It points at the first line outside
+    driverlevel (the caller's, also when a runner builds the plan), as the cubin cache's warning
+    does.
     """
     res = cubin.resources.get("verify_attn_partial")
     if res is None or not res.spills:
         return 0
+    major, minor = nvrtc_version()
+    if (major, minor) < _NVRTC_SPILL_FREE:
+        why = (f"NVRTC {major}.{minor} is in use; the default tiles do not spill with NVRTC "
+               f"{_NVRTC_SPILL_FREE[0]}.{_NVRTC_SPILL_FREE[1]} or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')")
+    else:
+        why = "the default tiles do not"
     warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
                   f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
                   f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
-                  f"(the default tiles do not)", RuntimeWarning, stacklevel=_stacklevel_outside_package())
+                  f"({why})", RuntimeWarning, stacklevel=_stacklevel_outside_package())
     return res.spills
 
 
@@ -713,7 +731,9 @@ class VerifyAttention:
         Override the tile configuration chosen by :func:`tile_config` (e.g. to run
         the sm_120 configuration on a GPU with more shared memory). A tile whose
         ``verify_attn_partial`` spills registers on the plan's architecture runs, with a
-        ``RuntimeWarning`` naming the tile, the architecture and the spill bytes.
+        ``RuntimeWarning`` naming the tile, the architecture and the spill bytes (also for
+        the default tile, which spills only with an NVRTC older than 13.4: the warning then
+        names the NVRTC in use).
     num_parts : int, optional
         CTAs of the persistent grid (at most 1024). Default: the device's SM count
         times the CTAs of the partial kernel that fit one SM, capped at 1024.
@@ -839,10 +859,9 @@ class VerifyAttention:
         self.config = tile if tile is not None else tile_config(self.arch, self.max_q * self.num_heads)
         _check_tile_fits(self.config, self.arch)
 
-        self.cubin = compile_file("verify_attention.cu", self.config.nvrtc_target(self.arch),
-                                  compile_defines(self.arch, self.config))
-        if tile is not None:  # a tile of the caller's: say if it spills (warning at the caller's line)
-            _warn_if_spills(self.cubin, self.config)
+        variant = compile_variant(self.arch, self.config)  # (the variant the CPU tests compile)
+        self.cubin = compile_file("verify_attention.cu", variant.target or self.arch, variant.defines)
+        _warn_if_spills(self.cubin, self.config)  # (warning at the caller's line)
         self._module = load_module(self.device, self.cubin)
         self._schedule = self._module.kernel("verify_attn_schedule")
         self._partial = self._module.kernel("verify_attn_partial")

@@ -227,6 +227,19 @@ def test_compile_fails_on_spills(runner, monkeypatch):
     assert "selftest.cu:spilly (sm_120) spills 64 B stored and 32 B loaded per thread" in r.output
 
 
+@pytest.mark.parametrize("nvrtc, hint", [((13, 0), True), ((13, 4), False)])
+def test_compile_names_an_nvrtc_that_spills_the_defaults(runner, monkeypatch, nvrtc, hint):
+    """NVRTC 13.0-13.3 spill the 48-row verify tile: a spill report then says which NVRTC is in use."""
+    monkeypatch.setattr(cli, "compile_file", _fake_compile(
+        {"spilly": KernelResources(registers=255, spill_store_bytes=64, spill_load_bytes=32)}))
+    monkeypatch.setattr(cli, "nvrtc_version", lambda: nvrtc)
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 1
+    line = "NVRTC 13.0 is in use; the kernels build without spills with NVRTC 13.4 or newer"
+    assert (line in r.stderr) == hint
+    assert ("pip install -U 'nvidia-cuda-nvrtc>=13.4,<14'" in r.stderr) == hint
+
+
 def test_compile_fails_over_the_shared_memory_limit(runner, monkeypatch):
     monkeypatch.setattr(cli, "compile_file", _fake_compile({"big": KernelResources(registers=32, shared_bytes=1024)}))
     monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {"big": 100_400})])

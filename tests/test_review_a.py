@@ -127,11 +127,9 @@ class _Loaded(Exception):
     """Raised by a stand-in load_module: the plan compiled its kernels and got no further."""
 
 
-@pytest.mark.parametrize("tile, warns", [(TileConfig(rows=32, csplit=1, keys=64, stages=2), True), (None, False)])
-def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, warns):
-    # no device: a stand-in device and a load_module that stops the plan right after the compile
-    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
-
+def _plan_warnings(monkeypatch, **kw):
+    """The warnings of building a 9-head sm_90 plan (max_q 16) whose load_module stops it right
+    after the compile (no device)."""
     def load_module(device, cubin):
         raise _Loaded(cubin)
 
@@ -139,7 +137,18 @@ def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, w
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         with pytest.raises(_Loaded):
-            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90", tile=tile)
+            VerifyAttention(0, 9, max_batch=2, max_q=16, arch="sm_90", **kw)
+    return rec
+
+
+@pytest.mark.parametrize("tile, warns", [(TileConfig(rows=32, csplit=1, keys=64, stages=2), True), (None, False)])
+def test_plan_warns_for_a_spilling_tile_given_by_the_caller(monkeypatch, tile, warns):
+    # no device: a stand-in device and a load_module that stops the plan right after the compile
+    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
+
+    if tile is None and nvrtc_version() < va._NVRTC_SPILL_FREE:
+        pytest.skip(f"NVRTC {nvrtc_version()} spills the 48-row default tile (13.4 or newer does not)")
+    rec = _plan_warnings(monkeypatch, tile=tile)
     spills = [w for w in rec if issubclass(w.category, RuntimeWarning) and "spills registers" in str(w.message)]
     assert len(spills) == (1 if warns else 0), [str(w.message) for w in rec]
     if warns:
@@ -216,3 +225,25 @@ def test_readme_layout_lists_the_reviewed_files_and_every_private_module():
         assert path in first, path
     missing = sorted(p.name for p in (REPO / "driverlevel").glob("_[a-z]*.py") if p.name not in first)
     assert missing == []
+
+
+@pytest.mark.parametrize("nvrtc, advice", [((13, 0), "NVRTC 13.0 is in use; the default tiles do not spill with NVRTC 13.4 "
+                                                      "or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')"),
+                                           ((13, 5), "(the default tiles do not)")])
+def test_a_spilling_default_tile_warns_and_names_an_old_nvrtc(monkeypatch, nvrtc, advice):
+    """NVRTC 13.0-13.3 spill sm_90's 48-row tile (68 B; the H200 machine's 13.0): the plan said nothing
+    for a default tile. Now every plan warns for a spilling tile, and names an NVRTC older than 13.4."""
+    from driverlevel._compile import KernelResources
+    monkeypatch.setattr(va, "_check_device_arg", lambda d: SimpleNamespace(ordinal=0, arch="sm_90"))
+    monkeypatch.setattr(va, "nvrtc_version", lambda: nvrtc)
+    spilling = KernelResources(registers=168, spill_store_bytes=68, spill_load_bytes=68)
+    monkeypatch.setattr(va, "compile_file", lambda *a, **k: SimpleNamespace(
+        arch="sm_90", resources={"verify_attn_partial": spilling}))
+
+    rec = _plan_warnings(monkeypatch)  # 9 heads x 16 tokens = 144 rows: the 48-row default tile
+    assert [w.filename for w in rec if "spills registers" in str(w.message)] == [__file__]  # the caller's line
+    spills = [str(w.message) for w in rec if "spills registers" in str(w.message)]
+    assert len(spills) == 1 and tile_config("sm_90", 144).label in spills[0], spills
+    assert "68 B of spill stores" in spills[0] and advice in spills[0]
+    assert va._NVRTC_SPILL_FREE == (13, 4)
+    assert '"nvidia-cuda-nvrtc>=13.4,<14"' in (REPO / "pyproject.toml").read_text()  # the floor pip installs
