@@ -16,6 +16,9 @@
 #   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" that does
 #                  not fit one device call: the whole suite takes ~220 s forward, ~250 s reversed)
 #   PYTHON         the interpreter (default: python)
+#   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps): the H200
+#                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
+#                  git-ignored path, e.g. run(carry=[".wt/nvrtc"]) with NVRTC_WHEEL=.wt/nvrtc/*.whl
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` (falling back
 # to PYTHONPATH=$PWD when that is impossible offline), prints `nvidia-smi -L` and
@@ -52,6 +55,13 @@ run_step() {
 }
 
 # -- install ------------------------------------------------------------------------------
+if [ -n "${NVRTC_WHEEL:-}" ]; then
+  if "$PY" -m pip install -q --no-deps $NVRTC_WHEEL >"$OUT_DIR/install-nvrtc.log" 2>&1; then
+    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc ok - "$(basename $NVRTC_WHEEL)")")
+  else
+    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc FAIL - "see install-nvrtc.log")"); FAILED=1
+  fi
+fi
 if "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT_DIR/install.log" 2>&1; then
   SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install ok - "pip install -e . (editable)")")
 else
