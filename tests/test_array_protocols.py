@@ -1,19 +1,24 @@
-"""DeviceArray geometry, __cuda_array_interface__ and DLPack export/import (CPU only).
+"""DeviceArray geometry and methods (indexing, reshape, host copies, fills; 0-d arrays too),
+__cuda_array_interface__ and DLPack export/import (CPU only).
 
 The DLPack capsule is built and parsed with ctypes alone, so a round trip on a
-made-up device address needs no GPU. A ``FakeDevice`` stands in for Device.
+made-up device address needs no GPU. A ``FakeDevice`` stands in for Device; the driver
+calls of the copies and fills are stubs (``driver_stub_util``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 
 import numpy as np
 import pytest
+from cuda.bindings import driver
 
 from driverlevel import DeviceArray, bfloat16
 from driverlevel import _array
 from driverlevel.runtime import as_device_array
+from driver_stub_util import DEV0, OK, calls, stream_on  # noqa: F401 (calls: a fixture)
 
 PTR = 0x7F12_3456_7800
 
@@ -56,7 +61,7 @@ def roundtrip(arr):
 @pytest.fixture(autouse=True)
 def _pointers_on_device_0(monkeypatch):
     """A ``__cuda_array_interface__`` import asks the driver which device its pointer is on (review 18 M1):
-    the made-up pointers of these tests are on device 0 (the driver's side is tested in test_review18_b)."""
+    the made-up pointers of these tests are on device 0 (the driver's side is tested in test_array_devices)."""
     monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: 0)
 
 
@@ -441,7 +446,7 @@ def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
     monkeypatch.setattr(_device, "_check_device_arg", lambda d: fake if d == 0 else pytest.fail(repr(d)))
     from driverlevel import _stream
 
-    asked = []  # the stream's context is asked of the driver (review 18 M1; tested in test_review18_b)
+    asked = []  # the stream's context is asked of the driver (tested in test_foreign_streams)
     monkeypatch.setattr(_stream, "_check_stream_context", lambda h, d: asked.append((int(h), d)))
     s = dl.Stream.from_handle(0x1234, 0)
     assert s.device is fake and int(s) == 0x1234  # was the int 0, stored as the device
@@ -480,3 +485,72 @@ def test_read_only_flag_follows_views_and_writable_arrays_still_check_first():
     w = DeviceArray(PTR, (4, 3), np.float32, DEV)
     with pytest.raises(TypeError, match="expected host dtype float32"):  # a writable array gets the usual checks
         w.copy_from_host(np.zeros((4, 3), np.float64))
+
+
+# -- fill values are checked, not wrapped --------------------------------------------------------------------
+@pytest.mark.parametrize("method, value, exc, words", [
+    ("fill_bytes", 256, ValueError, "fill_bytes: value must be an int in 0 .. 255, got 256"),
+    ("fill_bytes", -1, ValueError, "fill_bytes: value must be an int in 0 .. 255, got -1"),
+    ("fill_bytes", np.int64(1000), ValueError, "fill_bytes: value must be an int in 0 .. 255, got 1000"),
+    ("fill_bytes", 1.5, TypeError, "fill_bytes: value must be an int in 0 .. 255, got float 1.5"),
+    ("fill_bytes", True, TypeError, "fill_bytes: value must be an int in 0 .. 255, got bool True"),
+    ("fill_bytes", "7", TypeError, "fill_bytes: value must be an int in 0 .. 255, got str '7'"),
+    ("fill_u32", 2**32, ValueError, "fill_u32: word must be an int in 0 .. 4294967295, got 4294967296"),
+    ("fill_u32", -1, ValueError, "fill_u32: word must be an int in 0 .. 4294967295, got -1"),
+    ("fill_u32", 2.0, TypeError, "fill_u32: word must be an int in 0 .. 4294967295, got float 2.0"),
+    ("fill_u32", np.float32(1), TypeError, f"fill_u32: word must be an int in 0 .. 4294967295, got float32 {np.float32(1)!r}"),
+    ("fill_u32", False, TypeError, "fill_u32: word must be an int in 0 .. 4294967295, got bool False"),
+])
+def test_fill_values_out_of_range_or_not_integers_are_refused_before_the_memset(calls, method, value, exc, words):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(exc) as ei:
+        getattr(a, method)(value, stream_on(DEV0))
+    assert str(ei.value) == words
+    assert calls == []  # no memset queued
+
+
+def test_fill_values_in_range_reach_the_driver_as_they_are(calls):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    s = stream_on(DEV0)
+    a.fill_bytes(np.uint8(255), s).fill_bytes(0, s).fill_u32(0xFFFFFFFF, s).fill_u32(np.uint32(0x7FC00000), s)
+    assert [(n, args[1]) for n, args in calls] == [("cuMemsetD8Async", 255), ("cuMemsetD8Async", 0),
+                                                  ("cuMemsetD32Async", 0xFFFFFFFF), ("cuMemsetD32Async", 0x7FC00000)]
+    assert all(type(args[1]) is int for _, args in calls)
+
+
+# -- sizes are multiplied as Python ints ---------------------------------------------------------------------
+def test_reshape_does_not_take_a_wrapped_numpy_product_for_a_match():
+    """np.int32(65536) * np.int32(65536) wraps to 0: an empty array became a 16 GiB view."""
+    a = DeviceArray(PTR, (0,), np.float32, DEV0)
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match=r"^cannot reshape \(0,\) into \(65536, 65536\)$"):
+        a.reshape(np.int32(65536), np.int32(65536))
+    b = DeviceArray(PTR, (6,), np.float32, DEV0).reshape(np.int32(2), np.int64(3))
+    assert b.shape == (2, 3) and all(type(n) is int for n in b.shape + b.strides)
+    with pytest.raises(TypeError, match="^reshape: shape must be an int or a sequence of ints, got float 2.0"):
+        DeviceArray(PTR, (6,), np.float32, DEV0).reshape(2.0, 3)
+
+
+# -- 0-d arrays: len(), indexing and host copies -------------------------------------------------------------
+def test_len_of_a_0d_device_array_is_a_type_error_as_in_numpy():
+    with pytest.raises(TypeError, match=r"^len\(\) of unsized object"):
+        len(DeviceArray(PTR, (), np.float32, DEV0))
+    assert len(DeviceArray(PTR, (3, 2), np.float32, DEV0)) == 3
+
+
+@pytest.mark.parametrize("host", [np.array(7, np.int64), np.int64(7)], ids=["0-d array", "numpy scalar"])
+def test_a_0d_array_takes_a_0d_host_value(calls, monkeypatch, host):
+    seen = []
+    monkeypatch.setattr(driver, "cuMemcpyHtoDAsync", lambda dst, src, n, h: seen.append((int(dst), ctypes.string_at(src, n))) or (OK,))
+    DeviceArray(PTR, (), np.int64, DEV0).copy_from_host(host)
+    assert seen == [(PTR, np.int64(7).tobytes())]
+
+
+def test_a_0d_array_still_refuses_a_1d_host_array(calls):
+    with pytest.raises(ValueError, match=r"expected shape \(\), got \(1,\)"):
+        DeviceArray(PTR, (), np.int64, DEV0).copy_from_host(np.array([7], np.int64))
+
+
+@pytest.mark.parametrize("idx", [0, slice(None)], ids=["int", "slice"])
+def test_indexing_a_0d_array_is_a_clear_index_error(idx):
+    with pytest.raises(IndexError, match="a 0-d DeviceArray cannot be indexed"):
+        DeviceArray(PTR, (), np.int64, DEV0)[idx]

@@ -569,3 +569,47 @@ def test_empty_inputs_get_the_shape_message_not_the_dtype_one():
     assert md.batch_size == 0 and md.total_q == 0 and md.qo_indptr.tolist() == [0]
     with pytest.raises(TypeError, match="q_lens must be integers, got dtype float64"):
         make_metadata([1], [1.0], 10, np.random.default_rng(0))
+
+
+# -- empty index lists; every score -inf or NaN --------------------------------------------------------------
+@pytest.mark.parametrize("empty", [[], ()])
+def test_verify_attention_reference_takes_an_empty_list_of_kv_indices(empty):
+    kw = dict(qo_indptr=[0, 2], kv_indptr=[0, 0], kv_indices=empty, out_cache_loc=[0, 1], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    for f in (verify_attention_reference, verify_attention_bruteforce):
+        out, lse = f(np.ones((2, 1, 4)), np.ones((4, 4)), **kw)
+        assert out.shape == (2, 1, 2) and np.isfinite(lse).all()
+
+
+def test_empty_index_lists_still_refuse_floats_and_wrong_shapes():
+    kw = dict(qo_indptr=[0, 2], kv_indptr=[0, 0], out_cache_loc=[0, 1], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    with pytest.raises(TypeError, match="kv_indices must be an integer array"):
+        verify_attention_reference(np.ones((2, 1, 4)), np.ones((4, 4)), kv_indices=np.array([], np.float64), **kw)
+    with pytest.raises(ValueError, match="kv_indices must be 1-D"):
+        verify_attention_reference(np.ones((2, 1, 4)), np.ones((4, 4)), kv_indices=[[]], **kw)
+
+
+def test_bruteforce_agrees_with_the_reference_when_every_score_is_minus_inf():
+    q = np.ones((1, 1, 4))
+    q[0, 0, 0] = -np.inf
+    kw = dict(qo_indptr=[0, 1], kv_indptr=[0, 2], kv_indices=[0, 1], out_cache_loc=[2], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    want = verify_attention_reference(q, np.ones((3, 4)), **kw)
+    got = verify_attention_bruteforce(q, np.ones((3, 4)), **kw)
+    assert want[0].tolist() == [[[0.0, 0.0]]] and want[1].tolist() == [[-np.inf]]
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_bruteforce_keeps_a_nan_score_nan_even_when_the_others_are_minus_inf():
+    kv = np.ones((3, 4))
+    kv[1, 0] = np.nan
+    q = np.ones((1, 1, 4))
+    q[0, 0, 1] = -np.inf
+    kw = dict(qo_indptr=[0, 1], kv_indptr=[0, 2], kv_indices=[0, 1], out_cache_loc=[2], mask=None,
+              mask_format="causal", sm_scale=1.0, v_dim=2)
+    want = verify_attention_reference(q, kv, **kw)
+    got = verify_attention_bruteforce(q, kv, **kw)
+    assert np.isnan(want[1]).all()
+    np.testing.assert_array_equal(got[1], want[1])

@@ -1,9 +1,13 @@
-"""The benchmarks refuse bad options in one line (exit 2) before the GPU check: no GPU needed."""
+"""The benchmarks' options (no GPU needed): bad values, values above their upper bounds and bad --json paths
+are refused in one line (exit 2) before the GPU check, values at the bounds reach it, and tile names are
+taken in any case."""
 
 import pytest
 
 from bench_util import BENCH, assert_usage_error
 from bench_util import load_bench as _load
+from bench_util import load_bench as _load_bench
+from driverlevel import _device
 
 
 def test_tile_spec_takes_the_qk_chain_count():
@@ -171,3 +175,173 @@ def test_bench_replay_script_json_stdout_without_gpu(capsys, monkeypatch):
     cap = capsys.readouterr()
     assert json.loads(cap.out) == {"error": _device.NO_GPU_MESSAGE, "exit_status": 2}
     assert cap.err.strip() == _device.NO_GPU_MESSAGE
+
+
+# -- tile names in any case ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("script, argv", [("bench_attention", ["--tile", "SM_120", "--json", "/nonexistent-dir/x"]),
+                                          ("profile_tile", ["--tile", "SM_120", "--heads", "0"])])
+def test_benchmark_tile_names_are_case_insensitive(script, argv, capsys):
+    """'--tile SM_120' was an invalid choice; now the option passes and the next check speaks."""
+    from test_bench_args import _load
+
+    with pytest.raises(SystemExit) as e:
+        _load(script).main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" not in err and ("--json:" in err or "--heads must be" in err), err
+
+
+def test_bench_tiles_named_spec_in_any_case():
+    from test_bench_args import _load
+
+    mod = _load("bench_tiles")
+    assert mod.parse_tile("a=SM_120")[1] == mod.parse_tile("a=sm_120")[1]
+    assert mod.parse_tile("a=Native")[1] is None
+
+
+# -- bench replay's --replays, --repeats and --nodes have upper bounds ---------------------------------------
+def _no_gpu_check(monkeypatch):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("the GPU check came before the options'"))
+    monkeypatch.setattr(_device, "require_gpu", lambda: pytest.fail("the GPU check came before the options'"))
+    monkeypatch.setattr(_device, "Device", lambda *a: pytest.fail("a device was opened"))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--replays", str(10**9)], "--replays must be <= 1,000,000 (calls per variant and repetition), got 1,000,000,000"),
+    (["--replays", "1000001"], "--replays must be <= 1,000,000"),
+    (["--repeats", "101"], "--repeats must be <= 100, got 101"),
+    (["--repeats", str(10**9)], "--repeats must be <= 100, got 1,000,000,000"),
+    (["--nodes", "1,10,1001"], "--nodes: kernel counts must be at most 1,000 per graph, got 1,001 in '1,10,1001'"),
+    (["--nodes", str(10**9)], "--nodes: kernel counts must be at most 1,000 per graph"),
+    # the lower bounds keep their words
+    (["--replays", "5"], "--replays must be >= 100 and --repeats >= 1, got 5 and 5"),
+])
+def test_bench_replay_script_bounds(argv, words, capsys, monkeypatch):
+    """10**9 replays or repeats ran for days; 10**9 kernels per graph prepared launches until memory ran out."""
+    from test_bench_args import _load
+
+    _no_gpu_check(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        _load("bench_replay").main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"bench_replay.py: error: {words}" in err or f"error: {words}" in err, err
+    assert err.startswith("usage: ")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--replays", str(10**9)], "Invalid value for '--replays': 1000000000 is not in the range 100<=x<=1000000"),
+    (["--repeats", "101"], "Invalid value for '--repeats': 101 is not in the range 1<=x<=100"),
+    (["--nodes", "1,5000"], "Invalid value for --nodes: kernel counts must be at most 1,000 per graph, got 5,000"),
+])
+def test_bench_replay_command_bounds(argv, words, monkeypatch):
+    from click.testing import CliRunner
+
+    from driverlevel import cli
+
+    _no_gpu_check(monkeypatch)
+    r = CliRunner().invoke(cli.main, ["bench", "replay", *argv])
+    assert r.exit_code == 2, r.output
+    assert words in r.stderr
+
+
+def test_bench_replay_bounds_at_the_limit_pass_the_checks(monkeypatch):
+    """The largest accepted values reach main_from_options (the GPU check), the script's and the command's."""
+    from click.testing import CliRunner
+
+    from driverlevel import bench_replay, cli
+    from test_bench_args import _load
+
+    seen = []
+    monkeypatch.setattr(bench_replay, "main_from_options", lambda *a: seen.append(a[:3]) or 0)
+    argv = ["--replays", "1000000", "--repeats", "100", "--nodes", "1,1000"]
+    assert _load("bench_replay").main(argv) == 0
+    assert CliRunner().invoke(cli.main, ["bench", "replay", *argv]).exit_code == 0
+    assert seen == [([1, 1000], 1_000_000, 100)] * 2
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(replays=10**9), "replays must be <= 1,000,000"), (dict(repeats=1000), "repeats must be <= 100"),
+    (dict(counts=(1, 2000)), "counts: kernel counts must be 1 to 1,000 per graph, got 2,000"),
+    (dict(counts=(0,)), "counts: kernel counts must be 1 to 1,000 per graph, got 0"),
+])
+def test_bench_replay_run_checks_before_the_device(kw, words, monkeypatch):
+    from driverlevel import bench_replay
+
+    _no_gpu_check(monkeypatch)
+    with pytest.raises(ValueError, match=words):
+        bench_replay.run(0, **kw)
+
+
+# -- the other benchmarks' upper bounds, refused before the GPU check ----------------------------------------
+class ReachedTheGPUCheck(Exception):
+    pass
+
+
+@pytest.fixture
+def gpu_check(monkeypatch):
+    """The GPU check raises :class:`ReachedTheGPUCheck`: the options were all taken."""
+    def reached():
+        raise ReachedTheGPUCheck
+
+    monkeypatch.setattr(_device, "gpu_usable", reached)
+    monkeypatch.setattr(_device, "require_gpu", reached)
+
+
+_TILE_MEMORY = ("--batch 1024 x (--prefix 65536 + --tokens 256) with --heads 16 needs 81.8 GiB of inputs on the "
+                "GPU, more than 64 GiB: lower --batch, --prefix, --tokens or --heads")
+
+
+@pytest.mark.parametrize("script, argv, words", [
+    ("peer_read", ["--batch", "1", "2000"], "--batch must be <= 1024 (1024 x 15 x 163840 logits are 10 GB in "
+     "float32), got 2000"),
+    ("peer_read", ["--k", "163841"], "--k must be <= 163840 (torch.topk takes at most a row's 163840 logits), "
+     "got 163841"),
+    ("peer_read", ["--reps", "10001"], "--reps must be <= 10000 (each writes 256 MB before it is timed), got 10001"),
+    ("profile_topk", ["--batch", "257"], "--batch must be <= 256 (the target logits are batch x (budget + 1) x "
+     "163840 bf16: 43 GB at batch 256 and budget 512), got 257"),
+    ("profile_tile", ["--heads", "129"], "--heads must be <= 128 (an MLA model's heads, as bench_step.py's "
+     "--heads), got 129"),
+    ("profile_tile", ["--batch", "1025"], "--batch must be <= 1024 (VerifyAttention's MAX_BATCH), got 1025"),
+    ("profile_tile", ["--prefix", str(2**31)], "--prefix must be <= 2147483647 (VerifyMetadata's kv_indptr is "
+     "int32), got 2147483648"),
+    ("profile_tile", ["--tokens", "1025"], "--tokens must be <= 1024 (twice the draft tokens a DDTree step verifies "
+     "at most), got 1025"),
+    ("profile_tile", ["--batch", "1024", "--prefix", "65536"], _TILE_MEMORY),
+    ("profile_tile", ["--prefix", "100000000"], "--batch 2 x (--prefix 100000000 + --tokens 256) with --heads 16 "
+     "needs 217.6 GiB"),
+    ("bench_ddtree", ["--max-context", "268434944"], "--max-context must be <= 268434943 (batch 8 x (max_context "
+     "+ 513) KV slots must fit the state's int32 req_to_token; 69 GB of state there), got 268434944"),
+])
+def test_benchmark_options_above_their_bound_are_usage_errors(script, argv, words, capsys, gpu_check):
+    """Each went on to the GPU check and failed there: out of memory, a plan's ValueError after the
+    batch-1 rows ran (bench_ddtree), or hours of repetitions."""
+    assert_usage_error(script, argv, words, capsys)
+
+
+@pytest.mark.parametrize("script, argv", [
+    ("peer_read", []), ("peer_read", ["--batch", "1", "1024", "--k", "163840", "--reps", "10000"]),
+    ("profile_topk", []), ("profile_topk", ["--batch", "256", "--budget", "512"]),
+    ("profile_tile", []), ("profile_tile", ["--heads", "128", "--batch", "1024", "--prefix", "32768",
+                                            "--tokens", "16"]),
+    ("profile_tile", ["--prefix", "50000000", "--batch", "1"]),
+    ("bench_ddtree", []), ("bench_ddtree", ["--max-context", "268434943"]),
+])
+def test_defaults_and_values_at_the_bounds_reach_the_gpu_check(script, argv, gpu_check):
+    with pytest.raises(ReachedTheGPUCheck):
+        _load_bench(script).main(argv)
+
+
+def test_bench_ddtree_bound_fits_the_state_it_allocates():
+    """At --max-context MAX_CONTEXT the batch-8 state's slots fit an int32 req_to_token (RequestState's
+    rule) and DDTreePlan's int32 kv_indptr; one more token does not."""
+    from driverlevel.request_state import RequestState
+
+    mod = _load_bench("bench_ddtree")
+    mc, b = mod.MAX_CONTEXT, max(mod.BATCHES)
+    RequestState.specs(max_batch=b, max_context=mc, num_slots=b * (mc + 513))
+    assert b * mc <= 2**31 - 1
+    with pytest.raises(ValueError, match="num_slots must be at most 2"):
+        RequestState.specs(max_batch=b, max_context=mc + 1, num_slots=b * (mc + 1 + 513))

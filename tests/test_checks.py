@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from driverlevel import _checks
 from driverlevel._checks import positive_int
 from driverlevel._mask import bitmask_words
 from driverlevel._workspace_formula import partial_workspace_bytes
@@ -103,3 +104,45 @@ def test_device_array_arg_refuses_read_only_outputs():
     assert str(ei.value) == "out is read-only, but the launch writes it"
     rw = DeviceArray(0x10000, (4,), np.float32, dev)
     assert device_array_arg("out", rw, dev, writable=True) is rw
+
+
+# -- bool_arg ------------------------------------------------------------------------------------------------
+def test_bool_arg():
+    import numpy as np
+
+    from driverlevel._checks import bool_arg, is_bool
+
+    assert bool_arg("x", True) is True and bool_arg("x", np.False_) is False
+    assert [is_bool(v) for v in (True, np.True_, 1, "yes", None, np.int8(1))] == [True, True, False, False, False,
+                                                                                 False]
+    with pytest.raises(TypeError, match=r"^flag must be a bool, got str 'no'$"):
+        bool_arg("flag", "no")
+
+
+# -- numpy 1's bool scalar is a bool to the int checks -------------------------------------------------------
+class _Numpy1Bool:
+    """What numpy 1's ``np.bool_`` looks like to the checks: module numpy, name bool_, and an
+    ``__index__`` (deprecated there, gone in numpy 2)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return int(self.v)
+
+
+_Numpy1Bool.__module__ = "numpy"
+
+
+_Numpy1Bool.__name__ = "bool_"
+
+
+def test_int_checks_refuse_numpy1_bools():
+    """The mends' note: _checks._as_int refused Python's bool only; numpy 1's bool scalar has
+    __index__ and passed as 0 or 1."""
+    for check in (_checks.positive_int, _checks.non_negative_int):
+        with pytest.raises(TypeError, match="got bool"):
+            check("max_q", _Numpy1Bool(True))
+    with pytest.raises(TypeError, match="got bool"):
+        _checks.int_in_range("depth", _Numpy1Bool(True), 0, 10)
+    assert _checks.positive_int("max_q", np.int64(3)) == 3

@@ -565,3 +565,22 @@ def test_bench_replay_json_empty_path_is_called_empty(runner, monkeypatch):
     r = runner.invoke(cli.main, ["bench", "replay", "--json", ""])
     assert r.exit_code == 2
     assert "Invalid value for --json: '' is an empty path, not a file\n" in r.stderr
+
+
+# -- compile lists a repeated --kernel once ------------------------------------------------------------------
+def test_cli_compile_lists_a_repeated_kernel_once(monkeypatch):
+    from click.testing import CliRunner
+
+    from driverlevel import cli
+
+    seen = []
+    real = cli.compile_variants
+
+    def variants(filename, arch):
+        seen.append(filename)
+        return real(filename, arch)
+
+    monkeypatch.setattr(cli, "compile_variants", variants)
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "argmax.cu", "--kernel", "argmax.cu"])
+    assert r.exit_code == 0, r.output
+    assert seen.count("argmax.cu") == 1

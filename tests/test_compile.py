@@ -1,4 +1,6 @@
-"""NVRTC compile to cubin, the ptxas resource report and the on-disk cubin cache (CPU only).
+"""NVRTC compile to cubin (its defines), the ptxas resource report, the on-disk cubin cache (its directory,
+file modes and unreadable entries) and the architectures: their names, and which cubin loads on which
+device (CPU only).
 
 The cache tests compile a tiny source that includes a header from a temporary
 directory, so they do not depend on the kernels in cu/.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import driverlevel as dl
@@ -926,3 +929,335 @@ def test_without_the_shared_constants_constants_cuh_names_the_launchers(fresh_ca
                                             r'with driverlevel\.ddtree\.compile_variants\(\) \(ddtree\.cu\) or '
                                             r'driverlevel\.runner\.compile_variants\(\) \(runner\.cu\)"'):
         dl.runtime.compile_file(f"{module}.cu", "sm_90", defines, use_cache=False)
+
+
+# -- which cubin architecture loads on which device; architecture names in any case --------------------------
+@pytest.mark.parametrize("cubin_arch, device_arch", [
+    ("sm_90a", "sm_90"), ("sm_90", "sm_90"), ("sm_100a", "sm_100"), ("sm_120a", "sm_120"),
+    ("sm_100f", "sm_100"), ("sm_100f", "sm_103"), ("sm_120f", "sm_121"), ("sm_103f", "sm_103"),
+    ("SM_90A", "sm_90"), ("Sm_120a", "SM_120"), ("sm_100F", "sm_103"), (" sm_90 ", "sm_90"),
+])
+def test_cubin_arch_that_runs_on_the_device_is_accepted(cubin_arch, device_arch):
+    from driverlevel._compile import check_cubin_arch
+
+    assert check_cubin_arch(cubin_arch, device_arch) is None
+
+
+@pytest.mark.parametrize("cubin_arch, device_arch, words", [
+    ("sm_90a", "sm_100", "sm_90a, an architecture-specific target that runs only on compute capability 9.0, but the "
+     "device is sm_100 (compute capability 10.0): compile for sm_100"),
+    ("sm_100a", "sm_103", "runs only on compute capability 10.0, but the device is sm_103"),
+    ("sm_90a", "sm_89", "runs only on compute capability 9.0"),
+    ("sm_103f", "sm_100", "sm_103f, a family-specific target that runs on compute capability 10.x with x >= 3, but "
+     "the device is sm_100 (compute capability 10.0)"),
+    ("sm_100f", "sm_110", "compute capability 10.x with x >= 0, but the device is sm_110"),
+    ("sm_120f", "sm_100", "the device is sm_100"),
+    ("sm_80", "sm_86", "cubin was compiled for sm_80 but the device is sm_86: compile for sm_86"),
+    ("sm_90", "sm_100", "cubin was compiled for sm_90 but the device is sm_100"),
+    ("compute_90", "sm_90", "'compute_90' is no real target"),
+])
+def test_cubin_arch_that_does_not_run_on_the_device_is_refused(cubin_arch, device_arch, words):
+    from driverlevel._compile import check_cubin_arch
+
+    with pytest.raises(ValueError) as ei:
+        check_cubin_arch(cubin_arch, device_arch)
+    assert words in str(ei.value)
+
+
+class _FakeGpu:
+    ordinal = 0
+
+    def __init__(self, arch):
+        self.arch = arch
+
+    def __repr__(self):
+        return f"<Device 0: fake ({self.arch})>"
+
+
+def _fake_load(monkeypatch, arch):
+    """load_module against a stand-in device of ``arch``; returns the list the stand-in loader fills."""
+    from driverlevel import _device, _module
+
+    loaded = []
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: d)
+    monkeypatch.setattr(_module.Module, "_load", classmethod(lambda cls, dev, cub: loaded.append(cub.arch) or "mod"))
+    return _FakeGpu(arch), loaded
+
+
+def test_load_module_takes_an_sm_90a_cubin_on_compute_capability_9_0(monkeypatch):
+    """load_module compared cubin.arch with device.arch as strings: 'sm_90a' != 'sm_90', refused."""
+    from driverlevel._compile import Cubin
+    from driverlevel._module import load_module
+
+    dev, loaded = _fake_load(monkeypatch, "sm_90")
+    assert load_module(dev, Cubin(b"\x7fELF", "sm_90a", "k.cu", ())) == "mod"
+    assert loaded == ["sm_90a"]
+
+
+def test_load_module_refuses_an_sm_90a_cubin_elsewhere_before_the_driver(monkeypatch):
+    from driverlevel._compile import Cubin
+    from driverlevel._module import load_module
+
+    dev, loaded = _fake_load(monkeypatch, "sm_100")
+    with pytest.raises(ValueError, match=r"<Device 0: fake \(sm_100\)>: cubin was compiled for sm_90a, an "
+                                         r"architecture-specific target that runs only on compute capability 9\.0"):
+        load_module(dev, Cubin(b"\x7fELF", "sm_90a", "k.cu", ()))
+    assert loaded == []
+
+
+@pytest.mark.parametrize("given, normalized", [("SM_90", "sm_90"), ("Sm_120a", "sm_120a"), ("sm_90A", "sm_90a"),
+                                               (" 90 ", "sm_90")])
+def test_architecture_names_are_case_insensitive(given, normalized):
+    from driverlevel._compile import check_arch, normalize_arch, shared_limit
+
+    assert normalize_arch(given) == normalized
+    assert shared_limit(given) == shared_limit(normalized.rstrip("a"))
+    if not normalized.endswith("a"):
+        assert check_arch(given) == normalized
+    else:  # refused as the lower-case name is, with the same reason
+        with pytest.raises(ValueError, match="is an architecture-specific target") as upper:
+            check_arch(given)
+        with pytest.raises(ValueError) as lower:
+            check_arch(normalized)
+        assert str(upper.value).replace(repr(given.strip()), repr(normalized)) == str(lower.value)
+
+
+def test_arch_text_is_the_one_normalisation():
+    from driverlevel._compile import _arch_text
+
+    assert [_arch_text(s) for s in ("SM_90", " Sm_120A ", "90", "compute_90")] == ["sm_90", "sm_120a", "sm_90",
+                                                                                    "compute_90"]
+
+
+# -- the cache's file and directory modes follow the umask; an entry that cannot be read says so -------------
+_SRC = "__global__ void k() {}\n"
+
+
+@pytest.fixture
+def fake_nvrtc(monkeypatch):
+    """compile_source without NVRTC's work: every compile returns a tiny stand-in cubin; the list counts them."""
+    from driverlevel import _compile
+
+    calls = []
+
+    def compile_(source, name, arch, options, path=None):
+        calls.append(name)
+        return _compile.Cubin(b"\x7fELF-stand-in", arch, name, ())
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", compile_)
+    return calls
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for the test (``umask(0o022)``); the old one is restored after."""
+    import os
+
+    old = os.umask(0o022)
+    os.umask(old)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775),
+                                                       (0o077, 0o600, 0o700)],
+                         ids=["umask022", "umask002", "umask077"])
+def test_cache_entries_and_directories_follow_the_umask(tmp_path, monkeypatch, fake_nvrtc, umask, mask, file_mode,
+                                                        dir_mode):
+    """Entries were made by mkstemp, mode 0600 whatever the umask: another user of the cache could not read them."""
+    import stat
+
+    from driverlevel import _compile
+
+    cache = tmp_path / "shared" / "deeper" / "cache"
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    umask(mask)
+    try:
+        _compile.compile_source(_SRC, "mode.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    (entry,) = cache.glob("*.cubin")
+    assert stat.S_IMODE(entry.stat().st_mode) == file_mode
+    for d in (cache, cache.parent, cache.parent.parent):
+        assert stat.S_IMODE(d.stat().st_mode) == dir_mode, d
+    assert not list(cache.glob(".tmp-*"))  # the temporary file was renamed
+
+
+def _warm_entry(monkeypatch, tmp_path):
+    """A cache in tmp_path/cache holding the entry of _SRC; returns that entry's path."""
+    from driverlevel import _compile
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    _compile.compile_source(_SRC, "read.cu", "sm_90")
+    _compile._clear_memory_cache()  # as a new process: the next compile reads the disk
+    (entry,) = cache.glob("*.cubin")
+    return entry
+
+
+def test_an_unreadable_cache_entry_warns_about_reading(tmp_path, monkeypatch, fake_nvrtc):
+    """An entry the user may not read (another user's, mode 0600) was a silent miss, and the only warning
+    (when the write failed next) talked about writing."""
+    import pathlib
+
+    from driverlevel import _compile
+
+    entry = _warm_entry(monkeypatch, tmp_path)
+    real = pathlib.Path.read_bytes
+
+    def read_bytes(self):
+        if self == entry:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", read_bytes)
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            cub = _compile.compile_source(_SRC, "read.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    assert [str(w.message) for w in rec] == [
+        f"driverlevel: could not read the cubin cache entry {entry}: Permission denied; compiling the kernel again "
+        f"(make the entry readable or remove it, set DRIVERLEVEL_CACHE_DIR to a cache of your own, or "
+        f"DRIVERLEVEL_CACHE=0)"]
+    assert rec[0].filename == __file__  # the caller's line
+    assert not cub.cache_hit and fake_nvrtc == ["read.cu", "read.cu"]  # compiled again
+
+
+def test_an_entry_that_is_a_directory_is_named_as_such(tmp_path, monkeypatch, fake_nvrtc):
+    from driverlevel import _compile
+
+    entry = _warm_entry(monkeypatch, tmp_path)
+    entry.unlink()
+    entry.mkdir()
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            _compile.compile_source(_SRC, "read.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    texts = [str(w.message) for w in rec]
+    assert texts[0].startswith(f"driverlevel: could not read the cubin cache entry {entry}: it is a directory; ")
+    assert all("could not read" in t or "could not write" in t for t in texts)  # the rename onto it fails too
+
+
+def test_a_missing_entry_is_a_quiet_miss(tmp_path, monkeypatch, fake_nvrtc):
+    import warnings
+
+    from driverlevel import _compile
+
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(tmp_path / "not-yet"))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    _compile._clear_memory_cache()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not _compile.compile_source(_SRC, "miss.cu", "sm_90").cache_hit
+    finally:
+        _compile._clear_memory_cache()
+
+
+# -- DRIVERLEVEL_CACHE_DIR: ~ expanded, a relative path made absolute once -----------------------------------
+def test_cache_dir_expands_the_home_directory(tmp_path, monkeypatch):
+    from driverlevel._compile import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", f"~/dl-cache-{tmp_path.name}")
+    assert cache_dir() == tmp_path / f"dl-cache-{tmp_path.name}"
+
+
+def test_relative_cache_dir_is_made_absolute_once(tmp_path, monkeypatch):
+    """A relative DRIVERLEVEL_CACHE_DIR moved with every os.chdir: one process wrote several caches."""
+    from driverlevel._compile import cache_dir
+
+    first, later = tmp_path / "first", tmp_path / "later"
+    first.mkdir()
+    later.mkdir()
+    value = f"rel-cache-{tmp_path.name}/sub"  # a value no other test used: the first call decides
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", value)
+    monkeypatch.chdir(first)
+    assert cache_dir() == first / value and cache_dir().is_absolute()
+    monkeypatch.chdir(later)
+    assert cache_dir() == first / value
+
+
+def test_cache_dir_is_documented_in_the_readme_and_the_docstring():
+    from pathlib import Path
+
+    from driverlevel._compile import cache_dir
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `DRIVERLEVEL_CACHE_DIR`"))
+    assert "`~` is expanded" in row and "made absolute once" in row
+    assert "``~`` is expanded" in cache_dir.__doc__ and "made absolute" in cache_dir.__doc__
+
+
+# -- use_cache is a bool -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["no", "False", 0, 1, None, 1.0, [False]])
+@pytest.mark.parametrize("via", ["compile_source", "compile_file"])
+def test_use_cache_must_be_a_bool(bad, via, fake_nvrtc, fresh_cache, monkeypatch):
+    """'no' (truthy) used the cache; every non-bool is refused before anything is read or compiled."""
+    from driverlevel import _compile
+
+    def must_not_read(*a, **k):
+        raise AssertionError("the cache or the source was read")
+
+    monkeypatch.setattr(_compile, "_read_entry", must_not_read)
+    monkeypatch.setattr(_compile, "kernel_sources", must_not_read)
+    with pytest.raises(TypeError, match=rf"^use_cache must be a bool, got {type(bad).__name__} "):
+        if via == "compile_source":
+            _compile.compile_source(_SRC, "u.cu", "sm_90", use_cache=bad)
+        else:
+            _compile.compile_file("selftest.cu", "sm_90", use_cache=bad)
+    assert fake_nvrtc == []
+
+
+def test_use_cache_takes_numpy_bools(fake_nvrtc, fresh_cache):
+    import numpy as np
+
+    from driverlevel import _compile
+
+    assert not _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=np.False_).cache_hit
+    assert not _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=np.True_).cache_hit  # not cached before
+    assert _compile.compile_source(_SRC, "np.cu", "sm_90", use_cache=True).cache_hit
+    assert fake_nvrtc == ["np.cu", "np.cu"]
+
+
+# -- compile_source's defines --------------------------------------------------------------------------------
+K_SRC = 'extern "C" __global__ void k(int *o) { o[0] = N; }\n'
+
+
+@pytest.fixture
+def no_nvrtc(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("reached NVRTC")
+
+    monkeypatch.setattr(_compile, "_nvrtc_compile", refuse)
+
+
+@pytest.mark.parametrize("value", [np.int64(4), np.int32(4), np.uint8(4)])
+def test_compile_source_takes_numpy_integers_as_defines(value):
+    cubin = dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
+    assert "k" in cubin.resources and "-DN=4" in cubin.options
+    assert _compile._check_compile_args({"N": value}, (), ())[0] == {"N": 4}
+    assert type(_compile._check_compile_args({"N": value}, (), ())[0]["N"]) is int
+
+
+@pytest.mark.parametrize("value, words", [
+    (float("nan"), "finite"), (float("inf"), "finite"), (np.float64("-inf"), "finite"),
+    ("4\n#error x", "line break"), ("4\r", "line break"), ("4\0", "NUL"),
+])
+def test_compile_source_refuses_define_values_no_compile_can_take(no_nvrtc, value, words):
+    with pytest.raises(ValueError, match=words):
+        dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), np.float32(1.0), 1 + 2j])
+def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
+    with pytest.raises(TypeError, match="must be an int, float, bool or str"):
+        dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)

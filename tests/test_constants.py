@@ -83,3 +83,22 @@ def test_capture_demo_ranges_derive_from_the_plan_limits():
     opts = {p.name: p for p in capture_demo.params}
     assert (opts["depth_limit"].type.min, opts["depth_limit"].type.max) == (1, _constants.MAX_DEPTH)
     assert (opts["budget"].type.min, opts["budget"].type.max) == (1, _constants.MAX_BUDGET)
+
+
+# -- mask_words takes ints only ------------------------------------------------------------------------------
+@pytest.mark.parametrize("budget, exc, words", [
+    (31.9, TypeError, "^budget must be an int >= 0, got float 31.9$"),  # was mask_words(31) == 1
+    (False, TypeError, "^budget must be an int >= 0, got bool False$"),
+    (-1, ValueError, "^budget must be an int >= 0, got -1$"),
+])
+def test_mask_words_refuses_what_is_not_an_int(budget, exc, words):
+    from driverlevel._constants import mask_words
+
+    with pytest.raises(exc, match=words):
+        mask_words(budget)
+
+
+def test_mask_words_of_ints():
+    from driverlevel._constants import mask_words
+
+    assert [mask_words(b) for b in (0, 30, 31, 32, np.int64(512))] == [1, 1, 1, 2, 17]

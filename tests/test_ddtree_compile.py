@@ -1,16 +1,18 @@
 """CPU tests of cu/ddtree.cu and its launcher: every kernel compiles for every architecture
-without spills and within the shared-memory limit, the params struct matches its ctypes
-mirror, and the plan's parameter checks name the argument (no GPU needed)."""
+without spills and within the shared-memory limit (its size summed in Python ints), the params struct
+matches its ctypes mirror, and the plan's parameter checks name the argument (no GPU needed)."""
 
 from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 
 import driverlevel as dl
 from driverlevel import ddtree
 from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS
+from driverlevel._mask import MaskFormat
 from driverlevel._module import resolve_pdl
 from ptx_util import ptx_entries, ptx_of
 
@@ -344,3 +346,62 @@ def test_the_guess_skew_of_the_gpu_test_compiles_and_changes_the_code(arch):
         r = skewed.resources["ddtree_build"]
         assert r.spills == 0 and r.stack_bytes == 0, (skew, r)
         assert skewed.data != plain.data, skew
+
+
+# -- shared memory and alignment sums in Python ints ---------------------------------------------------------
+def test_shared_memory_and_alignment_sums_never_wrap():
+    from driverlevel import ddtree
+    from driverlevel._memory import align_up
+
+    with np.errstate(over="ignore"):
+        assert align_up(2**31 - 1, np.int32(256)) == 2**31
+        big = np.int32(2**15)
+        assert ddtree._build_union_bytes(big, big, np.int32(1)) == ddtree._build_union_bytes(2**15, 2**15, 1) >= 2**32
+        assert ddtree.build_shared_bytes(np.int32(15), np.int32(256), np.int32(256)) == \
+            ddtree.build_shared_bytes(15, 256, 256)
+    with pytest.raises(TypeError):
+        align_up(10.5, 8)  # was truncated
+
+
+# -- check_merge_capacity takes ints only --------------------------------------------------------------------
+@pytest.mark.parametrize("vocab, budget, exc, words", [
+    (163840.9, 512, TypeError, "^vocab must be a positive int, got float 163840.9$"),
+    (163840, 16.5, TypeError, "^budget must be a positive int, got float 16.5$"),
+    (163840, True, TypeError, "^budget must be a positive int, got bool True$"),
+    (np.float64(32768), 16, TypeError, r"^vocab must be a positive int, got float64 (np.float64\(32768.0\)|32768.0)$"),
+    ("32768", 16, TypeError, "^vocab must be a positive int, got str '32768'$"),
+    (0, 16, ValueError, "^vocab must be a positive int, got 0$"),
+    (32768, -1, ValueError, "^budget must be a positive int, got -1$"),
+])
+def test_check_merge_capacity_refuses_what_is_not_a_positive_int(vocab, budget, exc, words):
+    from driverlevel.ddtree import check_merge_capacity
+
+    with pytest.raises(exc, match=words):
+        check_merge_capacity(vocab, budget)
+
+
+def test_check_merge_capacity_takes_numpy_ints_and_keeps_its_rule():
+    from driverlevel.ddtree import check_merge_capacity
+
+    check_merge_capacity(np.int64(163840), np.int32(512))
+    with pytest.raises(ValueError, match="vocab=200000 at K=512 needs 27 chunks x 512 candidates"):
+        check_merge_capacity(np.int64(200000), 512)
+
+
+# -- mask_formats and topk in any case -----------------------------------------------------------------------
+def _plan_error(**kw):
+    """What DDTreePlan(None, ...) raises: the device check (past every argument check) or an argument's error."""
+    args = dict(max_batch=2, depth_limit=4, vocab=1000, budget=16, max_context=256)
+    args.update(kw)
+    with pytest.raises(Exception) as e:
+        ddtree.DDTreePlan(None, **args)
+    return type(e.value), str(e.value)
+
+
+def test_ddtree_plan_reads_mask_formats_and_topk_case_insensitively():
+    past = _plan_error()  # only the device (None) is wrong
+    assert "mask_formats" not in past[1] and "topk" not in past[1]
+    assert _plan_error(mask_formats=("BITMASK", "Full"), topk="THRESHOLD") == past
+    assert _plan_error(mask_formats=(MaskFormat.FULL, "qlen_only"), topk="Chunked") == past
+    assert _plan_error(mask_formats=("causal",))[0] is ValueError
+    assert _plan_error(topk="fast")[0] is ValueError

@@ -1,5 +1,6 @@
 """CPU tests of the DDTree numpy reference: tree build against brute force, top-K order,
-accept and commit on hand-worked trees, and slot-pool conservation over random rounds."""
+accept and commit on hand-worked trees, slot-pool conservation over random rounds, and its logits
+(float, bf16 bits or ml_dtypes.bfloat16) and argument checks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from driverlevel.reference import ddtree as R
 from driverlevel.reference import ddtree as ref
 from driverlevel.reference.ddtree import (
     STATUS_CONTEXT_FULL,
@@ -23,6 +25,7 @@ from driverlevel.reference.ddtree import (
     greedy_accept,
     topk_logprobs,
 )
+from driverlevel.reference.attention import bf16_to_f32, f32_to_bf16
 from driverlevel.reference.trees import ancestor_visibility
 
 # --------------------------------------------------------------------------- brute force
@@ -639,3 +642,96 @@ def test_per_request_ints_refuse_unsigned_values_past_int64():
     tb, pool, r2t, committed, rows = _two_request_step()
     with pytest.raises(ValueError, match="seq_lens must fit int64, got 18446744073709551615"):
         compile_tree(tb, np.array([2**64 - 1, 5], np.uint64), rows, r2t, pool)
+
+
+# -- logits as float, bf16 bits (uint16) or ml_dtypes.bfloat16 -----------------------------------------------
+def _bf16_logits(shape, seed=0):
+    """Random logits rounded to bf16: (uint16 bits, the same values widened to float32)."""
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    bits = f32_to_bf16(x)
+    return bits, bf16_to_f32(bits)
+
+
+def test_row_argmax_reads_uint16_as_bf16_bits():
+    bits = f32_to_bf16(np.array([[1.0, -1.0], [-3.0, -2.0]]))
+    ids, finite = R.row_argmax(bits)
+    assert ids.tolist() == [0, 1] and finite.all()
+
+
+def test_topk_logprobs_reads_uint16_as_bf16_bits():
+    bits, wide = _bf16_logits((3, 16))
+    for got, want in zip(R.topk_logprobs(bits, 4), R.topk_logprobs(wide, 4)):
+        np.testing.assert_array_equal(got, want)
+    _, _, lse = R.topk_logprobs(np.array([[0x3F80, 0x4000]], np.uint16), 1)  # 1.0, 2.0
+    assert lse[0] == pytest.approx(np.log(np.e + np.e ** 2), rel=1e-6)
+
+
+def test_build_tree_and_greedy_accept_read_uint16_as_bf16_bits():
+    bits, wide = _bf16_logits((1, 3, 16), seed=1)
+    got, want = R.build_tree([1], bits, budget=4), R.build_tree([1], wide, budget=4)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    n = int(want.node_counts[0])
+    tbits, twide = _bf16_logits((n, 16), seed=2)
+    a = R.greedy_accept(want, [0, n], tbits, [True], [0], 100, 3)
+    b = R.greedy_accept(want, [0, n], twide, [True], [0], 100, 3)
+    np.testing.assert_array_equal(a.posterior, b.posterior)
+    np.testing.assert_array_equal(a.accepted_nodes, b.accepted_nodes)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: R.row_argmax(x),
+    lambda x: R.topk_logprobs(x, 1),
+    lambda x: R.build_tree([0], x[None], budget=2),
+    lambda x: R.greedy_accept(R.build_tree([0], np.zeros((1, 1, 2), np.float32), budget=1), [0, 2],
+                              np.concatenate([x, x])[:2], [True], [0], 100, 1),
+])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int16, np.uint32, np.bool_])
+def test_integer_logits_are_refused(call, dtype):
+    with pytest.raises(TypeError, match="float array, an ml_dtypes.bfloat16 array or uint16"):
+        call(np.array([[1, 0]], dtype))
+
+
+def test_ml_dtypes_bfloat16_logits_match_their_bits():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits, wide = _bf16_logits((1, 3, 16), seed=3)
+    ml = bits.view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(R.build_tree([1], ml, budget=4).tokens, R.build_tree([1], wide, budget=4).tokens)
+    assert R.row_argmax(np.array([[1.0, -1.0]], ml_dtypes.bfloat16))[0].tolist() == [0]
+
+
+# -- greedy_accept's depth_limit and max_context; build_tree's top as lists ----------------------------------
+def _deep_tree():
+    """A depth-2 chain (root, 0 at depth 1, 0 at depth 2) and target logits that accept all of it."""
+    lg = np.full((1, 2, 4), -5.0, np.float32)
+    lg[0, :, 0] = 5.0
+    tb = ref.build_tree([3], lg, budget=2)
+    assert tb.depths[0].tolist() == [0, 1, 2]
+    tgt = np.full((3, 4), -5.0, np.float32)
+    tgt[:, 0] = 5.0
+    return tb, tgt
+
+
+def test_greedy_accept_refuses_a_depth_limit_below_the_trees_depth():
+    tb, tgt = _deep_tree()
+    R.greedy_accept(tb, [0, 3], tgt, [True], [0], 100, 2)
+    with pytest.raises(ValueError, match="request 0's tree has a node at depth 2, past depth_limit = 1"):
+        R.greedy_accept(tb, [0, 3], tgt, [True], [0], 100, 1)
+
+
+@pytest.mark.parametrize("max_context, depth_limit, exc", [
+    (100, True, TypeError), (100, 2.0, TypeError), (100, "x", TypeError), (100, -1, ValueError),
+    (2.5, 2, TypeError), (False, 2, TypeError), ("100", 2, TypeError), (-1, 2, ValueError),
+])
+def test_greedy_accept_checks_max_context_and_depth_limit(max_context, depth_limit, exc):
+    tb, tgt = _deep_tree()
+    name = "depth_limit" if max_context == 100 else "max_context"
+    with pytest.raises(exc, match=name):
+        R.greedy_accept(tb, [0, 3], tgt, [True], [0], max_context, depth_limit)
+    R.greedy_accept(tb, [0, 3], tgt, [True], [0], np.int64(100), np.int32(2))  # numpy ints are ints
+
+
+def test_build_tree_takes_top_as_lists():
+    lg = np.random.default_rng(4).standard_normal((1, 2, 8)).astype(np.float32)
+    want = R.build_tree([3], lg, budget=4)
+    got = R.build_tree([3], None, budget=4, top=(want.top_ids.tolist(), want.top_lp.tolist()))
+    np.testing.assert_array_equal(got.tokens, want.tokens)

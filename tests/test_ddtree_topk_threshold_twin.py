@@ -6,9 +6,14 @@ top-K on adversarial rows (exact ids, log-probs within the GPU tests' tolerance)
 fallback is shown to trigger on the rows it must take and not on realistic ones. The sample's
 threshold (``kth_largest_bound``) is checked against a brute-force sort of the sampled keys:
 at least ``m`` and, ties with the ``m``-th aside, at most ``m + slack`` of them are ``>= T``.
+The layout's arithmetic (sample rank, slack, candidate capacity, the hypergeometric tail) holds for
+every K up to the vocabulary.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
+from math import comb
 
 import numpy as np
 import pytest
@@ -17,6 +22,7 @@ from driverlevel import _topk_threshold as tk
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.reference import ddtree as ref
 from driverlevel.reference import topk_threshold as twin
+from driverlevel.reference.topk_threshold import threshold_topk
 
 MERGE_CAPACITY = 512 * 24
 VOCABS = (129_280, 163_840, 151_936)
@@ -389,3 +395,45 @@ def test_threshold_topk_takes_numpy_bools_and_ints():
     want = twin.threshold_topk(_ROW, 2, True, 12288, 132, 1)
     got = twin.threshold_topk(_ROW, np.int64(2), np.bool_(True), np.int32(12288), np.int64(132), np.int8(1))
     assert got.ids.tolist() == want.ids.tolist() == [99, 98]
+
+
+# -- the layout for every K up to the vocabulary; the hypergeometric tail ------------------------------------
+@pytest.mark.parametrize("vocab", [4100, 4111, 8191, 5000])
+def test_m1_every_k_up_to_vocab_has_a_layout_and_an_exact_twin(vocab):
+    """M1: K within 15 of a vocabulary above 4,096 that is not a multiple of 16 raised a
+    ValueError about hypergeom_tail's arguments; now K - 1 is clamped to the sampled population."""
+    rng = np.random.default_rng(vocab)
+    row = rng.standard_normal(vocab).astype(np.float32)
+    for k in (vocab - 15, vocab - 1, vocab):
+        m = tk.sample_rank(k, vocab)
+        assert 1 <= m <= tk.SAMPLE_VALUES
+        assert tk.sample_slack(k, vocab) >= 0 and tk.candidate_capacity(k, vocab, 12288) >= 256
+        r = threshold_topk(row, k)
+        ids, lp, _ = ref.topk_logprobs(row[None], k)
+        np.testing.assert_array_equal(r.ids, ids[0])
+
+
+def test_l2_layout_arguments_are_ints():
+    with pytest.raises(TypeError, match="k must be a positive int"):
+        tk.sample_rank(5.7, 10000)
+    with pytest.raises(TypeError, match="k must be a positive int"):
+        tk.sample_rank(True, 10000)
+    with pytest.raises(ValueError, match="k must be a positive int, got 0"):
+        tk.sample_rank(0, 10000)
+    with pytest.raises(TypeError, match="vocab must be a positive int"):
+        tk.sample_rank(16, 163840.0)
+    with pytest.raises(TypeError, match="population"):
+        tk.hypergeom_tail(100.5, 3, 10)
+    with pytest.raises(TypeError, match="successes"):
+        tk.hypergeom_tail(100, False, 10)
+    with pytest.raises(ValueError, match="draws"):
+        tk.hypergeom_tail(100, 3, -1)
+    assert tk.sample_rank(np.int64(256), np.int32(163840)) == 23
+
+
+def test_l1_tail_accuracy_over_the_documented_range():
+    """The docstring's claim: ~1e-8 relative up to a few million, ~1e-6 at 1e9."""
+    for n, tol in ((163840, 1e-8), (4_000_000, 1e-8), (10**9, 1e-5)):
+        t = tk.hypergeom_tail(n, 3, 4096)[1]
+        exact = 1 - Fraction(comb(n - 3, 4096), comb(n, 4096))
+        assert abs(t / float(exact) - 1) < tol, n

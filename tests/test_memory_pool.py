@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -438,3 +439,34 @@ def test_buffer_as_array_checks_the_shape():
         b.as_array((2.5,), np.float32)
     with pytest.raises(ValueError, match=r"^view of 68 bytes exceeds the buffer's 64$"):
         b.as_array((17,), np.float32)
+
+
+# -- a pool too small: the bytes needed and held, with units -------------------------------------------------
+@pytest.fixture
+def pool(monkeypatch):
+    buf = SimpleNamespace(ptr=0x7E00_0000_0000, device=DEV, _finalizer=None)
+    monkeypatch.setattr(dl.DeviceBuffer, "allocate", staticmethod(lambda d, n, label="": buf))
+    return dl.WorkspacePool.allocate(DEV, 1 << 20, label="small")
+
+
+def test_a_carve_that_does_not_fit_states_the_bytes_needed_and_held_with_units(pool):
+    pool.carve("a", (1000,), np.uint8)
+    with pytest.raises(dl.PoolExhaustedError) as ei:
+        pool.carve("o_part", (4, 64, 1028), np.float32)
+    assert str(ei.value).startswith(
+        "pool 'small' is exhausted: carve-out 'o_part' needs 1,052,672 bytes (1.0 MiB) at offset 1,024, so the pool "
+        "would need 1,053,696 bytes (1.0 MiB), but it holds 1,048,576 bytes (1.0 MiB), of which 1,047,576 bytes "
+        "(1023.0 KiB) are free.")
+
+
+def test_a_plans_pool_too_small_is_refused_before_anything_is_carved(pool):
+    pool.carve("a", (1 << 19,), np.uint8)
+    specs = [((1 << 18,), np.float32), ((16,), np.int64)]  # 1 MiB + 128 B
+    with pytest.raises(dl.PoolExhaustedError) as ei:
+        pool._require_room(specs, "DDTreePlan 'ddtree'")
+    assert str(ei.value) == ("pool 'small' is too small for DDTreePlan 'ddtree': its carve-outs need 1,048,704 bytes "
+                             "(1.0 MiB), but the pool has 524,288 bytes (512.0 KiB) free (it holds 1,048,576 bytes "
+                             "(1.0 MiB)). Allocate it with at least the plan's workspace_bytes, or let the plan "
+                             "allocate its own.")
+    assert [c.name for c in pool.carves()] == ["a"] and pool.used == 1 << 19
+    pool._require_room([((1 << 17,), np.float32)], "DDTreePlan 'ddtree'")  # 512 KiB: fits exactly

@@ -1,4 +1,5 @@
-"""Kernel argument packing (CPU only): explicit C types, structs by value, packed once.
+"""Kernel launches without a GPU: argument packing (explicit C types, structs by value, packed once) and the
+launch geometry (grid, block, dynamic shared memory), checked before the driver.
 
 ``_pack_one`` turns one argument into the ctypes object whose address goes into the
 ``void**`` array of ``cuLaunchKernel``; :class:`PreparedLaunch` builds that array
@@ -301,3 +302,80 @@ def test_prefer_shared_memory_sets_the_carveout_in_the_primary_context(monkeypat
     for bad in (-1, 101, 50.0, True):
         with pytest.raises(ValueError, match="percentage in"):
             k.prefer_shared_memory(bad)
+
+
+# -- launch geometry, checked before the driver --------------------------------------------------------------
+def _fake_launch_kernel(monkeypatch):
+    """A kernel whose launches must not reach the driver."""
+    from driverlevel import _module
+
+    def no_driver(*a, **k):
+        raise AssertionError("the driver was called")
+
+    monkeypatch.setattr(_module.driver, "cuLaunchKernel", no_driver)
+    monkeypatch.setattr(_module.driver, "cuLaunchKernelEx", no_driver)
+    return FakeKernel()  # its reserve_shared records the requests: none may come from a refused launch
+
+
+@pytest.mark.parametrize("grid, block, shared_mem, exc, words", [
+    (0, 32, 0, ValueError, "grid must be 1 to 3 positive ints, got 0"),
+    ((4, -1), 32, 0, ValueError, "grid must be 1 to 3 positive ints, got (4, -1)"),
+    (1, 0, 0, ValueError, "block must be 1 to 3 positive ints, got 0"),
+    ((1, 1, 1, 1), 32, 0, ValueError, "grid must be 1 to 3 positive ints, got 4 dimensions"),
+    ((), 32, 0, ValueError, "grid must be 1 to 3 positive ints, got 0 dimensions"),
+    (2.0, 32, 0, TypeError, "grid must be an int or a sequence of 1 to 3 ints, got float 2.0"),
+    ((4, 2.5), 32, 0, TypeError, "grid must be 1 to 3 positive ints, got float 2.5 in (4, 2.5)"),
+    (True, 32, 0, TypeError, "grid must be 1 to 3 positive ints, got bool True"),
+    ("4", 32, 0, TypeError, "grid must be an int or a sequence of 1 to 3 ints, got str '4'"),
+    (None, 32, 0, TypeError, "grid must be an int or a sequence of 1 to 3 ints, got NoneType None"),
+    (2**31, 32, 0, ValueError, "grid dimension x is 2147483648, above CUDA's limit of 2,147,483,647"),
+    ((1, 65_536), 32, 0, ValueError, "grid dimension y is 65536, above CUDA's limit of 65,535"),
+    ((1, 1, 65_536), 32, 0, ValueError, "grid dimension z is 65536, above CUDA's limit of 65,535"),
+    (1, 1025, 0, ValueError, "block dimension x is 1025, above CUDA's limit of 1,024"),
+    (1, (1, 1025), 0, ValueError, "block dimension y is 1025, above CUDA's limit of 1,024"),
+    (1, (1, 1, 65), 0, ValueError, "block dimension z is 65, above CUDA's limit of 64"),
+    (1, (64, 32), 0, ValueError, "block (64, 32, 1) has 2,048 threads, above CUDA's limit of 1,024 per block"),
+    (1, (16, 16, 8), 0, ValueError, "block (16, 16, 8) has 2,048 threads"),
+    (1, 32, -1, ValueError, "shared_mem must be >= 0 bytes of dynamic shared memory per block, got -1"),
+    (1, 32, 1.5, TypeError, "shared_mem must be an int (bytes of dynamic shared memory per block), got float 1.5"),
+    (1, 32, "4096", TypeError, "shared_mem must be an int"),
+    (1, 32, True, TypeError, "shared_mem must be an int"),
+])
+def test_bad_launch_geometry_is_refused_before_the_driver(monkeypatch, grid, block, shared_mem, exc, words):
+    """These reached cuLaunchKernel (CUDA_ERROR_INVALID_VALUE, naming nothing), or were truncated (2.5 -> 2)."""
+    import numpy as np
+
+    from driverlevel._module import PreparedLaunch
+
+    k = _fake_launch_kernel(monkeypatch)
+    with pytest.raises(exc) as ei:
+        PreparedLaunch(k, grid, block, shared_mem, [np.int32(1)])
+    assert words in str(ei.value)
+    assert k.shared_requests == []  # refused before the shared-memory opt-in too
+
+
+@pytest.mark.parametrize("grid, block, shared_mem, want", [
+    (2**31 - 1, 1024, 0, ((2**31 - 1, 1, 1), (1024, 1, 1), 0)),
+    ((1, 65_535, 65_535), (1, 1024), 0, ((1, 65_535, 65_535), (1, 1024, 1), 0)),
+    (1, (16, 1, 64), 0, ((1, 1, 1), (16, 1, 64), 0)),
+    ((3, 2), [32, 32], 0, ((3, 2, 1), (32, 32, 1), 0)),
+])
+def test_launch_geometry_at_the_limits_is_accepted(monkeypatch, grid, block, shared_mem, want):
+    import numpy as np
+
+    from driverlevel._module import PreparedLaunch
+
+    p = PreparedLaunch(_fake_launch_kernel(monkeypatch), grid, block, shared_mem, [])
+    assert (p.grid, p.block, p.shared_mem) == want
+    assert all(type(v) is int for v in p.grid + p.block)
+    q = PreparedLaunch(_fake_launch_kernel(monkeypatch), np.int64(7), np.array([32, 2]), np.uint32(0), [])
+    assert (q.grid, q.block, q.shared_mem) == ((7, 1, 1), (32, 2, 1), 0) and type(q.shared_mem) is int
+
+
+def test_kernel_launch_checks_the_geometry_before_the_driver(monkeypatch):
+    from driverlevel._module import Kernel
+
+    k = _fake_launch_kernel(monkeypatch)
+    k.module.cubin = type("C", (), {"arch": "sm_90"})()
+    with pytest.raises(ValueError, match="block dimension z is 65"):
+        Kernel.launch(k, object(), 1, (1, 1, 65), [])

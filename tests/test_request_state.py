@@ -156,3 +156,15 @@ def test_upload_accepts_exact_integer_values(monkeypatch):
     assert got == [("uint8", (4,), [1, 0, 1, 1]), ("int32", (4,), [0, 1, 2, 3]), ("int64", (4,), [1, 2, 3, 2**40]),
                    ("int64", (1,), [5]), ("int32", (4, 16), [-1, -1, -1, -1]), ("int64", (4,), [3, 2, 1, 0]),
                    ("int64", (8,), [0, 1, 2, 3])]
+
+
+# -- the specs' flags are bools ------------------------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["budgets", "remaining"])
+@pytest.mark.parametrize("value", [1, 0, "no", None, 1.0])
+def test_request_state_flags_must_be_bools(flag, value):
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        RequestState.specs(max_batch=2, max_context=8, num_slots=16, **{flag: value})
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        RequestState.allocate(None, max_batch=2, max_context=8, num_slots=16, **{flag: value})
+    names = [n for n, _, _ in RequestState.specs(max_batch=2, max_context=8, num_slots=16, **{flag: np.bool_(True)})]
+    assert flag in names

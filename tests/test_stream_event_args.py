@@ -1,0 +1,201 @@
+"""The stream and event arguments of DeviceArray's copies and fills, graphs, events, ``capture``, the plans and
+the device error word (CPU only): each must be a driverlevel Stream or Event, and a stream must be on the
+object's own device, checked before anything is queued.
+
+The driver calls are stubs that record that they were asked (``driver_stub_util``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda.bindings import driver
+
+import driverlevel as dl
+from driverlevel import DDTreePlan, DeviceArray, VerifyAttention, VerifyMetadata, bfloat16
+from driverlevel._device_error import DeviceErrorWord
+from driverlevel._graph import Graph, GraphExec
+from driverlevel._mask import bitmask_words, parse_mask_format
+from driver_stub_util import DEV0, DEV1, PTR, calls, event_on, names, stream_on  # noqa: F401 (calls: a fixture)
+
+STREAM_WORDS = r"stream must be a driverlevel Stream \(Device.create_stream\(\) or Stream.from_handle\), got "
+
+
+# -- the plans check their stream's device (a launch on another device's stream fails in the driver) ---------
+def _arr(shape, dtype, device=DEV0):
+    return DeviceArray(0x10000, shape, dtype, device)
+
+
+def _ddtree_plan():
+    plan = object.__new__(DDTreePlan)
+    plan.device, plan.max_batch, plan.max_context = DEV0, 4, 64
+    plan.depth_limit, plan.vocab, plan.logits_dtype = 3, 128, np.dtype(np.float32)
+    plan.max_rows, plan.record_width = 64, 12
+    plan._cache = {}
+    return plan
+
+
+def _state():
+    B, C = 4, 64
+    f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
+         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((100,), "int64"),
+         "free_count": ((1,), "int64")}
+    return dl.RequestState(**{k: _arr(s, d) for k, (s, d) in f.items()})
+
+
+def test_plans_refuse_a_stream_of_another_device_before_any_launch():
+    plan = _ddtree_plan()
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the plan is on device 0$"):
+        plan.compile(stream_on(DEV1), _state())
+    assert plan._cache == {}  # nothing packed
+    verify = object.__new__(VerifyAttention)
+    verify.device, verify.num_heads, verify.max_batch, verify.max_q = DEV0, 9, 8, 64
+    verify.mask_format, verify.mask_words = parse_mask_format("bitmask"), bitmask_words(64)
+    verify._stream_handle, verify._cached_key = None, None
+    meta = VerifyMetadata(_arr((2,), "int64"), _arr((2,), "int32"), _arr((100,), "int64"), _arr((4,), "int64"),
+                          _arr((4, 2), "uint32"))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the plan is on device 0$"):
+        verify.run(stream_on(DEV1), _arr((4, 9, 576), bfloat16), _arr((200, 576), bfloat16), meta,
+                   _arr((4, 9, 512), bfloat16))
+    assert verify._stream_handle is None  # not bound
+
+
+# -- DeviceArray's copies and fills --------------------------------------------------------------------------
+class CupyLikeStream:
+    """What CuPy's stream looks like to us: a ``ptr``, and a class named Stream outside driverlevel."""
+    ptr = 0x5000
+
+
+CupyLikeStream.__name__ = CupyLikeStream.__qualname__ = "Stream"
+
+
+def _array_calls(a, s):
+    return {
+        "copy_from_host": lambda: a.copy_from_host(np.zeros(8, np.float32), stream=s),
+        "to_numpy": lambda: a.to_numpy(stream=s),
+        "copy_from": lambda: a.copy_from(DeviceArray(PTR + 4096, (8,), np.float32, DEV0), s),
+        "fill_bytes": lambda: a.fill_bytes(0, s),
+        "fill_u32": lambda: a.fill_u32(0, s),
+    }
+
+
+@pytest.mark.parametrize("method", ["copy_from_host", "to_numpy", "copy_from", "fill_bytes", "fill_u32"])
+@pytest.mark.parametrize("bad", [0x5000, driver.CUstream(0x5000), CupyLikeStream(), None], ids=lambda b: type(b).__name__)
+def test_array_methods_refuse_a_stream_that_is_not_a_stream(calls, method, bad):
+    if bad is None and method in ("copy_from_host", "to_numpy"):
+        pytest.skip("stream=None is documented for the host copies")
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(TypeError) as ei:
+        _array_calls(a, bad)[method]()
+    assert str(ei.value).startswith(f"{method}: stream must be a driverlevel Stream (Device.create_stream() or "
+                                    f"Stream.from_handle), got {type(bad).__name__}")
+    if isinstance(bad, CupyLikeStream):
+        assert "borrow another library's stream with driverlevel.Stream.from_handle(handle, device)" in str(ei.value)
+    assert calls == []
+
+
+@pytest.mark.parametrize("method", ["copy_from_host", "to_numpy", "copy_from", "fill_bytes", "fill_u32"])
+def test_array_methods_refuse_a_stream_of_another_device(calls, method):
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    with pytest.raises(ValueError, match=f"^{method}: stream is on device 1, but the array is on device 0$"):
+        _array_calls(a, stream_on(DEV1))[method]()
+    assert calls == []
+    _array_calls(a, stream_on(DEV0))[method]()  # its own device's stream: queued
+    assert calls
+
+
+# -- graphs, capture and events ------------------------------------------------------------------------------
+def _exec(device=DEV0):
+    ex = object.__new__(GraphExec)
+    ex._handle, ex.device = driver.CUgraphExec(0x7000), device
+    return ex
+
+
+@pytest.mark.parametrize("bad", [0x5000, driver.CUstream(0x5000), CupyLikeStream(), event_on(DEV0)],
+                         ids=lambda b: type(b).__name__)
+def test_graph_exec_launch_and_upload_refuse_what_is_not_a_stream(calls, bad):
+    ex = _exec()
+    for call in (ex.launch, ex.replay, ex.upload):
+        with pytest.raises(TypeError, match=f"^{STREAM_WORDS}{type(bad).__name__}"):
+            call(bad)
+    assert calls == []
+
+
+def test_graph_exec_launch_passes_a_streams_handle(calls):
+    _exec().launch(stream_on(DEV0))
+    assert [(n, int(a[0]), int(a[1])) for n, a in calls] == [("cuGraphLaunch", 0x7000, 0x5000)]
+
+
+def test_graph_exec_launch_on_another_devices_stream_names_both_devices(calls, monkeypatch):
+    monkeypatch.setattr(driver, "cuGraphLaunch", lambda h, s: (driver.CUresult.CUDA_ERROR_INVALID_HANDLE,))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the graph is on device 0: cuGraphLaunch "
+                                         r"failed with CUDA_ERROR_INVALID_HANDLE$"):
+        _exec().launch(stream_on(DEV1))
+    with pytest.raises(ValueError, match=r"^stream is on device 1, but the graph is on device 0$"):
+        _exec().upload(stream_on(DEV1))
+
+
+def test_instantiate_checks_the_upload_stream_before_instantiating(calls):
+    g = object.__new__(Graph)
+    g._handle, g.device = driver.CUgraph(0x8000), DEV0
+    with pytest.raises(TypeError, match=f"^upload_{STREAM_WORDS}int$"):
+        g.instantiate(upload_stream=0x5000)
+    with pytest.raises(ValueError, match="^upload_stream is on device 1, but the graph is on device 0$"):
+        g.instantiate(upload_stream=stream_on(DEV1))
+    assert calls == []
+
+
+def test_capture_names_another_librarys_stream():
+    with pytest.raises(TypeError, match=r"^capture needs a driverlevel Stream .*got Stream \(\S*\.Stream: "
+                                        r"borrow another library's stream"):
+        with dl.capture(CupyLikeStream()):
+            pytest.fail("captured")
+
+
+def test_event_methods_check_their_stream_and_event_arguments(calls):
+    ev, other = event_on(DEV0), event_on(DEV1, 0x6001)
+    for bad in (0x5000, driver.CUstream(0x5000), CupyLikeStream(), ev):
+        with pytest.raises(TypeError, match=f"^{STREAM_WORDS}{type(bad).__name__}"):
+            ev.record(bad)
+    with pytest.raises(ValueError, match="^stream is on device 1, but the event is on device 0$"):
+        ev.record(stream_on(DEV1))
+    for bad in (0x6000, driver.CUevent(0x6000), stream_on(DEV0)):
+        with pytest.raises(TypeError, match=rf"^event must be a driverlevel Event \(Device.create_event\(\)\), "
+                                            rf"got {type(bad).__name__}$"):
+            stream_on(DEV0).wait(bad)
+        with pytest.raises(TypeError, match=rf"^end must be a driverlevel Event \(Device.create_event\(\)\), "
+                                            rf"got {type(bad).__name__}$"):
+            ev.elapsed_ms(bad)
+    with pytest.raises(ValueError, match="^end is an event of device 1, this event of device 0"):
+        ev.elapsed_ms(other)
+    assert calls == []
+    ev.record(stream_on(DEV0))
+    stream_on(DEV0).wait(other)  # CUDA lets a stream wait for another device's event
+    assert ev.elapsed_ms(event_on(DEV0, 0x6002)) == 1.5
+    assert names(calls) == ["cuEventRecord", "cuStreamWaitEvent", "cuEventElapsedTime"]
+
+
+# -- the device error word's check ---------------------------------------------------------------------------
+def _word(device):
+    """A DeviceErrorWord on ``device`` without pinned memory: its words are a host array."""
+    w = object.__new__(DeviceErrorWord)
+    w.label, w.device, w._words, w.device_ptr = "DDTreePlan test", device, np.zeros(4, np.int32), 0
+    return w
+
+
+def test_check_refuses_a_stream_of_another_device_before_reading(calls):
+    w = _word(DEV0)
+    w._words[:] = (1, 2, 0, 1)  # an error the check must not lose
+    with pytest.raises(ValueError, match="stream is on device 1, but DDTreePlan test is on device 0"):
+        w.check(stream_on(DEV1))
+    assert "cuStreamSynchronize" not in names(calls)
+    assert tuple(w._words) == (1, 2, 0, 1)  # not read and cleared
+
+
+def test_check_synchronises_a_stream_of_its_own_device_then_raises(calls):
+    w = _word(DEV0)
+    w._words[:] = (1, 2, 0, 1)
+    with pytest.raises(dl.MetadataError):
+        w.check(stream_on(DEV0))
+    assert names(calls)[-1] == "cuStreamSynchronize"
+    assert tuple(w._words) == (0, 0, 0, 0)
