@@ -406,7 +406,7 @@ def check_arch(name) -> str:
         plain = f"sm_{m.group(2)}"
         why = (f"{text!r} is {'an architecture' if m.group(3) == 'a' else 'a family'}-specific target; driverlevel "
                f"picks each kernel's target for the GPU's plain architecture (the plain one, or sm_90a for sm_90's "
-               f"wgmma verify-attention tile) (use {plain})")
+               f"wgmma verify-attention tile): use {plain}")
     elif int(m.group(2)) < 80:
         why = f"{text!r} is older than sm_80 (the kernels need cp.async and bf16 tensor cores)"
     elif s not in MAX_SHARED_PER_BLOCK:

@@ -7,7 +7,9 @@ their own subcommands to :data:`bench`.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import re
 import sys
 import warnings as pywarnings
@@ -27,7 +29,33 @@ from .verify_attention import _NVRTC_SPILL_FREE
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# An OSError with one of these and no file name is a write to standard output or error that failed
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+
+
+class _Group(click.Group):
+    """The command group; a failure to write standard output (``> /dev/full``, a closed pipe) is one
+    line on stderr and exit status 2, not a traceback (status 1 means a kernel failed to compile)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            # (what is left in stdout's buffer would fail again at exit: drop it)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except OSError:
+                pass
+            try:
+                click.echo(f"driverlevel: cannot write the output: {exc.strerror or exc}", err=True)
+            except OSError:
+                pass
+            ctx.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="driverlevel")
 def main():
     """driverlevel: MLA verify attention for draft trees and the DDTree decode loop as CUDA graphs.

@@ -533,7 +533,7 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
         why = "the default tiles do not"
     warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
                   f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
-                  f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
+                  f"thread ({res.registers} registers); it runs, possibly slower than a tile that does not spill "
                   f"({why})", RuntimeWarning, stacklevel=_stacklevel_outside_package())
     return res.spills
 
