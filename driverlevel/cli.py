@@ -226,8 +226,8 @@ def compile_cmd(arch_opt, kernels):
     per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
-    than the architecture allows per block; 2 for an unsupported --arch or an
-    unrecognised DRIVERLEVEL_CACHE value.
+    than the architecture allows per block; 2 for an unsupported --arch, an
+    unrecognised DRIVERLEVEL_CACHE value or output that cannot be written.
 
     The table goes to stdout; a progress bar (on a terminal only), NVRTC's warnings
     (after the table), the problems and a one-line warning when the cubin cache cannot
