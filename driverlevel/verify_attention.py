@@ -515,8 +515,9 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
     spill bytes per thread (stores + loads, 0 if none).
 
-    :class:`VerifyAttention` calls it for every plan: a spilling tile runs, but slower than its
-    shared-memory size suggests. The default tiles are checked spill-free on every architecture
+    :class:`VerifyAttention` calls it for every plan: a spilling tile runs, possibly slower than
+    its shared-memory size suggests (the 48-row tile's 68 B cost nothing measurable on the H200
+    at 9 heads x 200k x 16 tokens, BENCHMARKS.md, twenty-ninth session). The default tiles are checked spill-free on every architecture
     by the tests, with NVRTC 13.4 or newer; 13.0-13.3 spill 64-68 B in sm_80's and sm_90's 48-row
     tile, and the warning then names the NVRTC in use. It points at the first line outside
     driverlevel (the caller's, also when a runner builds the plan), as the cubin cache's warning
