@@ -719,7 +719,12 @@ class VerifyAttention:
         (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
         but a real number, a bool included).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
-        How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
+        How draft-to-draft visibility is given (a draft token always sees its request's whole
+        prefix): ``"full"`` (SGLang's FULL: per request a uint8 ``q_len x (prefix_len + q_len)``
+        block of ``custom_mask`` at ``mask_indptr[b]``), ``"qlen_only"`` (SGLang's QLEN_ONLY: the
+        same without the prefix columns, ``q_len x q_len``), ``"bitmask"`` (uint32 ``[total_q,
+        mask_words]``: bit ``j`` of word ``w`` of row ``t`` says that draft token ``32 w + j`` is
+        visible to row ``t``) or ``"causal"`` (a chain: token ``i`` sees ``0 .. i``; no mask).
     qk_dim, v_dim : int
         Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``.
     pool : WorkspacePool, optional
@@ -778,8 +783,8 @@ class VerifyAttention:
     ``workspace_bytes = 2 * num_parts * tile_rows * (512 * 2 + 4)`` (bf16 partial
     outputs, fp32 LSE) plus the scheduler's tables ``40 * max_batch + 64 * num_parts +
     16``: bounded by the grid, whatever the batch, draft count or head count. On an
-    H200 (132 parts, 64-row tile): 16.6 MiB. See
-    :mod:`driverlevel._workspace_formula`.
+    H200 (132 parts, 64-row tile): 16.6 MiB (derived in the docstring of
+    ``driverlevel/_workspace_formula.py``).
 
     One stream
     ----------
