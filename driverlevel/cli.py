@@ -13,13 +13,14 @@ import os
 import re
 import sys
 import warnings as pywarnings
+from pathlib import Path
 
 import click
 
 from . import __version__
 from ._cli_common import json_path_problem
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
-                       kernel_sources, nvrtc_version)
+                       kernel_source_dir, kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
@@ -215,7 +216,8 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
                    f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE",
-              help="Kernel source in cu/ to compile (repeatable). Default: every .cu file.")
+              help="Kernel source in cu/ to compile, by name (argmax.cu) or path (cu/argmax.cu); repeatable. "
+                   "Default: every .cu file.")
 def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.
 
@@ -235,7 +237,11 @@ def compile_cmd(arch_opt, kernels):
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
-    files = list(dict.fromkeys(kernels)) or available  # a repeated --kernel is compiled and listed once, as --arch
+    # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
+    src = kernel_source_dir().resolve()
+    names = [Path(k).name if Path(k).name in available and Path(k).resolve() == src / Path(k).name else k
+             for k in kernels]
+    files = list(dict.fromkeys(names)) or available  # a repeated --kernel is compiled and listed once, as --arch
     for f in files:
         if f not in available:
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",

@@ -600,3 +600,30 @@ def test_output_that_cannot_be_written_is_one_line_and_status_2(args):
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: No space left on device"
+
+
+def test_cli_compile_takes_a_kernel_by_its_path_in_cu(monkeypatch, tmp_path):
+    """``--kernel cu/argmax.cu`` (from the checkout's root, as a shell completes it) or an absolute path
+    names the file argmax.cu; a path outside cu/ is still refused."""
+    from click.testing import CliRunner
+
+    from driverlevel import cli
+    from driverlevel._compile import kernel_source_dir
+
+    seen = []
+    real = cli.compile_variants
+
+    def variants(filename, arch):
+        seen.append(filename)
+        return real(filename, arch)
+
+    monkeypatch.setattr(cli, "compile_variants", variants)
+    monkeypatch.chdir(kernel_source_dir().parent)
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "cu/argmax.cu",
+                                      "--kernel", str(kernel_source_dir() / "argmax.cu")])
+    assert r.exit_code == 0, r.output
+    assert seen == ["argmax.cu"]
+    elsewhere = tmp_path / "argmax.cu"
+    elsewhere.write_text("// not the package's")
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", str(elsewhere)])
+    assert r.exit_code == 2 and "no kernel source" in r.output
