@@ -451,7 +451,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="budgets 16 and 256, fewer repetitions")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--logits-dtype", default="float32", choices=("float32", "bfloat16"))
-    ap.add_argument("--max-context", type=int, default=4096)
+    ap.add_argument("--max-context", type=int, default=4096,
+                    help="tokens of context per request the state holds (default 4096)")
     ap.add_argument("--topk", default="both", choices=("chunked", "threshold", "both"),
                     help="the build's top-K (DDTreePlan(topk=...)); both: side by side")
     ap.add_argument("--pdl", default=None, choices=("on", "off", "both"),

@@ -80,18 +80,22 @@ def _tokens_per_s(runner, prompts, max_new) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--depth-limit", type=int, default=15)
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=32768)
-    ap.add_argument("--heads", type=int, default=9)
-    ap.add_argument("--num-splits", type=int, default=None)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--batch", type=int, default=8, help="requests decoded together")
+    ap.add_argument("--budget", type=int, default=16, help="DDTree's draft nodes per step (besides the root)")
+    ap.add_argument("--depth-limit", type=int, default=15, help="the drafter's depths (rows of logits per request)")
+    ap.add_argument("--prompt-len", type=int, default=512,
+                    help="the longest prompt, in tokens (the prompts are half this to this long)")
+    ap.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per request")
+    ap.add_argument("--vocab", type=int, default=32768, help="the demo model's vocabulary")
+    ap.add_argument("--heads", type=int, default=9, help="the demo model's attention heads")
+    ap.add_argument("--num-splits", type=int, default=None,
+                    help="cap on the verify attention's split-KV pieces per (request, row tile); None: its "
+                         "scheduler kernel splits each step's work on the GPU")
     ap.add_argument("--steps", type=int, default=400, help="steps per latency measurement")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None, metavar="PATH")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the prompts")
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     a = ap.parse_args(argv)
     # the option checks, before the GPU check and the minutes of work before the JSON is written: the
     # package's own limits (the runners', the verify attention's, MLAModelConfig's heads, DDTreePlan's

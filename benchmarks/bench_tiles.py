@@ -112,14 +112,15 @@ def parse_defines(items):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="8 shapes (9 or 16 heads; prefixes 4k-200k; 16 and 256 tokens) instead of 36")
     ap.add_argument("--tile", action="append", default=[], metavar="NAME=SPEC",
                     help=f"a tile to time (repeatable; default native=native sm120=sm_120); SPEC: {SPEC_GRAMMAR}")
     ap.add_argument("--ratio", action="append", default=[], help="A/B: summary column of A's TFLOP/s over B's")
     ap.add_argument("--define", action="append", default=[], metavar="DL_NAME=INT",
                     help="an extra NVRTC define for verify_attention.cu in every tile (repeatable; for experiments "
                          "with the kernel's compile-time knobs, e.g. DL_SKEW_STORE_AT=27)")
-    ap.add_argument("--json")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = ap.parse_args(argv)
     # Every option is checked before the GPU check and the minutes of measuring: a bad one is a usage error
     # (exit 2 with the usage line), as in the other scripts.
