@@ -406,7 +406,7 @@ def check_arch(name) -> str:
         plain = f"sm_{m.group(2)}"
         why = (f"{text!r} is {'an architecture' if m.group(3) == 'a' else 'a family'}-specific target; driverlevel "
                f"picks each kernel's target for the GPU's plain architecture (the plain one, or sm_90a for sm_90's "
-               f"wgmma verify-attention tile) (use {plain})")
+               f"wgmma verify-attention tile): use {plain}")
     elif int(m.group(2)) < 80:
         why = f"{text!r} is older than sm_80 (the kernels need cp.async and bf16 tensor cores)"
     elif s not in MAX_SHARED_PER_BLOCK:
@@ -430,7 +430,9 @@ def cache_dir() -> Path | None:
     ``DRIVERLEVEL_CACHE_DIR`` names the directory: a leading ``~`` is expanded, and a relative
     path is made absolute against the current directory of the first call that sees the value
     (the process's directory changing later does not move the cache). Unset or empty:
-    ``$XDG_CACHE_HOME/driverlevel``, else ``~/.cache/driverlevel``.
+    ``$XDG_CACHE_HOME/driverlevel`` when ``XDG_CACHE_HOME`` is an absolute path (a relative one is
+    ignored, as the XDG Base Directory specification says), else ``~/.cache/driverlevel``.
+    Nothing is evicted: delete the directory to reclaim its space (entries are rebuilt on demand).
 
     Raises
     ------
@@ -449,7 +451,8 @@ def cache_dir() -> Path | None:
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
     if d:
         return _absolute_cache_dir(d)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "driverlevel"
 
 

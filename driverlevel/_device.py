@@ -98,7 +98,7 @@ def device_count() -> int:
 
 #: The one sentence every command, benchmark and example prints (to stderr) when it needs a
 #: GPU and none is usable; it then exits with :data:`NO_GPU_EXIT_STATUS`.
-NO_GPU_MESSAGE = "This needs an NVIDIA GPU with a working CUDA driver, and none is usable on this machine."
+NO_GPU_MESSAGE = "This needs an NVIDIA GPU with a working CUDA driver, and none is usable on this machine (`driverlevel info` says what it finds; `driverlevel compile` works without one)."
 #: Exit status of a command that needs a GPU run without one (2, as click uses for usage errors).
 NO_GPU_EXIT_STATUS = 2
 

@@ -126,14 +126,15 @@ def f32_to_bf16_bits(x) -> np.ndarray:
     Values past bf16's range round to +-inf, infinities stay infinite, and NaN becomes a quiet
     NaN with the same sign (the upper bits of its payload kept).
     """
-    f = np.require(np.asarray(x, dtype=np.float32), requirements="C")  # keeps a 0-d shape
+    with np.errstate(over="ignore"):  # a value past float32's range becomes +-inf, as documented
+        f = np.require(np.asarray(x, dtype=np.float32), requirements="C")  # keeps a 0-d shape
     u = f.view(np.uint32).astype(np.uint64)
     rounding = np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))
     out = ((u + rounding) >> np.uint64(16)).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
         out = np.where(nan, ((u >> np.uint64(16)) | np.uint64(0x0040)).astype(np.uint16), out)
-    return out
+    return np.asarray(out, dtype=np.uint16).reshape(f.shape)  # (numpy's 0-d arithmetic gives scalars)
 
 
 def bf16_bits_to_f32(bits) -> np.ndarray:
@@ -160,4 +161,4 @@ def bf16_bits_to_f32(bits) -> np.ndarray:
     elif b.size and (int(b.min()) < 0 or int(b.max()) > 0xFFFF):
         raise ValueError(f"bf16 bit patterns must be in [0, 0xFFFF], got values in [{int(b.min())}, {int(b.max())}]")
     b = np.require(b.astype(np.uint16), requirements="C")  # keeps a 0-d shape
-    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return np.asarray(b.astype(np.uint32) << np.uint32(16), dtype=np.uint32).reshape(b.shape).view(np.float32)

@@ -9,43 +9,8 @@
 carve-out each pointer argument lies in: the audit that shows there was no silent
 fallback and no stray pointer.
 
-Lifetime rules
---------------
-A graph replays raw addresses, so everything it points into must outlive it.
-driverlevel guarantees this for what it can see; the rest is the caller's.
-
-1. **What a graph keeps alive.** A :class:`Graph` holds strong references to
-   (a) every :class:`~driverlevel.runtime.PreparedLaunch` queued while it was captured —
-   on the capture's stream *or on any side stream joined into the capture with
-   events* (fork/join): each launch asks ``cuStreamGetCaptureInfo`` for its
-   stream's capture id while a driverlevel capture is in progress, and the
-   capture collects what was registered under its id — and with each launch its
-   arguments, their owners, and whatever :meth:`PreparedLaunch.keep` was given;
-   (b) the arrays of every :meth:`DeviceArray.copy_from`, ``fill_bytes`` and
-   ``fill_u32`` and every :class:`Event` recorded or waited on inside the capture;
-   (c) every registered driverlevel allocation (:class:`DeviceBuffer`,
-   :class:`WorkspacePool`, mapped :class:`PinnedHostBuffer`) that any kernel
-   argument (including pointers inside a params struct passed by value) or any
-   memset/memcpy node of the captured graph points into — found by scanning the
-   graph's nodes when the capture ends, so a plan's workspace is kept even if the
-   plan forgot to say so; (d) whatever :meth:`CaptureSession.keep_alive` was given.
-2. **A** :class:`GraphExec` **keeps its** :class:`Graph` (and so all of the above);
-   :meth:`GraphExec.update` switches it to the new graph. Handles are released
-   exec first, then graph, then the memory they point into; a replay works after
-   every other Python reference to the plan, pools and launches is gone.
-3. **Foreign memory** (a torch or CuPy tensor passed as a kernel argument) is
-   kept alive by the launch that received it; memory reached only through a raw
-   address that driverlevel did not allocate is not: pass its owner to
-   :meth:`CaptureSession.keep_alive`. Work recorded into a capture driverlevel did
-   not begin (``torch.cuda.graph``) is not tracked: keep what it uses alive.
-4. **Releasing a handle during a capture never breaks it.** Frees requested while
-   a driverlevel capture is in progress (``del``, ``gc.collect()``, ``close()``;
-   any thread, any mode) are deferred until the last capture ends; other frees run
-   in relaxed capture mode, so a capture driverlevel cannot see survives too (see
-   :mod:`driverlevel._memory`; ``driverlevel.runtime.release_deferred()`` drains by hand).
-5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
-   points into frees it anyway (after any capture in progress): do not replay
-   that graph afterwards.
+The lifetime rules (what a graph keeps alive, what stays the caller's) are in
+:class:`Graph`'s docstring.
 """
 
 from __future__ import annotations
@@ -146,7 +111,7 @@ def capture(stream, mode: str = "thread_local"):
     While the block runs, handles released in any thread free their memory only
     after the capture ends, and every launch, copy, fill and event recorded on the
     stream, or on a side stream joined into it by events, is tied to the graph
-    (see "Lifetime rules" above).
+    (see the lifetime rules in :class:`Graph`'s docstring).
     """
     if mode not in _MODES:
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
@@ -337,7 +302,7 @@ class Graph:
 
     Obtain one from :func:`capture` (``cap.graph`` after the ``with`` block; there is
     no public constructor). It holds everything the captured work points into (see
-    "Lifetime rules" above). Inspect it with :meth:`kernel_nodes` / :meth:`audit`,
+    "Lifetime rules" below). Inspect it with :meth:`kernel_nodes` / :meth:`audit`,
     and turn it into something that runs with :meth:`instantiate`.
 
     Attributes
@@ -351,6 +316,44 @@ class Graph:
     ...     plan.run(stream, q, kv_cache, meta, out)
     >>> print(cap.graph.audit())     # one line per kernel: grid, block, smem, pools  # doctest: +SKIP
     >>> exec_ = cap.graph.instantiate(upload_stream=stream)   # doctest: +SKIP
+
+    Lifetime rules
+    --------------
+    A graph replays raw addresses, so everything it points into must outlive it.
+    driverlevel guarantees this for what it can see; the rest is the caller's.
+
+    1. **What a graph keeps alive.** A :class:`Graph` holds strong references to
+       (a) every :class:`~driverlevel.runtime.PreparedLaunch` queued while it was captured —
+       on the capture's stream *or on any side stream joined into the capture with
+       events* (fork/join): each launch asks ``cuStreamGetCaptureInfo`` for its
+       stream's capture id while a driverlevel capture is in progress, and the
+       capture collects what was registered under its id — and with each launch its
+       arguments, their owners, and whatever :meth:`PreparedLaunch.keep` was given;
+       (b) the arrays of every :meth:`DeviceArray.copy_from`, ``fill_bytes`` and
+       ``fill_u32`` and every :class:`Event` recorded or waited on inside the capture;
+       (c) every registered driverlevel allocation (:class:`DeviceBuffer`,
+       :class:`WorkspacePool`, mapped :class:`PinnedHostBuffer`) that any kernel
+       argument (including pointers inside a params struct passed by value) or any
+       memset/memcpy node of the captured graph points into — found by scanning the
+       graph's nodes when the capture ends, so a plan's workspace is kept even if the
+       plan forgot to say so; (d) whatever :meth:`CaptureSession.keep_alive` was given.
+    2. **A** :class:`GraphExec` **keeps its** :class:`Graph` (and so all of the above);
+       :meth:`GraphExec.update` switches it to the new graph. Handles are released
+       exec first, then graph, then the memory they point into; a replay works after
+       every other Python reference to the plan, pools and launches is gone.
+    3. **Foreign memory** (a torch or CuPy tensor passed as a kernel argument) is
+       kept alive by the launch that received it; memory reached only through a raw
+       address that driverlevel did not allocate is not: pass its owner to
+       :meth:`CaptureSession.keep_alive`. Work recorded into a capture driverlevel did
+       not begin (``torch.cuda.graph``) is not tracked: keep what it uses alive.
+    4. **Releasing a handle during a capture never breaks it.** Frees requested while
+       a driverlevel capture is in progress (``del``, ``gc.collect()``, ``close()``;
+       any thread, any mode) are deferred until the last capture ends; other frees run
+       in relaxed capture mode, so a capture driverlevel cannot see survives too (see
+       :mod:`driverlevel._memory`; ``driverlevel.runtime.release_deferred()`` drains by hand).
+    5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
+       points into frees it anyway (after any capture in progress): do not replay
+       that graph afterwards.
     """
 
     def __init__(self, *a, **k):

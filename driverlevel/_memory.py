@@ -5,7 +5,7 @@ pool hands out named, aligned carve-outs of one up-front allocation, whose
 addresses never change. Every live allocation is registered so that the graph
 audit (:meth:`Graph.kernel_nodes`) can say which pool and carve-out a kernel
 argument points into, and so that a captured graph can keep alive every
-allocation its nodes point into (see "Lifetime rules" in :mod:`driverlevel._graph`).
+allocation its nodes point into (see "Lifetime rules" in :class:`driverlevel.runtime.Graph`).
 
 Releasing memory while a capture runs
 -------------------------------------

@@ -210,7 +210,7 @@ def load_module(device, cubin) -> Module:
     cubin : Cubin
         An image compiled for ``device.arch`` (e.g. ``"sm_90"``), or for its architecture-specific
         target (``"sm_90a"`` on compute capability 9.0), or for a family-specific target of its family
-        (``"sm_100f"`` on 10.0 or 10.3): ``driverlevel._compile.check_cubin_arch``. PTX is refused.
+        (``"sm_100f"`` on 10.0 or 10.3). PTX is refused.
 
     Returns
     -------
@@ -220,7 +220,7 @@ def load_module(device, cubin) -> Module:
     ------
     ValueError
         If the cubin was compiled for an architecture that does not run on ``device``
-        (``driverlevel._compile.check_cubin_arch`` says why), or is not a cubin (ELF).
+        (the message says why), or is not a cubin (ELF).
     CudaError
         If ``cuModuleLoadData`` fails (e.g. ``CUDA_ERROR_NO_BINARY_FOR_GPU``).
 

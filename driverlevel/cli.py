@@ -7,27 +7,56 @@ their own subcommands to :data:`bench`.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import re
 import sys
 import warnings as pywarnings
+from pathlib import Path
 
 import click
 
 from . import __version__
 from ._cli_common import json_path_problem
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
-                       kernel_sources, nvrtc_version)
+                       kernel_source_dir, kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
 from .demo.capture_demo import capture_demo
-from .verify_attention import _NVRTC_SPILL_FREE
+from .verify_attention import _old_nvrtc_hint
 
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# An OSError with one of these and no file name is a write to standard output or error that failed
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+
+
+class _Group(click.Group):
+    """The command group; a failure to write standard output (``> /dev/full``, a closed pipe) is one
+    line on stderr and exit status 2, not a traceback (status 1 means a kernel failed to compile)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+                raise
+            # (what is left in stdout's buffer would fail again at exit: drop it)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except OSError:
+                pass
+            try:
+                click.echo(f"driverlevel: cannot write the output: {exc.strerror or exc}", err=True)
+            except OSError:
+                pass
+            ctx.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="driverlevel")
 def main():
     """driverlevel: MLA verify attention for draft trees and the DDTree decode loop as CUDA graphs.
@@ -187,7 +216,8 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
                    f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE",
-              help="Kernel source in cu/ to compile (repeatable). Default: every .cu file.")
+              help="Kernel source in cu/ to compile, by name (argmax.cu) or path (cu/argmax.cu); repeatable. "
+                   "Default: every .cu file.")
 def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.
 
@@ -198,8 +228,8 @@ def compile_cmd(arch_opt, kernels):
     per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
-    than the architecture allows per block; 2 for an unsupported --arch or an
-    unrecognised DRIVERLEVEL_CACHE value.
+    than the architecture allows per block; 2 for an unsupported --arch, an
+    unrecognised DRIVERLEVEL_CACHE value or output that cannot be written.
 
     The table goes to stdout; a progress bar (on a terminal only), NVRTC's warnings
     (after the table), the problems and a one-line warning when the cubin cache cannot
@@ -207,7 +237,11 @@ def compile_cmd(arch_opt, kernels):
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
-    files = list(dict.fromkeys(kernels)) or available  # a repeated --kernel is compiled and listed once, as --arch
+    # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
+    src = kernel_source_dir().resolve()
+    names = [Path(k).name if Path(k).name in available and Path(k).resolve() == src / Path(k).name else k
+             for k in kernels]
+    files = list(dict.fromkeys(names)) or available  # a repeated --kernel is compiled and listed once, as --arch
     for f in files:
         if f not in available:
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
@@ -269,10 +303,9 @@ def _compile_jobs(files, archs) -> bool:
         click.echo(f"NVRTC warnings compiling {', '.join(wheres)}:\n{text}", err=True)
     for p in problems:
         click.echo(p, err=True)
-    if any(" spills " in p for p in problems) and nvrtc_version() < _NVRTC_SPILL_FREE:
-        click.echo(f"NVRTC {'.'.join(map(str, nvrtc_version()))} is in use; the kernels build without spills with NVRTC "
-                   f"{'.'.join(map(str, _NVRTC_SPILL_FREE))} or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')",
-                   err=True)
+    hint = _old_nvrtc_hint(nvrtc_version(), "the kernels build without spills")
+    if hint and any(" spills " in p for p in problems):
+        click.echo(hint, err=True)
     return bool(problems)
 
 

@@ -56,6 +56,11 @@ ARRAY_FIELDS = ("active", "root_tokens", "seq_lens", "req_pool_indices", "req_to
 class RequestState:
     """Per-request device state and the slot pool, read and updated by the runner's and DDTree's kernels.
 
+    Build one with :meth:`allocate` (carved from a pool, every array of the right dtype and
+    shape). The constructor is a plain container for arrays the caller owns: it checks nothing,
+    and the plans check each array's device, dtype and shape in every call that takes the state
+    (``TypeError`` / ``ValueError`` naming the field, before any launch).
+
     Attributes
     ----------
     active : uint8 ``[max_batch]``

@@ -417,6 +417,17 @@ _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
 #: architecture (13.0-13.3 spill 64-68 B per thread in the 48-row tile of sm_80, sm_87 and sm_90; checked
 #: with 13.0.88, 13.2.86, 13.3.33, 13.4.92 and 13.5.37). pyproject.toml requires it.
 _NVRTC_SPILL_FREE = (13, 4)
+
+
+def _old_nvrtc_hint(version: tuple, subject: str) -> str | None:
+    """``"NVRTC 13.0 is in use; <subject> with NVRTC 13.4 or newer (pip install -U ...)"`` for an NVRTC
+    ``version`` older than :data:`_NVRTC_SPILL_FREE` (the plans' spill warning and ``driverlevel
+    compile``'s report), None for a newer one."""
+    if tuple(version) >= _NVRTC_SPILL_FREE:
+        return None
+    a, b = _NVRTC_SPILL_FREE
+    return (f"NVRTC {version[0]}.{version[1]} is in use; {subject} with NVRTC {a}.{b} or newer "
+            f"(pip install -U 'nvidia-cuda-nvrtc>={a}.{b},<{a + 1}')")
 # sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
 # and the Q tile 128-byte swizzled: 1.05-1.13x _WS32_SKEW at 64-row shapes on the H200) and, since
 # the twenty-eighth session, the PV warps' P V by wgmma too (1.13-1.22x the QK-only tile;
@@ -515,9 +526,10 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
     spill bytes per thread (stores + loads, 0 if none).
 
-    :class:`VerifyAttention` calls it for every plan: a spilling tile runs, but slower than its
-    shared-memory size suggests. The default tiles are checked spill-free on every architecture
-    by the tests, with NVRTC 13.4 or newer; 13.0-13.3 spill 64-68 B in sm_80's and sm_90's 48-row
+    :class:`VerifyAttention` calls it for every plan: a spilling tile runs, possibly slower than
+    its shared-memory size suggests (the 48-row tile's 68 B cost nothing measurable on the H200
+    at 9 heads x 200k x 16 tokens, BENCHMARKS.md, twenty-ninth session). The default tiles are
+    checked spill-free on every architecture by the tests, with NVRTC 13.4 or newer; 13.0-13.3 spill 64-68 B in sm_80's and sm_90's 48-row
     tile, and the warning then names the NVRTC in use. It points at the first line outside
     driverlevel (the caller's, also when a runner builds the plan), as the cubin cache's warning
     does.
@@ -525,15 +537,10 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     res = cubin.resources.get("verify_attn_partial")
     if res is None or not res.spills:
         return 0
-    major, minor = nvrtc_version()
-    if (major, minor) < _NVRTC_SPILL_FREE:
-        why = (f"NVRTC {major}.{minor} is in use; the default tiles do not spill with NVRTC "
-               f"{_NVRTC_SPILL_FREE[0]}.{_NVRTC_SPILL_FREE[1]} or newer (pip install -U 'nvidia-cuda-nvrtc>=13.4,<14')")
-    else:
-        why = "the default tiles do not"
+    why = _old_nvrtc_hint(nvrtc_version(), "the default tiles do not spill") or "the default tiles do not"
     warnings.warn(f"tile {tile.label} spills registers on {cubin.arch}: verify_attn_partial has "
                   f"{res.spill_store_bytes} B of spill stores and {res.spill_load_bytes} B of spill loads per "
-                  f"thread ({res.registers} registers); it runs, but slower than a tile that does not spill "
+                  f"thread ({res.registers} registers); it runs, possibly slower than a tile that does not spill "
                   f"({why})", RuntimeWarning, stacklevel=_stacklevel_outside_package())
     return res.spills
 
@@ -718,7 +725,12 @@ class VerifyAttention:
         (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
         but a real number, a bool included).
     mask_format : {"bitmask", "full", "qlen_only", "causal"}
-        How draft-to-draft visibility is given (see :mod:`driverlevel._mask`).
+        How draft-to-draft visibility is given (a draft token always sees its request's whole
+        prefix): ``"full"`` (SGLang's FULL: per request a uint8 ``q_len x (prefix_len + q_len)``
+        block of ``custom_mask`` at ``mask_indptr[b]``), ``"qlen_only"`` (SGLang's QLEN_ONLY: the
+        same without the prefix columns, ``q_len x q_len``), ``"bitmask"`` (uint32 ``[total_q,
+        mask_words]``: bit ``j`` of word ``w`` of row ``t`` says that draft token ``32 w + j`` is
+        visible to row ``t``) or ``"causal"`` (a chain: token ``i`` sees ``0 .. i``; no mask).
     qk_dim, v_dim : int
         Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``.
     pool : WorkspacePool, optional
@@ -777,8 +789,8 @@ class VerifyAttention:
     ``workspace_bytes = 2 * num_parts * tile_rows * (512 * 2 + 4)`` (bf16 partial
     outputs, fp32 LSE) plus the scheduler's tables ``40 * max_batch + 64 * num_parts +
     16``: bounded by the grid, whatever the batch, draft count or head count. On an
-    H200 (132 parts, 64-row tile): 16.6 MiB. See
-    :mod:`driverlevel._workspace_formula`.
+    H200 (132 parts, 64-row tile): 16.6 MiB (derived in the docstring of
+    ``driverlevel/_workspace_formula.py``).
 
     One stream
     ----------

@@ -96,8 +96,20 @@ def test_the_test_extra_brings_ml_dtypes():
 ])
 def test_bf16_converters_keep_a_scalars_0d_shape(f, x, want):
     got = f(x)
-    assert got.shape == () and got == want
+    # (a numpy scalar has .shape == () too: the docstrings promise an array)
+    assert isinstance(got, np.ndarray) and got.shape == () and got == want, type(got)
     assert f(np.full((2, 3), x)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("f", [f32_to_bf16, f32_to_bf16_bits, round_to_bf16])
+def test_values_past_the_range_round_to_inf_without_a_warning(f):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would be an error
+        got = f([1e39, -1e39, 1.0])
+    want = [0x7F80, 0xFF80, 0x3F80] if f is not round_to_bf16 else [np.inf, -np.inf, 1.0]
+    assert np.asarray(got).tolist() == want
 
 
 def test_both_f32_to_bf16_converters_keep_the_sign_of_nan():

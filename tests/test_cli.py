@@ -196,7 +196,7 @@ def test_compile_refuses_empty_names_in_the_list(runner, arch):
 
 def test_compile_suffixed_arch_names_the_plain_one(runner):
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_90a"])
-    assert "(use sm_90)" in " ".join(r.output.split())
+    assert "tile): use sm_90" in " ".join(r.output.split())
 
 
 def test_compile_default_arch_of_an_unknown_gpu(runner, monkeypatch):
@@ -568,11 +568,9 @@ def test_bench_replay_json_empty_path_is_called_empty(runner, monkeypatch):
 
 
 # -- compile lists a repeated --kernel once ------------------------------------------------------------------
-def test_cli_compile_lists_a_repeated_kernel_once(monkeypatch):
-    from click.testing import CliRunner
-
-    from driverlevel import cli
-
+@pytest.fixture
+def compiled_files(monkeypatch):
+    """The kernel files ``driverlevel compile`` asks the variants of, in order (a spy on compile_variants)."""
     seen = []
     real = cli.compile_variants
 
@@ -581,6 +579,48 @@ def test_cli_compile_lists_a_repeated_kernel_once(monkeypatch):
         return real(filename, arch)
 
     monkeypatch.setattr(cli, "compile_variants", variants)
+    return seen
+
+
+def test_cli_compile_lists_a_repeated_kernel_once(compiled_files):
+    from click.testing import CliRunner
+
+    seen = compiled_files
     r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "argmax.cu", "--kernel", "argmax.cu"])
     assert r.exit_code == 0, r.output
     assert seen.count("argmax.cu") == 1
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args", [["info"], ["compile", "--arch", "sm_120", "--kernel", "argmax.cu"]])
+def test_output_that_cannot_be_written_is_one_line_and_status_2(args):
+    """``driverlevel ... > /dev/full``: one line on stderr naming the failure and exit status 2 (status 1
+    means a kernel failed), not a traceback."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "driverlevel", *args], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: No space left on device"
+
+
+def test_cli_compile_takes_a_kernel_by_its_path_in_cu(compiled_files, monkeypatch, tmp_path):
+    """``--kernel cu/argmax.cu`` (from the checkout's root, as a shell completes it) or an absolute path
+    names the file argmax.cu; a path outside cu/ is still refused."""
+    from click.testing import CliRunner
+
+    from driverlevel._compile import kernel_source_dir
+
+    seen = compiled_files
+    monkeypatch.chdir(kernel_source_dir().parent)
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "cu/argmax.cu",
+                                      "--kernel", str(kernel_source_dir() / "argmax.cu")])
+    assert r.exit_code == 0, r.output
+    assert seen == ["argmax.cu"]
+    elsewhere = tmp_path / "argmax.cu"
+    elsewhere.write_text("// not the package's")
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", str(elsewhere)])
+    assert r.exit_code == 2 and "no kernel source" in r.output

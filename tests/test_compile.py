@@ -370,6 +370,16 @@ def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "driverlevel"
 
 
+@pytest.mark.parametrize("xdg", ["relative/cache", "."])
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path, xdg):
+    # (XDG Base Directory specification: a relative path in XDG_CACHE_HOME is invalid and ignored)
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.delenv("DRIVERLEVEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / ".cache" / "driverlevel"
+
+
 def test_unwritable_cache_warns_and_still_compiles(tmp_path, header_dir, monkeypatch):
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("a file where the cache directory should be")

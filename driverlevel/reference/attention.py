@@ -72,8 +72,8 @@ def bf16_to_f32(bits: object) -> np.ndarray:
     arr = np.asarray(bits)
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 2:
         raise TypeError(f"bf16 bit patterns must be uint16, got dtype {arr.dtype}")
-    wide = arr.view(np.uint16).astype(np.uint32) << np.uint32(16)
-    return wide.view(np.float32)
+    wide = np.asarray(arr.view(np.uint16).astype(np.uint32) << np.uint32(16), dtype=np.uint32)
+    return wide.reshape(arr.shape).view(np.float32)  # (numpy's 0-d arithmetic gives scalars)
 
 
 def f32_to_bf16(values: object) -> np.ndarray:
