@@ -82,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--evict-code", action="store_true",
                     help="before the stamped build (and its flush), run a kernel with ~290 KB of code on every SM: "
                          "the build's code leaves the SMs' instruction caches")
+    ap.add_argument("--twice", action="store_true",
+                    help="a diagnostic: each row CTA runs its merge twice and the last CTA its parallel search "
+                         "twice (-DDL_STAMPS_TWICE, one copy of the code); the tables show the second runs, whose "
+                         "code is in the SMs' instruction caches")
     ap.add_argument("--flush", choices=("read", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a 100 µs spin; none (default): the build right after its warm-up")
@@ -95,10 +99,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def stamp_defines(detail_depth=None) -> dict:
-    """The defines a stamped build adds to ddtree.cu's: DL_STAMPS, and DL_STAMPS_DETAIL for
-    ``--detail-depth``."""
-    return {"DL_STAMPS": 1, **({"DL_STAMPS_DETAIL": int(detail_depth)} if detail_depth is not None else {})}
+def stamp_defines(detail_depth=None, twice=False) -> dict:
+    """The defines a stamped build adds to ddtree.cu's: DL_STAMPS, DL_STAMPS_DETAIL for
+    ``--detail-depth`` and DL_STAMPS_TWICE for ``--twice``."""
+    return {"DL_STAMPS": 1, **({"DL_STAMPS_DETAIL": int(detail_depth)} if detail_depth is not None else {}),
+            **({"DL_STAMPS_TWICE": 1} if twice else {})}
 
 
 def point_name(point: str, arg: int) -> str:
@@ -238,7 +243,7 @@ def main(argv=None) -> int:
     from driverlevel import selftest
 
     plain = ddtree.compile_defines
-    extra = stamp_defines(args.detail_depth)
+    extra = stamp_defines(args.detail_depth, args.twice)
     ddtree.compile_defines = lambda arch: {**plain(arch), **extra}
     stream = dev.create_stream()
     flush = L2Flush(dev, stream, "read") if args.flush == "read" else None
