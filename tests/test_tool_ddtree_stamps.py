@@ -205,3 +205,20 @@ def test_stamp_row_layout_matches_the_headers():
     assert dict(stamps.TK_ROWS) == {k: define("ddtree/stamps.cuh", f"DDT_TK_ROW_{k.upper()}")
                                    for k in ("sample", "stream", "chunks")}
     assert stamps.TK_ROWS[-1][1] < stamps.phase_stamps.ROWS
+
+
+def test_stream_ctas_grouped_by_sm():
+    """--chain: the stream's CTAs grouped by how many shared an SM (the top-K stamps' argument is the
+    SM): SM 5 ran two CTAs (exits 9 and 11 µs after the sample's first entry, 7 and 8 µs after their
+    PDL waits), SM 9 one (exit at 6, 4 after its wait); the sample's row only sets the origin."""
+    recs = {256: [("entry", 1, 5, 1_000), ("exit", 1, 50, 6_000)],
+            512: [("entry", 5, 7, 1_500), ("waited", 5, 9, 3_000), ("exit", 5, 20, 10_000)],
+            513: [("entry", 5, 7, 1_600), ("waited", 5, 9, 4_000), ("exit", 5, 20, 12_000)],
+            514: [("entry", 9, 7, 1_700), ("waited", 9, 9, 3_000), ("exit", 9, 20, 7_000)]}
+    _, topk = stamps.split_topk(recs)
+    lines = stamps.stream_by_sm(topk)
+    assert lines[0].split()[:3] == ["CTAs", "/", "SM"]
+    one, two = (ln.split() for ln in lines[1:])
+    assert one == ["1", "1", "1", "6.00", "6.00", "4.00"]
+    assert two == ["2", "1", "2", "10.00", "11.00", "7.50"]
+    assert stamps.stream_by_sm({}) == ["(no sample entry recorded)"]
