@@ -120,6 +120,24 @@ def test_detail_stamps_compile_and_leave_the_plain_build_unchanged():
     assert only_detail.data == plain.data
 
 
+def test_twice_build_compiles_and_leaves_the_plain_build_unchanged():
+    """--twice's build (DL_STAMPS_TWICE with DL_STAMPS) compiles for the H200 without spills or stack,
+    and runs the merge and the search twice through one copy of their code each (a loop at one call
+    site): its cubin is ~3 KB larger than the stamped build's, where a second inlined copy of the
+    search made it ~64 KB larger (the first version of the define); the second runs must execute
+    the instructions the first fetched. Without DL_STAMPS the define changes nothing, so a stray
+    define cannot double a plan's merge."""
+    plain_defines = ddtree.compile_defines("sm_90")
+    assert stamps.stamp_defines(None, twice=True) == {"DL_STAMPS": 1, "DL_STAMPS_TWICE": 1}
+    assert stamps.parse_args(["--twice"]).twice and not stamps.parse_args([]).twice
+    twice = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines(None, True)})
+    assert twice.resources["ddtree_build"].spills == 0 and twice.resources["ddtree_build"].stack_bytes == 0
+    stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines()})
+    assert len(twice.data) < len(stamped.data) + 16 * 1024
+    only_twice = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, "DL_STAMPS_TWICE": 1})
+    assert only_twice.data == dl.runtime.compile_file("ddtree.cu", "sm_90", plain_defines).data
+
+
 def test_stamp_names_are_immediates_in_the_code():
     """A stamp's name is packed at compile time (dl_stamp_name): the stamped PTX holds 'merge' as a
     64-bit immediate and no string literal, so a stamp is one store and no loads."""
