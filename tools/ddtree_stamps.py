@@ -4,8 +4,9 @@ Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL
 (``cu/ddtree/stamps.cuh``, ``cu/phase_stamps.cuh``: thread 0 of each CTA of ``ddtree_build``, and for ``lsedone`` the
 first thread of the row merge's log-sum-exp warp, records the SM clock and the
 global timer at named points into module globals; without the define the kernels are unchanged),
-runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: peaked random drafter
-logits, vocabulary 163,840, depth 15) after a warm-up, and prints two tables:
+runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: by default its random
+drafter rows, nearly flat, whose trees are stars; ``--drafter peaked`` for deep trees; vocabulary
+163,840, depth 15) after a warm-up, and prints two tables:
 
 * per phase, the median and maximum cycles over the CTAs that passed it (differences of
   ``clock64`` within one CTA):
@@ -63,16 +64,18 @@ import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..16: the stamp rows of "
                     "cu/ddtree/stamps.cuh hold ddtree_build's CTAs below row 256)")
     ap.add_argument("--budget", type=int, nargs="+", default=[256], help="tree budgets (1..512)")
-    ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the drafter logits' dtype")
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
                     help="bench_ddtree's drafter rows: random (nearly flat; star trees), peaked or jittered (deep "
                          "trees)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
-                    help="parallel (default) or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
+                    help="parallel, or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
     ap.add_argument("--detail-depth", type=int, default=None, metavar="N",
                     help="also stamp the steps inside the parallel search's depth N (1..15; -DDL_STAMPS_DETAIL=N): "
                          "count (thread 0's parents), scan, offs, gen, bstar; the depth stamps then stop at 10")
@@ -88,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "code is in the SMs' instruction caches")
     ap.add_argument("--flush", choices=("read", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
-                         "build behind a 100 µs spin; none (default): the build right after its warm-up")
+                         "build behind a 100 µs spin; none: the build right after its warm-up")
     args = ap.parse_args(argv)
     for name, values, lo, hi in (("--batch", args.batch, 1, 16), ("--budget", args.budget, 1, 512)):
         bad = [v for v in values if not lo <= v <= hi]

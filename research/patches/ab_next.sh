@@ -5,8 +5,8 @@
 # needed), runs bench_ddtree on main and each variant, interleaved, twice per drafter, prints each
 # variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
 # batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's timeline, --chain
-# --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not), and leaves the results in
-# $OUT/r.tgz (one file: the device tool returns at most eight).
+# --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not; their logs
+# tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight).
 # ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
 set -u
@@ -15,7 +15,7 @@ P=$R/research/patches
 names=("$@"); [ ${#names[@]} -eq 0 ] && names=($(cd $P && ls *.patch | sed 's/\.patch$//'))
 for v in "${names[@]}"; do
   T=/tmp/ab-$v; rm -rf $T; mkdir -p $T
-  (cd $R && tar --exclude=./.wt --exclude=./.git -cf - .) | (cd $T && tar -xf -)
+  (cd $R && tar --exclude=./.wt --exclude=./.git --exclude=./.venv --exclude=./venv -cf - .) | (cd $T && tar -xf -)
   (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
 done
 nvidia-smi -L
@@ -36,9 +36,11 @@ for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
   grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
 done
+if [ "${TESTS:-1}" != 0 ]; then
+  for t in "${names[@]}"; do
+    echo "--- DDTree GPU tests on $t"
+    (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider \
+       tests/test_ddtree_gpu.py > $O/r/tests-$t.log 2>&1; tail -2 $O/r/tests-$t.log)
+  done
+fi
 tar -C $O -czf $O/r.tgz r && rm -rf $O/r
-[ "${TESTS:-1}" = 0 ] && exit 0
-for t in "${names[@]}"; do
-  echo "--- DDTree GPU tests on $t"
-  (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_ddtree_gpu.py 2>&1 | tail -2)
-done
