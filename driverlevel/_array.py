@@ -18,6 +18,7 @@ viewed as they are: no dtype conversion, no copy.
 
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import math
 import operator
@@ -592,13 +593,36 @@ def _from_dlpack(obj, device):
     return DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dt, dev, strides, owner=owner)
 
 
+def _opaque_cai(cai) -> bool:
+    """True if a ``__cuda_array_interface__`` names an opaque type (``'<V2'``); a malformed one is
+    not opaque here (``_from_cai`` says what is wrong with it)."""
+    try:
+        return np.dtype(cai["typestr"]).kind == "V"
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _from_cai(obj, device):
     from ._device import Device
 
     cai = obj.__cuda_array_interface__
-    ptr, readonly = cai["data"]
-    dt = np.dtype(cai["typestr"])
-    shape = tuple(cai["shape"])
+    what = f"{type(obj).__name__}.__cuda_array_interface__"
+    if not isinstance(cai, collections.abc.Mapping):
+        raise TypeError(f"{what} must be a dict (CUDA Array Interface v3), got {type(cai).__name__}")
+    missing = [k for k in ("data", "typestr", "shape") if k not in cai]
+    if missing:
+        raise TypeError(f"{what} lacks {', '.join(repr(k) for k in missing)} (CUDA Array Interface v3: "
+                        f"'shape', 'typestr' and 'data' are required)")
+    data = cai["data"]
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise TypeError(f"{what}['data'] must be a (pointer, read_only) pair, got {data!r}")
+    ptr, readonly = data
+    try:
+        dt = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+    except TypeError as exc:
+        raise TypeError(f"{what}: 'typestr' {cai['typestr']!r} or 'shape' {cai['shape']!r} is not valid: {exc}") \
+            from None
     strides = cai.get("strides")
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
@@ -702,7 +726,7 @@ def as_device_array(obj, device=None) -> DeviceArray:
         has_cai = True
     except (AttributeError, TypeError, RuntimeError):  # e.g. torch bfloat16 refuses CAI
         has_cai = False
-    if has_cai and np.dtype(obj.__cuda_array_interface__["typestr"]).kind == "V" and hasattr(obj, "__dlpack__"):
+    if has_cai and hasattr(obj, "__dlpack__") and _opaque_cai(obj.__cuda_array_interface__):
         has_cai = False  # e.g. torch exports bfloat16 as an opaque '<V2': DLPack names the type
     if has_cai:
         return _from_cai(obj, device)

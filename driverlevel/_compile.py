@@ -43,7 +43,7 @@ from pathlib import Path
 
 from cuda.bindings import nvrtc
 
-from ._checks import bool_arg
+from ._checks import bool_arg, is_bool
 from ._errors import NvrtcError, PicklableError, check_nvrtc
 
 __all__ = [
@@ -234,6 +234,9 @@ def normalize_arch(arch) -> str:
 
     Raises
     ------
+    TypeError
+        For a bool, None, a float or anything else that is not a str, an int, a tuple or an
+        object with an ``arch`` attribute (a Device).
     ValueError
         For a malformed architecture (a tuple other than ``(major, minor)`` of ints with
         ``major >= 1`` and ``minor`` 0 to 9, a number with a leading zero such as ``"sm_090"``,
@@ -241,6 +244,9 @@ def normalize_arch(arch) -> str:
     """
     if hasattr(arch, "arch") and not isinstance(arch, str):
         arch = arch.arch
+    if isinstance(arch, bool) or not isinstance(arch, (str, numbers.Integral, tuple)):
+        raise TypeError(f"arch must be a str such as 'sm_90', an int, a (major, minor) tuple or a Device, "
+                        f"got {type(arch).__name__} {arch!r}")
     given = arch
     if isinstance(arch, tuple):
         major, minor = arch if len(arch) == 2 else (None, None)
@@ -257,7 +263,7 @@ def normalize_arch(arch) -> str:
     if not m or int(m.group(1)) < 80:
         raise ValueError(f"unsupported architecture {given!r}: expected a real target sm_XX of sm_80 or newer, "
                          f"optionally architecture-specific (sm_90a); not a virtual compute_XX or a family target "
-                         f"(sm_100f). E.g. one of {', '.join(SUPPORTED_ARCHS)}")
+                         f"(sm_100f). Those whose limits driverlevel knows: {', '.join(MAX_SHARED_PER_BLOCK)}")
     return s
 
 
@@ -758,10 +764,15 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
             raise ValueError(f"defines: {k!r} is not a C identifier")
         if v is None:
             raise TypeError(f"defines[{k!r}] is None: give a value (e.g. 1); a bare -D{k} is not supported")
-        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        if is_bool(v):
+            v = bool(v)  # numpy's bool too
+        elif isinstance(v, numbers.Integral):
             v = int(v)  # numpy's integers too, as the architecture takes them
-        elif not isinstance(v, (bool, float, str)):
-            raise TypeError(f"defines[{k!r}] must be an int, float, bool or str, got {type(v).__name__} {v!r}")
+        elif isinstance(v, numbers.Real) and not isinstance(v, float):
+            v = float(v)  # numpy's floats (np.float64 is already a float)
+        elif not isinstance(v, (float, str)):
+            raise TypeError(f"defines[{k!r}] must be an int, float, bool or str (or numpy's int, float or bool), "
+                            f"got {type(v).__name__} {v!r}")
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"defines[{k!r}] must be a finite float, got {v!r} (no C literal)")
         if isinstance(v, str) and any(c in v for c in "\n\r\0"):
@@ -892,7 +903,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         Target architecture, e.g. ``"sm_120"``.
     defines : dict, optional
         Compile-time constants, passed as ``-DNAME=VALUE`` (a bool as 0 / 1). ``NAME`` is a C
-        identifier; the value an int (numpy's integers too), a finite float, a bool or a str
+        identifier; the value an int, a finite float or a bool (numpy's too), or a str
         without line breaks. ``None`` is refused (no bare
         ``-DNAME``: give a value, e.g. 1).
     extra_options : sequence of str

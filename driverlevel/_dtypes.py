@@ -122,10 +122,23 @@ def storage_dtype(dt) -> np.dtype:
 def f32_to_bf16_bits(x) -> np.ndarray:
     """Round float values to bfloat16 (round to nearest even); return uint16 bit patterns.
 
-    ``x`` is converted to float32 first; the result has its shape (a scalar gives a 0-d array).
-    Values past bf16's range round to +-inf, infinities stay infinite, and NaN becomes a quiet
-    NaN with the same sign (the upper bits of its payload kept).
+    ``x`` (numbers: floats, ints, bools, or arrays of them) is converted to float32 first, then
+    rounded; the result has its shape (a scalar gives a 0-d array). float64 input is thus
+    rounded twice, to float32 and then to bfloat16, which can differ from rounding it to bfloat16
+    directly by one bf16 ulp where the float32 step lands exactly halfway (1 + 2**-8 + 2**-30
+    gives 1.0, not 1.0078125). Values past bf16's range round to +-inf, infinities stay
+    infinite, and NaN becomes a quiet NaN with the same sign (the upper bits of its payload kept).
+
+    Raises
+    ------
+    TypeError
+        For ``None``, strings, datetimes, object arrays and other input that is not numbers
+        (they were turned into NaN or into their raw integers before).
     """
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf" and not is_ml_bfloat16(a.dtype):
+        raise TypeError(f"f32_to_bf16_bits takes numbers (float, int or bool values), got "
+                        f"{'None' if x is None else f'dtype {a.dtype}'}")
     with np.errstate(over="ignore"):  # a value past float32's range becomes +-inf, as documented
         f = np.require(np.asarray(x, dtype=np.float32), requirements="C")  # keeps a 0-d shape
     u = f.view(np.uint32).astype(np.uint64)

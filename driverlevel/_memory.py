@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import collections.abc
 import ctypes
 import math
 import operator
@@ -70,11 +71,12 @@ __all__ = ["DeviceBuffer", "PinnedHostBuffer", "WorkspacePool", "Carve", "Pointe
 
 
 def align_up(n: int, alignment: int) -> int:
-    """Round ``n`` up to a multiple of ``alignment`` (a power of two), in Python ints.
+    """Round ``n`` (bytes, >= 0) up to a multiple of ``alignment`` (a power of two >= 1), in Python ints.
 
-    Raises ``TypeError`` for a non-integer (``operator.index``: numpy ints are taken, a float
-    is not truncated)."""
-    n, alignment = operator.index(n), operator.index(alignment)
+    Raises ``TypeError`` for a non-integer or a bool (numpy ints are taken, a float is not
+    truncated) and ``ValueError`` for a negative ``n`` or an ``alignment`` that is not a power of
+    two (0, 3, -8: the bit trick would give a wrong answer)."""
+    n, alignment = non_negative_int("n", n), power_of_two("alignment", alignment)
     return (n + alignment - 1) & ~(alignment - 1)
 
 
@@ -113,8 +115,16 @@ def _carve_end(start: int, specs, alignment: int) -> int:
 
     Raises ``TypeError`` for an extent that is not an integer or an unsupported dtype, ``ValueError``
     for a negative extent."""
+    if isinstance(specs, (str, bytes, collections.abc.Mapping)) or not isinstance(specs, collections.abc.Iterable):
+        raise TypeError(f"specs must be a list of (shape, dtype) pairs, got {type(specs).__name__} {specs!r}")
     end = start
-    for shape, dtype in specs:
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+            got = f"a {len(spec)}-tuple" if isinstance(spec, tuple) else type(spec).__name__
+            raise TypeError(f"specs[{i}] must be a (shape, dtype) pair, got {got} {spec!r}"
+                            + (" (carve() takes the name; required_bytes does not)" if isinstance(spec, tuple)
+                               and len(spec) == 3 and isinstance(spec[0], str) else ""))
+        shape, dtype = spec
         shape = int_tuple("shape", shape)
         if any(d < 0 for d in shape):
             raise ValueError(f"shape extents must be >= 0, got {shape}")
@@ -616,8 +626,9 @@ class WorkspacePool:
         Raises
         ------
         TypeError
-            ``alignment`` or an extent is not an integer (floats and bools are refused, not
-            truncated), or a dtype is not supported (what :meth:`carve` refuses too).
+            ``specs`` is not a list of ``(shape, dtype)`` pairs, ``alignment`` or an extent is not
+            an integer (floats and bools are refused, not truncated), or a dtype is not supported
+            (what :meth:`carve` refuses too).
         ValueError
             ``alignment`` is not a positive power of two, or a shape has a negative extent.
         """

@@ -37,7 +37,7 @@ import ctypes
 
 import numpy as np
 
-from ._checks import device_array_arg, need_dtype, positive_int
+from ._checks import bool_arg, device_array_arg, need_dtype, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
@@ -109,8 +109,17 @@ def argmax_layout(vocab: int, max_rows: int, sm_count: int, *, split: bool = Tru
     gives about four items per warp when all ``max_rows`` rows are computed, so the read of the
     logits is spread over the whole GPU whatever the row count. ``split=False``: one item per
     row (``splits = 1``, as the ``index`` output needs).
+
+    Raises
+    ------
+    TypeError
+        For a ``vocab``, ``max_rows`` or ``sm_count`` that is not an int (bools and floats
+        included), or a ``split`` that is not a bool.
+    ValueError
+        For a ``vocab``, ``max_rows`` or ``sm_count`` below 1.
     """
-    vocab, max_rows, sm_count = int(vocab), int(max_rows), int(sm_count)
+    vocab, max_rows = positive_int("vocab", vocab), positive_int("max_rows", max_rows)
+    sm_count, split = positive_int("sm_count", sm_count), bool_arg("split", split)
     warps_per_cta = THREADS // 32
     warps = CTAS_PER_SM * sm_count * warps_per_cta
     splits = max(1, min(-(-4 * warps // max_rows), -(-vocab // GRAIN))) if split else 1

@@ -34,25 +34,39 @@ __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
 
 
+def _output_failed(exc: OSError) -> None:
+    """Re-raise ``exc`` unless it is a failure to write standard output; otherwise say so in one
+    line on stderr (stdout's unwritten buffer dropped, so that exit does not fail on it again)."""
+    if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+        raise exc
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    try:
+        click.echo(f"driverlevel: cannot write the output: {exc.strerror or exc}", err=True)
+    except OSError:
+        pass
+
+
 class _Group(click.Group):
     """The command group; a failure to write standard output (``> /dev/full``, a closed pipe) is one
-    line on stderr and exit status 2, not a traceback (status 1 means a kernel failed to compile)."""
+    line on stderr and exit status 2, not a traceback (status 1 means a kernel failed to compile):
+    in a command (``invoke``) and in the group's own ``--help`` and ``--version``, which click
+    prints while it parses the arguments (``make_context``)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except OSError as exc:
+            _output_failed(exc)
+            raise click.exceptions.Exit(2) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except OSError as exc:
-            if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
-                raise
-            # (what is left in stdout's buffer would fail again at exit: drop it)
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            except OSError:
-                pass
-            try:
-                click.echo(f"driverlevel: cannot write the output: {exc.strerror or exc}", err=True)
-            except OSError:
-                pass
+            _output_failed(exc)
             ctx.exit(2)
 
 
@@ -244,6 +258,12 @@ def compile_cmd(arch_opt, kernels):
     files = list(dict.fromkeys(names)) or available  # a repeated --kernel is compiled and listed once, as --arch
     for f in files:
         if f not in available:
+            if Path(f).name in available and Path(f).is_file():
+                # a checkout's cu/argmax.cu after a plain `pip install .`: not the file compiled
+                raise click.BadParameter(
+                    f"{f} is not in the kernel source directory this driverlevel compiles ({src}); to compile "
+                    f"a checkout's cu/, install it with `pip install -e .` or run with PYTHONPATH set to it",
+                    param_hint="--kernel")
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
                                      param_hint="--kernel")
     try:

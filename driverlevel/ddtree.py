@@ -266,10 +266,15 @@ def build_shared_bytes(depth_limit: int, k: int, budget: int) -> int:
     Raises
     ------
     TypeError
-        An argument is not an integer (numpy ints are taken, as Python ints: their products
-        never wrap).
+        An argument is not an integer, or is a bool (numpy ints are taken, as Python ints:
+        their products never wrap).
+    ValueError
+        ``depth_limit`` outside 1 .. MAX_DEPTH, ``budget`` outside 1 .. MAX_BUDGET, or ``k``
+        outside 1 .. ``budget`` (a plan's ``k`` is ``min(budget, vocab)``).
     """
-    depth_limit, k, budget = _py_ints(depth_limit, k, budget)
+    depth_limit = _int_in_range("depth_limit", depth_limit, 1, MAX_DEPTH)
+    budget = _int_in_range("budget", budget, 1, MAX_BUDGET)
+    k = _int_in_range("k", k, 1, budget)
     return _align16(_build_union_bytes(depth_limit, k, budget) + 5 * (budget + 1))
 
 

@@ -413,21 +413,6 @@ _WS32_SKEW = TileConfig(rows=64, csplit=1, keys=32, stages=4, ws=True, q_regs=20
 #: The first architecture number from which tile_configs skips a configuration: where its build
 #: spills (_WS32_SKEW), or spilled with an earlier NVRTC and has not been measured since (_WS32).
 _SPILLS_FROM = {_WS32: 100, _WS32_SKEW: 100}
-#: The first NVRTC (major, minor) with which every default tile builds without spills on every
-#: architecture (13.0-13.3 spill 64-68 B per thread in the 48-row tile of sm_80, sm_87 and sm_90; checked
-#: with 13.0.88, 13.2.86, 13.3.33, 13.4.92 and 13.5.37). pyproject.toml requires it.
-_NVRTC_SPILL_FREE = (13, 4)
-
-
-def _old_nvrtc_hint(version: tuple, subject: str) -> str | None:
-    """``"NVRTC 13.0 is in use; <subject> with NVRTC 13.4 or newer (pip install -U ...)"`` for an NVRTC
-    ``version`` older than :data:`_NVRTC_SPILL_FREE` (the plans' spill warning and ``driverlevel
-    compile``'s report), None for a newer one."""
-    if tuple(version) >= _NVRTC_SPILL_FREE:
-        return None
-    a, b = _NVRTC_SPILL_FREE
-    return (f"NVRTC {version[0]}.{version[1]} is in use; {subject} with NVRTC {a}.{b} or newer "
-            f"(pip install -U 'nvidia-cuda-nvrtc>={a}.{b},<{a + 1}')")
 # sm_90's tile: the same with the QK warps' S by wgmma (twenty-seventh session; sm_90a; K stages
 # and the Q tile 128-byte swizzled: 1.05-1.13x _WS32_SKEW at 64-row shapes on the H200) and, since
 # the twenty-eighth session, the PV warps' P V by wgmma too (1.13-1.22x the QK-only tile;
@@ -522,6 +507,23 @@ def _check_tile_fits(tile: TileConfig, arch: str) -> None:
                          f"more than the {limit} B {arch} allows")
 
 
+#: The first NVRTC (major, minor) with which every default tile builds without spills on every
+#: architecture (13.0-13.3 spill 64-68 B per thread in the 48-row tile of sm_80, sm_87 and sm_90; checked
+#: with 13.0.88, 13.2.86, 13.3.33, 13.4.92 and 13.5.37). pyproject.toml requires it.
+_NVRTC_SPILL_FREE = (13, 4)
+
+
+def _old_nvrtc_hint(version: tuple, subject: str) -> str | None:
+    """``"NVRTC 13.0 is in use; <subject> with NVRTC 13.4 or newer (pip install -U ...)"`` for an NVRTC
+    ``version`` older than :data:`_NVRTC_SPILL_FREE` (the plans' spill warning and ``driverlevel
+    compile``'s report), None for a newer one."""
+    if tuple(version) >= _NVRTC_SPILL_FREE:
+        return None
+    a, b = _NVRTC_SPILL_FREE
+    return (f"NVRTC {version[0]}.{version[1]} is in use; {subject} with NVRTC {a}.{b} or newer "
+            f"(pip install -U 'nvidia-cuda-nvrtc>={a}.{b},<{a + 1}')")
+
+
 def _warn_if_spills(cubin, tile: TileConfig) -> int:
     """Warn (``RuntimeWarning``) if ``cubin``'s ``verify_attn_partial`` spills registers; return its
     spill bytes per thread (stores + loads, 0 if none).
@@ -529,10 +531,10 @@ def _warn_if_spills(cubin, tile: TileConfig) -> int:
     :class:`VerifyAttention` calls it for every plan: a spilling tile runs, possibly slower than
     its shared-memory size suggests (the 48-row tile's 68 B cost nothing measurable on the H200
     at 9 heads x 200k x 16 tokens, BENCHMARKS.md, twenty-ninth session). The default tiles are
-    checked spill-free on every architecture by the tests, with NVRTC 13.4 or newer; 13.0-13.3 spill 64-68 B in sm_80's and sm_90's 48-row
-    tile, and the warning then names the NVRTC in use. It points at the first line outside
-    driverlevel (the caller's, also when a runner builds the plan), as the cubin cache's warning
-    does.
+    checked spill-free on every architecture by the tests, with NVRTC 13.4 or newer; 13.0-13.3
+    spill 64-68 B in the 48-row tile of sm_80, sm_87 and sm_90, and the warning then names the
+    NVRTC in use. It points at the first line outside driverlevel (the caller's, also when a
+    runner builds the plan), as the cubin cache's warning does.
     """
     res = cubin.resources.get("verify_attn_partial")
     if res is None or not res.spills:
@@ -621,8 +623,9 @@ def compile_variant(arch, config: TileConfig) -> CompileVariant:
 class VerifyMetadata:
     """SGLang-style metadata of one verify call, device arrays in their native dtypes.
 
-    The dtypes below are SGLang's; every index array may be int32 or int64 (read in
-    place, no conversion), and a bitmask ``custom_mask`` may be int32.
+    Every index array may be int32 or int64 (read in place, no conversion), whatever dtype
+    the list below gives: the usual ones in SGLang, whose backends differ (its Triton backend
+    keeps ``qo_indptr`` in int32, for instance). A bitmask ``custom_mask`` may be int32.
 
     A plain container: nothing is checked when it is built. :meth:`VerifyAttention.run`
     checks each array's device, dtype and shape before any launch (``TypeError`` /
@@ -633,7 +636,7 @@ class VerifyMetadata:
 
     Attributes
     ----------
-    qo_indptr : int64 ``[bs + 1]``
+    qo_indptr : int32 or int64 ``[bs + 1]``
         Draft-token offsets; request ``b`` owns q rows ``qo_indptr[b] : qo_indptr[b+1]``.
     kv_indptr : int32 ``[bs + 1]``
         Offsets into ``kv_indices`` of each request's committed prefix.

@@ -173,6 +173,29 @@ def test_import_cai_strided_and_readonly():
     assert a.strides == (64, 4) and not a.is_c_contiguous and a.readonly
 
 
+class RawCAI:
+    """A foreign object whose __cuda_array_interface__ is whatever the test gives."""
+
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+@pytest.mark.parametrize("cai, match", [
+    ({"shape": (4,), "typestr": "<f4", "version": 3}, r"RawCAI.__cuda_array_interface__ lacks 'data'"),
+    ({"typestr": "<f4", "data": (PTR, False), "version": 3}, r"lacks 'shape'"),
+    ({"shape": (4,), "data": (PTR, False), "version": 3}, r"lacks 'typestr'"),
+    ({"shape": (4,), "typestr": "<f4", "data": None, "version": 3}, r"\['data'\] must be a \(pointer, read_only\) pair"),
+    ({"shape": (4,), "typestr": "<f4", "data": (PTR,), "version": 3}, r"must be a \(pointer, read_only\) pair"),
+    ({"shape": 4, "typestr": "<f4", "data": (PTR, False), "version": 3}, r"'shape' 4 is not valid"),
+    (None, r"must be a dict \(CUDA Array Interface v3\), got NoneType"),
+])
+def test_a_malformed_cuda_array_interface_is_named(cai, match):
+    """Was a bare KeyError or 'cannot unpack non-iterable NoneType object': now a TypeError naming the
+    foreign type's interface and what it lacks."""
+    with pytest.raises(TypeError, match=match):
+        as_device_array(RawCAI(cai), device=DEV)
+
+
 def test_cai_export_import_roundtrip():
     a = DeviceArray(PTR, (7, 5), np.uint32, DEV, strides=(40, 4))
     b = as_device_array(CAIOnly(**{k: v for k, v in a.__cuda_array_interface__.items()

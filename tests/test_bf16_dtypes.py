@@ -112,6 +112,24 @@ def test_values_past_the_range_round_to_inf_without_a_warning(f):
     assert np.asarray(got).tolist() == want
 
 
+@pytest.mark.parametrize("f", [f32_to_bf16, f32_to_bf16_bits, round_to_bf16])
+@pytest.mark.parametrize("x", [None, "1.5", np.array(["2020-01-01"], dtype="datetime64[D]"),
+                               np.array([1, None], dtype=object), np.array([1 + 2j])])
+def test_what_is_not_numbers_is_refused(f, x):
+    """None became a NaN, a datetime its raw day count, an object array NaN where None was, a complex
+    its real part (with numpy's warning): all refused now."""
+    with pytest.raises(TypeError, match="takes numbers"):
+        f(x)
+
+
+def test_float64_is_rounded_to_float32_first_as_documented():
+    """1 + 2**-8 + 2**-30 lies above the bf16 halfway point 1 + 2**-8, but its float32 rounding is that
+    halfway point exactly, which ties to even: 1.0 (0x3F80), not 1.0078125 (0x3F81)."""
+    assert int(f32_to_bf16_bits(1 + 2**-8 + 2**-30)) == 0x3F80
+    assert int(f32_to_bf16_bits(1 + 2**-8 + 2**-22)) == 0x3F81  # above halfway in float32 too
+    assert f32_to_bf16_bits(np.array([True, False])).tolist() == [0x3F80, 0]
+
+
 def test_both_f32_to_bf16_converters_keep_the_sign_of_nan():
     x = np.array([np.nan, -np.nan, 1.5, -np.inf, 3.4e38], np.float32)
     got = f32_to_bf16_bits(x)

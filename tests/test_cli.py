@@ -592,7 +592,8 @@ def test_cli_compile_lists_a_repeated_kernel_once(compiled_files):
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full (Linux)")
-@pytest.mark.parametrize("args", [["info"], ["compile", "--arch", "sm_120", "--kernel", "argmax.cu"]])
+@pytest.mark.parametrize("args", [["info"], ["compile", "--arch", "sm_120", "--kernel", "argmax.cu"], ["--help"],
+                                  ["-h"], ["--version"], ["info", "--help"]])
 def test_output_that_cannot_be_written_is_one_line_and_status_2(args):
     """``driverlevel ... > /dev/full``: one line on stderr naming the failure and exit status 2 (status 1
     means a kernel failed), not a traceback."""
@@ -623,4 +624,9 @@ def test_cli_compile_takes_a_kernel_by_its_path_in_cu(compiled_files, monkeypatc
     elsewhere = tmp_path / "argmax.cu"
     elsewhere.write_text("// not the package's")
     r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", str(elsewhere)])
+    # (a checkout's cu/argmax.cu after a plain `pip install .` is such a file: the message says how to
+    # compile it instead of compiling the installed copy)
+    assert r.exit_code == 2 and "is not in the kernel source directory this driverlevel compiles" in r.output
+    assert "pip install -e ." in r.output
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", str(tmp_path / "nothere.cu")])
     assert r.exit_code == 2 and "no kernel source" in r.output

@@ -106,6 +106,22 @@ def test_normalize_arch_rejects(bad):
         normalize_arch(bad)
 
 
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), None, 90.0, b"sm_90", ["sm_90"]])
+def test_normalize_arch_refuses_what_is_no_architecture_type(bad):
+    """A bool was a ValueError ("unsupported architecture True"), as if a number; every other
+    argument of the package refuses bools with a TypeError."""
+    with pytest.raises(TypeError, match="arch must be a str such as 'sm_90', an int, a"):
+        normalize_arch(bad)
+
+
+def test_normalize_arch_message_lists_every_known_architecture():
+    """The message listed SUPPORTED_ARCHS (sm_87, sm_103 and sm_121 missing), where the CLI lists
+    every architecture whose shared-memory limit is known."""
+    with pytest.raises(ValueError) as ei:
+        normalize_arch("sm_75")
+    assert all(a in str(ei.value) for a in _compile.MAX_SHARED_PER_BLOCK)
+
+
 def test_normalize_arch_message_matches_behaviour():
     """The message names what normalize_arch accepts: sm_90a passes, so it may not say suffixes are refused
     outright; it names the refused kinds (compute_XX, the family target sm_100f)."""
@@ -481,7 +497,7 @@ _K = 'extern "C" __global__ void k(float* x){ x[threadIdx.x] = 1.f; }\n'
     (dict(defines={"A": None}), TypeError, r"defines\['A'\] is None: give a value \(e.g. 1\); a bare -DA is not"),
     (dict(defines={"A B": 1}), ValueError, r"defines: 'A B' is not a C identifier"),
     (dict(defines={1: 1}), TypeError, "defines: a name must be a str, got int 1"),
-    (dict(defines={"A": [1]}), TypeError, r"defines\['A'\] must be an int, float, bool or str, got list"),
+    (dict(defines={"A": [1]}), TypeError, r"defines\['A'\] must be an int, float, bool or str .*, got list"),
     (dict(defines=[("A", 1)]), TypeError, "defines must be a dict of NAME: value, got list"),
 ])
 def test_compile_source_refuses_bad_options_before_compiling(fresh_cache, count_compiles, kw, exc, words):
@@ -1267,7 +1283,18 @@ def test_compile_source_refuses_define_values_no_compile_can_take(no_nvrtc, valu
         dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
 
 
-@pytest.mark.parametrize("value", [np.bool_(True), np.float32(1.0), 1 + 2j])
+@pytest.mark.parametrize("value, want", [(np.bool_(True), True), (np.bool_(False), False), (np.float32(1.5), 1.5),
+                                         (np.float16(-2.0), -2.0)])
+def test_compile_source_takes_numpy_bools_and_floats_as_defines(value, want):
+    """numpy's bool and floats become Python's (the same -D text and cache key as theirs); they were
+    refused with "must be an int, float, bool or str, got bool np.True_"."""
+    checked = _compile._check_compile_args({"N": value}, (), ())[0]
+    assert checked == {"N": want} and type(checked["N"]) is type(want)
+    with pytest.raises(ValueError, match="finite"):
+        _compile._check_compile_args({"N": np.float32("nan")}, (), ())
+
+
+@pytest.mark.parametrize("value", [1 + 2j, np.complex64(1), b"4", [4]])
 def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
-    with pytest.raises(TypeError, match="must be an int, float, bool or str"):
+    with pytest.raises(TypeError, match=r"must be an int, float, bool or str \(or numpy's int, float or bool\)"):
         dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)

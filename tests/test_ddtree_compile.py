@@ -94,6 +94,19 @@ def test_values_reject_a_name_no_stage_has():
         v.vocabulary = 7
 
 
+@pytest.mark.parametrize("args, exc, match", [
+    ((-1, 8, 16), ValueError, "depth_limit must be"), ((0, 1, 1), ValueError, "depth_limit must be"),
+    ((33, 8, 16), ValueError, "depth_limit must be"), ((15, 8, 0), ValueError, "budget must be"),
+    ((15, 8, 513), ValueError, "budget must be"), ((15, 0, 16), ValueError, "k must be"),
+    ((15, 17, 16), ValueError, "k must be"), ((True, 8, 16), TypeError, "depth_limit must be"),
+    ((15, 8, 16.0), TypeError, "budget must be"),
+])
+def test_build_shared_bytes_refuses_what_no_plan_has(args, exc, match):
+    """Was a number for (-1, 8, 16), (0, 0, 0) and (True, 8, 16): the ranges are DDTreePlan's."""
+    with pytest.raises(exc, match=match):
+        ddtree.build_shared_bytes(*args)
+
+
 @pytest.mark.parametrize("depth, k, budget", [(15, 256, 256), (15, 512, 512), (32, 512, 512), (1, 1, 1), (4, 50, 100)])
 def test_build_shared_bytes_formula(depth, k, budget):
     n = budget + 1

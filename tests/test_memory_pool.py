@@ -58,7 +58,36 @@ def fake_alloc(monkeypatch):
 
 def test_align_up():
     assert [align_up(n, 256) for n in (0, 1, 255, 256, 257)] == [0, 256, 256, 256, 512]
-    assert align_up(13, 16) == 16
+    assert align_up(13, 16) == 16 and align_up(13, 1) == 13
+
+
+@pytest.mark.parametrize("alignment", [0, 3, -8, 24])
+def test_align_up_refuses_an_alignment_that_is_not_a_power_of_two(alignment):
+    """The bit trick gave 13 for (11, 3), 0 for (10, 0) and 8 for (5, -8): refused now."""
+    with pytest.raises(ValueError, match="alignment must be a positive power of two"):
+        align_up(11, alignment)
+
+
+def test_align_up_refuses_bools_and_negative_sizes():
+    with pytest.raises(TypeError, match="bool"):
+        align_up(True, 8)
+    with pytest.raises(TypeError, match="bool"):
+        align_up(8, True)
+    with pytest.raises(ValueError, match="n must be"):
+        align_up(-1, 8)
+
+
+@pytest.mark.parametrize("specs, match", [
+    (((4,), "f4"), r"specs\[0\] must be a \(shape, dtype\) pair, got a 1-tuple \(4,\)"),
+    ({"a": ((4,), "f4")}, r"specs must be a list of \(shape, dtype\) pairs, got dict"),
+    ([("q", (4,), "f4")], r"got a 3-tuple .*carve\(\) takes the name; required_bytes does not"),
+    ([(4,)], r"specs\[0\] must be a \(shape, dtype\) pair"),
+    ("f4", r"specs must be a list"),
+])
+def test_required_bytes_names_a_malformed_spec(specs, match):
+    """Was "not enough values to unpack" / "too many values to unpack"."""
+    with pytest.raises(TypeError, match=match):
+        WorkspacePool.required_bytes(specs)
 
 
 def test_capacity_rounds_up_to_alignment(fake_alloc):

@@ -120,13 +120,22 @@ def test_detail_stamps_compile_and_leave_the_plain_build_unchanged():
     assert only_detail.data == plain.data
 
 
-def test_twice_build_compiles_without_spills():
-    """--twice's build (DL_STAMPS_TWICE with DL_STAMPS) compiles for the H200 without spills or stack."""
+def test_twice_build_compiles_and_leaves_the_plain_build_unchanged():
+    """--twice's build (DL_STAMPS_TWICE with DL_STAMPS) compiles for the H200 without spills or stack,
+    and runs the merge and the search twice through one copy of their code each (a loop at one call
+    site): its cubin is ~3 KB larger than the stamped build's, where a second inlined copy of the
+    search made it ~64 KB larger (the first version of the define); the second runs must execute
+    the instructions the first fetched. Without DL_STAMPS the define changes nothing, so a stray
+    define cannot double a plan's merge."""
     plain_defines = ddtree.compile_defines("sm_90")
     assert stamps.stamp_defines(None, twice=True) == {"DL_STAMPS": 1, "DL_STAMPS_TWICE": 1}
     assert stamps.parse_args(["--twice"]).twice and not stamps.parse_args([]).twice
     twice = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines(None, True)})
     assert twice.resources["ddtree_build"].spills == 0 and twice.resources["ddtree_build"].stack_bytes == 0
+    stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines()})
+    assert len(twice.data) < len(stamped.data) + 16 * 1024
+    only_twice = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, "DL_STAMPS_TWICE": 1})
+    assert only_twice.data == dl.runtime.compile_file("ddtree.cu", "sm_90", plain_defines).data
 
 
 def test_stamp_names_are_immediates_in_the_code():
@@ -215,3 +224,19 @@ def test_stamp_row_layout_matches_the_headers():
                                    for k in ("sample", "stream", "chunks")}
     assert stamps.TK_ROWS[-1][1] < stamps.phase_stamps.ROWS
 
+
+def test_stream_ctas_grouped_by_sm():
+    """--chain: the stream's CTAs grouped by how many shared an SM (the top-K stamps' argument is the
+    SM): SM 5 ran two CTAs (exits 9 and 11 µs after the sample's first entry, 7 and 8 µs after their
+    PDL waits), SM 9 one (exit at 6, 4 after its wait); the sample's row only sets the origin."""
+    recs = {256: [("entry", 1, 5, 1_000), ("exit", 1, 50, 6_000)],
+            512: [("entry", 5, 7, 1_500), ("waited", 5, 9, 3_000), ("exit", 5, 20, 10_000)],
+            513: [("entry", 5, 7, 1_600), ("waited", 5, 9, 4_000), ("exit", 5, 20, 12_000)],
+            514: [("entry", 9, 7, 1_700), ("waited", 9, 9, 3_000), ("exit", 9, 20, 7_000)]}
+    _, topk = stamps.split_topk(recs)
+    lines = stamps.stream_by_sm(topk)
+    assert lines[0].split()[:3] == ["CTAs", "/", "SM"]
+    one, two = (ln.split() for ln in lines[1:])
+    assert one == ["1", "1", "1", "6.00", "6.00", "4.00"]
+    assert two == ["2", "1", "2", "10.00", "11.00", "7.50"]
+    assert stamps.stream_by_sm({}) == ["(no sample entry recorded)"]

@@ -86,10 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="before the stamped build (and its flush), run a kernel with ~290 KB of code on every SM: "
                          "the build's code leaves the SMs' instruction caches")
     ap.add_argument("--twice", action="store_true",
-                    help="a diagnostic: each row CTA runs its merge twice (-DDL_STAMPS_TWICE, one copy of its code: "
-                         "the tables show the second run, whose code is in the SMs' instruction caches) and the last "
-                         "CTA its parallel search twice; the search's second run is a second inlined copy of its "
-                         "code, as cold as the first (research/patches/stamps-30.patch mends it)")
+                    help="a diagnostic: each row CTA runs its merge twice and the last CTA its parallel search "
+                         "twice (-DDL_STAMPS_TWICE, one copy of the code); the tables show the second runs, whose "
+                         "code is in the SMs' instruction caches")
     ap.add_argument("--flush", choices=("read", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a 100 µs spin; none: the build right after its warm-up")
@@ -208,6 +207,37 @@ def chain_timeline(build: dict, topk: dict) -> list[str]:
     return phase_stamps.timeline(rows, order, "sample entry")
 
 
+def stream_by_sm(topk: dict) -> list[str]:
+    """The stream kernel's CTAs grouped by how many of them ran on one SM (the top-K stamps'
+    argument is the SM, cu/ddtree/stamps.cuh): per group the SMs, the CTAs, the median and last
+    exit in µs from the sample's first entry, and the median µs from a CTA's PDL wait to its exit.
+    Every stream CTA streams the same bytes, so if the SMs that hold more CTAs finish later, their
+    CTAs got smaller shares of the bandwidth (the twenty-ninth session's question about batch 8's
+    480 CTAs on 132 SMs)."""
+    starts = [g for recs in topk.values() for point, _, _, g in recs if point == "sample entry"]
+    if not starts:
+        return ["(no sample entry recorded)"]
+    t0 = min(starts)
+    per_sm = defaultdict(list)  # SM -> [(waited ns or None, exit ns)]
+    for recs in topk.values():
+        at = {point: (arg, g) for point, arg, _, g in recs}
+        if "stream exit" in at:
+            sm, gexit = at["stream exit"]
+            per_sm[sm].append((at["stream waited"][1] if "stream waited" in at else None, gexit))
+    if not per_sm:
+        return ["(no stream exit recorded)"]
+    groups = defaultdict(list)
+    for ctas in per_sm.values():
+        groups[len(ctas)].extend(ctas)
+    lines = [f"{'CTAs / SM':>9s} {'SMs':>5s} {'CTAs':>5s} {'median exit':>11s} {'last exit':>9s} {'median work':>11s}"]
+    for n in sorted(groups):
+        exits = [(e - t0) / 1e3 for _, e in groups[n]]
+        work = [(e - w) / 1e3 for w, e in groups[n] if w is not None]
+        lines.append(f"{n:9d} {len(groups[n]) // n:5d} {len(exits):5d} {statistics.median(exits):11.2f} "
+                     f"{max(exits):9.2f} {statistics.median(work) if work else float('nan'):11.2f}")
+    return lines
+
+
 def timeline(ctas: dict) -> list[str]:
     """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
     return phase_stamps.timeline(ctas, order_of(ctas), "merge", point_name)
@@ -289,6 +319,8 @@ def main(argv=None) -> int:
                           f"{', code evicted from the SMs' if evict is not None else ''}), µs from the sample "
                           f"kernel's first CTA")
                     print("\n".join(chain_timeline(ctas, topk)), flush=True)
+                    print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
+                    print("\n".join(stream_by_sm(topk)), flush=True)
                 if warmer:
                     t0 = min(r[3] for v in ctas.values() for r in v if r[0] == "merge")
                     print(f"code warmer (CTA ({plan.depth_limit}, 0)): {len(warmer)} points, done "

@@ -13,7 +13,8 @@
 // thread 0 of a CTA stamps row base + its linear block index, above ddtree_build's rows: the
 // sample kernel's CTAs from row DDT_TK_ROW_SAMPLE, the stream's from DDT_TK_ROW_STREAM, the
 // chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait; in the
-// sample kernel, which has no wait: keys, its sampled keys loaded and their maximum known), exit 2.
+// sample kernel, which has no wait: keys, its sampled keys loaded and their maximum known), exit 2;
+// the argument is the CTA's SM (%smid).
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once
@@ -25,11 +26,18 @@
     if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
   } while (0)
 #define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
+// (the top-K stamps' argument is the SM the CTA runs on: tools/ddtree_stamps.py groups the stream's
+// CTAs by how many of them shared an SM)
+__device__ __forceinline__ int ddt_smid() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return static_cast<int>(r);
+}
 #define DDT_TK_STAMP(base, slot, point)                                                                  \
   do {                                                                                                   \
     if (threadIdx.x == 0)                                                                                \
       DL_STAMP(static_cast<int>((base) + blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), \
-               slot, point, 0);                                                                          \
+               slot, point, ddt_smid());                                                                 \
   } while (0)
 #endif
 #define DDT_TK_ROW_SAMPLE 256
