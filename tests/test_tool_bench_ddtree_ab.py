@@ -68,3 +68,17 @@ def test_the_sessions_own_result_files_compare():
     b = ab.load_side([f"{r}-sw-jittered-1.json", f"{r}-sw-jittered-2.json"])
     line = next(x for x in ab.table(a, b) if x.split()[:3] == ["1/16", "threshold", "build"])
     assert float(line.split()[-1]) == pytest.approx(-13.66, abs=0.01)
+
+
+def test_any_topk_pairs_two_modes(tmp_path, capsys):
+    """--any-topk pairs main's threshold rows with a patch's persistent-build rows by batch and
+    budget; without it the two sides hold different configurations (exit 2)."""
+    a = [_write(tmp_path / "a.json", [_row(8, 256, 49.0, 32.0, 200.0)])]
+    fused = dict(_row(8, 256, 45.0, 45.0, 196.0), topk="fused")
+    b = [_write(tmp_path / "b.json", [fused])]
+    with pytest.raises(SystemExit) as ei:
+        ab.main(a + ["--vs"] + b)
+    assert ei.value.code == 2 and "different configurations" in capsys.readouterr().err
+    assert ab.main(["--any-topk"] + a + ["--vs"] + b) == 0
+    build = next(line for line in capsys.readouterr().out.splitlines() if " build " in line).split()
+    assert build[:3] == ["8/256", "any", "build"] and float(build[-1]) == pytest.approx(-4.0)

@@ -25,8 +25,10 @@ from pathlib import Path
 COLUMNS = ("build", "topk", "step")
 
 
-def load_side(paths: list[str]) -> dict:
-    """``{(batch, budget, topk): {column: [µs, ...], "parts": [[µs, ...], ...]}}`` over the files.
+def load_side(paths: list[str], any_topk: bool = False) -> dict:
+    """``{(batch, budget, topk): {column: [µs, ...], "parts": [[µs, ...], ...]}}`` over the files
+    (``any_topk``: the key's topk is ``"any"``, for an A/B of two top-K modes, e.g. main's threshold
+    build against a patch's persistent one).
 
     Raises ``ValueError`` naming the file when one has no ``results`` list of bench_ddtree rows."""
     out: dict = {}
@@ -35,7 +37,7 @@ def load_side(paths: list[str]) -> dict:
             data = json.loads(Path(p).read_text())
             rows = data["results"]
             for r in rows:
-                key = (int(r["batch"]), int(r["budget"]), str(r.get("topk", "")))
+                key = (int(r["batch"]), int(r["budget"]), "any" if any_topk else str(r.get("topk", "")))
                 entry = out.setdefault(key, {c: [] for c in COLUMNS} | {"parts": []})
                 for c in COLUMNS:
                     entry[c].append(float(r["gpu_us"][c]))
@@ -73,9 +75,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", nargs="+", help="side A: bench_ddtree --json files")
     ap.add_argument("--vs", nargs="+", required=True, metavar="B", help="side B: bench_ddtree --json files")
+    ap.add_argument("--any-topk", action="store_true",
+                    help="pair rows by batch and budget whatever their top-K mode (an A/B of two modes: main's "
+                         "threshold build against a patch's persistent one, research/patches/ab_next.sh with "
+                         "VARIANT_TOPK=fused)")
     args = ap.parse_args(argv)
     try:
-        lines = table(load_side(args.a), load_side(args.vs))
+        lines = table(load_side(args.a, args.any_topk), load_side(args.vs, args.any_topk))
     except ValueError as exc:
         ap.exit(2, f"{ap.prog}: error: {exc}\n")
     print("\n".join(lines))

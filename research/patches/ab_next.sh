@@ -9,6 +9,8 @@
 # tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight).
 # ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
+# VARIANT_TOPK=fused: the variants' bench and stamps use DDTreePlan(topk="fused") (main: threshold);
+# the A/B then pairs rows by batch and budget (bench_ddtree_ab.py --any-topk).
 set -u
 R=$PWD; O=${OUT:?set OUT}; mkdir -p $O/r
 P=$R/research/patches
@@ -19,19 +21,22 @@ for v in "${names[@]}"; do
   (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
 done
 nvidia-smi -L
-B="--quick --no-reference --topk threshold"
+B="--quick --no-reference"
+# the build bench_ddtree and the stamps measure: threshold on main; VARIANT_TOPK on the variants
+# (default threshold; fused: the persistent build of persistent-build.patch, against main's threshold)
+topk_of() { [ "$1" = main ] && echo threshold || echo "${VARIANT_TOPK:-threshold}"; }
 DR=${DRAFTERS:-random peaked jittered}
 for i in 1 2; do for d in $DR; do for t in main "${names[@]}"; do
   dd=$R; [ $t != main ] && dd=/tmp/ab-$t
-  (cd $dd && PYTHONPATH=$dd timeout 45 python benchmarks/bench_ddtree.py $B --drafter $d --json $O/r/$t-$d-$i.json > $O/r/$t-$d-$i.log 2>&1) || echo "bench $t $d $i failed"
+  (cd $dd && PYTHONPATH=$dd timeout 45 python benchmarks/bench_ddtree.py $B --topk $(topk_of $t) --drafter $d --json $O/r/$t-$d-$i.json > $O/r/$t-$d-$i.log 2>&1) || echo "bench $t $d $i failed"
 done; done; done
 for t in "${names[@]}"; do for d in $DR; do
   echo "=== main vs $t, $d"
-  python $R/tools/bench_ddtree_ab.py $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
+  python $R/tools/bench_ddtree_ab.py $([ -n "${VARIANT_TOPK:-}" ] && echo --any-topk) $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
 for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   # one stamped build per batch, L2 flushed as in bench_ddtree: the build's phase tables and the chain
-  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain \
+  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
      --flush read > $O/r/chain-$t.txt 2>&1)
   echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
   grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
