@@ -6,7 +6,8 @@
 # variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
 # batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's timeline, --chain
 # --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not; their logs
-# tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight).
+# tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight;
+# packed after each step, so that a call cut short by its limit still returns what was done).
 # ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
 # VARIANT_TOPK=fused: the variants' bench and stamps use DDTreePlan(topk="fused") (main: threshold);
@@ -30,6 +31,8 @@ for i in 1 2; do for d in $DR; do for t in main "${names[@]}"; do
   dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   (cd $dd && PYTHONPATH=$dd timeout 45 python benchmarks/bench_ddtree.py $B --topk $(topk_of $t) --drafter $d --json $O/r/$t-$d-$i.json > $O/r/$t-$d-$i.log 2>&1) || echo "bench $t $d $i failed"
 done; done; done
+pack() { tar -C $O -czf $O/r.tgz r; }  # after each step: a call cut short still returns what it has
+pack
 for t in "${names[@]}"; do for d in $DR; do
   echo "=== main vs $t, $d"
   python $R/tools/bench_ddtree_ab.py $([ -n "${VARIANT_TOPK:-}" ] && echo --any-topk) $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
@@ -39,13 +42,15 @@ for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
      --flush read > $O/r/chain-$t.txt 2>&1)
   echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
-  grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes) ' $O/r/chain-$t.txt
+  grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $O/r/chain-$t.txt
+  pack
 done
 if [ "${TESTS:-1}" != 0 ]; then
   for t in "${names[@]}"; do
     echo "--- DDTree GPU tests on $t"
     (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider \
        tests/test_ddtree_gpu.py > $O/r/tests-$t.log 2>&1; tail -2 $O/r/tests-$t.log)
+    pack
   done
 fi
-tar -C $O -czf $O/r.tgz r && rm -rf $O/r
+pack && rm -rf $O/r
