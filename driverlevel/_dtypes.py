@@ -140,7 +140,7 @@ def f32_to_bf16_bits(x) -> np.ndarray:
         raise TypeError(f"f32_to_bf16_bits takes numbers (float, int or bool values), got "
                         f"{'None' if x is None else f'dtype {a.dtype}'}")
     with np.errstate(over="ignore"):  # a value past float32's range becomes +-inf, as documented
-        f = np.require(np.asarray(x, dtype=np.float32), requirements="C")  # keeps a 0-d shape
+        f = np.require(a.astype(np.float32, copy=False), requirements="C")  # keeps a 0-d shape
     u = f.view(np.uint32).astype(np.uint64)
     rounding = np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))
     out = ((u + rounding) >> np.uint64(16)).astype(np.uint16)

@@ -293,18 +293,14 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
     __syncthreads();  // (the CTA's own stores: visible to its threads past the barrier)
   } else {
     u64* sortbuf = reinterpret_cast<u64*>(dyn);
-#if defined(DL_STAMPS_TWICE) && defined(DL_STAMPS) && DL_STAMPS
-    // (tools/ddtree_stamps.py --twice, a diagnostic: the merge runs twice, one copy of its code; the
-    // second run's stamps overwrite the first's, so its phases are those of warm instruction caches;
-    // the search below the same way: one call site in a loop, never a second call)
+    // (DDT_TWICE_REPS is 2 under tools/ddtree_stamps.py --twice, a diagnostic: the merge runs
+    // twice, one copy of its code, and the second run's stamps overwrite the first's, so its
+    // phases are those of warm instruction caches; the search below the same way. 1 otherwise.)
 #pragma unroll 1
-    for (int rep = 0; rep < 2; ++rep) {
+    for (int rep = 0; rep < DDT_TWICE_REPS; ++rep) {
+      if (rep) __syncthreads();
       merge_row(p, b, d, sm, sortbuf);
-      __syncthreads();
     }
-#else
-    merge_row(p, b, d, sm, sortbuf);
-#endif
 
     // Every thread's top_ids / top_lp stores come before this barrier, and thread 0's fence after it
     // makes them visible at GPU scope before its counter increment (the release of cooperative
@@ -369,15 +365,11 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
   DDT_STAMP(6, "lp", 0);
   int popped = 0;
   if (budget_b > 0 && kb > 0 && D > 0) {
-#if defined(DL_STAMPS_TWICE) && defined(DL_STAMPS) && DL_STAMPS
 #pragma unroll 1
-    for (int rep = 0; rep < 2; ++rep) {  // (--twice: the same call site twice, the first result dropped)
+    for (int rep = 0; rep < DDT_TWICE_REPS; ++rep) {  // (--twice: the same call site twice, the first result dropped)
       if (rep) __syncthreads();
-#endif
-    popped = (p.flags & FLAG_LEGACY_SEARCH) || heap_warmer ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
-#if defined(DL_STAMPS_TWICE) && defined(DL_STAMPS) && DL_STAMPS
+      popped = (p.flags & FLAG_LEGACY_SEARCH) || heap_warmer ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
     }
-#endif
     if (popped < 0) {  // the exact heap of the reference, one warp
       if (tid < 32) {
         const int c = heap_select(lp, K, kb, D, budget_b, ovs, ovm, ns);

@@ -32,7 +32,7 @@ import numbers
 
 import numpy as np
 
-from driverlevel._dtypes import f32_to_bf16_bits, is_ml_bfloat16
+from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits, is_ml_bfloat16
 from driverlevel._mask import BITMASK_WORD_BITS, MaskFormat, parse_mask_format
 
 __all__ = [
@@ -70,10 +70,9 @@ def bf16_to_f32(bits: object) -> np.ndarray:
         ``bits`` is not a 16-bit integer array.
     """
     arr = np.asarray(bits)
-    if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 2:
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 2:  # (stricter than the package's own)
         raise TypeError(f"bf16 bit patterns must be uint16, got dtype {arr.dtype}")
-    wide = np.asarray(arr.view(np.uint16).astype(np.uint32) << np.uint32(16), dtype=np.uint32)
-    return wide.reshape(arr.shape).view(np.float32)  # (numpy's 0-d arithmetic gives scalars)
+    return bf16_bits_to_f32(arr)
 
 
 def f32_to_bf16(values: object) -> np.ndarray:
