@@ -31,7 +31,9 @@ drafter rows, nearly flat, whose trees are stars; ``--drafter peaked`` for deep 
   its search and its end.
 
 With ``--chain``, also the top-K kernels' CTAs (``DDT_TK_STAMP``: entry, past the PDL wait (the
-sample kernel: its keys loaded), exit)
+sample kernel: its keys loaded), exit; the stream's CTAs also ``tile0`` (its first tile done),
+``looped`` (its last), ``flushed`` (its warps' staged candidates appended) and ``reduced`` (past
+the barrier of the segment's sums))
 and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
 global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
@@ -203,7 +205,7 @@ def chain_timeline(build: dict, topk: dict) -> list[str]:
     rows = dict(topk)
     for k, v in build.items():
         rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
-    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "keys", "waited", "exit")] + [f"build {p}" for p in keep]
+    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "keys", "waited", "tile0", "looped", "flushed", "reduced", "exit")] + [f"build {p}" for p in keep]
     return phase_stamps.timeline(rows, order, "sample entry")
 
 

@@ -14,7 +14,9 @@
 // sample kernel's CTAs from row DDT_TK_ROW_SAMPLE, the stream's from DDT_TK_ROW_STREAM, the
 // chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait; in the
 // sample kernel, which has no wait: keys, its sampled keys loaded and their maximum known), exit 2;
-// the argument is the CTA's SM (%smid).
+// the stream's CTAs also tile0 3 (its first tile processed), looped 4 (its last), flushed 5 (the
+// warps' staged candidates appended), reduced 6 (past the barrier of the segment's sums); the
+// argument is the CTA's SM (%smid).
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once

@@ -407,9 +407,12 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
       if (!direct) fill += tot;
       __syncwarp();
     }
+    if (i == 0) DDT_TK_STAMP(DDT_TK_ROW_STREAM, 3, "tile0");
   }
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 4, "looped");
   if (vec) dl::cp_async_wait<0>();  // (only empty groups are left)
   if (fill > 0) tk_flush(stage, fill, count, out, cap, lane);
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 5, "flushed");
 
   // This thread's sum of exp(x - T) over its logits < T: the candidates' exact 1s out, or, if
   // a NaN reached the sum, recounted token by token (NaN as -inf: no term).
@@ -425,6 +428,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   }
   if (lane == 0) sm.wsum[warp] = ws;
   __syncthreads();
+  DDT_TK_STAMP(DDT_TK_ROW_STREAM, 6, "reduced");
   if (tid == 0) {
     double2 t = make_double2(0.0, 0.0);
 #pragma unroll
