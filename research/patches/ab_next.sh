@@ -10,6 +10,7 @@
 # packed after each step, so that a call cut short by its limit still returns what was done).
 # ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
+# DTYPE=bfloat16: bf16 drafter logits in the bench and the stamps (default float32).
 # VARIANT_TOPK=fused: the variants' bench and stamps use DDTreePlan(topk="fused") (main: threshold);
 # the A/B then pairs rows by batch and budget (bench_ddtree_ab.py --any-topk).
 set -u
@@ -22,7 +23,7 @@ for v in "${names[@]}"; do
   (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
 done
 nvidia-smi -L
-B="--quick --no-reference"
+B="--quick --no-reference --logits-dtype ${DTYPE:-float32}"
 # the build bench_ddtree and the stamps measure: threshold on main; VARIANT_TOPK on the variants
 # (default threshold; fused: the persistent build of persistent-build.patch, against main's threshold)
 topk_of() { [ "$1" = main ] && echo threshold || echo "${VARIANT_TOPK:-threshold}"; }
@@ -39,7 +40,7 @@ for t in "${names[@]}"; do for d in $DR; do
 done; done
 for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   # one stamped build per batch, L2 flushed as in bench_ddtree: the build's phase tables and the chain
-  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
+  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --logits-dtype ${DTYPE:-float32} --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
      --flush read > $O/r/chain-$t.txt 2>&1)
   echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
   grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $O/r/chain-$t.txt
