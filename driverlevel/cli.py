@@ -50,12 +50,19 @@ def _output_failed(exc: OSError) -> None:
 
 
 class _Group(click.Group):
-    """The command group; a failure to write standard output (``> /dev/full``, a closed pipe) is one
-    line on stderr and exit status 2, not a traceback (status 1 means a kernel failed to compile):
+    """The command group; a failure to write standard output (``> /dev/full``, a closed pipe, a closed
+    descriptor) is one line on stderr and exit status 2, not a traceback (status 1 means a kernel
+    failed to compile):
     in a command (``invoke``) and in the group's own ``--help`` and ``--version``, which click
     prints while it parses the arguments (``make_context``)."""
 
     def make_context(self, info_name, args, parent=None, **extra):
+        if parent is None and sys.stdout is None:  # `driverlevel ... >&-`: Python found fd 1 closed
+            try:
+                click.echo("driverlevel: cannot write the output: standard output is closed", err=True)
+            except OSError:
+                pass
+            raise click.exceptions.Exit(2)
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except OSError as exc:
@@ -264,6 +271,9 @@ def compile_cmd(arch_opt, kernels):
                     f"{f} is not in the kernel source directory this driverlevel compiles ({src}); to compile "
                     f"a checkout's cu/, install it with `pip install -e .` or run with PYTHONPATH set to it",
                     param_hint="--kernel")
+            if Path(f).name in available:  # cu/argmax.cu from a directory where that path does not exist
+                raise click.BadParameter(f"no file {f!r} here (in {Path.cwd()}); a kernel source of cu/ is "
+                                         f"named by its file name: --kernel {Path(f).name}", param_hint="--kernel")
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
                                      param_hint="--kernel")
     try:

@@ -630,3 +630,36 @@ def test_cli_compile_takes_a_kernel_by_its_path_in_cu(compiled_files, monkeypatc
     assert "pip install -e ." in r.output
     r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", str(tmp_path / "nothere.cu")])
     assert r.exit_code == 2 and "no kernel source" in r.output
+
+
+def test_closed_stdout_is_one_line_and_status_2():
+    """``driverlevel info >&-``: Python starts with ``sys.stdout = None`` and click would print nothing
+    and exit 0; the command says that it cannot write its output, as for ``> /dev/full``."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "driverlevel", "info"], stderr=subprocess.PIPE, text=True,
+                       timeout=300, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: standard output is closed"
+
+
+def test_cli_compile_names_the_file_name_for_a_path_that_is_not_here(monkeypatch, tmp_path):
+    """``--kernel cu/argmax.cu`` from a directory without that path: the error says the path is not
+    there and gives the name to use, instead of listing argmax.cu among the sources it lacks."""
+    from click.testing import CliRunner
+
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "cu/argmax.cu"])
+    assert r.exit_code == 2
+    assert "no file 'cu/argmax.cu' here" in r.output and "--kernel argmax.cu" in r.output
+
+
+def test_capture_demo_arch_list_says_one_architecture():
+    """``capture-demo --arch sm_90,sm_120``: both names are valid, the list is not (one GPU's code)."""
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(cli.main, ["capture-demo", "--arch", "sm_90,sm_120"])
+    assert r.exit_code == 2
+    assert "capture-demo takes one architecture" in r.output

@@ -444,6 +444,9 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     if arch is not None:
         from .._compile import check_arch
 
+        if "," in arch:  # (a list, as `driverlevel compile --arch` takes: this run has one GPU's)
+            raise click.BadParameter(f"{arch!r}: capture-demo takes one architecture, the GPU's own "
+                                     f"(a list is for `driverlevel compile --arch`)", param_hint="--arch")
         try:
             arch = check_arch(arch)
         except ValueError as exc:
