@@ -398,3 +398,11 @@ def write_result(result: dict, json_path) -> None:
         else:
             with open(json_path, "w") as f:
                 f.write(text + "\n")
+
+
+if __name__ == "__main__":  # the module behind `driverlevel bench replay`, not a script of its own
+    import sys
+
+    print("driverlevel.bench_replay is run as `driverlevel bench replay` (see `driverlevel bench replay --help`)",
+          file=sys.stderr)
+    sys.exit(2)

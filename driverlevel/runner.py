@@ -218,7 +218,9 @@ def _as_int_list(name, x, n):
 #: the ``num_splits`` parameter, the keyword arguments of :class:`_RunnerBase`, the common errors.
 _NUM_SPLITS_DOC = """    num_splits : int, optional
         Cap on the split-KV pieces of one (request, row tile) pair of the verify attention;
-        default None: its scheduler kernel splits each step's work on the GPU.
+        default None: its scheduler kernel splits each step's work on the GPU. With
+        ``target_forward=`` the runner makes no verify plan: the value (and ``prefill_splits``) is
+        only checked to be a positive int and kept as ``self.num_splits`` for the caller's forward.
 """
 _COMMON_RAISES_DOC = """    CaptureError
         If constructed during a capture (it allocates).
@@ -228,7 +230,7 @@ _COMMON_RAISES_DOC = """    CaptureError
 _BASE_KWARGS_DOC = """    Other keyword arguments
     -----------------------
     prefill_splits : int
-        ``num_splits`` of the prefill's forward (default 1).
+        ``num_splits`` of the prefill's forward (default 1; with ``model=`` only).
     max_stop_tokens : int
         Stop tokens per request :meth:`reset` accepts (default 4).
     ring_slots : int

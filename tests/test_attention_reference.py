@@ -613,3 +613,13 @@ def test_bruteforce_keeps_a_nan_score_nan_even_when_the_others_are_minus_inf():
     got = verify_attention_bruteforce(q, kv, **kw)
     assert np.isnan(want[1]).all()
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("bad_rng", [None, 7, np.random.RandomState(0)])
+def test_tree_and_metadata_helpers_refuse_an_rng_that_is_not_a_generator(bad_rng):
+    """``random_tree(5, None)`` was an AttributeError from inside numpy; like the helpers' other
+    argument checks, a wrong ``rng`` is a TypeError that says what to pass."""
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        random_tree(5, bad_rng)
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        make_metadata([4], [2], 16, bad_rng)

@@ -663,3 +663,17 @@ def test_capture_demo_arch_list_says_one_architecture():
     r = CliRunner().invoke(cli.main, ["capture-demo", "--arch", "sm_90,sm_120"])
     assert r.exit_code == 2
     assert "capture-demo takes one architecture" in r.output
+
+
+@pytest.mark.parametrize("argv", [["tools/phase_stamps.py"], ["-m", "driverlevel.bench_replay"]])
+def test_library_modules_run_as_scripts_say_what_to_run(argv):
+    """Two modules that are libraries of a command were silent no-ops when run (exit 0): now one line
+    naming the command to run, and status 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "run" in r.stderr and len(r.stderr.strip().splitlines()) == 1

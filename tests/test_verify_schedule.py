@@ -189,3 +189,11 @@ def test_uniform_batches_take_aligned_splits_when_they_save_a_segment():
     # fewer key tiles than parts per pair: at most one piece per key tile
     s = check_schedule([1], [40], 16, 64, 32, 6, 132)
     assert s.aligned and sum(1 for p in range(132) if segments(s, p)) == 2
+
+
+@pytest.mark.parametrize("q_lens, kv_lens, name", [([-1], [10], "q_lens"), ([2, 3], [5, -4], "kv_lens")])
+def test_schedule_refuses_negative_lengths(q_lens, kv_lens, name):
+    """Lengths come from well-formed indptrs (bad metadata is marked by ``bad``): a negative one is a
+    ValueError naming it, not a schedule with negative tiles."""
+    with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+        schedule(q_lens, kv_lens, 9, 64, 16, 1, 8)

@@ -86,3 +86,11 @@ def timeline(rows: dict, order: list[str], start: str, name=lambda point, arg: p
         v = [(g - t0) / 1e3 for g in at[k]]
         lines.append(f"{k:12s} {len(v):5d} {min(v):9.2f} {statistics.median(v):10.2f} {max(v):8.2f}")
     return lines
+
+
+if __name__ == "__main__":  # a library of the two stamp tools, not a script
+    import sys
+
+    print("tools/phase_stamps.py is the stamp reader that tools/verify_stamps.py and tools/ddtree_stamps.py "
+          "share; run one of those", file=sys.stderr)
+    sys.exit(2)

@@ -54,6 +54,14 @@ def _count(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _generator(rng: object) -> np.random.Generator:
+    """``rng`` if it is a numpy Generator (``numpy.random.default_rng(...)``), else a TypeError."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
+
+
 def _int_array(name: str, values: object, what: str = "an integer array") -> np.ndarray:
     """``values`` as an int64 array, or an error naming ``name``.
 
@@ -95,9 +103,10 @@ def random_tree(num_nodes: int, rng: np.random.Generator) -> np.ndarray:
     Raises
     ------
     TypeError, ValueError
-        ``num_nodes`` is not an int >= 1.
+        ``num_nodes`` is not an int >= 1; ``rng`` is not a numpy Generator (TypeError).
     """
     n = _count("num_nodes", num_nodes, 1)
+    rng = _generator(rng)
     parents = np.empty(n, dtype=np.int64)
     parents[0] = -1
     if n > 1:
@@ -521,12 +530,13 @@ def make_metadata(
     Raises
     ------
     TypeError
-        Non-integer lengths or ``num_slots``.
+        Non-integer lengths or ``num_slots``; ``rng`` not a numpy Generator.
     ValueError
         Lengths of different sizes, a negative prefix length, a ``q_len < 1``,
         a pool too small for all slots, or a prefix total past int32.
     """
     fmt = parse_mask_format(mask_format)
+    rng = _generator(rng)
     p = _lengths("prefix_lens", prefix_lens)
     q = _lengths("q_lens", q_lens)
     if p.shape != q.shape:

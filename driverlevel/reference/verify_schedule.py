@@ -55,11 +55,16 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
              split_cap: int = 0, bad=()) -> Schedule:
     """The schedule the kernel computes for these lengths (``bad``: requests with bad kv/mask metadata).
 
-    Raises ``ValueError`` when ``q_lens`` and ``kv_lens`` differ in length or a count that the
-    kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``, ``num_parts``) is
-    not positive."""
+    Raises ``ValueError`` when ``q_lens`` and ``kv_lens`` differ in length, a length is negative
+    (lengths come from well-formed indptrs; a request whose metadata is bad is marked by ``bad``),
+    or a count that the kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``,
+    ``num_parts``) is not positive."""
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"q_lens and kv_lens must have the same length, got {len(q_lens)} and {len(kv_lens)}")
+    for lname, lens in (("q_lens", q_lens), ("kv_lens", kv_lens)):
+        neg = [int(v) for v in lens if int(v) < 0]
+        if neg:
+            raise ValueError(f"{lname} must be >= 0, got {neg[0]}")
     for pname, v in (("num_heads", num_heads), ("tile_rows", tile_rows), ("tile_keys", tile_keys),
                      ("num_parts", num_parts)):
         if int(v) < 1:
