@@ -205,7 +205,8 @@ def chain_timeline(build: dict, topk: dict) -> list[str]:
     rows = dict(topk)
     for k, v in build.items():
         rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
-    order = [f"{n} {p}" for n, _ in TK_ROWS for p in ("entry", "keys", "waited", "tile0", "looped", "flushed", "reduced", "exit")] + [f"build {p}" for p in keep]
+    points = ("entry", "keys", "waited", "tile0", "looped", "flushed", "reduced", "exit")  # (the last four: stream)
+    order = [f"{n} {p}" for n, _ in TK_ROWS for p in points] + [f"build {p}" for p in keep]
     return phase_stamps.timeline(rows, order, "sample entry")
 
 
