@@ -121,45 +121,23 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
   const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
   DDT_STAMP(1, "loaded", n_cand);
-  // The K-th largest key first (32-bit: few levels), then -- only when more logits share that
-  // key than still fit -- the need-th largest low word (~id: equal logits, lower id first) of
-  // the composites with that key. One kth_largest instance serves both passes.
+  // The K-th largest composite (key << 32 | ~id: equal logits, lower id first) in one select on
+  // the 64-bit composites: the level that isolates the K-th key's bin also holds the logits tied
+  // with it, and the one-warp ranking of <= 32 gathered composites orders them by id at once (a
+  // select on the 32-bit key and then, when more logits share the K-th key than still fit, a
+  // second select among their ids took two; bf16 rows tie there nearly always).
   // thr: every candidate x passed the stream's x >= T (T finite, x never NaN), so its key is
-  // >= key(T) (f32_key maps -0 and +0 alike; the - 1 is slack), and the first pass bins
-  // [key(T) - 1, the maximum] linearly: one level usually leaves a few values in the K-th's bin
-  // (the log bins over every key took two). This relies on IEEE compares in the stream: built
+  // >= key(T) (f32_key maps -0 and +0 alike; the - 1 is slack), and the select bins
+  // [key(T) - 1, the maximum] << 32 linearly: one level usually leaves a few values in the K-th's
+  // bin (the log bins over every key took two). This relies on IEEE compares in the stream: built
   // with flush-to-zero (-ftz, --use_fast_math) a denormal T would admit +-0 and negative
-  // denormals whose keys lie below the cut.
+  // denormals whose keys lie below the cut. Without thr the cut is key 1: every composite of a
+  // candidate (0 marks none).
   const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
-  u32 tk = 0, vmax = static_cast<u32>(cmax >> 32);
-  int need = K;
-  u64 cstar;  // picked: composite >= cstar
   const int ecount = min(MERGE_ELEMS, (n_cand + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
-  for (int pass = 0;; ++pass) {
-    const u32 r = kth_largest<BUILD_THREADS, MERGE_ELEMS, u32>(
-        [&](int j, int z) {
-          const u32 hi = static_cast<u32>(c[j] >> 32);
-          return (pass ? (hi == tk ? static_cast<u32>(c[j]) : 0u) : hi) + static_cast<u32>(z);
-        },
-        vmax, pass ? 1u : kcut, need, sm.sel, ecount, thr && !pass);
-    if (pass) {
-      cstar = (static_cast<u64>(tk) << 32) | r;
-      break;
-    }
-    tk = r;
-    int above = 0, ties = 0;
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j) {
-      const u32 k = static_cast<u32>(c[j] >> 32);
-      above += k > tk;
-      ties += k == tk;
-    }
-    const int packed = dl::block_sum_int<BUILD_THREADS>((above << 16) | ties, sm.ri);  // each < 2^15
-    need = K - (packed >> 16);
-    cstar = static_cast<u64>(tk) << 32;
-    if ((packed & 0xffff) <= need) break;
-    vmax = 0xffffffffu;  // an upper bound of the low words is enough for kth_largest
-  }
+  const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
+      [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
+      ecount, thr);
   DDT_STAMP(2, "selected", 0);
   int own = 0;
 #pragma unroll
