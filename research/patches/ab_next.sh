@@ -3,14 +3,16 @@
 #   bash research/patches/ab_next.sh [NAME ...]     (default: every *.patch here; needs $OUT)
 # Copies the tracked tree once per patch into /tmp/ab-NAME and applies it (`patch -p1`, no .git
 # needed), runs bench_ddtree on main and each variant, interleaved, twice per drafter, prints each
-# variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps of the stars (random,
-# batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's timeline, --chain
-# --flush read) on main and each variant, runs the DDTree GPU tests on each variant (TESTS=0: not; their logs
-# tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the device tool returns at most eight;
-# packed after each step, so that a call cut short by its limit still returns what was done).
+# variant's A/B against main (tools/bench_ddtree_ab.py), takes the stamps (STAMP_DRAFTERS; default
+# the stars: random; batch 1 and 8, budget 256, L2 flushed: the build's phases and the top-K chain's
+# timeline, --chain --flush read) on main and each variant, runs the DDTree GPU tests on each variant
+# (TESTS=0: not; their logs tests-NAME.log), and leaves the results in $OUT/r.tgz (one file: the
+# device tool returns at most eight; packed after each step, so that a call cut short by its limit
+# still returns what was done).
 # ~1 minute plus ~0.8 per variant on the H200 with TESTS=0 (~0.6 with DRAFTERS="random peaked"),
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
 # DTYPE=bfloat16: bf16 drafter logits in the bench and the stamps (default float32).
+# STAMP_DRAFTERS: the drafters of the stamps (default random; others go to chain-NAME-DRAFTER.txt).
 # VARIANT_TOPK=fused: the variants' bench and stamps use DDTreePlan(topk="fused") (main: threshold);
 # the A/B then pairs rows by batch and budget (bench_ddtree_ab.py --any-topk).
 set -u
@@ -38,14 +40,15 @@ for t in "${names[@]}"; do for d in $DR; do
   echo "=== main vs $t, $d"
   python $R/tools/bench_ddtree_ab.py $([ -n "${VARIANT_TOPK:-}" ] && echo --any-topk) $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
-for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
+for sd in ${STAMP_DRAFTERS:-random}; do for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
   # one stamped build per batch, L2 flushed as in bench_ddtree: the build's phase tables and the chain
-  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter random --logits-dtype ${DTYPE:-float32} --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
-     --flush read > $O/r/chain-$t.txt 2>&1)
-  echo "--- stamps and chain of $t, batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
-  grep -E '^(sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $O/r/chain-$t.txt
+  f=$O/r/chain-$t.txt; [ $sd != random ] && f=$O/r/chain-$t-$sd.txt
+  (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter $sd --logits-dtype ${DTYPE:-float32} --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
+     --flush read > $f 2>&1)
+  echo "--- stamps and chain of $t ($sd drafter), batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
+  grep -E '^(selected|sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $f
   pack
-done
+done; done
 if [ "${TESTS:-1}" != 0 ]; then
   for t in "${names[@]}"; do
     echo "--- DDTree GPU tests on $t"
