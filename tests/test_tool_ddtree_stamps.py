@@ -52,6 +52,11 @@ def test_records_to_phases():
     assert rows[1].split()[2] == "350"  # median of 300 and 400 cycles
 
 
+def test_candidate_counts_from_the_loaded_stamps():
+    assert stamps.candidate_counts(_records()) == "candidates per row (loaded): 1400 / 1450 / 1500 over 2 rows"
+    assert stamps.candidate_counts({0: [("merge", 0, 1, 1)]}) == ""
+
+
 def test_point_names_carry_the_depth_or_the_pop_count():
     assert stamps.point_name("depth", 3) == "depth  3"
     assert stamps.point_name("pop", 8) == "pop   8" and stamps.point_name("pop", 60) == "pop  60"

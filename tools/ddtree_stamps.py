@@ -150,6 +150,16 @@ def phases(ctas: dict) -> dict:
     return out
 
 
+def candidate_counts(ctas: dict) -> str:
+    """One line on the rows' candidate lists: the argument of each row's ``loaded`` stamp (the merge's
+    ``n_cand``, candidates >= T that the stream listed, or the chunk fallback's), min / median / max
+    over the rows, or ``""`` when no row stamped ``loaded``. The select's work grows with it."""
+    n = [a for recs in ctas.values() for p, a, _, _ in recs if p == "loaded"]
+    if not n:
+        return ""
+    return f"candidates per row (loaded): {min(n)} / {statistics.median(n):g} / {max(n)} over {len(n)} rows"
+
+
 def measured_clock_ghz(ctas: dict, min_ns: int = 2000):
     """The SM clock the stamps saw: over each CTA whose stamps span at least ``min_ns`` of the global
     timer, its ``clock64`` cycles over ``%globaltimer`` ns from its first to its last stamp; the median
@@ -316,6 +326,8 @@ def main(argv=None) -> int:
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
+                if counts := candidate_counts(ctas):
+                    print(counts)
                 print("\n".join(timeline(ctas)), flush=True)
                 if args.chain:
                     print(f"# the chain ({'L2 flushed' if flush is not None else 'L2 warm'}"
