@@ -150,14 +150,26 @@ def phases(ctas: dict) -> dict:
     return out
 
 
-def candidate_counts(ctas: dict) -> str:
-    """One line on the rows' candidate lists: the argument of each row's ``loaded`` stamp (the merge's
-    ``n_cand``, candidates >= T that the stream listed, or the chunk fallback's), min / median / max
-    over the rows, or ``""`` when no row stamped ``loaded``. The select's work grows with it."""
-    n = [a for recs in ctas.values() for p, a, _, _ in recs if p == "loaded"]
-    if not n:
-        return ""
-    return f"candidates per row (loaded): {min(n)} / {statistics.median(n):g} / {max(n)} over {len(n)} rows"
+def row_counts(ctas: dict) -> list[str]:
+    """Lines on the rows' merge, from the arguments of its stamps (min / median / max over the rows;
+    no line for a point no row stamped): ``loaded``'s is the row's ``n_cand`` (candidates >= T that
+    the stream listed, or the chunk fallback's), ``selected``'s the select's histogram levels plus
+    64 x the values its warp ranking gathered (keys.cuh, ``SelectSmem::levels``). The select's work
+    grows with both."""
+    def summary(values):
+        return f"{min(values)} / {statistics.median(values):g} / {max(values)}"
+
+    args = defaultdict(list)
+    for recs in ctas.values():
+        for p, a, _, _ in recs:
+            args[p].append(a)
+    out = []
+    if n := args.get("loaded"):
+        out.append(f"candidates per row (loaded): {summary(n)} over {len(n)} rows")
+    if sel := args.get("selected"):
+        out.append(f"select per row (selected): levels {summary([a % 64 for a in sel])}, gathered "
+                   f"{summary([a // 64 for a in sel])} over {len(sel)} rows")
+    return out
 
 
 def measured_clock_ghz(ctas: dict, min_ns: int = 2000):
@@ -326,8 +338,8 @@ def main(argv=None) -> int:
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
-                if counts := candidate_counts(ctas):
-                    print(counts)
+                for line in row_counts(ctas):
+                    print(line)
                 print("\n".join(timeline(ctas)), flush=True)
                 if args.chain:
                     print(f"# the chain ({'L2 flushed' if flush is not None else 'L2 warm'}"
