@@ -488,6 +488,9 @@ def main(argv=None) -> int:
     problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
     if problem:
         ap.error(f"--json: {problem}")
+    if args.json == "-":  # the table goes to stdout: JSON there too would not parse (bench_step's and
+        # bench_replay's '-' moves the table to stderr; this script writes a file only)
+        ap.error("--json: '-' (stdout) is not supported by this script: give a file path")
     require_gpu()
     torch = None
     if not args.no_reference:

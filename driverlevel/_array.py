@@ -28,7 +28,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing
-from ._checks import int_in_range, int_tuple, stream_arg
+from ._checks import bool_arg, int_in_range, int_tuple, stream_arg
 from ._device import Device, _check_device_arg
 from ._dtypes import as_dtype, bfloat16, is_ml_bfloat16, storage_dtype
 from ._errors import check
@@ -91,7 +91,8 @@ class DeviceArray:
     TypeError
         For a ``ptr``, extent or stride that is not an integer (a float, a bool, a str), an
         unsupported ``dtype`` (object, str, datetime, complex, structured...), or a ``device``
-        that is neither a Device nor an int ordinal (None included).
+        that is neither a Device nor an int ordinal (None included), or a ``readonly`` that is
+        not a bool (``"no"`` is refused, not read as True).
     ValueError
         For an address outside 0 .. 2**64 - 1, a negative extent, strides whose count differs
         from the shape's, or a negative device ordinal.
@@ -116,7 +117,7 @@ class DeviceArray:
                              f"dimensions of shape {self.shape}")
         self.device = _device_arg(device)
         self.owner = owner
-        self.readonly = bool(readonly)
+        self.readonly = bool_arg("DeviceArray: readonly", readonly)
 
     # -- geometry -------------------------------------------------------------
     @property
@@ -617,6 +618,9 @@ def _from_cai(obj, device):
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise TypeError(f"{what}['data'] must be a (pointer, read_only) pair, got {data!r}")
     ptr, readonly = data
+    if cai.get("mask") is not None:  # CAI v3: a consumer that cannot honour a mask must refuse it
+        raise TypeError(f"{what} has a 'mask' (a masked array): driverlevel reads every element and supports "
+                        f"no masks; pass the unmasked data")
     try:
         dt = np.dtype(cai["typestr"])
         shape = tuple(cai["shape"])

@@ -168,8 +168,9 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
     TypeError
         ``x`` is None, host memory, or exports no array protocol.
     ValueError
-        ``x`` is on another device (ours or a foreign array) or not C-contiguous; or
-        ``writable`` and ``x`` is read-only: ``"out is read-only, but the launch writes it"``.
+        ``x`` is on another device (ours or a foreign array), not C-contiguous, or not aligned to
+        its element size (the kernels' loads would fault); or ``writable`` and ``x`` is read-only:
+        ``"out is read-only, but the launch writes it"``.
     """
     from ._array import as_device_array
 
@@ -183,6 +184,9 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
         raise ValueError(f"{name} is on device {a.device.ordinal}, {owner} on device {device.ordinal}")
     if not a.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    if a.ptr % a.itemsize:  # a kernel's element loads would fault (a sticky misaligned-address error)
+        raise ValueError(f"{name} must start on a {a.itemsize}-byte aligned device address (its element size), "
+                         f"got 0x{a.ptr:x}")
     if writable and a.readonly:
         raise ValueError(f"{name} is read-only, but the launch writes it")
     return a

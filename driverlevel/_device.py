@@ -386,16 +386,60 @@ class Device:
 
     # -- factories -----------------------------------------------------------
     def create_stream(self, *, non_blocking: bool = True, priority: int = 0):
-        """Create a :class:`~driverlevel.Stream` on this device."""
+        """Create a :class:`~driverlevel.Stream` on this device.
+
+        Parameters
+        ----------
+        non_blocking : bool
+            True (default): ``CU_STREAM_NON_BLOCKING``, no implicit synchronization with the
+            legacy default stream; False: ``CU_STREAM_DEFAULT``.
+        priority : int
+            CUDA's stream priority: lower numbers are higher priority; 0 is the default. A
+            value outside the device's range (``cuCtxGetStreamPriorityRange``, e.g. -5 .. 0)
+            is clamped to it by the driver.
+
+        Raises
+        ------
+        TypeError
+            ``non_blocking`` not a bool (``"no"`` and ``0`` are refused, not read as flags), or
+            ``priority`` not an int (a bool or a float is refused, not truncated); before the
+            driver is called.
+        ValueError
+            ``priority`` outside the C int range.
+        CudaError
+            If the driver refuses ``cuStreamCreateWithPriority``.
+        """
+        from ._checks import _as_int, bool_arg
         from ._stream import Stream
 
+        non_blocking = bool_arg("non_blocking", non_blocking)
+        priority = _as_int("priority", priority, "an int")
+        if not -2**31 <= priority < 2**31:
+            raise ValueError(f"priority must be a C int (lower is higher priority; the driver clamps it to the "
+                             f"device's range), got {priority}")
         return Stream._create(self, non_blocking=non_blocking, priority=priority)
 
     def create_event(self, *, timing: bool = True):
-        """Create a :class:`~driverlevel.Event` on this device."""
+        """Create a :class:`~driverlevel.Event` on this device.
+
+        Parameters
+        ----------
+        timing : bool
+            True (default): the event records time (:meth:`Event.elapsed_ms`); False:
+            ``CU_EVENT_DISABLE_TIMING``, lighter for pure synchronization.
+
+        Raises
+        ------
+        TypeError
+            ``timing`` not a bool (``"no"`` and ``0`` are refused, not read as flags), before
+            the driver is called.
+        CudaError
+            If the driver refuses ``cuEventCreate``.
+        """
+        from ._checks import bool_arg
         from ._stream import Event
 
-        return Event._create(self, timing=timing)
+        return Event._create(self, timing=bool_arg("timing", timing))
 
     def __repr__(self) -> str:
         return f"Device({self.ordinal})"

@@ -218,6 +218,9 @@ def load_module(device, cubin) -> Module:
 
     Raises
     ------
+    TypeError
+        If ``cubin`` is not a :class:`~driverlevel.runtime.Cubin` (raw ``bytes`` included),
+        before the device is touched.
     ValueError
         If the cubin was compiled for an architecture that does not run on ``device``
         (the message says why), or is not a cubin (ELF).
@@ -229,9 +232,14 @@ def load_module(device, cubin) -> Module:
     >>> dev = dl.Device(0)                                                 # doctest: +SKIP
     >>> mod = dl.load_module(dev, dl.runtime.compile_file("selftest.cu", dev.arch))  # doctest: +SKIP
     """
-    from ._compile import check_cubin_arch
+    from ._compile import Cubin, check_cubin_arch
     from ._device import _check_device_arg
 
+    if not isinstance(cubin, Cubin):
+        hint = (": wrap an image compiled elsewhere as driverlevel.runtime.Cubin(data, arch, source_name, options=())"
+                if isinstance(cubin, (bytes, bytearray, memoryview)) else "")
+        raise TypeError(f"cubin must be a driverlevel.runtime.Cubin (from compile_source or compile_file), "
+                        f"got {type(cubin).__name__}{hint}")
     device = _check_device_arg(device)
     try:
         check_cubin_arch(cubin.arch, device.arch)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import operator
 import time
 from dataclasses import dataclass, field
 
@@ -55,7 +56,7 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import non_negative_int, positive_int, stream_arg
+from ._checks import bool_arg, int_tuple, is_bool, non_negative_int, positive_int, stream_arg
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
@@ -205,13 +206,68 @@ def _check_options(cls, kw: dict) -> None:
             raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {k!r}")
 
 
+def _is_int(x) -> bool:
+    """One integer as :func:`~driverlevel._checks.int_tuple` takes it (``__index__``; no bool, no float,
+    no numpy array of several)."""
+    if is_bool(x) or (isinstance(x, np.ndarray) and x.ndim):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _is_seq(x) -> bool:
+    """Iterable and not a str / bytes (whose items would be read as tokens)."""
+    return hasattr(x, "__iter__") and not isinstance(x, (str, bytes))
+
+
 def _as_int_list(name, x, n):
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return [int(x)] * n
-    x = [int(v) for v in x]
+    if _is_int(x):
+        return [int(operator.index(x))] * n
+    if not _is_seq(x):
+        raise TypeError(f"{name} must be an int or a sequence of ints (one per request), got {type(x).__name__} {x!r}")
+    x = list(int_tuple(name, x))
     if len(x) != n:
         raise ValueError(f"{name} must be an int or one per request ({n}), got {len(x)}")
     return x
+
+
+def _prompt_lists(prompts) -> list:
+    """``prompts`` as lists of Python ints: a sequence of token sequences; floats, bools and str refused."""
+    if not _is_seq(prompts):
+        raise TypeError(f"prompts must be a sequence of prompts, each a sequence of int token ids, "
+                        f"got {type(prompts).__name__} {prompts!r}"[:300])
+    out = []
+    for i, p in enumerate(prompts):
+        if not _is_seq(p):
+            hint = "; for one request write prompts=[[...]]" if _is_int(p) else ""
+            raise TypeError(f"prompts[{i}] must be a sequence of int token ids, got {type(p).__name__} {p!r}{hint}")
+        out.append(list(int_tuple(f"prompts[{i}]", p)))
+    return out
+
+
+def _stop_lists(stop_tokens, n: int) -> list:
+    """``stop_tokens`` (None, an int, a list for all, or one int or list per request) as ``n`` lists of ints."""
+    if stop_tokens is None:
+        return [[] for _ in range(n)]
+    if _is_int(stop_tokens):
+        return [[int(operator.index(stop_tokens))] for _ in range(n)]
+    if not _is_seq(stop_tokens):
+        raise TypeError(f"stop_tokens must be None, an int, a sequence of ints or one per request, "
+                        f"got {type(stop_tokens).__name__} {stop_tokens!r}")
+    items = list(stop_tokens)
+    if all(_is_int(s) for s in items):  # one list for all ([] included: no stop token)
+        return [list(int_tuple("stop_tokens", items)) for _ in range(n)]
+    per = []
+    for i, s in enumerate(items):
+        if not (_is_int(s) or _is_seq(s)):
+            raise TypeError(f"stop_tokens[{i}] must be an int or a sequence of ints, got {type(s).__name__} {s!r}")
+        per.append(list(int_tuple(f"stop_tokens[{i}]", s)))
+    if len(per) != n:
+        raise ValueError(f"stop_tokens: one list per request ({n}) expected, got {len(per)}")
+    return per
 
 
 #: What both runners' docstrings share, written once and put in by :func:`_with_base_kwargs`:
@@ -464,17 +520,22 @@ class _RunnerBase:
         max_new_tokens : int or sequence of int
             Tokens to generate per request (>= 1).
         stop_tokens : None, int, or sequence
-            One stop token for all, a list for all, or one list per request (at most
-            ``max_stop_tokens`` each). A request ends after emitting one.
+            One stop token for all, a list for all (``[]``: none), or one int or list per
+            request (at most ``max_stop_tokens`` each, every one in ``[0, vocab_size)``). A
+            request ends after emitting one.
 
         Raises
         ------
         ValueError
-            Too many prompts, an empty or too long prompt, out-of-vocabulary tokens, or a
-            context that ``max_context`` cannot hold.
+            Too many prompts, an empty or too long prompt, out-of-vocabulary tokens (stop
+            tokens included), or a context that ``max_context`` cannot hold.
+        TypeError
+            ``prompts`` not a sequence of int sequences (a flat list of ints, a str), or a token,
+            ``max_new_tokens`` or stop token that is not an int (floats and bools are refused,
+            not truncated); the message names the argument.
         """
         ensure_not_capturing(f"{type(self).__name__}.reset()", self.stream)
-        prompts = [[int(t) for t in p] for p in prompts]
+        prompts = _prompt_lists(prompts)
         n = len(prompts)
         B, C = self.max_batch, self.max_context
         if not 1 <= n <= B:
@@ -493,19 +554,12 @@ class _RunnerBase:
                 raise ValueError(f"request {i} needs a context of {need} (prompt {len(p)} + {m} new + one step of "
                                  f"{self._rows_per_request}), more than max_context={C}")
         stops = np.full((B, self.n_stop), -1, np.int32)
-        if stop_tokens is not None:
-            if isinstance(stop_tokens, (int, np.integer)):
-                per = [[int(stop_tokens)]] * n
-            elif len(stop_tokens) and all(isinstance(s, (int, np.integer)) for s in stop_tokens):
-                per = [[int(s) for s in stop_tokens]] * n
-            else:
-                per = [[int(s) for s in ([s] if isinstance(s, (int, np.integer)) else s)] for s in stop_tokens]
-                if len(per) != n:
-                    raise ValueError(f"stop_tokens: one list per request ({n}) expected, got {len(per)}")
-            for i, s in enumerate(per):
-                if len(s) > self.n_stop:
-                    raise ValueError(f"request {i} has {len(s)} stop tokens, more than max_stop_tokens={self.n_stop}")
-                stops[i, :len(s)] = s
+        for i, s in enumerate(_stop_lists(stop_tokens, n)):
+            if len(s) > self.n_stop:
+                raise ValueError(f"request {i} has {len(s)} stop tokens, more than max_stop_tokens={self.n_stop}")
+            if any(not 0 <= t < self.vocab_size for t in s):
+                raise ValueError(f"request {i} has stop tokens outside [0, vocab_size={self.vocab_size}): {s}")
+            stops[i, :len(s)] = s
 
         # Slots: a shuffled stack of every slot but the scratch one; prompts take from the top.
         rng = np.random.default_rng(self.slot_seed)
@@ -621,6 +675,7 @@ class _RunnerBase:
         Returns at once; the step's results are read by :meth:`collect`. At most
         ``ring_slots`` steps may be in flight.
         """
+        graph = bool_arg("graph", graph)
         if not self._ready:
             raise RuntimeError(f"{type(self).__name__}.step() before reset(prompts, ...)")
         if self._launched - self._collected >= self.ring_slots:
@@ -748,11 +803,26 @@ class _RunnerBase:
 
         Parameters
         ----------
+        prompts, max_new_tokens, stop_tokens
+            As :meth:`reset`.
         graph : bool
             Replay the captured graph (captured on first use) or launch eagerly.
+        max_steps : int, optional
+            At most this many steps (>= 1); default: enough for every request to finish.
         progress : callable, optional
             Called with the number of tokens produced by each step (e.g. a tqdm ``update``).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`reset`; and for a ``graph`` that is not a bool, a ``max_steps`` that is
+            not a positive int, or a ``progress`` that is not callable (before the reset).
         """
+        graph = bool_arg("graph", graph)
+        if max_steps is not None:
+            max_steps = positive_int("max_steps", max_steps)
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be a callable or None, got {type(progress).__name__}")
         self.reset(prompts, max_new_tokens, stop_tokens)
         if graph and self._exec is None:
             self.capture()

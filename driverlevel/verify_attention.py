@@ -660,6 +660,14 @@ class VerifyMetadata:
 _METADATA_FIELDS = "qo_indptr, kv_indptr, kv_indices, out_cache_loc, custom_mask, mask_indptr"
 
 
+def _need_aligned(name: str, a, alignment: int) -> None:
+    """Raise ``ValueError`` unless ``a``'s device address is a multiple of ``alignment`` bytes."""
+    if a.ptr % alignment:
+        raise ValueError(f"{name} must start on a {alignment}-byte aligned device address (the kernels' "
+                         f"loads and stores need it), got 0x{a.ptr:x}: pass a view whose first element is "
+                         f"{alignment}-byte aligned (e.g. an unsliced array)")
+
+
 def _metadata_getter(metadata):
     """The field getter of a verify call's ``metadata``: a mapping's ``get``, or the attributes of a
     :class:`VerifyMetadata` (or of an object with its fields, e.g. ``qo_indptr``).
@@ -1027,6 +1035,11 @@ class VerifyAttention:
             lse_a = _arr("lse", lse, dev, writable=True)
             _need_dtype("lse", lse_a, "float32")
             _need_shape("lse", lse_a, (total_q, H))
+        # The kernels copy q and kv_cache rows with 16-byte cp.async and store out in 8-byte words:
+        # a base off these alignments would fault on the GPU (a sticky "misaligned address" that
+        # ends the process's CUDA context). Every array is aligned to its element size (_arr).
+        for name, a, need in (("q", q, 16), ("kv_cache", kv, 16), ("out", o, 8)):
+            _need_aligned(name, a, need)
         return q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs
 
     def _bind_stream(self, stream) -> None:
@@ -1051,7 +1064,7 @@ class VerifyAttention:
         q : bf16 ``[total_q, num_heads, 576]``
             Absorbed queries; row ``(t, h)``. DeviceArray or any CAI/DLPack array
             (bf16, or uint16 holding bf16 bit patterns).
-        kv_cache : bf16 ``[num_slots, 576]``
+        kv_cache : bf16 ``[num_slots, 576]`` (or SGLang's ``[num_slots, 1, 576]``)
             The paged latent cache (page size 1); V is its first 512 columns.
         metadata : VerifyMetadata or dict (any mapping)
             ``qo_indptr``, ``kv_indptr``, ``kv_indices``, ``out_cache_loc``,
@@ -1069,7 +1082,9 @@ class VerifyAttention:
             that is not a driverlevel Stream, or a ``metadata`` that is neither a
             VerifyMetadata nor a mapping); ``ValueError`` also for a second stream or a stream
             of another device, for an array on another device (a foreign one included), and for a
-            read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``).
+            read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``); and for
+            an array whose base address the kernels cannot use: ``q`` and ``kv_cache`` must be
+            16-byte aligned, ``out`` 8-byte aligned, every other array aligned to its element size.
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)

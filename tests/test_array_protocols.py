@@ -577,3 +577,27 @@ def test_a_0d_array_still_refuses_a_1d_host_array(calls):
 def test_indexing_a_0d_array_is_a_clear_index_error(idx):
     with pytest.raises(IndexError, match="a 0-d DeviceArray cannot be indexed"):
         DeviceArray(PTR, (), np.int64, DEV0)[idx]
+
+
+@pytest.mark.parametrize("flag", ["no", 0, 1, None])
+def test_readonly_must_be_a_bool(flag):
+    """``readonly="no"`` made a read-only array (bool("no") is True): refused now, as every other flag
+    of driverlevel (review finding); numpy's bools are taken."""
+    with pytest.raises(TypeError, match="DeviceArray: readonly must be a bool"):
+        DeviceArray(PTR, (2,), np.float32, DEV, readonly=flag)
+    assert DeviceArray(PTR, (2,), np.float32, DEV, readonly=np.True_).readonly is True
+
+
+def test_a_masked_cuda_array_interface_is_refused(monkeypatch):
+    """CUDA Array Interface v3: a consumer that does not support masks must not ignore one (the mask
+    was dropped silently, review finding); ``mask: None`` is the ordinary unmasked array."""
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: 0)
+
+    class Cai:
+        def __init__(self, mask):
+            self.__cuda_array_interface__ = dict(version=3, strides=None, data=(PTR, False), typestr="<f4",
+                                                 shape=(4,), mask=mask)
+
+    with pytest.raises(TypeError, match="has a 'mask' \\(a masked array\\)"):
+        as_device_array(Cai(mask=Cai(None)), DEV)
+    assert as_device_array(Cai(mask=None), DEV).shape == (4,)

@@ -110,6 +110,10 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("profile_tile", ["--heads", "0"], "--heads must be >= 1, got 0"),
     ("profile_tile", ["--tokens", "-3"], "--tokens must be >= 1, got -3"),
     ("bench_replay", ["--device", "-1"], "--device must be a GPU ordinal >= 0, got -1"),
+    # review finding: '-' passed json_path_problem and, after the run, was written as a file named '-'
+    ("bench_attention", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
+    ("bench_ddtree", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
+    ("bench_tiles", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
 ])
 def test_bad_options_and_json_paths_are_usage_errors(script, argv, words, capsys, monkeypatch):
     """bench_attention/ddtree/tiles opened --json only after the whole run; bad specs exited 1 without a

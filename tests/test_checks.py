@@ -146,3 +146,22 @@ def test_int_checks_refuse_numpy1_bools():
     with pytest.raises(TypeError, match="got bool"):
         _checks.int_in_range("depth", _Numpy1Bool(True), 0, 10)
     assert _checks.positive_int("max_q", np.int64(3)) == 3
+
+
+@pytest.mark.parametrize("dtype, ptr, ok", [(np.float32, 0x1002, False), (np.int64, 0x1004, False),
+                                            (np.int64, 0x1008, True), (np.uint8, 0x1001, True)])
+def test_device_array_arg_refuses_an_array_off_its_element_alignment(dtype, ptr, ok):
+    """A base address that is no multiple of the element size would fault in the kernels' loads (a
+    sticky misaligned-address error ends the CUDA context): a ValueError naming the argument instead
+    (review finding; DeviceArray itself takes any address)."""
+    from types import SimpleNamespace
+
+    import driverlevel as dl
+
+    dev = SimpleNamespace(ordinal=0)
+    a = dl.DeviceArray(ptr, (4,), dtype, dev)
+    if ok:
+        assert _checks.device_array_arg("logits", a, dev) is a
+    else:
+        with pytest.raises(ValueError, match=f"logits must start on a {np.dtype(dtype).itemsize}-byte aligned"):
+            _checks.device_array_arg("logits", a, dev)

@@ -379,3 +379,20 @@ def test_kernel_launch_checks_the_geometry_before_the_driver(monkeypatch):
     k.module.cubin = type("C", (), {"arch": "sm_90"})()
     with pytest.raises(ValueError, match="block dimension z is 65"):
         Kernel.launch(k, object(), 1, (1, 1, 65), [])
+
+
+@pytest.mark.parametrize("cubin, hint", [(b"\x7fELF", "wrap an image compiled elsewhere"), (None, ""),
+                                         ("k.cubin", "")])
+def test_load_module_refuses_what_is_not_a_cubin_before_the_device(monkeypatch, cubin, hint):
+    """Raw cubin bytes (from nvcc) or a path were an AttributeError from inside (``cubin.arch``); now
+    a TypeError that names the argument, raised before the device is opened (review finding)."""
+    import driverlevel as dl
+    from driverlevel import _device
+
+    def touched(device):
+        raise AssertionError("the device was touched before the cubin was checked")
+
+    monkeypatch.setattr(_device, "_check_device_arg", touched)
+    with pytest.raises(TypeError, match=r"cubin must be a driverlevel.runtime.Cubin .*got " + type(cubin).__name__
+                       + ".*" + hint):
+        dl.load_module(0, cubin)

@@ -6,6 +6,7 @@ its own TypeError / ValueError, not the driver's absence, and nothing may be all
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import driverlevel as dl
@@ -184,3 +185,83 @@ def test_drafter_logits_without_a_dtype_say_what_they_are(no_device, logits, wor
     with pytest.raises(ValueError, match=r"drafter.logits must be float32 \[max_batch, depth_limit, vocab\] = "
                                          r"\[8, 15, 32768\], " + words):
         DecodeStepRunner(0, drafter=_NoLogits(logits), budget=16, **BASE)
+
+
+# -- reset() / generate() / step(): the per-call arguments (review: loose checks) ---------------
+
+class _ResetReached(Exception):
+    pass
+
+
+def _reset_runner(monkeypatch):
+    """An AutoregressiveRunner shell with just what reset() reads before its first device call;
+    that call raises _ResetReached, so a test sees whether the arguments were accepted."""
+    from driverlevel import _capture_guard
+
+    monkeypatch.setattr(runner, "ensure_not_capturing", lambda *a, **k: None)
+    monkeypatch.setattr(_capture_guard, "ensure_not_capturing", lambda *a, **k: None)
+    r = object.__new__(AutoregressiveRunner)
+
+    class _Stream:
+        def synchronize(self):
+            raise _ResetReached
+
+    r.stream, r.max_batch, r.max_context, r.max_prompt_len, r.vocab_size = _Stream(), 4, 256, 32, 1000
+    r._rows_per_request, r.n_stop, r.slot_seed, r.num_slots, r.scratch_slot = 1, 4, 0, 1000, 999
+    r._ready, r._exec = False, None
+    return r
+
+
+@pytest.mark.parametrize("args, kw, exc, words", [
+    (([[1.7, 2.9]], 5), {}, TypeError, r"prompts\[0\] .*got float 1.7"),
+    (([[True, False]], 5), {}, TypeError, r"prompts\[0\] .*got bool True"),
+    ((["123"], 5), {}, TypeError, r"prompts\[0\] must be a sequence of int token ids, got str '123'"),
+    (([1, 2, 3], 5), {}, TypeError, r"prompts\[0\] .*got int 1; for one request write prompts=\[\[\.\.\.\]\]"),
+    (("hello", 5), {}, TypeError, "prompts must be a sequence of prompts"),
+    (([[1, 2]], 5.0), {}, TypeError, "max_new_tokens must be an int or a sequence of ints .*got float 5.0"),
+    (([[1, 2]], [5.9]), {}, TypeError, "max_new_tokens .*got float 5.9"),
+    (([[1, 2]], True), {}, TypeError, "max_new_tokens .*got bool True"),
+    (([[1, 2]], "7"), {}, TypeError, "max_new_tokens .*got str '7'"),
+    (([[1, 2]], None), {}, TypeError, "max_new_tokens .*got NoneType"),
+    (([[1, 2]], 5), dict(stop_tokens=2.5), TypeError, "stop_tokens must be None, an int.*got float 2.5"),
+    (([[1, 2]], 5), dict(stop_tokens=[2.5]), TypeError, r"stop_tokens\[0\] must be an int or a sequence of ints"),
+    (([[1, 2]], 5), dict(stop_tokens=True), TypeError, "stop_tokens .*got bool True"),
+    (([[1, 2]], 5), dict(stop_tokens=-5), ValueError, r"stop tokens outside \[0, vocab_size=1000\)"),
+    (([[1, 2]], 5), dict(stop_tokens=2**40), ValueError, r"stop tokens outside \[0, vocab_size=1000\)"),
+    (([[1, 2]], 5), dict(stop_tokens=[[1], [2]]), ValueError, r"one list per request \(1\) expected, got 2"),
+])
+def test_reset_refuses_bad_arguments_naming_them(monkeypatch, args, kw, exc, words):
+    r = _reset_runner(monkeypatch)
+    with pytest.raises(exc, match=words):
+        r.reset(*args, **kw)
+
+
+@pytest.mark.parametrize("args, kw", [
+    (([[1, 2, 3]], 5), {}),
+    ((np.array([[1, 2], [3, 4]]), np.array([3, 4])), {}),
+    (([[1, 2]], [5]), dict(stop_tokens=[])),            # [] for all: no stop token
+    (([[1, 2], [3]], 5), dict(stop_tokens=[7, [8, 9]])),  # one int or list per request
+    (([[1, 2]], 5), dict(stop_tokens=np.int64(7))),
+])
+def test_reset_takes_good_arguments(monkeypatch, args, kw):
+    r = _reset_runner(monkeypatch)
+    with pytest.raises(_ResetReached):
+        r.reset(*args, **kw)
+
+
+@pytest.mark.parametrize("kw, exc, words", [
+    (dict(graph="no"), TypeError, "graph must be a bool, got str 'no'"),
+    (dict(max_steps=0), ValueError, "max_steps must be a positive int, got 0"),
+    (dict(max_steps=2.5), TypeError, "max_steps must be a positive int, got float 2.5"),
+    (dict(progress=5), TypeError, "progress must be a callable or None, got int"),
+])
+def test_generate_checks_its_own_arguments_before_the_reset(monkeypatch, kw, exc, words):
+    r = _reset_runner(monkeypatch)
+    with pytest.raises(exc, match=words):
+        r.generate([[1, 2]], 5, **kw)
+
+
+def test_step_graph_must_be_a_bool(monkeypatch):
+    r = _reset_runner(monkeypatch)
+    with pytest.raises(TypeError, match="graph must be a bool, got int 0"):
+        r.step(0)

@@ -199,3 +199,28 @@ def test_check_synchronises_a_stream_of_its_own_device_then_raises(calls):
         w.check(stream_on(DEV0))
     assert names(calls)[-1] == "cuStreamSynchronize"
     assert tuple(w._words) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("method, kw, exc, words", [
+    ("create_stream", dict(non_blocking="no"), TypeError, "non_blocking must be a bool, got str 'no'"),
+    ("create_stream", dict(non_blocking=0), TypeError, "non_blocking must be a bool, got int 0"),
+    ("create_stream", dict(priority="high"), TypeError, "priority must be an int, got str 'high'"),
+    ("create_stream", dict(priority=1.5), TypeError, "priority must be an int, got float 1.5"),
+    ("create_stream", dict(priority=True), TypeError, "priority must be an int, got bool True"),
+    ("create_stream", dict(priority=2**40), ValueError, "priority must be a C int"),
+    ("create_event", dict(timing="no"), TypeError, "timing must be a bool, got str 'no'"),
+    ("create_event", dict(timing=0), TypeError, "timing must be a bool, got int 0"),
+])
+def test_create_stream_and_event_check_their_flags_before_the_driver(monkeypatch, method, kw, exc, words):
+    """``timing="no"`` made a timing event and ``priority=True`` priority 1 (review finding): refused now,
+    before any driver call."""
+    from cuda.bindings import driver
+
+    def touched(*a):
+        raise AssertionError("the driver was called before the arguments were checked")
+
+    monkeypatch.setattr(driver, "cuStreamCreateWithPriority", touched)
+    monkeypatch.setattr(driver, "cuEventCreate", touched)
+    dev = object.__new__(dl.Device)
+    with pytest.raises(exc, match=words):
+        getattr(dev, method)(**kw)

@@ -53,7 +53,11 @@ def test_records_to_phases():
 
 
 def test_row_counts_from_the_merge_stamps_arguments():
-    assert stamps.row_counts(_records()) == ["candidates per row (loaded): 1400 / 1450 / 1500 over 2 rows"]
+    rows = _records()
+    rows[3][2] = ("selected", 1, 2400, 10_700)            # one level, nothing gathered
+    rows[7][2] = ("selected", 2 + 64 * 7, 1550, 9_750)    # two levels, seven gathered
+    assert stamps.row_counts(rows) == ["candidates per row (loaded): 1400 / 1450 / 1500 over 2 rows",
+                                       "select per row (selected): levels 1 / 1.5 / 2, gathered 0 / 3.5 / 7 over 2 rows"]
     assert stamps.row_counts({0: [("merge", 0, 1, 1)]}) == []
 
 

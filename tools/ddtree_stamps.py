@@ -153,7 +153,9 @@ def phases(ctas: dict) -> dict:
 def row_counts(ctas: dict) -> list[str]:
     """Lines on the rows' merge, from the arguments of its stamps (min / median / max over the rows;
     no line for a point no row stamped): ``loaded``'s is the row's ``n_cand`` (candidates >= T that
-    the stream listed, or the chunk fallback's). The select's work grows with it."""
+    the stream listed, or the chunk fallback's), ``selected``'s the select's histogram levels plus
+    64 x the values its warp ranking gathered (keys.cuh, ``SelectSmem::levels``). The select's work
+    grows with both."""
     def summary(values):
         return f"{min(values)} / {statistics.median(values):g} / {max(values)}"
 
@@ -164,6 +166,9 @@ def row_counts(ctas: dict) -> list[str]:
     out = []
     if n := args.get("loaded"):
         out.append(f"candidates per row (loaded): {summary(n)} over {len(n)} rows")
+    if sel := args.get("selected"):
+        out.append(f"select per row (selected): levels {summary([a % 64 for a in sel])}, gathered "
+                   f"{summary([a // 64 for a in sel])} over {len(sel)} rows")
     return out
 
 

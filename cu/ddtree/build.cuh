@@ -138,7 +138,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
       [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
       ecount, thr);
-  DDT_STAMP(2, "selected", 0);
+  DDT_STAMP(2, "selected", sm.sel.levels);  // (stamped builds: the select's levels + 64 x gathered)
   int own = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;

@@ -50,6 +50,9 @@ struct SelectSmem {
   u64 gather[32];
   u64 lo, hi, vmax, cut;
   int need, count, gcount, salt;  // salt: always 0, read volatile (see kth_largest)
+#if defined(DL_STAMPS) && DL_STAMPS
+  int levels;  // stamped builds only: the last kth_largest's histogram levels + 64 x the values it gathered
+#endif
 };
 
 DL_DEVICE int log_bin(u64 d) {
@@ -148,6 +151,9 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
     shift = bits > 9 ? bits - 9 : 0;
   }
   if (threadIdx.x == 0) { sm.vmax = vmax_in; sm.cut = cut_in; sm.salt = 0; }
+#if defined(DL_STAMPS) && DL_STAMPS
+  int levels = 0;  // (thread 0 records them in sm.levels; its stamps read them)
+#endif
   while (true) {
     for (int i = threadIdx.x; i < 512; i += T) sm.hist[i] = 0;
     __syncthreads();
@@ -165,6 +171,9 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
     hi = static_cast<U>(sm.hi);
     need = sm.need;
     const int count = sm.count;
+#if defined(DL_STAMPS) && DL_STAMPS
+    if (threadIdx.x == 0) sm.levels = ++levels;
+#endif
     __syncthreads();
     if (lo == hi) return vmax - lo;
     if (count <= 32) break;
@@ -193,6 +202,9 @@ DL_DEVICE U kth_largest(const Get& get, U vmax_in, U cut_in, int need, SelectSme
       rank += o < mine || (o == mine && i < lane);
     }
     if (lane < sm.gcount && rank == need - 1) sm.lo = mine;
+#if defined(DL_STAMPS) && DL_STAMPS
+    if (lane == 0) sm.levels = levels + 64 * sm.gcount;
+#endif
   }
   __syncthreads();
   const U r = vmax - static_cast<U>(sm.lo);
