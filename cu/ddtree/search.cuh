@@ -692,17 +692,23 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
       const int b = bins(-kx);
       const int en = static_cast<int>(s.cur[b]), st = en - static_cast<int>(s.hist[b]);
       // rank = the bins before b + the candidates of bin b better than x: larger keys counted by a
-      // compare and an add, equal keys (another candidate's) only noted; they need the ranks tuple,
-      // which rank_ties compares where any exists.
-      int rank = st;
+      // compare and an add; an equal key of a sibling (same parent: cand_ranks_less compares their
+      // last ranks only) by its rank, inline and without a branch (bf16 rows tie often, and a
+      // star's candidates are all siblings); an equal key of a non-sibling is only noted: it needs
+      // the ranks tuples, which rank_ties compares (every tie then, siblings included).
+      int rank = st, sib = 0;
       bool tie = false;
+      const int px = s.par[x], rx = s.rd[x] & 511;
       for (int q = st; q < en; ++q) {
         const int y = s.aux[q];
         const double ky = s.key[y];
+        const int py = s.par[y], ry = s.rd[y] & 511;  // (loaded for every y: no branch in the loop)
         rank += ky > kx;
-        tie |= ky == kx && y != x;
+        const bool eq = (ky == kx) & (y != x), sibling = py == px;
+        sib += eq & sibling & (ry < rx);
+        tie |= eq & !sibling;
       }
-      if (tie) rank += rank_ties(x, kx, st, en, s);
+      rank += tie ? rank_ties(x, kx, st, en, s) : sib;
       xs[e] = x;
       rk[e] = rank;
     }
