@@ -249,3 +249,45 @@ def test_stream_ctas_grouped_by_sm():
     assert one == ["1", "1", "1", "6.00", "6.00", "4.00"]
     assert two == ["2", "1", "2", "10.00", "11.00", "7.50"]
     assert stamps.stream_by_sm({}) == ["(no sample entry recorded)"]
+
+
+def test_repeat_and_spin_arguments():
+    args = stamps.parse_args([])
+    assert args.repeat == 1 and args.spin_us == 100
+    args = stamps.parse_args(["--repeat", "5", "--spin-us", "2000"])
+    assert args.repeat == 5 and args.spin_us == 2000
+    for bad in (["--repeat", "0"], ["--repeat", "51"], ["--spin-us", "-1"], ["--spin-us", "100001"]):
+        with pytest.raises(SystemExit):
+            stamps.parse_args(bad)
+
+
+def test_repeat_lines_give_each_builds_phase_medians_and_end():
+    """--repeat: one line per build, the median µs of the merge's select, placing and sort and of the
+    search, and the end (last nodes from the first merge); a phase no CTA passed is '-'."""
+    fast = _records()
+    slow = {k: [(p, a, c0 + 2 * (c - c0), g) for p, a, c, g in v] for k, v in _records().items()
+            for c0 in [v[0][2]]}  # every phase twice as long in clock cycles
+    no_search = {3: _records()[3]}
+    lines = stamps.repeat_lines([fast, slow, no_search], 2_000_000)  # 2 GHz: 2,000 cycles per µs
+    assert lines[0].split() == ["build", "selected", "lse", "sorted", "searched", "end", "µs"]
+    assert lines[1].split() == ["1", "0.55", "0.05", "0.28", "0.50", "3.55"]  # selected: median of 1000, 1200 cyc
+    assert lines[2].split() == ["2", "1.10", "0.10", "0.55", "1.00", "3.55"]  # the global timer is unchanged
+    assert lines[3].split() == ["3", "0.50", "0.05", "0.30", "-", "-"]
+
+
+def test_launch_gaps_name_a_kernel_whose_launch_came_late():
+    """A kernel entering > 5 µs after the previous one's last exit (PDL: it enters before) is named;
+    overlapping launches give no line."""
+    build = {3: [("entry", 0, 1, 30_000), ("merge", 0, 100, 31_000)]}
+    topk = {256: [("sample entry", 0, 5, 1_000), ("sample exit", 0, 50, 4_000)],
+            600: [("stream entry", 0, 7, 18_500), ("stream exit", 0, 20, 25_000)],
+            4700: [("chunks entry", 0, 1, 24_000), ("chunks exit", 0, 3, 26_000)]}
+    lines = stamps.launch_gaps(build, topk)
+    assert len(lines) == 1 and lines[0].startswith("late launch: the stream kernel's first CTA entered 14.50 µs "
+                                                   "after the sample kernel's last exit")
+    build[3][0] = ("entry", 0, 1, 33_000)  # 7 µs after the chunk kernel's exit
+    lines = stamps.launch_gaps(build, topk)
+    assert len(lines) == 2 and lines[1].startswith("late launch: ddtree_build's first CTA entered 7.00 µs")
+    topk[600][0] = ("stream entry", 0, 7, 2_000)
+    build[3][0] = ("entry", 0, 1, 25_500)
+    assert stamps.launch_gaps(build, topk) == []

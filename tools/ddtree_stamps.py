@@ -37,7 +37,11 @@ the barrier of the segment's sums))
 and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
 global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
-(256 MB read, then a 100 µs spin kernel so that the host's launches are all queued).
+(256 MB read, then a spin kernel, ``--spin-us``, 100 µs by default, so that the host's launches are all
+queued; a chain whose kernel entered well after the previous one's end says so: its launch was late).
+``--repeat N`` takes N stamped builds and prints a line per build before the tables (the last
+build's): one stamped build can be an outlier (the thirty-sixth session saw the merge's phases
+2.3x longer in some single builds, shared-memory-only phases included).
 ``--evict-code`` runs, before that flush, a kernel of ~290 KB of straight-line code on every SM
 (``bench_ddtree.CodeEvict``), so that no SM's instruction caches still hold ``ddtree_build``'s code from the
 warm-up, as in a decode step where the verify kernel and the model run between two builds.
@@ -48,7 +52,7 @@ uninstrumented kernel's; bench_ddtree's times stay the reference.
 Usage::
 
     python tools/ddtree_stamps.py [--batch 1 8] [--budget 256] [--logits-dtype float32] [--chain --flush read]
-                                  [--evict-code]
+                                  [--evict-code] [--repeat 5] [--spin-us 100]
 
 Needs a GPU.
 """
@@ -93,9 +97,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "code is in the SMs' instruction caches")
     ap.add_argument("--flush", choices=("read", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
-                         "build behind a 100 µs spin; none: the build right after its warm-up")
+                         "build behind a spin (--spin-us); none: the build right after its warm-up")
+    ap.add_argument("--spin-us", type=int, default=100, metavar="US",
+                    help="with --flush read: the spin kernel's length (µs, 0..100000) that the host's launches "
+                         "queue behind; a chain whose launches were queued late says so (launch_gaps)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="stamped builds per batch and budget (1..50), each after the same eviction, flush and "
+                         "spin; with N > 1 a line per build (the merge's phases and the end) comes before the "
+                         "tables, which are the last build's: one stamped build can be an outlier")
     args = ap.parse_args(argv)
-    for name, values, lo, hi in (("--batch", args.batch, 1, 16), ("--budget", args.budget, 1, 512)):
+    for name, values, lo, hi in (("--batch", args.batch, 1, 16), ("--budget", args.budget, 1, 512),
+                                 ("--spin-us", [args.spin_us], 0, 100_000), ("--repeat", [args.repeat], 1, 50)):
         bad = [v for v in values if not lo <= v <= hi]
         if bad:
             ap.error(f"{name} must be in {lo}..{hi}, got {bad}")
@@ -263,6 +275,56 @@ def stream_by_sm(topk: dict) -> list[str]:
     return lines
 
 
+#: The merge's phases that ``repeat_lines`` follows from build to build: its select, the placing of
+#: the picked composites (shared memory only) and the sort; the search's end.
+REPEAT_PHASES = ("selected", "lse", "sorted", "searched")
+
+
+def repeat_lines(builds: list, clock_khz: int) -> list[str]:
+    """One line per stamped build of ``--repeat`` (``builds``: each build's row CTAs' records, the
+    code warmer split off): the median µs of each of REPEAT_PHASES over its CTAs (nominal clock;
+    ``-`` where no CTA passed it) and its end, the last ``nodes`` point in µs of the global timer
+    from its first ``merge``. A build whose phases all stand well above the others' was slowed as a
+    whole (its code, say, fetched from DRAM), not in one phase."""
+    lines = [f"{'build':>5s} " + " ".join(f"{k:>9s}" for k in REPEAT_PHASES) + f" {'end µs':>8s}"]
+    for i, ctas in enumerate(builds):
+        out = phases(ctas)
+        cols = [f"{statistics.median(out[k]) / clock_khz * 1e3:9.2f}" if out.get(k) else f"{'-':>9s}"
+                for k in REPEAT_PHASES]
+        merges = [g for recs in ctas.values() for p, _, _, g in recs if p == "merge"]
+        ends = [g for recs in ctas.values() for p, _, _, g in recs if p == "nodes"]
+        end = f"{(max(ends) - min(merges)) / 1e3:8.2f}" if merges and ends else f"{'-':>8s}"
+        lines.append(f"{i + 1:5d} " + " ".join(cols) + f" {end}")
+    return lines
+
+
+def launch_gaps(build: dict, topk: dict, min_gap_us: float = 5.0) -> list[str]:
+    """Lines for the chain's late launches: each kernel (stream, chunks, ddtree_build) whose first CTA
+    entered more than ``min_gap_us`` after the previous kernel's last CTA exited (the sample's and
+    the stream's ``exit``, the chunk kernel's ``exit``). Launched with PDL, a kernel's CTAs enter
+    before the previous kernel ends, so such a gap means its launch reached the GPU late: most often
+    a host that had not queued it when the spin ended (raise ``--spin-us``). The chain's timeline
+    from that kernel on then measures the host, not the kernels. ``[]`` when there is none."""
+    first, last = {}, {}
+    for recs in topk.values():
+        for point, _, _, g in recs:
+            kernel, _, name = point.partition(" ")
+            if name == "entry":
+                first[kernel] = min(first.get(kernel, g), g)
+            elif name == "exit":
+                last[kernel] = max(last.get(kernel, g), g)
+    entries = [g for recs in build.values() for p, _, _, g in recs if p == "entry"]
+    if entries:
+        first["build"] = min(entries)
+    out = []
+    for prev, nxt in (("sample", "stream"), ("stream", "chunks"), ("chunks", "build")):
+        if prev in last and nxt in first and (gap := (first[nxt] - last[prev]) / 1e3) > min_gap_us:
+            name = "ddtree_build" if nxt == "build" else f"the {nxt} kernel"
+            out.append(f"late launch: {name}'s first CTA entered {gap:.2f} µs after the {prev} kernel's last "
+                       f"exit (with PDL it enters before): its launch was queued late; raise --spin-us")
+    return out
+
+
 def timeline(ctas: dict) -> list[str]:
     """The global timer's view (µs from the first CTA's ``merge``): first / median / last CTA per point."""
     return phase_stamps.timeline(ctas, order_of(ctas), "merge", point_name)
@@ -322,21 +384,28 @@ def main(argv=None) -> int:
                                                         args.drafter)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
-                phase_stamps.zero_stamps(plan._module)
-                if evict is not None:
-                    evict(stream)
-                if flush is not None:
-                    flush(stream, 0)
-                    spin.launch(stream, 1, 32, [np.int64(100_000)])
-                plan.build(stream, logits, state)
-                stream.synchronize()
-                ctas, topk = split_topk(phase_stamps.read_stamps(plan._module))
-                ctas, warmer = split_warmer(ctas, plan.depth_limit)
+                builds = []
+                for _ in range(args.repeat):
+                    phase_stamps.zero_stamps(plan._module)
+                    if evict is not None:
+                        evict(stream)
+                    if flush is not None:
+                        flush(stream, 0)
+                        spin.launch(stream, 1, 32, [np.int64(args.spin_us * 1000)])
+                    plan.build(stream, logits, state)
+                    stream.synchronize()
+                    ctas, topk = split_topk(phase_stamps.read_stamps(plan._module))
+                    builds.append((*split_warmer(ctas, plan.depth_limit), topk))
+                ctas, warmer, topk = builds[-1]
                 print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits "
                       f"({args.drafter} drafter, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
+                if len(builds) > 1:
+                    print(f"# {len(builds)} stamped builds, median µs of the row merge's phases and the search's "
+                          f"(the tables below: the last build)")
+                    print("\n".join(repeat_lines([c for c, _, _ in builds], clock_khz)))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
                 for line in row_counts(ctas):
                     print(line)
@@ -346,6 +415,8 @@ def main(argv=None) -> int:
                           f"{', code evicted from the SMs' if evict is not None else ''}), µs from the sample "
                           f"kernel's first CTA")
                     print("\n".join(chain_timeline(ctas, topk)), flush=True)
+                    for line in launch_gaps(ctas, topk):
+                        print(line, flush=True)
                     print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
                     print("\n".join(stream_by_sm(topk)), flush=True)
                 if warmer:

@@ -13,6 +13,7 @@
 # ~1.7 more per variant with the tests. DRAFTERS: the bench's drafters (default: all three).
 # DTYPE=bfloat16: bf16 drafter logits in the bench and the stamps (default float32).
 # STAMP_DRAFTERS: the drafters of the stamps (default random; others go to chain-NAME-DRAFTER.txt).
+# STAMP_REPEAT: stamped builds per batch (default 3; ddtree_stamps.py --repeat: a line per build first).
 # VARIANT_TOPK=fused: the variants' bench and stamps use DDTreePlan(topk="fused") (main: threshold);
 # the A/B then pairs rows by batch and budget (bench_ddtree_ab.py --any-topk).
 set -u
@@ -41,12 +42,13 @@ for t in "${names[@]}"; do for d in $DR; do
   python $R/tools/bench_ddtree_ab.py $([ -n "${VARIANT_TOPK:-}" ] && echo --any-topk) $O/r/main-$d-1.json $O/r/main-$d-2.json --vs $O/r/$t-$d-1.json $O/r/$t-$d-2.json 2>&1 | grep build
 done; done
 for sd in ${STAMP_DRAFTERS:-random}; do for t in main "${names[@]}"; do dd=$R; [ $t != main ] && dd=/tmp/ab-$t
-  # one stamped build per batch, L2 flushed as in bench_ddtree: the build's phase tables and the chain
+  # STAMP_REPEAT (default 3) stamped builds per batch, L2 flushed as in bench_ddtree: a line per build
+  # (single builds can be outliers), then the last build's phase tables and chain
   f=$O/r/chain-$t.txt; [ $sd != random ] && f=$O/r/chain-$t-$sd.txt
   (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter $sd --logits-dtype ${DTYPE:-float32} --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
-     --flush read > $f 2>&1)
+     --flush read --repeat ${STAMP_REPEAT:-3} > $f 2>&1)
   echo "--- stamps and chain of $t ($sd drafter), batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
-  grep -E '^(candidates per row|select per row|selected|sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $f
+  grep -E '^ {4}[0-9] |^late launch|^(candidates per row|select per row|selected|sorted|last|lp|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $f
   pack
 done; done
 if [ "${TESTS:-1}" != 0 ]; then
