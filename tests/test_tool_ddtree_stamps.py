@@ -253,7 +253,7 @@ def test_stream_ctas_grouped_by_sm():
 
 def test_repeat_and_spin_arguments():
     args = stamps.parse_args([])
-    assert args.repeat == 1 and args.spin_us == 100
+    assert args.repeat == 1 and args.spin_us == 500
     args = stamps.parse_args(["--repeat", "5", "--spin-us", "2000"])
     assert args.repeat == 5 and args.spin_us == 2000
     for bad in (["--repeat", "0"], ["--repeat", "51"], ["--spin-us", "-1"], ["--spin-us", "100001"]):

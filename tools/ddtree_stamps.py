@@ -37,8 +37,9 @@ the barrier of the segment's sums))
 and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
 global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
-(256 MB read, then a spin kernel, ``--spin-us``, 100 µs by default, so that the host's launches are all
-queued; a chain whose kernel entered well after the previous one's end says so: its launch was late).
+(256 MB read, then a spin kernel, ``--spin-us``, 500 µs by default, so that the host's launches are all
+queued; 100 µs left some of the eager build's launches late in the thirty-sixth session). A chain
+whose kernel entered well after the previous one's end says so: its launch was late.
 ``--repeat N`` takes N stamped builds and prints a line per build before the tables (the last
 build's): one stamped build can be an outlier (the thirty-sixth session saw the merge's phases
 2.3x longer in some single builds, shared-memory-only phases included).
@@ -98,7 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--flush", choices=("read", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a spin (--spin-us); none: the build right after its warm-up")
-    ap.add_argument("--spin-us", type=int, default=100, metavar="US",
+    ap.add_argument("--spin-us", type=int, default=500, metavar="US",
                     help="with --flush read: the spin kernel's length (µs, 0..100000) that the host's launches "
                          "queue behind; a chain whose launches were queued late says so (launch_gaps)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
