@@ -235,12 +235,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     from driverlevel._cli_common import json_path_problem
 
-    problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
+    problem = json_path_problem(args.json, stdout_ok=False)  # before the GPU check and the minutes of measuring
     if problem:
         ap.error(f"--json: {problem}")
-    if args.json == "-":  # the table goes to stdout: JSON there too would not parse (bench_step's and
-        # bench_replay's '-' moves the table to stderr; this script writes a file only)
-        ap.error("--json: '-' (stdout) is not supported by this script: give a file path")
     import driverlevel as dl
 
     torch = require_gpu_and_torch("bench_attention.py", "it makes the random inputs and measures the ceilings")

@@ -485,12 +485,9 @@ def main(argv=None) -> int:
     if args.max_context > MAX_CONTEXT:  # else the batch-8 rows' state refuses it after the batch-1 rows ran
         ap.error(f"--max-context must be <= {MAX_CONTEXT} (batch {max(BATCHES)} x (max_context + 513) KV slots must "
                  f"fit the state's int32 req_to_token; 69 GB of state there), got {args.max_context}")
-    problem = json_path_problem(args.json)  # before the GPU check and the minutes of measuring
+    problem = json_path_problem(args.json, stdout_ok=False)  # before the GPU check and the minutes of measuring
     if problem:
         ap.error(f"--json: {problem}")
-    if args.json == "-":  # the table goes to stdout: JSON there too would not parse (bench_step's and
-        # bench_replay's '-' moves the table to stderr; this script writes a file only)
-        ap.error("--json: '-' (stdout) is not supported by this script: give a file path")
     require_gpu()
     torch = None
     if not args.no_reference:

@@ -136,12 +136,9 @@ def main(argv=None):
             ap.error(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
     from driverlevel._cli_common import json_path_problem
 
-    problem = json_path_problem(args.json)
+    problem = json_path_problem(args.json, stdout_ok=False)  # (the table goes to stdout)
     if problem:
         ap.error(f"--json: {problem}")
-    if args.json == "-":  # the table goes to stdout: JSON there too would not parse (bench_step's and
-        # bench_replay's '-' moves the table to stderr; this script writes a file only)
-        ap.error("--json: '-' (stdout) is not supported by this script: give a file path")
     sys.path.insert(0, str(Path(__file__).parent))
     import driverlevel as dl
     from bench_attention import require_gpu_and_torch

@@ -14,9 +14,10 @@ from pathlib import Path
 __all__ = ["json_path_problem", "report_no_gpu"]
 
 
-def json_path_problem(path) -> str | None:
-    """Why the ``--json`` output ``path`` could not be written, or None when it can (``None`` and
-    ``"-"``, stdout, always can).
+def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
+    """Why the ``--json`` output ``path`` could not be written, or None when it can (``None`` always
+    can; ``"-"``, stdout, can unless ``stdout_ok`` is False: a script that prints its table to stdout
+    and writes JSON to a file only).
 
     Checked before a benchmark runs, so that a typo in the path does not cost the measurements:
     the directory must exist and be writable, and ``path`` must not be a directory or a file
@@ -29,8 +30,10 @@ def json_path_problem(path) -> str | None:
     >>> json_path_problem("/nonexistent-dir/x.json")
     "the directory '/nonexistent-dir' does not exist"
     """
-    if path is None or path == "-":
+    if path is None:
         return None
+    if path == "-":
+        return None if stdout_ok else "'-' (stdout) is not supported by this script: give a file path"
     if os.fspath(path) == "":  # Path('') is '.', a directory: say what was given
         return "'' is an empty path, not a file"
     p = Path(path)

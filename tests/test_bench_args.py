@@ -148,6 +148,8 @@ def test_json_path_problem(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
     assert json_path_problem(None) is None and json_path_problem("-") is None
+    assert json_path_problem("-", stdout_ok=False) == "'-' (stdout) is not supported by this script: give a file path"
+    assert json_path_problem(None, stdout_ok=False) is None
     assert json_path_problem(str(tmp_path / "out.json")) is None
     assert json_path_problem(str(f)) is None  # an existing file is overwritten
     assert json_path_problem(str(tmp_path)) == f"{str(tmp_path)!r} is a directory, not a file"
