@@ -153,11 +153,14 @@ class DeviceArray:
         ValueError
             This array is not C-contiguous, or the new shape has another number of elements
             (counted with Python ints: numpy extents whose product wraps are not taken for a
-            match), or a negative extent.
+            match), or a negative extent (``-1`` too: every extent is given, none is inferred).
         """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = int_tuple("reshape: shape", shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"reshape: shape {shape} has a negative extent (DeviceArray.reshape infers none, "
+                             f"-1 included: give every extent, e.g. reshape({self.size}) for a flat view)")
         if not self.is_c_contiguous:
             raise ValueError("reshape needs a C-contiguous array")
         if math.prod(shape) != self.size:
@@ -199,6 +202,14 @@ class DeviceArray:
 
     def __int__(self) -> int:
         return self.ptr
+
+    def __array__(self, dtype=None, copy=None):
+        """Refused: numpy cannot read device memory. Without this, ``np.asarray(a)`` would walk
+        :meth:`__getitem__` and build an object array of 0-d views, and ``np.asarray(a,
+        dtype=np.uint64)`` the elements' device addresses (``int()`` of a view is its pointer)."""
+        raise TypeError(f"a DeviceArray {self.shape} {self.dtype.name} is device memory, which numpy cannot "
+                        f"read implicitly: copy it to the host with to_numpy(stream) (or from another "
+                        f"DeviceArray with copy_from(src, stream))")
 
     def __repr__(self) -> str:
         return f"DeviceArray(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype.name}, device={self.device.ordinal})"

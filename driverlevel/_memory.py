@@ -170,8 +170,14 @@ def lookup_pointer(ptr: int):
         the carve-out name or None, the byte offset in the allocation, and the ordinal
         of the device it belongs to; None when no live driverlevel allocation contains
         ``ptr``.
+
+    Raises
+    ------
+    TypeError
+        ``ptr`` is not an integer address (a float, a bool, a str, None), nor a ``CUdeviceptr``
+        or a :class:`~driverlevel.DeviceArray` (whose ``ptr`` is looked up).
     """
-    ptr = int(ptr)
+    ptr = _address_arg(ptr)
     with _reg_lock:
         objs = [o for o in _registry.values() if _is_live(o)]
     hits = [o for o in objs if o._range()[0] <= ptr < o._range()[0] + o._range()[1]]
@@ -182,6 +188,20 @@ def lookup_pointer(ptr: int):
     base = obj._range()[0]
     carve = obj._carve_at(ptr - base) if hasattr(obj, "_carve_at") else None
     return PointerOwner(obj.label, carve, ptr - base, getattr(obj.device, "ordinal", None))
+
+
+def _address_arg(ptr) -> int:
+    """``ptr`` of :func:`lookup_pointer` as an int: a ``CUdeviceptr`` or an object with an int ``ptr`` (a
+    DeviceArray) by its address; an integer as it is; a float (never truncated), bool, str or None refused."""
+    if isinstance(ptr, driver.CUdeviceptr):
+        return int(ptr)
+    inner = getattr(ptr, "ptr", None)
+    if inner is not None and not isinstance(ptr, (str, bytes)):
+        ptr = inner
+    if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
+        raise TypeError(f"lookup_pointer: ptr must be an int device address (or a CUdeviceptr or a DeviceArray), "
+                        f"got {type(ptr).__name__} {ptr!r}")
+    return operator.index(ptr)
 
 
 def owners_of(pointers) -> list:

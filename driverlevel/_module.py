@@ -622,7 +622,23 @@ def struct_layout_defines(struct_cls, sizeof_name: str = "DL_SIZEOF_PARAMS") -> 
 
     Passed to NVRTC so that ``DL_CHECK_OFFSET`` static_asserts in the kernel source
     fail the compile when the C struct and its ctypes mirror drift apart.
+
+    Raises
+    ------
+    TypeError
+        ``struct_cls`` is not a ``ctypes.Structure`` subclass (an instance, an int...), or
+        ``sizeof_name`` is not a str.
+    ValueError
+        ``sizeof_name`` is not a C identifier (it becomes ``-D<sizeof_name>=...``).
     """
+    if not (isinstance(struct_cls, type) and issubclass(struct_cls, ctypes.Structure)):
+        raise TypeError(f"struct_cls must be a ctypes.Structure subclass (the class, not an instance), "
+                        f"got {type(struct_cls).__name__} {struct_cls!r}")
+    if not isinstance(sizeof_name, str):
+        raise TypeError(f"sizeof_name must be a str, got {type(sizeof_name).__name__} {sizeof_name!r}")
+    if not sizeof_name.isidentifier() or not sizeof_name.isascii():
+        raise ValueError(f"sizeof_name must be a C identifier (it is passed as -D{sizeof_name}=...), "
+                         f"got {sizeof_name!r}")
     d = {f"DL_OFF_{name}": getattr(struct_cls, name).offset for name, *_ in struct_cls._fields_}
     d[sizeof_name] = ctypes.sizeof(struct_cls)
     return d

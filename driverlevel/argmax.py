@@ -131,8 +131,24 @@ def argmax_layout(vocab: int, max_rows: int, sm_count: int, *, split: bool = Tru
 
 def decode_part(part) -> tuple[np.ndarray, np.ndarray]:
     """``(tokens int32, finite bool)`` of host uint64 composites as the kernels write ``part``
-    (the host twin of ``argmax_token`` / ``argmax_finite`` in ``cu/logit_keys.cuh``)."""
-    c = np.asarray(part, dtype=np.uint64)
+    (the host twin of ``argmax_token`` / ``argmax_finite`` in ``cu/logit_keys.cuh``).
+
+    Raises
+    ------
+    TypeError
+        ``part`` is not integers (floats, bools, strings, None; a :class:`~driverlevel.DeviceArray`:
+        copy it first, ``part.to_numpy(stream)``): a float would be truncated into a composite.
+    ValueError
+        A negative value (a composite is a uint64).
+    """
+    c = np.asarray(part)
+    if c.dtype.kind not in "iu" and not (c.size == 0 and c.dtype.kind == "f"):  # ([] is float64)
+        raise TypeError(f"decode_part: part must hold the uint64 composites the kernels write (an integer "
+                        f"array, e.g. part.to_numpy(stream)), got dtype {c.dtype}")
+    if c.dtype.kind == "i" and c.size and int(c.min()) < 0:
+        raise ValueError(f"decode_part: part must hold the uint64 composites the kernels write, got a negative "
+                         f"value {int(c.min())}")
+    c = c.astype(np.uint64)
     finite = c != 0
     ids = (~(c & np.uint64(0xFFFFFFFF))) & np.uint64(0xFFFFFFFF)
     return np.where(finite, ids, 0).astype(np.int32), finite

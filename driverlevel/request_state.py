@@ -114,8 +114,13 @@ class RequestState:
             req_rows = positive_int("req_rows", req_rows)
         n_stop = non_negative_int("n_stop", n_stop)
         budgets, remaining = bool_arg("budgets", budgets), bool_arg("remaining", remaining)  # 1 or "no" is no flag
-        if r2t_dtype is None or np.dtype(r2t_dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
-            raise TypeError(f"r2t_dtype must be int32 or int64, got {r2t_dtype if r2t_dtype is None else np.dtype(r2t_dtype)}")
+        try:  # numpy's own error ("data type 'x' not understood") would not name the argument
+            r2t = None if r2t_dtype is None else np.dtype(r2t_dtype)
+        except TypeError:
+            r2t = None
+        if r2t not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"r2t_dtype must be int32 or int64, got {r2t_dtype!r}" if r2t is None
+                            else f"r2t_dtype must be int32 or int64, got {r2t}")
         if np.dtype(r2t_dtype) == np.int32 and num_slots > 1 << 31:
             raise ValueError(f"num_slots must be at most 2**31 with an int32 req_to_token (slot ids "
                              f"0 .. num_slots - 1 are stored in it), got {num_slots}; use r2t_dtype=np.int64")

@@ -591,7 +591,20 @@ def compile_defines(arch, config: TileConfig | None = None) -> dict:
     (:func:`driverlevel._device_error.error_defines`), the ``VerifyAttnParams`` layout
     (checked by ``static_assert``), the shared-memory bytes the host launches with
     (``DL_SMEM_BYTES``, checked against the kernel's own layout) and the scheduler's limits
-    :data:`MAX_BATCH`, :data:`MAX_PARTS`."""
+    :data:`MAX_BATCH`, :data:`MAX_PARTS`.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is neither None nor a :class:`TileConfig`; ``arch`` is not an architecture
+        (:func:`~driverlevel.runtime.normalize_arch`).
+    ValueError
+        ``arch`` is malformed or older than sm_80 (checked whether or not ``config`` is given).
+    """
+    if config is not None and not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig or None (the default: tile_config(arch)), "
+                        f"got {type(config).__name__}")
+    arch = normalize_arch(arch)
     config = tile_config(arch) if config is None else config
     defines = dict(config.defines())
     defines["DL_SMEM_BYTES"] = config.shared_bytes  # the kernel checks its layout against it

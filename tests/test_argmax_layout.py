@@ -40,3 +40,34 @@ def test_split_must_be_a_bool():
     with pytest.raises(TypeError, match="split must be a bool"):
         argmax.argmax_layout(32_768, 8, 132, split="no")
     assert argmax.argmax_layout(np.int64(32_768), np.int32(8), 132, split=np.bool_(False))[1] == 1
+
+
+def test_decode_part_reads_the_kernels_composites():
+    key = np.uint64(0x8000_0001) << np.uint64(32)
+    tokens, finite = argmax.decode_part(np.array([0, key | np.uint64(0xFFFF_FFFF - 7)], np.uint64))
+    assert tokens.tolist() == [0, 7] and finite.tolist() == [False, True]
+    assert argmax.decode_part([])[0].shape == (0,)
+
+
+@pytest.mark.parametrize("part, exc, words", [
+    (np.array([1.0, 2.0], np.float32), TypeError, "got dtype float32"),  # was truncated into composites
+    (np.array([True]), TypeError, "got dtype bool"),
+    (None, TypeError, "got dtype object"),  # was int()'s 'argument must be ... not NoneType'
+    ("x", TypeError, "got dtype <U1"),  # was int()'s 'invalid literal for int() with base 10'
+    (np.array([5, -1], np.int64), ValueError, "got a negative value -1"),  # was decoded as 2**64 - 1
+])
+def test_decode_part_refuses_what_is_no_composite(part, exc, words):
+    with pytest.raises(exc, match="decode_part: part must hold the uint64 composites the kernels write") as info:
+        argmax.decode_part(part)
+    assert words in str(info.value)
+
+
+def test_decode_part_of_a_device_array_says_to_copy_it_first():
+    """np.asarray of a DeviceArray gave its elements' device addresses: decoded as tokens, silently."""
+    from driverlevel import DeviceArray
+
+    class Dev:
+        ordinal = 0
+
+    with pytest.raises(TypeError, match=r"to_numpy\(stream\)"):
+        argmax.decode_part(DeviceArray(0x7F00_0000_0000, (4,), np.uint64, Dev()))

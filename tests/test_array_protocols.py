@@ -108,6 +108,32 @@ def test_reshape_and_view():
         a.view(np.int64)
 
 
+def test_reshape_infers_no_extent_and_says_so():
+    """numpy's -1 is not inferred: the error says so (it read 'cannot reshape (6, 4) into (-1,)')."""
+    a = DeviceArray(PTR, (6, 4), np.float32, DEV)
+    for shape in ((-1,), (-1, 4), (-2, -12)):
+        with pytest.raises(ValueError, match=r"negative extent \(DeviceArray.reshape infers none, -1 included: "
+                                             r"give every extent, e.g. reshape\(24\)"):
+            a.reshape(*shape)
+
+
+@pytest.mark.parametrize("convert", [np.asarray, np.array, lambda a: np.asarray(a, dtype=np.uint64),
+                                     lambda a: np.array([a, a])])
+def test_numpy_refuses_to_read_a_device_array_implicitly(convert):
+    """np.asarray of a DeviceArray built an object array of 0-d views, and with dtype=uint64 the
+    elements' device addresses (int() of a view is its pointer), silently."""
+    a = DeviceArray(PTR, (4,), np.uint64, DEV)
+    with pytest.raises(TypeError, match=r"a DeviceArray \(4,\) uint64 is device memory, which numpy cannot read "
+                                        r"implicitly: copy it to the host with to_numpy\(stream\)"):
+        convert(a)
+
+
+def test_copy_from_host_of_a_device_array_points_to_copy_from():
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    with pytest.raises(TypeError, match=r"copy_from\(src, stream\)"):
+        a.copy_from_host(DeviceArray(PTR + 64, (4,), np.float32, DEV))
+
+
 def test_non_contiguous_refuses_reshape_view_and_copies():
     a = DeviceArray(PTR, (4, 3), np.float32, DEV, strides=(32, 4))  # padded rows
     assert not a.is_c_contiguous

@@ -260,6 +260,20 @@ def test_lookup_pointer_resolves_pool_and_carve(fake_alloc):
     assert lookup_pointer(a.ptr) is None  # a closed pool's range may belong to a newer allocation
 
 
+def test_lookup_pointer_takes_addresses_and_refuses_the_rest(fake_alloc):
+    """lookup_pointer(1.9) looked up address 1 (int() truncates); "x" and None raised int()'s own errors."""
+    from cuda.bindings import driver
+
+    pool = WorkspacePool.allocate(DEV, 8192, label="audit")
+    a = pool.carve("a", (10,), np.float32)
+    for addr in (a.ptr, np.uint64(a.ptr), driver.CUdeviceptr(a.ptr), a):
+        assert lookup_pointer(addr)[:3] == ("audit", "a", 0)
+    for bad in (float(a.ptr), 1.9, True, "x", None, b"1"):
+        with pytest.raises(TypeError, match=r"lookup_pointer: ptr must be an int device address \(or a CUdeviceptr "
+                                            r"or a DeviceArray\), got " + type(bad).__name__):
+            lookup_pointer(bad)
+
+
 @pytest.mark.parametrize("cls, factory", [
     (DeviceBuffer, "DeviceBuffer.allocate"), (PinnedHostBuffer, "PinnedHostBuffer.allocate"),
     (WorkspacePool, "WorkspacePool.allocate"), (dl.Stream, "Device.create_stream"), (dl.Event, "Device.create_event"),

@@ -95,6 +95,21 @@ def test_struct_layout_defines_match_the_c_struct():
     assert struct_layout_defines(SaxpyParams, "DL_SIZEOF_SAXPY")["DL_SIZEOF_SAXPY"] == 32
 
 
+@pytest.mark.parametrize("args, exc, words", [
+    ((5,), TypeError, "struct_cls must be a ctypes.Structure subclass (the class, not an instance), got int 5"),
+    ((int,), TypeError, "struct_cls must be a ctypes.Structure subclass"),
+    ((SaxpyParams(),), TypeError, "(the class, not an instance), got SaxpyParams"),
+    ((SaxpyParams, 5), TypeError, "sizeof_name must be a str, got int 5"),
+    ((SaxpyParams, "DL SIZEOF"), ValueError, "sizeof_name must be a C identifier (it is passed as -DDL SIZEOF=...)"),
+])
+def test_struct_layout_defines_names_a_bad_argument(args, exc, words):
+    """An AttributeError ('int' object has no attribute '_fields_') from inside, and a sizeof_name of
+    any type or text taken into the defines, before."""
+    with pytest.raises(exc) as info:
+        struct_layout_defines(*args)
+    assert words in str(info.value)
+
+
 @pytest.mark.parametrize("value, words", [
     (3, ["plain Python int", "np.int32"]),
     (2**40, ["plain Python int"]),

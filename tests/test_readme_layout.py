@@ -29,3 +29,19 @@ def test_readme_layout_lists_the_reviewed_files_and_every_private_module():
         assert path in first, path
     missing = sorted(p.name for p in (REPO / "driverlevel").glob("_[a-z]*.py") if p.name not in first)
     assert missing == []
+
+
+def test_every_script_the_readme_and_benchmarks_name_is_in_the_tree_or_in_the_patch_named_beside_it():
+    """BENCHMARKS.md sent readers to ``benchmarks/bench_grid_barrier.py`` and ``tests/test_grid_sync_gpu.py``,
+    which only ``research/patches/persistent-build.patch`` adds: a script not in the tree is named on the
+    same line as a patch under ``research/patches/`` that adds it."""
+    missing = []
+    for doc in ("README.md", "BENCHMARKS.md"):
+        for n, line in enumerate((REPO / doc).read_text().splitlines(), 1):
+            for path in re.findall(r"\b((?:benchmarks|tools|tests|examples|driverlevel)/[\w/.-]+\.(?:py|sh))\b", line):
+                if (REPO / path).is_file():
+                    continue
+                patches = re.findall(r"research/patches/[\w.-]+\.patch", line)
+                if not any(f"+++ b/{path}\n" in (REPO / p).read_text() for p in patches if (REPO / p).is_file()):
+                    missing.append(f"{doc}:{n}: {path}")
+    assert missing == []

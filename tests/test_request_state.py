@@ -168,3 +168,11 @@ def test_request_state_flags_must_be_bools(flag, value):
         RequestState.allocate(None, max_batch=2, max_context=8, num_slots=16, **{flag: value})
     names = [n for n, _, _ in RequestState.specs(max_batch=2, max_context=8, num_slots=16, **{flag: np.bool_(True)})]
     assert flag in names
+
+
+@pytest.mark.parametrize("r2t_dtype, got", [("garbage", "'garbage'"), (5, "5"), (None, "None"), (np.float32, "float32"),
+                                            ("uint32", "uint32")])
+def test_specs_names_r2t_dtype_when_numpy_cannot_read_it(r2t_dtype, got):
+    """r2t_dtype='garbage' raised numpy's own "data type 'garbage' not understood", naming no argument."""
+    with pytest.raises(TypeError, match=rf"^r2t_dtype must be int32 or int64, got {got}$"):
+        RequestState.specs(max_batch=1, max_context=8, num_slots=8, r2t_dtype=r2t_dtype)

@@ -836,3 +836,18 @@ def test_misaligned_arrays_are_refused_before_the_launch(field, make, words):
     kw["q"] = dl.DeviceArray(0x10010, (20, 9, 576), dl.bfloat16, FAKE)
     kw["out"] = dl.DeviceArray(0x10008, (20, 9, 512), dl.bfloat16, FAKE)
     call(fake_plan(), **kw)
+
+
+def test_compile_defines_checks_the_arch_and_the_config_type():
+    """With a config given, the arch was not looked at ('garbage' passed) and a config that is no
+    TileConfig failed inside with AttributeError ('int' object has no attribute 'defines')."""
+    cfg = tile_config("sm_90")
+    for arch in ("garbage", "sm_75", "compute_90"):
+        with pytest.raises(ValueError, match="unsupported architecture"):
+            compile_defines(arch, cfg)
+    with pytest.raises(TypeError, match=r"arch must be a str"):
+        compile_defines(None, cfg)
+    with pytest.raises(TypeError, match=r"config must be a TileConfig or None \(the default: tile_config\(arch\)\), "
+                                        r"got int"):
+        compile_defines("sm_90", 5)
+    assert compile_defines("SM_90", cfg) == compile_defines("sm_90", cfg) == compile_defines("sm_90")
