@@ -80,7 +80,7 @@ BATCHES = (1, 8)  # the batches of every table
 MAX_CONTEXT = (1 << 31) // max(BATCHES) - (512 + 1)
 STAGES = ("build", "compile", "accept", "commit")
 #: The build's launches, in order, per top-K mode (build_part_times prints their cumulative times).
-PART_NAMES = {"chunked": ("chunk top-K", "+tree"), "threshold": ("sample", "+stream", "+chunk fallback", "+tree")}
+PART_NAMES = {"chunked": ("chunk top-K", "+tree"), "threshold": ("sample", "+stream", "+tree")}
 EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax already known); the build's
 # top-K kernel alone (ddtree_topk_*, the first launch of build); each timed on its own
 
@@ -317,8 +317,8 @@ def build_part_times(dev, stream, plan, logits, state, snapshot, reps, flush=Non
 
     Returns ``(floor, [t(first), t(first two), ...])``: ``floor`` is a graph of one empty
     kernel (selftest's ``noop``, one thread) timed the same way, the share of every graph
-    time below that is the graph's launch and the events, not the build's work. Each prefix of the build's prepared launches (threshold: sample, stream, chunk fallback,
-    tree; chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
+    time below that is the graph's launch and the events, not the build's work. Each prefix of the build's prepared launches (threshold: sample, stream, tree;
+    chunked: chunk top-K, tree) is captured into a graph of its own and timed the way
     :func:`gpu_stage_times` times a stage (state restored, ``flush`` run, a spin kernel ahead,
     events around it), so consecutive differences are each launch's share, boundaries included.
     """

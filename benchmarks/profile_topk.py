@@ -1,9 +1,10 @@
 """One DDTree build run eagerly twice, for Nsight Compute (the top-K launches of the second build).
 
-With ``--topk threshold`` a build launches sample, stream, the chunk fallback and the tree
-kernel; skip the first build's launches and read the second's::
+With ``--topk threshold`` a build launches sample, stream and the tree kernel (which runs the
+chunk fallback of a row the threshold failed itself); skip the first build's top-K launches and
+read the second's::
 
-    ncu --clock-control none -k regex:ddtree_topk -s 3 -c 3 --section SpeedOfLight \\
+    ncu --clock-control none -k regex:ddtree_topk -s 2 -c 2 --section SpeedOfLight \\
         python benchmarks/profile_topk.py --batch 8 --budget 256
 
 Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunked|threshold]

@@ -58,6 +58,9 @@
 #ifndef DL_DDTREE_MERGE_ELEMS
 #error "DL_DDTREE_MERGE_ELEMS is not defined: compile with driverlevel.ddtree.compile_variants() (ddtree.cu) or driverlevel.runner.compile_variants() (runner.cu)"
 #endif
+#ifndef DL_DDTREE_FALLBACK_SHARED_BYTES
+#error "DL_DDTREE_FALLBACK_SHARED_BYTES is not defined: compile with driverlevel.ddtree.compile_variants() (ddtree.cu) or driverlevel.runner.compile_variants() (runner.cu)"
+#endif
 #ifndef DL_DDTREE_TK_SAMPLE_VALUES
 #error "DL_DDTREE_TK_SAMPLE_VALUES is not defined: compile with driverlevel.ddtree.compile_variants() (ddtree.cu) or driverlevel.runner.compile_variants() (runner.cu)"
 #endif

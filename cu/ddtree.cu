@@ -10,10 +10,9 @@
 // serves every step.
 //
 // Kernels (block size, grid, dynamic shared memory, early exits):
-//   ddtree_topk_chunks_{f32,bf16}  320 threads (four CTAs per SM on sm_90 for fp32, three for
-//        bf16: <= 48 / 64 registers, 41.6 KB static smem); grid (num_chunks, depth_limit,
-//        max_batch), or (a few, ...) as the threshold's fallback: CTA x takes chunks x,
-//        x + gridDim.x, ... of its row. A CTA holds one 7,680-token chunk of one depth row as order keys in
+//   ddtree_topk_chunks_{f32,bf16}  (topk_mode = 0 only) 320 threads (four CTAs per SM on sm_90
+//        for fp32, three for bf16: <= 48 / 64 registers, 41.6 KB static smem); grid (num_chunks,
+//        depth_limit, max_batch). A CTA holds one 7,680-token chunk of one depth row as order keys in
 //        shared memory (24 per thread); one block reduction gives the chunk max, sum of exp
 //        (for the row's log-sum-exp) and the moments of a normal cutoff that keeps about 4K
 //        candidates; those go to a list (one block scan), and the exact top-K of the chunk by
@@ -24,12 +23,15 @@
 //        (one compare per logit), so ids stay in range and distinct whatever the row holds.
 //        CTA (0, 0, b) re-arms the build's per-request counter (and b = 0 the build status
 //        word): no state survives a launch, so an aborted replay cannot break later builds.
+//        (topk_mode = 1: ddtree_build runs the same code, topk_one_chunk, for a row whose
+//        threshold failed.)
 //   ddtree_topk_sample_{f32,bf16}  (topk_mode = 1 only) 256 threads; grid (depth_limit, max_batch).
 //        T per row: a lower bound of the tk_m-th largest of 4,096 sampled logits (one 32-byte
 //        group at a hashed offset per stratum; rows of <= 4,096 tokens whole) that admits at most
 //        tk_slack more of them (ties aside): kth_largest_bound, usually its first histogram level
 //        only; zeroes the row's candidate counter (re-armed every launch); flags rows whose T is
-//        not finite.
+//        not finite. CTA (0, b) re-arms the build's per-request counter (b = 0: and the build
+//        status word), as the chunk kernel does in topk_mode = 0.
 //   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
 //        static smem + a ring of 2-8 tiles (its dynamic smem: driverlevel._topk_threshold.
 //        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its
@@ -38,11 +40,13 @@
 //        appended as composites through a per-warp shared staging buffer (one atomicAdd per
 //        flush; the count goes on past tk_cap, writes stop there); per segment the sums of
 //        exp(x - T) below and above T.
-//        With topk_mode = 1 the chunk top-K's CTAs return at once unless their row failed
-//        (flagged, count < K or count > tk_cap): the exact fallback, in a fixed-shape grid of
-//        about one wave (driverlevel._topk_threshold.fallback_ctas).
+//        A row that failed (flagged, count < K or count > tk_cap) takes the exact fallback in
+//        its ddtree_build CTA (below): no launch between the stream and the build.
 //   ddtree_build                 512 threads; grid (depth_limit + 1, max_batch); dynamic smem
-//        from the plan (ddtree.build_shared_bytes) + 26 KB static. Each CTA merges one row's
+//        from the plan (ddtree.build_shared_bytes; topk_mode = 1: at least a chunk CTA's 41.6 KB)
+//        + 26 KB static. topk_mode = 1, a row whose threshold failed: the CTA first runs the
+//        chunk top-K over the row's chunks one by one (topk_one_chunk on 512 threads, threads
+//        past 320 idle; ~1-2 µs per chunk, paid by that request only). Each CTA merges one row's
 //        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
 //        histogram select, the K-th composite among equal keys only when needed, then the K
 //        picked sorted by a bitonic network (warp shuffles below stride 32) -- with log-probs (fp32: logit
@@ -87,11 +91,11 @@
 // Bad per-step metadata is reported through the device error word (p.error, common.cuh):
 // the kernels never read or write out of bounds and give the bad request a defined result.
 // Programmatic dependent launch (DDTreePlan(pdl=...), sm_90+; dl::pdl_wait / pdl_launch_dependents
-// in common.cuh): the build's kernels after its first (stream, chunks, build) may be launched
-// programmatically. The sample, stream and chunk kernels let their successor start at once;
-// each programmatic kernel runs pdl_wait() in every CTA before it reads or writes anything an
-// earlier kernel of the build touches: the stream kernel after issuing its first tiles, the chunk
-// kernel after re-arming the build's counter, ddtree_build after reading its root token.
+// in common.cuh): the build's kernels after its first (threshold: stream, build; chunked: build)
+// may be launched programmatically. The sample, stream and chunk kernels let their successor
+// start at once; each programmatic kernel runs pdl_wait() in every CTA before it reads or writes
+// anything an earlier kernel of the build touches: the stream kernel after issuing its first
+// tiles, ddtree_build after reading its root token.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
 // constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
@@ -158,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
                                         // row merge's loads are the only round trip)
     const bool bad_root = root < 0 || root >= p.vocab;
     // PDL (common.cuh): all that follows reads what the top-K kernels wrote (candidates,
-    // statistics, tk_*), the counter the chunk kernel re-armed, or writes the tree; the chunk
-    // kernel's completion implies the earlier top-K kernels'. Inactive CTAs wait too.
+    // statistics, tk_*), the counter the sample (threshold) or chunk kernel re-armed, or writes
+    // the tree; the stream kernel's completion implies the sample's. Inactive CTAs wait too.
     dl::pdl_wait();
     if (!act || bad_root) {  // no tree: compile gives the request no rows
       if (blockIdx.x == 0 && threadIdx.x == 0) {

@@ -38,6 +38,7 @@ __all__ = [
     "DDTREE_TOPK_ELEMS",
     "DDTREE_BUILD_THREADS",
     "DDTREE_MERGE_ELEMS",
+    "DDTREE_FALLBACK_SHARED_BYTES",
     "DDTREE_SMALL_THREADS",
     "DDTREE_TK_SAMPLE_VALUES",
     "DDTREE_TK_STREAM_THREADS",
@@ -102,6 +103,10 @@ DDTREE_TOPK_ELEMS = 24
 DDTREE_BUILD_THREADS = 512
 #: Chunk candidates per thread of ``ddtree_build``'s row merge.
 DDTREE_MERGE_ELEMS = 24
+#: Bytes of a chunk CTA's shared memory (``ChunkSmem``, cu/ddtree/topk.cuh; a static_assert checks
+#: it): the least dynamic shared memory of ``ddtree_build`` in a threshold plan, whose build runs
+#: the chunk top-K itself for a row the threshold failed (cu/ddtree/build.cuh, chunk_fallback_row).
+DDTREE_FALLBACK_SHARED_BYTES = 41_600
 #: Threads of ``ddtree_compile``, ``ddtree_accept``, ``ddtree_commit*``.
 DDTREE_SMALL_THREADS = 256
 #: Threshold top-K (``DDTreePlan(topk="threshold")``, driverlevel._topk_threshold): logits the
@@ -122,7 +127,7 @@ KERNEL_CONSTANTS = (
     "STATUS_NONFINITE", "FINISH_DONE", "FINISH_NONFINITE", "RECORD_HEADER", "RING_HEADER",
     "MAX_DEPTH", "MAX_BUDGET", "MAX_BATCH", "FLAG_LEGACY_SEARCH",
     "DDTREE_TOPK_THREADS", "DDTREE_TOPK_ELEMS", "DDTREE_BUILD_THREADS", "DDTREE_MERGE_ELEMS",
-    "DDTREE_SMALL_THREADS", "DDTREE_TK_SAMPLE_VALUES", "DDTREE_TK_STREAM_THREADS", "DDTREE_TK_STREAM_VECS",
+    "DDTREE_FALLBACK_SHARED_BYTES", "DDTREE_SMALL_THREADS", "DDTREE_TK_SAMPLE_VALUES", "DDTREE_TK_STREAM_THREADS", "DDTREE_TK_STREAM_VECS",
     "DDTREE_TK_STREAM_CTAS_PER_SM", "DDTREE_TK_WARP_STAGE",
 )
 

@@ -22,11 +22,11 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    row's candidate list of ``capacity`` entries; the log-softmax normaliser comes from the same
    pass (per segment the sums of ``exp(x - T)`` below and above ``T``; ``ddtree_build`` adds
    them up relative to the row maximum).
-3. **fallback**: the chunk top-K of ``topk="chunked"`` is launched always, but its CTAs
-   return at once for every row except those where the threshold failed
-   (``count < K``, ``count > capacity``, or ``T`` not finite); the row merge of
-   ``ddtree_build`` reads the chunk candidates for those rows and the threshold candidates for
-   the others. Either way the result is the exact top-K (see the twin).
+3. **fallback**: for a row where the threshold failed (``count < K``, ``count > capacity``,
+   or ``T`` not finite) the row's ``ddtree_build`` CTA runs the chunk top-K of
+   ``topk="chunked"`` over the row's chunks itself (the same code on 512 threads; no launch of
+   its own, so the rows that need nothing cost nothing) and merges those candidates; the other
+   rows merge the threshold candidates. Either way the result is the exact top-K (see the twin).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_CTAS_PER_SM, 
 
 __all__ = [
     "SAMPLE_VALUES", "SAMPLE_FAIL", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
-    "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "fallback_ctas", "stream_tile_bytes", "stream_config",
+    "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "stream_tile_bytes", "stream_config",
     "group_tokens", "sample_items", "sample_groups", "sample_rank", "hypergeom_tail", "sample_slack", "candidate_capacity",
     "stream_tile_tokens", "stream_segments", "hash32",
 ]
@@ -284,13 +284,4 @@ def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int,
     seg = best[1] * tile
     return -(-vocab // seg), seg
 
-
-def fallback_ctas(num_chunks: int, rows: int, sm_count: int) -> int:
-    """CTAs per row of the chunk top-K when it is the threshold top-K's fallback.
-
-    They loop over the row's ``num_chunks`` chunks; almost every row needs none, so the grid
-    is kept to about one wave (four CTAs per SM) over all ``rows`` instead of one CTA per
-    chunk: at batch 8 (120 rows) 4 CTAs per row, at batch 1 (15 rows) one per chunk.
-    """
-    return max(1, min(num_chunks, (4 * max(1, sm_count)) // max(1, rows)))
 

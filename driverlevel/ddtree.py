@@ -42,6 +42,7 @@ from ._array import DeviceArray
 from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._constants import (
     DDTREE_BUILD_THREADS,
+    DDTREE_FALLBACK_SHARED_BYTES,
     DDTREE_MERGE_ELEMS,
     DDTREE_SMALL_THREADS,
     DDTREE_TOPK_ELEMS,
@@ -144,7 +145,7 @@ class _BuildParams(_TopKParams):
 
     _fields_ = [("root_tokens", _u64), ("budgets", _u64), ("top_ids", _u64), ("top_lp", _u64), ("tokens", _u64),
         ("depths", _u64), ("parents", _u64), ("node_counts", _u64), ("anc", _u64), ("warm_scratch", _u64), ("lp_bytes", _i32),
-        ("build_pad", _i32)]
+        ("logits_bf16", _i32)]
 
 
 class _CompileParams(_Shared):
@@ -397,8 +398,8 @@ class DDTreePlan:
     topk : {"chunked", "threshold"}
         The build's top-K (case-insensitive); both give the same (exact) result. ``"threshold"`` (default): a
         sampled threshold per row, one streaming pass over the logits that keeps those above
-        it, and the chunk top-K only for the rows where the threshold failed
-        (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8 it builds the tree in
+        it, and the chunk top-K only for the rows where the threshold failed, run by that
+        row's ``ddtree_build`` CTA (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8 it builds the tree in
         half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
         top-K per 7,680-token chunk, merged per row (less workspace, see below).
     pool : WorkspacePool, optional
@@ -411,8 +412,8 @@ class DDTreePlan:
         Programmatic dependent launch of :meth:`build`'s kernels (CUDA Programming Guide,
         "Programmatic Dependent Launch and Synchronization"). None (default): on where the
         plan's architecture is sm_90 or newer; False: off; True: on (``ValueError`` below
-        sm_90). On, every launch of the build but its first (threshold: the stream kernel, the
-        chunk top-K and ``ddtree_build``; chunked: ``ddtree_build``) is queued with
+        sm_90). On, every launch of the build but its first (threshold: the stream kernel and
+        ``ddtree_build``; chunked: ``ddtree_build``) is queued with
         ``cuLaunchKernelEx`` and ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
         (:meth:`~driverlevel.runtime.Kernel.prepare`): it may start while the kernel before
         it finishes, and waits inside (``griddepcontrol.wait``, every CTA) before it touches
@@ -555,7 +556,11 @@ class DDTreePlan:
                                                             self.device.sm_count, self.tk_ctas_per_sm)
         self.arch = normalize_arch(arch or self.device.arch)
         self.pdl = resolve_pdl(pdl, self.arch)
+        # threshold: ddtree_build runs the chunk top-K of a row the threshold failed in its own
+        # dynamic shared memory (cu/ddtree/build.cuh, chunk_fallback_row)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
+        if self.topk == "threshold":
+            self.build_smem = max(self.build_smem, DDTREE_FALLBACK_SHARED_BYTES)
 
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
         static = self.cubin.resources.get("ddtree_build")
@@ -699,6 +704,7 @@ class DDTreePlan:
         p.flags = self.flags
         if self.topk == "threshold":
             p.topk_mode = 1
+            p.logits_bf16 = int(self.logits_dtype is bfloat16)
             p.tk_m, p.tk_cap, p.tk_nseg, p.tk_seg_len = self.tk_m, self.tk_cap, self.tk_nseg, self.tk_seg_len
             p.tk_slack = self.tk_slack
         p.max_context = self.max_context
@@ -777,22 +783,18 @@ class DDTreePlan:
             p.logits_batch_stride = self.depth_limit * self.vocab
             vec = 4 if self.logits_dtype is not bfloat16 else 8
             p.logits_vec = int(lg.ptr % 16 == 0 and self.vocab % vec == 0)
-            # threshold: the chunk top-K is the fallback, a few CTAs per row looping over its chunks
-            fb = self.num_chunks if self.topk == "chunked" else _tk.fallback_ctas(
-                self.num_chunks, self.max_batch * self.depth_limit, self.device.sm_count)
-            grid = (fb, self.depth_limit, self.max_batch)
             tkp = _pack(_TopKParams, p)
             # pdl: every launch but the build's first is programmatic (the kernels wait inside,
             # cu/ddtree.cu); the first is ordinary, so the build starts after what came before it
-            thr, pdl = self.topk == "threshold", self.pdl
-            out = []
-            if thr:  # sample -> stream -> the chunk top-K for the rows that failed
-                out += [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
-                        self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
-                                               [tkp], self.tk_ring_bytes, programmatic=pdl)]
-            out += [self._k_chunks.prepare(grid, _TOPK_THREADS, [tkp], programmatic=pdl and thr),
-                   self._k_build.prepare((self.depth_limit + 1, self.max_batch, 1), _BUILD_THREADS, [_pack(_BuildParams, p)],
-                                         self.build_smem, programmatic=pdl)]
+            pdl = self.pdl
+            if self.topk == "threshold":  # sample -> stream (ddtree_build runs the rows that failed)
+                out = [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
+                       self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
+                                              [tkp], self.tk_ring_bytes, programmatic=pdl)]
+            else:  # one chunk top-K CTA per chunk of every row
+                out = [self._k_chunks.prepare((self.num_chunks, self.depth_limit, self.max_batch), _TOPK_THREADS, [tkp])]
+            out.append(self._k_build.prepare((self.depth_limit + 1, self.max_batch, 1), _BUILD_THREADS,
+                                             [_pack(_BuildParams, p)], self.build_smem, programmatic=pdl))
             for ln in out:
                 ln.keep(lg, state)
             return out

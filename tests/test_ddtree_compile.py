@@ -296,9 +296,10 @@ def test_pdl_helpers_are_griddepcontrol_from_sm_90_and_empty_below(arch):
 
 def test_ddtree_kernels_wait_before_reading_their_predecessors():
     """In the PTX of cu/ddtree.cu (sm_90): the kernels a pdl build launches programmatically
-    (stream, chunks, build) wait; the stream kernel issues its first tiles (cp.async) before
-    its wait and reads the sample's flag after it; the sample, stream and chunk kernels let
-    their successor start; compile, accept and commit (ordinary launches) use neither."""
+    (stream, build) wait; the stream kernel issues its first tiles (cp.async) before its wait
+    and reads the sample's flag after it; the sample, stream and chunk kernels (the first two
+    threshold's, the last chunked's first kernel: ordinary launches without a wait) let their
+    successor start; compile, accept and commit (ordinary launches) use neither."""
     ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text(), ddtree.SOURCE, "sm_90",
                         ddtree.compile_defines("sm_90")))
     for sfx in ("f32", "bf16"):
@@ -307,7 +308,7 @@ def test_ddtree_kernels_wait_before_reading_their_predecessors():
         assert stream.index("cp.async.cg.shared.global") < stream.index("griddepcontrol.wait;"), \
             "the stream kernel's first tiles are issued before its wait"
         chunks = ptx[f"ddtree_topk_chunks_{sfx}"]
-        assert "griddepcontrol.wait;" in chunks and "griddepcontrol.launch_dependents;" in chunks
+        assert "griddepcontrol.wait;" not in chunks and "griddepcontrol.launch_dependents;" in chunks
         assert "griddepcontrol.launch_dependents;" in ptx[f"ddtree_topk_sample_{sfx}"]
         assert "griddepcontrol.wait;" not in ptx[f"ddtree_topk_sample_{sfx}"]  # the build's first: ordinary
     assert "griddepcontrol.wait;" in ptx["ddtree_build"]

@@ -256,7 +256,9 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     tokens boosted above the rest (count < K), a constant row and a flat row with spikes (count >
     capacity: every value ties with T), an all-NaN row (T not finite), beside rows that keep
     the threshold (normal, integer-valued with ties at T, large logits clustered at low ids);
-    the twin predicts every decision; replayed from a graph, equal."""
+    the twin predicts every decision; replayed from a graph, equal. A failed row's fallback runs
+    in its ddtree_build CTA (the chunk top-K's code on 512 threads): its top-K ids and log-probs
+    are bitwise those of a chunked plan (the chunk kernel, 320 threads) on the same logits."""
     from driverlevel._topk_threshold import group_tokens, sample_groups
 
     rng = np.random.default_rng(71)
@@ -304,6 +306,14 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
         else:  # eager and replayed builds are bitwise equal
             for n in out:
                 np.testing.assert_array_equal(out[n], first[n], err_msg=f"round {rnd}: {n}")
+    chunked = DDTreePlan(device, max_batch=B, depth_limit=D, vocab=V, budget=budget, max_context=rig.plan.max_context,
+                         logits_dtype=dtype, mask_formats=("bitmask",), topk="chunked")
+    poison(chunked, stream, ("top_ids", "top_lp"))
+    chunked.build(stream, rig.logits, rig.state)
+    stream.synchronize()
+    want = plan_outputs(chunked, ("top_ids", "top_lp"))
+    for n in ("top_ids", "top_lp"):  # request 0's rows 0..3 took the fallback
+        np.testing.assert_array_equal(first[n][0, :4], want[n][0, :4], err_msg=f"fallback rows vs chunked: {n}")
 
 
 def peaked_rows(rng, batch, depth, vocab, jitter):
@@ -856,7 +866,7 @@ def plan_outputs(plan, names):
     ("bfloat16", 3001, 4, 40, 2),   # odd vocab: the stream loads elements (no cp.async prologue)
 ])
 def test_build_with_pdl_equals_without(device, stream, dtype, vocab, depth, budget, batch, topk):
-    """DDTreePlan(pdl=True) (the stream, chunk and build kernels launched programmatically,
+    """DDTreePlan(pdl=True) (the stream and build kernels, or chunked's build, launched programmatically,
     waiting inside) gives bitwise the build of pdl=False on the same logits and state: top-K,
     log-probs, tree, the threshold state; eager and replayed from a graph, several rounds with
     the outputs poisoned in between; both equal the reference. An inactive request (its CTAs
@@ -912,15 +922,16 @@ def test_build_with_pdl_equals_without(device, stream, dtype, vocab, depth, budg
 def test_pdl_build_captures_programmatic_edges(device, stream, topk):
     """Stream capture of a pdl build records each programmatic launch's dependency as a
     programmatic edge (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC): threshold sample -> stream ->
-    chunks -> build, chunked chunks -> build; with pdl=False every edge is a plain one. (Without
-    such edges a replayed graph would run correctly but serialize the kernels as before.)"""
+    build (the build runs the chunk fallback of a failed row itself), chunked chunks -> build;
+    with pdl=False every edge is a plain one. (Without such edges a replayed graph would run
+    correctly but serialize the kernels as before.)"""
     from cuda.bindings import driver
 
     need_pdl(device)
     rng = np.random.default_rng(5)
     sfx = "f32"
-    chain = ([f"ddtree_topk_sample_{sfx}", f"ddtree_topk_stream_{sfx}"] if topk == "threshold" else []) + [
-        f"ddtree_topk_chunks_{sfx}", "ddtree_build"]
+    chain = ([f"ddtree_topk_sample_{sfx}", f"ddtree_topk_stream_{sfx}"] if topk == "threshold" else
+             [f"ddtree_topk_chunks_{sfx}"]) + ["ddtree_build"]
     want_pairs = list(zip(chain[:-1], chain[1:]))
     for pdl in (False, True):
         rig = Rig(device, rng, max_batch=2, depth=3, vocab=5000, budget=16, mask_formats=("bitmask",), topk=topk,

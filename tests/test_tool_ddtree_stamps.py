@@ -204,10 +204,11 @@ def test_stamp_rows_of_the_kernels_do_not_overlap():
 
     for batch in (1, 8, 16):
         nseg, _ = tk.stream_segments(batch * 15, 163_840, False, 132)
-        plan = SimpleNamespace(max_batch=batch, depth_limit=15, tk_nseg=nseg, num_chunks=22,
+        plan = SimpleNamespace(max_batch=batch, depth_limit=15, tk_nseg=nseg, num_chunks=22, topk="threshold",
                                device=SimpleNamespace(sm_count=132))
         stamps.check_stamp_rows(plan)
-    plan = SimpleNamespace(max_batch=17, depth_limit=15, tk_nseg=1, num_chunks=22, device=SimpleNamespace(sm_count=132))
+    plan = SimpleNamespace(max_batch=17, depth_limit=15, tk_nseg=1, num_chunks=22, topk="threshold",
+                           device=SimpleNamespace(sm_count=132))
     with pytest.raises(ValueError, match="ddtree_build 272 CTAs > 256 rows"):
         stamps.check_stamp_rows(plan)
     with pytest.raises(SystemExit):
@@ -291,3 +292,8 @@ def test_launch_gaps_name_a_kernel_whose_launch_came_late():
     topk[600][0] = ("stream entry", 0, 7, 2_000)
     build[3][0] = ("entry", 0, 1, 25_500)
     assert stamps.launch_gaps(build, topk) == []
+    del topk[4700]  # the threshold chain: ddtree_build follows the stream
+    build[3][0] = ("entry", 0, 1, 31_000)
+    lines = stamps.launch_gaps(build, topk)
+    assert len(lines) == 1 and lines[0].startswith("late launch: ddtree_build's first CTA entered 6.00 µs "
+                                                   "after the stream kernel's last exit")

@@ -34,7 +34,8 @@ With ``--chain``, also the top-K kernels' CTAs (``DDT_TK_STAMP``: entry, past th
 sample kernel: its keys loaded), exit; the stream's CTAs also ``tile0`` (its first tile done),
 ``looped`` (its last), ``flushed`` (its warps' staged candidates appended) and ``reduced`` (past
 the barrier of the segment's sums))
-and a timeline of the whole chain, sample, stream, chunk fallback and ``ddtree_build``, in µs of the
+and a timeline of the whole chain, sample, stream and ``ddtree_build`` (which runs the chunk fallback of
+a row the threshold failed itself), in µs of the
 global timer from the sample kernel's first CTA: how the launches overlap as they run with PDL (Nsight
 Compute serialises them). ``--flush read`` evicts L2 before the stamped build as bench_ddtree does
 (256 MB read, then a spin kernel, ``--spin-us``, 500 µs by default, so that the host's launches are all
@@ -166,7 +167,7 @@ def phases(ctas: dict) -> dict:
 def row_counts(ctas: dict) -> list[str]:
     """Lines on the rows' merge, from the arguments of its stamps (min / median / max over the rows;
     no line for a point no row stamped): ``loaded``'s is the row's ``n_cand`` (candidates >= T that
-    the stream listed, or the chunk fallback's), ``selected``'s the select's histogram levels plus
+    the stream listed, or the build's chunk fallback's), ``selected``'s the select's histogram levels plus
     64 x the values its warp ranking gathered (keys.cuh, ``SelectSmem::levels``). The select's work
     grows with both."""
     def summary(values):
@@ -209,11 +210,10 @@ def check_stamp_rows(plan) -> None:
     ``(depth_limit + 1) * max_batch`` CTAs below the sample's first row, each top-K kernel's grid below
     the next kernel's first row, all below DL_STAMP_ROWS (cu/phase_stamps.cuh). Overlapping rows would
     mix two CTAs' records silently."""
-    from driverlevel import _topk_threshold as tk
-
     rows = plan.max_batch * plan.depth_limit
-    grids = {"ddtree_build": (plan.depth_limit + 1) * plan.max_batch, "sample": rows, "stream": plan.tk_nseg * rows,
-             "chunks": tk.fallback_ctas(plan.num_chunks, rows, plan.device.sm_count) * rows}
+    threshold = plan.topk == "threshold"  # (chunked: the chunk kernel alone, one CTA per chunk)
+    grids = {"ddtree_build": (plan.depth_limit + 1) * plan.max_batch, "sample": rows if threshold else 0,
+             "stream": plan.tk_nseg * rows if threshold else 0, "chunks": 0 if threshold else plan.num_chunks * rows}
     room = {"ddtree_build": TK_ROWS[0][1], "sample": TK_ROWS[1][1] - TK_ROWS[0][1],
             "stream": TK_ROWS[2][1] - TK_ROWS[1][1], "chunks": phase_stamps.ROWS - TK_ROWS[2][1]}
     over = [f"{k} {grids[k]} CTAs > {room[k]} rows" for k in grids if grids[k] > room[k]]
@@ -300,9 +300,9 @@ def repeat_lines(builds: list, clock_khz: int) -> list[str]:
 
 
 def launch_gaps(build: dict, topk: dict, min_gap_us: float = 5.0) -> list[str]:
-    """Lines for the chain's late launches: each kernel (stream, chunks, ddtree_build) whose first CTA
-    entered more than ``min_gap_us`` after the previous kernel's last CTA exited (the sample's and
-    the stream's ``exit``, the chunk kernel's ``exit``). Launched with PDL, a kernel's CTAs enter
+    """Lines for the chain's late launches: each kernel (stream, ddtree_build; the chunk kernel of a
+    chunked build or an older chain, which launched it between the two) whose first CTA entered more
+    than ``min_gap_us`` after the previous stamped kernel's last CTA exited. Launched with PDL, a kernel's CTAs enter
     before the previous kernel ends, so such a gap means its launch reached the GPU late: most often
     a host that had not queued it when the spin ended (raise ``--spin-us``). The chain's timeline
     from that kernel on then measures the host, not the kernels. ``[]`` when there is none."""
@@ -318,7 +318,8 @@ def launch_gaps(build: dict, topk: dict, min_gap_us: float = 5.0) -> list[str]:
     if entries:
         first["build"] = min(entries)
     out = []
-    for prev, nxt in (("sample", "stream"), ("stream", "chunks"), ("chunks", "build")):
+    chain = [k for k in ("sample", "stream", "chunks", "build") if k in first or k in last]
+    for prev, nxt in zip(chain, chain[1:]):
         if prev in last and nxt in first and (gap := (first[nxt] - last[prev]) / 1e3) > min_gap_us:
             name = "ddtree_build" if nxt == "build" else f"the {nxt} kernel"
             out.append(f"late launch: {name}'s first CTA entered {gap:.2f} µs after the {prev} kernel's last "

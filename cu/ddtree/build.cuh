@@ -64,11 +64,37 @@ DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
   return v;
 }
 
+// The threshold top-K's exact fallback for a row it failed (rare: T not finite, fewer than K or
+// more than tk_cap logits >= T: tk_fallback_of): the chunk top-K (topk.cuh) of each of the row's
+// num_chunks chunks in turn, by this CTA (topk_one_chunk with NT = BUILD_THREADS, its ChunkSmem
+// at the start of the dynamic shared memory, which a threshold plan sizes for it:
+// driverlevel.ddtree.FALLBACK_SHARED_BYTES), written to the row's cand, chunk_max and chunk_sum
+// as the chunk kernel writes them in topk_mode = 0; the merge then takes the row as in that
+// mode. It costs the failed row's request ~1-2 µs per chunk (the row from L2 or DRAM); a
+// fallback kernel between the stream and the build cost every build its launch (~1.1-1.5 µs on
+// the H200) and kept the build from starting before the stream had drained. Not inlined: its
+// two instantiations (~6,000 instructions each) sit apart from the merge's code, and the
+// kernel's registers stay those of the merge and the search (sm_90: 112, inlined 123).
+__device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int d, u8* dyn) {
+  static_assert(sizeof(ChunkSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES, "the plan's dynamic shared memory holds ChunkSmem");
+  ChunkSmem& cs = *reinterpret_cast<ChunkSmem*>(dyn);
+#pragma unroll 1
+  for (int s = 0; s < p.num_chunks; ++s) {
+    if (s) __syncthreads();  // the previous chunk's shared memory is read
+    if (p.logits_bf16) topk_one_chunk<bf16, BUILD_THREADS>(p, cs, s, d, b);
+    else topk_one_chunk<float, BUILD_THREADS>(p, cs, s, d, b);
+  }
+  // The row's candidates and statistics (this CTA's global stores) are visible to its threads
+  // past the barrier, and its shared memory is free for the merge's sort buffer.
+  __syncthreads();
+}
+
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
 // topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
 // (topk_threshold.cuh), which hold the row's maximum m; its log-sum-exp is
 // m + log(exp(T - m) * (sum over its stream segments of their sums below and above T)).
-// Otherwise the chunk top-K's candidates and per-chunk (max, sum of exp) statistics.
+// Otherwise the chunk top-K's candidates and per-chunk (max, sum of exp) statistics: the chunk
+// kernel's (topk_mode = 0), or those chunk_fallback_row writes first (topk_mode = 1, T failed).
 DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
   const int tid = threadIdx.x, K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
@@ -86,6 +112,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     tk_t = p.tk_thresh[row_id];
   }
   const bool thr = tmode && !tk_fallback_of(p, tk_flag, tk_n);  // (uniform)
+  if (tmode && !thr) chunk_fallback_row(p, b, d, reinterpret_cast<u8*>(sortbuf));  // (uniform; rare)
   const int S = thr ? p.tk_nseg : p.num_chunks;
   const int n_cand = thr ? static_cast<int>(tk_n) : S * K;  // thr: <= tk_cap <= the capacity
   u64 c[MERGE_ELEMS];

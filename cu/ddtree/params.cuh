@@ -107,7 +107,7 @@ struct BuildParams : TopKParams {
   u32* anc;                      // [B, N, W] ancestor-and-self bitmask words
   i32* warm_scratch;             // [D * K + 3 * N + N * W + 1] the code warmer's own log-probs and nodes (build.cuh)
   i32 lp_bytes;                  // union region of ddtree_build's dynamic smem (multiple of 16)
-  i32 build_pad;
+  i32 logits_bf16;               // 1: the logits are bf16 (the build's chunk fallback reads them), 0: fp32
 };
 
 // Stage 2, ddtree_compile: the tree, the request state and slot pool (read only), the verify inputs.

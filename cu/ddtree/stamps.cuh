@@ -12,8 +12,9 @@
 // DDT_TK_STAMP(base, slot, point): the top-K kernels' stamps (tools/ddtree_stamps.py --chain):
 // thread 0 of a CTA stamps row base + its linear block index, above ddtree_build's rows: the
 // sample kernel's CTAs from row DDT_TK_ROW_SAMPLE, the stream's from DDT_TK_ROW_STREAM, the
-// chunk kernel's from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the PDL wait; in the
-// sample kernel, which has no wait: keys, its sampled keys loaded and their maximum known), exit 2;
+// chunk kernel's (topk_mode = 0 only) from DDT_TK_ROW_CHUNKS; slots: entry 0, waited 1 (past the
+// PDL wait; in the sample kernel, which has no wait: keys, its sampled keys loaded and their
+// maximum known; the chunk kernel, an ordinary launch, has none), exit 2;
 // the stream's CTAs also tile0 3 (its first tile processed), looped 4 (its last), flushed 5 (the
 // warps' staged candidates appended), reduced 6 (past the barrier of the segment's sums); the
 // argument is the CTA's SM (%smid).

@@ -26,19 +26,20 @@ struct ChunkSmem {
 
 // Of the logits equal to the threshold key t, keep the `need` with the lowest token ids:
 // returns a mask over this thread's TOPK_ELEMS slots. Tokens are ranked group by group in
-// id order (a group = the V slots of one vector), one block scan per group.
-template <int V>
-DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
+// id order (a group = the V slots of one vector), one block scan per group. `lane` false: a
+// thread past the chunk's TOPK_THREADS (topk_one_chunk's NT > TOPK_THREADS) holds no slot.
+template <int V, int NT = TOPK_THREADS>
+DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch, bool lane = true) {
   u32 ties = 0;  // bit j: slot j holds the threshold key
 #pragma unroll
-  for (int j = 0; j < TOPK_ELEMS; ++j) ties |= (key[j * TOPK_THREADS] == t ? 1u : 0u) << j;
+  for (int j = 0; j < TOPK_ELEMS; ++j) ties |= (lane && key[j * TOPK_THREADS] == t ? 1u : 0u) << j;
   u32 keep = 0;
   int before = 0;
 #pragma unroll 1
   for (int g = 0; g < TOPK_ELEMS / V; ++g) {
     const u32 mine = (ties >> (g * V)) & ((1u << V) - 1);
     int total;
-    int quota = need - before - dl::block_excl_scan<TOPK_THREADS>(__popc(mine), scratch, &total);
+    int quota = need - before - dl::block_excl_scan<NT>(__popc(mine), scratch, &total);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       if ((mine >> e) & 1u) {
@@ -56,14 +57,22 @@ DL_DEVICE u32 keep_lowest_ids(const u32* key, u32 t, int need, int* scratch) {
 // moments of the normal cutoff come from one block reduction; then the exact top-kc by (logit
 // desc, id asc) (kth_largest on the keys, ties at the threshold by id) is written with one
 // block scan.
-template <typename T>
+// NT: the CTA's threads. The chunk kernel has NT = TOPK_THREADS; ddtree_build (NT =
+// BUILD_THREADS, the threshold top-K's fallback for a row it failed: build.cuh) runs the same
+// code, its threads past TOPK_THREADS (whole warps) holding no slot: they pass every barrier and
+// add nothing (no load, no shared slot, key 0 below every cut, no warp statistics).
+template <typename T, int NT = TOPK_THREADS>
 DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, int b) {
+  static_assert(NT >= TOPK_THREADS && NT % 32 == 0 && TOPK_THREADS % 32 == 0, "whole warps past the chunk's threads");
+  static_assert(NT / 32 <= 32, "block_excl_scan and block_sum_int: one scratch slot (sm.ri) per warp");
   using Tr = LogitTraits<T>;
   constexpr int V = Tr::VEC;
   const int tid = threadIdx.x;
+  const bool lane = NT == TOPK_THREADS || tid < TOPK_THREADS;  // (warp-uniform; always true in the chunk kernel)
   const bool live = p.active[b] != 0;  // checked after the logits loads are in flight
   const int start = s * CHUNK;
   const int n = min(CHUNK, p.vocab - start);
+  const int nl = lane ? n : 0;  // the tokens this thread may load: none past TOPK_THREADS
   const bool vec = p.logits_vec != 0;
   const T* row = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
                  static_cast<i64>(d) * p.logits_row_stride + start;
@@ -82,22 +91,24 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
       for (int v = 0; v < TOPK_ELEMS / V; ++v) {
         const int li = (v * TOPK_THREADS + tid) * V;
         float x[V];
-        if (li < n) Tr::load_vec(row + li, x);
+        if (li < nl) Tr::load_vec(row + li, x);
 #pragma unroll
-        for (int e = 0; e < V; ++e) key[v * V + e] = li < n ? logit_key(x[e]) : 0u;
+        for (int e = 0; e < V; ++e) key[v * V + e] = li < nl ? logit_key(x[e]) : 0u;
       }
     } else {
 #pragma unroll
       for (int j = 0; j < TOPK_ELEMS; ++j) {
         const int li = token(j) - start;
-        key[j] = li < n ? logit_key(Tr::load(row + li)) : 0u;
+        key[j] = li < nl ? logit_key(Tr::load(row + li)) : 0u;
       }
     }
     if (!live) return;  // (uniform)
+    if (lane) {
 #pragma unroll
-    for (int j = 0; j < TOPK_ELEMS; ++j) {
-      skey[j * TOPK_THREADS] = key[j];
-      kloc = key[j] > kloc ? key[j] : kloc;
+      for (int j = 0; j < TOPK_ELEMS; ++j) {
+        skey[j * TOPK_THREADS] = key[j];
+        kloc = key[j] > kloc ? key[j] : kloc;
+      }
     }
   }
   {
@@ -108,7 +119,7 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
     float se = 0.f;
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {  // from shared memory: the loaded values are dead
-      const u32 k = skey[j * TOPK_THREADS];
+      const u32 k = lane ? skey[j * TOPK_THREADS] : 0u;
       if (k > KEY_NEG_INF) {
         const float x = key_f32(k);
         sum += x;
@@ -125,7 +136,7 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
       sum += __shfl_xor_sync(FULL, sum, o);
       sumsq += __shfl_xor_sync(FULL, sumsq, o);
     }
-    if ((tid & 31) == 0) {
+    if (lane && (tid & 31) == 0) {
       sm.wmax[tid >> 5] = wk;
       sm.wse[tid >> 5] = wse;
       sm.wsum[tid >> 5] = sum;
@@ -166,11 +177,11 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
     u32 mine = 0;  // bit j: slot j passes the cutoff
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {
-      const u32 k = skey[j * TOPK_THREADS];
+      const u32 k = lane ? skey[j * TOPK_THREADS] : 0u;
       mine |= ((k >= kcut && k != 0) ? 1u : 0u) << j;
     }
     int total;
-    int pos = dl::block_excl_scan<TOPK_THREADS>(__popc(mine), sm.ri, &total);
+    int pos = dl::block_excl_scan<NT>(__popc(mine), sm.ri, &total);
     // Usually the candidates go to a list and the select visits ~total/TOPK_THREADS of them per
     // thread and level; when fewer than kc pass (kcut = 1: every logit) or more than the list
     // holds, it visits every slot.
@@ -180,8 +191,9 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
       for (u32 m = mine; m; m &= m - 1) sm.list[pos++] = static_cast<unsigned short>((__ffs(m) - 1) * TOPK_THREADS + tid);
     }
     const int ecount = listed ? (total + TOPK_THREADS - 1) / TOPK_THREADS : TOPK_ELEMS;
-    t = kth_largest<TOPK_THREADS, TOPK_ELEMS, u32>(
+    t = kth_largest<NT, TOPK_ELEMS, u32>(
         [&](int j, int z) -> u32 {
+          if (!lane) return 0u;  // (below every cut)
           if (listed) {
             const int q = j * TOPK_THREADS + tid;
             return q < total ? sm.key[sm.list[q]] + static_cast<u32>(z) : 0u;
@@ -192,71 +204,50 @@ DL_DEVICE void topk_one_chunk(const TopKParams& p, ChunkSmem& sm, int s, int d, 
     int above = 0, ties = 0;
 #pragma unroll
     for (int j = 0; j < TOPK_ELEMS; ++j) {
-      const u32 k = skey[j * TOPK_THREADS];
+      const u32 k = lane ? skey[j * TOPK_THREADS] : 0u;
       above += k > t;
       ties += k == t;
     }
     // above and ties in one reduction: ties in the low 16 bits (at most CHUNK each)
-    const int packed = dl::block_sum_int<TOPK_THREADS>((above << 16) | ties, sm.ri);
+    const int packed = dl::block_sum_int<NT>((above << 16) | ties, sm.ri);
     const int need = kc - (packed >> 16);
-    if ((packed & 0xffff) > need) tie_keep = keep_lowest_ids<V>(skey, t, need, sm.ri);
+    if ((packed & 0xffff) > need) tie_keep = keep_lowest_ids<V, NT>(skey, t, need, sm.ri, lane);
   }
   // Write the kc picked logits (in no particular order: the row merge sorts).
   u32 picked = 0;
 #pragma unroll
   for (int j = 0; j < TOPK_ELEMS; ++j) {
-    const u32 k = skey[j * TOPK_THREADS];
+    const u32 k = lane ? skey[j * TOPK_THREADS] : 0u;
     picked |= ((k > t || (k == t && k != 0 && ((tie_keep >> j) & 1u))) ? 1u : 0u) << j;
   }
   int total_picked;
-  int pos = dl::block_excl_scan<TOPK_THREADS>(__popc(picked), sm.ri, &total_picked);
+  int pos = dl::block_excl_scan<NT>(__popc(picked), sm.ri, &total_picked);
   u64* out = p.cand + row_id * p.k;
 #pragma unroll
   for (int j = 0; j < TOPK_ELEMS; ++j)
     if ((picked >> j) & 1u) out[pos++] = composite(skey[j * TOPK_THREADS], token(j));
 }
 
-// Grid (gridDim.x, depth_limit, max_batch): CTA x takes chunks x, x + gridDim.x, ... of its row.
-// topk_mode = 0 launches one CTA per chunk; topk_mode = 1 (the exact fallback of the threshold
-// top-K, needed for the rows it failed only: the launch and its grid are always there, since a
-// graph has a fixed shape) launches a few, so that the rows that need nothing cost little.
+// Grid (num_chunks, depth_limit, max_batch): one CTA per chunk. topk_mode = 0 only: the build's
+// first kernel, an ordinary launch (the threshold top-K's fallback for the rows it fails runs in
+// ddtree_build itself: build.cuh, chunk_fallback_row).
 template <typename T>
 DL_DEVICE void topk_chunk(const TopKParams& p) {
   __shared__ ChunkSmem sm;
   const int d = blockIdx.y, b = blockIdx.z;
   // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
   // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
-  // row counter and the build's status word. ddtree_build runs after this kernel completes.
-  // Before the PDL wait below: neither the sample nor the stream kernel touches these two, and
-  // every reader from an earlier step (ddtree_build, ddtree_compile) completed before the build's
-  // first, ordinary launch started; this build's ddtree_build waits for this grid first.
+  // row counter and the build's status word. This kernel is an ordinary launch: every reader
+  // from an earlier step (ddtree_build, ddtree_compile) has completed; this build's
+  // ddtree_build waits for this grid first.
   if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) {
     p.counters[b] = 0u;
     if (b == 0) p.state[3] = 0;
   }
-  // PDL (common.cuh): ddtree_build may start now (its pdl_wait() waits for this whole grid);
-  // this grid waits for the stream kernel (threshold: a programmatic launch), whose tk_count
-  // and the sample's tk_flag decide the fallback below, and whose completion implies the
-  // sample's. topk_mode = 0: this is the build's first kernel, an ordinary launch, and the
-  // wait returns at once.
+  // PDL (common.cuh): ddtree_build may start now (its pdl_wait() waits for this whole grid).
   DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 0, "entry");
   dl::pdl_launch_dependents();
-  // active: request state, final before the build's first (ordinary) launch: read before the
-  // wait, so that past it one round trip (the row's flag and count) decides the fallback
-  const bool act = p.active[b];
-  dl::pdl_wait();
-  DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 1, "waited");
-  if (p.topk_mode == TOPK_MODE_THRESHOLD) {
-    if (!act || !tk_fallback(p, static_cast<size_t>(b) * p.depth_limit + d)) {  // (uniform)
-      DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 2, "exit");
-      return;
-    }
-  }
-#pragma unroll 1
-  for (int s = blockIdx.x; s < p.num_chunks; s += gridDim.x) {
-    if (s != static_cast<int>(blockIdx.x)) __syncthreads();  // the previous chunk's shared memory is read
-    topk_one_chunk<T>(p, sm, s, d, b);
-  }
+  topk_one_chunk<T>(p, sm, blockIdx.x, d, b);
   DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 2, "exit");
 }
 

@@ -2,9 +2,9 @@
 // threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample (at
 // least tk_m, at most tk_m + tk_slack sampled logits >= T, ties aside), ddtree_topk_stream_*
 // reads every row once through a shared-memory ring and keeps the logits >= T (plus each
-// segment's sums of exp(x - T) below and above T); the chunk top-K (topk.cuh) then runs only for
-// rows where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), and
-// ddtree_build merges whichever list the row has.
+// segment's sums of exp(x - T) below and above T); ddtree_build merges the row's list, or, for a
+// row where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), runs the
+// chunk top-K (topk.cuh) over the row itself first (build.cuh, chunk_fallback_row).
 // Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
 // driverlevel/reference/topk_threshold.py.
 //
@@ -17,17 +17,11 @@ namespace ddt {
 
 // ------------------------------------------------------------------------------ shared rule
 
-// The row takes the chunk top-K (the exact fallback): T not finite (flag), or the stream's count
-// n says that the logits >= T do not hold the top K, or that they did not fit the candidate list.
+// The row takes the chunk top-K (the exact fallback, in its ddtree_build CTA): T not finite
+// (flag), or the stream's count n says that the logits >= T do not hold the top K, or that they
+// did not fit the candidate list.
 DL_DEVICE bool tk_fallback_of(const TopKParams& p, u32 flag, u32 n) {
   return flag != 0u || n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
-}
-// The same from the row's words, both loaded before either is tested: one round trip to L2, not
-// the two a load behind the flag's branch costs.
-DL_DEVICE bool tk_fallback(const TopKParams& p, size_t row) {
-  const u32 flag = p.tk_flag[row];
-  const u32 n = p.tk_count[row];
-  return tk_fallback_of(p, flag, n);
 }
 
 DL_DEVICE float ex2_approx(float y) {
@@ -113,7 +107,8 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
 }
 
 // One CTA per row: T from the sample, the flag, and the row's candidate count re-armed (every
-// launch: no state survives an earlier or aborted one).
+// launch: no state survives an earlier or aborted one); CTA (0, b) also re-arms the request's
+// row counter and (b = 0) the build's status word.
 template <typename T>
 DL_DEVICE void topk_sample(const TopKParams& p) {
   __shared__ SampleSmem sm;
@@ -124,6 +119,16 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   // complete and visible before it starts, so it has no wait of its own.
   dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 0, "entry");
+  // Re-arm the state ddtree_build relies on inside every launch (so that a launch left
+  // unfinished, e.g. an aborted replay, or a poisoned counter cannot break later builds), for
+  // every request, active or not: this being an ordinary launch, every reader from an earlier
+  // step (ddtree_build, ddtree_compile) has completed; the stream kernel touches neither word,
+  // and this build's ddtree_build waits for the stream's grid, whose completion implies this
+  // one's (the stream's CTAs wait for it before they exit).
+  if (d == 0 && tid == 0) {
+    p.counters[b] = 0u;
+    if (b == 0) p.state[3] = 0;
+  }
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
   // The sample's loads do not wait for `active` (one round trip, not two, before the keys arrive):
   // every CTA samples its row (in bounds: the logits hold max_batch requests), and an inactive
@@ -132,7 +137,7 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   const T* x = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
                static_cast<i64>(d) * p.logits_row_stride;
   const u32 t = sample_threshold<T>(p, x, sm);
-  if (!act) {  // (uniform) the build skips the request; the chunk kernel's gate too
+  if (!act) {  // (uniform) the build skips the request
     if (tid == 0) { p.tk_count[row] = 0u; p.tk_flag[row] = 1u; }
     return;
   }
@@ -268,8 +273,8 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
-  // PDL (common.cuh): the chunk kernel may start now; its pdl_wait() waits for this whole grid
-  // (and so, through this grid's own waits below, for the sample kernel too).
+  // PDL (common.cuh): ddtree_build may start now; its pdl_wait() waits for this whole grid (and
+  // so, through this grid's own waits below, for the sample kernel too).
   dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_STREAM, 0, "entry");
   // Before the wait this kernel reads only what was written before the build's first (ordinary)
@@ -320,7 +325,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   // T and the flag in one round trip (T is written whatever the flag: loaded before the test)
   const u32 tkflag = p.tk_flag[row];
   const float thr = p.tk_thresh[row];
-  if (tkflag != 0u) {  // (uniform) T is not finite: the chunk top-K takes the row
+  if (tkflag != 0u) {  // (uniform) T is not finite: the build's chunk top-K takes the row
     if (vec) dl::cp_async_wait<0>();
     return;
   }
