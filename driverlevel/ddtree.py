@@ -399,8 +399,8 @@ class DDTreePlan:
         The build's top-K (case-insensitive); both give the same (exact) result. ``"threshold"`` (default): a
         sampled threshold per row, one streaming pass over the logits that keeps those above
         it, and the chunk top-K only for the rows where the threshold failed, run by that
-        row's ``ddtree_build`` CTA (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8 it builds the tree in
-        half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
+        row's ``ddtree_build`` CTA (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8
+        it builds the tree in half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
         top-K per 7,680-token chunk, merged per row (less workspace, see below).
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise).

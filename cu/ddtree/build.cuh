@@ -68,7 +68,7 @@ DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
 // more than tk_cap logits >= T: tk_fallback_of): the chunk top-K (topk.cuh) of each of the row's
 // num_chunks chunks in turn, by this CTA (topk_one_chunk with NT = BUILD_THREADS, its ChunkSmem
 // at the start of the dynamic shared memory, which a threshold plan sizes for it:
-// driverlevel.ddtree.FALLBACK_SHARED_BYTES), written to the row's cand, chunk_max and chunk_sum
+// driverlevel._constants.DDTREE_FALLBACK_SHARED_BYTES), written to the row's cand, chunk_max and chunk_sum
 // as the chunk kernel writes them in topk_mode = 0; the merge then takes the row as in that
 // mode. It costs the failed row's request ~1-2 µs per chunk (the row from L2 or DRAM); a
 // fallback kernel between the stream and the build cost every build its launch (~1.1-1.5 µs on
