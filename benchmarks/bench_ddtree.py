@@ -1,7 +1,7 @@
 """DDTree benchmark: the GPU tree build, compile, accept and commit against the reference's way.
 
-Shapes of the seed deployment: vocab 163,840, depth_limit 15, budgets 16/64/256/512, batch 1
-and 8. The whole step (build -> compile -> accept -> commit) is captured into one CUDA graph
+Shapes of the seed deployment: vocab 163,840 (``--vocab``: another, e.g. the demo step's 32,768),
+depth_limit 15, budgets 16/64/256/512, batch 1 and 8. The whole step (build -> compile -> accept -> commit) is captured into one CUDA graph
 with an event between stages; every replay starts from the same saved state (restored by
 device-to-device copies outside the timed region), so each stage's median GPU µs comes from
 the events of 30 replays. Accept reads bf16 target logits for every tree node (its cost is
@@ -67,7 +67,7 @@ import driverlevel as dl
 from driverlevel._cli_common import json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
-from driverlevel.ddtree import FLAG_LEGACY_SEARCH, DDTreePlan, DDTreeState
+from driverlevel.ddtree import FLAG_LEGACY_SEARCH, DDTreePlan, DDTreeState, check_merge_capacity
 from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
 
@@ -98,10 +98,11 @@ DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": PEAKED_BOOSTS, "jitt
 DRAFTER_JITTER = {"jittered": 0.7}
 
 
-def drafter_logits(rng, batch, drafter="random", vocab=VOCAB):
+def drafter_logits(rng, batch, drafter="random", vocab=None):
     """``(x, top)``: fp32 drafter logits ``[batch, DEPTH, vocab]`` (N(0, 4) noise, four strong
     tokens per row from :data:`DRAFTER_BOOSTS`, moved per row by :data:`DRAFTER_JITTER`) and the
     strong tokens' ids ``[batch, DEPTH, 4]``."""
+    vocab = VOCAB if vocab is None else vocab
     x = rng.standard_normal((batch, DEPTH, vocab), dtype=np.float32) * 2.0
     top = rng.integers(0, vocab, (batch, DEPTH, 4))
     jitter = DRAFTER_JITTER.get(drafter, 0.0)
@@ -447,6 +448,7 @@ def tree_shape(plan) -> list[int]:
 
 
 def main(argv=None) -> int:
+    global VOCAB  # --vocab: the module's functions read it
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="budgets 16 and 256, fewer repetitions")
     ap.add_argument("--json", help="write the results here")
@@ -471,12 +473,22 @@ def main(argv=None) -> int:
                     help="before each timed replay's flush, also run a kernel of ~290 KB of code on every SM, so "
                          "that the build's code is in no SM's instruction caches, as in a decode step (needs a "
                          "--flush other than none)")
+    ap.add_argument("--vocab", type=int, default=VOCAB,
+                    help="the drafter's vocabulary (the seed deployment's, Kimi's, by default; the demo step's is 32768)")
     ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
                     help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
                          "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "
                          "lines the top-K kernels then write back), or none (the build's code and data may stay "
                          "in L2 from the previous replay, which a decode step never leaves)")
     args = ap.parse_args(argv)
+    if args.vocab < 512 or args.vocab % 8:
+        ap.error(f"--vocab must be a multiple of 8, >= 512 (the largest budget's top-K), got {args.vocab}")
+    for budget in (16, 256) if args.quick else (16, 64, 256, 512):  # DDTreePlan's vocabulary x budget rule
+        try:
+            check_merge_capacity(args.vocab, budget)
+        except ValueError as exc:
+            ap.error(f"--vocab {args.vocab} with budget {budget}: {exc}")
+    VOCAB = args.vocab
     if args.evict_code and args.flush == "none":
         ap.error("--evict-code evicts the code with the flush: give --flush read or write")
     need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token

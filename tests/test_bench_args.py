@@ -59,6 +59,9 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
 @pytest.mark.parametrize("script, argv, words", [
     ("bench_step", ["--batch", "-5"], "--batch must be >= 1"),
     ("bench_step", ["--vocab", "100"], "--vocab must be a multiple of 8"),
+    ("bench_ddtree", ["--vocab", "100"], "--vocab must be a multiple of 8, >= 512"),
+    ("bench_ddtree", ["--vocab", "32770"], "--vocab must be a multiple of 8, >= 512"),
+    ("bench_ddtree", ["--vocab", "100000000"], "--vocab 100000000 with budget 16: vocab=100000000 at K=16 needs"),
     ("bench_step", ["--budget", "600"], "--budget must be <= 512"),
     ("bench_step", ["--steps", "0"], "--steps must be >= 1"),
     ("bench_step", ["--json", "/nonexistent-dir/x.json"], "--json: the directory '/nonexistent-dir' does not exist"),

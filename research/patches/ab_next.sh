@@ -26,7 +26,7 @@ for v in "${names[@]}"; do
   (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
 done
 nvidia-smi -L
-B="--quick --no-reference --logits-dtype ${DTYPE:-float32}"
+B="--quick --no-reference --logits-dtype ${DTYPE:-float32} ${BENCH_EXTRA:-}"  # BENCH_EXTRA: e.g. --vocab 32768
 # the build bench_ddtree and the stamps measure: threshold on main; VARIANT_TOPK on the variants
 # (default threshold; fused: the persistent build of persistent-build.patch, against main's threshold)
 topk_of() { [ "$1" = main ] && echo threshold || echo "${VARIANT_TOPK:-threshold}"; }

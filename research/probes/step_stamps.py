@@ -1,0 +1,71 @@
+"""Where the DDTree build's time goes inside the demo decode step: the build's kernels compiled with
+stamps (tools/ddtree_stamps.py's -DDL_STAMPS=1), the step captured and replayed as bench_step does,
+and the last replay's chain timeline (sample, stream, ddtree_build; µs from the sample's first CTA)
+printed for a few replays. A probe for the thirty-eighth session's finding that the build's
+programmatic launch costs the batch-8 / budget-16 step ~6 µs (research/ddtree_build.md).
+
+    python research/probes/step_stamps.py [--batch 8] [--budget 16] [--replays 3]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--vocab", type=int, default=32768)
+    a = ap.parse_args()
+    import ddtree_stamps as ts
+    import phase_stamps
+
+    import driverlevel as dl
+    from driverlevel import ddtree
+    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
+    from driverlevel.runner import DecodeStepRunner
+
+    plain = ddtree.compile_defines
+    ddtree.compile_defines = lambda arch: {**plain(arch), **ts.stamp_defines()}
+    dev = dl.Device(0)
+    rng = np.random.default_rng(0)
+    prompt_len, depth = 512, 15
+    lens = [max(2, prompt_len - (b * (prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
+    prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
+    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
+    s = dev.create_stream()
+    drafter = Drafter(model, max_batch=a.batch, depth_limit=depth, name="ddtree.drafter")
+    max_context = prompt_len + 2000
+    r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=a.batch, budget=a.budget, depth_limit=depth,
+                         max_context=max_context, max_prompt_len=prompt_len, stream=s)
+    r.reset(prompts, 1500)
+    r.capture()
+    r.gpu_timing = False
+    for _ in range(30):
+        r.step(graph=True)
+        if r._launched - r._collected >= r.ring_slots - 1:
+            r.collect()
+    r.collect()
+    s.synchronize()
+    mod = r.tree._module
+    for i in range(a.replays):
+        phase_stamps.zero_stamps(mod)
+        r.step(graph=True)
+        r.collect()
+        s.synchronize()
+        ctas, topk = ts.split_topk(phase_stamps.read_stamps(mod))
+        ctas, warmer = ts.split_warmer(ctas, r.tree.depth_limit)
+        print(f"# replay {i}: batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}")
+        print("\n".join(ts.chain_timeline(ctas, topk)), flush=True)
+    ddtree.compile_defines = plain
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
