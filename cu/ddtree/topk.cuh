@@ -235,15 +235,8 @@ template <typename T>
 DL_DEVICE void topk_chunk(const TopKParams& p) {
   __shared__ ChunkSmem sm;
   const int d = blockIdx.y, b = blockIdx.z;
-  // Re-arm the state ddtree_build relies on inside every launch (so a launch left unfinished,
-  // e.g. an aborted replay, or a poisoned counter cannot break later builds): the request's
-  // row counter and the build's status word. This kernel is an ordinary launch: every reader
-  // from an earlier step (ddtree_build, ddtree_compile) has completed; this build's
-  // ddtree_build waits for this grid first.
-  if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) {
-    p.counters[b] = 0u;
-    if (b == 0) p.state[3] = 0;
-  }
+  // The build's state (ddtree_build waits for this grid first).
+  if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) rearm_build_state(p, b);
   // PDL (common.cuh): ddtree_build may start now (its pdl_wait() waits for this whole grid).
   DDT_TK_STAMP(DDT_TK_ROW_CHUNKS, 0, "entry");
   dl::pdl_launch_dependents();

@@ -24,6 +24,17 @@ DL_DEVICE bool tk_fallback_of(const TopKParams& p, u32 flag, u32 n) {
   return flag != 0u || n < static_cast<u32>(p.k) || n > static_cast<u32>(p.tk_cap);
 }
 
+// Re-arms the state ddtree_build relies on, inside every launch, so that a launch left unfinished
+// (e.g. an aborted replay) or a poisoned counter cannot break later builds: request b's row
+// counter and (b = 0) the build's status word. One thread of the build's first kernel calls it
+// (topk_sample, or topk_chunk with topk_mode = 0): an ordinary launch, so every reader from an
+// earlier step (ddtree_build, ddtree_compile) has completed, and this build's ddtree_build waits
+// for a grid whose completion implies this one's.
+DL_DEVICE void rearm_build_state(const TopKParams& p, int b) {
+  p.counters[b] = 0u;
+  if (b == 0) p.state[3] = 0;
+}
+
 DL_DEVICE float ex2_approx(float y) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
@@ -119,16 +130,9 @@ DL_DEVICE void topk_sample(const TopKParams& p) {
   // complete and visible before it starts, so it has no wait of its own.
   dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 0, "entry");
-  // Re-arm the state ddtree_build relies on inside every launch (so that a launch left
-  // unfinished, e.g. an aborted replay, or a poisoned counter cannot break later builds), for
-  // every request, active or not: this being an ordinary launch, every reader from an earlier
-  // step (ddtree_build, ddtree_compile) has completed; the stream kernel touches neither word,
-  // and this build's ddtree_build waits for the stream's grid, whose completion implies this
-  // one's (the stream's CTAs wait for it before they exit).
-  if (d == 0 && tid == 0) {
-    p.counters[b] = 0u;
-    if (b == 0) p.state[3] = 0;
-  }
+  // The build's state, for every request, active or not (the stream kernel touches neither word;
+  // its CTAs wait for this grid before they exit, and ddtree_build waits for the stream's grid).
+  if (d == 0 && tid == 0) rearm_build_state(p, b);
   const size_t row = static_cast<size_t>(b) * p.depth_limit + d;
   // The sample's loads do not wait for `active` (one round trip, not two, before the keys arrive):
   // every CTA samples its row (in bounds: the logits hold max_batch requests), and an inactive
