@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         lower = max(terms, key=terms.get) + (" or --batch" if a.batch > 1 else "")
         ap.error(f"--batch {a.batch} x a context of {max_context} tokens (from --steps, --depth-limit, --prompt-len, "
                  f"--max-new-tokens and --budget) exceeds 2**31 - 1: lower {lower}")
-    problem = json_path_problem(a.json)
+    problem = json_path_problem(a.json, stdout_ok=False)  # (the tables go to stdout)
     if problem:
         ap.error(f"--json: {problem}")
 
@@ -197,12 +197,8 @@ def main(argv=None) -> int:
     within = all(gh - bare <= 10.0 for _, gh, _, bare, *_ in rows)
     print(f"graph replay within 10 µs of a bare cuGraphLaunch: {'yes' if within else 'NO'}")
     if a.json:
-        text = json.dumps(out, indent=2)
-        if a.json == "-":
-            print(text)
-        else:
-            with open(a.json, "w") as f:
-                f.write(text)
+        with open(a.json, "w") as f:
+            f.write(json.dumps(out, indent=2))
     return 0 if lossless else 1
 
 

@@ -130,6 +130,9 @@ def main(argv=None):
     except SystemExit as e:  # the parsers' one-line message (they raise SystemExit for their other callers)
         ap.error(str(e.code))
     names = [n for n, _ in tiles]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the summary keys its columns by name: a second tile of one name would overwrite the first
+        ap.error(f"--tile: name {twice[0]!r} given twice (each tile needs a name of its own)")
     ratios = [tuple(r.split("/")) for r in args.ratio]
     for a_b in ratios:
         if len(a_b) != 2 or not set(a_b) <= set(names):

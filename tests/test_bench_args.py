@@ -60,6 +60,7 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_step", ["--batch", "-5"], "--batch must be >= 1"),
     ("bench_step", ["--vocab", "100"], "--vocab must be a multiple of 8"),
     ("bench_ddtree", ["--vocab", "100"], "--vocab must be a multiple of 8, >= 512"),
+    ("bench_tiles", ["--tile", "a=64x1x32x3", "--tile", "a=48x1x32x3"], "--tile: name 'a' given twice"),
     ("bench_ddtree", ["--vocab", "32770"], "--vocab must be a multiple of 8, >= 512"),
     ("bench_ddtree", ["--vocab", "100000000"], "--vocab 100000000 with budget 16: vocab=100000000 at K=16 needs"),
     ("bench_step", ["--budget", "600"], "--budget must be <= 512"),
@@ -117,6 +118,7 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_attention", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
     ("bench_ddtree", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
     ("bench_tiles", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
+    ("bench_step", ["--json", "-"], "--json: '-' (stdout) is not supported by this script: give a file path"),
 ])
 def test_bad_options_and_json_paths_are_usage_errors(script, argv, words, capsys, monkeypatch):
     """bench_attention/ddtree/tiles opened --json only after the whole run; bad specs exited 1 without a
