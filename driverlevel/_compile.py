@@ -397,7 +397,13 @@ def check_arch(name) -> str:
         (``sm_90a``, ``sm_100f``): a user names the GPU's plain architecture and driverlevel
         picks each kernel's target itself (the plain one, or ``sm_90a`` for sm_90's wgmma
         verify-attention tile: ``CompileVariant.target``), which the runtime loads on that GPU.
+    TypeError
+        ``name`` is neither a str nor an int (``None``, bytes, a bool...), as
+        :func:`normalize_arch` says for the same values.
     """
+    if isinstance(name, bool) or not isinstance(name, (str, int)):
+        raise TypeError(f"an architecture name must be a str such as 'sm_90' (or an int such as 90), "
+                        f"got {type(name).__name__} {name!r}")
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
     s = _arch_text(text)

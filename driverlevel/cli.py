@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import os
 import re
 import sys
@@ -49,6 +50,17 @@ def _output_failed(exc: OSError) -> None:
         pass
 
 
+class _ClosedStdout(io.TextIOBase):
+    """``sys.stdout`` when Python started with descriptor 1 closed: every write raises the
+    ``OSError`` (EBADF) that writing to the closed descriptor would."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
 class _Group(click.Group):
     """The command group; a failure to write standard output (``> /dev/full``, a closed pipe, a closed
     descriptor) is one line on stderr and exit status 2, not a traceback (status 1 means a kernel
@@ -58,11 +70,10 @@ class _Group(click.Group):
 
     def make_context(self, info_name, args, parent=None, **extra):
         if parent is None and sys.stdout is None:  # `driverlevel ... >&-`: Python found fd 1 closed
-            try:
-                click.echo("driverlevel: cannot write the output: standard output is closed", err=True)
-            except OSError:
-                pass
-            raise click.exceptions.Exit(2)
+            # A stand-in whose writes fail as a closed descriptor's would: what goes to stdout ends in
+            # _output_failed's one line, and what goes to stderr (a usage error, the no-GPU
+            # sentence) is still said, which refusing every command up front hid.
+            sys.stdout = _ClosedStdout()
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except OSError as exc:

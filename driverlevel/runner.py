@@ -249,7 +249,11 @@ def _prompt_lists(prompts) -> list:
 
 
 def _stop_lists(stop_tokens, n: int) -> list:
-    """``stop_tokens`` (None, an int, a list for all, or one int or list per request) as ``n`` lists of ints."""
+    """``stop_tokens`` (None, an int, a list for all, or one list per request) as ``n`` lists of ints.
+
+    A flat sequence of ints is always the list for all (``[5, 7]`` with two requests: both stop on
+    5 and 7); per request it is one list each (``[[5], [7]]``), where an int entry, once any entry
+    is a list, stands for a one-token list."""
     if stop_tokens is None:
         return [[] for _ in range(n)]
     if _is_int(stop_tokens):
@@ -520,9 +524,11 @@ class _RunnerBase:
         max_new_tokens : int or sequence of int
             Tokens to generate per request (>= 1).
         stop_tokens : None, int, or sequence
-            One stop token for all, a list for all (``[]``: none), or one int or list per
-            request (at most ``max_stop_tokens`` each, every one in ``[0, vocab_size)``). A
-            request ends after emitting one.
+            One stop token for all, a list for all (``[]``: none), or one list per request
+            (at most ``max_stop_tokens`` each, every one in ``[0, vocab_size)``). A flat sequence
+            of ints is always the one list for all: different stops per request are written as
+            one list each, ``[[5], [7]]`` (once any entry is a list, an int entry stands for a
+            one-token list: ``[5, [7, 9]]``). A request ends after emitting one.
 
         Raises
         ------

@@ -645,6 +645,26 @@ def test_closed_stdout_is_one_line_and_status_2():
     assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: standard output is closed"
 
 
+def test_closed_stdout_still_reports_a_usage_error_and_the_no_gpu_sentence():
+    """Review 38, finding 11: with descriptor 1 closed every command was refused up front with the
+    closed-stdout line, which hid a usage error (``--arch foo``) and the no-GPU sentence, both of
+    which go to stderr; now only a write to stdout ends in that line."""
+    import os
+    import subprocess
+    import sys
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "driverlevel", *argv], stderr=subprocess.PIPE, text=True,
+                              timeout=300, preexec_fn=lambda: os.close(1))
+
+    r = run("compile", "--arch", "foo")
+    assert r.returncode == 2 and "Invalid value for --arch" in r.stderr and "'foo' is not an architecture name" in r.stderr
+    assert "standard output is closed" not in r.stderr
+    r = run("--version")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: standard output is closed"
+
+
 def test_cli_compile_names_the_file_name_for_a_path_that_is_not_here(monkeypatch, tmp_path):
     """``--kernel cu/argmax.cu`` from a directory without that path: the error says the path is not
     there and gives the name to use, instead of listing argmax.cu among the sources it lacks."""

@@ -884,6 +884,17 @@ def test_a_leading_zero_is_refused(bad, plain):
         _compile.check_arch(bad)
 
 
+@pytest.mark.parametrize("bad", [None, b"sm_90", True, 9.0, ["sm_90"]])
+def test_check_arch_refuses_what_normalize_arch_refuses_as_a_type_error(bad):
+    """Review 38: check_arch(None) said "'None' is not an architecture name" (a ValueError) where
+    normalize_arch raises TypeError for the same values."""
+    with pytest.raises(TypeError, match="an architecture name must be a str such as 'sm_90'"):
+        _compile.check_arch(bad)
+    with pytest.raises(TypeError):
+        normalize_arch(bad)
+    assert _compile.check_arch(90) == _compile.check_arch("sm_90") == "sm_90"
+
+
 @pytest.mark.parametrize("bad", ["sm_00", "SM_00", "00", "sm_000"])
 def test_an_all_zero_number_is_older_than_sm_80_not_a_leading_zero(bad):
     """Review 17 L8: the leading-zero rule stripped every digit of sm_00 and suggested writing 'sm_'."""

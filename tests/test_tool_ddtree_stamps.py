@@ -29,6 +29,16 @@ def test_argument_ranges():
     assert stamps.stamp_defines(2) == {"DL_STAMPS": 1, "DL_STAMPS_DETAIL": 2}
 
 
+def test_scalar_options_name_the_bad_value_not_a_list(capsys):
+    """Review 38: ``--spin-us -1`` said "got [-1]" (the range check's list, for a scalar option)."""
+    for argv, words in ((["--spin-us", "-1"], "--spin-us must be in 0..100000, got -1\n"),
+                        (["--repeat", "0"], "--repeat must be in 1..50, got 0\n"),
+                        (["--batch", "1", "40"], "--batch must be in 1..16, got [40]\n")):
+        with pytest.raises(SystemExit):
+            stamps.parse_args(argv)
+        assert capsys.readouterr().err.endswith(words)
+
+
 def _records():
     """Two CTAs of request 0, as read_stamps returns them: (point, arg, clock, global timer ns)."""
     row3 = [("merge", 0, 1000, 10_000), ("loaded", 1500, 1400, 10_200), ("selected", 0, 2400, 10_700),

@@ -112,7 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                  ("--spin-us", [args.spin_us], 0, 100_000), ("--repeat", [args.repeat], 1, 50)):
         bad = [v for v in values if not lo <= v <= hi]
         if bad:
-            ap.error(f"{name} must be in {lo}..{hi}, got {bad}")
+            ap.error(f"{name} must be in {lo}..{hi}, got {bad if len(values) > 1 else bad[0]}")  # (a list for nargs)
     if args.detail_depth is not None and not 1 <= args.detail_depth <= 15:
         ap.error(f"--detail-depth must be in 1..15, got {args.detail_depth}")
     return args

@@ -94,12 +94,15 @@ def f32_to_bf16(values: object) -> np.ndarray:
 
 
 def round_to_bf16(values: object) -> np.ndarray:
-    """Round to the nearest bf16 value and return it as float32.
+    """Round to bf16 (to nearest, ties to even, from float32) and return it as float32.
 
     Parameters
     ----------
     values : array_like
-        Real values, any shape.
+        Real values, any shape; converted to float32 first, as :func:`f32_to_bf16` does, so a
+        float64 value is rounded twice: within one bf16 ulp, but not always the nearest bf16
+        (``1 + 2**-8 + 2**-30`` gives 1.0, not 1.0078125). Every value the kernels read is float32
+        or bf16 already, where the result is the nearest.
 
     Returns
     -------
