@@ -7,7 +7,12 @@ stream kernel). A probe for the thirty-eighth session's finding that the build's
 costs the budget-16 step ~6 µs while the build chain itself ends at the same time
 (research/ddtree_build.md).
 
-    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200]
+    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200] [--per-launch]
+
+``--per-launch``: a mark before every ordinary (not programmatic) launch of the step instead of
+between its stages (``PreparedLaunch.launch`` wrapped while the step is captured), so each line is
+one kernel, with the programmatic launches after it (the build's stream and ddtree_build follow
+the sample kernel's line) and the mark's own launch (~1-2 µs each).
 """
 import argparse
 import statistics
@@ -25,6 +30,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--per-launch", action="store_true", help="a mark before every ordinary launch")
     a = ap.parse_args()
     import driverlevel as dl
     from driverlevel._compile import compile_source
@@ -65,9 +71,35 @@ def main() -> int:
         ml[6].launch(stream)
         r._ready = True
 
+    from driverlevel._module import PreparedLaunch
+
+    per_launch = []  # kernel names, one per mark but the last
+    plain_launch = PreparedLaunch.launch
+    if a.per_launch:
+        pmarks = dl.DeviceBuffer.allocate(dev, 8 * 257, label="per-launch marks").as_array((257,), np.uint64)
+        pml = [kernel.prepare((1, 1, 1), (1, 1, 1), [pmarks, np.int32(i)]) for i in range(257)]
+        run_step = type(r)._launch_step.__get__(r)
+
+        def marked(self, stream):  # (the marks themselves go through plain_launch)
+            if not self.programmatic:
+                plain_launch(pml[len(per_launch)], stream)
+                per_launch.append(self.kernel.name)
+            plain_launch(self, stream)
+
+        def launch_step(stream):  # noqa: F811 - the runner's own step, every ordinary launch marked
+            per_launch.clear()  # (the names of the last call: the captured one)
+            PreparedLaunch.launch = marked
+            try:
+                run_step(stream)
+            finally:
+                PreparedLaunch.launch = plain_launch
+            plain_launch(pml[len(per_launch)], stream)  # the step's end
+        marks = pmarks
     r._launch_step = launch_step
     r.reset(prompts, 2 * a.replays * (depth + 1))
     r.capture()
+    if a.per_launch:
+        names = list(per_launch)
     r.gpu_timing = False
     rows = []
     for i in range(a.replays + 20):
@@ -75,13 +107,14 @@ def main() -> int:
         r.collect()
         s.synchronize()
         if i >= 20:
-            t = marks.to_numpy().astype(np.int64)
+            t = marks.to_numpy().astype(np.int64)[:len(names) + 1]
             rows.append(np.diff(t) / 1e3)
     rows = np.array(rows)
-    print(f"# batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}, {len(rows)} replays: median µs per stage")
+    print(f"# batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}, {len(rows)} replays: median µs per "
+          f"{'ordinary launch (and the programmatic ones after it)' if a.per_launch else 'stage'}")
     for j, n in enumerate(names):
-        print(f"{n:<26} {statistics.median(rows[:, j]):8.2f}")
-    print(f"{'total':<26} {statistics.median(rows.sum(axis=1)):8.2f}")
+        print(f"{n:<34} {statistics.median(rows[:, j]):8.2f}")
+    print(f"{'total':<34} {statistics.median(rows.sum(axis=1)):8.2f}")
     return 0
 
 
