@@ -7,7 +7,12 @@ stream kernel). A probe for the thirty-eighth session's finding that the build's
 costs the budget-16 step ~6 µs while the build chain itself ends at the same time
 (research/ddtree_build.md).
 
-    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200] [--per-launch]
+    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200] [--per-launch | --keep 0,6]
+
+``--keep 0,6``: only the marks at the step's start and end (the fewest added launches), then one
+more boundary at a time: the seven stage marks of the thirty-eighth session made the programmatic
+build 1 µs faster where bench_step (no marks) sees it 6 µs slower, so some boundary's mark changes
+what the programmatic launch costs; which one names the kernel it interacts with.
 
 ``--per-launch``: a mark before every ordinary (not programmatic) launch of the step instead of
 between its stages (``PreparedLaunch.launch`` wrapped while the step is captured), so each line is
@@ -31,6 +36,10 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--per-launch", action="store_true", help="a mark before every ordinary launch")
+    ap.add_argument("--keep", default="0,1,2,3,4,5,6",
+                    help="the stage marks launched (0: the step's start, 1: after the drafter, 2: after the build, "
+                         "3: after compile, 4: after the target forward, 5: after accept, 6: the end); the others "
+                         "are left out and their stages merge, to find which boundary changes the step")
     a = ap.parse_args()
     import driverlevel as dl
     from driverlevel._compile import compile_source
@@ -53,22 +62,30 @@ def main() -> int:
     marks = dl.DeviceBuffer.allocate(dev, 8 * (len(names) + 1), label="marks").as_array((len(names) + 1,), np.uint64)
     ml = [kernel.prepare((1, 1, 1), (1, 1, 1), [marks, np.int32(i)]) for i in range(len(names) + 1)]
 
+    keep = sorted({int(k) for k in a.keep.split(",")})
+    if not keep or keep[0] < 0 or keep[-1] > 6 or len(keep) < 2:
+        ap.error(f"--keep: two or more of 0..6, got {a.keep!r}")
+
+    def mark(i, stream):
+        if i in keep:
+            ml[i].launch(stream)
+
     def launch_step(stream):  # DecodeStepRunner._launch_step with the marks between its launches
-        ml[0].launch(stream)
+        mark(0, stream)
         r.drafter.run(stream)
-        ml[1].launch(stream)
+        mark(1, stream)
         r.tree.build(stream, r.drafter.logits, r.state)
-        ml[2].launch(stream)
+        mark(2, stream)
         r.tree.compile(stream, r.state)
-        ml[3].launch(stream)
+        mark(3, stream)
         r.target_forward(stream, r.buffers)
-        ml[4].launch(stream)
+        mark(4, stream)
         r.tree.accept(stream, r.state, target_logits=r.logits)
-        ml[5].launch(stream)
+        mark(5, stream)
         r._limit.launch(stream)
         r.tree.commit(stream, r.state)
         r._publish.launch(stream)
-        ml[6].launch(stream)
+        mark(6, stream)
         r._ready = True
 
     from driverlevel._module import PreparedLaunch
@@ -100,6 +117,8 @@ def main() -> int:
     r.capture()
     if a.per_launch:
         names = list(per_launch)
+    else:  # the kept marks' stages, merged where a mark is left out
+        names = [" + ".join(names[keep[j]:keep[j + 1]]) for j in range(len(keep) - 1)]
     r.gpu_timing = False
     rows = []
     for i in range(a.replays + 20):
@@ -107,7 +126,8 @@ def main() -> int:
         r.collect()
         s.synchronize()
         if i >= 20:
-            t = marks.to_numpy().astype(np.int64)[:len(names) + 1]
+            t = marks.to_numpy().astype(np.int64)
+            t = t[:len(names) + 1] if a.per_launch else t[keep]
             rows.append(np.diff(t) / 1e3)
     rows = np.array(rows)
     print(f"# batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}, {len(rows)} replays: median µs per "
