@@ -119,22 +119,29 @@ def main() -> int:
         names = list(per_launch)
     else:  # the kept marks' stages, merged where a mark is left out
         names = [" + ".join(names[keep[j]:keep[j + 1]]) for j in range(len(keep) - 1)]
-    r.gpu_timing = False
-    rows = []
+    r.gpu_timing = True  # the runner's events around each replay, as bench_step reads them
+    rows, event_us = [], []
     for i in range(a.replays + 20):
         r.step(graph=True)
+        k = r._launched - 1
         r.collect()
         s.synchronize()
         if i >= 20:
             t = marks.to_numpy().astype(np.int64)
             t = t[:len(names) + 1] if a.per_launch else t[keep]
             rows.append(np.diff(t) / 1e3)
+            event_us.append(r.step_gpu_ms(k) * 1e3)
     rows = np.array(rows)
     print(f"# batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}, {len(rows)} replays: median µs per "
           f"{'ordinary launch (and the programmatic ones after it)' if a.per_launch else 'stage'}")
     for j, n in enumerate(names):
         print(f"{n:<34} {statistics.median(rows[:, j]):8.2f}")
     print(f"{'total':<34} {statistics.median(rows.sum(axis=1)):8.2f}")
+    # bench_step's "graph GPU µs" (events around the replay) and what of it lies outside the marks:
+    # the graph's start before the first mark and its end after the last
+    outside = np.array(event_us) - rows.sum(axis=1)
+    print(f"{'events around the replay':<34} {statistics.median(event_us):8.2f}")
+    print(f"{'outside the first and last marks':<34} {statistics.median(outside):8.2f}")
     return 0
 
 
