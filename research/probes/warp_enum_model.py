@@ -145,7 +145,131 @@ def main() -> int:
         n_eq += st is not None
         n_fb += st is None
     print(f"dyadic rows with ties: {n_eq} trees equal to the heap's, {n_fb} fell back")
+    # the kernel's own steps (warp-enum.patch), emulated lane by lane, on the same kinds of rows
+    n_eq = n_fb = 0
+    for drafter in ("random", "peaked", "jittered"):
+        x, _ = bd.drafter_logits(rng, 3, drafter, vocab=32768)
+        for b in range(3):
+            for budget in (3, 8, 16):
+                _, lp, _ = ref.topk_logprobs(x[b], budget)
+                for cap in (CAP, 16):
+                    ok = check_emulated(lp, budget, cap)
+                    n_eq += ok is True
+                    n_fb += ok is None
+    for seed in range(300):
+        r = np.random.default_rng(seed)
+        D, K, budget = int(r.integers(1, 10)), int(r.integers(1, 6)), int(r.integers(1, 17))
+        ok = check_emulated(-np.sort(r.integers(0, 6, (D, K)), axis=1).astype(np.float32) / 4, budget)
+        n_eq += ok is True
+        n_fb += ok is None
+    print(f"the kernel's steps emulated: {n_eq} trees equal to the heap's, {n_fb} handed back")
     return 0
+
+
+
+def warp_enum_emulated(lp: np.ndarray, budget: int, cap: int = CAP):
+    """The kernel's ``warp_enum`` (research/patches/warp-enum.patch) step by step for a warp of 32
+    lanes: the merge (one lane per row, the maximum by its encoded key, the lowest such lane
+    advancing), the pair-parallel depth passes with their carry, the ranks. Returns
+    ``(depths, parents, ranks)`` or None (the heap)."""
+    D, ks = lp.shape
+    kb = min(budget, ks)
+    if budget <= 0 or kb <= 0 or D <= 0 or D > 32:
+        return None
+    f = lambda i, r: float(lp[i, r])  # noqa: E731
+    bad = any(f(d, 0) > 0 for d in range(D))
+    pd = []
+    for lane in range(32):
+        c = 0.0
+        for i in range(min(lane, D)):
+            t, ok = exact_sum(c, f(i, 0))
+            bad |= not ok
+            c = t
+        pd.append(c)
+    r = [0] * 32
+    v = [None] * 32
+    for lane in range(D):
+        v[lane], ok = exact_sum(pd[lane], f(lane, 0))
+        bad |= not ok
+    T = None
+    for _ in range(budget):
+        live = [(v[lane], lane) for lane in range(32) if v[lane] is not None]
+        if not live:
+            return None
+        T = max(x for x, _ in live)
+        w = min(lane for x, lane in live if x == T)
+        r[w] += 1
+        if r[w] < kb:
+            v[w], ok = exact_sum(pd[w], f(w, r[w]))
+            bad |= not ok
+        else:
+            v[w] = None
+    if bad:
+        return None
+    key, par, rd = [], [], []
+    cnt = fb = fe = 0
+    for d in range(D):
+        np_ = 1 if d == 0 else fe - fb
+        if np_ == 0:
+            break
+        start, pairs, carry = cnt, np_ * kb, False
+        for base in range(0, pairs, 32):
+            inc, ks_, info = [], [], []
+            for lane in range(32):
+                q = base + lane
+                has = q < pairs
+                j, rr = (q // kb, q % kb) if has else (0, 0)
+                pk = 0.0 if (d == 0 or not has) else key[fb + j]
+                x = f(d, rr) if has else 0.0
+                k, ok = exact_sum(pk, x)
+                inc.append(has and k >= T)
+                info.append((has, j, rr, k, ok))
+            total = sum(inc)
+            if cnt + total > cap:
+                return None
+            for lane in range(32):
+                has, j, rr, k, ok = info[lane]
+                prev = rr > 0 and (inc[lane - 1] if lane > 0 else carry)
+                if inc[lane] or (has and (rr == 0 or prev)):
+                    bad |= not ok
+                if inc[lane]:
+                    at = cnt + sum(inc[:lane])
+                    assert at == len(key)
+                    key.append(k)
+                    par.append(-1 if d == 0 else fb + j)
+                    rd.append((rr, d + 1))
+            cnt += total
+            carry = inc[31]
+        fb, fe = start, cnt
+    if bad:
+        return None
+
+    def tup(i):
+        out = []
+        while i >= 0:
+            out.append(rd[i][0])
+            i = par[i]
+        return tuple(reversed(out))
+
+    rank = [sum(1 for j in range(cnt) if key[j] > key[i] or (key[j] == key[i] and j != i and tup(j) < tup(i)))
+            for i in range(cnt)]
+    count = min(budget, cnt)
+    nodes = sorted((rank[i], i) for i in range(cnt) if rank[i] < count)
+    depths = [0] + [rd[i][1] for _, i in nodes]
+    parents = [-1] + [0 if par[i] < 0 else rank[par[i]] + 1 for _, i in nodes]
+    ranks = [-1] + [rd[i][0] for _, i in nodes]
+    return depths, parents, ranks
+
+
+def check_emulated(lp: np.ndarray, budget: int, cap: int = CAP) -> bool | None:
+    """True: the emulated kernel's tree equals the reference heap's; None: it handed the row back."""
+    res = warp_enum_emulated(lp, budget, cap)
+    if res is None:
+        return None
+    ids = np.tile(np.arange(lp.shape[1], dtype=np.int32), (lp.shape[0], 1))
+    t = ref.build_tree_from_topk(0, ids, lp, budget)
+    assert (list(t.depths), list(t.parents), list(t.ranks)) == res, (list(t.depths), res)
+    return True
 
 
 if __name__ == "__main__":
