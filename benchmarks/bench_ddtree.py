@@ -1,12 +1,13 @@
 """DDTree benchmark: the GPU tree build, compile, accept and commit against the reference's way.
 
 Shapes of the seed deployment: vocab 163,840 (``--vocab``: another, e.g. the demo step's 32,768),
-depth_limit 15, budgets 16/64/256/512, batch 1 and 8. The whole step (build -> compile -> accept -> commit) is captured into one CUDA graph
-with an event between stages; every replay starts from the same saved state (restored by
-device-to-device copies outside the timed region), so each stage's median GPU µs comes from
-the events of 30 replays. Accept reads bf16 target logits for every tree node (its cost is
-reading max_batch * (budget + 1) * vocab * 2 bytes); "a+c tok" is accept + commit when the
-target's argmax is already known (accept from target tokens: no logits read).
+depth_limit 15, budgets 16/64/256/512, batch 1 and 8. The whole step (build -> compile -> accept ->
+commit) is captured into one CUDA graph with an event between stages; every replay starts from
+the same saved state (restored by device-to-device copies outside the timed region), so each
+stage's median GPU µs comes from the events of 30 replays. Accept reads bf16 target logits for
+every tree node (its cost is reading max_batch * (budget + 1) * vocab * 2 bytes); "a+c tok" is
+accept + commit when the target's argmax is already known (accept from target tokens: no logits
+read).
 
 The peer is the DDTree reference, :mod:`driverlevel.reference.ddtree` (the host definition
 the kernels are checked against), with PyTorch (imported only here) for its GPU part on the
@@ -483,7 +484,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.vocab < 512 or args.vocab % 8:
         ap.error(f"--vocab must be a multiple of 8, >= 512 (the largest budget's top-K), got {args.vocab}")
-    for budget in (16, 256) if args.quick else (16, 64, 256, 512):  # DDTreePlan's vocabulary x budget rule
+    budgets = (16, 256) if args.quick else (16, 64, 256, 512)
+    for budget in budgets:  # DDTreePlan's vocabulary x budget rule
         try:
             check_merge_capacity(args.vocab, budget)
         except ValueError as exc:
@@ -491,7 +493,7 @@ def main(argv=None) -> int:
     VOCAB = args.vocab
     if args.evict_code and args.flush == "none":
         ap.error("--evict-code evicts the code with the flush: give --flush read or write")
-    need = (256 if args.quick else 512) + 2  # the largest budget's nodes and a prefix of at least one token
+    need = max(budgets) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
         ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
     if args.max_context > MAX_CONTEXT:  # else the batch-8 rows' state refuses it after the batch-1 rows ran
@@ -512,7 +514,6 @@ def main(argv=None) -> int:
     dev = dl.Device(0)
     stream = dev.create_stream()
     rng = np.random.default_rng(0)
-    budgets = (16, 256) if args.quick else (16, 64, 256, 512)
     reps = 10 if args.quick else 30
     flush = None if args.flush == "none" else L2Flush(dev, stream, args.flush)
     if args.evict_code:

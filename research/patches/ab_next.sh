@@ -20,11 +20,8 @@ set -u
 R=$PWD; O=${OUT:?set OUT}; mkdir -p $O/r
 P=$R/research/patches
 names=("$@"); [ ${#names[@]} -eq 0 ] && names=($(cd $P && ls *.patch | sed 's/\.patch$//'))
-for v in "${names[@]}"; do
-  T=/tmp/ab-$v; rm -rf $T; mkdir -p $T
-  (cd $R && tar --exclude=./.wt --exclude=./.git --exclude=./.venv --exclude=./venv -cf - .) | (cd $T && tar -xf -)
-  (cd $T && patch -s -p1 < $P/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
-done
+. $P/patched_tree.sh
+for v in "${names[@]}"; do patched_tree $v /tmp/ab-$v; done
 nvidia-smi -L
 B="--quick --no-reference --logits-dtype ${DTYPE:-float32} ${BENCH_EXTRA:-}"  # BENCH_EXTRA: e.g. --vocab 32768
 # the build bench_ddtree and the stamps measure: threshold on main; VARIANT_TOPK on the variants

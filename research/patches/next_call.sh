@@ -9,9 +9,9 @@
 # ~6 minutes in all; each step writes under $OUT.
 set -u
 R=$PWD; O=${OUT:?set OUT}; mkdir -p $O
-T=/tmp/nc-build-nopdl; rm -rf $T; mkdir -p $T
-(cd $R && tar --exclude=./.wt --exclude=./.git -cf - .) | (cd $T && tar -xf -)
-(cd $T && patch -s -p1 < $R/research/patches/build-nopdl.patch) || { echo "build-nopdl.patch does not apply"; exit 1; }
+T=/tmp/nc-build-nopdl
+. $R/research/patches/patched_tree.sh
+patched_tree build-nopdl $T
 for i in 1 2; do for t in main build-nopdl; do
   dd=$R; [ $t != main ] && dd=$T
   echo "=== step_marks --keep 0,6: $t run $i"

@@ -7,9 +7,9 @@
 # ~35 s per run on the H200 with the defaults (pass e.g. --steps 200 --max-new-tokens 128 for less).
 set -u
 R=$PWD; O=${OUT:?set OUT}; v=${1:?patch name}; shift
-T=/tmp/step-$v; rm -rf $T; mkdir -p $T
-(cd $R && tar --exclude=./.wt --exclude=./.git --exclude=./.venv --exclude=./venv -cf - .) | (cd $T && tar -xf -)
-(cd $T && patch -s -p1 < $R/research/patches/$v.patch) || { echo "$v.patch does not apply"; exit 1; }
+T=/tmp/step-$v
+. $R/research/patches/patched_tree.sh
+patched_tree $v $T
 for i in 1 2; do for t in main $v; do
   dd=$R; [ $t != main ] && dd=$T
   echo "=== $t run $i"

@@ -44,19 +44,10 @@ def main() -> int:
     import driverlevel as dl
     from driverlevel._compile import compile_source
     from driverlevel._module import load_module
-    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
-    from driverlevel.runner import DecodeStepRunner
+    from demo_step import DEPTH, PROMPT_LEN, demo_runner
 
     dev = dl.Device(0)
-    rng = np.random.default_rng(0)
-    prompt_len, depth = 512, 15
-    lens = [max(2, prompt_len - (b * (prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
-    prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
-    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
-    s = dev.create_stream()
-    drafter = Drafter(model, max_batch=a.batch, depth_limit=depth, name="ddtree.drafter")
-    r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=a.batch, budget=a.budget, depth_limit=depth,
-                         max_context=prompt_len + 2 * a.replays * (depth + 1) + 600, max_prompt_len=prompt_len, stream=s)
+    r, s, prompts = demo_runner(dev, a.batch, a.budget, a.vocab, PROMPT_LEN + 2 * a.replays * (DEPTH + 1) + 600)
     kernel = load_module(dev, compile_source((HERE / "step_marks.cu").read_text(), "step_marks.cu", dev.arch)).kernel("mark")
     names = ["drafter", "build", "compile", "target forward", "accept", "limit + commit + publish"]
     marks = dl.DeviceBuffer.allocate(dev, 8 * (len(names) + 1), label="marks").as_array((len(names) + 1,), np.uint64)
@@ -113,7 +104,7 @@ def main() -> int:
             plain_launch(pml[len(per_launch)], stream)  # the step's end
         marks = pmarks
     r._launch_step = launch_step
-    r.reset(prompts, 2 * a.replays * (depth + 1))
+    r.reset(prompts, 2 * a.replays * (DEPTH + 1))
     r.capture()
     if a.per_launch:
         names = list(per_launch)

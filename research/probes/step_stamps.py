@@ -10,8 +10,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -28,22 +26,12 @@ def main() -> int:
 
     import driverlevel as dl
     from driverlevel import ddtree
-    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
-    from driverlevel.runner import DecodeStepRunner
+    from demo_step import PROMPT_LEN, demo_runner
 
     plain = ddtree.compile_defines
     ddtree.compile_defines = lambda arch: {**plain(arch), **ts.stamp_defines()}
     dev = dl.Device(0)
-    rng = np.random.default_rng(0)
-    prompt_len, depth = 512, 15
-    lens = [max(2, prompt_len - (b * (prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
-    prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
-    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
-    s = dev.create_stream()
-    drafter = Drafter(model, max_batch=a.batch, depth_limit=depth, name="ddtree.drafter")
-    max_context = prompt_len + 2000
-    r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=a.batch, budget=a.budget, depth_limit=depth,
-                         max_context=max_context, max_prompt_len=prompt_len, stream=s)
+    r, s, prompts = demo_runner(dev, a.batch, a.budget, a.vocab, PROMPT_LEN + 2000)
     r.reset(prompts, 1500)
     r.capture()
     r.gpu_timing = False

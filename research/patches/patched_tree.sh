@@ -1,0 +1,10 @@
+# Sourced by ab_next.sh, step_ab.sh and next_call.sh: patched_tree NAME DEST copies the working tree
+# of the repository root ($PWD; not .wt, .git or a virtual environment) to DEST, afresh, and applies
+# research/patches/NAME.patch there (`patch -p1`: the device's copy is no git repository); it
+# exits the script if the patch does not apply.
+patched_tree() {
+  local name=$1 dest=$2 root=$PWD
+  rm -rf "$dest"; mkdir -p "$dest"
+  (cd "$root" && tar --exclude=./.wt --exclude=./.git --exclude=./.venv --exclude=./venv -cf - .) | (cd "$dest" && tar -xf -)
+  (cd "$dest" && patch -s -p1 < "$root/research/patches/$name.patch") || { echo "$name.patch does not apply"; exit 1; }
+}
