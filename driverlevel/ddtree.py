@@ -571,15 +571,16 @@ class DDTreePlan:
         self._module = load_module(self.device, self.cubin)
         kern = self._module.kernel
         suffix = "bf16" if self.logits_dtype is bfloat16 else "f32"
-        self._k_chunks = kern(f"ddtree_topk_chunks_{suffix}")
-        # the chunk CTAs keep their logits in shared memory: prefer shared memory over L1 so
-        # that several share an SM (a hint; 100 = the largest carveout)
-        self._k_chunks.prefer_shared_memory(100)
-        self._k_sample = kern(f"ddtree_topk_sample_{suffix}")
-        self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
-        if self.topk == "threshold":  # the ring is dynamic shared memory; prefer shared memory over L1
+        # Only the top-K kernels this plan launches (build()): their shared-memory hints (100 = the
+        # largest carveout) are set once here, never during a capture.
+        if self.topk == "threshold":  # sample -> stream; the stream's ring is dynamic shared memory
+            self._k_sample = kern(f"ddtree_topk_sample_{suffix}")
+            self._k_stream = kern(f"ddtree_topk_stream_{suffix}")
             self._k_stream.reserve_shared(self.tk_ring_bytes)
             self._k_stream.prefer_shared_memory(100)
+        else:  # the chunk CTAs keep their logits in shared memory: several share an SM
+            self._k_chunks = kern(f"ddtree_topk_chunks_{suffix}")
+            self._k_chunks.prefer_shared_memory(100)
         self._k_build = kern("ddtree_build")
         self._k_compile = kern("ddtree_compile")
         #: ``cu/argmax.cu`` loaded on the device: the target's argmax per node before :meth:`accept`.

@@ -332,7 +332,7 @@ def test_compile_and_accept_refuse_malformed_inputs():
         compile_tree(tb, committed[:1], rows, r2t, pool)
     with pytest.raises(ValueError, match="req_pool_indices must be in"):
         compile_tree(tb, committed, np.array([2, 4]), r2t, pool)
-    with pytest.raises(ValueError, match="seq_lens must be >= 0"):
+    with pytest.raises(ValueError, match=r"seq_lens must be in \[0, max_context"):
         compile_tree(tb, np.array([3, -1]), rows, r2t, pool)
     with pytest.raises(ValueError, match="req_to_token must be"):
         compile_tree(tb, committed, rows, r2t[0], pool)
@@ -735,3 +735,132 @@ def test_build_tree_takes_top_as_lists():
     want = R.build_tree([3], lg, budget=4)
     got = R.build_tree([3], None, budget=4, top=(want.top_ids.tolist(), want.top_lp.tolist()))
     np.testing.assert_array_equal(got.tokens, want.tokens)
+
+
+# -- review 38 (a fresh user's findings): the references take what their docstrings say, and refuse the rest --
+
+def _review38_batch():
+    lg = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    tb = build_tree([5, 6], lg, 4)
+    return tb, np.r_[0, np.cumsum(tb.node_counts)]
+
+
+def test_review38_threshold_twin_reads_bf16_bits_as_bf16_and_refuses_integers():
+    """Finding 1: uint16 bf16 bits were read as the integers 0..65535 (a wrong top-K, lse ~49,296)."""
+    from driverlevel.reference.topk_threshold import threshold_topk
+
+    row = np.random.default_rng(0).standard_normal(32768).astype(np.float32)
+    bits = f32_to_bf16(row)
+    widened = bf16_to_f32(bits)
+    a, b = threshold_topk(bits, 8, bf16=True), threshold_topk(widened, 8, bf16=True)
+    ids, lp, lse = topk_logprobs(bits[None], 8)
+    np.testing.assert_array_equal(a.ids, ids[0])
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.lp, b.lp)
+    assert a.lse == b.lse and abs(float(a.lse) - float(lse[0])) < 1e-3 and float(a.lse) < 20
+    for bad in (np.arange(100, dtype=np.int64), np.ones(100, bool), np.array(["1", "5", "3"])):
+        with pytest.raises(TypeError, match="row must be a float array"):
+            threshold_topk(bad, 2)
+
+
+def test_review38_greedy_accept_refuses_float_and_bool_tokens_and_bad_vocab():
+    """Findings 2 and 12: 1.9 was token 1, True token 1, NaN a cast warning; vocab unchecked; an
+    empty logits row named ``x``."""
+    tb, qo = _review38_batch()
+    n = int(qo[-1])
+    args = ([1, 1], [0, 0], 100, 3)
+    for bad in (np.full(n, 1.9), np.ones(n, bool), np.full(n, np.nan)):
+        with pytest.raises(TypeError, match="target must be integer tokens"):
+            greedy_accept(tb, qo, bad, *args)
+    with pytest.raises(ValueError, match=r"target logits must be \[total_q = \d+, vocab\] with vocab >= 1"):
+        greedy_accept(tb, qo, np.zeros((n, 0), np.float32), *args)
+    with pytest.raises(TypeError, match="vocab must be an int, got bool"):
+        greedy_accept(tb, qo, np.zeros(n, np.int64), *args, vocab=True)
+    with pytest.raises(ValueError, match="vocab must be >= 1, got 0"):
+        greedy_accept(tb, qo, np.zeros(n, np.int64), *args, vocab=0)
+    # integer tokens still work, and vocab still marks out-of-range ones not finite
+    r = greedy_accept(tb, qo, np.full(n, 7, np.int32), *args, vocab=7)
+    assert not r.finite.any() and (r.posterior == 0).all()
+
+
+def test_review38_greedy_accept_refuses_roots_past_int32():
+    """Finding 3: root_tokens 2**40 came back as 0 (an inactive request's root is kept unchanged)."""
+    tb, qo = _review38_batch()
+    n = int(qo[-1])
+    with pytest.raises(ValueError, match="root_tokens must fit int32"):
+        greedy_accept(tb, qo, np.zeros(n, np.int64), [0, 0], [0, 0], 100, 3, root_tokens=[2**40, 2**40])
+    r = greedy_accept(tb, qo, np.zeros(n, np.int64), [0, 0], [0, 0], 100, 3, root_tokens=[2**31 - 1, -5])
+    assert r.root_tokens.tolist() == [2**31 - 1, -5] and r.root_tokens.dtype == np.int32
+
+
+def test_review38_compile_tree_checks_seq_lens_against_the_width_and_skips_empty_requests():
+    """Findings 4 and 5: seq_lens past req_to_token's columns gave kv_indptr [0 100 104] with 68
+    kv_indices; an inactive request's out-of-range row raised a bare IndexError."""
+    tb, _ = _review38_batch()
+    r2t = np.arange(4 * 64, dtype=np.int64).reshape(4, 64)
+    with pytest.raises(ValueError, match=r"seq_lens must be in \[0, max_context = 64\]"):
+        compile_tree(tb, [100, 4], [0, 1], r2t, ref.SlotPool(np.arange(100, 200), 100))
+    st = compile_tree(tb, [64, 4], [0, 1], r2t, ref.SlotPool(np.arange(100, 200), 100))  # 64 is allowed
+    assert st.kv_indptr.tolist() == [0, 64, 68] and st.kv_indices.shape == (68,)
+    assert st.status & ref.STATUS_CONTEXT_FULL
+    lg = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    one = build_tree([5, 6], lg, 4, active=[1, 0])
+    a = compile_tree(one, [3, -7], [0, 99], r2t, ref.SlotPool(np.arange(100, 200), 100))
+    b = compile_tree(one, [3, 0], [0, 0], r2t, ref.SlotPool(np.arange(100, 200), 100))
+    assert a.kv_indices.tolist() == b.kv_indices.tolist() == r2t[0, :3].tolist()
+    assert a.kv_indptr.tolist() == b.kv_indptr.tolist() == [0, 3, 3]
+    with pytest.raises(TypeError, match="req_to_token must be integers"):
+        compile_tree(tb, [3, 4], [0, 1], r2t.astype(np.float64), ref.SlotPool(np.arange(100, 200), 100))
+
+
+def test_review38_slot_pool_refuses_float_bool_and_str_counts_and_float_slots():
+    """Finding 7: count 2.7 was truncated, True and "2" taken; float slots handed out truncated."""
+    for bad in (2.7, True, "2"):
+        with pytest.raises(TypeError, match="count must be an int"):
+            ref.SlotPool(np.arange(4), bad)
+    with pytest.raises(TypeError, match="slots must be integers"):
+        ref.SlotPool(np.arange(4) + 0.5, 2)
+    slots = np.arange(4)
+    pool = ref.SlotPool(slots, np.int64(2))
+    assert pool.slots is slots and pool.count == 2 and type(pool.count) is int
+
+
+def test_review38_build_tree_from_topk_floors_nan_and_checks_int32():
+    """Finding 13 and 3's sibling: NaN log-probs entered the heap (arbitrary pop order); 2**40 ids
+    raised numpy's OverflowError without naming the argument."""
+    ids = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    lp = np.array([[np.nan, -1, -2], [-0.5, -np.inf, -3]], np.float32)
+    t = build_tree_from_topk(0, ids, lp, 5)
+    t_floor = build_tree_from_topk(0, ids, np.fmax(lp, np.float32(ref.LP_FLOOR)), 5)
+    np.testing.assert_array_equal(t.tokens, t_floor.tokens)
+    np.testing.assert_array_equal(t.parents, t_floor.parents)
+    assert not np.isnan(t.keys).any()
+    assert t.keys[1] == float(np.float32(ref.LP_FLOOR))  # the NaN at rank 0 (popped first: the root's child)
+    with pytest.raises(TypeError, match="top_lp must be floats"):
+        build_tree_from_topk(0, ids, np.array([["a", "b", "c"], ["d", "e", "f"]]), 3)
+    with pytest.raises(ValueError, match="root_token must fit int32"):
+        build_tree_from_topk(2**40, ids, lp, 3)
+    with pytest.raises(ValueError, match="top_ids must fit int32"):
+        build_tree_from_topk(0, ids.astype(np.int64) + 2**40, lp, 3)
+
+
+def test_review38_ancestor_masks_and_commits_refuse_what_they_would_truncate():
+    """Finding 14: float parents were truncated, n_words=-1 gave a confusing message; commit_paged
+    truncated float seq_lens, commit_dense failed on a list with an AttributeError."""
+    with pytest.raises(TypeError, match="parents must be integers"):
+        ancestor_masks([-1.0, 0.5], 1)
+    with pytest.raises(ValueError, match="n_words must be >= 1, got -1"):
+        ancestor_masks([-1], -1)
+    assert ancestor_masks([-1, 0, 0], 1).tolist() == [[1], [3], [5]]
+    tb, pool, r2t, committed, rows = _two_request_step()
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    post = np.array([10, 20, 0, 0, 0, 0, 99, 0, 0])
+    res = greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3)
+    with pytest.raises(TypeError, match=r"seq_lens must be a 1-D numpy integer array \(updated in place\)"):
+        commit_paged(st, res, rows, r2t, committed.astype(np.float64), pool)
+    with pytest.raises(TypeError, match=r"req_to_token must be a 2-D numpy integer array"):
+        commit_paged(st, res, rows, r2t.tolist(), committed.copy(), pool)
+    with pytest.raises(TypeError, match=r"seq_lens must be a 1-D numpy integer array"):
+        commit_dense(np.zeros((1, 2, 32, 4)), res, [3, 5])
+    with pytest.raises(TypeError, match=r"cache must be a numpy array"):
+        commit_dense([[[0]]], res, committed.copy())

@@ -197,3 +197,18 @@ def test_schedule_refuses_negative_lengths(q_lens, kv_lens, name):
     ValueError naming it, not a schedule with negative tiles."""
     with pytest.raises(ValueError, match=f"{name} must be >= 0"):
         schedule(q_lens, kv_lens, 9, 64, 16, 1, 8)
+
+
+def test_schedule_refuses_negative_overhead_and_non_integers():
+    """Review 38: ``ovh = -5`` gave a total of -4; ``num_heads=True`` and float lengths were taken."""
+    assert schedule([1], [10], 9, 64, 32, 3, 4).total > 0
+    with pytest.raises(ValueError, match="ovh must be >= 0, got -5"):
+        schedule([1], [10], 9, 64, 32, -5, 4)
+    with pytest.raises(ValueError, match="split_cap must be >= 0, got -1"):
+        schedule([1], [10], 9, 64, 32, 3, 4, split_cap=-1)
+    with pytest.raises(TypeError, match="num_heads must be an int, got bool"):
+        schedule([1], [10], True, 64, 32, 3, 4)
+    with pytest.raises(TypeError, match="q_lens must be integers, got dtype float64"):
+        schedule([1.5], [10], 9, 64, 32, 3, 4)
+    with pytest.raises(ValueError, match="tile_rows must be >= 1, got 0"):
+        schedule([1], [10], 9, 0, 32, 3, 4)

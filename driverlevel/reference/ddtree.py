@@ -281,17 +281,36 @@ class Tree:
         return int(self.tokens.shape[0])
 
 
+def _int32_value(name: str, v: int) -> int:
+    """``v`` if it fits int32 (the kernels' token and root arrays), else a ValueError naming ``name``."""
+    if not np.iinfo(np.int32).min <= v <= np.iinfo(np.int32).max:
+        raise ValueError(f"{name} must fit int32 (the device arrays' type), got {v}")
+    return v
+
+
+def _int32_values(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` (int64) if every value fits int32, else a ValueError naming ``name`` and the first offender."""
+    bad = (a < np.iinfo(np.int32).min) | (a > np.iinfo(np.int32).max)
+    if np.any(bad):
+        raise ValueError(f"{name} must fit int32 (the device arrays' type), got {int(a[bad].flat[0])}")
+    return a
+
+
 def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budget: int) -> Tree:
     """Best-first tree build from per-depth top-K lists, with ``heapq`` as the reference.
 
     Parameters
     ----------
     root_token : int
-        A Python or numpy integer (bool, floats and strings refused, never truncated or parsed).
+        A Python or numpy integer in the int32 range (bool, floats and strings refused, never
+        truncated or parsed).
     top_ids : array_like of int
-        ``[depth_limit, K']`` token ids by rank (an integer dtype, as ``build_tree``'s ``root_tokens``).
+        ``[depth_limit, K']`` token ids by rank (an integer dtype, as ``build_tree``'s ``root_tokens``),
+        in the int32 range.
     top_lp : array_like of float
-        float32 ``[depth_limit, K']`` log-probabilities by rank (non-increasing), the shape of ``top_ids``.
+        float ``[depth_limit, K']`` log-probabilities by rank (non-increasing), the shape of ``top_ids``,
+        read as float32; NaN and values below :data:`LP_FLOOR` (-inf) become ``LP_FLOOR``, the
+        package's rule (:func:`topk_logprobs`, the kernels), so that the heap's keys stay ordered.
     budget : int
         Most nodes besides the root (>= 0). ``K = min(budget, K')`` ranks are used per depth.
 
@@ -302,16 +321,21 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
     Raises
     ------
     TypeError
-        ``budget`` or ``root_token`` not an int (bool and floats refused, never truncated), or
-        ``top_ids`` not of an integer dtype: ``"top_ids must be integers, got dtype float64"``.
+        ``budget`` or ``root_token`` not an int (bool and floats refused, never truncated),
+        ``top_ids`` not of an integer dtype (``"top_ids must be integers, got dtype float64"``), or
+        ``top_lp`` not of a float dtype.
     ValueError
-        ``budget`` < 0, or ``top_ids`` and ``top_lp`` are not 2-D of one shape:
+        ``budget`` < 0, ``root_token`` or a ``top_ids`` entry outside the int32 range, or ``top_ids``
+        and ``top_lp`` are not 2-D of one shape:
         ``"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids (2, 2) and top_lp (3, 2)"``.
     """
     budget = _count("budget", budget, 0)
-    root = _count("root_token", root_token, -np.iinfo(np.int64).max)
-    ids = _int_array("top_ids", top_ids, "integers")
-    lp_arr = np.asarray(top_lp, dtype=np.float32)
+    root = _int32_value("root_token", _count("root_token", root_token, -np.iinfo(np.int64).max))
+    ids = _int32_values("top_ids", _int_array("top_ids", top_ids, "integers"))
+    lp_in = np.asarray(top_lp)
+    if lp_in.dtype.kind != "f" and not (lp_in.size == 0 and isinstance(top_lp, (list, tuple))):
+        raise TypeError(f"top_lp must be floats, got dtype {lp_in.dtype}")
+    lp_arr = np.fmax(lp_in.astype(np.float32), np.float32(LP_FLOOR))  # NaN and -inf: the floor
     if ids.ndim != 2 or ids.shape != lp_arr.shape:
         raise ValueError(f"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids {ids.shape} "
                          f"and top_lp {lp_arr.shape}")
@@ -355,8 +379,17 @@ def ancestor_masks(parents: object, n_words: int) -> np.ndarray:
     numpy.ndarray
         uint32 ``[n, n_words]``; bit ``j`` of word ``w`` of row ``i`` is set iff node
         ``32*w + j`` is ``i`` or an ancestor of ``i``.
+
+    Raises
+    ------
+    TypeError
+        ``parents`` not integers (floats are not truncated) or ``n_words`` not an int.
+    ValueError
+        ``n_words`` < 1, too few words for the nodes, or ``parents`` not a tree (as
+        :func:`~driverlevel.reference.trees.ancestor_visibility`).
     """
-    vis = ancestor_visibility(np.asarray(parents, dtype=np.int64))
+    n_words = _count("n_words", n_words, 1)
+    vis = ancestor_visibility(_int_array("parents", parents, "integers"))
     n = vis.shape[0]
     if n > n_words * BITMASK_WORD_BITS:
         raise ValueError(f"{n} nodes need more than n_words={n_words} words")
@@ -503,7 +536,9 @@ class SlotPool:
         n = np.shape(self.slots)[0] if np.ndim(self.slots) == 1 else None
         if n is None:
             raise ValueError(f"slots must be one-dimensional, got shape {np.shape(self.slots)}")
-        if not 0 <= int(self.count) <= n:
+        _int_array("slots", self.slots, "integers")  # (floats are not truncated; the array is kept as given)
+        self.count = _count("count", self.count, 0)  # (bool, floats and strings refused)
+        if self.count > n:
             raise ValueError(f"count must be in 0..{n} (the stack's capacity), got {self.count}")
 
     def free_set(self) -> set:
@@ -560,6 +595,15 @@ def _indptr(sizes: np.ndarray, dtype=np.int64) -> np.ndarray:
     return out.astype(dtype)
 
 
+def _in_place_ints(name: str, a: object, ndim: int) -> np.ndarray:
+    """``a`` itself if it is a numpy integer array of ``ndim`` dimensions (the caller updates it in
+    place), else a TypeError naming ``name``."""
+    if not isinstance(a, np.ndarray) or a.dtype.kind not in "iu" or a.ndim != ndim:
+        what = f"{type(a).__name__}" if not isinstance(a, np.ndarray) else f"{a.ndim}-D {a.dtype}"
+        raise TypeError(f"{name} must be a {ndim}-D numpy integer array (updated in place), got {what}")
+    return a
+
+
 def _per_request(name: str, value: object, bs: int) -> np.ndarray:
     """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it (:func:`driverlevel._checks.need_shape`);
     ``TypeError`` for values that are not integers (floats are not truncated, strings not parsed)."""
@@ -601,10 +645,12 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     ------
     ValueError
         For ``seq_lens`` / ``req_pool_indices`` that are not ``[bs]``, a ``req_to_token``
-        that is not two-dimensional, or -- for a request with nodes -- a negative
-        ``seq_lens`` or a ``req_pool_indices`` outside its rows.
+        that is not two-dimensional, or -- for a request with nodes -- a ``seq_lens`` outside
+        ``[0, max_context]`` (``max_context`` = ``req_to_token``'s columns; the kernel gives such a
+        request no rows and reports it) or a ``req_pool_indices`` outside its rows. Requests
+        without nodes are not checked and take no part.
     TypeError
-        For ``seq_lens`` / ``req_pool_indices`` that are not integers.
+        For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers.
     """
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
@@ -612,9 +658,11 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     rows = _per_request("req_pool_indices", req_pool_indices, bs)
     if np.ndim(req_to_token) != 2:
         raise ValueError(f"req_to_token must be [max_reqs, max_context], got shape {np.shape(req_to_token)}")
+    req_to_token = _int_array("req_to_token", req_to_token, "integers")
     live = q > 0
-    if np.any(live & (committed < 0)):
-        raise ValueError(f"seq_lens must be >= 0 for requests with nodes, got {committed[live].tolist()}")
+    if np.any(live & ((committed < 0) | (committed > req_to_token.shape[1]))):
+        raise ValueError(f"seq_lens must be in [0, max_context = {req_to_token.shape[1]}] (req_to_token's columns) "
+                         f"for requests with nodes, got {committed[live].tolist()}")
     if np.any(live & ((rows < 0) | (rows >= req_to_token.shape[0]))):
         raise ValueError(f"req_pool_indices must be in [0, {req_to_token.shape[0]}) for requests with nodes, "
                          f"got {rows[live].tolist()}")
@@ -637,8 +685,8 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         if total else np.zeros(0, np.int64)
     words = trees.masks.shape[2]
     bitmask = np.concatenate([trees.masks[b, :q[b]] for b in range(bs)]) if total else np.zeros((0, words), np.uint32)
-    kv_indices = np.concatenate([req_to_token[rows[b], :prefix[b]] for b in range(bs)]).astype(np.int64) \
-        if prefix.sum() else np.zeros(0, np.int64)
+    kv_indices = np.concatenate([req_to_token[rows[b], :prefix[b]] for b in range(bs) if prefix[b] > 0]) \
+        .astype(np.int64) if prefix.sum() else np.zeros(0, np.int64)  # (requests with nodes only)
     full, qlen = [], []
     for b in range(bs):
         n = int(q[b])
@@ -732,7 +780,7 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     stop_tokens : array_like of int, optional
         ``[bs, n_stop]`` per-request stop tokens, -1 padded.
     vocab : int, optional
-        With target tokens: tokens outside ``[0, vocab)`` count as not-finite rows
+        ``>= 1``. With target tokens: tokens outside ``[0, vocab)`` count as not-finite rows
         (default: only negative tokens do).
 
     Returns
@@ -746,12 +794,13 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
         ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
-        deeper than ``depth_limit``.
+        deeper than ``depth_limit``, 2-D ``target`` logits with no column, ``root_tokens`` outside
+        the int32 range (the device array's type), or ``vocab`` < 1.
     TypeError
-        For ``max_context`` or ``depth_limit`` that are not ints (bool and floats refused,
-        never truncated), ``seq_lens``, ``root_tokens`` or ``stop_tokens`` that are not integers, ``active``
-        that is neither bools nor integers, or 2-D ``target`` logits that are not float,
-        ``ml_dtypes.bfloat16`` or uint16 bf16 bits.
+        For ``max_context``, ``depth_limit`` or ``vocab`` that are not ints (bool and floats refused,
+        never truncated), ``seq_lens``, ``root_tokens``, ``stop_tokens`` or 1-D ``target`` tokens that
+        are not integers, ``active`` that is neither bools nor integers, or 2-D ``target`` logits
+        that are not float, ``ml_dtypes.bfloat16`` or uint16 bf16 bits.
     """
     qo = np.asarray(qo_indptr)
     bs = trees.node_counts.shape[0]
@@ -770,17 +819,19 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     tgt = np.asarray(target)
     if tgt.ndim not in (1, 2) or tgt.shape[0] != qo[-1]:
         raise ValueError(f"target must be [total_q = {qo[-1]}, vocab] logits or [total_q] tokens, got shape {tgt.shape}")
+    vocab = None if vocab is None else _count("vocab", vocab, 1)
     if tgt.ndim == 2:
         tgt = _logits_input("target", tgt)  # refuses integer logits; uint16 are bf16 bits
+        if tgt.shape[1] < 1:
+            raise ValueError(f"target logits must be [total_q = {qo[-1]}, vocab] with vocab >= 1, got shape {tgt.shape}")
         post, finite = row_argmax(tgt) if tgt.shape[0] else (np.zeros(0, np.int32), np.zeros(0, bool))
     else:
-        post = tgt.astype(np.int64)
+        post = _int_array("target", target, "integer tokens (or [total_q, vocab] float logits)")  # never truncated
         finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
         post = np.where(finite, post, 0).astype(np.int32)
     act = _per_request_flags("active", active, bs)
     committed = _per_request("seq_lens", seq_lens, bs)
-    if root_tokens is not None:
-        _per_request("root_tokens", root_tokens, bs)
+    roots = None if root_tokens is None else _int32_values("root_tokens", _per_request("root_tokens", root_tokens, bs))
     stops = np.full((bs, 0), -1) if stop_tokens is None else _int_array("stop_tokens", stop_tokens, "integers")
     if stops.ndim != 2 or stops.shape[0] != bs:
         raise ValueError(f"stop_tokens must be [bs={bs}, n_stop], got shape {stops.shape}")
@@ -790,7 +841,7 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         bonus=np.full(bs, -1, np.int32), finished=np.zeros(bs, np.uint8),
         emitted=np.full((bs, width), -1, np.int32), num_emitted=np.zeros(bs, np.int32),
         active=act.astype(np.uint8),
-        root_tokens=(np.full(bs, -1, np.int32) if root_tokens is None else np.asarray(root_tokens).astype(np.int32).copy()),
+        root_tokens=(np.full(bs, -1, np.int32) if roots is None else roots.astype(np.int32)),
         posterior=post, status=0, finite=finite)
     for b in range(bs):
         n = int(qo[b + 1] - qo[b])
@@ -873,9 +924,12 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     ------
     ValueError, TypeError
         For a ``req_pool_indices`` that is not ``[bs]`` integers (checked even when the pool
-        was exhausted).
+        was exhausted); TypeError for a ``req_to_token`` or ``seq_lens`` that is not a numpy
+        integer array (2-D, 1-D: both are updated in place).
     """
     rows = _per_request("req_pool_indices", req_pool_indices, step.q_lens.shape[0])
+    _in_place_ints("req_to_token", req_to_token, 2)
+    _in_place_ints("seq_lens", seq_lens, 1)
     if step.status & STATUS_POOL_EXHAUSTED:
         return
     top = step.alloc_base
@@ -915,7 +969,17 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
     -------
     int
         :data:`STATUS_CONTEXT_FULL` if a path was cut, else 0.
+
+    Raises
+    ------
+    TypeError
+        ``cache`` is not a numpy array of at least 3 dimensions, or ``seq_lens`` not a 1-D numpy
+        integer array (both are updated in place).
     """
+    if not isinstance(cache, np.ndarray) or cache.ndim < 3:
+        raise TypeError(f"cache must be a numpy array [num_layers, bs, window, ...] (updated in place), got "
+                        f"{type(cache).__name__ if not isinstance(cache, np.ndarray) else f'shape {cache.shape}'}")
+    _in_place_ints("seq_lens", seq_lens, 1)
     window = cache.shape[2]
     status = 0
     for b in range(seq_lens.shape[0]):

@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import positive_int
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
-from .ddtree import LP_FLOOR, _topk_k, topk_logprobs
+from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
 
 __all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk", "log_bin",
            "log_bin_lo", "log_bin_hi", "kth_largest_bound", "KEY_NEG_INF"]
@@ -135,7 +135,10 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     Parameters
     ----------
     row : array_like of float
-        One row of logits, 1-D ``[vocab]`` with ``vocab >= 1`` (float32 values).
+        One row of logits, 1-D ``[vocab]`` with ``vocab >= 1``: floats (compared as float32), or
+        bf16 as ``ml_dtypes.bfloat16`` or uint16 bit patterns (as a bf16
+        :meth:`~driverlevel.DeviceArray.to_numpy` returns them), widened exactly -- the input rules
+        of :func:`~driverlevel.reference.ddtree.topk_logprobs`.
     k : int
         ``1 <= k <= vocab``.
     bf16 : bool
@@ -148,14 +151,16 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
     ------
     TypeError
         ``k``, ``merge_capacity``, ``sm_count`` or ``rows`` not an int (bool and floats
-        refused), or ``bf16`` not a bool: ``"bf16 must be a bool, got str 'no'"``.
+        refused), ``bf16`` not a bool (``"bf16 must be a bool, got str 'no'"``), or ``row`` of
+        another dtype (integers other than uint16, bool, strings: uint16 would be bf16 bits, so
+        integers are never read as values).
     ValueError
         ``row`` not 1-D and non-empty (``"row must be one row [vocab] with vocab >= 1, got shape
         (2, 100)"``), ``k`` not in ``[1, len(row)]`` (as
         :func:`~driverlevel.reference.ddtree.topk_logprobs`), or ``merge_capacity``, ``sm_count``
         or ``rows`` < 1.
     """
-    x = np.asarray(row, np.float32)
+    x = _logits_input("row", row)  # float32; bf16 widened exactly; TypeError for integers
     if x.ndim != 1 or x.shape[0] < 1:
         raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
     if not isinstance(bf16, (bool, np.bool_)):

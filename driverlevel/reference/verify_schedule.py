@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .trees import _count, _int_array
+
 __all__ = ["COMBINE_WARPS", "Schedule", "combine_row_warps", "schedule", "segments"]
 
 
@@ -58,17 +60,20 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     Raises ``ValueError`` when ``q_lens`` and ``kv_lens`` differ in length, a length is negative
     (lengths come from well-formed indptrs; a request whose metadata is bad is marked by ``bad``),
     or a count that the kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``,
-    ``num_parts``) is not positive."""
+    ``num_parts``) is not positive, or ``ovh`` or ``split_cap`` is negative; ``TypeError`` when a
+    length or a count is not an int (bool and floats refused, never truncated)."""
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"q_lens and kv_lens must have the same length, got {len(q_lens)} and {len(kv_lens)}")
+    q_lens = [int(v) for v in _int_array("q_lens", q_lens, "integers")]
+    kv_lens = [int(v) for v in _int_array("kv_lens", kv_lens, "integers")]
     for lname, lens in (("q_lens", q_lens), ("kv_lens", kv_lens)):
-        neg = [int(v) for v in lens if int(v) < 0]
+        neg = [v for v in lens if v < 0]
         if neg:
             raise ValueError(f"{lname} must be >= 0, got {neg[0]}")
-    for pname, v in (("num_heads", num_heads), ("tile_rows", tile_rows), ("tile_keys", tile_keys),
-                     ("num_parts", num_parts)):
-        if int(v) < 1:
-            raise ValueError(f"{pname} must be >= 1, got {v}")
+    num_heads, tile_rows, tile_keys, num_parts = (
+        _count(pname, v, 1) for pname, v in (("num_heads", num_heads), ("tile_rows", tile_rows),
+                                             ("tile_keys", tile_keys), ("num_parts", num_parts)))
+    ovh, split_cap = _count("ovh", ovh, 0), _count("split_cap", split_cap, 0)
     B = len(q_lens)
     rt = [math.ceil(q * num_heads / tile_rows) for q in q_lens]
     kt = [0 if (b in bad or q_lens[b] == 0) else math.ceil((kv_lens[b] + q_lens[b]) / tile_keys) for b in range(B)]
