@@ -1,4 +1,4 @@
-# Sourced by ab_next.sh, step_ab.sh and next_call.sh: patched_tree NAME DEST copies the working tree
+# Sourced by ab_next.sh and step_ab.sh: patched_tree NAME DEST copies the working tree
 # of the repository root ($PWD; not .wt, .git or a virtual environment) to DEST, afresh, and applies
 # research/patches/NAME.patch there (`patch -p1`: the device's copy is no git repository); it
 # exits the script if the patch does not apply.
