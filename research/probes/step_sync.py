@@ -22,6 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
 
 
 def main() -> int:
@@ -35,6 +36,7 @@ def main() -> int:
                     help="also build bench_step's AutoregressiveRunner on the same model and stream first (its memory)")
     a = ap.parse_args()
     import driverlevel as dl
+    from bench_step import _gpu_us  # (bench_step's own timing: replays back to back, events around each)
     from demo_step import DEPTH, PROMPT_LEN, demo_runner
 
     dev = dl.Device(0)
@@ -51,15 +53,8 @@ def main() -> int:
     r.capture()
     r.gpu_timing = True
 
-    def back_to_back() -> float:  # as bench_step's _gpu_us
-        k0 = r._launched
-        for _ in range(a.steps):
-            r.step(graph=True)
-            if r._launched - r._collected >= r.ring_slots - 1:
-                r.collect()
-        r.collect()
-        ks = range(max(k0, r._collected - r.ring_slots), r._collected)
-        return statistics.median(r.step_gpu_ms(k) for k in ks) * 1e3
+    def back_to_back() -> float:
+        return _gpu_us(r, a.steps, True)
 
     def synced() -> float:
         us = []
