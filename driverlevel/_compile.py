@@ -255,7 +255,7 @@ def normalize_arch(arch) -> str:
                              f"two ints with major >= 1 and minor 0 to 9, e.g. (9, 0)")
         arch = f"sm_{int(major)}{int(minor)}"
     s = _arch_text(arch)
-    m = re.fullmatch(r"sm_(\d+)a?", s)
+    m = re.fullmatch(r"sm_([0-9]+)a?", s)  # (ASCII digits: str.isdigit and \d take "１２０" too)
     if m and len(m.group(1)) > 1 and m.group(1).startswith("0") and m.group(1).lstrip("0"):
         # (an all-zero number, sm_00, is no leading-zero typo of a real one: "older than sm_80" below)
         plain = "sm_" + s[3:].lstrip("0")
@@ -278,10 +278,10 @@ def _arch_text(name) -> str:
     number prefixed (``"90"`` is ``"sm_90"``). Checks nothing else: :func:`normalize_arch`, :func:`check_arch`
     and :func:`check_cubin_arch` decide what they accept."""
     s = str(name).strip().lower()
-    return "sm_" + s if s.isdigit() else s
+    return "sm_" + s if s.isascii() and s.isdigit() else s
 
 
-_REAL_TARGET_RE = re.compile(r"sm_(\d+)([af]?)")
+_REAL_TARGET_RE = re.compile(r"sm_([0-9]+)([af]?)")
 
 
 def check_cubin_arch(cubin_arch, device_arch) -> None:
@@ -398,16 +398,18 @@ def check_arch(name) -> str:
         picks each kernel's target itself (the plain one, or ``sm_90a`` for sm_90's wgmma
         verify-attention tile: ``CompileVariant.target``), which the runtime loads on that GPU.
     TypeError
-        ``name`` is neither a str nor an int (``None``, bytes, a bool...), as
+        ``name`` is neither a str nor an int (numpy's too; ``None``, bytes, a bool...), as
         :func:`normalize_arch` says for the same values.
     """
-    if isinstance(name, bool) or not isinstance(name, (str, int)):
+    if isinstance(name, bool) or not isinstance(name, (str, numbers.Integral)):
         raise TypeError(f"an architecture name must be a str such as 'sm_90' (or an int such as 90), "
                         f"got {type(name).__name__} {name!r}")
+    if not isinstance(name, str):
+        name = int(name)  # (a numpy integer: str(np.int64(90)) is "90" anyway)
     known = ", ".join(MAX_SHARED_PER_BLOCK)
     text = str(name).strip()
     s = _arch_text(text)
-    m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", s)
+    m = re.fullmatch(r"(sm|compute)_([0-9]+)([af]?)", s)
     if m is None:
         why = f"{text!r} is not an architecture name"
     elif len(m.group(2)) > 1 and m.group(2).startswith("0") and m.group(2).lstrip("0"):  # (sm_00: older than sm_80)

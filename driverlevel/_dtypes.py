@@ -155,7 +155,8 @@ def bf16_bits_to_f32(bits) -> np.ndarray:
 
     An ``ml_dtypes.bfloat16`` array is read as the bit patterns it holds (not converted
     value by value to uint16 first). Integers of other types are taken when they are bit
-    patterns: int16 by its bits, wider ones in ``[0, 0xFFFF]``.
+    patterns: int16 by its bits, wider ones in ``[0, 0xFFFF]``; either byte order (``'>u2'``
+    is read by value).
 
     Raises
     ------
@@ -169,8 +170,8 @@ def bf16_bits_to_f32(bits) -> np.ndarray:
         b = b.view(np.uint16)
     elif b.dtype.kind not in "iu":
         raise TypeError(f"bf16 bit patterns must be integers (uint16) or ml_dtypes.bfloat16, got dtype {b.dtype}")
-    elif b.dtype.itemsize == 2:
-        b = b.view(np.uint16)
+    elif b.dtype.itemsize == 2:  # (a byte-swapped array, e.g. '>u2', to native order first: its values)
+        b = (b if b.dtype.isnative else b.astype(b.dtype.newbyteorder("="))).view(np.uint16)
     elif b.size and (int(b.min()) < 0 or int(b.max()) > 0xFFFF):
         raise ValueError(f"bf16 bit patterns must be in [0, 0xFFFF], got values in [{int(b.min())}, {int(b.max())}]")
     b = np.require(b.astype(np.uint16), requirements="C")  # keeps a 0-d shape

@@ -139,7 +139,8 @@ def decode_part(part) -> tuple[np.ndarray, np.ndarray]:
         ``part`` is not integers (floats, bools, strings, None; a :class:`~driverlevel.DeviceArray`:
         copy it first, ``part.to_numpy(stream)``): a float would be truncated into a composite.
     ValueError
-        A negative value (a composite is a uint64).
+        A negative value (a composite is a uint64), or a nonzero one whose low word is not the
+        complement of a token id >= 0 (no kernel writes it).
     """
     c = np.asarray(part)
     if c.dtype.kind not in "iu" and not (c.size == 0 and c.dtype.kind == "f"):  # ([] is float64)
@@ -151,6 +152,10 @@ def decode_part(part) -> tuple[np.ndarray, np.ndarray]:
     c = c.astype(np.uint64)
     finite = c != 0
     ids = (~(c & np.uint64(0xFFFFFFFF))) & np.uint64(0xFFFFFFFF)
+    bad = finite & (ids > np.uint64(np.iinfo(np.int32).max))
+    if np.any(bad):  # (its low word is ~id of an int32 id: 0x80000000 or more; 1 would be token -2)
+        raise ValueError(f"decode_part: part must hold the uint64 composites the kernels write (low word ~id of "
+                         f"a token id >= 0), got {int(c[bad].flat[0]):#x}")
     return np.where(finite, ids, 0).astype(np.int32), finite
 
 

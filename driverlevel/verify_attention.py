@@ -756,7 +756,8 @@ class VerifyAttention:
         mask_words]``: bit ``j`` of word ``w`` of row ``t`` says that draft token ``32 w + j`` is
         visible to row ``t``) or ``"causal"`` (a chain: token ``i`` sees ``0 .. i``; no mask).
     qk_dim, v_dim : int
-        Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``.
+        Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``, non-integers
+        (576.0, "576", a bool) ``TypeError``.
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise).
     name : str
@@ -871,6 +872,7 @@ class VerifyAttention:
             raise ValueError(f"max_batch must be <= {MAX_BATCH}, got {max_batch}")
         if num_parts is not None and num_parts > MAX_PARTS:
             raise ValueError(f"num_parts must be <= {MAX_PARTS}, got {num_parts}")
+        qk_dim, v_dim = positive_int("qk_dim", qk_dim), positive_int("v_dim", v_dim)  # (576.0, "576": TypeError)
         if qk_dim != QK_DIM or v_dim != V_DIM:
             raise ValueError(f"only MLA absorbed heads are supported: qk_dim=576, v_dim=512 (got {qk_dim}, {v_dim})")
         sm_scale = _check_sm_scale(sm_scale)

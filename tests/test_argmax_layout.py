@@ -55,6 +55,7 @@ def test_decode_part_reads_the_kernels_composites():
     (None, TypeError, "got dtype object"),  # was int()'s 'argument must be ... not NoneType'
     ("x", TypeError, "got dtype <U1"),  # was int()'s 'invalid literal for int() with base 10'
     (np.array([5, -1], np.int64), ValueError, "got a negative value -1"),  # was decoded as 2**64 - 1
+    ([1, 2, 3], ValueError, "got 0x1"),  # (review 39) was token -2, flagged finite
 ])
 def test_decode_part_refuses_what_is_no_composite(part, exc, words):
     with pytest.raises(exc, match="decode_part: part must hold the uint64 composites the kernels write") as info:

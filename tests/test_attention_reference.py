@@ -623,3 +623,29 @@ def test_tree_and_metadata_helpers_refuse_an_rng_that_is_not_a_generator(bad_rng
         random_tree(5, bad_rng)
     with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
         make_metadata([4], [2], 16, bad_rng)
+
+
+def test_review39_bruteforce_validates_the_mask_and_trees_refuse_past_int64():
+    """Review 39: the brute force indexed past a short QLEN_ONLY mask (a bare IndexError) and took
+    an int32 one; mask_indptr_for and make_metadata wrapped int64 sums to negative offsets."""
+    from driverlevel.reference.trees import make_metadata, mask_indptr_for
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 1, 8)).astype(np.float32)
+    kv = rng.standard_normal((6, 8)).astype(np.float32)
+    args = (q, kv, [0, 2], [0, 2], [3, 1], [0, 4])
+    with pytest.raises(ValueError, match="lies outside the mask of length 2"):
+        verify_attention_bruteforce(*args, np.array([1, 0], np.uint8), "qlen_only", 0.5, 2)
+    with pytest.raises(TypeError, match="mask must be uint8 or bool"):
+        verify_attention_bruteforce(*args, np.ones(4, np.int32), "qlen_only", 0.5, 2)
+    out, lse = verify_attention_bruteforce(*args, np.array([1, 0, 1, 1], np.uint8), "qlen_only", 0.5, 2)
+    ref_out, ref_lse = verify_attention_reference(*args, np.array([1, 0, 1, 1], np.uint8), "qlen_only", 0.5, 2)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12)
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
+    with pytest.raises(ValueError, match="does not fit int64"):
+        mask_indptr_for([2**31], [2**32], "full")
+    with pytest.raises(ValueError, match="does not fit int64"):
+        mask_indptr_for([0], [2**32], "qlen_only")
+    with pytest.raises(ValueError, match="num_slots must be >= sum"):
+        make_metadata([2**62, 2**62], [1, 1], 10, rng)
+    assert mask_indptr_for([3, 4], [2, 1], "full").tolist() == [0, 10, 15]

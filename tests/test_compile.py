@@ -100,7 +100,8 @@ def test_arch_number(given, want):
     assert _compile.arch_number(given) == want
 
 
-@pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70, (9,), (9, 0, 1), (), "sm_100f"])
+@pytest.mark.parametrize("bad", ["sm_75", "compute_90", "hopper", "sm_", 70, (9,), (9, 0, 1), (), "sm_100f",
+                                 "sm_\uff11\uff12\uff10", "\u0669\u0660"])  # (review 39: full-width / Arabic-Indic digits)
 def test_normalize_arch_rejects(bad):
     with pytest.raises(ValueError, match="unsupported architecture"):
         normalize_arch(bad)
@@ -1309,3 +1310,16 @@ def test_compile_source_takes_numpy_bools_and_floats_as_defines(value, want):
 def test_compile_source_still_refuses_other_define_types(no_nvrtc, value):
     with pytest.raises(TypeError, match=r"must be an int, float, bool or str \(or numpy's int, float or bool\)"):
         dl.compile_source(K_SRC, "k.cu", "sm_90", defines={"N": value}, use_cache=False)
+
+
+def test_check_arch_takes_numpy_integers_and_only_ascii_digits():
+    """Review 39: check_arch refused np.int64(90) where normalize_arch takes it; tile_config and
+    normalize_arch took 'sm_\uff11\uff12\uff10' (full-width digits) where check_arch refused it."""
+    from driverlevel.verify_attention import tile_config
+
+    assert _compile.check_arch(np.int64(90)) == "sm_90" and _compile.check_arch(90) == "sm_90"
+    for bad in ("sm_\uff11\uff12\uff10", "\u0669\u0660"):
+        with pytest.raises(ValueError):
+            _compile.check_arch(bad)
+        with pytest.raises(ValueError, match="unsupported architecture"):
+            tile_config(bad, 64)

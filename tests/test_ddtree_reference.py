@@ -864,3 +864,110 @@ def test_review38_ancestor_masks_and_commits_refuse_what_they_would_truncate():
         commit_dense(np.zeros((1, 2, 32, 4)), res, [3, 5])
     with pytest.raises(TypeError, match=r"cache must be a numpy array"):
         commit_dense([[[0]]], res, committed.copy())
+
+
+# ------------------------------------------------------------------------------ review 39
+# A fresh-user review (thirty-ninth session) of inputs the references misread or failed on late.
+
+
+def test_review39_greedy_accept_refuses_tokens_past_int32_and_float_qo_indptr():
+    """Finding 1: target tokens 2**32 + 7 wrapped to 7 and matched the tree; finding 5: a
+    qo_indptr of 2.9 was read as 2, bools taken."""
+    tb, qo = _review38_batch()
+    n = int(qo[-1])
+    tgt = np.zeros(n, np.int64)
+    tgt[0] = 2**32 + int(tb.tokens[0, 1])
+    with pytest.raises(ValueError, match="target tokens must fit int32"):
+        greedy_accept(tb, qo, tgt, [1, 1], [0, 0], 100, 3)
+    for bad in (qo.astype(np.float64), qo.astype(bool)):
+        with pytest.raises(TypeError, match="qo_indptr must be integers"):
+            greedy_accept(tb, bad, np.zeros(n, np.int64), [1, 1], [0, 0], 100, 3)
+    ok = greedy_accept(tb, qo.tolist(), np.zeros(n, np.int64), [1, 1], [0, 0], 100, 3)  # a list of ints
+    same = greedy_accept(tb, qo, np.zeros(n, np.int64), [1, 1], [0, 0], 100, 3)
+    assert ok.accepted_count.tolist() == same.accepted_count.tolist() and ok.accepted_count.min() >= 1
+
+
+def test_review39_references_name_the_class_they_need():
+    """Finding 4: a Tree for a TreeBatch, an array for a SlotPool or None for an AcceptResult failed
+    with bare AttributeErrors; SlotPool kept a list, which compile_tree could not use."""
+    tb, qo = _review38_batch()
+    one = build_tree_from_topk(0, [[1, 2]], [[-0.5, -1.0]], 2)
+    with pytest.raises(TypeError, match="trees must be a TreeBatch"):
+        greedy_accept(one, [0, 3], np.zeros(3, np.int64), [1], [0], 100, 2)
+    r2t = np.zeros((2, 16), np.int64)
+    with pytest.raises(TypeError, match="trees must be a TreeBatch"):
+        compile_tree(one, [2], [0], r2t, SlotPool(np.arange(8), 8))
+    with pytest.raises(TypeError, match="pool must be a SlotPool, got ndarray"):
+        compile_tree(tb, [2, 2], [0, 1], r2t, np.arange(8))
+    with pytest.raises(TypeError, match="res must be an AcceptResult"):
+        ref.accept_records(None)
+    pool = SlotPool([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 10)  # a list: kept as int64
+    assert isinstance(pool.slots, np.ndarray) and pool.slots.dtype == np.int64
+    st = compile_tree(tb, [2, 2], [0, 1], r2t, pool)
+    assert st.alloc_total == int(tb.node_counts.sum()) and set(st.out_cache_loc.tolist()) <= set(range(1, 11))
+
+
+def test_review39_commit_paged_checks_before_it_writes():
+    """Finding 3: a row -1 wrote the last row, a seq_lens past the columns advanced with nothing
+    written (a leaked slot), -1 and a row past the end raised numpy's errors, int8 req_to_token
+    stored slots 1000.. as negatives, an extra seq_lens entry was ignored. Nothing is written
+    before the error."""
+    tb, pool, r2t, committed, rows = _two_request_step()
+    st = compile_tree(tb, committed, rows, r2t, pool)
+    post = np.array([10, 20, 0, 0, 0, 0, 99, 0, 0])
+    res = greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3)
+    assert res.accepted_count.tolist() == [3, 1]
+
+    def refused(exc, match, rows=rows, r2t=r2t, seq=committed):
+        r2t_in, seq_in, pool_in = r2t.copy(), np.array(seq), SlotPool(pool.slots.copy(), pool.count)
+        before = (r2t_in.copy(), seq_in.copy(), pool_in.slots.copy(), pool_in.count)
+        with pytest.raises(exc, match=match):
+            commit_paged(st, res, rows, r2t_in, seq_in, pool_in)
+        after = (r2t_in, seq_in, pool_in.slots, pool_in.count)
+        assert all(np.array_equal(a, b) for a, b in zip(before, after)), "written before the error"
+
+    refused(ValueError, r"req_pool_indices must be rows of req_to_token \[0, 4\)", rows=np.array([-1, 0]))
+    refused(ValueError, r"req_pool_indices must be rows of req_to_token", rows=np.array([2, 5]))
+    refused(ValueError, r"seq_lens \+ accepted counts must be in \[0, 16\]", seq=np.array([14, 5]))
+    refused(ValueError, r"seq_lens \+ accepted counts must be in \[0, 16\]", seq=np.array([-1, 5]))
+    refused(ValueError, r"seq_lens must be \[2\]|seq_lens.*shape", seq=np.array([3, 5, 0]))
+    refused(TypeError, "req_to_token must be int32 or int64", r2t=r2t.astype(np.int8))
+    seq = committed.copy()
+    commit_paged(st, res, rows, r2t, seq, pool)  # the valid call
+    assert seq.tolist() == [6, 6] and r2t[2, 3:6].tolist() == st.out_cache_loc[res.accepted_nodes[0, :3]].tolist()
+
+
+def test_review39_commit_dense_checks_seq_lens_and_the_batch():
+    """Finding 6: a negative seq_lens indexed the window from its end, a longer one raised a bare
+    IndexError."""
+    tb, pool, r2t, committed, rows = _two_request_step()
+    post = np.array([10, 20, 0, 0, 0, 0, 99, 0, 0])
+    res = greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3)
+    cache = np.arange(2 * 2 * 32 * 4, dtype=np.float64).reshape(2, 2, 32, 4)
+    for seq, match in ((np.array([-3, 5]), "seq_lens must be >= 0"), (np.array([3, 5, 0]), "seq_lens")):
+        c = cache.copy()
+        with pytest.raises(ValueError, match=match):
+            commit_dense(c, res, seq)
+        assert np.array_equal(c, cache)
+    with pytest.raises(ValueError, match=r"cache must be \[num_layers, bs = 2, window"):
+        commit_dense(np.zeros((2, 3, 32, 4)), res, committed.copy())
+
+
+def test_review39_build_tree_from_topk_refuses_plus_inf():
+    """Finding 8: a +inf log-prob made the sibling key inf - inf = NaN."""
+    with pytest.raises(ValueError, match=r"\+inf is no log-probability"):
+        build_tree_from_topk(0, [[1, 2]], [[np.inf, 0.0]], 2)
+    assert not np.isnan(build_tree_from_topk(0, [[1, 2]], [[-np.inf, -1.0]], 2).keys).any()
+
+
+def test_review39_tree_index_and_bf16_byte_order():
+    """Findings 12 and 2: TreeBatch.tree(-1) returned the last request; '>u2' bf16 bits were read
+    byte-swapped (1.0 came back as -5.8e-39)."""
+    tb, _ = _review38_batch()
+    with pytest.raises(IndexError, match=r"b must be in \[0, 2\)"):
+        tb.tree(-1)
+    with pytest.raises(TypeError, match="b must be an int"):
+        tb.tree(1.0)
+    assert tb.tree(np.int64(1)).tokens.tolist() == tb.tokens[1, :tb.node_counts[1]].tolist()
+    assert bf16_to_f32(np.array([0x3F80, 0xC000], ">u2")).tolist() == [1.0, -2.0]
+    assert bf16_to_f32(np.array([0x3F80, 0xC000], "<u2")).tolist() == [1.0, -2.0]

@@ -437,3 +437,18 @@ def test_l1_tail_accuracy_over_the_documented_range():
         t = tk.hypergeom_tail(n, 3, 4096)[1]
         exact = 1 - Fraction(comb(n - 3, 4096), comb(n, 4096))
         assert abs(t / float(exact) - 1) < tol, n
+
+
+def test_review39_twin_helpers_refuse_what_they_would_misread():
+    """Review 39: sample_values(list) raised an AttributeError and took the string "no" as bf16=True;
+    kth_largest_bound of no keys raised numpy's zero-size error."""
+    row = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    with pytest.raises(TypeError, match="bf16 must be a bool, got str"):
+        twin.sample_values(row, "no")
+    with pytest.raises(TypeError, match="row must be a 1-D numpy array, got list"):
+        twin.sample_values(row.tolist(), False)
+    with pytest.raises(ValueError, match="row must be 1-D"):
+        twin.sample_values(row.reshape(50, 100), False)
+    assert np.array_equal(twin.sample_values(row, np.bool_(False)), twin.sample_values(row, False))
+    with pytest.raises(ValueError, match="kth_largest_bound: no key >= cut"):
+        twin.kth_largest_bound([], 1, 0)

@@ -377,6 +377,9 @@ def test_constructor_checks_its_arguments_before_the_device():
     for kw, exc, words in [(dict(num_heads=0), ValueError, "num_heads must be a positive int"),
                            (dict(max_batch=5000), ValueError, "max_batch must be <="),
                            (dict(qk_dim=192), ValueError, "only MLA absorbed heads"),
+                           (dict(qk_dim="576"), TypeError, "qk_dim must be a positive int, got str"),  # (review 39)
+                           (dict(qk_dim=576.0), TypeError, "qk_dim must be a positive int, got float"),
+                           (dict(v_dim=True), TypeError, "v_dim must be a positive int"),
                            (dict(sm_scale=-1.0), ValueError, "sm_scale must be a positive finite"),
                            (dict(sm_scale=1e-45), ValueError, r"sm_scale \* log2\(e\) must be a normal float32"),
                            (dict(sm_scale=1e-39), ValueError, r"sm_scale \* log2\(e\) must be a normal float32"),

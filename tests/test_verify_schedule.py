@@ -212,3 +212,14 @@ def test_schedule_refuses_negative_overhead_and_non_integers():
         schedule([1.5], [10], 9, 64, 32, 3, 4)
     with pytest.raises(ValueError, match="tile_rows must be >= 1, got 0"):
         schedule([1], [10], 9, 0, 32, 3, 4)
+
+
+def test_segments_refuses_parts_outside_the_schedule():
+    """Review 39: segments(s, num_parts) raised a bare IndexError and segments(s, -1) returned []."""
+    s = schedule([4, 1], [100, 3000], 9, 48, 32, 2, 8)
+    assert sum(len(segments(s, p)) for p in range(8)) > 0
+    for bad in (8, -1):
+        with pytest.raises(IndexError, match=r"part must be in \[0, 8\)"):
+            segments(s, bad)
+    with pytest.raises(TypeError, match="part must be an int"):
+        segments(s, 1.0)

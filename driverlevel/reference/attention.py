@@ -523,12 +523,15 @@ def verify_attention_bruteforce(
     computed on its own: list the visible key slots (the prefix, then each
     draft token whose mask entry is read directly from the buffer), score them
     one dot product at a time, subtract the maximum, exponentiate, normalise,
-    and sum the weighted value rows. Slow; for small test cases only. The
-    mask buffer is not validated beyond the shared input checks (the prefix
-    columns of a FULL mask are taken as visible without being read).
+    and sum the weighted value rows. Slow; for small test cases only. The mask is
+    validated as :func:`verify_attention_reference` validates it (its dtype, size and
+    ``mask_indptr``: :func:`draft_visibility` runs for its checks only), but what a draft token
+    sees is read from the buffer here, entry by entry (the prefix columns of a FULL mask are
+    taken as visible without being read).
     """
     pb = _Problem(q, kv_cache, qo_indptr, kv_indptr, kv_indices, out_cache_loc,
                   mask, mask_format, sm_scale, v_dim, mask_indptr)
+    draft_visibility(pb.mask, pb.fmt, pb.qo_indptr, pb.kv_indptr, mask_indptr=pb.mask_indptr)  # (checks only)
     if pb.fmt.has_mask_buffer:
         if pb.mask is None:
             raise TypeError(f"mask_format {pb.fmt.value!r} needs a mask buffer, got None")

@@ -296,6 +296,14 @@ def _int32_values(name: str, a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _need_type(name: str, value: object, cls: type, hint: str = "") -> None:
+    """A TypeError naming ``name`` unless ``value`` is a ``cls`` (the references' result classes, read
+    by attribute: another object failed later with a bare AttributeError)."""
+    if not isinstance(value, cls):
+        article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {cls.__name__}{f' ({hint})' if hint else ''}, got {type(value).__name__}")
+
+
 def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budget: int) -> Tree:
     """Best-first tree build from per-depth top-K lists, with ``heapq`` as the reference.
 
@@ -325,8 +333,9 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
         ``top_ids`` not of an integer dtype (``"top_ids must be integers, got dtype float64"``), or
         ``top_lp`` not of a float dtype.
     ValueError
-        ``budget`` < 0, ``root_token`` or a ``top_ids`` entry outside the int32 range, or ``top_ids``
-        and ``top_lp`` are not 2-D of one shape:
+        ``budget`` < 0, ``root_token`` or a ``top_ids`` entry outside the int32 range, a ``top_lp``
+        of +inf (the order of each row is the caller's: not checked), or ``top_ids`` and ``top_lp``
+        are not 2-D of one shape:
         ``"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids (2, 2) and top_lp (3, 2)"``.
     """
     budget = _count("budget", budget, 0)
@@ -341,6 +350,8 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
                          f"and top_lp {lp_arr.shape}")
     depth_limit = ids.shape[0]
     k = min(budget, ids.shape[1])
+    if np.any(np.isposinf(lp_arr)):  # (an inf - inf sibling key would be NaN)
+        raise ValueError("top_lp must be finite, NaN or -inf: +inf is no log-probability")
     lp = [[float(v) for v in row[:k]] for row in lp_arr]
     tokens, depths, parents, ranks, keys = [root], [0], [-1], [-1], [0.0]
     heap = []
@@ -427,7 +438,15 @@ class TreeBatch:
     budget: int
 
     def tree(self, b: int) -> Tree:
-        """Request ``b``'s tree, unpadded (ranks and keys are not kept: -1 and NaN)."""
+        """Request ``b``'s tree, unpadded (ranks and keys are not kept: -1 and NaN).
+
+        TypeError for a ``b`` that is not an int, IndexError outside ``[0, bs)`` (no negative
+        index from the end: a request is named by its slot)."""
+        bs = self.node_counts.shape[0]
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+            raise TypeError(f"b must be an int, got {type(b).__name__}")
+        if not 0 <= b < bs:
+            raise IndexError(f"b must be in [0, {bs}) (the batch's requests), got {b}")
         n = int(self.node_counts[b])
         return Tree(self.tokens[b, :n].copy(), self.depths[b, :n].copy(), self.parents[b, :n].copy(),
                     np.full(n, -1, np.int32), np.full(n, np.nan))
@@ -536,7 +555,9 @@ class SlotPool:
         n = np.shape(self.slots)[0] if np.ndim(self.slots) == 1 else None
         if n is None:
             raise ValueError(f"slots must be one-dimensional, got shape {np.shape(self.slots)}")
-        _int_array("slots", self.slots, "integers")  # (floats are not truncated; the array is kept as given)
+        slots = _int_array("slots", self.slots, "integers")  # (floats are not truncated)
+        if not isinstance(self.slots, np.ndarray):  # a list or tuple: as the int64 array the docstring
+            self.slots = slots                        # names (an array given stays the same object)
         self.count = _count("count", self.count, 0)  # (bool, floats and strings refused)
         if self.count > n:
             raise ValueError(f"count must be in 0..{n} (the stack's capacity), got {self.count}")
@@ -650,8 +671,11 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         request no rows and reports it) or a ``req_pool_indices`` outside its rows. Requests
         without nodes are not checked and take no part.
     TypeError
-        For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers.
+        For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers, ``trees``
+        that is not a :class:`TreeBatch` or ``pool`` not a :class:`SlotPool`.
     """
+    _need_type("trees", trees, TreeBatch, "build_tree's result; build_tree_from_topk's Tree is one request")
+    _need_type("pool", pool, SlotPool)
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
     committed = _per_request("seq_lens", seq_lens, bs)
@@ -794,19 +818,19 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
         ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
-        deeper than ``depth_limit``, 2-D ``target`` logits with no column, ``root_tokens`` outside
-        the int32 range (the device array's type), or ``vocab`` < 1.
+        deeper than ``depth_limit``, 2-D ``target`` logits with no column, ``root_tokens`` or 1-D
+        ``target`` tokens outside the int32 range (the device arrays' type), or ``vocab`` < 1.
     TypeError
-        For ``max_context``, ``depth_limit`` or ``vocab`` that are not ints (bool and floats refused,
-        never truncated), ``seq_lens``, ``root_tokens``, ``stop_tokens`` or 1-D ``target`` tokens that
-        are not integers, ``active`` that is neither bools nor integers, or 2-D ``target`` logits
+        For ``trees`` that is not a :class:`TreeBatch`, ``max_context``, ``depth_limit`` or
+        ``vocab`` that are not ints (bool and floats refused, never truncated), ``qo_indptr``,
+        ``seq_lens``, ``root_tokens``, ``stop_tokens`` or 1-D ``target`` tokens that are not integers, ``active`` that is neither bools nor integers, or 2-D ``target`` logits
         that are not float, ``ml_dtypes.bfloat16`` or uint16 bf16 bits.
     """
-    qo = np.asarray(qo_indptr)
+    _need_type("trees", trees, TreeBatch, "build_tree's result; build_tree_from_topk's Tree is one request")
+    qo = _int_array("qo_indptr", qo_indptr, "integers")  # (never truncated)
     bs = trees.node_counts.shape[0]
-    if qo.shape != (bs + 1,) or qo[0] != 0 or np.any(np.diff(qo.astype(np.int64)) < 0):
+    if qo.shape != (bs + 1,) or qo[0] != 0 or np.any(np.diff(qo) < 0):
         raise ValueError(f"qo_indptr must be [bs + 1 = {bs + 1}] non-decreasing from 0, got {qo.tolist()}")
-    qo = qo.astype(np.int64)
     if np.any(np.diff(qo) > trees.parents.shape[1]):
         raise ValueError(f"a request has more than the trees' {trees.parents.shape[1]} nodes: qo_indptr {qo.tolist()}")
     depth_limit = _count("depth_limit", depth_limit, 0)
@@ -827,6 +851,7 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         post, finite = row_argmax(tgt) if tgt.shape[0] else (np.zeros(0, np.int32), np.zeros(0, bool))
     else:
         post = _int_array("target", target, "integer tokens (or [total_q, vocab] float logits)")  # never truncated
+        _int32_values("target tokens", post)  # (the device's int32 array; never wrapped)
         finite = (post >= 0) & (post < (vocab if vocab is not None else np.iinfo(np.int64).max))
         post = np.where(finite, post, 0).astype(np.int32)
     act = _per_request_flags("active", active, bs)
@@ -893,8 +918,9 @@ def accept_records(res: AcceptResult) -> np.ndarray:
     """The accept records mirrored to host memory: int32 ``[bs, RECORD_HEADER + depth_limit + 1]``.
 
     Row ``b`` is ``[accepted_count, num_emitted, bonus, finished, emitted...]`` with the
-    emitted tokens -1 padded.
+    emitted tokens -1 padded. TypeError if ``res`` is not an :class:`AcceptResult`.
     """
+    _need_type("res", res, AcceptResult)
     head = np.stack([res.accepted_count, res.num_emitted, res.bonus, res.finished.astype(np.int32)], axis=1)
     return np.concatenate([head, res.emitted], axis=1).astype(np.int32)
 
@@ -925,13 +951,35 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     ValueError, TypeError
         For a ``req_pool_indices`` that is not ``[bs]`` integers (checked even when the pool
         was exhausted); TypeError for a ``req_to_token`` or ``seq_lens`` that is not a numpy
-        integer array (2-D, 1-D: both are updated in place).
+        integer array (2-D, 1-D: both are updated in place; ``req_to_token`` int32 or int64,
+        the kernels' types, as a narrower one would wrap the slot ids), ``step``, ``res`` or
+        ``pool`` of another class. ValueError, before anything is written, for a ``seq_lens``
+        that is not ``[bs]``, and for a request with accepted nodes whose ``req_pool_indices``
+        is not a row of ``req_to_token`` or whose ``seq_lens`` + accepted count is negative
+        or past ``req_to_token``'s columns (:func:`greedy_accept` with that ``max_context``
+        never accepts past it).
     """
-    rows = _per_request("req_pool_indices", req_pool_indices, step.q_lens.shape[0])
+    _need_type("step", step, CompiledStep)
+    _need_type("res", res, AcceptResult)
+    _need_type("pool", pool, SlotPool)
+    bs = step.q_lens.shape[0]
+    rows = _per_request("req_pool_indices", req_pool_indices, bs)
     _in_place_ints("req_to_token", req_to_token, 2)
+    if req_to_token.dtype not in (np.int32, np.int64):
+        raise TypeError(f"req_to_token must be int32 or int64 (the kernels' types), got dtype {req_to_token.dtype}")
     _in_place_ints("seq_lens", seq_lens, 1)
+    need_shape("seq_lens", seq_lens, (bs,))
     if step.status & STATUS_POOL_EXHAUSTED:
         return
+    acc_n = res.accepted_count[:bs].astype(np.int64)
+    c = seq_lens.astype(np.int64)
+    used = acc_n > 0
+    if np.any(used & ((rows < 0) | (rows >= req_to_token.shape[0]))):
+        raise ValueError(f"req_pool_indices must be rows of req_to_token [0, {req_to_token.shape[0]}) for requests "
+                         f"with accepted nodes, got {rows.tolist()}")
+    if np.any(used & ((c < 0) | (c + acc_n > req_to_token.shape[1]))):
+        raise ValueError(f"seq_lens + accepted counts must be in [0, {req_to_token.shape[1]}] (req_to_token's "
+                         f"columns), got seq_lens {c.tolist()} and accepted counts {acc_n.tolist()}")
     top = step.alloc_base
     for b in range(step.q_lens.shape[0]):
         n = int(step.q_lens[b])
@@ -974,12 +1022,22 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
     ------
     TypeError
         ``cache`` is not a numpy array of at least 3 dimensions, or ``seq_lens`` not a 1-D numpy
-        integer array (both are updated in place).
+        integer array (both are updated in place), or ``res`` not an :class:`AcceptResult`.
+    ValueError
+        ``seq_lens`` not ``[bs]`` (``res``'s batch) or negative, or ``cache``'s second dimension
+        not ``bs``; before anything is moved.
     """
     if not isinstance(cache, np.ndarray) or cache.ndim < 3:
         raise TypeError(f"cache must be a numpy array [num_layers, bs, window, ...] (updated in place), got "
                         f"{type(cache).__name__ if not isinstance(cache, np.ndarray) else f'shape {cache.shape}'}")
+    _need_type("res", res, AcceptResult)
     _in_place_ints("seq_lens", seq_lens, 1)
+    bs = res.accepted_count.shape[0]
+    need_shape("seq_lens", seq_lens, (bs,))
+    if cache.shape[1] != bs:
+        raise ValueError(f"cache must be [num_layers, bs = {bs}, window, ...] (res's batch), got shape {cache.shape}")
+    if np.any(seq_lens < 0):
+        raise ValueError(f"seq_lens must be >= 0, got {seq_lens.tolist()}")
     window = cache.shape[2]
     status = 0
     for b in range(seq_lens.shape[0]):

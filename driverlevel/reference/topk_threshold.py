@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import positive_int
+from .._checks import bool_arg, positive_int
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
 from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
@@ -44,7 +44,15 @@ def key_to_f32(k) -> np.ndarray:
 
 
 def sample_values(row: np.ndarray, bf16: bool) -> np.ndarray:
-    """The logits the sample kernel reads (float32 values of the row)."""
+    """The logits the sample kernel reads (float32 values of the row).
+
+    ``row``: a 1-D numpy array (TypeError otherwise, ValueError for another rank); ``bf16``: a bool
+    (TypeError for anything else: a string "no" is not False)."""
+    bf16 = bool_arg("bf16", bf16)
+    if not isinstance(row, np.ndarray):
+        raise TypeError(f"row must be a 1-D numpy array, got {type(row).__name__}")
+    if row.ndim != 1:
+        raise ValueError(f"row must be 1-D, got shape {row.shape}")
     starts = sample_groups(row.shape[0], bf16)
     if starts is None:
         return row
@@ -83,6 +91,8 @@ def kth_largest_bound(v, need: int, slack: int, cut: int = KEY_NEG_INF) -> int:
     the bin's lowest key."""
     v = np.asarray(v, np.int64)
     v = v[v >= cut]
+    if v.size == 0:  # (the kernel never asks: its rows hold a finite maximum)
+        raise ValueError(f"kth_largest_bound: no key >= cut {cut}")
     vmax = int(v.max())
     d = vmax - v
     lo, hi, shift = 0, vmax - cut, -1

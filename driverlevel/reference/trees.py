@@ -236,9 +236,14 @@ def _trees(parents_list: Sequence[object]) -> list[np.ndarray]:
     return [check_parents(p, f"parents_list[{b}]") for b, p in enumerate(parents_list)]
 
 
-def _indptr(sizes: np.ndarray) -> np.ndarray:
+def _indptr(sizes: np.ndarray, name: str = "the lengths") -> np.ndarray:
+    """int64 ``[n + 1]`` running sums of ``sizes`` (int64, or object: Python ints), exact: a total past
+    int64 is a ValueError naming ``name``, never a wrapped (negative) offset."""
+    total = sum(int(v) for v in sizes.tolist()) if sizes.dtype == object else int(sizes.astype(object).sum())
+    if total > np.iinfo(np.int64).max:
+        raise ValueError(f"the total of {name} = {total} does not fit int64")
     out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
+    np.cumsum(np.asarray(sizes, dtype=np.int64), out=out[1:])
     return out
 
 
@@ -263,18 +268,19 @@ def mask_indptr_for(prefix_lens: object, q_lens: object, mask_format: "MaskForma
     Raises
     ------
     ValueError
-        Length arrays of different sizes or negative, or a format without
-        ``mask_indptr``.
+        Length arrays of different sizes or negative, a format without ``mask_indptr``, or a
+        buffer longer than int64 can count.
     """
     fmt = parse_mask_format(mask_format)
     p = _lengths("prefix_lens", prefix_lens)
     q = _lengths("q_lens", q_lens)
     if p.shape != q.shape:
         raise ValueError(f"prefix_lens and q_lens must have the same length, got {p.shape[0]} and {q.shape[0]}")
+    po, qo = p.astype(object), q.astype(object)  # (Python ints: a block past int64 is refused, not wrapped)
     if fmt is MaskFormat.FULL:
-        return _indptr(q * (p + q))
+        return _indptr(qo * (po + qo), "the FULL mask's blocks q_len * (prefix_len + q_len)")
     if fmt is MaskFormat.QLEN_ONLY:
-        return _indptr(q * q)
+        return _indptr(qo * qo, "the QLEN_ONLY mask's blocks q_len * q_len")
     raise ValueError(f"mask_format {fmt.value!r} has no mask_indptr (only 'full' and 'qlen_only')")
 
 
@@ -544,8 +550,8 @@ def make_metadata(
     if q.size and q.min() < 1:
         raise ValueError(f"q_lens must be >= 1, got {q.tolist()}")
     n_slots = _count("num_slots", num_slots, 1)
-    total_p = int(p.sum())
-    total_q = int(q.sum())
+    total_p = sum(int(v) for v in p.tolist())  # (Python ints: never wrapped)
+    total_q = sum(int(v) for v in q.tolist())
     if total_p + total_q > n_slots:
         raise ValueError(
             f"num_slots must be >= sum(prefix_lens) + sum(q_lens) = {total_p + total_q}, got {n_slots}"

@@ -18,6 +18,7 @@ side is described at the top of ``cu/verify_attention.cu``.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from .trees import _count, _int_array
@@ -61,7 +62,8 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     (lengths come from well-formed indptrs; a request whose metadata is bad is marked by ``bad``),
     or a count that the kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``,
     ``num_parts``) is not positive, or ``ovh`` or ``split_cap`` is negative; ``TypeError`` when a
-    length or a count is not an int (bool and floats refused, never truncated)."""
+    length or a count is not an int (bool and floats refused, never truncated), or ``bad`` holds
+    anything but request indices."""
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"q_lens and kv_lens must have the same length, got {len(q_lens)} and {len(kv_lens)}")
     q_lens = [int(v) for v in _int_array("q_lens", q_lens, "integers")]
@@ -74,6 +76,8 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
         _count(pname, v, 1) for pname, v in (("num_heads", num_heads), ("tile_rows", tile_rows),
                                              ("tile_keys", tile_keys), ("num_parts", num_parts)))
     ovh, split_cap = _count("ovh", ovh, 0), _count("split_cap", split_cap, 0)
+    bad = {int(v) for v in _int_array("bad", list(bad) if isinstance(bad, (set, frozenset)) else bad,
+                                      "request indices (integers)").reshape(-1)}
     B = len(q_lens)
     rt = [math.ceil(q * num_heads / tile_rows) for q in q_lens]
     kt = [0 if (b in bad or q_lens[b] == 0) else math.ceil((kv_lens[b] + q_lens[b]) / tile_keys) for b in range(B)]
@@ -139,7 +143,15 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
 
 
 def segments(s: Schedule, part: int):
-    """The segments part ``part`` runs: ``[(b, r, t_begin, t_end, complete, slot)]``, as the kernel walks them."""
+    """The segments part ``part`` runs: ``[(b, r, t_begin, t_end, complete, slot)]``, as the kernel walks them.
+
+    TypeError for a ``part`` that is not an int, IndexError outside ``[0, num_parts)`` (the
+    schedule's ``len(cuts) - 1`` parts)."""
+    n_parts = len(s.cuts) - 1
+    if isinstance(part, bool) or not isinstance(part, numbers.Integral):
+        raise TypeError(f"part must be an int, got {type(part).__name__}")
+    if not 0 <= part < n_parts:
+        raise IndexError(f"part must be in [0, {n_parts}) (the schedule's parts), got {part}")
     st, en = s.cuts[part], s.cuts[part + 1]
     B = len(s.row_tiles)
     b, r, t0, gp = st
