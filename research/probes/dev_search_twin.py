@@ -36,6 +36,7 @@ from driverlevel.reference import ddtree as ref  # noqa: E402
 
 BINS = 512
 CAP = 128
+CAP_DIRECT = 256
 
 
 def lowest_bit_exp(v: np.ndarray) -> int:
@@ -125,9 +126,10 @@ def as_tuple(t):
     return tuple(v)
 
 
-def dev_search(lp: np.ndarray, n: int):
+def dev_search(lp: np.ndarray, n: int, direct: bool = False):
     """``(tuples, reason)``: the tree's nodes as ranks tuples in pop order, or None and why the
-    kernel hands the request to the heap."""
+    kernel hands the request to the heap. ``direct``: dev-direct.patch's variant, which gathers
+    the nodes with keys >= T0 straight away (no histogram; up to CAP_DIRECT of them)."""
     D = lp.shape[0]
     kb = n
     x = lp[:, :kb].astype(np.float32)
@@ -148,13 +150,17 @@ def dev_search(lp: np.ndarray, n: int):
         for r in range(1, kb):
             for L in range(j + 1, D + 1):
                 nodes.append((P[L] - pen[j, r], (1, L, j, r, 0, 0)))
-    hist = np.zeros(BINS + 1, np.int64)
-    for k, _ in nodes:
-        hist[bins(-k)] += 1
-    cum = np.cumsum(hist[:BINS])
-    bstar = int(np.argmax(cum >= n)) if cum[-1] >= n else BINS - 1
-    cand = [c for c in nodes if bins(-c[0]) <= bstar]
-    if len(cand) > CAP:
+    if direct:
+        cand = [c for c in nodes if c[0] >= t0]
+    else:
+        hist = np.zeros(BINS + 1, np.int64)
+        for k, _ in nodes:
+            hist[bins(-k)] += 1
+        cum = np.cumsum(hist[:BINS])
+        bstar = int(np.argmax(cum >= n)) if cum[-1] >= n else BINS - 1
+        cand = [c for c in nodes if bins(-c[0]) <= bstar]
+    cap = CAP_DIRECT if direct else CAP
+    if len(cand) > cap:
         return None, f"cap {len(cand)}"
     t1 = ranked(cand)[n - 1][0]
     c1 = len(cand)
@@ -168,7 +174,7 @@ def dev_search(lp: np.ndarray, n: int):
                 if k < t1:
                     break
                 cand.append((k, (2, L, j1, r1, j2, r2)))
-    if len(cand) > CAP:
+    if len(cand) > cap:
         return None, f"cap {len(cand)}"
     order = ranked(cand)
     if len(cand) > c1:
@@ -222,7 +228,11 @@ def main() -> int:
             for budget in (2, 4, 8, 16):
                 _, lp, _ = ref.topk_logprobs(r, budget)
                 got, why = dev_search(lp, budget)
+                got_d, why_d = dev_search(lp, budget, direct=True)
+                if got_d is not None:
+                    assert got_d == reference_tuples(lp, budget), (name, bf16, budget, "direct")
                 st = stats.setdefault((name, bf16, budget), {"equal": 0, "heap": {}, "cand": []})
+                st.setdefault("direct", []).append(why_d[1] if got_d is not None else why_d)
                 if got is None:
                     st["heap"][why.split()[0]] = st["heap"].get(why.split()[0], 0) + 1
                     continue
@@ -238,6 +248,10 @@ def main() -> int:
         n = int(rng.choice([2, 3, 4, 8, 16]))
         lp = -np.sort(rng.integers(0, 12, (D, n)), axis=1).astype(np.float32) * np.float32(0.25)
         lp[:, 0] = np.minimum(lp[:, 0], 0)
+        got_d, _ = dev_search(lp, n, direct=True)
+        if got_d is not None:
+            assert got_d == reference_tuples(lp, n), (lp, n, got_d, "direct")
+            tied["direct equal"] = tied.get("direct equal", 0) + 1
         got, why = dev_search(lp, n)
         if got is None:
             tied["heap"] += 1
@@ -245,9 +259,10 @@ def main() -> int:
         assert got == reference_tuples(lp, n), (lp, n, got)
         tied["equal"] += 1
     print(f"grid rows with ties: {tied}")
-    print(f"{'rows':<10} {'bf16':>5} {'budget':>6} | equal  to the heap        candidates (max)")
+    print(f"{'rows':<10} {'bf16':>5} {'budget':>6} | equal  to the heap        candidates (max) | direct: candidates or why")
     for (name, bf16, budget), st in stats.items():
-        print(f"{name:<10} {bf16!s:>5} {budget:>6} | {st['equal']:>5}  {str(st['heap']):<20} {max(st['cand'], default=0)}")
+        print(f"{name:<10} {bf16!s:>5} {budget:>6} | {st['equal']:>5}  {str(st['heap']):<20} {max(st['cand'], default=0):>16} | "
+              f"{st['direct']}")
     return 0
 
 
