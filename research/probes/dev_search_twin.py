@@ -31,8 +31,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dev_enum_model import reference_tuples  # noqa: E402  (the reference tree as ranks tuples)
 from driverlevel.reference import ddtree as ref  # noqa: E402
+from test_ddtree_gpu import peaked_rows  # noqa: E402  (the GPU tests' confident rows)
 
 BINS = 512
 CAP = 128
@@ -183,24 +187,6 @@ def dev_search(lp: np.ndarray, n: int, direct: bool = False):
             if t[0] == 2 and k >= t2 and any(k - pen[j3, 1] >= t2 for j3 in range(t[4] + 1, t[1])):
                 return None, "three deviations"
     return [as_tuple(t) for _, t in order[:n]], (c1, len(cand))
-
-
-def reference_tuples(lp: np.ndarray, budget: int) -> list:
-    ids = np.tile(np.arange(lp.shape[1], dtype=np.int32), (lp.shape[0], 1))
-    t = ref.build_tree_from_topk(0, ids, lp, budget)
-    tup = [()]
-    for i in range(1, t.num_nodes):
-        tup.append(tup[int(t.parents[i])] + (int(t.ranks[i]),))
-    return tup[1:]
-
-
-def peaked_rows(rng, batch, depth, vocab, jitter):  # (tests/test_ddtree_gpu.py's)
-    x = rng.standard_normal((batch, depth, vocab)).astype(np.float32) * 2.0
-    top = rng.integers(0, vocab, (batch, depth, 4))
-    for j, boost in enumerate((16.0, 14.0, 12.5, 11.5)):
-        vals = boost + (rng.standard_normal((batch, depth, 1)) * jitter if jitter else 0.0)
-        np.put_along_axis(x, top[:, :, j:j + 1], np.asarray(vals, np.float32), axis=2)
-    return x
 
 
 def main() -> int:
