@@ -466,12 +466,13 @@ class DDTreePlan:
     Attributes
     ----------
     flags : int
-        0 (default): the fast paths: the block-wide parallel search, or the one-warp heap for
-        a request of budget <= 16 whose tree may be deeper than 3 (a bound from its rows'
-        maxima; the heap's 16 pops beat ~2 µs per depth there; ``DL_SEARCH_HEAP_BUDGET`` and
-        ``DL_SEARCH_HEAP_DEPTH`` in ``cu/ddtree/search.cuh``) and in the rare cases where the
-        parallel search cannot prove it matches the heap. :data:`FLAG_LEGACY_SEARCH` makes the
-        build use the heap for every request; for tests.
+        0 (default): the fast paths: the block-wide parallel search, or for a request of
+        budget <= 16 whose tree may be deeper than 3 (a bound from its rows' maxima;
+        ``DL_SEARCH_HEAP_BUDGET`` and ``DL_SEARCH_HEAP_DEPTH`` in ``cu/ddtree/search.cuh``) the
+        deviation search (``dev_search``: the tree's nodes of one or two deviations from the
+        chain, found in a few block-wide phases); the one-warp heap of the reference in the rare
+        cases where either cannot prove it matches the heap. :data:`FLAG_LEGACY_SEARCH` makes
+        the build use the heap for every request; for tests.
         Set it before the first launch of a stage (launches are packed once).
     pdl : bool
         Whether :meth:`build` launches its kernels after the first programmatically (the

@@ -361,21 +361,25 @@ def stamped_build(monkeypatch, rig, stream, x):
     return out, searched
 
 
-@pytest.mark.parametrize("search", ["default", "parallel", "heap"])
+@pytest.mark.parametrize("search", ["default", "parallel", "heap", "no-dev"])
 @pytest.mark.parametrize("jitter", [0.0, 0.7])
-@pytest.mark.parametrize("dtype, budget, batch", [("float32", 256, 3), ("bfloat16", 512, 2), ("float32", 16, 2)])
+@pytest.mark.parametrize("dtype, budget, batch", [("float32", 256, 3), ("bfloat16", 512, 2), ("float32", 16, 2),
+                                                  ("bfloat16", 8, 2)])
 def test_build_deep_trees(device, stream, monkeypatch, dtype, budget, batch, jitter, search):
     """Deep and wide trees (every depth of 15 holds nodes, tens per depth at budget 256): the
     random rows of the other tests give trees of at most four depths, and bench_ddtree's default
     rows stars. Confident rows at Kimi's vocabulary, with the boosts equal at every depth (many
-    near-tied path sums: the ranks tuple decides) or jittered; the default search (at budget 16
-    these deep trees take the one-warp heap: search_bounds' switch), the parallel search alone
-    (the switch compiled out) and the heap alone (FLAG_LEGACY_SEARCH) all equal the reference tree
-    on the GPU's own top-K, node for node, and the trees are deep."""
+    near-tied path sums: the ranks tuple decides) or jittered; the default search (at budgets 8
+    and 16 these deep trees take the deviation search: search_bounds' switch), the parallel search
+    alone (the switch compiled out), the heap alone (FLAG_LEGACY_SEARCH) and the switch to the heap
+    without the deviation search (-DDL_DEV_SEARCH=0) all equal the reference tree on the GPU's own
+    top-K, node for node, and the trees are deep."""
     from driverlevel.ddtree import FLAG_LEGACY_SEARCH
 
     if search == "parallel":
         search_defines(monkeypatch, {"DL_SEARCH_HEAP_BUDGET": 0})
+    if search == "no-dev":
+        search_defines(monkeypatch, {"DL_DEV_SEARCH": 0})
     rng = np.random.default_rng(budget * 10 + batch + int(jitter * 10))
     D, V = 15, 163_840
     rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, dtype=dtype, mask_formats=("bitmask",))
@@ -403,15 +407,15 @@ def test_build_deep_trees(device, stream, monkeypatch, dtype, budget, batch, jit
         n = int(tb.node_counts[b])
         assert n == budget + 1
         # deep (the reference on these seeds: 15 at budgets 256 / 512; 8-10 at budget 16)
-        assert out["depths"][b, :n].max() >= (12 if budget > 16 else 6), out["depths"][b, :n].max()
+        assert out["depths"][b, :n].max() >= (12 if budget > 16 else 4 if budget < 16 else 6), out["depths"][b, :n].max()
 
 
 @pytest.mark.parametrize("rows, budget, parallel", [("peaked", 16, False), ("stars", 16, True), ("peaked", 256, True)])
 def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypatch, rows, budget, parallel):
     """search_bounds' switch, seen through the phase stamps (-DDL_STAMPS=1): deep trees of budget
-    <= 16 take the one-warp heap (the request's search CTA stamps no parallel-search depth),
-    star trees (bench_ddtree's default rows: every node at depth 1) and budget 256 the parallel
-    search (depth stamps); the tree equals the reference either way."""
+    <= 16 take the deviation search (the request's search CTA stamps `dvdone` and no
+    parallel-search depth), star trees (bench_ddtree's default rows: every node at depth 1) and
+    budget 256 the parallel search (depth stamps); the tree equals the reference either way."""
     search_defines(monkeypatch, {"DL_STAMPS": 1})
     rng = np.random.default_rng(budget + (rows == "stars"))
     D, V, batch = 15, 163_840, 2
@@ -430,6 +434,55 @@ def test_search_switch_routes_by_depth_bound_and_budget(device, stream, monkeypa
     assert len(searched) == batch, sorted(searched)
     for row, points in searched.items():
         assert ("depth" in points) == parallel, (row, sorted(points))
+        assert ("dvdone" in points) == (not parallel), (row, sorted(points))
+
+
+def paired_rows(rng, batch, depth, vocab, gap):
+    """Deep rows with two near-equal tokens at every depth (the second ``gap`` below the first):
+    the budget-16 trees hold nodes of two deviations (rank 1 at two depths; gap 0.4), which the
+    deviation search finds in its second round, or of three (gap 0.1), which it hands to the heap
+    (research/probes/dev_search_twin.py: so on every seed tried)."""
+    x = peaked_rows(rng, batch, depth, vocab, 0.3)
+    top2 = np.argsort(-x, axis=2)[:, :, :2]
+    np.put_along_axis(x, top2[:, :, 1:2], np.take_along_axis(x, top2[:, :, :1], axis=2) - np.float32(gap), axis=2)
+    return x
+
+
+@pytest.mark.parametrize("rows, budget, route", [("peaked", 16, "dvdone"), ("peaked", 4, "dvdone"),
+                                                 ("paired 0.4", 16, "dvdone"), ("paired 0.1", 16, "dvfail"),
+                                                 ("floored", 16, "dvfail")])
+def test_deviation_search_exact_or_hands_to_the_heap(device, stream, monkeypatch, rows, budget, route):
+    """The deviation search (cu/ddtree/search.cuh, dev_search) of deep trees of budget <= 16: on
+    confident rows it builds the tree itself (stamp `dvdone`), also where the tree holds nodes of
+    two deviations (paired rows, gap 0.4: its second round); where it may hold nodes of three
+    (gap 0.1) or its float64 keys may be inexact (a row of request 0 with three finite logits:
+    ranks 3.. floored to -FLT_MAX) it hands the request to the heap (stamp `dvfail`, no
+    `dvdone`). Either way the tree equals the reference node for node (stamped_build checks it),
+    poisoned outputs overwritten, and the trees are deep."""
+    search_defines(monkeypatch, {"DL_STAMPS": 1})
+    rng = np.random.default_rng(4000 + budget + len(rows))
+    D, V, batch = 15, 32_768, 2
+    rig = Rig(device, rng, max_batch=batch, depth=D, vocab=V, budget=budget, mask_formats=("bitmask",))
+    rig.push_state()
+    if rows.startswith("paired"):
+        x = paired_rows(rng, batch, D, V, float(rows.split()[1]))
+    else:
+        x = peaked_rows(rng, batch, D, V, 0.7)
+    if rows == "floored":
+        keep = np.argsort(-x[0, 5])[:3]
+        row = np.full(V, -np.inf, np.float32)
+        row[keep] = x[0, 5, keep]
+        x[0, 5] = row
+    poison(rig.plan, stream, TREE_OUTPUTS)
+    out, searched = stamped_build(monkeypatch, rig, stream, x)
+    assert int(out["depths"][:, :budget + 1].max()) >= min(budget, 4)
+    assert len(searched) == batch, sorted(searched)
+    routes = {row: ("dvdone" if "dvdone" in points else "dvfail" if "dvfail" in points else "other")
+              for row, points in searched.items()}
+    if rows == "floored":  # request 1's rows are finite: it keeps the deviation search
+        assert sorted(routes.values()) == ["dvdone", "dvfail"], routes
+    else:
+        assert set(routes.values()) == {route}, routes
 
 
 @pytest.mark.parametrize("skew", [-3, 3, -1000, 1000])

@@ -373,7 +373,12 @@ DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
 #pragma unroll 1
     for (int rep = 0; rep < DDT_TWICE_REPS; ++rep) {  // (--twice: the same call site twice, the first result dropped)
       if (rep) __syncthreads();
-      popped = (p.flags & FLAG_LEGACY_SEARCH) || heap_warmer ? -1 : parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
+      // The deep requests of a small budget (search_bounds' s.dev) take the deviation search. (The
+      // code warmer does not run it: on bench_ddtree's star rows at budget 16 its extra search
+      // made the warmer the build's last CTA, +4.6 µs at batch 1; fortieth session, call 5.)
+      if ((p.flags & FLAG_LEGACY_SEARCH) || heap_warmer) popped = -1;
+      else if (DL_DEV_SEARCH && sm.search.dev) popped = dev_search(lp, K, kb, D, budget_b, sm.search, ns);
+      else popped = parallel_search(lp, K, kb, D, budget_b, sm.search, sm.ri, ns);
     }
     if (popped < 0) {  // the exact heap of the reference, one warp
       if (tid < 32) {

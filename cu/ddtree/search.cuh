@@ -194,6 +194,10 @@ struct SearchSmem {
   u32 rowtot[SEARCH_BINS / 32];    // search_find_bin's row totals
   double x_lo, x_hi, inv_w;
   int fail, nbig, nlo, nhi;
+  int dev;                         // search_bounds: take dev_search (a deep tree of a small budget)
+  int dev_emin;                    // dev_search's exactness: the least lowest set bit allowed
+  double dev_t0;                   // dev_search's bound: every node of the tree has a key >= it
+  double dev_p[DL_MAX_DEPTH + 1];  // dev_search: the chain's prefixes P_0 .. P_D
 };
 
 struct SearchBins {
@@ -248,9 +252,15 @@ static_assert(DL_MAX_DEPTH <= 32, "search_ends: one row per lane of a warp");
 #ifndef DL_SEARCH_HEAP_BUDGET
 #define DL_SEARCH_HEAP_BUDGET 16
 #endif
+// 1: those requests take dev_search (the deviation search, fortieth session), the heap only where
+// it cannot decide; 0: the heap, as before it (A/B and tests).
+#ifndef DL_DEV_SEARCH
+#define DL_DEV_SEARCH 1
+#endif
 
 struct SearchEnds {
   float first = 0.f, last = 0.f;  // lane d < D: lp[d][0], lp[d][kb - 1]
+  float row0 = 0.f;               // lane r < kb: lp[0][r] (dev_search's bound)
 };
 
 // Warp 0, before the log-probs' load: issues the loads of the rows' ends (__ldcg: other CTAs
@@ -262,6 +272,7 @@ DL_DEVICE SearchEnds search_ends(const float* glp, int ks, int kb, int D) {
     e.first = __ldcg(glp + d * ks);
     e.last = __ldcg(glp + d * ks + kb - 1);
   }
+  if (kb <= DL_SEARCH_HEAP_BUDGET && d < kb) e.row0 = __ldcg(glp + d);  // (dev_search's requests only)
   return e;
 }
 
@@ -299,6 +310,8 @@ DL_DEVICE void search_bounds(const SearchEnds& e, int kb, int D, int n, SearchSm
   // overflow list makes it 3.6-7x slower (251-593 µs against 70-84), so larger budgets keep the
   // parallel search. Stars (bound 1-2) keep it too: one depth. Rounding in the prefix sums can
   // move the bound by one: a choice of path, never of result (both searches are exact).
+  // With DL_DEV_SEARCH these requests take dev_search first (s.dev), the heap only where it
+  // hands them on.
   bool deep = false;
   if (kb == n && n <= DL_SEARCH_HEAP_BUDGET) {
     double c = lane < D ? static_cast<double>(e.first) : 0.0;
@@ -308,12 +321,32 @@ DL_DEVICE void search_bounds(const SearchEnds& e, int kb, int D, int n, SearchSm
       if (lane >= o) c += y;
     }
     deep = __popc(__ballot_sync(FULL, lane < D && -c <= hi)) > DL_SEARCH_HEAP_DEPTH;
+    if (DL_DEV_SEARCH) {  // (uniform) dev_search's prefixes, exactness bound and bins
+      if (lane < D) s.dev_p[lane + 1] = c;
+      // max |lp| of the rows (sorted, every entry <= 0 unless pos): their ends; (D + 4) * max < 2^E
+      const u32 mb = __reduce_max_sync(FULL, lane < D ? max(__float_as_uint(e.first), __float_as_uint(e.last)) & 0x7fffffffu : 0u);
+      // T0 = the n-th best key of the chain's first m nodes (P_m) and the depth-1 nodes of ranks
+      // 1 .. n - m (lp[0][n - m]), the best m: n nodes, so the tree's n-th key is >= T0 (lane m - 1)
+      const float r0 = __shfl_sync(FULL, e.row0, min(max(n - 1 - lane, 0), 31));  // lp[0][n - m]
+      double t0 = lane < min(D, n) ? (lane + 1 == n ? c : fmin(c, static_cast<double>(r0))) : __longlong_as_double(static_cast<long long>(0xfff0000000000000ull));  // (-inf)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t0 = fmax(t0, __shfl_xor_sync(FULL, t0, o));
+      if (lane == 0) {
+        int E = 0;
+        frexp(static_cast<double>(D + 4) * static_cast<double>(__uint_as_float(mb)), &E);
+        s.dev_p[0] = 0.0;
+        s.dev_emin = E - 53;
+        s.dev_t0 = t0;
+        s.nbig = 0;  // (dev_search's count of gathered nodes)
+      }
+    }
   }
   if (lane == 0) {
     s.x_lo = lo;
     s.x_hi = hi;
     s.inv_w = hi > lo ? static_cast<double>(SEARCH_BINS) / (hi - lo) : 0.0;
-    s.fail = pos != 0u || deep;
+    s.fail = pos != 0u || (deep && !DL_DEV_SEARCH);
+    s.dev = DL_DEV_SEARCH && deep && pos == 0u;
   }
 }
 
@@ -730,6 +763,208 @@ DL_DEVICE int parallel_search(const float* lp, int ks, int kb, int D, int n, Sea
   }
   __syncthreads();
   return min(n, total);
+}
+
+// ------------------------------------------------------------------------------ deviation search
+// The search of search_bounds' deep requests of a small budget (s.dev: n = kb <= 16), in a few
+// CTA-wide phases instead of the heap's n dependent pops (fortieth session; its numpy twin, step
+// for step: research/probes/dev_search_twin.py). DDTree's rows are per depth, so a node (r_1 ..
+// r_L) has the key P_L - the sum of its penalties lp[d][0] - lp[d][r_d] at its deviations (the
+// depths where r_d > 0), P_L the chain's prefix (rank 0 at every depth). Deep trees of a small
+// budget hold nodes of one or two deviations (bench_ddtree's jittered rows: two in ~11% of the
+// requests at budget 16):
+//  0. Exactness, once for the request: every key and every quantity below is a signed sum of at
+//     most D + 4 of the log-probs lp[d][r] (d < D, r < n), all multiples of 2^e_min (the lowest
+//     set bit of any of them), so while (D + 4) * max |lp| < 2^(53 + e_min) each is exact in
+//     float64 -- and the reference's float64 keys (its sums in its order) are the same exact
+//     sums. Else the heap. (The rows' log-probs are differences of float32 numbers of the size of
+//     the log-sum-exp: multiples of ~2^-20, so the check holds but for extreme rows.)
+//     search_bounds finds max |lp| (the rows' ends) and the chain's prefixes with warp 0 during
+//     the log-probs' load; each thread checks the lowest set bit of its own log-prob in step 1.
+//  1. The nodes of at most one deviation: the chain nodes c_L (key P_L) and (j, r, L), rank r >= 1
+//     at depth j < L, rank 0 at every other depth up to L (key P_L - (lp[j][0] - lp[j][r])), with
+//     keys >= T0 are gathered (more than DEV_CAP: the heap). T0 (search_bounds) is the n-th best
+//     key of the chain's first m nodes and the depth-1 nodes of ranks 1 .. n - m, for the best m:
+//     n nodes, so the tree's n-th key is >= T0 (bench_ddtree's rows at budget 16: 16-117 nodes
+//     gathered; a histogram first, dev-search.patch, measured 1.9 µs on its own).
+//  2. They are ranked by (key desc, ranks tuple asc), the heap's order (dev_tb). T1 = the key of
+//     rank n - 1: the tree's n-th key is >= T1 (these nodes are some of all), and every node of
+//     one deviation with a key >= T1 >= T0 was gathered.
+//  3. A node of two deviations (j1, r1), (j2, r2) at length L has the key of (j1, r1, L) minus
+//     lp[j2][0] - lp[j2][r2]: those with a key >= T1 are found from the gathered (j1, r1, L) with
+//     keys >= T1, one thread per (node, j2), r2 = 1, 2, .. while the key stays >= T1. None: the
+//     tree is the n best gathered. Else all are ranked again, T2 = the new n-th key, and a node of
+//     three deviations with a key >= T2 would extend a gathered one of two by a depth j3 in
+//     (j2, L) at least lp[j3][0] - lp[j3][1] lower: if any, the heap.
+//  4. Node i + 1 is rank i; its parent (its tuple less the last rank) is among them: its key is at
+//     least the node's and its tuple a prefix.
+// Every thread of the CTA calls it; lp: [D][ks] in shared memory; s: search_bounds' bounds (before
+// a barrier). Fills ns for nodes 1..n and returns n, or -1 when the caller must run heap_select.
+constexpr int DEV_CAP = 256;  // gathered nodes (bench_ddtree's and the tests' deep rows: 16-140)
+static_assert(3 * DEV_CAP <= SEARCH_CAP && DEV_CAP <= SEARCH_BINS, "dev_search's arrays");
+static_assert(DL_SEARCH_HEAP_BUDGET <= 32 && DL_MAX_DEPTH <= 32, "dev_node's fields");
+
+// A node of at most two deviations in 32 bits: length L (bits 0-5), deviations' depth and rank
+// j1 (6-10), r1 (11-15), j2 (16-20), r2 (21-25), their count (30-31).
+DL_DEVICE u32 dev_node(int nd, int L, int j1 = 0, int r1 = 0, int j2 = 0, int r2 = 0) {
+  return static_cast<u32>(L) | (static_cast<u32>(j1) << 6) | (static_cast<u32>(r1) << 11) |
+         (static_cast<u32>(j2) << 16) | (static_cast<u32>(r2) << 21) | (static_cast<u32>(nd) << 30);
+}
+DL_DEVICE int dev_len(u32 t) { return static_cast<int>(t & 63u); }
+DL_DEVICE int dev_nd(u32 t) { return static_cast<int>(t >> 30); }
+DL_DEVICE int dev_j(u32 t, int i) { return static_cast<int>((t >> (i ? 16 : 6)) & 31u); }
+DL_DEVICE int dev_r(u32 t, int i) { return static_cast<int>((t >> (i ? 21 : 11)) & 31u); }
+// The ranks tuple order of the nodes of at most two deviations as one integer (smaller first): a
+// tuple's events in depth order -- each deviation a digit 1024 + (31 - depth) * 32 + (rank + 1),
+// then its length L -- 11 bits each, padded with 0. At the first event of either of two tuples the
+// one that deviates (rank >= 1 where the other has 0, or has ended) sorts later, the one that ends
+// earlier; at a common event the digits decide. (The numpy twin checks it against the tuples.)
+DL_DEVICE u64 dev_tb(u32 t) {
+  const int nd = dev_nd(t);
+  const auto dig = [&](int i) { return static_cast<u64>(1024 + (31 - dev_j(t, i)) * 32 + dev_r(t, i) + 1); };
+  const u64 L = static_cast<u64>(dev_len(t));
+  return nd == 0 ? L << 22 : nd == 1 ? (dig(0) << 22) | (L << 11) : (dig(0) << 22) | (dig(1) << 11) | L;
+}
+// The parent of node t: c_{L-1} (the root: 0), or t at length L - 1, or, at its last deviation's
+// depth (L = j + 1), t without it at length j.
+DL_DEVICE u32 dev_parent(u32 t) {
+  const int nd = dev_nd(t), L = dev_len(t);
+  if (nd == 0 || L > dev_j(t, nd - 1) + 1) return t - 1u;
+  return nd == 1 ? dev_node(0, L - 1) : dev_node(1, L - 1, dev_j(t, 0), dev_r(t, 0));
+}
+
+// Ranks the C gathered nodes (threads < C; keys in s.key, dev_tb in tb); rank i's index goes to
+// s.rd[i] (i < n), rank n - 1's key to *kth. Returns this thread's node's key (0 past C).
+DL_DEVICE double dev_rank(const SearchSmem& s, const u64* tb, unsigned short* rd, double* kth, int C, int n) {
+  const int tid = threadIdx.x;
+  if (tid >= C) return 0.0;
+  const double kx = s.key[tid];
+  const u64 tx = tb[tid];
+  int rank = 0;
+  for (int q = 0; q < C; ++q) {
+    const double ky = s.key[q];
+    rank += (ky > kx) | ((ky == kx) & (tb[q] < tx));
+  }
+  if (rank < n) rd[rank] = static_cast<unsigned short>(tid);
+  if (rank == n - 1) *kth = kx;
+  return kx;
+}
+
+DL_DEVICE int dev_search(const float* lp, int ks, int kb, int D, int n, SearchSmem& s, const NodeSmem& ns) {
+  constexpr int T = BUILD_THREADS;
+  const int tid = threadIdx.x;
+  const double* const P = s.dev_p;
+  double* const kth = s.key + DEV_CAP;
+  u64* const tb = reinterpret_cast<u64*>(s.key + 2 * DEV_CAP);  // the gathered nodes' dev_tb
+  if (kb != n || n < 1 || D < 1) return -1;  // (uniform; search_bounds sets s.dev only with kb == n)
+  const auto pen = [&](int j, int r) {  // lp[j][0] - lp[j][r], exact
+    return __dsub_rn(static_cast<double>(lp[j * ks]), static_cast<double>(lp[j * ks + r]));
+  };
+  // ---- 1: gather the nodes of at most one deviation with keys >= T0 (keys in s.key, dev_node in
+  // s.cur, dev_tb in tb). Thread t < D * n takes depth j = t / n and rank r = t % n: its log-prob's
+  // lowest set bit for the exactness check, and r = 0 the chain node c_{j+1}, else (j, r, L) for
+  // L = j + 1 .. while >= T0 (keys fall with L: every log-prob <= 0, search_bounds' sign check).
+  const double t0 = s.dev_t0;
+  const int emin_ok = s.dev_emin;
+  int inexact = 0;
+  // (s.nbig is 0: search_bounds sets it before the load's barrier, and every return below past a
+  // barrier zeroes it again, for --twice's second run)
+  for (int t = tid; t < D * n; t += T) {
+    const int j = t / n, r = t - j * n;
+    const u32 vb = __float_as_uint(lp[j * ks + r]);
+    const int e = static_cast<int>((vb >> 23) & 0xffu);
+    const u32 m = (vb & 0x7fffffu) | (e ? 0x800000u : 0u);
+    if (m && (e ? e - 150 : -149) + __ffs(static_cast<int>(m)) - 1 < emin_ok) inexact = 1;
+    const double pj = r == 0 ? 0.0 : pen(j, r);
+    const int last = r == 0 ? j + 1 : D;  // (the chain node: L = j + 1 alone)
+    for (int L = j + 1; L <= last; ++L) {
+      const double k = __dsub_rn(P[L], pj);
+      if (k < t0) break;
+      const int q = atomicAdd(&s.nbig, 1);
+      if (q < DEV_CAP) {
+        const u32 node = r == 0 ? dev_node(0, L) : dev_node(1, L, j, r);
+        s.key[q] = k;
+        s.cur[q] = node;
+        tb[q] = dev_tb(node);
+      }
+    }
+  }
+  if (__syncthreads_or(inexact)) {
+    if (tid == 0) s.nbig = 0;  // (nobody reads it on this path)
+    DDT_STAMP(11, "dvfail", 0);
+    return -1;  // (uniform)
+  }
+  const int C1 = s.nbig;
+  DDT_STAMP(8, "dvcand", C1);
+  if (C1 > DEV_CAP || C1 < n) {  // (uniform; C1 >= n: the n nodes of T0 have keys >= it)
+    __syncthreads();  // (every thread has read s.nbig)
+    if (tid == 0) s.nbig = 0;
+    DDT_STAMP(11, "dvfail", 1);
+    return -1;
+  }
+  // ---- 2: rank them
+  double kx = dev_rank(s, tb, s.rd, kth, C1, n);
+  __syncthreads();
+  // ---- 3: the nodes of two deviations with keys >= T1, from (gathered node, j2) pairs
+  const double t1 = *kth;
+  for (int t = tid; t < C1 * 32; t += T) {
+    const int x = t >> 5, j2 = t & 31;
+    const u32 tx = s.cur[x];
+    const double k0 = s.key[x];
+    if (dev_nd(tx) != 1 || k0 < t1 || j2 <= dev_j(tx, 0) || j2 >= dev_len(tx)) continue;
+    for (int r2 = 1; r2 < n; ++r2) {
+      const double k = __dsub_rn(k0, pen(j2, r2));
+      if (k < t1) break;
+      const int q = atomicAdd(&s.nbig, 1);
+      if (q < DEV_CAP) {
+        const u32 t2 = dev_node(2, dev_len(tx), dev_j(tx, 0), dev_r(tx, 0), j2, r2);
+        s.key[q] = k;
+        s.cur[q] = t2;
+        tb[q] = dev_tb(t2);
+      }
+    }
+  }
+  __syncthreads();
+  const int C = s.nbig;
+  DDT_STAMP(9, "dvrank", C);
+  if (C > DEV_CAP) {  // (uniform)
+    __syncthreads();
+    if (tid == 0) s.nbig = 0;
+    DDT_STAMP(11, "dvfail", 1);
+    return -1;
+  }
+  int fail = 0;
+  if (C > C1) {  // (uniform) rank them all again; T2 = the n-th key
+    kx = dev_rank(s, tb, s.rd, kth, C, n);
+    __syncthreads();
+    const double t2 = *kth;
+    const u32 tx = tid < C ? s.cur[tid] : 0u;
+    if (tid < C && dev_nd(tx) == 2 && kx >= t2) {
+      for (int j3 = dev_j(tx, 1) + 1; j3 < dev_len(tx); ++j3)
+        if (__dsub_rn(kx, pen(j3, 1)) >= t2) fail = 1;  // (a node of three deviations may be in the tree)
+    }
+  }
+  // ---- 4: the nodes
+  if (tid < n) {
+    const u32 t = s.cur[s.rd[tid]];
+    const int L = dev_len(t), nd = dev_nd(t);
+    const u32 pt = dev_parent(t);
+    int par = dev_len(pt) == 0 ? 0 : -1;
+    for (int q = 0; q < n && par < 0; ++q)
+      if (s.cur[s.rd[q]] == pt) par = q + 1;
+    if (par < 0 || par > tid) fail = 1;  // (never, by the argument above: a guard)
+    ns.par[tid + 1] = static_cast<short>(par);
+    ns.rank[tid + 1] = static_cast<short>(nd > 0 && L == dev_j(t, nd - 1) + 1 ? dev_r(t, nd - 1) : 0);
+    ns.dep[tid + 1] = static_cast<u8>(L);
+  }
+  fail = __syncthreads_or(fail);
+  if (tid == 0) s.nbig = 0;  // (every thread read it before the barrier)
+  if (fail) {
+    DDT_STAMP(11, "dvfail", 2);
+    return -1;
+  }
+  DDT_STAMP(10, "dvdone", C);
+  return n;
 }
 
 }  // namespace ddt
