@@ -55,7 +55,9 @@
 //        (parallel_search: depth by depth, a key histogram bounds the candidates, the nodes
 //        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;
 //        in the rare cases it cannot prove exactness (an inexact float64 sum, more than
-//        SEARCH_CAP candidates) it runs the one-warp heap instead), then writes nodes and
+//        SEARCH_CAP candidates) it runs the one-warp heap instead; a deep tree of a budget up
+//        to 16 takes dev_search, the nodes of one or two deviations from the chain in a few
+//        phases, with the heap where it cannot decide), then writes nodes and
 //        ancestor bitmasks. Inactive requests: node_counts = 0, nothing else. Log-probs that
 //        are -inf or NaN become -FLT_MAX (a row whose maximum is not finite: all of them, and
 //        STATUS_NONFINITE in state[3]); a root token outside the vocabulary: no tree, an error.
