@@ -1,5 +1,6 @@
-"""A numpy twin of the budget <= 16 deviation search (cu/ddtree/search.cuh, dev_search; fortieth
-session), step for step, checked against the reference heap (build_tree_from_topk).
+"""A numpy twin of the budget <= 16 deviation search (cu/ddtree/search.cuh, dev_search; built in
+the fortieth session, landed in the forty-first), step for step, checked against the reference heap
+(build_tree_from_topk).
 
 The kernel's steps (n = budget = kb <= 16; lp [D][kb] float32 rows sorted descending):
   0. Exactness: every key and every quantity below is a signed sum of at most D + 4 log-probs of
@@ -8,13 +9,15 @@ The kernel's steps (n = budget = kb <= 16; lp [D][kb] float32 rows sorted descen
      are then the exact sums, whatever their order of addition. Else: the heap.
   1. The chain's prefixes P_L (L = 0..D) and the candidates of at most one deviation: the chain
      nodes c_L (key P_L) and (j, r, L), rank r >= 1 at depth j < L, rank 0 elsewhere up to depth
-     L (key P_L - (lp[j][0] - lp[j][r])). A histogram of their -key over the parallel search's
-     512 float32 bins of [-lp[0][0], -T0] gives b*, the first bin where the count reaches n; T0 is
-     the n-th best key of the chain's first m nodes and the depth-1 nodes of ranks 1 .. n - m, for
-     the best m (n nodes: the tree's n-th key is >= T0).
-  2. The keys in bins <= b* are gathered (more than CAP: the heap) and ranked exactly by (key
-     desc, ranks tuple asc), the tuples compared by the kernel's u64 dev_tb (checked here against
-     an event-wise comparison of the tuples, dev_less); T1 = the key of rank n - 1.
+     L (key P_L - (lp[j][0] - lp[j][r])). Those with keys >= T0 are gathered (more than
+     CAP_DIRECT: the heap); T0 is the n-th best key of the chain's first m nodes and the depth-1
+     nodes of ranks 1 .. n - m, for the best m (n nodes: the tree's n-th key is >= T0).
+     (``direct=False``: the removed `dev-search` variant, which histogrammed the keys over 512
+     float32 bins of [-lp[0][0], -T0] first and gathered only the bins up to b*, the first bin
+     where the count reaches n, at most CAP of them; its patch is in the history at 91f4343.)
+  2. They are ranked exactly by (key desc, ranks tuple asc), the tuples compared by the kernel's
+     u64 dev_tb (checked here against an event-wise comparison of the tuples, dev_less); T1 = the
+     key of rank n - 1.
   3. The nodes of two deviations with keys >= T1, from the gathered nodes of one deviation with
      keys >= T1 (a second deviation at j2 in (j1, L), r2 = 1, 2, .. while >= T1). None: the tree
      is the n best gathered. Else all are ranked again, T2 = the n-th key, and if a node of two
@@ -132,8 +135,9 @@ def as_tuple(t):
 
 def dev_search(lp: np.ndarray, n: int, direct: bool = False):
     """``(tuples, reason)``: the tree's nodes as ranks tuples in pop order, or None and why the
-    kernel hands the request to the heap. ``direct``: dev-direct.patch's variant, which gathers
-    the nodes with keys >= T0 straight away (no histogram; up to CAP_DIRECT of them)."""
+    kernel hands the request to the heap. ``direct``: the kernel's way (landed as dev-direct),
+    which gathers the nodes with keys >= T0 straight away (up to CAP_DIRECT of them); False: the
+    removed dev-search variant, with its histogram first."""
     D = lp.shape[0]
     kb = n
     x = lp[:, :kb].astype(np.float32)
