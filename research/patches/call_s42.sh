@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The forty-second session's first device call, prepared in the forty-first (research/patches/
+# README.md: dev-noinline, no-heap-warmer, dev-rounds, dev-off), from the repository root, $OUT set:
+#   bash research/patches/call_s42.sh        (~7-8 minutes on the H200: the tests ~3, the A/B ~4; give the run tool 600 s)
+# 1. the DDTree GPU tests on dev-rounds (tests-dev-rounds.log, its last lines printed);
+# 2. ab_next.sh on the four patches (bench_ddtree, three drafters, two runs each; the stamps of
+#    peaked and jittered rows at budget 256), its A/B lines printed; results in $OUT/r.tgz.
+set -u
+export PYTHONPATH=$PWD
+. research/patches/patched_tree.sh
+patched_tree dev-rounds /tmp/t-dev-rounds
+echo "--- DDTree GPU tests on dev-rounds"
+(cd /tmp/t-dev-rounds && PYTHONPATH=/tmp/t-dev-rounds timeout 230 python -m pytest -q -x -m gpu -p no:cacheprovider \
+   tests/test_ddtree_gpu.py > $OUT/tests-dev-rounds.log 2>&1; tail -4 $OUT/tests-dev-rounds.log)
+DRAFTERS="peaked jittered random" TESTS=0 STAMP_REPEAT=1 STAMP_DRAFTERS="peaked jittered" \
+  timeout 360 bash research/patches/ab_next.sh dev-noinline no-heap-warmer dev-rounds dev-off > $OUT/ab.log 2>&1
+grep -E "===|build |^--- stamps|^(lp|searched|nodes|generate) " $OUT/ab.log
