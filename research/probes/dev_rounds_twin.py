@@ -14,10 +14,10 @@ depths). bench_ddtree's deep rows hold nodes of at most 2-5 deviations at budget
 of two phases each instead of 15 depths.
 
 The steps (n = budget = kb; lp [D][kb] float32 rows sorted descending, every entry <= 0):
-  0. Exactness (as dev_search's, for more terms): every key and intermediate is a signed sum of
-     at most 3 D + 4 log-probs, all multiples of 2^e_min, so while (3 D + 4) max|lp| <
-     2^(53 + e_min) each is exact in float64 and equals the reference's float64 key. Else: the
-     parallel search (its TwoSum checks), as today.
+  0. Exactness (dev_search's check): every key and intermediate is a signed sum of at most D + 2
+     log-probs (a path's D, or a prefix P_L minus one penalty lp[j][0] - lp[j][r]), all multiples
+     of 2^e_min, so while (D + 4) max|lp| < 2^(53 + e_min) each is exact in float64 and equals
+     the reference's float64 key. Else: the parallel search (its TwoSum checks), as today.
   1. b1: a histogram (the parallel search's bins of -key over [-lp[0][0], -lp[0][n - 1]]) of
      the nodes of at most one deviation (the chain c_L: P_L; (j, r, L): P_L - (lp[j][0] -
      lp[j][r])), and b1 = the first bin where the count reaches n: n nodes lie in bins <= b1, so
@@ -77,7 +77,7 @@ def dev_rounds(lp: np.ndarray, n: int):
     if np.any(x[:, 0] > 0):
         return None, "positive"
     M = float(np.abs(x).max())
-    if M > 0 and (3 * D + 4) * M >= 2.0 ** (53 + lowest_bit_exp(x)):
+    if M > 0 and (D + 4) * M >= 2.0 ** (53 + lowest_bit_exp(x)):
         return None, "inexact"
     X = x.astype(np.float64)
     P = np.concatenate([[0.0], np.cumsum(X[:, 0])])
@@ -142,8 +142,7 @@ def dev_rounds(lp: np.ndarray, n: int):
     # 3. the candidates in bins <= b*, ranked by (key desc, ranks tuple asc)
     cand = [i for i in range(len(key)) if bins(-key[i]) <= bstar]
     cand.sort(key=lambda i: (-key[i], tup[i]))
-    if len(cand) < n:
-        return None, f"few {len(cand)}"
+    assert len(cand) >= n  # (the n depth-1 nodes lie in bins <= b*: the kernel has no such path)
     # the exact keys are the reference's: its parent + lp sums (checked here on every candidate)
     for i in cand[:n]:
         k = 0.0
