@@ -463,9 +463,9 @@ def main(argv=None) -> int:
                          "default: the plan's (on from sm_90); both: off and on side by side")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference's (torch + heapq) columns")
     ap.add_argument("--search", default="parallel", choices=("parallel", "heap"),
-                    help="the build's tree search: parallel (default: the block-wide search, which hands deep "
-                         "trees of budget <= 16, and the rare rows where it cannot prove exactness, to the heap) or "
-                         "heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH: the one-warp best-first heap for every request)")
+                    help="the build's tree search: parallel (default: the block-wide search; deep trees of budget "
+                         "<= 16 take the deviation search; the rare rows where neither can prove exactness, the heap) "
+                         "or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH: the one-warp best-first heap for every request)")
     ap.add_argument("--drafter", default="random", choices=tuple(DRAFTER_BOOSTS),
                     help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1), "
                          "peaked (a confident drafter: deep trees; the same boosts at every depth) or jittered "
