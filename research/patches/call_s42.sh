@@ -4,7 +4,8 @@
 #   bash research/patches/call_s42.sh        (~7-8 minutes on the H200: the tests ~3, the A/B ~4; give the run tool 600 s)
 # 1. the DDTree GPU tests on dev-rounds (tests-dev-rounds.log, its last lines printed);
 # 2. ab_next.sh on the four patches (bench_ddtree, three drafters, two runs each; the stamps of
-#    peaked and jittered rows at budget 256), its A/B lines printed; results in $OUT/r.tgz.
+#    peaked and jittered rows at budget 256), its A/B lines printed; results in $OUT/r.tgz;
+# 3. the budget-16 stamps of peaked rows on main and dev-noinline (s16-*.txt).
 set -u
 export PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
@@ -15,3 +16,10 @@ echo "--- DDTree GPU tests on dev-rounds"
 DRAFTERS="peaked jittered random" TESTS=0 STAMP_REPEAT=1 STAMP_DRAFTERS="peaked jittered" \
   timeout 360 bash research/patches/ab_next.sh dev-noinline no-heap-warmer dev-rounds dev-off > $OUT/ab.log 2>&1
 grep -E "===|build |^--- stamps|^(lp|searched|nodes|generate) " $OUT/ab.log
+# 3. the budget-16 deep rows' search on main and dev-noinline (a call per deviation search now)
+for t in main dev-noinline; do dd=$PWD; [ $t != main ] && dd=/tmp/ab-$t
+  [ -d $dd ] || { echo "no $dd"; continue; }
+  echo "--- stamps, budget 16, peaked: $t"
+  (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch 1 8 --budget 16 --drafter peaked --repeat 2 \
+     > $OUT/s16-$t.txt 2>&1; grep -E '^(lp|dv[a-z]+|searched|nodes) ' $OUT/s16-$t.txt)
+done
