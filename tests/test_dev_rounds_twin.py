@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from driverlevel.reference import ddtree as ref
+from test_ddtree_gpu import paired_rows, peaked_rows  # (the GPU tests' rows; importable without a GPU)
 
 _probes = Path(__file__).parents[1] / "research" / "probes"
 sys.path.insert(0, str(_probes))  # (the twin imports its sibling probes)
@@ -33,15 +34,6 @@ def _check(lp: np.ndarray, n: int) -> str:
     want = twin.reference_tuples(lp, n)
     assert got == want, (n, got[:8], want[:8])
     return "built"
-
-
-def _peaked(rng, depth, vocab, jitter):
-    x = rng.standard_normal((depth, vocab)).astype(np.float32) * 2.0
-    top = rng.integers(0, vocab, (depth, 4))
-    for j, boost in enumerate((16.0, 14.0, 12.5, 11.5)):
-        vals = boost + (rng.standard_normal((depth, 1)) * jitter if jitter else 0.0)
-        np.put_along_axis(x, top[:, j:j + 1], np.asarray(vals, np.float32), axis=1)
-    return x
 
 
 def test_rows_tied_everywhere_equal_the_heap():
@@ -68,10 +60,7 @@ def test_deep_rows_equal_the_heap(kind, arg, budget, bf16):
     more rounds and equal the heap's trees; the trees are deep."""
     rng = np.random.default_rng(31 + budget + int(10 * arg))
     for _ in range(2):
-        x = _peaked(rng, 15, 4096, 0.3 if kind == "paired" else arg)
-        if kind == "paired":
-            top2 = np.argsort(-x, axis=1)[:, :2]
-            np.put_along_axis(x, top2[:, 1:2], np.take_along_axis(x, top2[:, :1], axis=1) - np.float32(arg), axis=1)
+        x = (paired_rows if kind == "paired" else peaked_rows)(rng, 1, 15, 4096, arg)[0]
         if bf16:
             x = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
         _, lp, _ = ref.topk_logprobs(x, budget)
@@ -85,7 +74,7 @@ def test_overflow_and_inexact_rows_are_handed_on():
     log-probs span 2^53 of their lowest set bit: ``inexact``. Either way the kernel runs the
     parallel search instead."""
     rng = np.random.default_rng(41)
-    _, lp, _ = ref.topk_logprobs(_peaked(rng, 15, 4096, 0.0), 512)
+    _, lp, _ = ref.topk_logprobs(peaked_rows(rng, 1, 15, 4096, 0.0)[0], 512)
     assert _check(lp, 512) == "cap"
     D, n = 6, 20
     lp = np.tile(-np.arange(n, dtype=np.float32) * np.float32(0.5), (D, 1))

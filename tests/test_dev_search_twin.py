@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from driverlevel.reference import ddtree as ref
+from test_ddtree_gpu import paired_rows, peaked_rows  # (the GPU tests' rows; importable without a GPU)
 
 _path = Path(__file__).parents[1] / "research" / "probes" / "dev_search_twin.py"
 _spec = importlib.util.spec_from_file_location("dev_search_twin", _path)
@@ -51,22 +52,6 @@ def test_rows_tied_everywhere_equal_the_heap():
     assert set(routes) <= {"built", "three", "cap"}, routes
 
 
-def _peaked(rng, batch, depth, vocab, jitter):
-    x = rng.standard_normal((batch, depth, vocab)).astype(np.float32) * 2.0
-    top = rng.integers(0, vocab, (batch, depth, 4))
-    for j, boost in enumerate((16.0, 14.0, 12.5, 11.5)):
-        vals = boost + (rng.standard_normal((batch, depth, 1)) * jitter if jitter else 0.0)
-        np.put_along_axis(x, top[:, :, j:j + 1], np.asarray(vals, np.float32), axis=2)
-    return x
-
-
-def _paired(rng, batch, depth, vocab, gap):
-    x = _peaked(rng, batch, depth, vocab, 0.3)
-    top2 = np.argsort(-x, axis=2)[:, :, :2]
-    np.put_along_axis(x, top2[:, :, 1:2], np.take_along_axis(x, top2[:, :, :1], axis=2) - np.float32(gap), axis=2)
-    return x
-
-
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("rows, route", [("peaked 0.0", "built"), ("peaked 0.7", "built"),
                                          ("paired 0.4", "built"), ("paired 0.1", "three")])
@@ -78,7 +63,7 @@ def test_drafter_rows_are_built_or_handed_on_as_the_kernel_does(rows, route, bf1
     kernel doing). bf16: the rows truncated to bf16's bits (more ties)."""
     kind, arg = rows.split()
     rng = np.random.default_rng(29 + len(rows))
-    x = (_peaked if kind == "peaked" else _paired)(rng, 4, 15, 4096, float(arg))
+    x = (peaked_rows if kind == "peaked" else paired_rows)(rng, 4, 15, 4096, float(arg))
     if bf16:
         x = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
     for n in (4, 8, 16):

@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dev_enum_model import reference_tuples  # noqa: E402  (the reference tree as ranks tuples)
-from dev_search_twin import bins_of, lowest_bit_exp  # noqa: E402  (the kernel's float32 bins)
+from dev_search_twin import bins_of, exact_rows  # noqa: E402  (the kernels' float32 bins, step 0)
 from driverlevel.reference import ddtree as ref  # noqa: E402
 
 BINS = 512
@@ -73,14 +73,9 @@ def dev_rounds(lp: np.ndarray, n: int):
     D, kb = lp.shape
     if kb != n or n < 1 or D < 1:
         return None, "shape"
-    x = lp.astype(np.float32)
-    if np.any(x[:, 0] > 0):
-        return None, "positive"
-    M = float(np.abs(x).max())
-    if M > 0 and (D + 4) * M >= 2.0 ** (53 + lowest_bit_exp(x)):
-        return None, "inexact"
-    X = x.astype(np.float64)
-    P = np.concatenate([[0.0], np.cumsum(X[:, 0])])
+    X, P, why = exact_rows(lp)
+    if X is None:
+        return None, why
     bins = bins_of(-float(X[0, 0]), -float(X[0, n - 1]))
     # 1. the histogram of the nodes of at most one deviation, b1
     hist = np.zeros(BINS + 1, np.int64)

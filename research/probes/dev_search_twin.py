@@ -60,6 +60,21 @@ def lowest_bit_exp(v: np.ndarray) -> int:
     return int((ex + ctz).min())
 
 
+def exact_rows(x: np.ndarray):
+    """Step 0 of both deviation searches (dev_search, dev_rounds): ``(X, P, None)`` -- the float32
+    rows ``x`` [D, kb] as float64 and the chain's prefixes P_0 .. P_D -- when every log-prob is
+    <= 0 and (D + 4) max|lp| < 2^(53 + e_min); else ``(None, None, reason)`` ("positive",
+    "inexact"), where the kernels hand the request on."""
+    x = x.astype(np.float32)
+    if np.any(x[:, 0] > 0):
+        return None, None, "positive"
+    M = float(np.abs(x).max())
+    if M > 0 and (x.shape[0] + 4) * M >= 2.0 ** (53 + lowest_bit_exp(x)):
+        return None, None, "inexact"
+    X = x.astype(np.float64)
+    return X, np.concatenate([[0.0], np.cumsum(X[:, 0])]), None
+
+
 def bins_of(lo: float, hi: float):
     lof, hif = np.float32(lo), np.float32(hi)
     inv = np.float32(BINS / (hi - lo)) if hi > lo else np.float32(0.0)
@@ -140,14 +155,9 @@ def dev_search(lp: np.ndarray, n: int, direct: bool = False):
     removed dev-search variant, with its histogram first."""
     D = lp.shape[0]
     kb = n
-    x = lp[:, :kb].astype(np.float32)
-    if np.any(x[:, 0] > 0):
-        return None, "positive"
-    M = float(np.abs(x).max())
-    if M > 0 and (D + 4) * M >= 2.0 ** (53 + lowest_bit_exp(x)):
-        return None, "inexact"
-    X = x.astype(np.float64)
-    P = np.concatenate([[0.0], np.cumsum(X[:, 0])])
+    X, P, why = exact_rows(lp[:, :kb])
+    if X is None:
+        return None, why
     pen = X[:, :1] - X
     # the bins' upper end: -T0, T0 the n-th best key of the chain's first m nodes and the depth-1
     # nodes of ranks 1 .. n - m (the n-th best of those two sorted lists: the best split m)
