@@ -6,7 +6,9 @@
 # 1. research/probes/drafter_parts.py on main and the three patches (no flush), and with the L2
 #    flush on main and drafter-both (drafter-*.txt; the median lines printed);
 # 2. the GPU tests that run the drafter, on drafter-both (tests-drafter-both.log; its last lines);
-# 3. step_ab.sh drafter-both (bench_step, batch 8 / budget 16, main and the patch interleaved twice).
+# 3. step_ab.sh drafter-both (bench_step, batch 8 / budget 16, main and the patch interleaved twice);
+# 4. research/probes/step_marks.py --per-launch on main and drafter-both (a mark before every ordinary
+#    launch of the step: which of the target forward's 142 µs and the accept's 14 are which kernel's).
 set -u
 export PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
@@ -25,3 +27,7 @@ echo "--- the drafter's GPU tests on drafter-both"
    > $OUT/tests-drafter-both.log 2>&1; tail -4 $OUT/tests-drafter-both.log)
 timeout 240 bash research/patches/step_ab.sh drafter-both --steps 200 --max-new-tokens 128 > $OUT/step-ab.log 2>&1
 grep -E "===|DDTree|autoregressive|speed-up|round" $OUT/step-ab.log
+for t in main drafter-both; do dd=$PWD; [ $t != main ] && dd=/tmp/t-$t
+  echo "--- step_marks --per-launch $t"
+  (cd $dd && PYTHONPATH=$dd timeout 90 python research/probes/step_marks.py --per-launch > $OUT/marks-$t.txt 2>&1; cat $OUT/marks-$t.txt | tail -40)
+done
