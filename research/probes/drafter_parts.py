@@ -11,7 +11,9 @@ batch 8, where its bytes (the 33.5 MB LM head and 15.7 MB of fp32 logits) and FL
 Rows (median µs of one replay between two events; ``x20`` rows: twenty launches in one graph, per
 launch, the launch gaps of a graph included):
 
-- ``chain``: ``draft_chain`` alone (one CTA: ``depth - 1`` dependent loads of the successor table);
+- ``chain``: ``draft_chain`` alone (on main one thread per request walks ``depth - 1`` dependent
+  loads of the successor table; with research/patches/drafter-table.patch a thread per guess reads
+  it from the chain table in one load);
 - ``gemm noise`` / ``gemm no noise``: ``mla_gemm`` with the drafter's noise (std 1) and without
   (the same GEMM, epilogue scale and store only);
 - ``drafter``: both launches, as the step runs them.
