@@ -15,6 +15,11 @@
 #   TWICE=1        run the GPU tests a second time in reverse order (pytest --reverse-order)
 #   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" that does
 #                  not fit one device call: the whole suite takes ~220 s forward, ~250 s reversed)
+#   WORKERS=N      run the forward GPU tests in N processes on the one GPU (pytest-xdist's -n N; the
+#                  H200 image has it, 16 cores): on a fresh machine the suite is bound by NVRTC, whose
+#                  compiles of the DDTree tests' own kernel variants (~15 s each) then run side by side.
+#                  The reversed run stays in one process: it is the order-dependence check. Without
+#                  pytest-xdist the forward run is serial and the summary says so.
 #   PYTHON         the interpreter (default: python)
 #   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps): the H200
 #                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
@@ -93,9 +98,17 @@ if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
   if "$PY" -c "import pytest_timeout" >/dev/null 2>&1; then
     timeout_opt=(--timeout="${TEST_TIMEOUT:-300}")
   fi
+  workers_opt=()
+  if [[ -n "${WORKERS:-}" ]]; then
+    if "$PY" -c "import xdist" >/dev/null 2>&1; then
+      workers_opt=(-n "$WORKERS")
+    else
+      SUMMARY+=("$(printf '%-18s %-9s %5s   %s' workers serial - "WORKERS=$WORKERS but no pytest-xdist: one process")")
+    fi
+  fi
   if [[ "${REVERSED:-0}" != "1" ]]; then
     run_step gpu-tests "$PY" -m pytest -m gpu -q -x -rs --durations=10 -p no:cacheprovider \
-      "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests.xml" "${files[@]}"
+      "${workers_opt[@]}" "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests.xml" "${files[@]}"
   fi
   if [[ "${TWICE:-0}" == "1" || "${REVERSED:-0}" == "1" ]]; then
     run_step gpu-tests-reversed "$PY" -m pytest -m gpu -q -x -rs -p no:cacheprovider --reverse-order \
