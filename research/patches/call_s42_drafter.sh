@@ -12,6 +12,7 @@
 set -u
 export PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
+XD=$(python -c 'import xdist' 2>/dev/null && echo '-n 8')  # pytest-xdist: the tests' compiles side by side
 for v in drafter-pairs drafter-table drafter-both; do patched_tree $v /tmp/t-$v; done
 probe() {  # probe TREE-NAME [--flush]
   local t=$1 fl=${2:-} dd=$PWD; [ $1 != main ] && dd=/tmp/t-$1
@@ -22,7 +23,7 @@ probe() {  # probe TREE-NAME [--flush]
 for t in main drafter-pairs drafter-table drafter-both; do probe $t; done
 probe main --flush; probe drafter-both --flush
 echo "--- the drafter's GPU tests on drafter-both"
-(cd /tmp/t-drafter-both && PYTHONPATH=/tmp/t-drafter-both timeout 200 python -m pytest -q -x -m gpu -p no:cacheprovider \
+(cd /tmp/t-drafter-both && PYTHONPATH=/tmp/t-drafter-both timeout 200 python -m pytest -q -x -m gpu -p no:cacheprovider $XD \
    tests/test_runner_gpu.py tests/test_demo_gpu.py "tests/test_ddtree_gpu.py::test_build_on_the_demo_drafters_rows" \
    > $OUT/tests-drafter-both.log 2>&1; tail -4 $OUT/tests-drafter-both.log)
 timeout 240 bash research/patches/step_ab.sh drafter-both --steps 200 --max-new-tokens 128 > $OUT/step-ab.log 2>&1
