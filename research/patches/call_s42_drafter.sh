@@ -32,3 +32,5 @@ for t in main drafter-both; do dd=$PWD; [ $t != main ] && dd=/tmp/t-$t
   echo "--- step_marks --per-launch $t"
   (cd $dd && PYTHONPATH=$dd timeout 90 python research/probes/step_marks.py --per-launch > $OUT/marks-$t.txt 2>&1; cat $OUT/marks-$t.txt | tail -40)
 done
+# the run tool brings back eight files at most: one archive
+(cd $OUT && tar czf drafter-call.tgz --exclude=drafter-call.tgz . && find . -type f ! -name drafter-call.tgz -delete)
