@@ -454,7 +454,7 @@ class PinnedHostBuffer:
     """
 
     def __init__(self, *a, **k):
-        raise RuntimeError("PinnedHostBuffer has no public constructor: use PinnedHostBuffer.allocate()")
+        raise RuntimeError("PinnedHostBuffer has no public constructor: use PinnedHostBuffer.allocate(device, nbytes)")
 
     @classmethod
     def allocate(cls, device, nbytes: int, *, mapped: bool = False, label: str = "pinned") -> "PinnedHostBuffer":

@@ -212,6 +212,9 @@ def _archs(arch_opt) -> list[str]:
         if any(not a.strip() for a in names):
             raise click.BadParameter(f"empty architecture name in {arch_opt!r}: give names separated by single commas, "
                                      f"e.g. sm_90,sm_120, or 'all'", param_hint="--arch")
+        if any(a.strip().lower() == "all" for a in names):
+            raise click.BadParameter(f"'all' stands alone (it names every supported architecture), got {arch_opt!r}",
+                                     param_hint="--arch")
     try:
         return list(dict.fromkeys(check_arch(a) for a in names))
     except ValueError as exc:
@@ -248,7 +251,8 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
                    f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE",
-              help="Kernel source in cu/ to compile, by name (argmax.cu) or path (cu/argmax.cu); repeatable. "
+              help="Kernel source in cu/ to compile, by name (argmax.cu), or by path (cu/argmax.cu) from a checkout "
+                   "installed with `pip install -e .`; repeatable. "
                    "Default: every .cu file.")
 def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.

@@ -136,6 +136,10 @@ def compile_defines(arch) -> dict:
 #: Largest ``max_batch`` of a runner.
 MAX_RUNNER_BATCH = 256
 
+#: Largest ``ring_slots`` of a runner: each slot is two timing events and a pinned ring entry, made
+#: at construction (a billion slots would spend hours creating events).
+MAX_RING_SLOTS = 4096
+
 
 def dynamic_shared_bytes(arch) -> dict:
     """Worst-case dynamic shared memory of the record kernels: ``max_batch * record_width * 4`` B at
@@ -294,7 +298,8 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
     max_stop_tokens : int
         Stop tokens per request :meth:`reset` accepts (default 4).
     ring_slots : int
-        Steps that may be in flight before :meth:`step` collects the oldest (default 64).
+        Steps that may be in flight before :meth:`step` collects the oldest (default 64; at most
+        ``MAX_RING_SLOTS``, 4096).
     stream : Stream, optional
         The stream the steps run on (default: a new one on ``device``); a driverlevel Stream
         (``TypeError`` otherwise, before the device is opened) of ``device`` (``ValueError``
@@ -350,6 +355,8 @@ class _RunnerBase:
         slot_seed = non_negative_int("slot_seed", slot_seed)
         if max_batch > MAX_RUNNER_BATCH:
             raise ValueError(f"max_batch must be <= {MAX_RUNNER_BATCH}, got {max_batch}")
+        if ring_slots > MAX_RING_SLOTS:
+            raise ValueError(f"ring_slots must be <= {MAX_RING_SLOTS}, got {ring_slots}")
         if model is not None:  # the model's forwards are VerifyAttention plans: their limit, checked now
             for split_name, splits in (("num_splits", num_splits), ("prefill_splits", prefill_splits)):
                 if splits is not None and splits > MAX_SPLITS:

@@ -194,6 +194,13 @@ def test_compile_refuses_empty_names_in_the_list(runner, arch):
     assert "empty architecture name" in " ".join(r.output.split())
 
 
+@pytest.mark.parametrize("arch", ["all,sm_90", "sm_90, ALL"])
+def test_compile_all_stands_alone(runner, arch):
+    r = runner.invoke(cli.main, ["compile", "--arch", arch])
+    assert r.exit_code == 2, r.output
+    assert "'all' stands alone" in " ".join(r.output.split())
+
+
 def test_compile_suffixed_arch_names_the_plain_one(runner):
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_90a"])
     assert "tile): use sm_90" in " ".join(r.output.split())

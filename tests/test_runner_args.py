@@ -55,6 +55,7 @@ BAD_BASE = [
     (dict(num_splits=2.0), TypeError, "num_splits must be a positive int, got float 2.0"),
     (dict(prefill_splits=True), TypeError, "prefill_splits must be a positive int, got bool True"),
     (dict(ring_slots=0), ValueError, "ring_slots must be a positive int, got 0"),
+    (dict(ring_slots=10**9), ValueError, "ring_slots must be <= 4096, got 1000000000"),
     (dict(max_stop_tokens=0), ValueError, "max_stop_tokens must be a positive int, got 0"),
     (dict(max_stop_tokens=4.0), TypeError, "max_stop_tokens must be a positive int, got float 4.0"),
     (dict(slot_seed=-1), ValueError, "slot_seed must be an int >= 0, got -1"),

@@ -2,6 +2,7 @@
 # The GPU check: what the lead runs on the GPU machine (one command, logs under $OUT).
 #
 #   tools/gpu_check.sh [TEST_FILE ...]      GPU tests of these files (default: all of tests/)
+#   tools/gpu_check.sh -h | --help          this text (nothing installed or run)
 #
 # Environment:
 #   OUT            directory for the logs and JSON results (default: a new temporary directory)
@@ -25,11 +26,16 @@
 #                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
 #                  git-ignored path, e.g. run(carry=[".wt/nvrtc"]) with NVRTC_WHEEL=.wt/nvrtc/*.whl
 #
-# It installs the checkout with `pip install --no-deps --no-build-isolation -e .` (falling back
+# It installs the checkout with `pip install --no-deps --no-build-isolation -e .` into the current
+# Python environment (an installed driverlevel there becomes this checkout, editable; falling back
 # to PYTHONPATH=$PWD when that is impossible offline), prints `nvidia-smi -L` and
 # `driverlevel info`, runs `pytest -m gpu -x` and the benchmarks, and prints a summary table
 # last. The exit status is non-zero if any step failed.
 set -uo pipefail
+case "${1:-}" in
+  -h|--help)  # the header above, without its comment marks; nothing installed or run
+    sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+esac
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
