@@ -16,7 +16,7 @@ echo "--- DDTree GPU tests on dev-rounds"
    tests/test_ddtree_gpu.py > $OUT/tests-dev-rounds.log 2>&1; tail -4 $OUT/tests-dev-rounds.log)
 DRAFTERS="peaked jittered random" TESTS=0 STAMP_REPEAT=1 STAMP_DRAFTERS="peaked jittered" \
   timeout 360 bash research/patches/ab_next.sh dev-noinline no-heap-warmer dev-rounds dev-off > $OUT/ab.log 2>&1
-grep -E "===|build |^--- stamps|^(lp|searched|nodes|generate) " $OUT/ab.log
+grep -E "===|build |^--- stamps|^(lp|rdb1|rdround [0-9]|generate|searched|nodes) " $OUT/ab.log
 # 3. the budget-16 deep rows' search on main and dev-noinline (a call per deviation search now)
 for t in main dev-noinline; do dd=$PWD; [ $t != main ] && dd=/tmp/ab-$t
   [ -d $dd ] || { echo "no $dd"; continue; }
