@@ -21,6 +21,8 @@
 #                  compiles of the DDTree tests' own kernel variants (~15 s each) then run side by side.
 #                  The reversed run stays in one process: it is the order-dependence check. Without
 #                  pytest-xdist the forward run is serial and the summary says so.
+#   WORKERS_REVERSED=N   the reversed run in N processes too (each runs its share last to first: a
+#                  weaker order check, for a call that cannot fit the serial one)
 #   PYTHON         the interpreter (default: python)
 #   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps): the H200
 #                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
@@ -104,12 +106,13 @@ if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
   if "$PY" -c "import pytest_timeout" >/dev/null 2>&1; then
     timeout_opt=(--timeout="${TEST_TIMEOUT:-300}")
   fi
-  workers_opt=()
-  if [[ -n "${WORKERS:-}" ]]; then
+  workers_opt=(); workers_rev_opt=()
+  if [[ -n "${WORKERS:-}${WORKERS_REVERSED:-}" ]]; then
     if "$PY" -c "import xdist" >/dev/null 2>&1; then
-      workers_opt=(-n "$WORKERS")
+      [[ -n "${WORKERS:-}" ]] && workers_opt=(-n "$WORKERS")
+      [[ -n "${WORKERS_REVERSED:-}" ]] && workers_rev_opt=(-n "$WORKERS_REVERSED")
     else
-      SUMMARY+=("$(printf '%-18s %-9s %5s   %s' workers serial - "WORKERS=$WORKERS but no pytest-xdist: one process")")
+      SUMMARY+=("$(printf '%-18s %-9s %5s   %s' workers serial - "WORKERS set but no pytest-xdist: one process")")
     fi
   fi
   if [[ "${REVERSED:-0}" != "1" ]]; then
@@ -118,7 +121,7 @@ if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
   fi
   if [[ "${TWICE:-0}" == "1" || "${REVERSED:-0}" == "1" ]]; then
     run_step gpu-tests-reversed "$PY" -m pytest -m gpu -q -x -rs -p no:cacheprovider --reverse-order \
-      "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests-reversed.xml" "${files[@]}"
+      "${workers_rev_opt[@]}" "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests-reversed.xml" "${files[@]}"
   fi
 fi
 
