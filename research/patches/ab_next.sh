@@ -52,7 +52,7 @@ if [ "${TESTS:-1}" != 0 ]; then
   for t in "${names[@]}"; do
     echo "--- DDTree GPU tests on $t"
     (cd /tmp/ab-$t && PYTHONPATH=/tmp/ab-$t timeout 200 python -m pytest -q -m gpu -p no:cacheprovider \
-       $(python -c 'import xdist' 2>/dev/null && echo '-n 8') \
+       $(xdist_opt) \
        tests/test_ddtree_gpu.py > $O/r/tests-$t.log 2>&1; tail -2 $O/r/tests-$t.log)
     pack
   done

@@ -9,10 +9,9 @@
 set -u
 export PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
-XD=$(python -c 'import xdist' 2>/dev/null && echo '-n 8')  # pytest-xdist: the tests' compiles side by side
 patched_tree dev-rounds /tmp/t-dev-rounds
 echo "--- DDTree GPU tests on dev-rounds"
-(cd /tmp/t-dev-rounds && PYTHONPATH=/tmp/t-dev-rounds timeout 230 python -m pytest -q -x -m gpu -p no:cacheprovider $XD \
+(cd /tmp/t-dev-rounds && PYTHONPATH=/tmp/t-dev-rounds timeout 230 python -m pytest -q -x -m gpu -p no:cacheprovider $(xdist_opt) \
    tests/test_ddtree_gpu.py > $OUT/tests-dev-rounds.log 2>&1; tail -4 $OUT/tests-dev-rounds.log)
 DRAFTERS="peaked jittered random" TESTS=0 STAMP_REPEAT=1 STAMP_DRAFTERS="peaked jittered" \
   timeout 360 bash research/patches/ab_next.sh dev-noinline no-heap-warmer dev-rounds dev-off > $OUT/ab.log 2>&1

@@ -15,7 +15,6 @@
 set -u
 export PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
-XD=$(python -c 'import xdist' 2>/dev/null && echo '-n 8')  # pytest-xdist: the tests' compiles side by side
 D=/tmp/drafter-call; rm -rf $D; mkdir -p $D  # outside $OUT: only the archive comes back
 pack() { tar czf $OUT/drafter-call.tgz -C /tmp drafter-call; }
 patched_tree drafter-both /tmp/t-drafter-both
@@ -29,7 +28,7 @@ probe() {  # probe TREE-NAME [--flush]
 }
 probe main; probe drafter-both
 echo "--- the drafter's GPU tests on drafter-both"
-(cd /tmp/t-drafter-both && PYTHONPATH=/tmp/t-drafter-both timeout 200 python -m pytest -q -x -m gpu -p no:cacheprovider $XD \
+(cd /tmp/t-drafter-both && PYTHONPATH=/tmp/t-drafter-both timeout 200 python -m pytest -q -x -m gpu -p no:cacheprovider $(xdist_opt) \
    tests/test_runner_gpu.py tests/test_demo_gpu.py "tests/test_ddtree_gpu.py::test_build_on_the_demo_drafters_rows" \
    > $D/tests-drafter-both.log 2>&1; tail -4 $D/tests-drafter-both.log)
 pack

@@ -1,4 +1,4 @@
-# Sourced by ab_next.sh and step_ab.sh: patched_tree NAME DEST copies the working tree
+# Sourced by the device scripts (ab_next.sh, step_ab.sh, call_s42*.sh): patched_tree NAME DEST copies the working tree
 # of the repository root ($PWD; not .wt, .git or a virtual environment) to DEST, afresh, and applies
 # research/patches/NAME.patch there (`patch -p1`: the device's copy is no git repository); it
 # exits the script if the patch does not apply.
@@ -8,3 +8,6 @@ patched_tree() {
   (cd "$root" && tar --exclude=./.wt --exclude=./.git --exclude=./.venv --exclude=./venv -cf - .) | (cd "$dest" && tar -xf -)
   (cd "$dest" && patch -s -p1 < "$root/research/patches/$name.patch") || { echo "$name.patch does not apply"; exit 1; }
 }
+# xdist_opt: "-n 8" where pytest-xdist is installed (the H200 image has it), else nothing: the GPU
+# tests' kernel compiles side by side.
+xdist_opt() { python -c 'import xdist' 2>/dev/null && echo '-n 8'; }
