@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._array import DeviceArray
+from ._array import DeviceArray, as_device_array
 from ._checks import bool_arg, non_negative_int, positive_int
 from ._device import _check_device_arg
 from ._memory import MAX_NBYTES, WorkspacePool
@@ -57,9 +57,19 @@ class RequestState:
     """Per-request device state and the slot pool, read and updated by the runner's and DDTree's kernels.
 
     Build one with :meth:`allocate` (carved from a pool, every array of the right dtype and
-    shape). The constructor is a plain container for arrays the caller owns: it checks nothing,
-    and the plans check each array's device, dtype and shape in every call that takes the state
-    (``TypeError`` / ``ValueError`` naming the field, before any launch).
+    shape). The constructor is a container for arrays the caller owns: :class:`DeviceArray`
+    fields are kept as they are, and a foreign CUDA array (CuPy, PyTorch, JAX, Numba: anything
+    :func:`~driverlevel.runtime.as_device_array` takes) is viewed as one without a copy, the view
+    holding the foreign array alive. It checks nothing else: the plans check each array's
+    device, dtype and shape in every call that takes the state (``TypeError`` /
+    ``ValueError`` naming the field, before any launch).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A field that is neither None, a :class:`DeviceArray` nor a CUDA array
+        :func:`~driverlevel.runtime.as_device_array` takes (a numpy array, a host list); the message
+        names the field.
 
     Attributes
     ----------
@@ -94,6 +104,19 @@ class RequestState:
     stop_tokens: DeviceArray | None = None
     remaining: DeviceArray | None = None
     pool: WorkspacePool | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        # Foreign arrays become DeviceArray views once, here: key(), upload() and the plans'
+        # launch parameters read .ptr / .shape / .dtype of every field.
+        for name in ARRAY_FIELDS:
+            value = getattr(self, name)
+            if value is None or isinstance(value, DeviceArray):
+                continue
+            try:
+                view = as_device_array(value)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"RequestState.{name}: {e}") from e
+            setattr(self, name, view)
 
     @staticmethod
     def specs(*, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None, n_stop: int = 0,
@@ -207,11 +230,14 @@ class RequestState:
         Raises
         ------
         ValueError
-            For a field this state does not have; for a value with the wrong number of
-            elements; for an integer outside the field's dtype range (the message names the
-            field, the first bad value and its index).
+            For a field this state does not have; for a field whose array is read-only or not
+            C-contiguous; for a value with the wrong number of elements; for an integer outside
+            the field's dtype range (the message names the field, the first bad value and its
+            index).
         TypeError
             For a value that is not an integer array (floats, bool outside ``active``, objects).
+        CaptureError
+            During a stream capture (the copies are synchronous).
         """
         checked = []
         for name, value in host_arrays.items():
@@ -220,12 +246,20 @@ class RequestState:
             dst = getattr(self, name)
             if dst is None:
                 raise ValueError(f"this state has no {name!r} array")
+            if dst.readonly or not dst.is_c_contiguous:  # what copy_from_host refuses, asked before any copy
+                raise ValueError(f"upload: {name} is {'read-only' if dst.readonly else 'not C-contiguous'}: "
+                                 f"it cannot be copied into")
             checked.append((dst, _exact_host_array(name, value, dst)))
         for dst, host in checked:
             dst.copy_from_host(host)
 
     def download(self) -> dict:
-        """Host copies of every array present (not capture-safe)."""
+        """Host copies of every array present (not capture-safe).
+
+        The copies are synchronous but ordered only against the legacy default stream: they do
+        not wait for kernels still queued on driverlevel's (non-blocking) streams, so synchronize
+        the stream that writes the state first.
+        """
         return {k: a.to_numpy() for k, a in self.arrays().items()}
 
 

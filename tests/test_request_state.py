@@ -176,3 +176,25 @@ def test_specs_names_r2t_dtype_when_numpy_cannot_read_it(r2t_dtype, got):
     """r2t_dtype='garbage' raised numpy's own "data type 'garbage' not understood", naming no argument."""
     with pytest.raises(TypeError, match=rf"^r2t_dtype must be int32 or int64, got {got}$"):
         RequestState.specs(max_batch=1, max_context=8, num_slots=8, r2t_dtype=r2t_dtype)
+
+
+def test_a_host_array_in_the_constructor_is_refused_naming_the_field():
+    with pytest.raises(TypeError, match=r"^RequestState.seq_lens: a numpy array lives in host memory"):
+        RequestState(None, None, np.zeros(4, np.int64), None, None, None, None)
+    with pytest.raises(TypeError, match=r"^RequestState.free_count: list exports neither"):
+        RequestState(None, None, None, None, None, None, [0])
+
+
+def test_upload_refuses_a_read_only_or_strided_field_before_the_first_copy(monkeypatch):
+    from driverlevel._array import DeviceArray
+
+    st, copied = _recording_state(monkeypatch)
+    st.free_count = DeviceArray(0x2000, (1,), "int64", _FakeDev(), readonly=True)
+    with pytest.raises(ValueError, match=r"^upload: free_count is read-only: it cannot be copied into$"):
+        st.upload(seq_lens=[1, 2, 3, 4], free_count=[3])
+    st.free_count = DeviceArray(0x2000, (2,), "int64", _FakeDev(), strides=(16,))
+    with pytest.raises(ValueError, match=r"^upload: free_count is not C-contiguous"):
+        st.upload(seq_lens=[1, 2, 3, 4], free_count=[3, 4])
+    assert copied == []  # seq_lens, first in the call, was not copied either
+    st.upload(seq_lens=[1, 2, 3, 4])
+    assert len(copied) == 1

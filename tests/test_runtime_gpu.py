@@ -325,6 +325,29 @@ def test_torch_tensor_imported_without_copy(device, stream, selftest_module, tor
     np.testing.assert_array_equal(t.cpu().numpy(), 1.5 + np.arange(N, dtype=np.float32))
 
 
+def test_request_state_of_cupy_arrays_is_viewed_without_a_copy(device, stream, cupy_cuda):
+    """RequestState takes foreign CUDA arrays: its fields become DeviceArray views of the same
+    memory, so key(), upload() and download() (and the plans' launch parameters) work on them."""
+    cp = cupy_cuda
+    B, C = 4, 16
+    fields = dict(active=cp.zeros(B, cp.uint8), root_tokens=cp.zeros(B, cp.int32), seq_lens=cp.zeros(B, cp.int64),
+                  req_pool_indices=cp.zeros(B, cp.int64), req_to_token=cp.zeros((B, C), cp.int32),
+                  free_slots=cp.zeros(64, cp.int64), free_count=cp.zeros(1, cp.int64))
+    state = dl.RequestState(**fields)
+    assert all(isinstance(a, dl.DeviceArray) for a in state.arrays().values())
+    assert state.key()[:7] == tuple(int(v.data.ptr) for v in fields.values())
+    rng = np.random.default_rng(5)
+    seq = rng.integers(1, 10**9, B)
+    r2t = rng.integers(0, 2**31 - 1, (B, C)).astype(np.int32)
+    state.upload(seq_lens=seq, req_to_token=r2t, active=[True, False, True, True])
+    cp.cuda.Device(device.ordinal).synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(fields["seq_lens"]), seq)
+    np.testing.assert_array_equal(cp.asnumpy(fields["req_to_token"]), r2t)
+    got = state.download()
+    np.testing.assert_array_equal(got["active"], [1, 0, 1, 1])
+    np.testing.assert_array_equal(got["req_to_token"], r2t)
+
+
 def test_torch_bfloat16_imported_through_dlpack(device, torch_cuda):
     torch = torch_cuda
     t = torch.ones((4, 576), dtype=torch.bfloat16, device=f"cuda:{device.ordinal}")
