@@ -56,7 +56,7 @@ import numpy as np
 
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import bool_arg, int_tuple, is_bool, non_negative_int, positive_int, stream_arg
+from ._checks import bool_arg, device_array_arg, int_tuple, is_bool, non_negative_int, positive_int, stream_arg
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._constants import (
     FINISH_DONE,
@@ -442,6 +442,8 @@ class _RunnerBase:
         self.error_word = DeviceErrorWord(self.device, label=f"{type(self).__name__} {name}")
         self._events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
         self._start_events = [self.device.create_event(timing=True) for _ in range(self.ring_slots)]
+        #: The step whose start event each ring slot holds (-1: none, or its step ran without gpu_timing).
+        self._timed = [-1] * self.ring_slots
 
         # Prefill: prompt[:-1] of every request through a causal plan sized for the longest prompt.
         P = max(1, self.max_prompt_len - 1)
@@ -541,11 +543,15 @@ class _RunnerBase:
         ------
         ValueError
             Too many prompts, an empty or too long prompt, out-of-vocabulary tokens (stop
-            tokens included), or a context that ``max_context`` cannot hold.
+            tokens included), more stop tokens per request than the runner holds, a
+            ``max_new_tokens`` below 1 or a sequence of them of another length than
+            ``prompts``, or a context that ``max_context`` cannot hold.
         TypeError
             ``prompts`` not a sequence of int sequences (a flat list of ints, a str), or a token,
             ``max_new_tokens`` or stop token that is not an int (floats and bools are refused,
             not truncated); the message names the argument.
+        CaptureError
+            During a stream capture (reset copies and synchronizes).
         """
         ensure_not_capturing(f"{type(self).__name__}.reset()", self.stream)
         prompts = _prompt_lists(prompts)
@@ -627,6 +633,7 @@ class _RunnerBase:
         self.history = []
         self._n_requests = n
         self._launched = self._collected = 0
+        self._timed = [-1] * self.ring_slots
         self._outputs = [[] for _ in range(n)]
         self._finished = [False] * n
         self._finish_codes = [0] * n
@@ -680,25 +687,37 @@ class _RunnerBase:
 
     @property
     def graph_exec(self):
+        """The instantiated step graph (:class:`~driverlevel.runtime.GraphExec`), or None before :meth:`capture`."""
         return self._exec
 
     def step(self, graph: bool = True) -> None:
         """Queue one step: a graph replay (``graph=True``, after :meth:`capture`) or the same launches eagerly.
 
-        Returns at once; the step's results are read by :meth:`collect`. At most
-        ``ring_slots`` steps may be in flight.
+        Returns without waiting for the step; its results are read by :meth:`collect`. At most
+        ``ring_slots`` steps may be in flight: with that many queued, it first collects the
+        oldest, which blocks until that step has run.
+
+        Raises
+        ------
+        TypeError
+            ``graph`` is not a bool.
+        RuntimeError
+            Before :meth:`reset`, or ``graph=True`` before :meth:`capture`.
+        MetadataError
+            From the collect of the oldest step (see :meth:`collect`).
         """
         graph = bool_arg("graph", graph)
         if not self._ready:
             raise RuntimeError(f"{type(self).__name__}.step() before reset(prompts, ...)")
+        if graph and self._exec is None:
+            raise RuntimeError("step(graph=True) before capture(): call capture() or step(graph=False)")
         if self._launched - self._collected >= self.ring_slots:
             self.collect(self._launched - self.ring_slots + 1)
         i = self._launched % self.ring_slots
+        self._timed[i] = self._launched if self.gpu_timing else -1
         if self.gpu_timing:
             self._start_events[i].record(self.stream)
         if graph:
-            if self._exec is None:
-                raise RuntimeError("step(graph=True) before capture(): call capture() or step(graph=False)")
             self._exec.launch(self.stream)
         else:
             self._launch_step(self.stream)
@@ -709,8 +728,18 @@ class _RunnerBase:
         """Wait for the steps launched so far (or up to step index ``upto``, exclusive) and read their results.
 
         Returns the number of steps read. Tokens are appended to :attr:`outputs`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``upto`` is not an int >= 0 (a float or a bool is refused, not truncated).
+        RuntimeError
+            The host mirror of a step does not hold that step (the device step counter and
+            the host disagree).
+        MetadataError
+            A kernel of a collected step found bad per-step metadata (:meth:`check_errors`).
         """
-        upto = self._launched if upto is None else min(int(upto), self._launched)
+        upto = self._launched if upto is None else min(non_negative_int("upto", upto), self._launched)
         n = 0
         while self._collected < upto:
             k = self._collected
@@ -752,6 +781,11 @@ class _RunnerBase:
         pool, ...) since the last check; :meth:`collect` calls it after every step it reads.
 
         Reads mapped memory only: call it after the step's work is complete.
+
+        Raises
+        ------
+        MetadataError
+            Naming the plan, the first bad request and the field (the word is cleared).
         """
         self.error_word.check()
         tree = getattr(self, "tree", None)
@@ -763,8 +797,27 @@ class _RunnerBase:
                 check()
 
     def step_gpu_ms(self, k: int) -> float:
-        """GPU milliseconds of step ``k`` (one of the last ``ring_slots`` collected steps; needs :attr:`gpu_timing`)."""
+        """GPU milliseconds of step ``k`` (a step index since :meth:`reset`, counted from 0).
+
+        Step ``k`` must be collected, must have run with :attr:`gpu_timing` on, and its ring slot
+        must not have been taken by a later step (it is one of the last ``ring_slots`` launched).
+
+        Raises
+        ------
+        TypeError
+            ``k`` is not an int (a float or a bool is refused).
+        ValueError
+            Step ``k`` is not collected yet, its events were reused by a later step, or it ran
+            with ``gpu_timing`` off.
+        """
+        k = non_negative_int("k", k)
+        if k >= self._collected:
+            raise ValueError(f"step_gpu_ms({k}): step {k} is not collected yet ({self._collected} collected)")
         i = k % self.ring_slots
+        if self._timed[i] != k:
+            raise ValueError(f"step_gpu_ms({k}): no timing of step {k}: it ran with gpu_timing off, or its ring slot "
+                             f"was taken by a later step (only the last ring_slots={self.ring_slots} launched keep "
+                             f"their events)")
         return self._start_events[i].elapsed_ms(self._events[i])
 
     @property
@@ -774,6 +827,7 @@ class _RunnerBase:
 
     @property
     def all_finished(self) -> bool:
+        """Whether every request of the last :meth:`reset` has finished, as far as :meth:`collect` has read."""
         return all(self._finished)
 
     @property
@@ -1012,6 +1066,8 @@ class DecodeStepRunner(_RunnerBase):
         when integral).
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
+        Once the device is open, before anything is launched: ``ValueError`` for a
+        ``drafter.logits`` on another device, not C-contiguous or misaligned.
     {common raises}
 
     Example
@@ -1042,6 +1098,9 @@ class DecodeStepRunner(_RunnerBase):
                          max_batch=max_batch, max_context=max_context, max_prompt_len=max_prompt_len,
                          num_splits=num_splits, name=name, **kw)
         B, Q = self.max_batch, self._rows_per_request
+        # Its device, contiguity and alignment need the opened device: checked now, not at the first
+        # step's build, which runs after drafter.run() has launched.
+        device_array_arg("drafter.logits", drafter.logits, self.device, owner="the runner")
         self.drafter = drafter
         drafter.prepare(self.state.root_tokens)
         #: The DDTree stages over :attr:`state` (build + compile before the target forward, accept

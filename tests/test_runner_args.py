@@ -266,3 +266,56 @@ def test_step_graph_must_be_a_bool(monkeypatch):
     r = _reset_runner(monkeypatch)
     with pytest.raises(TypeError, match="graph must be a bool, got int 0"):
         r.step(0)
+
+
+# -- step(), collect() and step_gpu_ms(): arguments and the ring's timing slots ---------------------------
+class _ElapsedEvent:
+    def __init__(self, ms):
+        self.ms = ms
+
+    def elapsed_ms(self, end):
+        return end.ms - self.ms
+
+
+def _ring_runner():
+    """A runner shell after 6 collected steps in a ring of 4: steps 4 and 5 and 3 kept their timing,
+    step 2's slot was taken by step 6 (launched with gpu_timing off, not collected)."""
+    r = object.__new__(AutoregressiveRunner)
+    r.ring_slots, r._launched, r._collected = 4, 7, 6
+    r._timed = [4, 5, -1, 3]
+    r._start_events = [_ElapsedEvent(10.0 * i) for i in range(4)]
+    r._events = [_ElapsedEvent(10.0 * i + 0.25 * (i + 1)) for i in range(4)]
+    return r
+
+
+def test_step_gpu_ms_gives_a_kept_step_and_refuses_the_others():
+    r = _ring_runner()
+    assert r.step_gpu_ms(4) == 0.25 and r.step_gpu_ms(5) == 0.5 and r.step_gpu_ms(3) == 1.0
+    assert r.step_gpu_ms(np.int64(5)) == 0.5
+    with pytest.raises(ValueError, match=r"^step_gpu_ms\(6\): step 6 is not collected yet \(6 collected\)$"):
+        r.step_gpu_ms(6)
+    for k in (1, 2, 0):  # slot 1 holds step 5; slot 2 step 6, untimed; slot 0 step 4
+        with pytest.raises(ValueError, match=rf"^step_gpu_ms\({k}\): no timing of step {k}: it ran with gpu_timing"):
+            r.step_gpu_ms(k)
+    for bad, exc in ((5.0, TypeError), (True, TypeError), (-1, ValueError), ("5", TypeError)):
+        with pytest.raises(exc, match="k must be"):
+            r.step_gpu_ms(bad)
+
+
+def test_collect_refuses_a_float_or_negative_upto_before_waiting():
+    r = _ring_runner()
+    for bad, exc in ((2.5, TypeError), (True, TypeError), (-1, ValueError)):
+        with pytest.raises(exc, match="upto must be"):
+            r.collect(bad)
+    assert r.collect(3) == 0 and r._collected == 6  # already collected: nothing to read
+
+
+def test_step_with_graph_before_capture_is_refused_before_it_collects(monkeypatch):
+    r = _ring_runner()
+    r._ready, r._exec, r._launched = True, None, 10  # a full ring: step() would collect first
+    monkeypatch.setattr(AutoregressiveRunner, "collect", lambda self, upto=None: pytest.fail("collected"))
+    with pytest.raises(RuntimeError, match=r"step\(graph=True\) before capture\(\)"):
+        r.step(graph=True)
+    with pytest.raises(TypeError, match="graph must be a bool"):
+        r.step(graph="yes")
+    assert r._launched == 10 and r._timed == [4, 5, -1, 3]
