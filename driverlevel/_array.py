@@ -98,6 +98,12 @@ class DeviceArray:
         from the shape's, or a negative device ordinal.
     DriverUnavailableError
         ``device`` is an int and there is no usable driver.
+
+    Notes
+    -----
+    A bfloat16 array exports DLPack only: ``__cuda_array_interface__`` has no bfloat16 type
+    string, so reading it raises ``TypeError`` (view it as uint16 bit patterns with
+    :meth:`view` for a consumer of that protocol).
     """
 
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
@@ -122,22 +128,27 @@ class DeviceArray:
     # -- geometry -------------------------------------------------------------
     @property
     def ndim(self) -> int:
+        """Number of dimensions (``len(shape)``)."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """Number of elements (the product of ``shape``; 1 for a 0-d array)."""
         return math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the elements (``size * itemsize``; the extent of a strided view may be larger)."""
         return self.size * self.itemsize
 
     @property
     def is_c_contiguous(self) -> bool:
+        """Whether the strides are C order's (extents of 1 may have any stride)."""
         if self.size <= 1:
             return True
         want = _c_strides(self.shape, self.itemsize)
@@ -168,7 +179,15 @@ class DeviceArray:
         return DeviceArray(self.ptr, shape, self.dtype, self.device, owner=self, readonly=self.readonly)
 
     def view(self, dtype) -> "DeviceArray":
-        """Reinterpret a C-contiguous array as another dtype of the same item size."""
+        """Reinterpret a C-contiguous array as another dtype of the same item size (a view, no copy).
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` is not supported (what :class:`DeviceArray` refuses).
+        ValueError
+            This array is not C-contiguous, or ``dtype`` has another item size.
+        """
         dt = as_dtype(dtype)
         if dt.itemsize != self.itemsize or not self.is_c_contiguous:
             raise ValueError(f"view({dt}) needs a C-contiguous array of item size {dt.itemsize}")
@@ -288,7 +307,10 @@ class DeviceArray:
     def to_numpy(self, stream=None) -> np.ndarray:
         """Copy to a new host array (bfloat16 comes back as uint16 bit patterns).
 
-        Waits for ``stream`` first when given. Not capture-safe.
+        Waits for ``stream`` first when given. Without one, the copy (``cuMemcpyDtoH``) is
+        ordered only against the legacy default stream: it does not wait for kernels still
+        queued on driverlevel's non-blocking streams, so pass the stream that wrote the array
+        (or synchronize it first). Not capture-safe.
 
         Returns
         -------

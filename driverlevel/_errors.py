@@ -168,7 +168,7 @@ class PoolExhaustedError(PicklableError, MemoryError):
 
     Raised by ``WorkspacePool.carve`` before anything is written; the message names
     the pool, the carve-out, the bytes needed and free, and how to size the pool
-    (``WorkspacePool.required_bytes()`` or the plan's ``workspace_bytes``).
+    (``WorkspacePool.required_bytes()`` or the plan's ``pool_bytes``).
     """
 
 

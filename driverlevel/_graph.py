@@ -102,9 +102,15 @@ def capture(stream, mode: str = "thread_local"):
     TypeError
         If ``stream`` is not a driverlevel Stream (an Event, a Graph or a GraphExec included:
         ``"capture needs a driverlevel Stream (...), got Event"``).
+    ValueError
+        If ``mode`` is not one of the three names.
     CaptureError
         If the capture was invalidated (e.g. by a prohibited call made through
-        another library), or the stream is already capturing.
+        another library), the stream is already capturing, or it is the legacy default
+        stream (handle 0 or ``CU_STREAM_LEGACY``, 1; the per-thread default stream, 2, can
+        be captured).
+    CudaError
+        If the driver refuses to begin or end the capture for another reason.
 
     Notes
     -----
@@ -118,7 +124,7 @@ def capture(stream, mode: str = "thread_local"):
     if not isinstance(stream, Stream):  # an Event, a Graph or a GraphExec has a handle and a device too
         raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
-    if int(stream.handle) == 0:
+    if int(stream.handle) in (0, 1):  # 0 and CU_STREAM_LEGACY both name the legacy default stream
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
     if getattr(stream, "_capture", None) is not None:
         raise CaptureError("this stream is already being captured")

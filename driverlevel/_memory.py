@@ -62,7 +62,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._array import DeviceArray
 from ._capture_guard import ensure_not_capturing
-from ._checks import int_tuple, non_negative_int, positive_int, power_of_two
+from ._checks import bool_arg, int_tuple, non_negative_int, positive_int, power_of_two
 from ._dtypes import as_dtype, storage_dtype
 from ._errors import PoolExhaustedError, check
 
@@ -463,8 +463,11 @@ class PinnedHostBuffer:
         Raises
         ------
         TypeError, ValueError
-            ``nbytes`` is not a positive integer, or is above 2**63 - 1 (checked before the
-            device is touched).
+            ``nbytes`` is not a positive integer, or is above 2**63 - 1; ``mapped`` is not a
+            bool (``"no"`` and 0 are refused, not read as flags); ``device`` is neither a
+            Device nor an int ordinal (all checked before the device is touched).
+        DriverUnavailableError
+            ``device`` is an int and there is no usable driver.
         CaptureError
             While a capture is active.
         CudaError
@@ -473,6 +476,7 @@ class PinnedHostBuffer:
         from ._device import _check_device_arg
 
         nbytes = _nbytes_arg(nbytes)  # before the device is touched
+        mapped = bool_arg("mapped", mapped)
         device = _check_device_arg(device)
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
         if _deferred:
@@ -588,7 +592,21 @@ class WorkspacePool:
     individually; the whole pool is freed when closed or collected (a graph that
     points into it keeps it alive).
 
-    Create with :meth:`WorkspacePool.allocate`. Size it with :meth:`required_bytes`.
+    Create with :meth:`WorkspacePool.allocate`. Size it with :meth:`required_bytes` (or a
+    plan's ``pool_bytes``).
+
+    Attributes
+    ----------
+    device : Device
+        The device the pool's memory is on.
+    base : int
+        Device address of the pool's first byte (``cuMemAlloc``'s, aligned to at least 256 B).
+    capacity : int
+        Bytes held (``nbytes`` rounded up to ``alignment``).
+    alignment : int
+        The carve-outs' default start alignment, bytes (a power of two).
+    label : str
+        The name used in reports and error messages.
 
     Example
     -------
@@ -615,6 +633,9 @@ class WorkspacePool:
         ValueError
             ``nbytes`` is negative or above 2**63 - 1, or ``alignment`` is not a positive power
             of two; all before the device is touched.
+        TypeError, ValueError, DriverUnavailableError
+            For a ``device`` that is neither a Device nor an int ordinal, a negative ordinal,
+            or an int without a usable driver (as :class:`~driverlevel.Device` raises).
         CaptureError
             While a capture is active.
         CudaError
@@ -687,7 +708,9 @@ class WorkspacePool:
             bool, an integer, float16/32/64 or bfloat16.
         alignment : int, optional
             Byte alignment of the start, a power of two (default: the pool's, 256); the start
-            is aligned to at least the dtype's item size whatever is asked.
+            is aligned to at least the dtype's item size whatever is asked. The offset is
+            aligned from the pool's :attr:`base`, so an address alignment above ``cuMemAlloc``'s
+            (256 B at least) is only relative to the base.
 
         Raises
         ------
@@ -720,7 +743,7 @@ class WorkspacePool:
                     f"pool {self.label!r} is exhausted: carve-out {name!r} needs {format_bytes(nbytes)} at offset "
                     f"{offset:,}, so the pool would need {format_bytes(offset + nbytes)}, but it holds "
                     f"{format_bytes(self.capacity)}, of which {format_bytes(self.capacity - self._used)} are free. "
-                    f"Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes."
+                    f"Size the pool with WorkspacePool.required_bytes() or the plan's pool_bytes."
                 )
             self._used = offset + nbytes
             self._carves[name] = Carve(name, offset, nbytes, shape, dt.name)
@@ -740,7 +763,7 @@ class WorkspacePool:
             raise PoolExhaustedError(
                 f"pool {self.label!r} is too small for {what}: its carve-outs need {format_bytes(end - used)}, but "
                 f"the pool has {format_bytes(self.capacity - used)} free (it holds {format_bytes(self.capacity)}). "
-                f"Allocate it with at least the plan's workspace_bytes, or let the plan allocate its own.")
+                f"Allocate it with at least the plan's pool_bytes, or let the plan allocate its own.")
 
     def carves(self) -> list:
         """The :class:`Carve` records in carving order."""

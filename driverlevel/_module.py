@@ -90,6 +90,15 @@ def resolve_pdl(pdl, arch) -> bool:
     return bool(pdl)
 
 
+def check_pool_device(pool, device, what: str) -> None:
+    """``ValueError`` unless ``pool`` (a ``WorkspacePool`` or None) lives on ``device``: a plan's
+    kernels given another GPU's workspace would fault at their first launch (an illegal address,
+    which ends the CUDA context), so a plan says so at construction, before it compiles."""
+    if pool is not None and pool.device.ordinal != device.ordinal:
+        raise ValueError(f"{what}: pool {pool.label!r} is on device {pool.device.ordinal}, the plan on device "
+                         f"{device.ordinal}; carve a plan's workspace from a pool on its own device")
+
+
 def check_plan_args(*, pdl, pool, name, arch):
     """The arguments a plan (:class:`~driverlevel.VerifyAttention`, :class:`~driverlevel.DDTreePlan`)
     checks before it touches its device: ``pdl`` (:func:`check_pdl_arg`; with an explicit ``arch``

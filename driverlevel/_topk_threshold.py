@@ -27,6 +27,10 @@ The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
    ``topk="chunked"`` over the row's chunks itself (the same code on 512 threads; no launch of
    its own, so the rows that need nothing cost nothing) and merges those candidates; the other
    rows merge the threshold candidates. Either way the result is the exact top-K (see the twin).
+
+The scheme is this project's own (no published source): a sampled threshold as in
+sampling-based selection (Floyd & Rivest 1975, "Expected time bounds for selection", CACM
+18(3)), with the exact chunk top-K as its fallback.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ from ._device import _check_device_arg
 from ._dtypes import BF16_FORMS, as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import check_plan_args, load_module, resolve_pdl
+from ._module import check_plan_args, check_pool_device, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import int_in_range as _int_in_range
 from ._checks import need_dtype as _need_dtype
@@ -114,8 +114,8 @@ _TOPK_THREADS = DDTREE_TOPK_THREADS
 _BUILD_THREADS = DDTREE_BUILD_THREADS
 _SMALL_THREADS = DDTREE_SMALL_THREADS
 _MASK_FORMATS = ("bitmask", "full", "qlen_only")
-#: ``DDTreePlan(topk=...)``: the chunk top-K alone (the default), or the threshold top-K
-#: (:mod:`driverlevel._topk_threshold`) with the chunk top-K as its exact fallback.
+#: ``DDTreePlan(topk=...)``: the chunk top-K alone, or the threshold top-K (the default;
+#: :mod:`driverlevel._topk_threshold`) with the chunk top-K as its exact fallback.
 TOPK_MODES = ("chunked", "threshold")
 
 _u64 = ctypes.c_uint64
@@ -374,6 +374,13 @@ DDTreeState = RequestState
 class DDTreePlan:
     """DDTree tree build, compile, accept and commit for fixed maxima (capture-safe launches).
 
+    The algorithm is DDTree's (Ringel & Romano 2026, arXiv 2604.12989): per depth the top-K of
+    the drafter's log-probabilities, then the best-first tree of ``budget`` nodes by the sum
+    of its path's log-probabilities, verified greedily. :mod:`driverlevel.reference.ddtree`
+    defines every result exactly (ties included); the threshold top-K is this project's
+    (:mod:`driverlevel._topk_threshold`), exact by its fallback. One plan serves one stream at a
+    time: its workspace is shared by its launches.
+
     Parameters
     ----------
     device : Device or int
@@ -403,7 +410,8 @@ class DDTreePlan:
         it builds the tree in half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
         top-K per 7,680-token chunk, merged per row (less workspace, see below).
     pool : WorkspacePool, optional
-        Pool to carve the workspace from (a private one is allocated otherwise).
+        Pool to carve the workspace from (a private one is allocated otherwise), on
+        ``device``, with :attr:`pool_bytes` free.
     name : str
         Prefix of the carve-out names.
     arch : str, optional
@@ -441,7 +449,8 @@ class DDTreePlan:
     ``tokens`` / ``depths`` / ``parents`` int32 ``[max_batch, N]`` (N = budget + 1, -1 past
     the count); ``node_counts`` int32 ``[max_batch]``; ``anc`` uint32 ``[max_batch, N, W]``;
     ``input_ids`` int32, ``positions`` int64, ``out_cache_loc`` int64 ``[max_batch * N]``;
-    ``qo_indptr`` int64 / ``kv_indptr`` int32 ``[max_batch + 1]``; ``kv_indices`` int64;
+    ``qo_indptr`` int64 / ``kv_indptr`` int32 ``[max_batch + 1]``; ``kv_indices`` int64
+    ``[max_batch * max_context]``;
     ``bitmask`` uint32 ``[max_batch * N, W]``; ``posterior`` int32 ``[max_batch * N]``;
     ``accepted_nodes`` int32 ``[max_batch, depth_limit + 1]``; ``accepted_count`` /
     ``bonus`` int32 ``[max_batch]``; ``records`` int32 ``[max_batch, 4 + depth_limit + 1]``
@@ -482,14 +491,15 @@ class DDTreePlan:
     ------
     ValueError, TypeError
         For out-of-range or mistyped parameters (checked before the device is touched, so
-        this works without a GPU too).
+        this works without a GPU too), and a ``pool`` on another device than ``device``
+        (checked once the device is opened, before any compile or carve).
     DriverUnavailableError, CudaError
         If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
     PoolExhaustedError
-        ``pool`` has too little room left for the plan's workspace: the message gives the
-        bytes needed and the bytes free, and nothing is carved.
+        ``pool`` has too little room left for the plan's workspace (:attr:`pool_bytes`): the
+        message gives the bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -539,6 +549,7 @@ class DDTreePlan:
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)
+        check_pool_device(pool, self.device, f"DDTreePlan {name!r}")
         self.flags = 0
         bf16 = self.logits_dtype is bfloat16
         #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample and
@@ -644,6 +655,13 @@ class DDTreePlan:
     def workspace_bytes(self) -> int:
         """Bytes of the plan's workspace: every carve-out of :meth:`_specs`, 256-byte aligned."""
         return WorkspacePool.required_bytes([(s, d) for _, s, d in self._specs()])
+
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes a fresh :class:`~driverlevel.WorkspacePool` needs for this plan (here equal to
+        :attr:`workspace_bytes`, whose carve-outs are counted aligned; the name
+        :class:`~driverlevel.VerifyAttention` shares). Plans sharing one pool need the sum."""
+        return self.workspace_bytes
 
     def metadata(self) -> VerifyMetadata:
         """The verify metadata :meth:`compile` fills, for the verify attention (bitmask format)."""
@@ -973,6 +991,10 @@ class DDTreePlan:
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
             (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
+        ValueError
+            ``stream`` belongs to another device than the plan's.
+        CaptureError
+            ``stream`` given during a capture (the synchronize is not capture-safe).
         MetadataError
             Naming the first bad request and the field (the word is cleared).
         """

@@ -13,6 +13,13 @@ step: prefixes from 0 to the pool size, 1 to ``max_batch`` requests, 0 to
 MLA, absorbed form (DeepSeek-V2/V3, Kimi K2): one latent KV head shared by all
 query heads; a cache row is 576 bf16 (512 ``c_kv`` + 64 ``k_pe``); scores use all
 576 columns, values are the first 512. Paged KV with page size 1.
+
+Algorithms: the online softmax (Milakov & Gimelshein 2018, arXiv 1805.02867) over key
+tiles as in FlashAttention-2 (Dao 2023, arXiv 2307.08691, Algorithm 1), split over the
+keys with a log-sum-exp merge of the parts (Flash-Decoding, Dao, Haziza, Massa &
+Sizov 2023; the combine kernel); MLA's absorbed form from DeepSeek-V2 (arXiv 2405.04434,
+section 2.1). ``research/verify_kernel.md`` of the shared notes compares the public MLA
+kernels' tiles and schedulers with ours.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
-from ._module import check_plan_args, load_module, resolve_pdl, struct_layout_defines
+from ._module import check_plan_args, check_pool_device, load_module, resolve_pdl, struct_layout_defines
 from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_RECORD_BYTES, partial_workspace_bytes,
                                  scheduler_bytes)
 
@@ -759,7 +766,8 @@ class VerifyAttention:
         Must be 576 and 512 (MLA absorbed); other values raise ``ValueError``, non-integers
         (576.0, "576", a bool) ``TypeError``.
     pool : WorkspacePool, optional
-        Pool to carve the workspace from (a private one is allocated otherwise).
+        Pool to carve the workspace from (a private one is allocated otherwise), on
+        ``device``, with :attr:`pool_bytes` free.
     name : str
         Prefix of the carve-out names in ``pool``.
     arch : str, optional
@@ -837,14 +845,17 @@ class VerifyAttention:
     ------
     ValueError, TypeError
         For out-of-range or mistyped parameters (checked before the device is touched, so
-        this works without a GPU too).
+        this works without a GPU too). Once the device is opened, before any compile or
+        carve: a ``pool`` on another device than ``device``, and, when ``arch`` is not
+        given, a ``tile`` that does not fit the device's architecture (its shared memory, or a
+        wgmma tile off sm_90).
     DriverUnavailableError, CudaError
         If there is no usable device ``device``.
     NvrtcError, CudaError
         If the kernels cannot be compiled or loaded.
     PoolExhaustedError
-        ``pool`` has too little room left for the plan's workspace: the message gives the
-        bytes needed and the bytes free, and nothing is carved.
+        ``pool`` has too little room left for the plan's workspace (:attr:`pool_bytes`): the
+        message gives the bytes needed and the bytes free, and nothing is carved.
 
     Example
     -------
@@ -885,6 +896,7 @@ class VerifyAttention:
         if known_arch is not None and tile is not None:
             _check_tile_fits(tile, known_arch)
         self.device = _check_device_arg(device)
+        check_pool_device(pool, self.device, f"VerifyAttention {name!r}")
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
         self.max_q = int(max_q)
@@ -914,16 +926,9 @@ class VerifyAttention:
         per_sm = self._combine.max_active_blocks_per_sm(_COMBINE_THREADS, 0)
         self.grid_combine = (self.device.sm_count * max(1, min(per_sm, _COMBINE_CTAS_PER_SM)), 1, 1)
 
-        slots, m = 2 * self.num_parts, self.config.rows
-        carves = [("o_part", (slots, m, V_DIM), np.uint16),  # bf16 bit patterns
-                  ("lse_part", (slots, m), np.float32),
-                  # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
-                  ("sched_reqs", (self.max_batch, REQUEST_RECORD_BYTES // 4), np.int32),
-                  ("sched_cuts", (self.num_parts + 1, CUT_RECORD_BYTES // 4), np.int32),
-                  ("sched_entries", (self.num_parts, ENTRY_RECORD_BYTES // 4), np.int32)]
+        carves = self._carve_specs(self.num_parts, self.config.rows, self.max_batch)
         if pool is None:
-            pool = WorkspacePool.allocate(self.device, self.workspace_bytes + 8 * WorkspacePool.DEFAULT_ALIGNMENT,
-                                          label=name)
+            pool = WorkspacePool.allocate(self.device, self.pool_bytes, label=name)
         else:  # the caller's: too small is said before anything is carved, with both sizes
             pool._require_room([(shape, dt) for _, shape, dt in carves], f"VerifyAttention {name!r}")
         self.pool = pool
@@ -935,10 +940,37 @@ class VerifyAttention:
         self._launches = None
 
     # -- sizes --------------------------------------------------------------------------
+    @staticmethod
+    def _carve_specs(num_parts: int, tile_rows: int, max_batch: int) -> list:
+        """The workspace's carve-outs in carving order: ``(name, shape, dtype)``."""
+        slots = 2 * num_parts
+        return [("o_part", (slots, tile_rows, V_DIM), np.uint16),  # bf16 bit patterns
+                ("lse_part", (slots, tile_rows), np.float32),
+                # the scheduler's tables, int32 views of VaRequest / VaCut / VaEntry records
+                ("sched_reqs", (max_batch, REQUEST_RECORD_BYTES // 4), np.int32),
+                ("sched_cuts", (num_parts + 1, CUT_RECORD_BYTES // 4), np.int32),
+                ("sched_entries", (num_parts, ENTRY_RECORD_BYTES // 4), np.int32)]
+
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of split-KV workspace (partials + scheduler tables), by the published formula."""
+        """Bytes of split-KV workspace (partials + scheduler tables), by the published formula.
+
+        The payload only: carved from a pool, each of the five carve-outs starts on a 256-byte
+        boundary, so a pool needs :attr:`pool_bytes` (at most 5 x 256 B more).
+        """
         return self.workspace_bytes_for(self.num_parts, self.config.rows, self.max_batch)
+
+    @property
+    def pool_bytes(self) -> int:
+        """Bytes a fresh :class:`~driverlevel.WorkspacePool` needs for this plan's workspace.
+
+        :attr:`workspace_bytes` with each carve-out aligned as :meth:`WorkspacePool.carve
+        <driverlevel.WorkspacePool.carve>` places it (``WorkspacePool.required_bytes`` of the
+        carve-outs), rounded up to the pool's 256-byte alignment. Plans sharing one pool need
+        the sum of their ``pool_bytes``.
+        """
+        specs = self._carve_specs(self.num_parts, self.config.rows, self.max_batch)
+        return WorkspacePool.required_bytes([(shape, dt) for _, shape, dt in specs])
 
     @staticmethod
     def workspace_bytes_for(num_parts: int, tile_rows: int, max_batch: int) -> int:
@@ -947,7 +979,8 @@ class VerifyAttention:
         ``2 * num_parts * tile_rows * (512 * 2 + 4) + 40 * max_batch + 64 * num_parts + 16`` bytes: two
         slots per part of ``tile_rows`` rows of 512 bf16 partial outputs and one fp32 LSE each
         (:func:`~driverlevel._workspace_formula.partial_workspace_bytes`), and the scheduler's tables
-        (:func:`~driverlevel._workspace_formula.scheduler_bytes`).
+        (:func:`~driverlevel._workspace_formula.scheduler_bytes`). A pool needs a little more for
+        the carve-outs' alignment: :attr:`pool_bytes`.
 
         Raises ``ValueError`` for sizes no plan has: ``num_parts`` above :data:`MAX_PARTS`,
         ``max_batch`` above :data:`MAX_BATCH`, ``tile_rows`` not a multiple of 16 (and
@@ -976,6 +1009,10 @@ class VerifyAttention:
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
             (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
+        ValueError
+            ``stream`` belongs to another device than the plan's.
+        CaptureError
+            ``stream`` given during a capture (the synchronize is not capture-safe).
         MetadataError
             Naming the first bad request, the field (``qo_indptr``, ``kv_indptr``,
             ``kv_indices``, ``out_cache_loc``, ``mask_indptr``) and what was wrong.

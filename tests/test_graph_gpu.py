@@ -124,9 +124,14 @@ def test_capture_arguments_are_checked(device, stream):
     with pytest.raises(ValueError, match="capture mode must be one of"):
         with dl.capture(stream, mode="sloppy"):
             pass
-    with pytest.raises(dl.CaptureError, match="legacy default stream cannot be captured"):
-        with dl.capture(dl.Stream.from_handle(0, device)):
-            pass
+    for legacy in (0, 1):  # the handle 0 and CU_STREAM_LEGACY
+        with pytest.raises(dl.CaptureError, match="legacy default stream cannot be captured"):
+            with dl.capture(dl.Stream.from_handle(legacy, device)):
+                pass
+    per_thread = dl.Stream.from_handle(2, device)  # CU_STREAM_PER_THREAD can be captured
+    with dl.capture(per_thread) as cap:
+        pass
+    assert cap.graph.node_count() == 0
     with dl.capture(stream):
         with pytest.raises(dl.CaptureError, match="already being captured"):
             with dl.capture(stream):

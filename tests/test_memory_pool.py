@@ -209,7 +209,7 @@ def test_exhaustion_error_names_the_sizes(fake_alloc):
     msg = str(ei.value)
     assert msg == ("pool 'tiny' is exhausted: carve-out 'o_part' needs 4,000 bytes (3.9 KiB) at offset 512, so the "
                    "pool would need 4,512 bytes (4.4 KiB), but it holds 1,024 bytes (1.0 KiB), of which 624 bytes are "
-                   "free. Size the pool with WorkspacePool.required_bytes() or the plan's workspace_bytes.")
+                   "free. Size the pool with WorkspacePool.required_bytes() or the plan's pool_bytes.")
     assert isinstance(ei.value, MemoryError)
     assert [c.name for c in pool.carves()] == ["a"]  # a failed carve changes nothing
     pool.carve("fits", (128,), np.float32)
@@ -509,7 +509,48 @@ def test_a_plans_pool_too_small_is_refused_before_anything_is_carved(pool):
         pool._require_room(specs, "DDTreePlan 'ddtree'")
     assert str(ei.value) == ("pool 'small' is too small for DDTreePlan 'ddtree': its carve-outs need 1,048,704 bytes "
                              "(1.0 MiB), but the pool has 524,288 bytes (512.0 KiB) free (it holds 1,048,576 bytes "
-                             "(1.0 MiB)). Allocate it with at least the plan's workspace_bytes, or let the plan "
+                             "(1.0 MiB)). Allocate it with at least the plan's pool_bytes, or let the plan "
                              "allocate its own.")
     assert [c.name for c in pool.carves()] == ["a"] and pool.used == 1 << 19
     pool._require_room([((1 << 17,), np.float32)], "DDTreePlan 'ddtree'")  # 512 KiB: fits exactly
+
+
+# -- a plan's pool_bytes: the published formula plus the carve-outs' alignment -------------------------------
+@pytest.mark.parametrize("num_parts, tile_rows, max_batch", [(132, 64, 8), (188, 48, 1024), (1, 16, 1), (133, 32, 7)])
+def test_verify_attention_pool_bytes_hold_its_carve_outs(fake_alloc, num_parts, tile_rows, max_batch):
+    from driverlevel.verify_attention import VerifyAttention
+
+    specs = VerifyAttention._carve_specs(num_parts, tile_rows, max_batch)
+    payload = sum(int(np.prod(shape)) * np.dtype(dt).itemsize for _, shape, dt in specs)
+    formula = VerifyAttention.workspace_bytes_for(num_parts, tile_rows, max_batch)
+    assert payload == formula  # the carve-outs are what the published formula counts
+    need = WorkspacePool.required_bytes([(shape, dt) for _, shape, dt in specs])
+    assert formula <= need < formula + len(specs) * WorkspacePool.DEFAULT_ALIGNMENT and need % 256 == 0
+    # a pool of exactly pool_bytes takes every carve-out; 256 B less refuses before carving
+    fits = WorkspacePool.allocate(DEV, need, label="fits")
+    fits._require_room([(shape, dt) for _, shape, dt in specs], "VerifyAttention 'v'")
+    for name, shape, dt in specs:
+        fits.carve(name, shape, dt)
+    short = WorkspacePool.allocate(DEV, need - 256, label="short")
+    with pytest.raises(PoolExhaustedError, match="pool_bytes"):
+        short._require_room([(shape, dt) for _, shape, dt in specs], "VerifyAttention 'v'")
+    assert short.carves() == []
+
+
+def test_a_pool_on_another_device_is_refused_by_name():
+    from driverlevel._module import check_pool_device
+
+    pool = SimpleNamespace(device=SimpleNamespace(ordinal=1), label="ws1")
+    with pytest.raises(ValueError, match=r"^DDTreePlan 'ddtree': pool 'ws1' is on device 1, the plan on device 0; "):
+        check_pool_device(pool, SimpleNamespace(ordinal=0), "DDTreePlan 'ddtree'")
+    check_pool_device(pool, SimpleNamespace(ordinal=1), "DDTreePlan 'ddtree'")
+    check_pool_device(None, SimpleNamespace(ordinal=0), "DDTreePlan 'ddtree'")
+
+
+@pytest.mark.parametrize("mapped", ["no", 0, 1, None])
+def test_pinned_mapped_must_be_a_bool_before_the_device(monkeypatch, mapped):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(TypeError, match=r"^mapped must be a bool, got "):
+        PinnedHostBuffer.allocate(0, 4096, mapped=mapped)

@@ -389,6 +389,26 @@ def test_graph_replays_after_the_plan_is_dropped(device, stream):
     assert (sentinel.as_array((ws // 4,), np.uint32).to_numpy() == 0x12345678).all()
 
 
+def test_a_pool_of_pool_bytes_holds_the_plan_and_the_plan_runs_from_it(device, stream):
+    """A caller's pool sized by ``pool_bytes`` takes the workspace; 256 B less is refused before
+    any carve-out; the plan carved from the caller's pool computes the reference."""
+    rng = np.random.default_rng(23)
+    trees = [random_tree(12, rng), random_tree(5, rng)]
+    prob = Problem(device, rng, 9, [3000, 400], trees, "bitmask")
+    own = plan_for(device, prob, num_parts=6)
+    assert own.workspace_bytes <= own.pool_bytes < own.workspace_bytes + 5 * 256
+    short = dl.WorkspacePool.allocate(device, own.pool_bytes - 256, label="short")
+    with pytest.raises(dl.PoolExhaustedError, match="pool_bytes"):
+        plan_for(device, prob, num_parts=6, pool=short)
+    assert short.carves() == []
+    pool = dl.WorkspacePool.allocate(device, own.pool_bytes, label="exact")
+    plan = plan_for(device, prob, num_parts=6, pool=pool)
+    assert plan.o_part.ptr == pool.base and pool.used <= pool.capacity
+    poison_workspace(plan, stream)
+    out, lse = prob.run(plan, stream)
+    check(out, lse, *prob.reference())
+
+
 def test_one_plan_refuses_a_second_stream(device, stream):
     rng = np.random.default_rng(22)
     prob = Problem(device, rng, 9, [10], [random_tree(4, rng)], "bitmask")
