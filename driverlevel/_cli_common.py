@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["json_path_problem", "report_no_gpu"]
+__all__ = ["json_path_problem", "report_no_gpu", "json_usage_errors"]
 
 
 def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
@@ -66,3 +66,41 @@ def report_no_gpu(*, json_to_stdout: bool = False) -> int:
     if json_to_stdout:
         print(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": NO_GPU_EXIT_STATUS}), flush=True)
     return NO_GPU_EXIT_STATUS
+
+
+def json_usage_errors(wants_json_stdout):
+    """A click command class that also writes a usage error as JSON to stdout when the command
+    line asks for JSON there (``wants_json_stdout(args)``, given the raw arguments), as
+    :func:`report_no_gpu` does for the no-GPU error: ``{"error": "Invalid value for --heads: ...",
+    "exit_status": 2}``, so that a ``| jq`` pipeline reads JSON whatever went wrong. The usual
+    message and usage line still go to stderr, and the exit status is click's (2).
+
+    Covers errors of the option parsing and of the command body (``click.BadParameter`` raised
+    after the options are parsed).
+    """
+    import click
+
+    def _say(exc) -> None:
+        print(json.dumps({"error": exc.format_message(), "exit_status": exc.exit_code}), flush=True)
+
+    class _JsonUsageErrors(click.Command):
+        def make_context(self, info_name, args, parent=None, **extra):
+            wants = bool(wants_json_stdout(list(args)))
+            try:
+                ctx = super().make_context(info_name, args, parent=parent, **extra)
+            except click.UsageError as exc:
+                if wants:
+                    _say(exc)
+                raise
+            ctx.meta["json_usage_errors"] = wants
+            return ctx
+
+        def invoke(self, ctx):
+            try:
+                return super().invoke(ctx)
+            except click.UsageError as exc:
+                if ctx.meta.get("json_usage_errors"):
+                    _say(exc)
+                raise
+
+    return _JsonUsageErrors

@@ -62,6 +62,10 @@ __all__ = [
     "cache_dir",
 ]
 
+#: The architectures every kernel is built and checked for: ``driverlevel compile --arch all`` and
+#: the CPU tests (no spills, shared memory within the limit). :func:`check_arch` also takes the
+#: other keys of :data:`MAX_SHARED_PER_BLOCK` (sm_87, sm_103, sm_121), which share these families'
+#: kernels; the runtime (:func:`normalize_arch`) takes whatever GPU it finds, newer ones too.
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 
 #: Opt-in shared memory per block, bytes, by architecture (CUDA C Programming Guide,

@@ -13,13 +13,14 @@ import io
 import os
 import re
 import sys
+import time
 import warnings as pywarnings
 from pathlib import Path
 
 import click
 
 from . import __version__
-from ._cli_common import json_path_problem
+from ._cli_common import json_path_problem, json_usage_errors
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
                        kernel_source_dir, kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version
@@ -250,9 +251,9 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
                    f"{', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: name the plain one; "
                    f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
-@click.option("--kernel", "kernels", multiple=True, metavar="FILE",
+@click.option("--kernel", "kernels", multiple=True, metavar="FILE[,FILE]",
               help="Kernel source in cu/ to compile, by name (argmax.cu), or by path (cu/argmax.cu) from a checkout "
-                   "installed with `pip install -e .`; repeatable. "
+                   "installed with `pip install -e .`; comma separated or repeated. "
                    "Default: every .cu file.")
 def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.
@@ -267,14 +268,16 @@ def compile_cmd(arch_opt, kernels):
     than the architecture allows per block; 2 for an unsupported --arch, an
     unrecognised DRIVERLEVEL_CACHE value or output that cannot be written.
 
-    The table goes to stdout; a progress bar (on a terminal only), NVRTC's warnings
-    (after the table), the problems and a one-line warning when the cubin cache cannot
-    be written go to stderr.
+    The table goes to stdout; a progress bar on a terminal (elsewhere, a log or a pipe,
+    one line per kernel NVRTC compiled, cache hits left out), NVRTC's warnings (after
+    the table), the problems and a one-line warning when the cubin cache cannot be
+    written go to stderr.
     """
     archs = _archs(arch_opt)
     available = kernel_sources()
     # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
     src = kernel_source_dir().resolve()
+    kernels = [k for value in kernels for k in value.split(",") if k]  # argmax.cu,runner.cu as --arch takes
     names = [Path(k).name if Path(k).name in available and Path(k).resolve() == src / Path(k).name else k
              for k in kernels]
     files = list(dict.fromkeys(names)) or available  # a repeated --kernel is compiled and listed once, as --arch
@@ -328,9 +331,10 @@ def _compile_jobs(files, archs) -> bool:
                 continue
             jobs.extend((f, arch, v) for v in variants)
     with _progress(len(jobs)) as bar:
-        for f, arch, v in jobs:
+        for i, (f, arch, v) in enumerate(jobs, 1):
             where = f"{f} [{v.label}]" if v.label else f
             bar.set_postfix_str(f"{where} {arch}", refresh=False)
+            t0 = time.perf_counter()
             try:
                 cub = compile_file(f, v.target or arch, v.defines)
             except (NvrtcError, ValueError) as exc:  # ValueError: a target the installed NVRTC lacks
@@ -338,6 +342,9 @@ def _compile_jobs(files, archs) -> bool:
                 continue
             finally:
                 bar.update()
+            if bar.disable and not cub.cache_hit:  # no bar (a log, a pipe): one line per NVRTC run
+                click.echo(f"compiled {where} for {arch} in {time.perf_counter() - t0:.1f} s ({i}/{len(jobs)})",
+                           err=True)
             rows.extend(_resource_rows(where, arch, cub, v.dynamic_shared, problems))
             text = _log_warnings(cub.log)
             if text:
@@ -386,7 +393,12 @@ def bench():
     """Benchmarks (need a GPU): medians and ratios measured side by side in one run."""
 
 
-@bench.command("replay")
+def _json_dash(args) -> bool:
+    """Whether ``bench replay``'s raw arguments send JSON to stdout (``--json -`` or ``--json=-``)."""
+    return "--json=-" in args or any(a == "--json" and b == "-" for a, b in zip(args, args[1:]))
+
+
+@bench.command("replay", cls=json_usage_errors(_json_dash))
 @click.option("--nodes", default="1,10,50", show_default=True, help=f"Comma-separated kernel counts per graph "
               f"(1 to {MAX_NODES:,} each).")
 @click.option("--replays", default=10_000, show_default=True, type=click.IntRange(MIN_REPLAYS, MAX_REPLAYS),

@@ -6,6 +6,8 @@ with the real NVRTC, ``capture-demo`` and ``bench replay`` for their plain failu
 
 from __future__ import annotations
 
+import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -134,7 +136,7 @@ def test_compile_sm120_every_kernel(runner):
         assert name in r.output
     assert "verify_attn_partial" in r.output and "noop" in r.output
     assert "SPILLS" not in r.output and "SMEM>LIMIT" not in r.output
-    for row in _rows(r.output):
+    for row in _rows(r.stdout):
         static, dynamic, limit, headroom = (int(c.replace(",", "").replace("-", "0") or 0) if c != "-" else 0
                                             for c in row[4:8])
         assert limit == 101_376 and headroom == limit - static - dynamic >= 0, row
@@ -143,7 +145,7 @@ def test_compile_sm120_every_kernel(runner):
 def test_compile_one_kernel_reports_cache_and_dynamic_smem(runner, fresh_cache):
     first = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
     assert first.exit_code == 0, first.output
-    rows = _rows(first.output)
+    rows = _rows(first.stdout)
     assert {row[1] for row in rows} >= {"noop", "reverse_f32_dynamic_smem", "block_sum_f32"}
     assert all(row[0] == "selftest.cu" and row[2] == "sm_90" for row in rows)
     assert all(row[-1] == "compiled" for row in rows)
@@ -152,20 +154,20 @@ def test_compile_one_kernel_reports_cache_and_dynamic_smem(runner, fresh_cache):
     assert by_name["block_sum_f32"][4:8] == ["1,024", "-", "232,448", "231,424"]  # static from ptxas
     assert by_name["noop"][5] == "-"
     second = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
-    assert all(row[-1] == "hit" for row in _rows(second.output))
+    assert all(row[-1] == "hit" for row in _rows(second.stdout))
 
 
 def test_compile_several_archs(runner):
     r = invoke(runner, "compile", "--arch", "sm_80,sm_100", "--kernel", "selftest.cu")
     assert r.exit_code == 0
-    archs = {row[2] for row in _rows(r.output)}
+    archs = {row[2] for row in _rows(r.stdout)}
     assert archs == {"sm_80", "sm_100"}
 
 
 def test_compile_accepts_spellings_and_every_known_arch(runner):
     r = invoke(runner, "compile", "--arch", "SM_121,87", "--kernel", "selftest.cu")
     assert r.exit_code == 0, r.output
-    assert {row[2] for row in _rows(r.output)} == {"sm_121", "sm_87"}
+    assert {row[2] for row in _rows(r.stdout)} == {"sm_121", "sm_87"}
 
 
 @pytest.mark.parametrize("arch, why", [
@@ -253,10 +255,10 @@ def test_compile_fails_over_the_shared_memory_limit(runner, monkeypatch):
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
     assert r.exit_code == 1
     assert "selftest.cu:big (sm_120) needs 101,424 B of shared memory per block, over the 101,376 B limit" in r.output
-    assert _rows(r.output.split("selftest.cu:big")[0])[0][4:8] == ["1,024", "100,400", "101,376", "-48"]
+    assert _rows(r.stdout)[0][4:8] == ["1,024", "100,400", "101,376", "-48"]
     r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu"])
     assert r.exit_code == 0  # 227 KB on sm_90
-    assert _rows(r.output)[0][6:8] == ["232,448", "131,024"]
+    assert _rows(r.stdout)[0][6:8] == ["232,448", "131,024"]
 
 
 def test_compile_reports_a_compile_error(runner, monkeypatch):
@@ -300,10 +302,19 @@ def test_compile_progress_bar_on_stderr_counts_every_compile(runner, monkeypatch
 
 
 def test_compile_no_progress_bar_when_stderr_is_not_a_terminal(runner, monkeypatch):
-    monkeypatch.setattr(cli, "compile_file", _fake_compile({"k": KernelResources(registers=32)}))
+    """No bar text in a log or a pipe: one plain line per kernel NVRTC compiled, none for cache hits."""
+    hits = iter([False, True])
+
+    def compile_file(filename, arch, defines=None, *a, **k):
+        return Cubin(b"\x7fELF", arch, filename, (), {"k": KernelResources(registers=32)}, "", next(hits), "k")
+
+    monkeypatch.setattr(cli, "compile_file", compile_file)
     monkeypatch.setattr(cli, "_stderr_is_tty", lambda: False)
-    r = runner.invoke(cli.main, ["compile", "--arch", "sm_120", "--kernel", "selftest.cu"])
-    assert r.exit_code == 0 and r.stderr == ""
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90,sm_120", "--kernel", "selftest.cu"])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"compiled selftest\.cu for sm_90 in \d+\.\d s \(1/2\)", lines[0]), lines
+    assert "\r" not in r.stderr and "compiled selftest" not in r.stdout
 
 
 WARNING_LOG = ('w.cu(1): warning #177-D: variable "unused" was declared but never referenced\n'
@@ -520,7 +531,7 @@ def test_compile_unwritable_cache_is_one_plain_warning_line(runner, tmp_path, mo
     finally:
         _compile._clear_memory_cache()
     assert r.exit_code == 0, r.output
-    assert r.stderr.splitlines() == [
+    assert [line for line in r.stderr.splitlines() if not line.startswith("compiled selftest.cu for sm_90 in ")] == [
         f"warning: could not write the cubin cache in DRIVERLEVEL_CACHE_DIR={f}: it is not a directory; compiling "
         f"without the disk cache (set DRIVERLEVEL_CACHE_DIR to a writable directory, or DRIVERLEVEL_CACHE=0)"]
     assert "click" not in r.stderr and "RuntimeWarning" not in r.stderr
@@ -704,3 +715,45 @@ def test_library_modules_run_as_scripts_say_what_to_run(argv):
     r = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert "run" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_compile_kernel_takes_a_comma_list_as_arch_does(runner, monkeypatch):
+    calls = []
+
+    def fake(filename, arch, defines=None, *a, **k):
+        calls.append(filename)
+        return _fake_compile({"k": KernelResources(registers=32)})(filename, arch, defines)
+
+    monkeypatch.setattr(cli, "compile_file", fake)
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {}, "")])
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu,argmax.cu",
+                                 "--kernel", "selftest.cu"])
+    assert r.exit_code == 0, r.output
+    assert calls == ["selftest.cu", "argmax.cu"]
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu,nope.cu"])
+    assert r.exit_code == 2 and "no kernel source 'nope.cu' in cu/" in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["capture-demo", "--json", "--heads", "0"], "Invalid value for '--heads': 0 is not in the range"),
+    (["capture-demo", "--heads", "0", "--json"], "Invalid value for '--heads'"),
+    (["capture-demo", "--json", "--no-such-option"], "No such option"),
+    (["bench", "replay", "--json", "-", "--repeats", "0"], "Invalid value for '--repeats'"),
+    (["bench", "replay", "--json=-", "--nodes", "0"], "Invalid value for --nodes: expected positive ints, got '0'"),
+])
+def test_a_usage_error_with_json_to_stdout_is_a_json_object_too(runner, monkeypatch, args, words):
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the options'"))
+    r = runner.invoke(cli.main, args)
+    assert r.exit_code == 2
+    err = json.loads(r.stdout)
+    assert set(err) == {"error", "exit_status"} and err["exit_status"] == 2 and words in err["error"], err
+    assert words in r.stderr and "Usage:" in r.stderr  # the usual message stays on stderr
+
+
+@pytest.mark.parametrize("args", [["capture-demo", "--heads", "0"], ["bench", "replay", "--repeats", "0"],
+                                  ["bench", "replay", "--json", "/tmp/x.json", "--repeats", "0"]])
+def test_a_usage_error_without_json_to_stdout_leaves_stdout_empty(runner, args):
+    r = runner.invoke(cli.main, args)
+    assert r.exit_code == 2 and r.stdout == "" and "Invalid value" in r.stderr

@@ -33,7 +33,7 @@ from .._constants import MAX_BUDGET, MAX_DEPTH
 
 __all__ = ["capture_demo", "run", "DemoReport", "JSON_SCHEMA", "NO_GPU_MESSAGE", "check_schema"]
 
-from .._cli_common import report_no_gpu  # noqa: E402
+from .._cli_common import json_usage_errors, report_no_gpu  # noqa: E402
 from .._device import NO_GPU_MESSAGE, gpu_usable  # noqa: E402 - re-exported for the tests
 
 #: Keys of the ``--json`` object and their types (nested dicts list their own keys).
@@ -370,7 +370,8 @@ def _finite(obj):
 _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
 
 
-@click.command("capture-demo", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("capture-demo", context_settings={"help_option_names": ["-h", "--help"]},
+               cls=json_usage_errors(lambda args: "--json" in args))
 @click.option("--heads", default=9, show_default=True, type=click.IntRange(1, 128), help="Query heads of the MLA layer.")
 @click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(2, 65536),
               help="Longest prompt (the committed prefix); requests get 1/2x .. 1x of it.")

@@ -71,7 +71,7 @@ def bf16_to_f32(bits: object) -> np.ndarray:
     """
     arr = np.asarray(bits)
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 2:  # (stricter than the package's own)
-        raise TypeError(f"bf16 bit patterns must be uint16, got dtype {arr.dtype}")
+        raise TypeError(f"bf16 bit patterns must be uint16 (or int16), got dtype {arr.dtype}")
     return bf16_bits_to_f32(arr)
 
 
