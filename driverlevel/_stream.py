@@ -195,6 +195,9 @@ class Stream:
         ------
         CaptureError
             If a capture is active (synchronizing would invalidate it).
+        CudaError
+            If a kernel queued before failed (the error of an asynchronous launch, e.g. an
+            illegal address, is reported here).
         """
         ensure_not_capturing("Stream.synchronize()", self)
         with self.device.activated():
@@ -296,13 +299,22 @@ class Event:
         ------
         CaptureError
             While a stream of this thread (or any, in global mode) is being captured.
+        CudaError
+            If work before the event's record failed (an asynchronous launch's error).
         """
         ensure_not_capturing("Event.synchronize()")
         with self.device.activated():
             check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
 
     def query(self) -> bool:
-        """True if all work before the event's record has completed."""
+        """True if all work before the event's record has completed (never blocks).
+
+        Raises
+        ------
+        CudaError
+            For any answer of ``cuEventQuery`` but success and ``CUDA_ERROR_NOT_READY`` (e.g. an
+            asynchronous launch's error).
+        """
         with self.device.activated():
             (err,) = driver.cuEventQuery(self._handle)
         if err == driver.CUresult.CUDA_SUCCESS:
