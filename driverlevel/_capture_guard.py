@@ -36,6 +36,8 @@ __all__ = ["ensure_not_capturing", "stream_is_capturing", "captures_in_progress"
 _lock = threading.Lock()
 # id(session) -> (stream handle as int, mode name, thread ident)
 _active: dict[int, tuple[int, str, int]] = {}
+#: ``CU_STREAM_PER_THREAD``: the same handle in every thread, a different stream in each.
+_PER_THREAD_STREAM = 2
 # Number of driverlevel captures between cuStreamBeginCapture and cuStreamEndCapture (any thread),
 # in all and per device ordinal; device-wide synchronizations in progress, per device ordinal.
 _in_progress = 0
@@ -177,8 +179,9 @@ def stream_is_capturing(stream) -> bool:
     """True if ``stream`` (a :class:`~driverlevel.Stream` or a ``CUstream``) is capturing."""
     handle = getattr(stream, "handle", stream)
     h = int(handle)
-    with _lock:
-        if any(s == h for s, _, _ in _active.values()):
+    me = threading.get_ident()
+    with _lock:  # (handle 2, CU_STREAM_PER_THREAD, names each thread's own stream: only this thread's counts)
+        if any(s == h and (h != _PER_THREAD_STREAM or tid == me) for s, _, tid in _active.values()):
             return True
     if h == 0:
         return False

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["json_path_problem", "report_no_gpu", "json_usage_errors"]
+__all__ = ["json_path_problem", "report_no_gpu", "report_error", "json_usage_errors"]
 
 
 def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
@@ -62,44 +62,76 @@ def report_no_gpu(*, json_to_stdout: bool = False) -> int:
     """
     from ._device import NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE
 
-    print(NO_GPU_MESSAGE, file=sys.stderr, flush=True)
+    return report_error(NO_GPU_MESSAGE, NO_GPU_EXIT_STATUS, json_to_stdout=json_to_stdout)
+
+
+def report_error(message: str, exit_status: int = 2, *, json_to_stdout: bool = False) -> int:
+    """Print ``message`` on stderr and, with ``json_to_stdout``, ``{"error": message, "exit_status":
+    exit_status}`` on stdout; return ``exit_status``. For an error a command finds after its
+    options are parsed (``bench replay --device`` past the visible GPUs)."""
+    print(message, file=sys.stderr, flush=True)
     if json_to_stdout:
-        print(json.dumps({"error": NO_GPU_MESSAGE, "exit_status": NO_GPU_EXIT_STATUS}), flush=True)
-    return NO_GPU_EXIT_STATUS
+        print(json.dumps({"error": message, "exit_status": exit_status}), flush=True)
+    return exit_status
 
 
-def json_usage_errors(wants_json_stdout):
+def json_usage_errors(param: str):
     """A click command class that also writes a usage error as JSON to stdout when the command
-    line asks for JSON there (``wants_json_stdout(args)``, given the raw arguments), as
-    :func:`report_no_gpu` does for the no-GPU error: ``{"error": "Invalid value for --heads: ...",
-    "exit_status": 2}``, so that a ``| jq`` pipeline reads JSON whatever went wrong. The usual
-    message and usage line still go to stderr, and the exit status is click's (2).
+    asks for JSON there, as :func:`report_no_gpu` does for the no-GPU error:
+    ``{"error": "Invalid value for '--heads': ...", "exit_status": 2}``, so that a ``| jq``
+    pipeline reads JSON whatever went wrong. The usual message and usage line still go to
+    stderr, and the exit status is click's (2).
 
-    Covers errors of the option parsing and of the command body (``click.BadParameter`` raised
-    after the options are parsed).
+    ``param`` names the command's JSON option: a flag (``capture-demo --json``) or an option
+    whose value ``-`` means stdout (``bench replay --json -``). An error of the command body
+    (``click.BadParameter`` raised after parsing) goes by the parsed value; an error of the
+    parsing itself by a scan of the raw arguments that skips the values of the command's other
+    options (``--arch --json`` gives ``--arch`` the value ``--json``: no JSON then).
     """
     import click
 
     def _say(exc) -> None:
         print(json.dumps({"error": exc.format_message(), "exit_status": exc.exit_code}), flush=True)
 
+    def _wants(value) -> bool:
+        return value is True or value == "-"
+
     class _JsonUsageErrors(click.Command):
+        def _raw_wants(self, args) -> bool:
+            opts = {o: p for p in self.params if isinstance(p, click.Option) for o in p.opts + p.secondary_opts}
+            wants, i = False, 0
+            while i < len(args):
+                key, eq, val = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
+                p = opts.get(key)
+                if args[i] == "--" or p is None:
+                    if args[i] == "--":
+                        break
+                    i += 1
+                    continue
+                if p.is_flag or p.count:
+                    value, i = True, i + 1
+                elif eq:
+                    value, i = val, i + 1
+                else:
+                    value, i = (args[i + 1] if i + 1 < len(args) else None), i + 2
+                if p.name == param:
+                    wants = _wants(value)
+            return wants
+
         def make_context(self, info_name, args, parent=None, **extra):
-            wants = bool(wants_json_stdout(list(args)))
+            raw = self._raw_wants(list(args))
             try:
-                ctx = super().make_context(info_name, args, parent=parent, **extra)
+                return super().make_context(info_name, args, parent=parent, **extra)
             except click.UsageError as exc:
-                if wants:
+                if raw:
                     _say(exc)
                 raise
-            ctx.meta["json_usage_errors"] = wants
-            return ctx
 
         def invoke(self, ctx):
             try:
                 return super().invoke(ctx)
             except click.UsageError as exc:
-                if ctx.meta.get("json_usage_errors"):
+                if _wants(ctx.params.get(param)):
                     _say(exc)
                 raise
 

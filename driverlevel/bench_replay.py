@@ -365,9 +365,10 @@ def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -
     The ``--json`` path is checked first (2 with one line on stderr if it cannot be written), then
     the GPU: without one, the no-GPU sentence goes to stderr and, with ``json_path == "-"``, the
     object ``{"error": ..., "exit_status": 2}`` to stdout, as ``capture-demo --json`` does; 2. An
-    ordinal past the visible GPUs is 2 too. All before anything is measured.
+    ordinal past the visible GPUs is 2 too (with the same JSON object). All before anything is
+    measured.
     """
-    from ._cli_common import json_path_problem, report_no_gpu
+    from ._cli_common import json_path_problem, report_error, report_no_gpu
     from ._device import device_count, gpu_usable
 
     # Usage errors found before the minutes of measuring, not as a traceback after them.
@@ -379,8 +380,8 @@ def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -
         return report_no_gpu(json_to_stdout=json_path == "-")
     n = device_count()
     if ordinal >= n:
-        print(f"--device {ordinal}: only {n} GPU(s) visible (ordinals 0 to {n - 1})", file=sys.stderr)
-        return 2
+        return report_error(f"--device {ordinal}: only {n} GPU(s) visible (ordinals 0 to {n - 1})",
+                            json_to_stdout=json_path == "-")
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
     write_result(result, json_path)
     return 0

@@ -277,7 +277,10 @@ def compile_cmd(arch_opt, kernels):
     available = kernel_sources()
     # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
     src = kernel_source_dir().resolve()
-    kernels = [k for value in kernels for k in value.split(",") if k]  # argmax.cu,runner.cu as --arch takes
+    kernels = [k.strip() for value in kernels for k in value.split(",")]  # argmax.cu,runner.cu as --arch takes
+    if any(not k for k in kernels):  # --kernel "" (an empty $K in a script) must not compile all of cu/
+        raise click.BadParameter("an empty kernel name (a file of cu/, e.g. argmax.cu; leave --kernel out to "
+                                 "compile every file)", param_hint="--kernel")
     names = [Path(k).name if Path(k).name in available and Path(k).resolve() == src / Path(k).name else k
              for k in kernels]
     files = list(dict.fromkeys(names)) or available  # a repeated --kernel is compiled and listed once, as --arch
@@ -343,8 +346,8 @@ def _compile_jobs(files, archs) -> bool:
             finally:
                 bar.update()
             if bar.disable and not cub.cache_hit:  # no bar (a log, a pipe): one line per NVRTC run
-                click.echo(f"compiled {where} for {arch} in {time.perf_counter() - t0:.1f} s ({i}/{len(jobs)})",
-                           err=True)
+                click.echo(f"compiled {where} for {v.target or arch} in {time.perf_counter() - t0:.1f} s "
+                           f"({i}/{len(jobs)})", err=True)
             rows.extend(_resource_rows(where, arch, cub, v.dynamic_shared, problems))
             text = _log_warnings(cub.log)
             if text:
@@ -393,12 +396,7 @@ def bench():
     """Benchmarks (need a GPU): medians and ratios measured side by side in one run."""
 
 
-def _json_dash(args) -> bool:
-    """Whether ``bench replay``'s raw arguments send JSON to stdout (``--json -`` or ``--json=-``)."""
-    return "--json=-" in args or any(a == "--json" and b == "-" for a, b in zip(args, args[1:]))
-
-
-@bench.command("replay", cls=json_usage_errors(_json_dash))
+@bench.command("replay", cls=json_usage_errors("json_path"))
 @click.option("--nodes", default="1,10,50", show_default=True, help=f"Comma-separated kernel counts per graph "
               f"(1 to {MAX_NODES:,} each).")
 @click.option("--replays", default=10_000, show_default=True, type=click.IntRange(MIN_REPLAYS, MAX_REPLAYS),

@@ -411,7 +411,8 @@ class DDTreePlan:
         top-K per 7,680-token chunk, merged per row (less workspace, see below).
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise), on
-        ``device``, with :attr:`pool_bytes` free.
+        ``device``: a fresh pool of the default 256-byte alignment needs :attr:`pool_bytes`
+        (one already carved from, up to 255 B more for the first carve-out's alignment).
     name : str
         Prefix of the carve-out names.
     arch : str, optional
@@ -658,7 +659,8 @@ class DDTreePlan:
 
     @property
     def pool_bytes(self) -> int:
-        """Bytes a fresh :class:`~driverlevel.WorkspacePool` needs for this plan (here equal to
+        """Bytes a fresh :class:`~driverlevel.WorkspacePool` of the default (256-byte) alignment
+        needs for this plan (here equal to
         :attr:`workspace_bytes`, whose carve-outs are counted aligned; the name
         :class:`~driverlevel.VerifyAttention` shares). Plans sharing one pool need the sum."""
         return self.workspace_bytes

@@ -1067,7 +1067,8 @@ class DecodeStepRunner(_RunnerBase):
         These ``TypeError`` / ``ValueError`` come before the device is touched (nothing
         is allocated or compiled, and they are raised as such also without a GPU).
         Once the device is open, before anything is launched: ``ValueError`` for a
-        ``drafter.logits`` on another device, not C-contiguous or misaligned.
+        ``drafter.logits`` on another device, not C-contiguous or misaligned, ``TypeError``
+        for one in host memory (a numpy array).
     {common raises}
 
     Example

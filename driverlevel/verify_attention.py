@@ -767,7 +767,8 @@ class VerifyAttention:
         (576.0, "576", a bool) ``TypeError``.
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise), on
-        ``device``, with :attr:`pool_bytes` free.
+        ``device``: a fresh pool of the default 256-byte alignment needs :attr:`pool_bytes`
+        (one already carved from, up to 255 B more for the first carve-out's alignment).
     name : str
         Prefix of the carve-out names in ``pool``.
     arch : str, optional
@@ -962,7 +963,8 @@ class VerifyAttention:
 
     @property
     def pool_bytes(self) -> int:
-        """Bytes a fresh :class:`~driverlevel.WorkspacePool` needs for this plan's workspace.
+        """Bytes a fresh :class:`~driverlevel.WorkspacePool` of the default (256-byte) alignment
+        needs for this plan's workspace.
 
         :attr:`workspace_bytes` with each carve-out aligned as :meth:`WorkspacePool.carve
         <driverlevel.WorkspacePool.carve>` places it (``WorkspacePool.required_bytes`` of the

@@ -128,7 +128,7 @@ def _rows(output):
 def test_compile_sm120_every_kernel(runner):
     r = invoke(runner, "compile", "--arch", "sm_120")
     assert r.exit_code == 0, r.output
-    header = r.output.splitlines()[0]
+    header = r.stdout.splitlines()[0]
     assert header.split()[:4] == ["file", "kernel", "arch", "regs"]
     for col in ("static smem", "dynamic smem", "smem limit", "headroom", "spill B", "cache"):
         assert col in header
@@ -441,6 +441,18 @@ def test_bench_replay_usage_errors_before_measuring(runner, monkeypatch, args, s
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
 
 
+def test_bench_replay_device_past_the_gpus_with_json_to_stdout_is_a_json_object(runner, monkeypatch):
+    from driverlevel import _device, bench_replay
+
+    monkeypatch.setattr(_device, "gpu_usable", lambda: True)
+    monkeypatch.setattr(_device, "device_count", lambda: 1)
+    monkeypatch.setattr(bench_replay, "run", lambda *a, **k: pytest.fail("measured despite a usage error"))
+    r = runner.invoke(cli.main, ["bench", "replay", "--device", "3", "--json", "-"])
+    assert r.exit_code == 2
+    assert json.loads(r.stdout) == {"error": "--device 3: only 1 GPU(s) visible (ordinals 0 to 0)", "exit_status": 2}
+    assert r.stderr.strip() == "--device 3: only 1 GPU(s) visible (ordinals 0 to 0)"
+
+
 def _fake_replay_result():
     from driverlevel.bench_replay import ReplayRow
 
@@ -744,7 +756,11 @@ def test_compile_kernel_takes_a_comma_list_as_arch_does(runner, monkeypatch):
 def test_a_usage_error_with_json_to_stdout_is_a_json_object_too(runner, monkeypatch, args, words):
     from driverlevel import _device
 
-    monkeypatch.setattr(_device, "gpu_usable", lambda: pytest.fail("GPU check before the options'"))
+    from driverlevel.demo import capture_demo
+
+    no = lambda: pytest.fail("GPU check before the options'")  # noqa: E731
+    monkeypatch.setattr(_device, "gpu_usable", no)
+    monkeypatch.setattr(capture_demo, "gpu_usable", no, raising=False)
     r = runner.invoke(cli.main, args)
     assert r.exit_code == 2
     err = json.loads(r.stdout)
@@ -753,7 +769,26 @@ def test_a_usage_error_with_json_to_stdout_is_a_json_object_too(runner, monkeypa
 
 
 @pytest.mark.parametrize("args", [["capture-demo", "--heads", "0"], ["bench", "replay", "--repeats", "0"],
-                                  ["bench", "replay", "--json", "/tmp/x.json", "--repeats", "0"]])
+                                  ["bench", "replay", "--json", "/tmp/x.json", "--repeats", "0"],
+                                  ["capture-demo", "--arch", "--json", "--heads", "0"],  # --arch's value
+                                  ["bench", "replay", "--nodes", "--json", "--repeats", "0"]])
 def test_a_usage_error_without_json_to_stdout_leaves_stdout_empty(runner, args):
     r = runner.invoke(cli.main, args)
     assert r.exit_code == 2 and r.stdout == "" and "Invalid value" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["", ",", "selftest.cu,", " "])
+def test_compile_refuses_an_empty_kernel_name_instead_of_compiling_everything(runner, monkeypatch, value):
+    monkeypatch.setattr(cli, "compile_file", lambda *a, **k: pytest.fail("compiled"))
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", value])
+    assert r.exit_code == 2 and "Invalid value for --kernel: an empty kernel name" in r.stderr
+
+
+def test_compile_kernel_list_entries_are_stripped(runner, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli, "compile_file", lambda f, arch, defines=None, *a, **k: calls.append(f) or
+                        _fake_compile({"k": KernelResources(registers=32)})(f, arch, defines))
+    monkeypatch.setattr(cli, "compile_variants", lambda f, arch: [CompileVariant({}, {}, "")])
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--kernel", "selftest.cu, argmax.cu"])
+    assert r.exit_code == 0, r.output
+    assert calls == ["selftest.cu", "argmax.cu"]

@@ -123,3 +123,23 @@ def test_from_handle_takes_ints_numpy_ints_custreams_and_the_stream_protocol(str
     for handle in (0x5000, np.int64(0x5000), np.uint64(0x5000), driver.CUstream(0x5000), OldCoreStream()):
         s = dl.Stream.from_handle(handle, 0)
         assert type(s.handle) is driver.CUstream and int(s) == 0x5000
+
+
+# -- the per-thread default stream: one handle, a different stream in every thread ----------------------------
+def test_another_threads_capture_of_the_per_thread_stream_is_not_this_threads(monkeypatch):
+    """Handle 2 (CU_STREAM_PER_THREAD) captured by thread A is not the handle-2 stream of thread B: B asks the
+    driver about its own, and only A's own check matches A's capture."""
+    import threading
+
+    from driverlevel import _capture_guard
+
+    asked = []
+    monkeypatch.setattr(driver, "cuStreamIsCapturing", lambda h: asked.append(int(h)) or
+                        (OK, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE))
+    other = threading.get_ident() + 1
+    monkeypatch.setitem(_capture_guard._active, -1, (2, "thread_local", other))
+    assert not _capture_guard.stream_is_capturing(2) and asked == [2]  # this thread's own per-thread stream
+    monkeypatch.setitem(_capture_guard._active, -1, (2, "thread_local", threading.get_ident()))
+    assert _capture_guard.stream_is_capturing(2) and asked == [2]  # this thread's capture: no driver call
+    monkeypatch.setitem(_capture_guard._active, -1, (0x5000, "thread_local", other))
+    assert _capture_guard.stream_is_capturing(0x5000)  # an ordinary stream is one stream in every thread

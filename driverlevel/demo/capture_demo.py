@@ -371,7 +371,7 @@ _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
 
 
 @click.command("capture-demo", context_settings={"help_option_names": ["-h", "--help"]},
-               cls=json_usage_errors(lambda args: "--json" in args))
+               cls=json_usage_errors("as_json"))
 @click.option("--heads", default=9, show_default=True, type=click.IntRange(1, 128), help="Query heads of the MLA layer.")
 @click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(2, 65536),
               help="Longest prompt (the committed prefix); requests get 1/2x .. 1x of it.")
