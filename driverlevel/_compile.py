@@ -10,7 +10,8 @@ Cache
 Entries live in ``$DRIVERLEVEL_CACHE_DIR`` (``~`` expanded, a relative path made absolute
 once; default ``$XDG_CACHE_HOME/driverlevel`` or ``~/.cache/driverlevel``); ``DRIVERLEVEL_CACHE=0``
 (or ``off``, ``false``, ``no``) disables the disk cache, ``1``/``on``/``true``/``yes`` or unset
-keeps it, and any other value is a ``ValueError`` (:func:`cache_dir`).
+keeps it, and any other value is a ``ValueError`` (:func:`cache_dir`). ``DRIVERLEVEL_LINEINFO=1``
+compiles with ``-lineinfo`` (:func:`lineinfo_requested`), a key of its own.
 The key hashes the source, every local header it includes (``#include "..."`` or ``<...>`` found in
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
@@ -60,6 +61,7 @@ __all__ = [
     "normalize_arch",
     "check_arch",
     "cache_dir",
+    "lineinfo_requested",
 ]
 
 #: The architectures every kernel is built and checked for: ``driverlevel compile --arch all`` and
@@ -437,6 +439,28 @@ def check_arch(name) -> str:
 #: ``DRIVERLEVEL_CACHE`` values (lower case, surrounding blanks ignored) that disable / keep the disk cache.
 _CACHE_OFF = ("0", "off", "false", "no")
 _CACHE_ON = ("", "1", "on", "true", "yes")
+
+
+def lineinfo_requested() -> bool:
+    """Whether ``DRIVERLEVEL_LINEINFO`` asks NVRTC for ``-lineinfo`` (source lines in the cubin, for
+    ``compute-sanitizer`` reports and Nsight Compute's source view; the SASS is unchanged).
+
+    Unset, empty, ``0``, ``off``, ``false`` or ``no``: no; ``1``, ``on``, ``true`` or ``yes``: yes
+    (any case). The option is part of the cache key, so both builds are cached side by side.
+
+    Raises
+    ------
+    ValueError
+        For any other value (a typo must not silently mean either).
+    """
+    value = os.environ.get("DRIVERLEVEL_LINEINFO")
+    v = (value or "").strip().lower()
+    if v in ("",) + _CACHE_OFF:
+        return False
+    if v in _CACHE_ON:
+        return True
+    raise ValueError(f"DRIVERLEVEL_LINEINFO={value!r} is not understood: use 1, on, true or yes to compile with "
+                     f"-lineinfo, or 0, off, false or no (or leave it unset) to compile without")
 
 
 def cache_dir() -> Path | None:
@@ -817,6 +841,8 @@ def _options(arch: str, defines: dict, extra) -> list[str]:
         "--device-as-default-execution-space",
         f"-DDL_SMEM_LIMIT={shared_limit(arch)}",
     ]
+    if lineinfo_requested():
+        opts.append("-lineinfo")
     for k in sorted(defines or {}):
         v = defines[k]
         if isinstance(v, bool):
@@ -956,7 +982,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         option in ``extra_options`` or one last there without its value, an ``include_dirs``
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
         define name that is no C identifier, a define value that is a non-finite float or a str
-        with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`).
+        with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`)
+        or ``DRIVERLEVEL_LINEINFO`` value (:func:`lineinfo_requested`).
         An architecture the NVRTC in use cannot compile for is
         :class:`~driverlevel.UnsupportedTargetError`, a ValueError.
     TypeError

@@ -22,7 +22,7 @@ import click
 from . import __version__
 from ._cli_common import json_path_problem, json_usage_errors
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
-                       kernel_source_dir, kernel_sources, nvrtc_version)
+                       kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
 from ._device import Device, device_count, driver_version
 from ._errors import CudaError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
@@ -299,6 +299,7 @@ def compile_cmd(arch_opt, kernels):
                                      param_hint="--kernel")
     try:
         cache_dir()  # an unrecognised DRIVERLEVEL_CACHE is one usage error, not a failure per compile
+        lineinfo_requested()  # (DRIVERLEVEL_LINEINFO the same)
     except ValueError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)

@@ -38,7 +38,8 @@ compilation (``_compile``)
     :class:`Cubin`, :class:`KernelResources`, :class:`CompileVariant`, :func:`compile_source`,
     :func:`compile_file` (a file of the package's ``cu/``), :func:`kernel_sources`,
     :func:`kernel_source_dir`, :func:`nvrtc_version`, :func:`normalize_arch`,
-    :func:`check_arch`, :func:`cache_dir`, :data:`SUPPORTED_ARCHS`, :data:`MAX_SHARED_PER_BLOCK`.
+    :func:`check_arch`, :func:`cache_dir`, :func:`lineinfo_requested`, :data:`SUPPORTED_ARCHS`,
+    :data:`MAX_SHARED_PER_BLOCK`.
 modules and launches (``_module``)
     :class:`Module`, :class:`Kernel`, :class:`PreparedLaunch`, :func:`load_module`,
     :func:`struct_layout_defines`.
@@ -52,8 +53,8 @@ from __future__ import annotations
 from ._array import DeviceArray, as_device_array
 from ._dtypes import as_dtype, bf16_bits_to_f32, bfloat16, dtype_name, f32_to_bf16_bits, storage_dtype
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, Cubin, KernelResources, cache_dir,
-                       check_arch, compile_file, compile_source, kernel_source_dir, kernel_sources, normalize_arch,
-                       nvrtc_version)
+                       check_arch, compile_file, compile_source, kernel_source_dir, kernel_sources,
+                       lineinfo_requested, normalize_arch, nvrtc_version)
 from ._device import (NO_GPU_EXIT_STATUS, NO_GPU_MESSAGE, Device, DeviceProperties, device_count, driver_version,
                       gpu_usable, init_driver, require_gpu)
 from ._graph import CaptureSession, Graph, GraphExec, KernelNodeInfo, PointerArg, capture
@@ -77,8 +78,8 @@ __all__ = [
     "bfloat16", "as_dtype", "dtype_name", "storage_dtype", "f32_to_bf16_bits", "bf16_bits_to_f32",
     # compilation
     "Cubin", "KernelResources", "CompileVariant", "compile_source", "compile_file", "kernel_sources",
-    "kernel_source_dir", "nvrtc_version", "normalize_arch", "check_arch", "cache_dir", "SUPPORTED_ARCHS",
-    "MAX_SHARED_PER_BLOCK",
+    "kernel_source_dir", "nvrtc_version", "normalize_arch", "check_arch", "cache_dir", "lineinfo_requested",
+    "SUPPORTED_ARCHS", "MAX_SHARED_PER_BLOCK",
     # modules and launches
     "Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines",
     # graphs

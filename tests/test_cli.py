@@ -558,6 +558,14 @@ def test_compile_unknown_cache_value_is_a_usage_error(runner, monkeypatch):
     assert r.stdout == ""
 
 
+def test_compile_unknown_lineinfo_value_is_a_usage_error(runner, monkeypatch):
+    monkeypatch.setenv("DRIVERLEVEL_LINEINFO", "maybe")
+    monkeypatch.setattr(cli, "compile_file", lambda *a, **k: pytest.fail("compiled"))
+    r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith("Error: DRIVERLEVEL_LINEINFO='maybe' is not understood")
+
+
 @pytest.mark.parametrize("args, json_out", [(["--json", "-"], True), ([], False)])
 def test_bench_replay_json_stdout_without_gpu_is_an_error_object(runner, monkeypatch, args, json_out):
     """Review 15 #11: ``bench replay --json -`` wrote nothing to stdout without a GPU, while

@@ -1323,3 +1323,32 @@ def test_check_arch_takes_numpy_integers_and_only_ascii_digits():
             _compile.check_arch(bad)
         with pytest.raises(ValueError, match="unsupported architecture"):
             tile_config(bad, 64)
+
+
+# -- DRIVERLEVEL_LINEINFO: -lineinfo for compute-sanitizer and Nsight Compute, cached under its own key ------------
+@pytest.mark.parametrize("value, on", [("1", True), (" On ", True), ("yes", True), ("", False), ("0", False),
+                                       ("off", False), ("NO", False)])
+def test_lineinfo_values(monkeypatch, value, on):
+    monkeypatch.setenv("DRIVERLEVEL_LINEINFO", value)
+    assert _compile.lineinfo_requested() is on
+
+
+def test_lineinfo_unset_is_off_and_a_typo_is_an_error_before_compiling(monkeypatch, count_compiles):
+    monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
+    assert _compile.lineinfo_requested() is False
+    monkeypatch.setenv("DRIVERLEVEL_LINEINFO", "maybe")
+    with pytest.raises(ValueError, match=r"^DRIVERLEVEL_LINEINFO='maybe' is not understood: use 1, on, true or yes"):
+        compile_source('extern "C" __global__ void k() {}', "k.cu", "sm_90", use_cache=False)
+    assert count_compiles == []
+
+
+def test_lineinfo_puts_source_lines_in_the_cubin_under_another_key(fresh_cache, monkeypatch):
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+    monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
+    plain = compile_source(src, "k.cu", "sm_90")
+    monkeypatch.setenv("DRIVERLEVEL_LINEINFO", "1")
+    lined = compile_source(src, "k.cu", "sm_90")
+    assert "-lineinfo" in lined.options and "-lineinfo" not in plain.options
+    assert b".debug_line" in lined.data and b".debug_line" not in plain.data
+    assert lined.key != plain.key and not lined.cache_hit  # not the plain build's entry
+    assert lined.resources["k"].registers == plain.resources["k"].registers

@@ -1,0 +1,81 @@
+"""tools/sanitize.sh without a GPU (CPU only): its help, its refusal of unknown runs before anything runs,
+and its summary of each run, with a stand-in for compute-sanitizer that records its arguments."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tools" / "sanitize.sh"
+
+STUB = """#!/usr/bin/env bash
+# a compute-sanitizer stand-in: records its arguments, prints a summary per tool, exits as the real one would
+echo "$@" >> "$STUB_LOG"
+echo "${DRIVERLEVEL_LINEINFO:-unset}" > "$STUB_LOG.lineinfo"
+[ "$1" = --version ] && { echo "Version 2099.1"; exit 0; }
+case "$2" in
+  memcheck)  echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
+  racecheck) echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"; exit 97 ;;
+  synccheck) sleep 5; exit 0 ;;
+esac
+exit 3
+"""
+
+
+def _run(tmp_path, *args, env=None):
+    stub = tmp_path / "compute-sanitizer"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    e = dict(os.environ, SANITIZER=str(stub), STUB_LOG=str(tmp_path / "calls.txt"), OUT=str(tmp_path / "out"),
+             PYTHON=sys.executable, **(env or {}))
+    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=60)
+    calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
+    return r, [c for c in calls if c != "--version"]
+
+
+def test_help_prints_the_header_and_runs_nothing(tmp_path):
+    r, calls = _run(tmp_path, "--help")
+    assert r.returncode == 0 and calls == []
+    assert "memcheck" in r.stdout and "GROUP is one of" in r.stdout and "#" not in r.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("run, words", [("memcheck:nope", "unknown group 'nope'"),
+                                        ("leakcheck:ddtree", "unknown tool 'leakcheck'")])
+def test_an_unknown_run_is_refused_before_any_run(tmp_path, run, words):
+    r, calls = _run(tmp_path, "memcheck:step", run)
+    assert r.returncode == 2 and words in r.stderr and calls == []
+
+
+def test_each_run_is_summarised_with_the_sanitizers_own_line(tmp_path):
+    r, calls = _run(tmp_path, "memcheck:step", "racecheck:ddtree", "synccheck:verify", env={"TIMEOUT": "2"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    assert table[2].split()[:3] == ["memcheck", "step", "clean"] and "ERROR SUMMARY: 0 errors" in table[2]
+    assert table[3].split()[:3] == ["racecheck", "ddtree", "ERRORS"] and "2 hazards displayed" in table[3]
+    assert table[4].split()[:3] == ["synccheck", "verify", "timeout"]
+    assert len(calls) == 3 and all(c.split()[:6] == ["--tool", t, "--error-exitcode", "97", "--print-limit", "30"]
+                                   for c, t in zip(calls, ["memcheck", "racecheck", "synccheck"]))
+    assert calls[0].endswith("-m pytest -q -m gpu -p no:cacheprovider tests/test_decode_step_fuzz_gpu.py")
+    assert "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py -k build_matches_reference or" in calls[1]
+    assert calls[2].endswith("tests/test_verify_attention_gpu.py -k not 200k")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "memcheck-step.log", "racecheck-ddtree.log", "synccheck-verify.log"]
+
+
+@pytest.mark.parametrize("lineinfo, seen", [("1", "1"), ("0", "unset")])
+def test_the_plan_from_the_environment_and_lineinfo(tmp_path, monkeypatch, lineinfo, seen):
+    monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
+    r, calls = _run(tmp_path, env={"PLAN": "memcheck:step", "LINEINFO": lineinfo})
+    assert r.returncode == 0 and len(calls) == 1 and calls[0].startswith("--tool memcheck")
+    assert (tmp_path / "calls.txt.lineinfo").read_text().strip() == seen
+
+
+def test_no_sanitizer_is_a_clear_error(tmp_path):
+    e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"))
+    r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and "no compute-sanitizer found (set SANITIZER to its path)" in r.stderr

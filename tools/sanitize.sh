@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# compute-sanitizer over groups of GPU tests: memcheck (out-of-bounds and misaligned device accesses,
+# the kernels fed corrupted metadata on purpose included), racecheck (shared-memory hazards), synccheck
+# (barriers a warp or CTA cannot all reach) and initcheck (reads of device memory never written).
+#
+#   tools/sanitize.sh [TOOL:GROUP ...]     these runs (default: $PLAN)
+#   tools/sanitize.sh -h | --help          this text (nothing run)
+#
+# GROUP is one of
+#   ddtree   tests/test_ddtree_robust_gpu.py, and of tests/test_ddtree_gpu.py the builds against the reference
+#            (both top-K modes, deep trees, the chain and star extremes, the threshold fallback), compile,
+#            accept and the dense commit
+#   verify   tests/test_verify_schedule_gpu.py and tests/test_verify_attention_gpu.py but the 200k prefix
+#   step     tests/test_decode_step_fuzz_gpu.py (1,000 replays of a decode step on corrupted metadata)
+#   runner   tests/test_runner_gpu.py (the demo model, both runners, lossless checks)
+#
+# Environment:
+#   OUT        directory for the logs (default: a new temporary directory); one log per run, TOOL-GROUP.log
+#   PLAN       default runs (default "memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree
+#              synccheck:ddtree")
+#   TIMEOUT    seconds per run (default 110); a run cut short still reports the errors found so far
+#   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
+#   PYTHON     the interpreter (default: python)
+#   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1) so that reports name source lines; off by
+#              default because it is a cache key of its own: every kernel is compiled again
+#
+# Runs from the checkout with PYTHONPATH set to it (nothing installed). Each run is
+#   compute-sanitizer --tool TOOL --error-exitcode 97 --print-limit 30 PYTHON -m pytest -q -m gpu GROUP...
+# and the summary table last gives per run: the status (clean, ERRORS, test failures, timeout), the
+# seconds, and the sanitizer's own summary line. The exit status is non-zero if any run was not clean.
+set -uo pipefail
+case "${1:-}" in
+  -h|--help)  # the header above, without its comment marks; nothing run
+    sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+esac
+export PYTHONUNBUFFERED=1
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+[ "${LINEINFO:-0}" = 1 ] && export DRIVERLEVEL_LINEINFO=1
+
+PY="${PYTHON:-python}"
+OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
+mkdir -p "$OUT_DIR"
+TIMEOUT_S="${TIMEOUT:-110}"
+SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
+if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
+  echo "sanitize.sh: no compute-sanitizer found (set SANITIZER to its path)" >&2
+  exit 2
+fi
+
+DDTREE_K="build_matches_reference or deep_trees or chain_and_star or threshold_fallback or compile_matches"
+DDTREE_K="$DDTREE_K or accept_from_target or commit_dense or nonfinite or poisoned or corrupted or dense_commit"
+group_args() {  # the pytest arguments of a group
+  case "$1" in
+    ddtree) echo "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py -k" ;;
+    verify) echo "tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py -k" ;;
+    step)   echo "tests/test_decode_step_fuzz_gpu.py" ;;
+    runner) echo "tests/test_runner_gpu.py" ;;
+    *) return 1 ;;
+  esac
+}
+group_k() {  # the -k expression of a group that takes one
+  case "$1" in
+    ddtree) echo "$DDTREE_K" ;;
+    verify) echo "not 200k" ;;
+  esac
+}
+
+RUNS=("$@")
+[ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN:-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
+for run in "${RUNS[@]}"; do  # every run named right before the first one starts
+  tool="${run%%:*}"; group="${run#*:}"
+  case "$tool" in memcheck|racecheck|synccheck|initcheck) ;; *)
+    echo "sanitize.sh: unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" >&2; exit 2 ;; esac
+  group_args "$group" > /dev/null || { echo "sanitize.sh: unknown group '$group' in '$run' (ddtree, verify, step, runner)" >&2; exit 2; }
+done
+
+echo "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | grep -i version | head -n 1))"
+SUMMARY=()
+FAILED=0
+for run in "${RUNS[@]}"; do
+  tool="${run%%:*}"; group="${run#*:}"
+  log="$OUT_DIR/$tool-$group.log"
+  read -r -a args <<< "$(group_args "$group")"
+  kexpr="$(group_k "$group")"
+  [ -n "$kexpr" ] && args+=("$kexpr")
+  echo
+  echo "=== $tool $group: ${args[*]}"
+  start=$(date +%s)
+  timeout "$TIMEOUT_S" "$SAN" --tool "$tool" --error-exitcode 97 --print-limit 30 \
+    "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  tail -n 5 "$log"
+  case "$rc" in
+    0) status="clean" ;;
+    97) status="ERRORS"; FAILED=1 ;;
+    124|137) status="timeout"; FAILED=1 ;;
+    *) status="FAIL($rc)"; FAILED=1 ;;
+  esac
+  # the sanitizer's summary line: "ERROR SUMMARY: 0 errors", racecheck's "RACECHECK SUMMARY: ..."
+  note="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//' | cut -c1-80)"
+  [ -z "$note" ] && note="(no sanitizer summary) $(grep -E 'passed|failed|error' "$log" | tail -n 1 | cut -c1-60)"
+  SUMMARY+=("$(printf '%-10s %-7s %-10s %5ss  %s' "$tool" "$group" "$status" "$((end - start))" "$note")")
+done
+
+echo
+echo "=== summary (logs in $OUT_DIR)"
+printf '%-10s %-7s %-10s %6s  %s\n' tool group status time "sanitizer summary"
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+exit "$FAILED"
