@@ -87,7 +87,7 @@ for run in "${RUNS[@]}"; do
   echo
   echo "=== $tool $group: ${args[*]}"
   start=$(date +%s)
-  timeout "$TIMEOUT_S" "$SAN" --tool "$tool" --error-exitcode 97 --print-limit 30 \
+  timeout -k 10 "$TIMEOUT_S" "$SAN" --tool "$tool" --error-exitcode 97 --print-limit 30 \
     "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1
   rc=$?
   end=$(date +%s)
