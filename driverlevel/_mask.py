@@ -3,14 +3,20 @@
 A draft token always sees the whole committed prefix of its request. Which
 *draft* tokens of the same request it sees is described in one of four ways:
 
-``"full"`` (:attr:`MaskFormat.FULL`, SGLang ``FULL``)
+``"full"`` (:attr:`MaskFormat.FULL`, SGLang ``TreeMaskMode.FULL_MASK``)
     ``custom_mask`` uint8 (or bool, the same byte), flat. Request ``b``'s block
     starts at ``mask_indptr[b]`` (int64) and is ``q_len × (prefix_len + q_len)``
     row-major: row ``i`` is draft token ``i``, columns ``0 .. prefix_len-1`` are
-    the prefix (all ones), column ``prefix_len + j`` is draft token ``j``.
-``"qlen_only"`` (:attr:`MaskFormat.QLEN_ONLY`, SGLang ``QLEN_ONLY``)
+    the prefix (not read: the prefix is always visible, as in SGLang's Triton
+    backend's default ``skip_prefix_custom_mask``; SGLang's tree builder may leave
+    them unwritten), column ``prefix_len + j`` is draft token ``j``.
+``"qlen_only"`` (:attr:`MaskFormat.QLEN_ONLY`, SGLang ``TreeMaskMode.QLEN_ONLY``)
     Same, without the prefix columns: a ``q_len × q_len`` block per request at
-    ``mask_indptr[b]``.
+    ``mask_indptr[b]``. SGLang locates these blocks by a uniform ``n * n * b`` and
+    builds no ``mask_indptr``: pass ``arange(0, (bs + 1) * n * n, n * n)`` (int64,
+    built once: it does not change between steps). SGLang's ``QLEN_ONLY_BITPACKING``
+    (one uint8/16/32 per row by ``n``) matches ``"bitmask"``'s bit order; widen it to
+    uint32 ``[total_q, 1]`` for ``max_q <= 32``.
 ``"bitmask"`` (:attr:`MaskFormat.BITMASK`, driverlevel's packed form)
     uint32 ``[total_q, n_words]``. Bit ``j`` of word ``w`` in row ``t`` is set
     when draft token ``32*w + j`` of the same request is visible to global draft

@@ -644,8 +644,20 @@ class VerifyMetadata:
     """SGLang-style metadata of one verify call, device arrays in their native dtypes.
 
     Every index array may be int32 or int64 (read in place, no conversion), whatever dtype
-    the list below gives: the usual ones in SGLang, whose backends differ (its Triton backend
-    keeps ``qo_indptr`` in int32, for instance). A bitmask ``custom_mask`` may be int32.
+    the list below gives: the usual ones in SGLang, whose backends and paths differ (its
+    FlashInfer backends and the Triton backend's eager verify path use int32 ``qo_indptr``,
+    the Triton backend's CUDA-graph buffers int64). A bitmask ``custom_mask`` may be int32.
+
+    The prefix convention is SGLang's **Triton backend**'s: ``kv_indptr`` / ``kv_indices`` cover
+    the committed prefix only, and the draft tokens' own K/V is found through
+    ``out_cache_loc``. SGLang's FlashInfer path (``EagleVerifyInput.generate_attn_arg_prefill``)
+    appends the draft slots to each request's ``kv_indices`` range: passed as is, every draft
+    token would also be seen as prefix, unmasked: build ``kv_indptr`` from the prefix lengths
+    and ``kv_indices`` from each request's first ``prefix_len`` entries (what the Triton
+    backend's metadata already is) before calling. Padded requests: driverlevel's
+    convention is 0 draft tokens (``qo_indptr[b + 1] == qo_indptr[b]``); SGLang's CUDA-graph
+    padding gives them ``num_draft_tokens`` rows on a stale mask, which this plan computes too
+    (their outputs are garbage for garbage in, never out of bounds).
 
     A plain container: nothing is checked when it is built. :meth:`VerifyAttention.run`
     checks each array's device, dtype and shape before any launch (``TypeError`` /
@@ -751,7 +763,9 @@ class VerifyAttention:
         into (about). Default None: no cap; the scheduler balances the work over the
         whole grid on every replay.
     sm_scale : float
-        Softmax scale (default ``1/sqrt(192)``, DeepSeek-style). The kernels take ``sm_scale *
+        Softmax scale (default ``1/sqrt(192)``: DeepSeek's ``qk_head_dim ** -0.5`` without
+        YaRN; pass the model's own, e.g. SGLang's ``RadixAttention.scaling``, which the YaRN
+        checkpoints (DeepSeek-V3, Kimi K2) multiply by ``mscale ** 2``). The kernels take ``sm_scale *
         log2(e)`` as a float32, which must be a normal number: sm_scale about 8.15e-39 to 2.36e38
         (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
         but a real number, a bool included).
@@ -1127,7 +1141,10 @@ class VerifyAttention:
             Lengths and ids are read on the GPU and checked there (:meth:`check_errors`).
         out : bf16 ``[total_q, num_heads, 512]``
         lse : float32 ``[total_q, num_heads]``, optional
-            Natural-log log-sum-exp of each row's scaled scores.
+            Natural-log log-sum-exp of each row's scaled scores (``sm_scale * q . k``), row
+            ``(t, h)``: the base and layout of SGLang's Triton ``merge_state`` and
+            ``sgl_kernel.merge_state_v2``. FlashInfer's LSE is base 2 (multiply ours by
+            ``log2(e)``); some kernels take ``[num_heads, total_q]`` (transpose).
 
         Raises
         ------

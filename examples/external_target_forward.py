@@ -11,9 +11,12 @@ It must only *launch* work on ``stream`` (it is captured into the step's graph o
 replayed every step; no allocation, no synchronization, no host reads): read
 ``buffers.input_ids`` / ``positions`` / ``metadata`` (SGLang dtypes, the tree's bitmask in
 ``metadata.custom_mask``), write every row's latent KV into ``buffers.kv_cache`` at
-``metadata.out_cache_loc`` and float32 logits into ``buffers.logits``. The row count of a
-step is on the device (``buffers.num_rows`` = ``qo_indptr[bs]``); rows past it are stale.
-For prompts the runner calls it once per ``reset`` with ``buffers.logits = None``.
+``metadata.out_cache_loc`` (skipping a slot of -1: the pool ran out) and float32 logits into
+``buffers.logits``. The row count of a step is on the device (``buffers.num_rows`` =
+``qo_indptr[bs]``); rows past it are stale, and their slots may belong to live tokens: write no
+KV for them. For prompts the runner calls it at ``reset`` with ``mask_format="causal"`` and
+``buffers.logits = None``. :class:`driverlevel.interfaces.TargetBuffers` says what every row
+attends to.
 
 Here "your runtime" is driverlevel's demo model up to the residual stream followed by a
 hand-written LM head kernel compiled with NVRTC (any kernel launched on ``stream`` works
@@ -38,16 +41,18 @@ from driverlevel.runner import AutoregressiveRunner, DecodeStepRunner
 
 MY_LM_HEAD = r"""
 #include <cuda_bf16.h>
-// logits[r, v] = sum_k h[r, k] * w[v, k]; grid (ceil(vocab / 256), max_rows), block 256.
+// logits[r, v] = sum_k h[r, k] * w[v, k]; grid (ceil(vocab / 256), min(max_rows, 65535)), block 256:
+// gridDim.y is at most 65,535, fewer than max_rows can be (256 requests x 513 rows), so rows stride by it.
 extern "C" __global__ void my_lm_head(const __nv_bfloat16* h, const __nv_bfloat16* w, float* logits,
                                       const long long* num_rows, int d, int vocab) {
-  const int r = blockIdx.y;
-  if (r >= *num_rows) return;                 // the step's row count lives on the device
   const int v = blockIdx.x * blockDim.x + threadIdx.x;
   if (v >= vocab) return;
-  float acc = 0.f;
-  for (int k = 0; k < d; ++k) acc += __bfloat162float(h[(long long)r * d + k]) * __bfloat162float(w[(long long)v * d + k]);
-  logits[(long long)r * vocab + v] = acc;
+  const long long rows = *num_rows;           // the step's row count lives on the device
+  for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
+    float acc = 0.f;
+    for (int k = 0; k < d; ++k) acc += __bfloat162float(h[r * d + k]) * __bfloat162float(w[(long long)v * d + k]);
+    logits[r * vocab + v] = acc;
+  }
 }
 """
 
@@ -70,14 +75,17 @@ class MyTargetForward:
         self.tree_plan.prepare(buffers.input_ids, buffers.positions, buffers.metadata, buffers.kv_cache,
                                num_rows=buffers.num_rows, stop_after="hidden")
         V, D = self.model.vocab_size, self.model.d_model
-        self._head = self.lm_head.prepare((math.ceil(V / 256), buffers.max_rows, 1), 256,
+        self._head = self.lm_head.prepare((math.ceil(V / 256), min(buffers.max_rows, 65535), 1), 256,
                                           [self.tree_plan.h, self.model.w_lm, buffers.logits, buffers.num_rows,
                                            np.int32(D), np.int32(V)])
         self._bound = buffers.key()
 
     def __call__(self, stream, buffers) -> None:
-        if buffers.logits is None:  # prompts (called by reset, never captured): only the KV matters
-            if self.prefill_plan is None or self.prefill_plan.max_q < buffers.max_q:
+        if buffers.mask_format == "causal":  # prompts (called by reset, never captured): only the KV matters
+            # (a DecodeStepRunner's steps are "bitmask"; an AutoregressiveRunner's are "causal" too, and
+            # then carry logits: this forward serves the DDTree runner only)
+            if (self.prefill_plan is None or self.prefill_plan.max_q < buffers.max_q
+                    or self.prefill_plan.max_batch < buffers.batch_size):
                 self.prefill_plan = self.model.forward_plan(max_batch=buffers.batch_size, max_q=buffers.max_q,
                                                             mask_format="causal", name="my.prefill")
             self.prefill_plan.prepare(buffers.input_ids, buffers.positions, buffers.metadata, buffers.kv_cache,

@@ -1,13 +1,17 @@
-"""SGLang-style verify metadata passed as-is: FULL and QLEN_ONLY ``custom_mask`` + ``mask_indptr``.
+"""SGLang-style verify metadata without conversion copies: FULL and QLEN_ONLY ``custom_mask`` + ``mask_indptr``.
 
-A serving engine hands over, in their native dtypes and without conversion copies:
+A serving engine hands over, in their native dtypes and without conversion copies (the
+Triton backend's convention: ``kv_indptr``/``kv_indices`` cover the committed prefix only):
 ``qo_indptr`` int64 [bs+1], ``kv_indptr`` int32 [bs+1], ``kv_indices`` int64,
 ``out_cache_loc`` int64 [total_q], ``custom_mask`` uint8 (``torch.bool`` in eager engines:
-the same byte) and ``mask_indptr`` int64 [bs+1]. Two mask layouts exist:
+the same byte) and ``mask_indptr`` int64 [bs+1]. Two mask layouts exist (SGLang's
+``TreeMaskMode.FULL_MASK`` and ``QLEN_ONLY``):
 
-* FULL: per request a ``q_len x (prefix_len + q_len)`` row-major block, prefix columns all
-  ones (what SGLang's ``extend_attention_fwd`` reads);
-* QLEN_ONLY: per request a ``q_len x q_len`` block.
+* FULL: per request a ``q_len x (prefix_len + q_len)`` row-major block (what SGLang's
+  ``extend_attention_fwd`` reads; its prefix columns are not read, here or there by default);
+* QLEN_ONLY: per request a ``q_len x q_len`` block. SGLang builds no ``mask_indptr`` for it
+  (the blocks sit at ``n * n * b``): this example passes the offsets, which are the same
+  every step when every request has ``n`` rows.
 
 This example builds both the way SGLang does, passes the buffers straight to
 ``VerifyAttention`` plans with ``mask_format="full"`` / ``"qlen_only"``, and shows that

@@ -268,9 +268,10 @@ def draft_visibility(
     TypeError
         Wrong mask dtype, or a mask given for ``"causal"``.
     ValueError
-        Wrong shapes, blocks past the end of the buffer, a FULL block whose
-        prefix columns are not all ones, or bitmask bits set at or past the
-        request's draft count.
+        Wrong shapes, blocks past the end of the buffer, or bitmask bits set at or
+        past the request's draft count. (A FULL block's prefix columns are not read,
+        as the kernels do not read them: SGLang's Triton backend skips them by
+        default, and its tree builder may leave them unwritten.)
     """
     fmt = parse_mask_format(mask_format)
     qo = _indptr_array("qo_indptr", qo_indptr)
@@ -336,14 +337,8 @@ def draft_visibility(
             )
         n, w = int(q_lens[b]), int(widths[b])
         block = m[start:start + size].reshape(n, w).astype(bool)
-        if fmt is MaskFormat.FULL:
-            p = w - n
-            if not block[:, :p].all():
-                i = int(np.flatnonzero(~block[:, :p].all(axis=1))[0])
-                raise ValueError(
-                    f"FULL mask of request {b}: the prefix columns of draft row {i} must be all ones"
-                )
-            block = block[:, p:]
+        if fmt is MaskFormat.FULL:  # the prefix columns are not read (whatever they hold)
+            block = block[:, w - n:]
         out.append(np.ascontiguousarray(block))
     return out
 
