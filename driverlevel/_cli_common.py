@@ -79,8 +79,9 @@ def json_usage_errors(param: str):
     """A click command class that also writes a usage error as JSON to stdout when the command
     asks for JSON there, as :func:`report_no_gpu` does for the no-GPU error:
     ``{"error": "Invalid value for '--heads': ...", "exit_status": 2}``, so that a ``| jq``
-    pipeline reads JSON whatever went wrong. The usual message and usage line still go to
-    stderr, and the exit status is click's (2).
+    pipeline reads JSON on a usage error too (other failures of a run are the command's own to
+    report). The usual message and usage line still go to stderr, and the exit status is
+    click's (2).
 
     ``param`` names the command's JSON option: a flag (``capture-demo --json``) or an option
     whose value ``-`` means stdout (``bench replay --json -``). An error of the command body

@@ -266,10 +266,10 @@ def compile_cmd(arch_opt, kernels):
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
     Exits 1 if any kernel fails to compile, spills, or needs more shared memory
     than the architecture allows per block; 2 for an unsupported --arch, an
-    unrecognised DRIVERLEVEL_CACHE value or output that cannot be written.
+    unrecognised DRIVERLEVEL_CACHE or DRIVERLEVEL_LINEINFO value or output that cannot be written.
 
     The table goes to stdout; a progress bar on a terminal (elsewhere, a log or a pipe,
-    one line per kernel NVRTC compiled, cache hits left out), NVRTC's warnings (after
+    one line per file variant NVRTC compiled, cache hits left out), NVRTC's warnings (after
     the table), the problems and a one-line warning when the cubin cache cannot be
     written go to stderr.
     """

@@ -1,8 +1,9 @@
 """What the runner plugs in: a target forward and a drafter, through small documented protocols.
 
-:class:`~driverlevel.runner.DecodeStepRunner` and
-:class:`~driverlevel.runner.AutoregressiveRunner` run draft → tree build → tree compile →
-**target forward** → accept → commit as one CUDA graph. They own every buffer of the step
+:class:`~driverlevel.runner.DecodeStepRunner` runs draft → tree build → tree compile →
+**target forward** → accept → commit as one CUDA graph, and
+:class:`~driverlevel.runner.AutoregressiveRunner` prepare → **target forward** → argmax →
+commit. They own every buffer of the step
 and know the target model and the drafter only through these protocols, so the demo model
 (:mod:`driverlevel.demo`), the external target of ``examples/external_target_forward.py``
 and a non-torch runtime plug in the same way:
@@ -66,14 +67,16 @@ class TargetBuffers:
     first and every parent before its children; an autoregressive step has one row per active
     request; prefill has every prompt token but the last.
 
-    **Rows at or past ``num_rows`` are stale**: their ``input_ids``, ``positions`` and
+    **Rows at or past ``num_rows`` of a step are stale**: their ``input_ids``, ``positions`` and
     ``out_cache_loc`` are left from earlier steps, and such a slot may belong to a committed
     token of a live request. A forward must not write KV for them (a fixed-shape forward that
     computes every ``max_rows`` row must drop their KV writes); their logits rows are ignored.
+    (Prefill's padding rows hold token 0, position 0 and the scratch slot.)
 
     What a row attends to: its request's committed prefix, ``kv_indices[kv_indptr[b] :
-    kv_indptr[b + 1]]`` (the slots of positions ``0 .. seq_lens[b] - 1``, in order; none at
-    prefill, where ``kv_indptr`` is all zeros and ``kv_indices`` holds one unused entry), plus
+    kv_indptr[b + 1]]`` (the slots of positions ``0 .. seq_lens[b] - 1``, in order, -1 where
+    the request's ``req_to_token`` held a bad slot, reported as bad metadata; none at prefill,
+    where ``kv_indptr`` is all zeros and ``kv_indices`` holds one unused entry), plus
     the rows of its own request that ``mask_format`` lets it see, through their
     ``out_cache_loc``: ``"bitmask"``: bit ``j`` (least significant first) of word ``w`` of
     ``custom_mask[qo_indptr[b] + i]`` says node ``32 w + j`` is visible to node ``i`` (set for
@@ -235,8 +238,9 @@ class DraftModel(Protocol):
     -------
     prepare(root_tokens) -> None
         Called once by the runner with its int32 ``[max_batch]`` device array of root
-        tokens (the last committed token of every request, which accept rewrites every
-        step); :meth:`run` reads it on the device.
+        tokens (every request's last accepted token, whose KV is not in the cache yet: the
+        root of its next tree, at position ``seq_lens[b]``; accept rewrites it every step);
+        :meth:`run` reads it on the device.
     run(stream) -> None
         Launch the drafter on ``stream`` (captured with the rest of the step).
 

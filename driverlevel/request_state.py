@@ -70,8 +70,8 @@ class RequestState:
     ------
     TypeError, ValueError
         A field that is neither None, a :class:`DeviceArray` nor a CUDA array
-        :func:`~driverlevel.runtime.as_device_array` takes (a numpy array, a host list); the message
-        names the field.
+        :func:`~driverlevel.runtime.as_device_array` takes (a numpy array, a host list), given to
+        the constructor or assigned later; the message names the field.
 
     Attributes
     ----------
@@ -107,18 +107,15 @@ class RequestState:
     remaining: DeviceArray | None = None
     pool: WorkspacePool | None = field(default=None, repr=False, compare=False)
 
-    def __post_init__(self):
-        # Foreign arrays become DeviceArray views once, here: key(), upload() and the plans'
-        # launch parameters read .ptr / .shape / .dtype of every field.
-        for name in ARRAY_FIELDS:
-            value = getattr(self, name)
-            if value is None or isinstance(value, DeviceArray):
-                continue
+    def __setattr__(self, name, value):
+        # Foreign arrays become DeviceArray views as they are set (by the constructor or later):
+        # key(), upload() and the plans' launch parameters read .ptr / .shape / .dtype of every field.
+        if name in ARRAY_FIELDS and value is not None and not isinstance(value, DeviceArray):
             try:
-                view = as_device_array(value)
+                value = as_device_array(value)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"RequestState.{name}: {e}") from e
-            setattr(self, name, view)
+        object.__setattr__(self, name, value)
 
     @staticmethod
     def specs(*, max_batch: int, max_context: int, num_slots: int, req_rows: int | None = None, n_stop: int = 0,

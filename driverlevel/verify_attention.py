@@ -646,7 +646,8 @@ class VerifyMetadata:
     Every index array may be int32 or int64 (read in place, no conversion), whatever dtype
     the list below gives: the usual ones in SGLang, whose backends and paths differ (its
     FlashInfer backends and the Triton backend's eager verify path use int32 ``qo_indptr``,
-    the Triton backend's CUDA-graph buffers int64). A bitmask ``custom_mask`` may be int32.
+    the Triton backend's CUDA-graph buffers int64 in recent versions, int32 in older ones). A
+    bitmask ``custom_mask`` may be int32.
 
     The prefix convention is SGLang's **Triton backend**'s: ``kv_indptr`` / ``kv_indices`` cover
     the committed prefix only, and the draft tokens' own K/V is found through

@@ -198,3 +198,12 @@ def test_upload_refuses_a_read_only_or_strided_field_before_the_first_copy(monke
     assert copied == []  # seq_lens, first in the call, was not copied either
     st.upload(seq_lens=[1, 2, 3, 4])
     assert len(copied) == 1
+
+
+def test_a_host_array_assigned_after_construction_is_refused_naming_the_field():
+    st = RequestState(*([None] * 7))
+    with pytest.raises(TypeError, match=r"^RequestState.seq_lens: a numpy array lives in host memory"):
+        st.seq_lens = np.zeros(4, np.int64)
+    assert st.seq_lens is None
+    st.pool = "anything"  # not an array field: kept as given
+    assert dataclasses.replace(st, pool=None).pool is None

@@ -79,3 +79,25 @@ def test_no_sanitizer_is_a_clear_error(tmp_path):
     e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"))
     r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 2 and "no compute-sanitizer found (set SANITIZER to its path)" in r.stderr
+
+
+@pytest.mark.parametrize("args, env, words", [
+    (["-x"], {}, "unknown option '-x'"),
+    (["memcheck"], {}, "'memcheck' is not a TOOL:GROUP pair"),
+    ([], {"PLAN": " "}, "no run to do (PLAN is empty)"),
+    (["memcheck:step"], {"TIMEOUT": "abc"}, "TIMEOUT='abc' must be a positive number of seconds"),
+    (["memcheck:step"], {"LINEINFO": "maybe"}, "LINEINFO='maybe' is not understood"),
+])
+def test_settings_are_checked_before_the_sanitizer_is_looked_for_and_nothing_is_left(tmp_path, args, env, words):
+    e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), TMPDIR=str(tmp_path), **env)
+    e.pop("OUT", None)
+    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and words in r.stderr and "compute-sanitizer" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []  # no empty log directory left behind
+
+
+@pytest.mark.parametrize("value", ["yes", "On", "true"])
+def test_lineinfo_takes_what_driverlevel_takes(tmp_path, monkeypatch, value):
+    monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
+    r, calls = _run(tmp_path, "memcheck:step", env={"LINEINFO": value})
+    assert r.returncode == 0 and (tmp_path / "calls.txt.lineinfo").read_text().strip() == "1"

@@ -21,8 +21,10 @@
 #   TIMEOUT    seconds per run (default 110); a run cut short still reports the errors found so far
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
-#   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1) so that reports name source lines; off by
-#              default because it is a cache key of its own: every kernel is compiled again
+#   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1; on/true/yes too) so that reports name
+#              source lines; off by default because it is a cache key of its own: every kernel is
+#              compiled again
+# Arguments and settings are checked before anything is looked for or run (exit 2).
 #
 # Runs from the checkout with PYTHONPATH set to it (nothing installed). Each run is
 #   compute-sanitizer --tool TOOL --error-exitcode 97 --print-limit 30 PYTHON -m pytest -q -m gpu GROUP...
@@ -36,17 +38,16 @@ esac
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-[ "${LINEINFO:-0}" = 1 ] && export DRIVERLEVEL_LINEINFO=1
-
-PY="${PYTHON:-python}"
-OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
-mkdir -p "$OUT_DIR"
+usage_error() { echo "sanitize.sh: $*" >&2; exit 2; }
+# LINEINFO takes what DRIVERLEVEL_LINEINFO takes
+case "$(echo "${LINEINFO:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" in
+  1|on|true|yes) export DRIVERLEVEL_LINEINFO=1 ;;
+  ""|0|off|false|no) ;;
+  *) usage_error "LINEINFO='${LINEINFO}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
+esac
 TIMEOUT_S="${TIMEOUT:-110}"
-SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
-if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
-  echo "sanitize.sh: no compute-sanitizer found (set SANITIZER to its path)" >&2
-  exit 2
-fi
+[[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "TIMEOUT='$TIMEOUT_S' must be a positive number of seconds"
+PY="${PYTHON:-python}"
 
 DDTREE_K="build_matches_reference or deep_trees or chain_and_star or threshold_fallback or compile_matches"
 DDTREE_K="$DDTREE_K or accept_from_target or commit_dense or nonfinite or poisoned or corrupted or dense_commit"
@@ -67,13 +68,22 @@ group_k() {  # the -k expression of a group that takes one
 }
 
 RUNS=("$@")
-[ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN:-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
-for run in "${RUNS[@]}"; do  # every run named right before the first one starts
+[ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
+[ ${#RUNS[@]} -eq 0 ] && usage_error "no run to do (PLAN is empty): name TOOL:GROUP pairs"
+for run in "${RUNS[@]}"; do  # every run checked before anything is looked for or run
+  case "$run" in -*) usage_error "unknown option '$run' (-h for help)" ;; *:*) ;; *)
+    usage_error "'$run' is not a TOOL:GROUP pair (e.g. memcheck:ddtree)" ;; esac
   tool="${run%%:*}"; group="${run#*:}"
   case "$tool" in memcheck|racecheck|synccheck|initcheck) ;; *)
-    echo "sanitize.sh: unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" >&2; exit 2 ;; esac
-  group_args "$group" > /dev/null || { echo "sanitize.sh: unknown group '$group' in '$run' (ddtree, verify, step, runner)" >&2; exit 2; }
+    usage_error "unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" ;; esac
+  group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, verify, step, runner)"
 done
+SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
+if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
+  usage_error "no compute-sanitizer found (set SANITIZER to its path)"
+fi
+OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
+mkdir -p "$OUT_DIR"
 
 echo "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | grep -i version | head -n 1))"
 SUMMARY=()
