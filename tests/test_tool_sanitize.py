@@ -61,8 +61,10 @@ def test_each_run_is_summarised_with_the_sanitizers_own_line(tmp_path):
     assert len(calls) == 3 and all(c.split()[:6] == ["--tool", t, "--error-exitcode", "97", "--print-limit", "30"]
                                    for c, t in zip(calls, ["memcheck", "racecheck", "synccheck"]))
     assert calls[0].endswith("-m pytest -q -m gpu -p no:cacheprovider tests/test_decode_step_fuzz_gpu.py")
-    assert "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py -k build_matches_reference or" in calls[1]
-    assert calls[2].endswith("tests/test_verify_attention_gpu.py -k not 200k")
+    assert "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py -k corrupted or poisoned or" in calls[1]
+    assert calls[2].endswith("tests/test_verify_attention_gpu.py -k corrupted or more_than_max_q or padded or one_long "
+                             "or int32_index or device_schedule or 1000_random or pool_of_pool_bytes or batches_ragged "
+                             "or more_splits")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "memcheck-step.log", "racecheck-ddtree.log", "synccheck-verify.log"]
 
@@ -101,3 +103,20 @@ def test_lineinfo_takes_what_driverlevel_takes(tmp_path, monkeypatch, value):
     monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
     r, calls = _run(tmp_path, "memcheck:step", env={"LINEINFO": value})
     assert r.returncode == 0 and (tmp_path / "calls.txt.lineinfo").read_text().strip() == "1"
+
+
+def test_the_groups_select_what_their_help_says():
+    """The -k expressions select the counts the header gives (collected on the CPU, where GPU tests skip)."""
+    import re
+
+    text = SCRIPT.read_text()
+    for group, want in (("ddtree", 22), ("verify", 23)):
+        var = "DDTREE_K" if group == "ddtree" else "VERIFY_K"
+        k = " ".join(re.findall(rf'^{var}="(?:\${var} )?([^"]*)"', text, re.M))
+        files = {"ddtree": ["tests/test_ddtree_robust_gpu.py", "tests/test_ddtree_gpu.py"],
+                 "verify": ["tests/test_verify_schedule_gpu.py", "tests/test_verify_attention_gpu.py"]}[group]
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                            *files, "-k", k], capture_output=True, text=True, cwd=REPO, timeout=120)
+        got = re.search(r"(\d+)/\d+ tests collected", r.stdout)
+        assert got and int(got.group(1)) == want, (group, k, r.stdout[-300:])
+        assert f"({want} tests)" in text

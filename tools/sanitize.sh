@@ -6,19 +6,24 @@
 #   tools/sanitize.sh [TOOL:GROUP ...]     these runs (default: $PLAN)
 #   tools/sanitize.sh -h | --help          this text (nothing run)
 #
-# GROUP is one of
-#   ddtree   tests/test_ddtree_robust_gpu.py, and of tests/test_ddtree_gpu.py the builds against the reference
-#            (both top-K modes, deep trees, the chain and star extremes, the threshold fallback), compile,
-#            accept and the dense commit
-#   verify   tests/test_verify_schedule_gpu.py and tests/test_verify_attention_gpu.py but the 200k prefix
-#   step     tests/test_decode_step_fuzz_gpu.py (1,000 replays of a decode step on corrupted metadata)
-#   runner   tests/test_runner_gpu.py (the demo model, both runners, lossless checks)
+# GROUP is one of (the first ones sized for the default timeout under memcheck; the -all groups are wider)
+#   ddtree      tests/test_ddtree_robust_gpu.py (corrupted metadata, non-finite rows, a poisoned counter) and of
+#               tests/test_ddtree_gpu.py the chain and star extremes, the threshold fallback, compile, accept
+#               and the dense commit (22 tests)
+#   ddtree-all  both files whole (136 tests)
+#   verify      of tests/test_verify_schedule_gpu.py and tests/test_verify_attention_gpu.py: corrupted and
+#               over-long metadata, padded and ragged batches, int32 indices, the device schedule, 1,000
+#               random graph steps on a poisoned workspace, more splits than tiles (23 tests)
+#   verify-all  both files whole but the 200k prefix (270 tests)
+#   step        tests/test_decode_step_fuzz_gpu.py (1,000 replays of a decode step on corrupted metadata)
+#   runner      tests/test_runner_gpu.py (the demo model, both runners, lossless checks)
 #
 # Environment:
 #   OUT        directory for the logs (default: a new temporary directory); one log per run, TOOL-GROUP.log
 #   PLAN       default runs (default "memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree
 #              synccheck:ddtree")
-#   TIMEOUT    seconds per run (default 110); a run cut short still reports the errors found so far
+#   TIMEOUT    seconds per run (default 100: the default plan fits one 600 s device call); a run cut
+#              short still reports the errors found so far
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
 #   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1; on/true/yes too) so that reports name
@@ -45,16 +50,18 @@ case "$(echo "${LINEINFO:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" 
   ""|0|off|false|no) ;;
   *) usage_error "LINEINFO='${LINEINFO}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
 esac
-TIMEOUT_S="${TIMEOUT:-110}"
+TIMEOUT_S="${TIMEOUT:-100}"
 [[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "TIMEOUT='$TIMEOUT_S' must be a positive number of seconds"
 PY="${PYTHON:-python}"
 
-DDTREE_K="build_matches_reference or deep_trees or chain_and_star or threshold_fallback or compile_matches"
-DDTREE_K="$DDTREE_K or accept_from_target or commit_dense or nonfinite or poisoned or corrupted or dense_commit"
+DDTREE_K="corrupted or poisoned or nonfinite or dense_commit or chain_and_star or threshold_fallback"
+DDTREE_K="$DDTREE_K or compile_matches or accept_from_target or commit_dense"
+VERIFY_K="corrupted or more_than_max_q or padded or one_long or int32_index or device_schedule or 1000_random"
+VERIFY_K="$VERIFY_K or pool_of_pool_bytes or batches_ragged or more_splits"
 group_args() {  # the pytest arguments of a group
   case "$1" in
-    ddtree) echo "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py -k" ;;
-    verify) echo "tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py -k" ;;
+    ddtree|ddtree-all) echo "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py" ;;
+    verify|verify-all) echo "tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py" ;;
     step)   echo "tests/test_decode_step_fuzz_gpu.py" ;;
     runner) echo "tests/test_runner_gpu.py" ;;
     *) return 1 ;;
@@ -63,7 +70,8 @@ group_args() {  # the pytest arguments of a group
 group_k() {  # the -k expression of a group that takes one
   case "$1" in
     ddtree) echo "$DDTREE_K" ;;
-    verify) echo "not 200k" ;;
+    verify) echo "$VERIFY_K" ;;
+    verify-all) echo "not 200k" ;;
   esac
 }
 
@@ -76,7 +84,7 @@ for run in "${RUNS[@]}"; do  # every run checked before anything is looked for o
   tool="${run%%:*}"; group="${run#*:}"
   case "$tool" in memcheck|racecheck|synccheck|initcheck) ;; *)
     usage_error "unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" ;; esac
-  group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, verify, step, runner)"
+  group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, ddtree-all, verify, verify-all, step, runner)"
 done
 SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
 if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
@@ -93,7 +101,7 @@ for run in "${RUNS[@]}"; do
   log="$OUT_DIR/$tool-$group.log"
   read -r -a args <<< "$(group_args "$group")"
   kexpr="$(group_k "$group")"
-  [ -n "$kexpr" ] && args+=("$kexpr")
+  [ -n "$kexpr" ] && args+=(-k "$kexpr")
   echo
   echo "=== $tool $group: ${args[*]}"
   start=$(date +%s)
