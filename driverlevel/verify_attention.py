@@ -50,12 +50,62 @@ from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_R
                                  scheduler_bytes)
 
 __all__ = ["VerifyAttention", "VerifyMetadata", "TileConfig", "tile_config", "tile_configs", "compile_defines",
-           "compile_variants", "DEFAULT_SM_SCALE"]
+           "compile_variants", "DEFAULT_SM_SCALE", "mla_softmax_scale"]
 
 QK_DIM = 576
 V_DIM = 512
-#: DeepSeek-style models: qk_nope 128 + rope 64 -> 1/sqrt(192).
+#: DeepSeek-style models: qk_nope 128 + rope 64 -> 1/sqrt(192), without YaRN (see :func:`mla_softmax_scale`).
 DEFAULT_SM_SCALE = 1.0 / math.sqrt(192.0)
+
+
+def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = None) -> float:
+    """The softmax scale of a DeepSeek-style MLA checkpoint: ``qk_head_dim ** -0.5``, times
+    ``mscale ** 2`` when its ``rope_scaling`` is YaRN with a ``mscale_all_dim``.
+
+    ``mscale = 0.1 * mscale_all_dim * ln(factor) + 1`` for ``factor > 1`` (1 otherwise): YaRN's
+    attention-temperature correction (Peng et al. 2023, arXiv 2309.00071: ``sqrt(1/t) = 0.1 ln(s)
+    + 1``), as DeepSeek-V2's reference modelling code and SGLang's ``deepseek_v2.py`` apply it
+    to the scale. Pass the checkpoint's config values, e.g. ``mla_softmax_scale(128 + 64,
+    config["rope_scaling"])``; the result is the ``sm_scale`` of :class:`VerifyAttention`.
+
+    Parameters
+    ----------
+    qk_head_dim : int
+        ``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek-V2/V3 and Kimi K2).
+    rope_scaling : mapping or None
+        The config's ``rope_scaling``: ``factor`` and ``mscale_all_dim`` are read when its
+        ``type`` (or ``rope_type``) is ``"yarn"``; anything else leaves the scale alone.
+
+    Raises
+    ------
+    TypeError
+        ``qk_head_dim`` not an int, ``rope_scaling`` not a mapping, or a ``factor`` /
+        ``mscale_all_dim`` that is not a real number (a bool is refused).
+    ValueError
+        ``qk_head_dim`` below 1, or a YaRN ``factor`` that is not a positive finite number.
+    """
+    qk_head_dim = positive_int("qk_head_dim", qk_head_dim)
+    scale = 1.0 / math.sqrt(qk_head_dim)
+    if rope_scaling is None:
+        return scale
+    if not isinstance(rope_scaling, Mapping):
+        raise TypeError(f"rope_scaling must be a mapping (the config's rope_scaling) or None, "
+                        f"got {type(rope_scaling).__name__}")
+    if str(rope_scaling.get("type", rope_scaling.get("rope_type", ""))).lower() != "yarn":
+        return scale
+    values = {}
+    for key, default in (("factor", 1.0), ("mscale_all_dim", 0.0)):
+        v = rope_scaling.get(key, default)
+        if is_bool(v) or not isinstance(v, numbers.Real):
+            raise TypeError(f"rope_scaling[{key!r}] must be a real number, got {type(v).__name__} {v!r}")
+        values[key] = float(v)
+    factor, mscale_all_dim = values["factor"], values["mscale_all_dim"]
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"rope_scaling['factor'] must be a positive finite number, got {factor!r}")
+    if not mscale_all_dim or factor <= 1:
+        return scale
+    mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
+    return scale * mscale * mscale
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
 #: Largest ``num_splits`` (the optional cap on the pieces of one pair).
@@ -765,8 +815,9 @@ class VerifyAttention:
         whole grid on every replay.
     sm_scale : float
         Softmax scale (default ``1/sqrt(192)``: DeepSeek's ``qk_head_dim ** -0.5`` without
-        YaRN; pass the model's own, e.g. SGLang's ``RadixAttention.scaling``, which the YaRN
-        checkpoints (DeepSeek-V3, Kimi K2) multiply by ``mscale ** 2``). The kernels take ``sm_scale *
+        YaRN; pass the model's own: :func:`mla_softmax_scale` of its config, or SGLang's
+        ``RadixAttention.scaling``, which the YaRN checkpoints (DeepSeek-V3, Kimi K2) multiply
+        by ``mscale ** 2``). The kernels take ``sm_scale *
         log2(e)`` as a float32, which must be a normal number: sm_scale about 8.15e-39 to 2.36e38
         (``ValueError`` otherwise, an int too large for a float too; ``TypeError`` for anything
         but a real number, a bool included).

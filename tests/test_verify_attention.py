@@ -854,3 +854,38 @@ def test_compile_defines_checks_the_arch_and_the_config_type():
                                         r"got int"):
         compile_defines("sm_90", 5)
     assert compile_defines("SM_90", cfg) == compile_defines("sm_90", cfg) == compile_defines("sm_90")
+
+
+# -- mla_softmax_scale: qk_head_dim ** -0.5, times YaRN's mscale ** 2 -------------------------------------------
+def test_mla_softmax_scale_without_and_with_yarn():
+    from driverlevel.verify_attention import DEFAULT_SM_SCALE, mla_softmax_scale
+
+    assert mla_softmax_scale() == DEFAULT_SM_SCALE == 1 / math.sqrt(192)
+    assert mla_softmax_scale(128) == 1 / math.sqrt(128)
+    # DeepSeek-V3's rope_scaling: factor 40, mscale_all_dim 1 -> (0.1 ln 40 + 1)^2 = 1.8739 times the plain scale
+    v3 = {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}
+    want = (0.1 * math.log(40.0) + 1.0) ** 2 / math.sqrt(192)
+    assert mla_softmax_scale(192, v3) == pytest.approx(want, rel=1e-15)
+    assert mla_softmax_scale(192, v3) / DEFAULT_SM_SCALE == pytest.approx(1.8739, abs=1e-4)
+    assert mla_softmax_scale(192, {"rope_type": "YaRN", "factor": 32.0, "mscale_all_dim": 0.707}) == pytest.approx(
+        (0.1 * 0.707 * math.log(32.0) + 1.0) ** 2 / math.sqrt(192), rel=1e-15)
+    # no temperature correction: another scaling type, no mscale_all_dim (or 0), a factor of at most 1
+    for rs in ({"type": "linear", "factor": 4.0}, {"type": "yarn", "factor": 40}, {"type": "yarn", "factor": 40,
+               "mscale_all_dim": 0}, {"type": "yarn", "factor": 1.0, "mscale_all_dim": 1.0}, {}):
+        assert mla_softmax_scale(192, rs) == DEFAULT_SM_SCALE, rs
+
+
+@pytest.mark.parametrize("args, exc, words", [
+    ((0,), ValueError, "qk_head_dim must be a positive int"),
+    ((192.0,), TypeError, "qk_head_dim"),
+    ((192, [("type", "yarn")]), TypeError, "rope_scaling must be a mapping"),
+    ((192, {"type": "yarn", "factor": "40", "mscale_all_dim": 1}), TypeError, r"rope_scaling\['factor'\] must be a real"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": True}), TypeError, r"rope_scaling\['mscale_all_dim'\]"),
+    ((192, {"type": "yarn", "factor": -2.0, "mscale_all_dim": 1}), ValueError, "positive finite"),
+    ((192, {"type": "yarn", "factor": float("inf"), "mscale_all_dim": 1}), ValueError, "positive finite"),
+])
+def test_mla_softmax_scale_refuses_what_it_cannot_use(args, exc, words):
+    from driverlevel.verify_attention import mla_softmax_scale
+
+    with pytest.raises(exc, match=words):
+        mla_softmax_scale(*args)
