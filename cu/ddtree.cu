@@ -73,7 +73,8 @@
 //        FULL / QLEN_ONLY masks. Every CTA recomputes the small per-request prefix sums.
 //        Checks node counts, committed lengths (<= max_context: with the plan's
 //        max_batch * max_context < 2^31 the int32 kv_indptr cannot wrap), req_pool_indices,
-//        the pool count and every slot id it copies; a bad request gets no rows.
+//        the pool count and every slot id it copies; a bad request gets no rows. Rows
+//        qo_indptr[bs] .. max_rows get token 0, position 0 and slot -1 (their mask rows stay stale).
 //   ddtree_accept                256 threads; grid (max_batch). Posterior per node (the row
 //        composites of argmax.cu's argmax_rows_*, launched before it by the plan, which it clears
 //        for the next argmax; or the given tokens), the walk

@@ -14,7 +14,7 @@
 //   0:seq_lens[b]] is copied to kv_indices (requests in order, inactive ones empty). Writes qo_indptr,
 //   kv_indptr, kv_indices, input_ids, positions, out_cache_loc. The pool count is not changed
 //   here (ar_commit does). A pool with too few slots sends every row to scratch_slot and
-//   sets STATUS_POOL_EXHAUSTED.
+//   sets STATUS_POOL_EXHAUSTED. Rows n_active .. bs - 1 get token 0, position 0 and scratch_slot.
 //
 // ar_commit       Grid 1; Block >= bs (<= 1024). After the forward and the argmax: append each
 //   active request's slot to req_to_token, advance seq_lens, make the argmax the next root,
@@ -170,6 +170,14 @@ ar_prepare(const __grid_constant__ StepParams p) {
     s_kvoff = kvoff;
   }
   __syncthreads();
+  // Rows past the step's (s_nact .. bs) belong to no request: a forward that computes every row
+  // finds the scratch slot there, never a stale slot that a committed token owns now.
+  for (int r = s_nact + b * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x); r < p.bs;
+       r += p.bs * static_cast<int>(blockDim.x)) {
+    p.input_ids[r] = 0;
+    p.positions[r] = 0;
+    p.out_cache_loc[r] = p.scratch_slot;
+  }
   const int act = p.active[b] ? 1 : 0;
   const i64 len = act ? checked_len(p, b) : 0;
   const i64 kvoff = s_kvoff;

@@ -831,7 +831,10 @@ class DDTreePlan:
         ``free_count`` (left unchanged: :meth:`commit` settles the pool). Writes
         ``input_ids``, ``positions``, ``out_cache_loc``, ``qo_indptr``, ``kv_indptr``,
         ``kv_indices``, ``bitmask``, the SGLang masks of ``mask_formats`` and ``step``
-        (alloc_base, alloc_total, status). See :mod:`driverlevel.reference.ddtree`.
+        (alloc_base, alloc_total, status). The rows past the step's (``qo_indptr[bs]`` ..
+        ``max_rows``) get token 0, position 0 and slot -1, so that a forward computing every
+        row writes no KV through a stale slot; their mask rows are left as they were. See
+        :mod:`driverlevel.reference.ddtree`.
 
         Raises
         ------

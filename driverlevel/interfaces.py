@@ -67,11 +67,12 @@ class TargetBuffers:
     first and every parent before its children; an autoregressive step has one row per active
     request; prefill has every prompt token but the last.
 
-    **Rows at or past ``num_rows`` of a step are stale**: their ``input_ids``, ``positions`` and
-    ``out_cache_loc`` are left from earlier steps, and such a slot may belong to a committed
-    token of a live request. A forward must not write KV for them (a fixed-shape forward that
-    computes every ``max_rows`` row must drop their KV writes); their logits rows are ignored.
-    (Prefill's padding rows hold token 0, position 0 and the scratch slot.)
+    **Rows at or past ``num_rows`` belong to no request**: a step writes token 0, position 0 and
+    slot -1 (DDTree: write nothing) or the scratch slot (autoregressive) there, so a fixed-shape
+    forward that computes every ``max_rows`` row writes no live token's KV; their mask rows are
+    stale and their logits rows ignored. (Prefill's padding rows hold token 0, position 0 and
+    the scratch slot too.) A forward indexing with -1 must mask it: numpy-style indexing would
+    wrap it to the last slot.
 
     What a row attends to: its request's committed prefix, ``kv_indices[kv_indptr[b] :
     kv_indptr[b + 1]]`` (the slots of positions ``0 .. seq_lens[b] - 1``, in order, -1 where

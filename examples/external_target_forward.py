@@ -13,8 +13,7 @@ replayed every step; no allocation, no synchronization, no host reads): read
 ``metadata.custom_mask``), write every row's latent KV into ``buffers.kv_cache`` at
 ``metadata.out_cache_loc`` (skipping a slot of -1: the pool ran out) and float32 logits into
 ``buffers.logits``. The row count of a step is on the device (``buffers.num_rows`` =
-``qo_indptr[bs]``); rows past it are stale, and their slots may belong to live tokens: write no
-KV for them. For prompts the runner calls it at ``reset`` with ``mask_format="causal"`` and
+``qo_indptr[bs]``); rows past it belong to no request (token 0, slot -1: write nothing). For prompts the runner calls it at ``reset`` with ``mask_format="causal"`` and
 ``buffers.logits = None``. :class:`driverlevel.interfaces.TargetBuffers` says what every row
 attends to.
 

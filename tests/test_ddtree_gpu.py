@@ -670,6 +670,10 @@ def test_compile_matches_reference(device, stream, r2t_dtype, exhaust):
     np.testing.assert_array_equal(out["input_ids"][:t], st.input_ids)
     np.testing.assert_array_equal(out["positions"][:t], st.positions)
     np.testing.assert_array_equal(out["out_cache_loc"][:t], st.out_cache_loc)
+    # rows past the step's (poisoned above): no token, no position, no slot to write
+    assert t < out["out_cache_loc"].shape[0]
+    assert (out["input_ids"][t:] == 0).all() and (out["positions"][t:] == 0).all()
+    assert (out["out_cache_loc"][t:] == -1).all()
     np.testing.assert_array_equal(out["kv_indices"][:st.kv_indptr[-1]], st.kv_indices)
     np.testing.assert_array_equal(out["bitmask"][:t], st.bitmask)
     np.testing.assert_array_equal(out["full_indptr"], st.full_indptr)

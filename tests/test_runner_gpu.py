@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -287,6 +288,24 @@ def test_autoregressive_runner_matches_greedy_reference(dev, small_model):
     ar.check_slots()
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_autoregressive_rows_past_the_active_ones_get_the_scratch_slot(dev, small_model, graph):
+    """Rows n_active .. max_batch - 1 belong to no request: a forward that computes every row must find the
+    scratch slot there, not a stale slot that a committed token owns (they are poisoned before the step)."""
+    rng = np.random.default_rng(6)
+    ar = AutoregressiveRunner(dev, model=small_model, max_batch=4, max_context=64, max_prompt_len=20, num_splits=2)
+    ar.reset(prompts_for(rng, SMALL.vocab_size, (12, 5)), 8)
+    if graph:
+        ar.capture()
+    for a in (ar.input_ids, ar.positions, ar.out_cache_loc):
+        a.fill_bytes(0xA5, ar.stream)
+    ar.step(graph=graph)
+    ar.collect()
+    ids, pos, loc = (a.to_numpy(ar.stream) for a in (ar.input_ids, ar.positions, ar.out_cache_loc))
+    assert (ids[2:] == 0).all() and (pos[2:] == 0).all() and (loc[2:] == ar.scratch_slot).all(), (ids, pos, loc)
+    assert list(pos[:2]) == [11, 4] and (loc[:2] != ar.scratch_slot).all()
+
+
 @pytest.fixture(scope="module")
 def pair8(dev, medium_model):
     """A DDTree runner and an autoregressive runner at batch 8, sharing the model."""
@@ -400,7 +419,10 @@ def test_ten_thousand_replays_leak_no_slots_and_no_memory(dev, pair8):
     gc.collect()
     dev.synchronize()
     assert resets > 50
-    assert dev.mem_info()[0] == free0
+    # mem_info is the whole device's: with pytest-xdist, the other workers allocate and free on the same
+    # GPU meanwhile (seen: +118 MiB free at the end), so the check holds only for a test alone on the GPU.
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        assert dev.mem_info()[0] == free0
 
 
 # ------------------------------------------------------------------------------------ issue 11

@@ -116,6 +116,17 @@ DL_DEVICE void compile_step(const CompileParams& p, CompileSmem& sm) {
       p.state[2] = status | (static_cast<int>(p.state[3]) & STATUS_NONFINITE);  // state[3]: the build's bits
     }
   }
+  if (x == 0) {
+    // Rows past the step's (qo[B] .. B * N) belong to no request: a forward that computes every
+    // row finds slot -1 there (write nothing), never a stale slot that a committed token owns now.
+    const i64 rows = static_cast<i64>(B) * N;
+    for (i64 r = sm.qo[B] + static_cast<i64>(b) * SMALL_THREADS + tid; r < rows;
+         r += static_cast<i64>(B) * SMALL_THREADS) {
+      p.input_ids[r] = 0;
+      p.positions[r] = 0;
+      p.out_cache_loc[r] = -1;
+    }
+  }
   const i64 q = sm.qo[b + 1] - sm.qo[b];
   if (q == 0) return;
   const i64 qo = sm.qo[b], pre = sm.kv[b + 1] - sm.kv[b];
