@@ -101,12 +101,10 @@ def json_usage_errors(param: str):
         def _raw_wants(self, args) -> bool:
             opts = {o: p for p in self.params if isinstance(p, click.Option) for o in p.opts + p.secondary_opts}
             wants, i = False, 0
-            while i < len(args):
+            while i < len(args) and args[i] != "--":
                 key, eq, val = args[i].partition("=") if args[i].startswith("--") else (args[i], "", "")
                 p = opts.get(key)
-                if args[i] == "--" or p is None:
-                    if args[i] == "--":
-                        break
+                if p is None:  # an argument, or an option this command does not have
                     i += 1
                     continue
                 if p.is_flag or p.count:

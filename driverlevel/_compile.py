@@ -436,9 +436,23 @@ def check_arch(name) -> str:
     raise ValueError(f"unsupported architecture: {why}. Supported: {known}")
 
 
-#: ``DRIVERLEVEL_CACHE`` values (lower case, surrounding blanks ignored) that disable / keep the disk cache.
-_CACHE_OFF = ("0", "off", "false", "no")
-_CACHE_ON = ("", "1", "on", "true", "yes")
+#: Values of a driverlevel on/off environment variable (lower case, surrounding blanks ignored).
+_FLAG_OFF = ("0", "off", "false", "no")
+_FLAG_ON = ("1", "on", "true", "yes")
+
+
+def _env_flag(name: str, default: bool, usage: str) -> bool:
+    """The on/off environment variable ``name``: unset or empty is ``default``; ``ValueError`` naming
+    the value and ``usage`` for anything but :data:`_FLAG_OFF` / :data:`_FLAG_ON` (any case)."""
+    value = os.environ.get(name)
+    v = (value or "").strip().lower()
+    if not v:
+        return default
+    if v in _FLAG_OFF:
+        return False
+    if v in _FLAG_ON:
+        return True
+    raise ValueError(f"{name}={value!r} is not understood: {usage}")
 
 
 def lineinfo_requested() -> bool:
@@ -453,14 +467,8 @@ def lineinfo_requested() -> bool:
     ValueError
         For any other value (a typo must not silently mean either).
     """
-    value = os.environ.get("DRIVERLEVEL_LINEINFO")
-    v = (value or "").strip().lower()
-    if v in ("",) + _CACHE_OFF:
-        return False
-    if v in _CACHE_ON:
-        return True
-    raise ValueError(f"DRIVERLEVEL_LINEINFO={value!r} is not understood: use 1, on, true or yes to compile with "
-                     f"-lineinfo, or 0, off, false or no (or leave it unset) to compile without")
+    return _env_flag("DRIVERLEVEL_LINEINFO", False, "use 1, on, true or yes to compile with -lineinfo, or 0, off, "
+                                                    "false or no (or leave it unset) to compile without")
 
 
 def cache_dir() -> Path | None:
@@ -482,14 +490,9 @@ def cache_dir() -> Path | None:
         For any other ``DRIVERLEVEL_CACHE`` value (e.g. ``maybe``): a typo must not silently
         mean "on".
     """
-    value = os.environ.get("DRIVERLEVEL_CACHE")
-    if value is not None:
-        v = value.strip().lower()
-        if v in _CACHE_OFF:
-            return None
-        if v not in _CACHE_ON:
-            raise ValueError(f"DRIVERLEVEL_CACHE={value!r} is not understood: use 0, off, false or no to disable "
-                             f"the disk cache, or 1, on, true or yes (or leave it unset) to keep it")
+    if not _env_flag("DRIVERLEVEL_CACHE", True, "use 0, off, false or no to disable the disk cache, or 1, on, "
+                                                 "true or yes (or leave it unset) to keep it"):
+        return None
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
     if d:
         return _absolute_cache_dir(d)

@@ -61,10 +61,10 @@ class RequestState:
     fields are kept as they are, and a foreign CUDA array (CuPy, PyTorch, JAX, Numba: anything
     :func:`~driverlevel.runtime.as_device_array` takes) is viewed as one without a copy, the view
     holding the foreign array alive, on the device its memory is on (managed memory: the device
-    it was allocated on, which the plans then require; pass such a field as a
-    ``as_device_array(x, device)`` view to use it from another device). It checks nothing else: the plans check each array's
-    device, dtype and shape in every call that takes the state (``TypeError`` /
-    ``ValueError`` naming the field, before any launch).
+    it was allocated on, which the plans then require; pass such a field as an
+    ``as_device_array(x, device)`` view to use it from another device). It checks nothing
+    else: the plans check each array's device, dtype and shape in every call that takes the
+    state (``TypeError`` / ``ValueError`` naming the field, before any launch).
 
     Raises
     ------
