@@ -277,10 +277,12 @@ def main(argv=None):
         extra.setdefault("breakdown", []).append(dict(heads=shape[0], prefixes=shape[1], ntok=shape[2], ms=bd))
         print(f"# breakdown {shape[0]} heads, {len(shape[1])} x {shape[1][0]}, {shape[2]} tokens: scheduler "
               f"{bd[0] * 1e3:.1f} us, + partial {bd[1] * 1e3:.1f} us, + combine {bd[2] * 1e3:.1f} us", flush=True)
-    extra["workspace"] = {  # from the plans themselves (their grid comes from the device's occupancy)
-        f"{tname}_b8_q256_h9": VerifyAttention(dev, 9, max_batch=8, max_q=256,
-                                               tile=tile_config(tile, 9 * 256) if tile else None).workspace_bytes
-        for tname, tile in tiles}
+    extra["workspace"] = {}  # from the plans themselves (their grid comes from the device's occupancy)
+    for tname, tile in tiles:
+        wplan = VerifyAttention(dev, 9, max_batch=8, max_q=256, tile=tile_config(tile, 9 * 256) if tile else None)
+        extra["workspace"][f"{tname}_b8_q256_h9"] = wplan.workspace_bytes  # the published formula
+        extra["workspace"][f"{tname}_b8_q256_h9_pool"] = wplan.pool_bytes  # with the carve-outs' alignment
+        del wplan
     extra["workspace"]["v1_seed_16_splits"] = 8 * 256 * 9 * 16 * 513 * 4
     print("# workspace: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in extra["workspace"].items()), flush=True)
 
