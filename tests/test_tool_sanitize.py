@@ -31,7 +31,8 @@ def _run(tmp_path, *args, env=None):
     stub = tmp_path / "compute-sanitizer"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    e = dict(os.environ, SANITIZER=str(stub), STUB_LOG=str(tmp_path / "calls.txt"), OUT=str(tmp_path / "out"),
+    own = ("K", "SANITIZER_ARGS", "PLAN", "LINEINFO", "TIMEOUT", "PRINT_LIMIT")  # the script's settings: the test's only
+    e = dict({k: v for k, v in os.environ.items() if k not in own}, SANITIZER=str(stub), STUB_LOG=str(tmp_path / "calls.txt"), OUT=str(tmp_path / "out"),
              PYTHON=sys.executable, **(env or {}))
     r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=60)
     calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
@@ -122,3 +123,18 @@ def test_the_groups_select_what_their_help_says():
         got = re.search(r"(\d+)/\d+ tests collected", r.stdout)
         assert got and int(got.group(1)) == want, (group, k, r.stdout[-300:])
         assert f"({want} tests)" in text
+
+
+def test_k_replaces_the_groups_expression_and_sanitizer_args_reach_every_run(tmp_path):
+    r, calls = _run(tmp_path, "racecheck:ddtree", "memcheck:step",
+                    env={"K": "test_build_matches_reference and 3001", "SANITIZER_ARGS": "--racecheck-report hazard"})
+    assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
+    assert calls[0].startswith("--tool racecheck --racecheck-report hazard --error-exitcode 97")
+    assert calls[0].endswith("tests/test_ddtree_gpu.py -k test_build_matches_reference and 3001")
+    assert calls[1].startswith("--tool memcheck --report-api-errors no --racecheck-report hazard")
+    assert calls[1].endswith("tests/test_decode_step_fuzz_gpu.py -k test_build_matches_reference and 3001")
+
+
+def test_an_empty_k_runs_the_group_files_whole(tmp_path):
+    r, calls = _run(tmp_path, "memcheck:ddtree", env={"K": ""})
+    assert r.returncode == 0 and calls[0].endswith("tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py")

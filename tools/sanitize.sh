@@ -27,6 +27,10 @@
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
 #   PRINT_LIMIT  reports printed per run (default 30)
+#   K          a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
+#              K='test_build_matches_reference and 3001' racecheck:ddtree-all (K= empty: the files whole)
+#   SANITIZER_ARGS  more compute-sanitizer options for every run, e.g. "--racecheck-report hazard" (the
+#              hazards with their threads) or "--racecheck-detect-level info"
 #   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1; on/true/yes too) so that reports name
 #              source lines; off by default because it is a cache key of its own: every kernel is
 #              compiled again
@@ -101,13 +105,15 @@ for run in "${RUNS[@]}"; do
   tool="${run%%:*}"; group="${run#*:}"
   log="$OUT_DIR/$tool-$group.log"
   read -r -a args <<< "$(group_args "$group")"
-  kexpr="$(group_k "$group")"
+  kexpr="${K-$(group_k "$group")}"
   [ -n "$kexpr" ] && args+=(-k "$kexpr")
   echo
   echo "=== $tool $group: ${args[*]}"
   start=$(date +%s)
   extra=()  # memcheck's host API checks: driverlevel probes cuFuncGetParamInfo and cuPointerGetAttribute on purpose
   [ "$tool" = memcheck ] && extra=(--report-api-errors no)
+  read -r -a more <<< "${SANITIZER_ARGS:-}"
+  extra+=("${more[@]}")
   timeout -k 10 "$TIMEOUT_S" "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 97 --print-limit "${PRINT_LIMIT:-30}" \
     "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1
   rc=$?
