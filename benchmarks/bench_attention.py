@@ -148,14 +148,18 @@ def time_plan(dl, dev, stream, flush, plan, d, iters):
 def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, chain=False, baseline=True, tile=None):
     """The new plan and (``baseline``) the 2026-11-30 kernel with its suggested split count, same inputs.
 
-    ``tile``: a :class:`~driverlevel.verify_attention.TileConfig` forced on both, or an architecture
-    (``"sm_120"``): the tile ``tile_config`` returns there for this shape's rows per request.
+    ``tile``: a :class:`~driverlevel.verify_attention.TileConfig` forced on the new plan, or an
+    architecture (``"sm_120"``): the tile ``tile_config`` returns there for this shape's rows per
+    request. The 2026-11-30 kernel runs its own tile of that day for the same architecture (the
+    device's, or ``tile``'s name; ``baseline.v1.v1_tile_config``): today's warp-specialized tiles
+    are not shapes it can run.
     """
     from driverlevel.verify_attention import VerifyAttention, tile_config
 
     from baseline.v1 import V1Plan, suggest_num_splits
 
     bs = len(prefixes)
+    v1_arch = tile if isinstance(tile, str) else None
     if isinstance(tile, str):
         tile = tile_config(tile, ntok * heads)
     cfg = tile or tile_config(dev.arch, ntok * heads)
@@ -171,12 +175,12 @@ def bench_shape(dl, torch, dev, stream, flush, heads, prefixes, ntok, iters, cha
                tflops=flop / (ms / 1e3) / 1e12, prefix_gbs=sum(prefixes) * 1152 / (ms / 1e3) / 1e9,
                workspace_bytes=plan.workspace_bytes, rows=rows)
     if baseline:
-        splits = suggest_num_splits(dev, bs, ntok, heads, max(prefixes))
-        v1 = V1Plan(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits, mask_format=fmt, tile=tile)
+        splits = suggest_num_splits(dev, bs, ntok, heads, max(prefixes), arch=v1_arch)
+        v1 = V1Plan(dev, heads, max_batch=bs, max_q=ntok, num_splits=splits, mask_format=fmt, arch=v1_arch)
         ms1, out_old = time_plan(dl, dev, stream, flush, v1, d, iters)
         diff = (out_new.float() - out_old.float()).norm() / out_old.float().norm()
         res.update(v1_ms=ms1, v1_splits=splits, v1_workspace_bytes=v1.workspace_bytes, speedup_vs_v1=ms1 / ms,
-                   rel_diff_vs_v1=float(diff))
+                   rel_diff_vs_v1=float(diff), v1_tile=f"M{v1.cfg.rows}xN{v1.cfg.keys}xC{v1.cfg.csplit}")
         del v1
     del d, plan
     torch.cuda.empty_cache()
