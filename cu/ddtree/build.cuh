@@ -64,6 +64,25 @@ DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
   return v;
 }
 
+// The barriers bitonic_desc(P, ...) passes after its shuffles (none for P <= 32), passed on named
+// barrier `id` over `count` threads by the warps that do not sort. Without them the warps at or past
+// max(P, 32) pass fewer barriers than the sorting warps, which is correct (barrier 1 is the P
+// threads' own) but which compute-sanitizer's racecheck reads as hazards across every later CTA
+// barrier: 11-20 errors per build test at K = 40, 64 and 100, none at K <= 16 or K >= 481 (every warp
+// sorts), none with these barriers (H200, compute-sanitizer 2025.3.1, forty-fourth session). They
+// cost nothing measurable (bench_ddtree, -0.23 .. +0.34 µs); every warp on barrier 1 instead made
+// the sort wait for the log-sum-exp warp (+0.3 .. +0.8 µs). Racecheck is the check that would show
+// a real shared-memory race in this kernel, so its report is kept clean.
+DL_DEVICE void sort_barriers(int P, int id, int count) {
+  bool first = true;
+  for (int k = 64; k <= P; k <<= 1)  // (uniform)
+    for (int j = k >> 1; j >= 32; j >>= 1) {
+      if (!first) dl::named_barrier(id, count);
+      first = false;
+      dl::named_barrier(id, count);
+    }
+}
+
 // The threshold top-K's exact fallback for a row it failed (rare: T not finite, fewer than K or
 // more than tk_cap logits >= T: tk_fallback_of): the chunk top-K (topk.cuh) of each of the row's
 // num_chunks chunks in turn, by this CTA (topk_one_chunk with NT = BUILD_THREADS, its ChunkSmem
@@ -251,6 +270,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   if (lse_warp) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
   DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
   if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
+  else sort_barriers(P, 2, BUILD_THREADS - P);  // (P >= 64 here, or no barrier)
   DDT_STAMP(29, "sortdone", 0);
   __syncthreads();  // sm.lse (LSE_WARP, above) is visible
   const float lse = sm.lse;

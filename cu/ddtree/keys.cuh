@@ -99,12 +99,15 @@ DL_DEVICE void find_bin(SelectSmem& sm, int* bin_out, int* before_out) {
 // One select level's narrowing, between the histogram's barrier and the next: warp 0 finds the
 // bin where the running count reaches need (= sm.need), thread 0 narrows sm.lo / sm.hi to the bin's d range
 // (log bins when shift < 0; log_bin_hi of the last bins is ~0: clamped to hi), sets sm.need to the
-// rank inside the bin and sm.count to the bin's population.
+// rank inside the bin and sm.count to the bin's population. The __syncwarp orders warp 0's reads of
+// sm.need before thread 0 overwrites it: the shuffles between them order registers, not memory
+// (compute-sanitizer's racecheck reported the pair as an intra-warp hazard).
 template <typename U>
 DL_DEVICE void narrow_to_bin(SelectSmem& sm, U lo, U hi, int need, int shift) {
   if (threadIdx.x < 32) {
     int bin, before;
     find_bin(sm, &bin, &before);
+    __syncwarp();
     if (threadIdx.x == 0) {
       u64 nlo, nhi;
       if (shift < 0) {
