@@ -52,7 +52,7 @@ class V1Tile:
 V1_CONFIGS = (
     V1Tile(rows=64, csplit=2, keys=32, stages=2),  # 182,272 B: sm_90, sm_100
     V1Tile(rows=48, csplit=2, keys=32, stages=2),  # 155,392 B: sm_90, sm_100 (9 heads x 16 tokens), sm_80
-    V1Tile(rows=64, csplit=2, keys=16, stages=2),  # 128,512 B: (first in that list, taken by no architecture)
+    V1Tile(rows=64, csplit=2, keys=16, stages=2),  # 128,512 B: (labelled sm_80 that day; taken by no architecture: sm_80 gets 48 x 32)
     V1Tile(rows=32, csplit=4, keys=16, stages=2),  #  91,136 B: sm_86, sm_89, sm_120
 )
 

@@ -35,7 +35,7 @@ DL_DEVICE u64 bitonic_step(u64 v, u64 other, int tid, int k, int j) {
 // per thread tid < max(P, 32), descending, by a bitonic network: first each warp's 32 values
 // (merge sizes 2 .. 32 by shuffles, written out: a warp of P < 32 sorts its padding 0 last), then
 // for each merge size k = 64 .. P the strides >= 32 through buf (P u64) between two barriers over
-// the P threads (named barrier 1; the warps past P go on at once) and the strides 16 .. 1 by
+// the P threads (named barrier 1; the warps past P pass as many on barrier 2: sort_barriers) and the strides 16 .. 1 by
 // shuffles, written out once. The code stays compact: a network unrolled for each P (~830
 // instructions at P = 256) ran 2.8 µs at batch 1 but 5.8 µs at batch 8 on the H200, where 120
 // CTAs run the same cold instructions at once; this form built batch 8 / 256 in 56.4 µs instead
@@ -71,7 +71,7 @@ DL_DEVICE u64 bitonic_desc(int P, u64 v, u64* buf, int tid) {
 // barrier: 11-20 errors per build test at K = 40, 64 and 100, none at K <= 16 or K >= 481 (every warp
 // sorts), none with these barriers (H200, compute-sanitizer 2025.3.1, forty-fourth session). They
 // cost nothing measurable (bench_ddtree, -0.23 .. +0.34 µs); every warp on barrier 1 instead made
-// the sort wait for the log-sum-exp warp (+0.3 .. +0.8 µs). Racecheck is the check that would show
+// the sort wait for the log-sum-exp warp (-0.26 .. +0.81 µs, +0.4 / +0.8 at batch 8, budget 256). Racecheck is the check that would show
 // a real shared-memory race in this kernel, so its report is kept clean.
 DL_DEVICE void sort_barriers(int P, int id, int count) {
   bool first = true;

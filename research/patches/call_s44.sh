@@ -4,6 +4,7 @@
 #    not sort pass the same barriers, among themselves / every warp on barrier 1), random and peaked;
 # 2. racecheck on each variant (the ddtree group, and the build test at K = 40, 64, 100, 481);
 # 3. bench_attention --quick --tile both (the verify side by side; its 2026-11-30 baseline mended).
+# Runs at 466697e: the two patches were removed when sort-idle-barriers landed (84bca62).
 set -u
 export PYTHONPATH=$PWD
 DRAFTERS="random peaked" TESTS=0 STAMP_REPEAT=2 timeout 300 bash research/patches/ab_next.sh sort-idle-barriers sort-cta-barriers \
