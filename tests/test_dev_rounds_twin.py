@@ -1,11 +1,12 @@
-"""The deviation rounds' algorithm (``dev_rounds``: research/patches/dev-rounds.patch until it lands
-in cu/ddtree/search.cuh) through its numpy twin, research/probes/dev_rounds_twin.py, on the CPU:
+"""The deviation rounds' algorithm (``dev_rounds``: research/patches/dev-rounds.patch, measured slower
+on the H200 in the forty-third session and not landed; in the history at e44613d) through its numpy twin, research/probes/dev_rounds_twin.py, on the CPU:
 where the twin builds the tree it must equal the
 reference heap's (``build_tree_from_topk``) node for node -- rows tied everywhere on a 0.25 grid,
 confident rows with and without jitter, paired rows (nodes of many deviations), bf16-truncated
 rows -- and it hands on (to the parallel search) only rows whose candidates overflow SEARCH_CAP or
 whose float64 sums it cannot prove exact. The GPU tests check the kernel against the same
-reference (the patch's test_ddtree_gpu.py, ``test_deviation_rounds_exact_or_hand_on``).
+reference (the patch's test_ddtree_gpu.py, ``test_deviation_rounds_exact_or_hand_on``). The twin stays
+as the design's record.
 """
 
 from __future__ import annotations

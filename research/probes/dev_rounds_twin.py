@@ -1,5 +1,5 @@
 """A numpy twin of a tree search by deviation rounds for deep trees of budgets 17..512 (a design,
-forty-first session; the kernel is research/patches/dev-rounds.patch's ``dev_rounds``), step for
+forty-first session; the kernel is research/patches/dev-rounds.patch's ``dev_rounds``, not landed: in the history at e44613d), step for
 step, checked against the reference heap (build_tree_from_topk).
 
 The parallel search (cu/ddtree/search.cuh) generates the candidates depth by depth: 15 dependent
