@@ -13,11 +13,12 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 def load_bench(name):
     """``benchmarks/NAME.py`` as a fresh module (the scripts import their siblings: the folder is on
-    ``sys.path`` while it loads)."""
+    ``sys.path`` while it loads). NAME may name a subfolder's file, e.g. ``"baseline/v1"``."""
     sys.path.insert(0, str(BENCH))
     try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test", BENCH / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"bench_{name.replace('/', '_')}_under_test", BENCH / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # (dataclasses look their module up while it loads)
         spec.loader.exec_module(mod)
         return mod
     finally:

@@ -4,25 +4,15 @@ were launched on its 96-thread kernel: CUDA_ERROR_INVALID_VALUE on the H200, 202
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from bench_util import load_bench
 
-from driverlevel._compile import compile_source, shared_limit
-from driverlevel._module import struct_layout_defines
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from driverlevel._compile import shared_limit
 
 
 @pytest.fixture(scope="module")
 def v1():
-    sys.path.insert(0, str(BENCH))
-    try:
-        from baseline import v1
-        yield v1
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("baseline/v1")
 
 
 @pytest.mark.parametrize("arch, rows, want", [
@@ -40,11 +30,8 @@ def test_the_baseline_takes_that_days_tile(v1, arch, rows, want):
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
 def test_the_baseline_kernel_compiles_for_its_tiles_without_spills(v1, arch):
-    src = (BENCH / "baseline" / "verify_attention_v1.cu").read_text()
     for t in {v1.v1_tile_config(arch, r) for r in (144, 4096)}:
-        defines = {"DL_ROWS": t.rows, "DL_CSPLIT": t.csplit, "DL_KEYS": t.keys, "DL_STAGES": t.stages,
-                   **struct_layout_defines(v1._ParamsV1)}
-        cub = compile_source(src, "verify_attention_v1.cu", arch, defines)
+        cub = v1.compile_v1(arch, t)
         r = cub.resources["verify_attn_partial"]
         assert r.spills == 0, (arch, t, r)
         assert r.shared_bytes + t.shared_bytes <= shared_limit(arch)

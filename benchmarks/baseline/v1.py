@@ -48,6 +48,14 @@ class V1Tile:
         return (self.rows + self.stages * self.keys) * _ROW_BYTES + x
 
 
+def compile_v1(arch, tile: V1Tile):
+    """``verify_attention_v1.cu`` compiled for ``arch`` with ``tile`` (a :class:`Cubin`)."""
+    src = (Path(__file__).parent / "verify_attention_v1.cu").read_text()
+    defines = {"DL_ROWS": tile.rows, "DL_CSPLIT": tile.csplit, "DL_KEYS": tile.keys, "DL_STAGES": tile.stages,
+               **struct_layout_defines(_ParamsV1)}
+    return compile_source(src, "verify_attention_v1.cu", arch, defines)
+
+
 #: The tiles of 2026-11-30, in that day's order of preference (its verify_attention.py).
 V1_CONFIGS = (
     V1Tile(rows=64, csplit=2, keys=32, stages=2),  # 182,272 B: sm_90, sm_100
@@ -104,11 +112,7 @@ class V1Plan:
         self.mask_format = parse_mask_format(mask_format)
         self.mask_words = bitmask_words(max_q)
         self.sm_scale = sm_scale
-        src = (Path(__file__).parent / "verify_attention_v1.cu").read_text()
-        defines = {"DL_ROWS": self.cfg.rows, "DL_CSPLIT": self.cfg.csplit, "DL_KEYS": self.cfg.keys,
-                   "DL_STAGES": self.cfg.stages}
-        defines.update(struct_layout_defines(_ParamsV1))
-        mod = load_module(dev, compile_source(src, "verify_attention_v1.cu", dev.arch, defines))
+        mod = load_module(dev, compile_v1(dev.arch, self.cfg))
         self._partial, self._merge = mod.kernel("verify_attn_partial"), mod.kernel("verify_attn_merge")
         self.shared_bytes = self.cfg.shared_bytes
         self._partial.reserve_shared(self.shared_bytes)
