@@ -31,7 +31,7 @@ def _run(tmp_path, *args, env=None):
     stub = tmp_path / "compute-sanitizer"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    own = ("K", "SANITIZER_ARGS", "PLAN", "LINEINFO", "TIMEOUT", "PRINT_LIMIT")  # the script's settings: the test's only
+    own = ("K", "SANITIZER_ARGS", "PLAN", "LINEINFO", "TIMEOUT", "PRINT_LIMIT", "JOBS")  # the script's settings: the test's only
     e = dict({k: v for k, v in os.environ.items() if k not in own}, SANITIZER=str(stub), STUB_LOG=str(tmp_path / "calls.txt"), OUT=str(tmp_path / "out"),
              PYTHON=sys.executable, **(env or {}))
     r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=60)
@@ -138,3 +138,24 @@ def test_k_replaces_the_groups_expression_and_sanitizer_args_reach_every_run(tmp
 def test_an_empty_k_runs_the_group_files_whole(tmp_path):
     r, calls = _run(tmp_path, "memcheck:ddtree", env={"K": ""})
     assert r.returncode == 0 and calls[0].endswith("tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py")
+
+
+def test_runs_at_once_keep_the_summarys_order_and_status(tmp_path):
+    # synccheck's stand-in sleeps 5 s and is cut at 2: the slow run first, the others finish before it
+    r, calls = _run(tmp_path, "synccheck:verify", "memcheck:step", "racecheck:ddtree", env={"TIMEOUT": "2", "JOBS": "3"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    assert [t.split()[:3] for t in table[2:5]] == [["synccheck", "verify", "timeout"], ["memcheck", "step", "clean"],
+                                                   ["racecheck", "ddtree", "ERRORS"]]
+    assert len(calls) == 3
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "memcheck-step.log", "racecheck-ddtree.log", "synccheck-verify.log"]
+    (tmp_path / "b").mkdir()
+    ok, _ = _run(tmp_path / "b", "memcheck:step", "memcheck:ddtree", env={"JOBS": "2"})
+    assert ok.returncode == 0 and ok.stdout.count(" clean ") == 2, ok.stdout
+
+
+@pytest.mark.parametrize("jobs", ["0", "two", "-1"])
+def test_jobs_must_be_a_positive_count(tmp_path, jobs):
+    r, calls = _run(tmp_path, "memcheck:step", env={"JOBS": jobs})
+    assert r.returncode == 2 and f"JOBS='{jobs}'" in r.stderr and calls == []

@@ -27,6 +27,10 @@
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
 #   PRINT_LIMIT  reports printed per run (default 30)
+#   JOBS       runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
+#              seconds of a run grow while others run; the summary keeps the runs' order. On the H200 seven
+#              runs at once (the default plan, racecheck and synccheck of seven verify tests) took ~90 s
+#              once the kernels were compiled (forty-fifth session)
 #   K          a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
 #              K='test_build_matches_reference and 3001' racecheck:ddtree-all (K= empty: the files whole)
 #   SANITIZER_ARGS  more compute-sanitizer options for every run, e.g. "--racecheck-report hazard" (the
@@ -58,6 +62,8 @@ esac
 TIMEOUT_S="${TIMEOUT:-100}"
 [[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "TIMEOUT='$TIMEOUT_S' must be a positive number of seconds"
 PY="${PYTHON:-python}"
+JOBS_N="${JOBS:-1}"
+[[ "$JOBS_N" =~ ^[1-9][0-9]*$ ]] || usage_error "JOBS='$JOBS_N' must be a positive number of runs at once"
 
 DDTREE_K="corrupted or poisoned or nonfinite or dense_commit or chain_and_star or threshold_fallback"
 DDTREE_K="$DDTREE_K or compile_matches or accept_from_target or commit_dense"
@@ -99,9 +105,8 @@ OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 
 echo "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | grep -i version | head -n 1))"
-SUMMARY=()
-FAILED=0
-for run in "${RUNS[@]}"; do
+one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into the file $2
+  local run=$1 tool group log args kexpr start end rc status note extra more
   tool="${run%%:*}"; group="${run#*:}"
   log="$OUT_DIR/$tool-$group.log"
   read -r -a args <<< "$(group_args "$group")"
@@ -118,18 +123,39 @@ for run in "${RUNS[@]}"; do
     "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1
   rc=$?
   end=$(date +%s)
+  [ "$JOBS_N" -gt 1 ] && echo "=== $tool $group done:"
   tail -n 5 "$log"
   case "$rc" in
     0) status="clean" ;;
-    97) status="ERRORS"; FAILED=1 ;;
-    124|137) status="timeout"; FAILED=1 ;;
-    *) status="FAIL($rc)"; FAILED=1 ;;
+    97) status="ERRORS" ;;
+    124|137) status="timeout" ;;
+    *) status="FAIL($rc)" ;;
   esac
   # the sanitizer's summary line: "ERROR SUMMARY: 0 errors", racecheck's "RACECHECK SUMMARY: ..."
   note="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//' | cut -c1-80)"
   [ -z "$note" ] && note="(no sanitizer summary) $(grep -E 'passed|failed|error' "$log" | tail -n 1 | cut -c1-60)"
-  SUMMARY+=("$(printf '%-10s %-7s %-10s %5ss  %s' "$tool" "$group" "$status" "$((end - start))" "$note")")
+  printf '%-10s %-7s %-10s %5ss  %s\n' "$tool" "$group" "$status" "$((end - start))" "$note" > "$2"
+}
+LINES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sanitize-lines.XXXXXX")
+i=0
+for run in "${RUNS[@]}"; do
+  i=$((i + 1))
+  if [ "$JOBS_N" -gt 1 ]; then
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS_N" ]; do wait -n; done
+    one_run "$run" "$LINES_DIR/$i" &
+  else
+    one_run "$run" "$LINES_DIR/$i"
+  fi
 done
+wait
+SUMMARY=()
+FAILED=0
+for j in $(seq 1 "$i"); do
+  line="$(cat "$LINES_DIR/$j" 2>/dev/null || echo "(run $j left no summary)")"
+  SUMMARY+=("$line")
+  [ "$(echo "$line" | awk '{print $3}')" = clean ] || FAILED=1
+done
+rm -rf "$LINES_DIR"
 
 echo
 echo "=== summary (logs in $OUT_DIR)"
