@@ -23,7 +23,11 @@ and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
 match is recompiled and rewritten, never loaded. Entries and directories are created as any
 file is (mode ``0o666`` / ``0o777`` less the umask), so that a cache shared by several users
-(a group-writable directory, umask 002) serves them all.
+(a group-writable directory, umask 002) serves them all. Loading an entry sets its modification
+time to now where the entry is writable (in a read-only cache it stays as it was: a cache others
+own is still used), so an entry's modification time says when it was last compiled or loaded:
+``find DIR -name '*.cubin' -mtime +30 -delete`` prunes what has not been used for a month, and
+``tools/kernel_cache.py export --since`` takes the entries one run used.
 """
 
 from __future__ import annotations
@@ -894,6 +898,22 @@ def _read_entry(path: Path, key: str):
         return None
 
 
+def _touch_entry(path: Path) -> None:
+    """Set a loaded entry's modification time to now (the module docstring says why). An entry this
+    process may not change (a read-only or another user's cache) keeps its time: that is a cache
+    in use, not a failure, so PermissionError and a read-only file system pass silently; any other
+    ``OSError`` is a cache-write failure and warns as one."""
+    try:
+        os.utime(path)
+    except (PermissionError, FileNotFoundError):  # not ours to change, or removed since it was read
+        return
+    except OSError as exc:
+        import errno
+
+        if exc.errno != errno.EROFS:
+            _warn(_cache_write_failure(path.parent, exc))
+
+
 def _create_temporary(directory: Path) -> tuple[int, str]:
     """``(fd, path)`` of a new, empty ``.tmp-*.cubin`` file in ``directory``, open for writing, created with
     mode ``0o666`` less the umask as any file is (``tempfile.mkstemp`` makes ``0o600``: an entry that other
@@ -1036,6 +1056,7 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
                 _warn(_cache_read_failure(cdir / f"{key}.cubin", exc))
                 entry = None
             if entry is not None:
+                _touch_entry(cdir / f"{key}.cubin")
                 with _mem_lock:
                     _mem_cache[key] = entry
                 return entry

@@ -8,6 +8,10 @@ directory, so they do not depend on the kernels in cu/.
 
 from __future__ import annotations
 
+import errno
+import os
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -1352,3 +1356,30 @@ def test_lineinfo_puts_source_lines_in_the_cubin_under_another_key(fresh_cache, 
     assert b".debug_line" in lined.data and b".debug_line" not in plain.data
     assert lined.key != plain.key and not lined.cache_hit  # not the plain build's entry
     assert lined.resources["k"].registers == plain.resources["k"].registers
+
+
+def test_a_loaded_entry_gets_a_new_modification_time(fresh_cache, header_dir):
+    _compile_t(header_dir)
+    (entry,) = _entries(fresh_cache)
+    os.utime(entry, (1_000_000_000, 1_000_000_000))  # 2001
+    _compile._clear_memory_cache()
+    assert _compile_t(header_dir).cache_hit
+    assert entry.stat().st_mtime > time.time() - 600
+
+
+@pytest.mark.parametrize("exc, warns", [(PermissionError(errno.EPERM, "Operation not permitted"), False),
+                                        (OSError(errno.EROFS, "Read-only file system"), False),
+                                        (OSError(errno.EIO, "Input/output error"), True)])
+def test_an_entry_that_cannot_be_touched_is_still_loaded(fresh_cache, header_dir, monkeypatch, exc, warns):
+    _compile_t(header_dir)
+    _compile._clear_memory_cache()
+
+    def refuse(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(_compile.os, "utime", refuse)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        assert _compile_t(header_dir).cache_hit
+    texts = [str(w.message) for w in rec if issubclass(w.category, RuntimeWarning)]
+    assert (len(texts) == 1 and "Input/output error" in texts[0]) if warns else texts == [], texts

@@ -27,6 +27,11 @@
 #   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps): the H200
 #                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
 #                  git-ignored path, e.g. run(carry=[".wt/nvrtc"]) with NVRTC_WHEEL=.wt/nvrtc/*.whl
+#   KERNEL_CACHE_IN=DIR   import the kernel cache exported by an earlier machine (tools/kernel_cache.py
+#                  import; DIR a carried, git-ignored folder of kernel-cache.tgz.NN parts) before the
+#                  tests: a fresh machine then compiles only what changed since
+#   KERNEL_CACHE_OUT=DIR  after everything, export the cache entries this run compiled or loaded into
+#                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back)
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` into the current
 # Python environment (an installed driverlevel there becomes this checkout, editable; falling back
@@ -99,6 +104,11 @@ EOF
 
 run_step info "$PY" -m driverlevel info
 
+CACHE_MARK="$(mktemp "${TMPDIR:-/tmp}/gpu_check-cache-mark.XXXXXX")"  # what the cache's entries newer than this are: this run's
+if [[ -n "${KERNEL_CACHE_IN:-}" ]]; then
+  run_step kernel-cache-in "$PY" tools/kernel_cache.py import "$KERNEL_CACHE_IN"
+fi
+
 # -- GPU tests ------------------------------------------------------------------------------
 if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
   if [[ $# -gt 0 ]]; then files=("$@"); else files=(tests); fi
@@ -140,6 +150,11 @@ for name in ${BENCH:-}; do
     FAILED=1
   fi
 done
+
+if [[ -n "${KERNEL_CACHE_OUT:-}" ]]; then
+  run_step kernel-cache-out "$PY" tools/kernel_cache.py export "$KERNEL_CACHE_OUT" --since "$CACHE_MARK"
+fi
+rm -f "$CACHE_MARK"
 
 # -- summary ------------------------------------------------------------------------------------
 echo
