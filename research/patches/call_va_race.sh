@@ -5,13 +5,15 @@
 # then an A/B of bench_tiles --quick (this GPU's tiles and sm_120's) against main, interleaved twice,
 # then the same GPU tests reversed in the time left. From the repository root, $OUT set:
 #   bash research/patches/call_va_race.sh     (~8-9 minutes on the H200; give the run tool 600 s)
-# Everything is in $OUT/va-race.tgz; the summary lines last.
+# Everything is in $OUT/va-race.tgz, the kernel cache's new entries in $OUT/kc (keep them in a carried,
+# git-ignored .kcache/ for the next call: KERNEL_CACHE_IN=.kcache tools/gpu_check.sh); the summary lines last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 . research/patches/patched_tree.sh
 OUT=${OUT:-/tmp/out}; L=/tmp/va-race; rm -rf "$L"; mkdir -p "$L"
 T_START=$(date +%s)
+touch /tmp/va-race-mark  # the kernel cache's entries this call compiles or loads: exported last (tools/kernel_cache.py)
 MAIN=$PWD; P=/tmp/t-va-race
 patched_tree va-race-barriers $P
 cd $P; export PYTHONPATH=$P
@@ -43,6 +45,7 @@ if [ $left -gt 30 ]; then
   echo "reversed ($left s allowed): $(tail -n 1 "$L/tests-reversed.txt")"; grep -E 'FAILED' "$L/tests-reversed.txt" | head -n 5
 fi
 tar -czf "$OUT/va-race.tgz" -C "$L" .
+(cd "$MAIN" && python tools/kernel_cache.py export "$OUT/kc" --since /tmp/va-race-mark)  # main's cubins, for the next machine
 python - "$L" <<'PY'
 import json, sys, glob, statistics as st, os
 L = sys.argv[1]
