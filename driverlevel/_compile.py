@@ -902,7 +902,8 @@ def _touch_entry(path: Path) -> None:
     """Set a loaded entry's modification time to now (the module docstring says why). An entry this
     process may not change (a read-only or another user's cache) keeps its time: that is a cache
     in use, not a failure, so PermissionError and a read-only file system pass silently; any other
-    ``OSError`` is a cache-write failure and warns as one."""
+    ``OSError`` warns (the entry is used all the same). Every load writes the time, so a cache on a
+    copy-on-write layer (overlayfs, an entry baked into an image) copies each entry it loads up once."""
     try:
         os.utime(path)
     except (PermissionError, FileNotFoundError):  # not ours to change, or removed since it was read
@@ -911,7 +912,9 @@ def _touch_entry(path: Path) -> None:
         import errno
 
         if exc.errno != errno.EROFS:
-            _warn(_cache_write_failure(path.parent, exc))
+            _warn(f"driverlevel: loaded the cubin cache entry {path} but could not set its modification time: "
+                  f"{exc.strerror or exc}; the entry is used all the same (its time no longer says when it was "
+                  f"last used: age-based pruning and tools/kernel_cache.py export --since may miss it)")
 
 
 def _create_temporary(directory: Path) -> tuple[int, str]:

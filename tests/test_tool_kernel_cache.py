@@ -3,9 +3,12 @@ loads as a cache hit with the same cubin; --since takes what a run compiled or l
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
+import json
 import os
+import shutil
 import tarfile
 import time
 from pathlib import Path
@@ -54,7 +57,7 @@ def test_exported_entries_load_as_hits_on_another_cache(kc, tmp_path, monkeypatc
     assert "exported 3 entries" in capsys.readouterr().out
     _use_cache(monkeypatch, b)
     assert kc.main(["import", str(tmp_path / "kc")]) == 0
-    assert "imported 3 entries" in capsys.readouterr().out
+    assert "imported 3 entries (0.0 MB) from 1 part(s)" in capsys.readouterr().out
     assert _entries(b) == _entries(a)
     again = [_build(i) for i in range(3)]
     assert all(c.cache_hit for c in again)
@@ -93,39 +96,142 @@ def test_parts_split_and_join_and_old_parts_go(kc, tmp_path, monkeypatch):
         _build(i)
     out.mkdir()
     (out / "kernel-cache.tgz.17").write_bytes(b"stale")
+    (out / "notes.txt").write_text("kept")
     n, nbytes, parts = kc.export(out, None, 0.001)  # ~1 KB parts
     assert n == 4 and len(parts) >= 2 and all(p.stat().st_size <= int(0.001 * (1 << 20)) for p in parts)
-    assert sorted(out.iterdir()) == sorted(parts)
+    assert [p.name for p in parts] == [f"kernel-cache.tgz.{i}" for i in range(len(parts))]
+    assert sorted(out.iterdir()) == sorted([*parts, out / "kernel-cache.json", out / "notes.txt"])
     _use_cache(monkeypatch, b)
-    assert kc.import_(out) == (4, 0, nbytes)
+    assert kc.import_(out) == (4, 0, nbytes, len(parts))
     assert _entries(b) == _entries(a)
 
 
-@pytest.mark.parametrize("name", ["../evil.cubin", "notakey.cubin", "sub/" + "a" * 64 + ".cubin"])
+def _hand_made_export(src: Path, members):
+    """An export of hand-made members (name, bytes) with a manifest that matches it."""
+    src.mkdir()
+    with tarfile.open(src / "kernel-cache.tgz.0", "w:gz") as tar:
+        for n, data in members:
+            info = tarfile.TarInfo(n)
+            info.size = len(data)
+            info.mtime = 4_000_000_000  # (2096: an import dates it now at the latest)
+            tar.addfile(info, io.BytesIO(data))
+    part = (src / "kernel-cache.tgz.0").read_bytes()
+    (src / "kernel-cache.json").write_text(json.dumps({"entries": len(members), "parts": [
+        {"name": "kernel-cache.tgz.0", "bytes": len(part), "sha256": hashlib.sha256(part).hexdigest()}]}))
+
+
+GOOD = "b" * 64 + ".cubin"
+
+
+@pytest.mark.parametrize("name", ["../evil.cubin", "notakey.cubin", "sub/" + "a" * 64 + ".cubin", GOOD + "\n"])
 def test_an_archive_with_anything_but_entries_is_refused_before_anything_is_written(kc, tmp_path, monkeypatch,
                                                                                       capsys, name):
-    src = tmp_path / "kc"
-    src.mkdir()
-    good = "b" * 64 + ".cubin"
-    with tarfile.open(src / "kernel-cache.tgz.00", "w:gz") as tar:
-        for n in (good, name):
-            info = tarfile.TarInfo(n)
-            info.size = 3
-            tar.addfile(info, io.BytesIO(b"abc"))
+    _hand_made_export(tmp_path / "kc", [(GOOD, b"abc"), (name, b"abc")])
     cache = tmp_path / "cache"
     _use_cache(monkeypatch, cache)
-    assert kc.main(["import", str(src)]) == 1
+    assert kc.main(["import", str(tmp_path / "kc")]) == 1
     assert "is not a cache entry" in capsys.readouterr().err
     assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_an_imported_entry_is_never_dated_in_the_future(kc, tmp_path, monkeypatch):
+    _hand_made_export(tmp_path / "kc", [(GOOD, b"abc")])
+    _use_cache(monkeypatch, tmp_path / "cache")
+    assert kc.import_(tmp_path / "kc")[:3] == (1, 0, 3)
+    assert (tmp_path / "cache" / GOOD).stat().st_mtime <= time.time()
+
+
+def _flip_last_part(d: Path):
+    p = sorted(d.glob("kernel-cache.tgz.*"))[-1]
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2] ^= 1
+    p.write_bytes(bytes(b))
+
+
+def _short_last_part(d: Path):
+    p = sorted(d.glob("kernel-cache.tgz.*"))[-1]
+    p.write_bytes(p.read_bytes()[:-4])
+
+
+def _drop_a_part(d: Path):
+    (d / "kernel-cache.tgz.1").unlink()
+
+
+def _no_manifest(d: Path):
+    (d / "kernel-cache.json").unlink()
+
+
+def _crc_off_but_rehashed(d: Path):  # a damaged stream whose manifest was made to match: gzip's own check
+    p = sorted(d.glob("kernel-cache.tgz.*"), key=lambda q: int(q.suffix[1:]))[-1]
+    b = bytearray(p.read_bytes())
+    b[-6] ^= 1
+    p.write_bytes(bytes(b))
+    m = json.loads((d / "kernel-cache.json").read_text())
+    m["parts"][-1].update(bytes=len(b), sha256=hashlib.sha256(bytes(b)).hexdigest())
+    (d / "kernel-cache.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("damage, words", [(_flip_last_part, "does not match the manifest"),
+                                           (_short_last_part, "does not match the manifest"),
+                                           (_drop_a_part, "kernel-cache.tgz.1 of the export is missing"),
+                                           (_no_manifest, "no kernel-cache.json"),
+                                           (_crc_off_but_rehashed, "CRC")])
+def test_a_damaged_export_writes_nothing(kc, tmp_path, monkeypatch, capsys, damage, words):
+    _use_cache(monkeypatch, tmp_path / "a")
+    for i in range(4):
+        _build(i)
+    n, _, parts = kc.export(tmp_path / "kc", None, 0.001)
+    assert len(parts) >= 2
+    damage(tmp_path / "kc")
+    _use_cache(monkeypatch, tmp_path / "b")
+    assert kc.main(["import", str(tmp_path / "kc")]) == 1
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
+
+
+def test_a_newer_export_over_an_older_one_imports_the_newer(kc, tmp_path, monkeypatch):
+    _use_cache(monkeypatch, tmp_path / "a")
+    for i in range(4):
+        _build(i)
+    _, _, old_parts = kc.export(tmp_path / "old", None, 0.001)  # several small parts
+    _build(9)
+    n, _, new_parts = kc.export(tmp_path / "new", None, 15)     # one part
+    assert len(old_parts) > len(new_parts) == 1 and n == 5
+    for p in old_parts[1:]:  # the older export's later parts copied beside the newer one's
+        shutil.copy(p, tmp_path / "new" / p.name)
+    _use_cache(monkeypatch, tmp_path / "b")
+    assert kc.import_(tmp_path / "new")[:2] == (5, 0)
+
+
+def test_a_failed_write_leaves_no_temporary_file(kc, tmp_path, monkeypatch):
+    _use_cache(monkeypatch, tmp_path / "a")
+    _build(0)
+    kc.export(tmp_path / "kc", None, 15)
+    _use_cache(monkeypatch, tmp_path / "b")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kc.os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        kc.import_(tmp_path / "kc")
+    assert list((tmp_path / "b").iterdir()) == []
 
 
 def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
     _use_cache(monkeypatch, tmp_path / "cache")
     assert kc.main(["import", str(tmp_path)]) == 1
-    assert "no kernel-cache.tgz.NN parts" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        kc.main(["export", str(tmp_path / "kc"), "--since", str(tmp_path / "nope")])
-    assert e.value.code == 2
+    assert "no kernel-cache.json" in capsys.readouterr().err
+    for bad in (["--since", str(tmp_path / "nope")], ["--part-mib", "inf"], ["--part-mib", "0"]):
+        with pytest.raises(SystemExit) as e:
+            kc.main(["export", str(tmp_path / "kc"), *bad])
+        assert e.value.code == 2
+    (tmp_path / "file").write_text("")
+    assert kc.main(["export", str(tmp_path / "file" / "kc")]) == 1
+    assert "export to" in capsys.readouterr().err
+    monkeypatch.setenv("DRIVERLEVEL_CACHE", "maybe")
+    assert kc.main(["export", str(tmp_path / "kc")]) == 1
+    assert "DRIVERLEVEL_CACHE" in capsys.readouterr().err
     monkeypatch.setenv("DRIVERLEVEL_CACHE", "0")
     with pytest.raises(SystemExit, match="disk cache is disabled"):
         kc.main(["export", str(tmp_path / "kc")])

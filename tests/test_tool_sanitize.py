@@ -150,9 +150,16 @@ def test_runs_at_once_keep_the_summarys_order_and_status(tmp_path):
     assert len(calls) == 3
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "memcheck-step.log", "racecheck-ddtree.log", "synccheck-verify.log"]
-    (tmp_path / "b").mkdir()
-    ok, _ = _run(tmp_path / "b", "memcheck:step", "memcheck:ddtree", env={"JOBS": "2"})
-    assert ok.returncode == 0 and ok.stdout.count(" clean ") == 2, ok.stdout
+    (tmp_path / "b").mkdir()  # three runs, two at a time: the third waits for a slot
+    ok, calls = _run(tmp_path / "b", "memcheck:step", "memcheck:ddtree", "memcheck:verify", env={"JOBS": "2"})
+    assert ok.returncode == 0 and ok.stdout.count(" clean ") == 3 and len(calls) == 3, ok.stdout
+    table = ok.stdout[ok.stdout.index("=== summary"):].splitlines()
+    assert [t.split()[1] for t in table[2:5]] == ["step", "ddtree", "verify"]
+
+
+def test_a_run_named_twice_is_refused(tmp_path):
+    r, calls = _run(tmp_path, "memcheck:step", "racecheck:ddtree", "memcheck:step")
+    assert r.returncode == 2 and "a run named twice: memcheck:step" in r.stderr and calls == []
 
 
 @pytest.mark.parametrize("jobs", ["0", "two", "-1"])

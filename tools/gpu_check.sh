@@ -31,7 +31,9 @@
 #                  import; DIR a carried, git-ignored folder of kernel-cache.tgz.NN parts) before the
 #                  tests: a fresh machine then compiles only what changed since
 #   KERNEL_CACHE_OUT=DIR  after everything, export the cache entries this run compiled or loaded into
-#                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back)
+#                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back, and a
+#                  manifest); after a partial run (-x stopped it, some files, REVERSED=1) that is only
+#                  what the run touched
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` into the current
 # Python environment (an installed driverlevel there becomes this checkout, editable; falling back
@@ -106,7 +108,11 @@ run_step info "$PY" -m driverlevel info
 
 CACHE_MARK="$(mktemp "${TMPDIR:-/tmp}/gpu_check-cache-mark.XXXXXX")"  # what the cache's entries newer than this are: this run's
 if [[ -n "${KERNEL_CACHE_IN:-}" ]]; then
-  run_step kernel-cache-in "$PY" tools/kernel_cache.py import "$KERNEL_CACHE_IN"
+  if [[ -f "$KERNEL_CACHE_IN/kernel-cache.json" ]]; then
+    run_step kernel-cache-in "$PY" tools/kernel_cache.py import "$KERNEL_CACHE_IN"
+  else  # (a first call has nothing to carry yet: not a failure)
+    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' kernel-cache-in skipped - "no export in $KERNEL_CACHE_IN (kernel-cache.json): every kernel compiles")")
+  fi
 fi
 
 # -- GPU tests ------------------------------------------------------------------------------

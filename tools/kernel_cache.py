@@ -18,14 +18,21 @@ Usage::
 
 ``export`` writes the cache's entries (``<sha256 key>.cubin``; with ``--since FILE`` only those
 written or loaded after FILE's modification time, i.e. what that run used: loading an entry sets
-its modification time) as one gzip'ed tar, split into parts ``kernel-cache.tgz.00``, ``.01``, ...
-of at most ``--part-mib`` MiB each (the device tool brings back files of at most 16 MiB). It
-removes older ``kernel-cache.tgz.*`` parts from DIR first, so that DIR holds one archive. ``import``
-joins the parts in order and writes each entry into the cache (``DRIVERLEVEL_CACHE_DIR`` or the
-default, as the package finds it) atomically, keeping entries already there; anything in the archive
-other than a regular file named like an entry is refused before anything is written. Both print one
-line: entries, bytes, parts. Exit status 2 on bad arguments, 1 on a damaged archive or an unusable
-cache directory.
+its modification time) as one gzip'ed tar, split into parts ``kernel-cache.tgz.0``, ``.1``, ... of at
+most ``--part-mib`` MiB each (the device tool brings back files of at most 16 MiB), and a manifest,
+``kernel-cache.json`` (the parts in order with their sizes and SHA-256, the entry count). It removes
+an earlier export's parts and manifest from DIR first. ``import`` checks the manifest's parts (sizes,
+hashes), then every member of the archive (a regular file named like an entry, the archive read to
+its end, so that gzip's own checksum is checked too), and only then writes the entries into the cache
+(``DRIVERLEVEL_CACHE_DIR`` or the default, as the package finds it), each atomically, keeping those
+already there. A part the manifest does not name is ignored; a missing, short or altered one is an
+error before anything is written. Both print one line (entries, bytes, parts). Exit status 2 on bad
+arguments, 1 on a damaged export, an unusable cache directory or a failed write.
+
+An entry is a hit only where its key matches: the same checkout path (the device machine's copy of
+the repository is always at the same place), NVRTC version, package version and CUDA headers. After
+a partial run (``-x``, some test files, ``REVERSED=1``), ``--since`` exports only what that run
+touched: export after a whole run, or keep the previous export beside the new one.
 
 Needs no GPU.
 """
@@ -33,15 +40,22 @@ Needs no GPU.
 from __future__ import annotations
 
 import argparse
+import gzip
+import hashlib
 import io
+import json
+import math
 import os
+import time
 import re
 import sys
 import tarfile
 from pathlib import Path
 
 PART_PREFIX = "kernel-cache.tgz."
-ENTRY = re.compile(r"^[0-9a-f]{64}\.cubin$")  # driverlevel._compile's entry names (temporaries start with '.')
+MANIFEST = "kernel-cache.json"
+ENTRY = re.compile(r"[0-9a-f]{64}\.cubin")  # (fullmatch) driverlevel._compile's entry names; temporaries start with '.'
+PART = re.compile(re.escape(PART_PREFIX) + r"\d+")  # (fullmatch)
 
 
 class _Parts(io.RawIOBase):
@@ -87,7 +101,7 @@ class _Split(io.RawIOBase):
             if self._left == 0:
                 if self._f is not None:
                     self._f.close()
-                self.paths.append(self._dir / f"{PART_PREFIX}{len(self.paths):02d}")
+                self.paths.append(self._dir / f"{PART_PREFIX}{len(self.paths)}")
                 self._f = open(self.paths[-1], "wb")
                 self._left = self._limit
             n = min(self._left, len(view))
@@ -115,56 +129,105 @@ def _cache_dir() -> Path:
 
 def export(dest: Path, since: Path | None, part_mib: float) -> tuple[int, int, list[Path]]:
     """Write the cache's entries (those modified after ``since``'s modification time, if given) into
-    ``dest`` as parts of a gzip'ed tar of at most ``part_mib`` MiB each; return (entries, entry
-    bytes, part paths)."""
+    ``dest`` as parts of a gzip'ed tar of at most ``part_mib`` MiB each and the manifest; return
+    (entries, entry bytes, part paths)."""
     cdir = _cache_dir()
     after = since.stat().st_mtime if since is not None else None
-    names = sorted(n for n in (os.listdir(cdir) if cdir.is_dir() else []) if ENTRY.match(n))
+    names = sorted(n for n in (os.listdir(cdir) if cdir.is_dir() else []) if ENTRY.fullmatch(n))
     chosen = []
     for n in names:
         st = (cdir / n).stat()
         if after is None or st.st_mtime >= after:
             chosen.append((n, st.st_size))
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob(PART_PREFIX + "*"):
-        old.unlink()
-    out = _Split(dest, max(1, int(part_mib * (1 << 20))))
+    for old in [*dest.glob(PART_PREFIX + "*"), dest / MANIFEST]:
+        if old.is_file() and (old.name == MANIFEST or PART.fullmatch(old.name)):
+            old.unlink()
+    out = _Split(dest, max(16, int(part_mib * (1 << 20))))
     with tarfile.open(fileobj=out, mode="w|gz", format=tarfile.PAX_FORMAT) as tar:
         for n, _ in chosen:
             tar.add(cdir / n, arcname=n, recursive=False)
     out.close()
+    parts = [{"name": p.name, "bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+             for p in out.paths]
+    (dest / MANIFEST).write_text(json.dumps({"entries": len(chosen), "parts": parts}, indent=1) + "\n")
     return len(chosen), sum(s for _, s in chosen), out.paths
 
 
-def import_(src: Path) -> tuple[int, int, int]:
-    """Write the entries of the archive in ``src`` into the cache (keeping those already there);
-    return (entries written, entries already there, bytes written). Raises ``ValueError`` for a
-    member that is not a regular file named like an entry, before anything is written."""
-    parts = sorted(src.glob(PART_PREFIX + "*"))
-    if not parts:
-        raise FileNotFoundError(f"no {PART_PREFIX}NN parts in {src}")
-    # (the members are checked on a first pass, the entries written on a second: nothing half-imported)
-    with tarfile.open(fileobj=_Parts(parts), mode="r|gz") as tar:
+def _checked_parts(src: Path) -> tuple[list[Path], int]:
+    """The manifest's parts of the export in ``src``, in order, each checked against its size and
+    SHA-256, and the manifest's entry count. Raises ``FileNotFoundError`` (no manifest, a part missing)
+    or ``ValueError`` (a malformed manifest, a part that does not match)."""
+    mf = src / MANIFEST
+    if not mf.is_file():
+        raise FileNotFoundError(f"no {MANIFEST} in {src} (not a tools/kernel_cache.py export)")
+    try:
+        m = json.loads(mf.read_text())
+        listed = [(e["name"], int(e["bytes"]), str(e["sha256"])) for e in m["parts"]]
+        entries = int(m["entries"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{mf}: not a manifest of this tool ({exc})") from None
+    if not listed or [n for n, _, _ in listed] != [f"{PART_PREFIX}{i}" for i in range(len(listed))]:
+        raise ValueError(f"{mf}: the parts must be {PART_PREFIX}0 .. {PART_PREFIX}N-1 in order")
+    paths = []
+    for name, size, sha in listed:
+        p = src / name
+        if not p.is_file():
+            raise FileNotFoundError(f"{src}: part {name} of the export is missing")
+        data = p.read_bytes()
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError(f"{src}: part {name} does not match the manifest ({len(data)} B, {size} B listed): "
+                             f"a damaged or mixed export")
+        paths.append(p)
+    return paths, entries
+
+
+def import_(src: Path) -> tuple[int, int, int, int]:
+    """Write the entries of the export in ``src`` into the cache (keeping those already there);
+    return (entries written, entries already there, bytes written, parts). Raises
+    ``FileNotFoundError`` or ``ValueError`` (the manifest, a part, a member that is not a regular file
+    named like an entry, an entry count that differs from the manifest's) and ``tarfile.TarError`` /
+    ``EOFError`` / ``OSError`` (gzip's checksum, a truncated stream) before anything is written."""
+    from driverlevel._compile import _create_temporary
+
+    parts, entries = _checked_parts(src)
+    n = 0
+    with gzip.GzipFile(fileobj=_Parts(parts)) as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
         for m in tar:
-            if not m.isreg() or not ENTRY.match(m.name):
+            if not m.isreg() or not ENTRY.fullmatch(m.name):
                 raise ValueError(f"{src}: archive member {m.name!r} is not a cache entry (a regular file <sha256>.cubin)")
+            n += 1
+        while gz.read(1 << 20):  # to the end: gzip checks its CRC and length there (gzip.BadGzipFile, an OSError)
+            pass
+    if n != entries:
+        raise ValueError(f"{src}: the archive holds {n} entries, the manifest says {entries}")
     cdir = _cache_dir()
     cdir.mkdir(parents=True, exist_ok=True)
     written = kept = nbytes = 0
-    with tarfile.open(fileobj=_Parts(parts), mode="r|gz") as tar:
+    now = time.time()
+    with gzip.GzipFile(fileobj=_Parts(parts)) as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
         for m in tar:
             path = cdir / m.name
             if path.exists():
                 kept += 1
                 continue
             data = tar.extractfile(m).read()
-            tmp = cdir / f".tmp-import-{os.getpid()}-{m.name}"
-            tmp.write_bytes(data)
-            os.utime(tmp, (m.mtime, m.mtime))  # its compile (or last use) time on the machine it came from
-            os.replace(tmp, path)
+            fd, tmp = _create_temporary(cdir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                t = min(m.mtime, now)  # its compile (or last use) time where it came from, never later than now
+                os.utime(tmp, (t, t))
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
             written += 1
             nbytes += len(data)
-    return written, kept, nbytes
+    return written, kept, nbytes, len(parts)
 
 
 def main(argv=None) -> int:
@@ -180,18 +243,22 @@ def main(argv=None) -> int:
     if args.cmd == "export":
         if args.since is not None and not args.since.exists():
             ap.error(f"--since {args.since}: no such file")
-        if not args.part_mib > 0:
-            ap.error(f"--part-mib must be positive (got {args.part_mib})")
-        n, b, paths = export(args.dir, args.since, args.part_mib)
+        if not (math.isfinite(args.part_mib) and args.part_mib > 0):
+            ap.error(f"--part-mib must be a positive number (got {args.part_mib})")
+        try:
+            n, b, paths = export(args.dir, args.since, args.part_mib)
+        except (ValueError, OSError) as exc:  # a bad DRIVERLEVEL_CACHE value, an unwritable DIR, a cache entry gone
+            print(f"kernel_cache.py: export to {args.dir} failed: {exc}", file=sys.stderr)
+            return 1
         size = sum(p.stat().st_size for p in paths)
         print(f"exported {n} entries ({b / 1e6:.1f} MB) as {len(paths)} part(s), {size / 1e6:.1f} MB, in {args.dir}")
         return 0
     try:
-        w, k, b = import_(args.dir)
-    except (FileNotFoundError, ValueError, tarfile.TarError, EOFError, OSError) as exc:
+        w, k, b, nparts = import_(args.dir)
+    except (ValueError, tarfile.TarError, EOFError, OSError) as exc:  # (FileNotFoundError is an OSError)
         print(f"kernel_cache.py: import from {args.dir} failed: {exc}", file=sys.stderr)
         return 1
-    print(f"imported {w} entries ({b / 1e6:.1f} MB) into the cache; {k} were there already")
+    print(f"imported {w} entries ({b / 1e6:.1f} MB) from {nparts} part(s) into the cache; {k} were there already")
     return 0
 
 

@@ -28,9 +28,10 @@
 #   PYTHON     the interpreter (default: python)
 #   PRINT_LIMIT  reports printed per run (default 30)
 #   JOBS       runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
-#              seconds of a run grow while others run; the summary keeps the runs' order. On the H200 seven
-#              runs at once (the default plan, racecheck and synccheck of seven verify tests) took ~90 s
-#              once the kernels were compiled (forty-fifth session)
+#              seconds of a run grow while others run; the summary keeps the runs' order. On the H200
+#              seven runs side by side (the default plan, racecheck and synccheck of seven verify tests;
+#              seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
+#              ~90 s (forty-fifth session). Needs bash 4.3 or newer when JOBS > 1; a run may be named once
 #   K          a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
 #              K='test_build_matches_reference and 3001' racecheck:ddtree-all (K= empty: the files whole)
 #   SANITIZER_ARGS  more compute-sanitizer options for every run, e.g. "--racecheck-report hazard" (the
@@ -64,6 +65,9 @@ TIMEOUT_S="${TIMEOUT:-100}"
 PY="${PYTHON:-python}"
 JOBS_N="${JOBS:-1}"
 [[ "$JOBS_N" =~ ^[1-9][0-9]*$ ]] || usage_error "JOBS='$JOBS_N' must be a positive number of runs at once"
+if [ "$JOBS_N" -gt 1 ] && ! (( BASH_VERSINFO[0] > 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] >= 3) )); then
+  usage_error "JOBS=$JOBS_N needs bash 4.3 or newer (wait -n); this is $BASH_VERSION"
+fi
 
 DDTREE_K="corrupted or poisoned or nonfinite or dense_commit or chain_and_star or threshold_fallback"
 DDTREE_K="$DDTREE_K or compile_matches or accept_from_target or commit_dense"
@@ -97,6 +101,8 @@ for run in "${RUNS[@]}"; do  # every run checked before anything is looked for o
     usage_error "unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" ;; esac
   group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, ddtree-all, verify, verify-all, step, runner)"
 done
+dups="$(printf '%s\n' "${RUNS[@]}" | sort | uniq -d | tr '\n' ' ')"
+[ -z "$dups" ] || usage_error "a run named twice: ${dups% } (each run writes TOOL-GROUP.log)"
 SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
 if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
   usage_error "no compute-sanitizer found (set SANITIZER to its path)"

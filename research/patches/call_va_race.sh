@@ -1,53 +1,67 @@
 #!/usr/bin/env bash
 # Prepared in the forty-fifth session (the device was paused before it ran): the verify kernel's
 # racecheck barriers (va-race-barriers.patch, research/patches/README.md) in a patched copy of the
-# tree: racecheck and synccheck on the verify groups and the verify and step GPU tests on the patch,
-# then an A/B of bench_tiles --quick (this GPU's tiles and sm_120's) against main, interleaved twice,
-# then the same GPU tests reversed in the time left. From the repository root, $OUT set:
-#   bash research/patches/call_va_race.sh     (~8-9 minutes on the H200; give the run tool 600 s)
-# Everything is in $OUT/va-race.tgz, the kernel cache's new entries in $OUT/kc (keep them in a carried,
-# git-ignored .kcache/ for the next call: KERNEL_CACHE_IN=.kcache tools/gpu_check.sh); the summary lines last.
+# tree: racecheck and synccheck on the verify groups and the verify and step GPU tests on the patch
+# (side by side), then, if the time allows, an A/B of bench_tiles --quick (this GPU's tiles and
+# sm_120's) against main, interleaved twice, then the same GPU tests reversed in the time left.
+# From the repository root, $OUT set:
+#   bash research/patches/call_va_race.sh     (at most ~575 s; give the run tool 600 s)
+# Logs in $OUT/va-race.tgz (packed after every phase: a call cut short still returns them); the
+# kernel cache's entries that main's checkout compiled or loaded in $OUT/kc (the patched tree has
+# a cache of its own: its entries would never hit in main's checkout); the summary lines last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 . research/patches/patched_tree.sh
 OUT=${OUT:-/tmp/out}; L=/tmp/va-race; rm -rf "$L"; mkdir -p "$L"
 T_START=$(date +%s)
-touch /tmp/va-race-mark  # the kernel cache's entries this call compiles or loads: exported last (tools/kernel_cache.py)
+left() { echo $(( 575 - ($(date +%s) - T_START) )); }
+pack() { tar -czf "$OUT/va-race.tgz" -C "$L" .; }
+touch /tmp/va-race-mark
 MAIN=$PWD; P=/tmp/t-va-race
 patched_tree va-race-barriers $P
-cd $P; export PYTHONPATH=$P
 VK="padded or int32_index or batches_ragged or more_splits"
 t0=$(date +%s)
-K="$VK" OUT="$L/race7" TIMEOUT=300 LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh racecheck:verify-all > "$L/race7.txt" 2>&1 &
-OUT="$L/race23" TIMEOUT=300 LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh racecheck:verify synccheck:verify > "$L/race23.txt" 2>&1 &
-timeout 300 python -m pytest -q -m gpu -p no:cacheprovider -n 6 tests/test_verify_attention_gpu.py tests/test_verify_schedule_gpu.py \
-  tests/test_decode_step_fuzz_gpu.py > "$L/tests.txt" 2>&1 &
-wait
+(cd $P && export PYTHONPATH=$P DRIVERLEVEL_CACHE_DIR=/tmp/kc-patched
+ K="$VK" OUT="$L/race7" TIMEOUT=200 LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh racecheck:verify-all > "$L/race7.txt" 2>&1 &
+ OUT="$L/race23" JOBS=2 TIMEOUT=200 LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh racecheck:verify synccheck:verify \
+   > "$L/race23.txt" 2>&1 &
+ timeout 250 python -m pytest -q -m gpu -p no:cacheprovider -n 6 tests/test_verify_attention_gpu.py tests/test_verify_schedule_gpu.py \
+   tests/test_decode_step_fuzz_gpu.py > "$L/tests.txt" 2>&1 &
+ wait)
+pack
 echo "sanitizers and tests: $(( $(date +%s) - t0 )) s; tests: $(tail -n 1 "$L/tests.txt")"
 grep -E 'FAILED|Error' "$L/tests.txt" | head -n 10
 for f in "$L"/race7.txt "$L"/race23.txt; do sed -n '/=== summary/,$p' "$f" | tail -n +3; done
 for f in "$L"/race*/*.log; do grep -E -m 6 -A 1 'Race reported|Barrier error' "$f" | head -n 12; done
-t0=$(date +%s)
-for r in 1 2; do
-  for tree in main patch; do
-    d=$P; [ $tree = main ] && d=$MAIN
-    (cd "$d" && PYTHONPATH=$d timeout 110 python benchmarks/bench_tiles.py --quick --json "$L/tiles-$tree-$r.json" > "$L/tiles-$tree-$r.txt" 2>&1) \
-      || echo "bench $tree $r failed: $(tail -n 2 "$L/tiles-$tree-$r.txt")"
+if [ "$(left)" -gt 240 ]; then
+  t0=$(date +%s)
+  for r in 1 2; do
+    for tree in main patch; do
+      [ "$(left)" -gt 60 ] || { echo "bench $tree $r skipped: $(left) s left"; continue; }
+      if [ $tree = main ]; then d=$MAIN; c=""; else d=$P; c=/tmp/kc-patched; fi
+      (cd "$d" && PYTHONPATH=$d DRIVERLEVEL_CACHE_DIR=${c:-${DRIVERLEVEL_CACHE_DIR:-$HOME/.cache/driverlevel}} timeout 110 \
+         python benchmarks/bench_tiles.py --quick --json "$L/tiles-$tree-$r.json" > "$L/tiles-$tree-$r.txt" 2>&1) \
+        || echo "bench $tree $r failed: $(tail -n 2 "$L/tiles-$tree-$r.txt")"
+    done
   done
-done
-echo "benches: $(( $(date +%s) - t0 )) s"
-# what time is left: the verify and step GPU tests again, serially in reverse order
-left=$(( 575 - ($(date +%s) - T_START) ))
-if [ $left -gt 30 ]; then
-  timeout $left python -m pytest -q -m gpu -p no:cacheprovider --reverse-order tests/test_verify_attention_gpu.py \
-    tests/test_verify_schedule_gpu.py tests/test_decode_step_fuzz_gpu.py > "$L/tests-reversed.txt" 2>&1
-  echo "reversed ($left s allowed): $(tail -n 1 "$L/tests-reversed.txt")"; grep -E 'FAILED' "$L/tests-reversed.txt" | head -n 5
+  echo "benches: $(( $(date +%s) - t0 )) s"
+else
+  echo "benches skipped: $(left) s left"
 fi
-tar -czf "$OUT/va-race.tgz" -C "$L" .
-(cd "$MAIN" && python tools/kernel_cache.py export "$OUT/kc" --since /tmp/va-race-mark)  # main's cubins, for the next machine
+pack
+# what time is left: the verify and step GPU tests again, serially in reverse order
+if [ "$(left)" -gt 40 ]; then
+  lt=$(( $(left) - 15 ))
+  (cd $P && PYTHONPATH=$P DRIVERLEVEL_CACHE_DIR=/tmp/kc-patched timeout $lt python -m pytest -q -m gpu -p no:cacheprovider \
+     --reverse-order tests/test_verify_attention_gpu.py tests/test_verify_schedule_gpu.py tests/test_decode_step_fuzz_gpu.py \
+     > "$L/tests-reversed.txt" 2>&1)
+  echo "reversed ($lt s allowed): $(tail -n 1 "$L/tests-reversed.txt")"; grep -E 'FAILED' "$L/tests-reversed.txt" | head -n 5
+fi
+pack
+(cd "$MAIN" && PYTHONPATH=$MAIN python tools/kernel_cache.py export "$OUT/kc" --since /tmp/va-race-mark)
 python - "$L" <<'PY'
-import json, sys, glob, statistics as st, os
+import json, sys, glob, statistics as st
 L = sys.argv[1]
 def load(tree):
     out = {}
@@ -55,12 +69,9 @@ def load(tree):
         for r in json.load(open(f))["results"]:
             out.setdefault((r["tile_name"], r["heads"], r["batch"], r["prefix"], r["draft_tokens"]), []).append(r["median_ms"])
     return out
-try:
-    a, b = load("main"), load("patch")
-    for k in sorted(set(a) & set(b), key=str):
-        ma, mb = st.median(a[k]), st.median(b[k])
-        print(f"{str(k):40s} main {ma:8.4f} patch {mb:8.4f} ms  patch/main {mb / ma:6.3f}  runs {a[k]} {b[k]}")
-except Exception as e:
-    print("summary failed:", e)
-    os.system(f"tail -n 14 {L}/tiles-main-1.txt {L}/tiles-patch-1.txt")
+a, b = load("main"), load("patch")
+print("bench_tiles --quick, medians of the runs (tile, heads, batch, prefix, draft tokens)")
+for k in sorted(set(a) & set(b), key=str):
+    ma, mb = st.median(a[k]), st.median(b[k])
+    print(f"{str(k):40s} main {ma:8.4f} patch {mb:8.4f} ms  patch/main {mb / ma:6.3f}  runs {a[k]} {b[k]}")
 PY
