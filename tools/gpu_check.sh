@@ -34,6 +34,9 @@
 #                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back, and a
 #                  manifest); after a partial run (-x stopped it, some files, REVERSED=1) that is only
 #                  what the run touched
+#   PACK=1         at the end, pack every file written directly under OUT into OUT/gpu_check-logs.tgz and
+#                  remove the loose ones (folders under OUT, e.g. KERNEL_CACHE_OUT's, stay): the device
+#                  tool brings back at most eight files
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` into the current
 # Python environment (an installed driverlevel there becomes this checkout, editable; falling back
@@ -163,8 +166,20 @@ fi
 rm -f "$CACHE_MARK"
 
 # -- summary ------------------------------------------------------------------------------------
+where="$OUT_DIR"
+if [[ "${PACK:-0}" == "1" ]]; then
+  mapfile -t loose < <(cd "$OUT_DIR" && find . -maxdepth 1 -type f ! -name gpu_check-logs.tgz -printf '%P\n' | sort)
+  if [[ ${#loose[@]} -gt 0 ]]; then
+    if tar -czf "$OUT_DIR/gpu_check-logs.tgz" -C "$OUT_DIR" "${loose[@]}"; then
+      (cd "$OUT_DIR" && rm -f -- "${loose[@]}")
+      where="$OUT_DIR/gpu_check-logs.tgz"
+    else
+      SUMMARY+=("$(printf '%-18s %-9s %5s   %s' pack FAIL - "tar of the logs failed: they stay loose in $OUT_DIR")"); FAILED=1
+    fi
+  fi
+fi
 echo
-echo "=== summary (logs in $OUT_DIR)"
+echo "=== summary (logs in $where)"
 printf '%-18s %-9s %6s  %s\n' step status time "last line of its log"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 exit "$FAILED"
