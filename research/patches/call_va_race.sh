@@ -11,13 +11,15 @@
 # a cache of its own: its entries would never hit in main's checkout); the summary lines last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 . research/patches/patched_tree.sh
 OUT=${OUT:-/tmp/out}; L=/tmp/va-race; rm -rf "$L"; mkdir -p "$L"
 T_START=$(date +%s)
 left() { echo $(( 575 - ($(date +%s) - T_START) )); }
 pack() { tar -czf "$OUT/va-race.tgz" -C "$L" .; }
 touch /tmp/va-race-mark
+# a carried kernel cache of an earlier call (run(carry=[".kcache"])): main's cubins compile no more
+[ -f .kcache/kernel-cache.json ] && python tools/kernel_cache.py import .kcache
 MAIN=$PWD; P=/tmp/t-va-race
 patched_tree va-race-barriers $P
 VK="padded or int32_index or batches_ragged or more_splits"
