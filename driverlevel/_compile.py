@@ -938,10 +938,19 @@ def _write_entry(path: Path, cub: Cubin) -> None:
     }
     hb = json.dumps(header).encode()
     path.parent.mkdir(parents=True, exist_ok=True)  # 0o777 less the umask, parents too
+    _write_atomically(path, _MAGIC + struct.pack("<Q", len(hb)) + hb + cub.data)
+
+
+def _write_atomically(path: Path, data: bytes, mtime: float | None = None) -> None:
+    """``data`` as the file ``path`` (its directory exists), whole or not at all: written to a temporary
+    file beside it (:func:`_create_temporary`), given ``mtime`` as its times if not None, then renamed
+    over ``path``; the temporary file is removed when any step fails, and the error raised."""
     fd, tmp = _create_temporary(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + struct.pack("<Q", len(hb)) + hb + cub.data)
+            f.write(data)
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
         os.replace(tmp, path)
     except BaseException:
         try:

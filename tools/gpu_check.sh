@@ -28,7 +28,8 @@
 #                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
 #                  git-ignored path, e.g. run(carry=[".wt/nvrtc"]) with NVRTC_WHEEL=.wt/nvrtc/*.whl
 #   KERNEL_CACHE_IN=DIR   import the kernel cache exported by an earlier machine (tools/kernel_cache.py
-#                  import; DIR a carried, git-ignored folder of kernel-cache.tgz.NN parts) before the
+#                  import; DIR a carried, git-ignored folder holding an export: kernel-cache.json and
+#                  its kernel-cache.tgz.N parts; without kernel-cache.json the step is skipped) before the
 #                  tests: a fresh machine then compiles only what changed since
 #   KERNEL_CACHE_OUT=DIR  after everything, export the cache entries this run compiled or loaded into
 #                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back, and a

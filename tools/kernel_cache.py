@@ -188,7 +188,7 @@ def import_(src: Path) -> tuple[int, int, int, int]:
     ``FileNotFoundError`` or ``ValueError`` (the manifest, a part, a member that is not a regular file
     named like an entry, an entry count that differs from the manifest's) and ``tarfile.TarError`` /
     ``EOFError`` / ``OSError`` (gzip's checksum, a truncated stream) before anything is written."""
-    from driverlevel._compile import _create_temporary
+    from driverlevel._compile import _write_atomically
 
     parts, entries = _checked_parts(src)
     n = 0
@@ -212,19 +212,8 @@ def import_(src: Path) -> tuple[int, int, int, int]:
                 kept += 1
                 continue
             data = tar.extractfile(m).read()
-            fd, tmp = _create_temporary(cdir)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                t = min(m.mtime, now)  # its compile (or last use) time where it came from, never later than now
-                os.utime(tmp, (t, t))
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            # (dated by its compile or last use where it came from, never later than now)
+            _write_atomically(path, data, mtime=min(m.mtime, now))
             written += 1
             nbytes += len(data)
     return written, kept, nbytes, len(parts)
