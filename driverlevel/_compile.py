@@ -894,8 +894,8 @@ def _read_entry(path: Path, key: str):
         resources = {k: KernelResources(**v) for k, v in header["resources"].items()}
         return Cubin(data, header["arch"], header["source_name"], tuple(header["options"]),
                      resources, header.get("log", ""), True, key)
-    except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
-        return None
+    except (ValueError, KeyError, TypeError, AttributeError, struct.error, UnicodeDecodeError):
+        return None  # (AttributeError: a header or its resources that are not JSON objects)
 
 
 def _touch_entry(path: Path) -> None:

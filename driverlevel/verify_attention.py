@@ -82,7 +82,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         ``qk_head_dim`` not an int, ``rope_scaling`` not a mapping, or a ``factor`` /
         ``mscale_all_dim`` that is not a real number (a bool is refused).
     ValueError
-        ``qk_head_dim`` below 1, or a YaRN ``factor`` that is not a positive finite number.
+        ``qk_head_dim`` below 1, a YaRN ``factor`` that is not a positive finite number, or a
+        ``mscale_all_dim`` that is not finite.
     """
     qk_head_dim = positive_int("qk_head_dim", qk_head_dim)
     scale = 1.0 / math.sqrt(qk_head_dim)
@@ -102,6 +103,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
     factor, mscale_all_dim = values["factor"], values["mscale_all_dim"]
     if not math.isfinite(factor) or factor <= 0:
         raise ValueError(f"rope_scaling['factor'] must be a positive finite number, got {factor!r}")
+    if not math.isfinite(mscale_all_dim):
+        raise ValueError(f"rope_scaling['mscale_all_dim'] must be a finite number, got {mscale_all_dim!r}")
     if not mscale_all_dim or factor <= 1:
         return scale
     mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0

@@ -9,7 +9,9 @@ directory, so they do not depend on the kernels in cu/.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import struct
 import time
 import warnings
 from pathlib import Path
@@ -330,8 +332,31 @@ def _corrupt_empty(p: Path):
     p.write_bytes(b"")
 
 
+def _rewrite_header(p: Path, change):
+    """The entry with its JSON header replaced by ``change(header)`` (well-formed JSON, the right key
+    and cubin checksum: a crafted entry, not a damaged one)."""
+    blob = p.read_bytes()
+    (hlen,) = struct.unpack_from("<Q", blob, 8)
+    header = json.loads(blob[16:16 + hlen].decode())
+    new = json.dumps(change(header)).encode()
+    p.write_bytes(blob[:8] + struct.pack("<Q", len(new)) + new + blob[16 + hlen:])
+
+
+def _corrupt_header_a_list(p: Path):
+    _rewrite_header(p, lambda h: [h])
+
+
+def _corrupt_resources_a_list(p: Path):
+    _rewrite_header(p, lambda h: {**h, "resources": list(h["resources"])})
+
+
+def _corrupt_resource_a_number(p: Path):
+    _rewrite_header(p, lambda h: {**h, "resources": {k: 1 for k in h["resources"]}})
+
+
 @pytest.mark.parametrize("corrupt", [_corrupt_truncate, _corrupt_flip_cubin_bit, _corrupt_flip_header_bit,
-                                     _corrupt_magic, _corrupt_empty])
+                                     _corrupt_magic, _corrupt_empty, _corrupt_header_a_list,
+                                     _corrupt_resources_a_list, _corrupt_resource_a_number])
 def test_corrupt_entry_is_recompiled_never_loaded(fresh_cache, header_dir, count_compiles, corrupt):
     a = _compile_t(header_dir)
     (entry,) = _entries(fresh_cache)
