@@ -220,6 +220,7 @@ def test_a_failed_write_leaves_no_temporary_file(kc, tmp_path, monkeypatch):
 
 def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
     _use_cache(monkeypatch, tmp_path / "cache")
+    _build(0)
     assert kc.main(["import", str(tmp_path)]) == 1
     assert "no kernel-cache.json" in capsys.readouterr().err
     for bad in (["--since", str(tmp_path / "nope")], ["--part-mib", "inf"], ["--part-mib", "0"]):
@@ -235,3 +236,58 @@ def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DRIVERLEVEL_CACHE", "0")
     with pytest.raises(SystemExit, match="disk cache is disabled"):
         kc.main(["export", str(tmp_path / "kc")])
+
+
+def test_a_missing_or_misnamed_cache_is_an_error_and_keeps_an_earlier_export(kc, tmp_path, monkeypatch, capsys):
+    _use_cache(monkeypatch, tmp_path / "cache")
+    _build(0)
+    assert kc.main(["export", str(tmp_path / "kc")]) == 0
+    assert f"of the kernel cache {tmp_path / 'cache'} " in capsys.readouterr().out
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "kc").iterdir())
+    (tmp_path / "afile").write_text("")
+    for cdir, words in ((tmp_path / "typo", "is missing"), (tmp_path / "afile", "is not a directory")):
+        _use_cache(monkeypatch, cdir)
+        assert kc.main(["export", str(tmp_path / "kc")]) == 1
+        err = capsys.readouterr().err
+        assert words in err and str(cdir) in err
+        assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "kc").iterdir()) == before
+
+
+def test_an_empty_dir_argument_is_refused(kc, tmp_path, monkeypatch, capsys):
+    _use_cache(monkeypatch, tmp_path / "cache")
+    monkeypatch.chdir(tmp_path)
+    for cmd in ("export", "import"):
+        with pytest.raises(SystemExit) as e:
+            kc.main([cmd, ""])
+        assert e.value.code == 2 and "DIR must not be empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("manifest", [
+    {"entries": 1, "parts": [{"name": "kernel-cache.tgz.0", "bytes": 1e400, "sha256": "x"}]},
+    {"entries": 1, "parts": [{"name": "kernel-cache.tgz.0", "bytes": None, "sha256": "x"}]},
+    {"entries": "many", "parts": [{"name": "kernel-cache.tgz.0", "bytes": 1, "sha256": "x"}]},
+    {"entries": 1, "parts": "kernel-cache.tgz.0"},
+    ["kernel-cache.tgz.0"],
+])
+def test_a_malformed_manifest_is_one_line_and_exit_1(kc, tmp_path, monkeypatch, capsys, manifest):
+    _use_cache(monkeypatch, tmp_path / "cache")
+    (tmp_path / "kc").mkdir()
+    (tmp_path / "kc" / "kernel-cache.tgz.0").write_bytes(b"x")
+    # (json.dumps writes 1e400 as Infinity, which json.loads reads back as a float: the crafted case)
+    (tmp_path / "kc" / "kernel-cache.json").write_text(json.dumps(manifest))
+    assert kc.main(["import", str(tmp_path / "kc")]) == 1
+    assert "not a manifest of this tool" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
+
+
+def test_without_the_package_it_says_how_to_get_it(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # -S: no site-packages, so an installed (editable) driverlevel is not found either; run outside the checkout
+    r = subprocess.run([sys.executable, "-S", str(REPO / "tools" / "kernel_cache.py"), "export", str(tmp_path / "kc")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r
+    assert "cannot import driverlevel" in r.stderr and "Traceback" not in r.stderr

@@ -18,9 +18,10 @@ STUB = """#!/usr/bin/env bash
 echo "$@" >> "$STUB_LOG"
 echo "${DRIVERLEVEL_LINEINFO:-unset}" > "$STUB_LOG.lineinfo"
 [ "$1" = --version ] && { echo "Version 2099.1"; exit 0; }
-case "$2" in
-  memcheck)  echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
-  racecheck) echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"; exit 97 ;;
+case "$2" in  # (pytest -q's last line first: STUB_PYTEST, default three tests passed)
+  memcheck)  echo "${STUB_PYTEST:-3 passed in 0.50s}"; echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
+  racecheck) echo "${STUB_PYTEST:-3 passed in 0.50s}"
+             echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"; exit 97 ;;
   synccheck) sleep 5; exit 0 ;;
 esac
 exit 3
@@ -166,3 +167,30 @@ def test_a_run_named_twice_is_refused(tmp_path):
 def test_jobs_must_be_a_positive_count(tmp_path, jobs):
     r, calls = _run(tmp_path, "memcheck:step", env={"JOBS": jobs})
     assert r.returncode == 2 and f"JOBS='{jobs}'" in r.stderr and calls == []
+
+
+@pytest.mark.parametrize("pytest_line", ["22 skipped, 114 deselected in 0.31s", "1 skipped in 0.20s",
+                                         "no tests ran in 0.05s"])
+def test_a_run_in_which_no_test_passed_is_not_clean(tmp_path, pytest_line):
+    """All skipped (no GPU visible: tests/conftest.py skips) or none selected: the sanitizer saw no kernel."""
+    r, calls = _run(tmp_path, "memcheck:step", "memcheck:ddtree", env={"STUB_PYTEST": pytest_line})
+    assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
+    table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    for row, group in zip(table[2:4], ("step", "ddtree")):
+        assert row.split()[:3] == ["memcheck", group, "no-pass"] and "(no test passed)" in row, row
+    (tmp_path / "b").mkdir()
+    ok, _ = _run(tmp_path / "b", "memcheck:step", env={"STUB_PYTEST": "1 passed, 2 skipped in 3.1s"})
+    assert ok.returncode == 0 and " clean " in ok.stdout
+
+
+def test_a_relative_out_is_the_callers(tmp_path):
+    stub = tmp_path / "compute-sanitizer"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    e = dict({k: v for k, v in os.environ.items() if k not in ("K", "PLAN", "JOBS", "TIMEOUT")}, SANITIZER=str(stub),
+             STUB_LOG=str(tmp_path / "calls.txt"), OUT="rel/logs", PYTHON=sys.executable)
+    r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, cwd=tmp_path,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "rel" / "logs" / "memcheck-step.log").is_file()
+    assert not (REPO / "rel").exists()

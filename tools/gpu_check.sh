@@ -12,7 +12,8 @@
 #                  "demo" runs `python -m driverlevel capture-demo` unless benchmarks/bench_demo.py exists.
 #   BENCH_ARGS_<NAME>   extra arguments for one benchmark, e.g. BENCH_ARGS_attention="--quick"
 #   TEST_TIMEOUT   per-test timeout in seconds when pytest-timeout is installed (default 300)
-#   SKIP_TESTS=1   run only the benchmarks
+#   SKIP_TESTS=1   run only the benchmarks (SKIP_TESTS, TWICE, REVERSED and PACK take 1, on, true or yes,
+#                  and 0, off, false, no or nothing; anything else is refused before anything runs)
 #   TWICE=1        run the GPU tests a second time in reverse order (pytest --reverse-order)
 #   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" that does
 #                  not fit one device call: the whole suite takes ~220 s forward, ~250 s reversed)
@@ -43,23 +44,62 @@
 # Python environment (an installed driverlevel there becomes this checkout, editable; falling back
 # to PYTHONPATH=$PWD when that is impossible offline), prints `nvidia-smi -L` and
 # `driverlevel info`, runs `pytest -m gpu -x` and the benchmarks, and prints a summary table
-# last. The exit status is non-zero if any step failed.
+# last. The exit status is non-zero if any step failed; a test step in which no test passed (every
+# test skipped, e.g. no GPU visible, or none selected) is a failure too. Relative paths (OUT, the
+# test files, KERNEL_CACHE_IN / _OUT, NVRTC_WHEEL) are taken from the directory it is called from;
+# it runs in the checkout's root.
 set -uo pipefail
 case "${1:-}" in
   -h|--help)  # the header above, without its comment marks; nothing installed or run
     sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
 esac
+usage_error() { echo "gpu_check.sh: $*" >&2; exit 2; }
+flag() {  # flag NAME: sets F_NAME to 1 or 0 from the variable NAME; anything else refused (exit 2)
+  local v
+  v="$(printf '%s' "${!1:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')"
+  case "$v" in
+    1|on|true|yes) printf -v "F_$1" 1 ;;
+    ""|0|off|false|no) printf -v "F_$1" 0 ;;
+    *) usage_error "$1='${!1}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
+  esac
+}
+for name in SKIP_TESTS TWICE REVERSED PACK; do flag "$name"; done
+for name in WORKERS WORKERS_REVERSED; do
+  [[ -z "${!name:-}" || "${!name}" =~ ^[1-9][0-9]*$ ]] || usage_error "$name='${!name}' must be a positive number of processes"
+done
+for arg in "$@"; do
+  case "$arg" in -*) usage_error "unknown option '$arg': give test files (or -h for help)" ;; esac
+done
+CALLER_PWD="$PWD"
+from_caller() {  # a path given relative to the directory gpu_check.sh was called from, made absolute
+  case "$1" in /*|"") printf '%s' "$1" ;; *) printf '%s/%s' "$CALLER_PWD" "$1" ;; esac
+}
+OUT_DIR="$(from_caller "${OUT:-}")"
+[[ -n "${KERNEL_CACHE_IN:-}" ]] && KERNEL_CACHE_IN="$(from_caller "$KERNEL_CACHE_IN")"
+[[ -n "${KERNEL_CACHE_OUT:-}" ]] && KERNEL_CACHE_OUT="$(from_caller "$KERNEL_CACHE_OUT")"
+NVRTC_WHEELS=()
+if [[ -n "${NVRTC_WHEEL:-}" ]]; then  # (a glob, expanded where it was given)
+  for w in $NVRTC_WHEEL; do NVRTC_WHEELS+=("$(from_caller "$w")"); done
+fi
+FILES=()
+for arg in "$@"; do  # test files or node ids (file::test): those found from the caller's directory made absolute
+  if [[ -e "$CALLER_PWD/${arg%%::*}" ]]; then FILES+=("$(from_caller "$arg")"); else FILES+=("$arg"); fi
+done
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PY="${PYTHON:-python}"
-OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
+OUT_DIR="${OUT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 SUMMARY=()
 FAILED=0
 
-# run_step NAME CMD...: run CMD, tee its output to $OUT_DIR/NAME.log, record status and time.
+# run_step [--tests] NAME CMD...: run CMD, tee its output to $OUT_DIR/NAME.log, record status and time.
+# With --tests (a pytest run) a run in which no test passed fails: "no-pass" (all skipped: no GPU
+# visible, the driver did not start) or "no-tests" (pytest's exit 5: none collected or selected).
 run_step() {
+  local tests=0
+  [[ "$1" == --tests ]] && { tests=1; shift; }
   local name="$1"; shift
   local log="$OUT_DIR/$name.log" start end rc status note
   echo
@@ -69,8 +109,9 @@ run_step() {
   rc=${PIPESTATUS[0]}
   end=$(date +%s)
   case "$rc" in
-    0) status="ok" ;;
-    5) status="no tests" ;;
+    0) status="ok"
+       if [[ $tests == 1 ]] && ! grep -Eq '(^|[^0-9])[1-9][0-9]* passed' "$log"; then status="no-pass"; FAILED=1; fi ;;
+    5) status="no-tests"; FAILED=1 ;;
     *) status="FAIL($rc)"; FAILED=1 ;;
   esac
   note="$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | cut -c1-110)"
@@ -79,9 +120,9 @@ run_step() {
 }
 
 # -- install ------------------------------------------------------------------------------
-if [ -n "${NVRTC_WHEEL:-}" ]; then
-  if "$PY" -m pip install -q --no-deps $NVRTC_WHEEL >"$OUT_DIR/install-nvrtc.log" 2>&1; then
-    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc ok - "$(basename $NVRTC_WHEEL)")")
+if [ ${#NVRTC_WHEELS[@]} -gt 0 ]; then
+  if "$PY" -m pip install -q --no-deps "${NVRTC_WHEELS[@]}" >"$OUT_DIR/install-nvrtc.log" 2>&1; then
+    SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc ok - "$(basename "${NVRTC_WHEELS[0]}")")")
   else
     SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc FAIL - "see install-nvrtc.log")"); FAILED=1
   fi
@@ -120,8 +161,8 @@ if [[ -n "${KERNEL_CACHE_IN:-}" ]]; then
 fi
 
 # -- GPU tests ------------------------------------------------------------------------------
-if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
-  if [[ $# -gt 0 ]]; then files=("$@"); else files=(tests); fi
+if [[ $F_SKIP_TESTS != 1 ]]; then
+  if [[ ${#FILES[@]} -gt 0 ]]; then files=("${FILES[@]}"); else files=(tests); fi
   timeout_opt=()
   if "$PY" -c "import pytest_timeout" >/dev/null 2>&1; then
     timeout_opt=(--timeout="${TEST_TIMEOUT:-300}")
@@ -135,12 +176,12 @@ if [[ "${SKIP_TESTS:-0}" != "1" ]]; then
       SUMMARY+=("$(printf '%-18s %-9s %5s   %s' workers serial - "WORKERS set but no pytest-xdist: one process")")
     fi
   fi
-  if [[ "${REVERSED:-0}" != "1" ]]; then
-    run_step gpu-tests "$PY" -m pytest -m gpu -q -x -rs --durations=10 -p no:cacheprovider \
+  if [[ $F_REVERSED != 1 ]]; then
+    run_step --tests gpu-tests "$PY" -m pytest -m gpu -q -x -rs --durations=10 -p no:cacheprovider \
       "${workers_opt[@]}" "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests.xml" "${files[@]}"
   fi
-  if [[ "${TWICE:-0}" == "1" || "${REVERSED:-0}" == "1" ]]; then
-    run_step gpu-tests-reversed "$PY" -m pytest -m gpu -q -x -rs -p no:cacheprovider --reverse-order \
+  if [[ $F_TWICE == 1 || $F_REVERSED == 1 ]]; then
+    run_step --tests gpu-tests-reversed "$PY" -m pytest -m gpu -q -x -rs -p no:cacheprovider --reverse-order \
       "${workers_rev_opt[@]}" "${timeout_opt[@]}" --junitxml="$OUT_DIR/gpu-tests-reversed.xml" "${files[@]}"
   fi
 fi
@@ -168,7 +209,7 @@ rm -f "$CACHE_MARK"
 
 # -- summary ------------------------------------------------------------------------------------
 where="$OUT_DIR"
-if [[ "${PACK:-0}" == "1" ]]; then
+if [[ $F_PACK == 1 ]]; then
   mapfile -t loose < <(cd "$OUT_DIR" && find . -maxdepth 1 -type f ! -name gpu_check-logs.tgz -printf '%P\n' | sort)
   if [[ ${#loose[@]} -gt 0 ]]; then
     if tar -czf "$OUT_DIR/gpu_check-logs.tgz" -C "$OUT_DIR" "${loose[@]}"; then

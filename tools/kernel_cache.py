@@ -118,10 +118,19 @@ class _Split(io.RawIOBase):
         super().close()
 
 
-def _cache_dir() -> Path:
-    from driverlevel._compile import cache_dir
+def _compile_module():
+    """driverlevel._compile (where the cache lives and how an entry is written), or SystemExit with a
+    line that says how to make it importable."""
+    try:
+        from driverlevel import _compile
+    except ImportError as exc:
+        raise SystemExit(f"kernel_cache.py: cannot import driverlevel ({exc}): install the package "
+                         f"(pip install -e .) or set PYTHONPATH to the checkout") from None
+    return _compile
 
-    d = cache_dir()
+
+def _cache_dir() -> Path:
+    d = _compile_module().cache_dir()
     if d is None:
         raise SystemExit("kernel_cache.py: the disk cache is disabled (DRIVERLEVEL_CACHE=0): nothing to export or import into")
     return Path(d)
@@ -130,10 +139,15 @@ def _cache_dir() -> Path:
 def export(dest: Path, since: Path | None, part_mib: float) -> tuple[int, int, list[Path]]:
     """Write the cache's entries (those modified after ``since``'s modification time, if given) into
     ``dest`` as parts of a gzip'ed tar of at most ``part_mib`` MiB each and the manifest; return
-    (entries, entry bytes, part paths)."""
+    (entries, entry bytes, part paths). Raises ``FileNotFoundError`` when the cache directory is
+    missing or not a directory (a typo in ``DRIVERLEVEL_CACHE_DIR`` would otherwise export nothing
+    and succeed), before ``dest`` is touched."""
     cdir = _cache_dir()
+    if not cdir.is_dir():  # (checked before an earlier export in dest is removed)
+        raise FileNotFoundError(f"the kernel cache {cdir} is {'not a directory' if cdir.exists() else 'missing'} "
+                                f"(DRIVERLEVEL_CACHE_DIR, or nothing was compiled on this machine yet)")
     after = since.stat().st_mtime if since is not None else None
-    names = sorted(n for n in (os.listdir(cdir) if cdir.is_dir() else []) if ENTRY.fullmatch(n))
+    names = sorted(n for n in os.listdir(cdir) if ENTRY.fullmatch(n))
     chosen = []
     for n in names:
         st = (cdir / n).stat()
@@ -165,7 +179,7 @@ def _checked_parts(src: Path) -> tuple[list[Path], int]:
         m = json.loads(mf.read_text())
         listed = [(e["name"], int(e["bytes"]), str(e["sha256"])) for e in m["parts"]]
         entries = int(m["entries"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:  # (OverflowError: int(1e400))
         raise ValueError(f"{mf}: not a manifest of this tool ({exc})") from None
     if not listed or [n for n, _, _ in listed] != [f"{PART_PREFIX}{i}" for i in range(len(listed))]:
         raise ValueError(f"{mf}: the parts must be {PART_PREFIX}0 .. {PART_PREFIX}N-1 in order")
@@ -188,8 +202,7 @@ def import_(src: Path) -> tuple[int, int, int, int]:
     ``FileNotFoundError`` or ``ValueError`` (the manifest, a part, a member that is not a regular file
     named like an entry, an entry count that differs from the manifest's) and ``tarfile.TarError`` /
     ``EOFError`` / ``OSError`` (gzip's checksum, a truncated stream) before anything is written."""
-    from driverlevel._compile import _write_atomically
-
+    _write_atomically = _compile_module()._write_atomically
     parts, entries = _checked_parts(src)
     n = 0
     with gzip.GzipFile(fileobj=_Parts(parts)) as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
@@ -219,15 +232,21 @@ def import_(src: Path) -> tuple[int, int, int, int]:
     return written, kept, nbytes, len(parts)
 
 
+def _dir_arg(text: str) -> Path:
+    if not text.strip():  # (an unset shell variable: "" would mean the current directory)
+        raise argparse.ArgumentTypeError("DIR must not be empty")
+    return Path(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export", help="write the cache's entries into DIR as kernel-cache.tgz.NN parts")
-    e.add_argument("dir", type=Path)
+    e.add_argument("dir", type=_dir_arg)
     e.add_argument("--since", type=Path, help="only the entries written or loaded after this file's modification time")
     e.add_argument("--part-mib", type=float, default=15.0, help="largest part in MiB (default 15)")
     i = sub.add_parser("import", help="write the entries of DIR's kernel-cache.tgz.NN parts into the cache")
-    i.add_argument("dir", type=Path)
+    i.add_argument("dir", type=_dir_arg)
     args = ap.parse_args(argv)
     if args.cmd == "export":
         if args.since is not None and not args.since.exists():
@@ -240,7 +259,8 @@ def main(argv=None) -> int:
             print(f"kernel_cache.py: export to {args.dir} failed: {exc}", file=sys.stderr)
             return 1
         size = sum(p.stat().st_size for p in paths)
-        print(f"exported {n} entries ({b / 1e6:.1f} MB) as {len(paths)} part(s), {size / 1e6:.1f} MB, in {args.dir}")
+        print(f"exported {n} entries ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} as {len(paths)} part(s), "
+              f"{size / 1e6:.1f} MB, in {args.dir}")
         return 0
     try:
         w, k, b, nparts = import_(args.dir)

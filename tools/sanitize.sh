@@ -19,7 +19,8 @@
 #   runner      tests/test_runner_gpu.py (the demo model, both runners, lossless checks)
 #
 # Environment:
-#   OUT        directory for the logs (default: a new temporary directory); one log per run, TOOL-GROUP.log
+#   OUT        directory for the logs (default: a new temporary directory; a relative path is taken from
+#              the directory sanitize.sh is called from); one log per run, TOOL-GROUP.log
 #   PLAN       default runs (default "memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree
 #              synccheck:ddtree")
 #   TIMEOUT    seconds per run (default 100: the default plan fits one 600 s device call); a run cut
@@ -43,14 +44,16 @@
 #
 # Runs from the checkout with PYTHONPATH set to it (nothing installed). Each run is
 #   compute-sanitizer --tool TOOL --error-exitcode 97 --print-limit 30 PYTHON -m pytest -q -m gpu GROUP...
-# and the summary table last gives per run: the status (clean, ERRORS, test failures, timeout), the
-# seconds, and the sanitizer's own summary line. The exit status is non-zero if any run was not clean.
+# and the summary table last gives per run: the status (clean, ERRORS, test failures, timeout, no-pass:
+# no test passed, e.g. all skipped because no GPU was visible, or none selected), the seconds, and the
+# sanitizer's own summary line. The exit status is non-zero if any run was not clean.
 set -uo pipefail
 case "${1:-}" in
   -h|--help)  # the header above, without its comment marks; nothing run
     sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
 esac
 export PYTHONUNBUFFERED=1
+case "${OUT:-}" in /*|"") OUT_ARG="${OUT:-}" ;; *) OUT_ARG="$PWD/$OUT" ;; esac  # (relative: the caller's directory)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 usage_error() { echo "sanitize.sh: $*" >&2; exit 2; }
@@ -107,7 +110,7 @@ SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/comp
 if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
   usage_error "no compute-sanitizer found (set SANITIZER to its path)"
 fi
-OUT_DIR="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
+OUT_DIR="${OUT_ARG:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 
 echo "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | grep -i version | head -n 1))"
@@ -132,7 +135,9 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   [ "$JOBS_N" -gt 1 ] && echo "=== $tool $group done:"
   tail -n 5 "$log"
   case "$rc" in
-    0) status="clean" ;;
+    0) status="clean"  # (pytest -q's last line: "N passed", not only skipped or deselected ones)
+       grep -Eq '(^|[^0-9])[1-9][0-9]* passed' "$log" || status="no-pass" ;;
+    5) status="no-pass" ;;  # (pytest: no test collected or selected)
     97) status="ERRORS" ;;
     124|137) status="timeout" ;;
     *) status="FAIL($rc)" ;;
@@ -140,6 +145,7 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   # the sanitizer's summary line: "ERROR SUMMARY: 0 errors", racecheck's "RACECHECK SUMMARY: ..."
   note="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//' | cut -c1-80)"
   [ -z "$note" ] && note="(no sanitizer summary) $(grep -E 'passed|failed|error' "$log" | tail -n 1 | cut -c1-60)"
+  [ "$status" = no-pass ] && note="(no test passed) $(grep -E 'skipped|deselected|no tests ran' "$log" | tail -n 1 | cut -c1-60)"
   printf '%-10s %-7s %-10s %5ss  %s\n' "$tool" "$group" "$status" "$((end - start))" "$note" > "$2"
 }
 LINES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sanitize-lines.XXXXXX")
