@@ -376,15 +376,23 @@ class Graph:
 
     @property
     def handle(self):
-        """The ``CUgraph`` (owned by this object; do not destroy it)."""
+        """The ``CUgraph`` (owned by this object; do not destroy it); None once closed."""
         return self._handle
 
+    def _live(self):
+        """The handle, or ``ValueError`` once :meth:`close` destroyed it (never a destroyed handle to the driver)."""
+        h = self._handle
+        if h is None:
+            raise ValueError("this Graph was closed (Graph.close): capture the work again")
+        return h
+
     def _nodes(self):
+        h = self._live()
         with self.device.activated():
-            _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, 0))
+            _, n = check("cuGraphGetNodes", driver.cuGraphGetNodes(h, 0))
             if not n:
                 return []
-            nodes, _ = check("cuGraphGetNodes", driver.cuGraphGetNodes(self._handle, n))
+            nodes, _ = check("cuGraphGetNodes", driver.cuGraphGetNodes(h, n))
         return list(nodes)[:n]
 
     def node_count(self) -> int:
@@ -453,22 +461,26 @@ class Graph:
             ``upload_stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             ``upload_stream`` belongs to another device than the graph (both checked before
-            anything is instantiated).
+            anything is instantiated), or this graph was closed.
         CudaError
             If ``cuGraphInstantiate`` fails.
         """
+        g = self._live()
         if upload_stream is not None:
             stream_arg("upload_stream", upload_stream, self.device, "the graph")
+        nodes = self.node_count()
         with self.device.activated():
-            h = check("cuGraphInstantiate", driver.cuGraphInstantiate(self._handle, 0))
-        ex = GraphExec._create(h, self)
+            h = check("cuGraphInstantiate", driver.cuGraphInstantiate(g, 0))
+        ex = GraphExec._create(h, self, nodes)
         if upload_stream is not None:
             ex.upload(upload_stream)
         return ex
 
     def close(self) -> None:
-        """Destroy the graph now (idempotent). Instantiated execs stay valid."""
+        """Destroy the graph now (idempotent). Instantiated execs stay valid; this graph's own
+        methods raise ``ValueError`` afterwards."""
         self._finalizer()
+        self._handle = None
 
 
 class GraphExec:
@@ -499,18 +511,26 @@ class GraphExec:
         raise RuntimeError("GraphExec has no public constructor: use Graph.instantiate()")
 
     @classmethod
-    def _create(cls, handle, graph):
+    def _create(cls, handle, graph, node_count):
         self = object.__new__(cls)
         self._handle = handle
         self.graph = graph
+        self._node_count = node_count  # (update's topology check, valid after the graph was closed)
         self.device = graph.device
         self._finalizer = weakref.finalize(self, _destroy_exec, handle, graph.device.context)
         return self
 
     @property
     def handle(self):
-        """The ``CUgraphExec``."""
+        """The ``CUgraphExec``; None once closed."""
         return self._handle
+
+    def _live(self):
+        """The handle, or ``ValueError`` once :meth:`close` destroyed it (never a destroyed handle to the driver)."""
+        h = self._handle
+        if h is None:
+            raise ValueError("this GraphExec was closed (GraphExec.close): instantiate the graph again")
+        return h
 
     def launch(self, stream) -> None:
         """Replay the graph on ``stream`` (one ``cuGraphLaunch``; the hot path).
@@ -525,7 +545,8 @@ class GraphExec:
             library's stream: borrow it with ``Stream.from_handle``), before the driver is called.
         ValueError
             The driver refused the launch and ``stream`` belongs to another device than the
-            graph (the message names both devices and the driver's error).
+            graph (the message names both devices and the driver's error); or this exec was
+            closed (checked before the driver is called).
         CudaError
             If ``cuGraphLaunch`` fails.
         """
@@ -533,16 +554,19 @@ class GraphExec:
         # one cuGraphLaunch. A Stream subclass, or anything else, takes the full check. Only if
         # the driver refuses the launch (no context current, or another one) is the primary
         # context pushed for a second try, and popped again; that try's error is the one raised.
+        ex = self._handle
+        if ex is None:
+            self._live()  # (raises)
         if type(stream) is Stream:
             h = stream._handle
         else:
             h = stream_arg("stream", stream).handle
-        (err,) = driver.cuGraphLaunch(self._handle, h)
+        (err,) = driver.cuGraphLaunch(ex, h)
         if err:
             dev = self.device
             pushed = dev._push()
             try:
-                (err,) = driver.cuGraphLaunch(self._handle, h)
+                (err,) = driver.cuGraphLaunch(ex, h)
                 if err and stream.device.ordinal != dev.ordinal:
                     raise ValueError(f"stream is on device {stream.device.ordinal}, but the graph is on device "
                                      f"{dev.ordinal}: cuGraphLaunch failed with {err.name}")
@@ -563,13 +587,14 @@ class GraphExec:
         TypeError
             ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            ``stream`` belongs to another device than the graph.
+            ``stream`` belongs to another device than the graph, or this exec was closed.
         CudaError
             If ``cuGraphUpload`` fails.
         """
+        ex = self._live()
         stream_arg("stream", stream, self.device, "the graph")
         with self.device.activated():
-            check("cuGraphUpload", driver.cuGraphUpload(self._handle, stream.handle))
+            check("cuGraphUpload", driver.cuGraphUpload(ex, stream.handle))
 
     def update(self, graph: Graph) -> None:
         """Update the kernel parameters in place from a newly captured ``graph`` of the same topology.
@@ -579,8 +604,11 @@ class GraphExec:
         GraphUpdateError
             If the driver refuses (e.g. ``CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED``:
             the new graph has other nodes or edges; capture again and instantiate anew).
+        ValueError
+            This exec or ``graph`` was closed.
         """
-        old_n, new_n = self.graph.node_count(), graph.node_count()
+        ex = self._live()
+        old_n, new_n = self._node_count, graph.node_count()
         if old_n != new_n:
             raise GraphUpdateError(
                 "cuGraphExecUpdate", int(driver.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE),
@@ -588,7 +616,7 @@ class GraphExec:
                 f"TOPOLOGY_CHANGED: the new graph has {new_n} nodes, the instantiated one {old_n}",
                 "capture again and instantiate a new GraphExec")
         with self.device.activated():
-            err, info = driver.cuGraphExecUpdate(self._handle, graph.handle)
+            err, info = driver.cuGraphExecUpdate(ex, graph._live())
         if err != driver.CUresult.CUDA_SUCCESS:
             # The bindings return no result info on failure; name what can differ.
             reason = getattr(getattr(info, "result", None), "name", None) or \
@@ -596,7 +624,10 @@ class GraphExec:
             raise_cuda("cuGraphExecUpdate", err, f"{reason}: the new graph must have the same topology; "
                        f"capture again and instantiate a new GraphExec", cls=GraphUpdateError)
         self.graph = graph
+        self._node_count = new_n
 
     def close(self) -> None:
-        """Destroy the executable graph now (idempotent)."""
+        """Destroy the executable graph now (idempotent); :meth:`launch`, :meth:`upload` and
+        :meth:`update` raise ``ValueError`` afterwards."""
         self._finalizer()
+        self._handle = None

@@ -1,8 +1,6 @@
 """CUDA graphs on a GPU: capture, replay with changing device inputs, update, the capture
-guard, the node audit, release order, two capturing threads, and replay-latency ratios.
-
-Latency tests assert ratios measured in the same test with wide margins, never
-absolute times.
+guard, the node audit, release order, two capturing threads, and the replay-latency benchmark's
+measurement (run, not timed: replay latency is `driverlevel bench replay`'s, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -366,12 +364,18 @@ def test_explicit_close_in_any_order(device, stream, selftest_module, order):
     ex.launch(stream)
     stream.synchronize()
     objs = {"exec": ex, "graph": graph, "pool": pool}
+    refs = [weakref.ref(o) for o in (ex, graph, pool)]
     for name in order:
         objs[name].close()
     for name in order:
         objs[name].close()  # idempotent
+    with pytest.raises(ValueError, match="this GraphExec was closed"):
+        ex.launch(stream)  # a closed exec refuses to launch (its handle was destroyed)
+    with pytest.raises(ValueError, match="this Graph was closed"):
+        graph.instantiate()
     del ex, graph, pool, objs
     gc.collect()
+    assert all(r() is None for r in refs)  # closing in any order leaves no reference cycle behind
 
 
 # -- threads -------------------------------------------------------------------------------------------------
@@ -402,34 +406,19 @@ def test_two_threads_capture_and_replay_at_once(device, selftest_module):
         np.testing.assert_array_equal(got, want)
 
 
-# -- replay latency (ratios measured in the same test) -----------------------------------------------------------
-def _host_us(burst_fn, burst, sync, calls=2000, repeats=5):
-    br.measure_host_us(burst_fn, 4 * burst, burst, sync)  # warm-up
-    return statistics.median(br.measure_host_us(burst_fn, calls, burst, sync) for _ in range(repeats))
-
-
-def test_replay_of_10_kernels_costs_at_least_2x_less_host_time_than_eager(device, stream):
-    launches, graph, ex = br.build(device, stream, 10)
-    sync = device.synchronize
-    replay = _host_us(br.graph_burst(ex, stream), br.graph_burst_size(10), sync)
-    eager = _host_us(br.eager_burst(launches, stream), br.eager_burst_size(10), sync)
-    assert eager >= 2 * replay, f"eager {eager:.2f} µs/step vs replay {replay:.2f} µs/step"
-
-
-def test_replay_host_time_does_not_grow_with_nodes_like_eager(device, stream):
-    sync = device.synchronize
-    replay, eager = {}, {}
-    for n in (1, 50):
-        launches, graph, ex = br.build(device, stream, n)
-        replay[n] = _host_us(br.graph_burst(ex, stream), br.graph_burst_size(n), sync)
-        eager[n] = _host_us(br.eager_burst(launches, stream), br.eager_burst_size(n), sync, calls=400)
-    assert replay[50] < 3 * replay[1], f"replay µs/step: {replay}"
-    assert eager[50] > 10 * eager[1], f"eager µs/step: {eager}"  # ~linear: 50x in theory
-
-
-def test_replay_overhead_close_to_raw_cuGraphLaunch(device, stream):
-    launches, graph, ex = br.build(device, stream, 10)
-    sync = device.synchronize
-    ours = _host_us(br.graph_burst(ex, stream), br.graph_burst_size(10), sync)
-    raw = _host_us(br.raw_burst(ex, stream), br.graph_burst_size(10), sync)
-    assert ours < 2 * raw, f"ours {ours:.2f} µs vs raw cuGraphLaunch {raw:.2f} µs"  # the benchmark targets 1.25x
+# -- the replay-latency benchmark (its numbers are BENCHMARKS.md's, not asserted here) -------------------------
+def test_bench_replay_runs_every_variant_and_reports_consistent_rows(device):
+    """`driverlevel bench replay`'s measurement at its smallest settings: every variant (driverlevel's replay,
+    a bare cuGraphLaunch, eager launches) timed for every size, finite positive medians, ratios that are the
+    medians' quotients. No timing is asserted: host-time ratios belong to the benchmark (the rule for this
+    repository; they varied with the host's load)."""
+    res = br.run(device.ordinal, counts=(1, 3), replays=br.MIN_REPLAYS, repeats=2, use_torch=False)
+    assert [r.nodes for r in res["rows"]] == [1, 3] and res["replays"] == br.MIN_REPLAYS
+    for r in res["rows"]:
+        assert sorted(r.samples) == ["eager", "ours", "raw"] and all(len(v) == 2 for v in r.samples.values())
+        for v in (r.ours_host_us, r.raw_host_us, r.eager_host_us_per_step, r.ours_gpu_us, r.eager_gpu_us_per_step):
+            assert math.isfinite(v) and v > 0, r
+        assert r.ours_host_us == statistics.median(r.samples["ours"])
+        assert r.ours_over_raw == r.ours_host_us / r.raw_host_us and r.torch_host_us is None
+        d = r.to_dict()
+        assert d["eager_host_us_per_launch"] == r.eager_host_us_per_step / r.nodes

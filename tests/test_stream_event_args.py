@@ -107,7 +107,7 @@ def test_array_methods_refuse_a_stream_of_another_device(calls, method):
 # -- graphs, capture and events ------------------------------------------------------------------------------
 def _exec(device=DEV0):
     ex = object.__new__(GraphExec)
-    ex._handle, ex.device = driver.CUgraphExec(0x7000), device
+    ex._handle, ex.device, ex._node_count = driver.CUgraphExec(0x7000), device, 1
     return ex
 
 
@@ -142,6 +142,29 @@ def test_instantiate_checks_the_upload_stream_before_instantiating(calls):
         g.instantiate(upload_stream=0x5000)
     with pytest.raises(ValueError, match="^upload_stream is on device 1, but the graph is on device 0$"):
         g.instantiate(upload_stream=stream_on(DEV1))
+    assert calls == []
+
+
+def test_a_closed_exec_or_graph_refuses_before_the_driver_is_called(calls):
+    """After close() the handle is destroyed: a launch, upload, update or instantiate must raise, never
+    hand the driver a destroyed (maybe reused) handle."""
+    ex = _exec()
+    ex._finalizer = lambda: None
+    ex.close()
+    assert ex.handle is None
+    for call in (lambda: ex.launch(stream_on(DEV0)), lambda: ex.replay(stream_on(DEV0)),
+                 lambda: ex.upload(stream_on(DEV0))):
+        with pytest.raises(ValueError, match=r"^this GraphExec was closed \(GraphExec.close\): instantiate"):
+            call()
+    g = object.__new__(Graph)
+    g._handle, g.device, g._finalizer = driver.CUgraph(0x8000), DEV0, lambda: None
+    with pytest.raises(ValueError, match="this GraphExec was closed"):
+        ex.update(g)
+    g.close()
+    g.close()  # idempotent
+    for call in (g.instantiate, g.node_count, g.kernel_nodes, lambda: _exec().update(g)):
+        with pytest.raises(ValueError, match=r"^this Graph was closed \(Graph.close\): capture"):
+            call()
     assert calls == []
 
 
