@@ -249,6 +249,22 @@ def test_gemm_shared_memory_formula_and_schedule():
     assert mla_model.gemm_workspace_elems(264, 32768, 512, 132) == 0
 
 
+def test_the_weights_bf16_rounding_is_nearest_even():
+    """make_weights' fast rounding (_bf16, uint32 arithmetic) against the package's f32_to_bf16_bits on random
+    float32 values of every magnitude, and against hand-worked ties: 1 + 2^-8 lies halfway between 0x3F80 and
+    0x3F81 and goes to the even 0x3F80; 1 + 3 * 2^-8 halfway between 0x3F81 and 0x3F82 goes to 0x3F82; a value
+    just above a tie goes up. (Truncation, or rounding ties away from zero, fails here.)"""
+    from driverlevel._dtypes import f32_to_bf16_bits
+    from driverlevel.demo._mla_weights import _bf16
+
+    r = np.random.default_rng(5)
+    x = (r.standard_normal(200_000) * np.exp2(r.integers(-60, 60, 200_000))).astype(np.float32)
+    assert np.array_equal(_bf16(x), f32_to_bf16_bits(x))
+    ties = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, -(1 + 3 * 2.0 ** -8), 1 - 2.0 ** -9],
+                    np.float32)
+    assert [hex(v) for v in _bf16(ties)] == ["0x3f80", "0x3f82", "0x3f81", "0xbf82", "0x3f80"]
+
+
 def test_bf16_weights_round_like_the_package(small):
     from driverlevel._dtypes import f32_to_bf16_bits
 

@@ -11,7 +11,10 @@ from click.testing import CliRunner
 
 import driverlevel as dl
 from driverlevel.cli import main as cli_main
-from driverlevel.demo.multi_device import RankConfig, parse_devices, run_rank, run_ranks_processes, run_ranks_threads
+from driverlevel.demo import reference as R
+from driverlevel.demo._mla_weights import MLAModelConfig, make_weights
+from driverlevel.demo.multi_device import (RankConfig, _prompts, parse_devices, run_rank, run_ranks_processes,
+                                           run_ranks_threads)
 
 CFG = RankConfig(vocab=2048, heads=9, batch=2, prompt_len=48, max_new_tokens=200, budget=16, replays=1000)
 
@@ -36,10 +39,15 @@ def test_devices_option_rejects_bad_lists():
 
 @pytest.fixture(scope="module")
 def single():
-    """The reference: one rank, alone, on GPU 0."""
+    """The reference: one rank, alone, on GPU 0, whose tokens are the float64 greedy reference's (the
+    demo model's top-1 margins over these 200 steps are >= 3.7 logits: no bf16 rounding can flip one)."""
     if dl.device_count() == 0:
         pytest.skip("needs a CUDA GPU")
-    return run_rank(0, 0, RankConfig(**{**CFG.__dict__, "replays": 1}))
+    res = run_rank(0, 0, RankConfig(**{**CFG.__dict__, "replays": 1}))
+    w = make_weights(MLAModelConfig(vocab_size=CFG.vocab, num_heads=CFG.heads, seed=CFG.seed))
+    want = R.greedy_generate_reference(w, _prompts(CFG), CFG.max_new_tokens)
+    assert res.tokens == want, "one rank alone differs from the float64 greedy reference"
+    return res
 
 
 def _check(results, single, ordinals):

@@ -351,6 +351,7 @@ def test_graph_replay_bitwise_equal_and_follows_device_buffers(dev, stream):
 
     total, ref = write_step(0)
     out.fill_u32(BF16_NAN_PAIR, stream)
+    lse.fill_u32(F32_NAN, stream)
     plan.run(stream, q, kv, meta, out, lse)
     eager_out = out.to_numpy(stream)[:total]
     eager_lse = lse.to_numpy(stream)[:total]
@@ -364,6 +365,7 @@ def test_graph_replay_bitwise_equal_and_follows_device_buffers(dev, stream):
     assert not any(k.unregistered for k in cap.graph.kernel_nodes())
 
     out.fill_u32(BF16_NAN_PAIR, stream)
+    lse.fill_u32(F32_NAN, stream)  # (both outputs poisoned: a replay that skipped either would be caught)
     graph_exec.launch(stream)
     assert np.array_equal(out.to_numpy(stream)[:total], eager_out), "graph replay differs from eager launch"
     assert np.array_equal(lse.to_numpy(stream)[:total], eager_lse)

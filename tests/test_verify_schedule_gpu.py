@@ -383,6 +383,7 @@ def test_graph_replays_after_the_plan_is_dropped(device, stream):
     sentinel = dl.DeviceBuffer.allocate(device, ws, label="sentinel")
     sentinel.as_array((ws // 4,), np.uint32).fill_u32(0x12345678, stream)
     prob.out.fill_u32(BF16_NAN_PAIR, stream)
+    prob.lse.fill_u32(F32_NAN, stream)
     gx.launch(stream)
     stream.synchronize()
     check(bf16_bits_to_f32(prob.out.to_numpy()), prob.lse.to_numpy(), *prob.reference())
@@ -436,6 +437,8 @@ def test_many_pairs_per_part_graph_equals_eager(device, stream, num_parts, tile)
     for _ in range(3):
         poison_workspace(plan, stream)
         prob.out.fill_u32(BF16_NAN_PAIR, stream)
+        prob.lse.fill_u32(F32_NAN, stream)
         gx.launch(stream)
         assert np.array_equal(bf16_bits_to_f32(prob.out.to_numpy(stream)), out), "graph replay differs from eager"
+        assert np.array_equal(prob.lse.to_numpy(stream), lse), "graph replay's lse differs from eager"
     plan.check_errors(stream)
