@@ -22,6 +22,7 @@ import collections.abc
 import ctypes
 import math
 import operator
+import weakref
 
 import numpy as np
 from cuda.bindings import driver
@@ -242,6 +243,23 @@ class DeviceArray:
         """``stream`` checked to be a driverlevel Stream of this array's device (before anything is queued)."""
         return stream_arg(f"{what}: stream", stream, self.device, "the array")
 
+    def _freed_owner(self):
+        """The driverlevel allocation this array views (a :class:`~driverlevel.DeviceBuffer`,
+        :class:`~driverlevel.PinnedHostBuffer` or :class:`~driverlevel.WorkspacePool`, through any chain
+        of views) if it was closed, else None (also for foreign memory, which driverlevel cannot see)."""
+        o = self.owner
+        for _ in range(64):  # (views of views)
+            if not isinstance(o, DeviceArray):
+                break
+            o = o.owner
+        fin = getattr(getattr(o, "_buffer", o), "_finalizer", None)  # (a pool's buffer, or the buffer itself)
+        return o if isinstance(fin, weakref.finalize) and not fin.alive else None
+
+    def _require_live(self, what):
+        o = self._freed_owner()
+        if o is not None:
+            raise ValueError(f"{what}: the memory of this array was freed ({o!r} was closed); nothing was queued")
+
     def _require_writable(self, what):
         if self.readonly:
             raise ValueError(f"{what}: this DeviceArray is read-only (readonly=True, e.g. imported from a read-only "
@@ -271,8 +289,8 @@ class DeviceArray:
         Raises
         ------
         ValueError, TypeError
-            On a shape or dtype mismatch, or (``ValueError``) when this array is read-only
-            (before anything is copied).
+            On a shape or dtype mismatch, or (``ValueError``) when this array is read-only or
+            its memory was freed (a closed buffer or pool), before anything is copied.
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (a raw
             handle, another library's stream: borrow it with ``Stream.from_handle``).
@@ -281,6 +299,7 @@ class DeviceArray:
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
+        self._require_live("copy_from_host")
         self._require_writable("copy_from_host")
         self._require_contiguous("copy_from_host")
         a = np.require(src, requirements="C")  # keeps a 0-d source 0-d (ascontiguousarray makes it (1,))
@@ -320,12 +339,14 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is not C-contiguous, or ``stream`` belongs to another device.
+            If this array is not C-contiguous or its memory was freed (a closed buffer or pool),
+            or ``stream`` belongs to another device.
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
+        self._require_live("to_numpy")
         self._require_contiguous("to_numpy")
         if stream is not None:
             self._stream("to_numpy", stream)
@@ -350,7 +371,8 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is read-only, or ``src`` is on another device than this array
+            If this array is read-only, either array's memory was freed (a closed buffer or
+            pool), or ``src`` is on another device than this array
             (``"copy_from: the source is on device 1, this array on device 0 ..."``), is not
             C-contiguous or has another byte size, or ``stream`` belongs to another device than
             this array; all before anything is queued.
@@ -358,6 +380,7 @@ class DeviceArray:
             ``src`` exports no device array protocol, or ``stream`` is not a driverlevel
             :class:`~driverlevel.Stream`.
         """
+        self._require_live("copy_from")
         self._require_writable("copy_from")
         self._require_contiguous("copy_from")
         try:
@@ -369,6 +392,7 @@ class DeviceArray:
                              f"{self.device.ordinal}: copies between devices (peer copies) are not supported")
         if src.nbytes != self.nbytes or not src.is_c_contiguous:
             raise ValueError(f"copy_from: need a C-contiguous source of {self.nbytes} bytes, got {src!r}")
+        src._require_live("copy_from: src")
         self._stream("copy_from", stream)
         if self.nbytes:
             with self.device.activated():
@@ -386,10 +410,11 @@ class DeviceArray:
             ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             ``value`` is outside 0 .. 255 (it was wrapped: 256 filled zeros), this array is
-            read-only or not C-contiguous, or ``stream`` belongs to another device; all before
-            anything is queued.
+            read-only, freed (a closed buffer or pool) or not C-contiguous, or ``stream`` belongs
+            to another device; all before anything is queued.
         """
         value = int_in_range("fill_bytes: value", value, 0, 0xFF)
+        self._require_live("fill_bytes")
         self._require_writable("fill_bytes")
         self._require_contiguous("fill_bytes")
         self._stream("fill_bytes", stream)
@@ -409,11 +434,12 @@ class DeviceArray:
             ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             ``word`` is outside 0 .. 2**32 - 1 (a negative word, e.g. -1 for 0xFFFFFFFF, is
-            refused: write the unsigned word), this array is read-only, not C-contiguous or its
-            byte size is not a multiple of 4, or ``stream`` belongs to another device; all
-            before anything is queued.
+            refused: write the unsigned word), this array is read-only, freed (a closed buffer or
+            pool), not C-contiguous or its byte size is not a multiple of 4, or ``stream``
+            belongs to another device; all before anything is queued.
         """
         word = int_in_range("fill_u32: word", word, 0, 0xFFFFFFFF)
+        self._require_live("fill_u32")
         self._require_writable("fill_u32")
         self._require_contiguous("fill_u32")
         if self.nbytes % 4:

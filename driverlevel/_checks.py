@@ -170,7 +170,9 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
     ValueError
         ``x`` is on another device (ours or a foreign array), not C-contiguous, or not aligned to
         its element size (the kernels' loads would fault); or ``writable`` and ``x`` is read-only:
-        ``"out is read-only, but the launch writes it"``.
+        ``"out is read-only, but the launch writes it"``; or ``x`` views driverlevel memory that was
+        closed (``DeviceBuffer.close``, ``WorkspacePool.close``): its address may belong to a newer
+        allocation.
     """
     from ._array import as_device_array
 
@@ -189,6 +191,7 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
                          f"got 0x{a.ptr:x}")
     if writable and a.readonly:
         raise ValueError(f"{name} is read-only, but the launch writes it")
+    a._require_live(name)
     return a
 
 

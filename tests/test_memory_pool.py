@@ -554,3 +554,36 @@ def test_pinned_mapped_must_be_a_bool_before_the_device(monkeypatch, mapped):
     monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
     with pytest.raises(TypeError, match=r"^mapped must be a bool, got "):
         PinnedHostBuffer.allocate(0, 4096, mapped=mapped)
+
+
+def test_arrays_of_a_closed_pool_or_buffer_are_refused_before_anything_is_queued(fake_alloc):
+    """After close() the address range may belong to a newer allocation: a copy, a fill, a read or a plan's
+    launch through an array that views it raises instead of writing someone else's memory."""
+    from driverlevel._checks import device_array_arg
+
+    pool = WorkspacePool.allocate(DEV, 1 << 16, label="closing")
+    a = pool.carve("x", (64, 9), np.float32)
+    views = [a, a.reshape(576), a.reshape(576)[:8], a.view(np.uint32)]
+    for v in views:
+        assert device_array_arg("out", v, DEV, writable=True) is v and v._freed_owner() is None
+    pool.close()
+    for v in views:
+        assert v._freed_owner() is pool
+        for what, call in (("fill_u32", lambda: v.fill_u32(0, None)), ("fill_bytes", lambda: v.fill_bytes(0, None)),
+                           ("to_numpy", lambda: v.to_numpy()),
+                           ("copy_from_host", lambda: v.copy_from_host(np.zeros(v.shape, np.float32))),
+                           ("copy_from", lambda: v.copy_from(v, None)), ("out", lambda: device_array_arg("out", v, DEV))):
+            with pytest.raises(ValueError, match=rf"^{what}: the memory of this array was freed \(<WorkspacePool "
+                                                 rf"'closing' .* was closed\); nothing was queued$"):
+                call()
+    # a live array copying from a freed one: the source is named
+    live = WorkspacePool.allocate(DEV, 1 << 16, label="live").carve("y", (64, 9), np.float32)
+    with pytest.raises(ValueError, match=r"^copy_from: src: the memory of this array was freed"):
+        live.copy_from(a, None)
+    buf = FakeBuffer(1024, "plain")
+    arr = dl.DeviceArray(buf.ptr, (256,), np.float32, DEV, owner=buf)
+    buf.close()
+    with pytest.raises(ValueError, match="the memory of this array was freed"):
+        arr.to_numpy()
+    foreign = dl.DeviceArray(0x1000, (4,), np.float32, DEV, owner=object())  # memory driverlevel does not own
+    assert foreign._freed_owner() is None

@@ -227,6 +227,20 @@ def test_buffer_close_is_idempotent(device):
     b.close()
 
 
+def test_arrays_of_a_closed_pool_are_refused_and_a_newer_allocation_is_untouched(device, stream):
+    """The freed range is often handed to the next allocation: a fill through the stale view would write it."""
+    pool = dl.WorkspacePool.allocate(device, 1 << 20, label="stale")
+    x = pool.carve("x", (1024,), np.float32).fill_u32(0x3F800000, stream)
+    pool.close()
+    newer = dl.DeviceBuffer.allocate(device, 1 << 20, label="newer")
+    y = newer.as_array((1024,), np.float32).fill_u32(0x40000000, stream)  # 2.0f
+    for call in (lambda: x.fill_u32(0, stream), lambda: x.copy_from(y, stream), lambda: x.to_numpy(stream)):
+        with pytest.raises(ValueError, match="the memory of this array was freed"):
+            call()
+    np.testing.assert_array_equal(y.to_numpy(stream), np.full(1024, 2.0, np.float32))
+    newer.close()
+
+
 def test_out_of_memory_names_the_call(device):
     free, total = device.mem_info()
     with pytest.raises(dl.CudaError) as ei:
