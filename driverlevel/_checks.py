@@ -214,13 +214,15 @@ def stream_arg(name, stream, device=None, owner="the plan"):
         ``"stream must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), got Event"``.
     ValueError
         ``device`` is given and the stream is on another device:
-        ``"stream is on device 1, but the plan is on device 0"``.
+        ``"stream is on device 1, but the plan is on device 0"``; or the stream was closed
+        (``Stream.close``: its handle is destroyed and may name a newer stream).
     """
     from ._stream import Stream  # deferred: this module imports nothing at load time
 
     if not isinstance(stream, Stream):
         raise TypeError(f"{name} must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
+    stream._require_open(name)
     if device is not None and stream.device is not device and stream.device.ordinal != device.ordinal:
         raise ValueError(f"{name} is on device {stream.device.ordinal}, but {owner} is on device {device.ordinal}")
     return stream

@@ -551,7 +551,7 @@ class GraphExec:
             If ``cuGraphLaunch`` fails.
         """
         # The hot path: one type identity test (it also saves the ``handle`` property's call),
-        # one cuGraphLaunch. A Stream subclass, or anything else, takes the full check. Only if
+        # one cuGraphLaunch; a closed stream is named only when the driver refuses its handle. A Stream subclass, or anything else, takes the full check. Only if
         # the driver refuses the launch (no context current, or another one) is the primary
         # context pushed for a second try, and popped again; that try's error is the one raised.
         ex = self._handle
@@ -563,6 +563,7 @@ class GraphExec:
             h = stream_arg("stream", stream).handle
         (err,) = driver.cuGraphLaunch(ex, h)
         if err:
+            stream._require_open("stream")  # (a closed stream: say so; the hot path does not look)
             dev = self.device
             pushed = dev._push()
             try:

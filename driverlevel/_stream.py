@@ -80,10 +80,22 @@ def _check_stream_context(handle, device) -> None:
 
 
 def _event_arg(name: str, event) -> "Event":
-    """``event``, checked to be a driverlevel :class:`Event` (``TypeError`` naming ``name`` otherwise)."""
+    """``event``, checked to be a driverlevel :class:`Event` (``TypeError`` naming ``name`` otherwise)
+    that was not closed (``ValueError``)."""
     if not isinstance(event, Event):
         raise TypeError(f"{name} must be a driverlevel Event (Device.create_event()), got {type(event).__name__}")
+    event._require_open(name)
     return event
+
+
+def _require_open(obj, what: str) -> None:
+    """``ValueError`` if ``obj`` (a Stream or an Event) was closed: its handle is destroyed, and the driver
+    may already have given the same value to a newer stream or event. A borrowed stream (no finalizer)
+    is the lender's to close."""
+    fin = getattr(obj, "_finalizer", None)
+    if fin is not None and not fin.alive:
+        kind = type(obj).__name__
+        raise ValueError(f"{what}: this {kind} was closed ({kind}.close); create a new one")
 
 
 class Stream:
@@ -184,8 +196,11 @@ class Stream:
     def __int__(self) -> int:
         return int(self._handle)
 
+    _require_open = _require_open
+
     def is_capturing(self) -> bool:
         """True while this stream is being captured into a graph."""
+        self._require_open("Stream.is_capturing")
         return stream_is_capturing(self)
 
     def synchronize(self) -> None:
@@ -193,12 +208,15 @@ class Stream:
 
         Raises
         ------
+        ValueError
+            This stream was closed.
         CaptureError
             If a capture is active (synchronizing would invalidate it).
         CudaError
             If a kernel queued before failed (the error of an asynchronous launch, e.g. an
             illegal address, is reported here).
         """
+        self._require_open("Stream.synchronize")
         ensure_not_capturing("Stream.synchronize()", self)
         with self.device.activated():
             check("cuStreamSynchronize", driver.cuStreamSynchronize(self._handle))
@@ -214,16 +232,20 @@ class Stream:
         ------
         TypeError
             ``event`` is not a driverlevel :class:`Event` (checked before the driver is called).
+        ValueError
+            This stream or ``event`` was closed.
         CudaError
             If ``cuStreamWaitEvent`` fails.
         """
         _event_arg("event", event)
+        self._require_open("Stream.wait")
         with self.device.activated():
             check("cuStreamWaitEvent", driver.cuStreamWaitEvent(self._handle, event.handle, 0))
         _capture_guard.note_use(self, event)
 
     def close(self) -> None:
-        """Destroy the stream now (idempotent; borrowed streams are left alone)."""
+        """Destroy the stream now (idempotent; borrowed streams are left alone). Afterwards its own
+        methods, and every plan or array call given it, raise ``ValueError``."""
         if self._finalizer is not None:
             self._finalizer()
 
@@ -267,6 +289,8 @@ class Event:
         self._finalizer = weakref.finalize(self, _release, "event", self._handle, device.context)
         return self
 
+    _require_open = _require_open
+
     @property
     def handle(self):
         """The ``CUevent`` (owned by this object; do not destroy it)."""
@@ -282,10 +306,12 @@ class Event:
             ``stream`` is not a driverlevel :class:`Stream` (a raw handle or another library's
             stream: borrow it with :meth:`Stream.from_handle`).
         ValueError
-            ``stream`` belongs to another device than the event (CUDA refuses that record).
+            ``stream`` belongs to another device than the event (CUDA refuses that record), or
+            this event or ``stream`` was closed.
         CudaError
             If ``cuEventRecord`` fails.
         """
+        self._require_open("Event.record")
         stream_arg("stream", stream, self.device, "the event")
         with self.device.activated():
             check("cuEventRecord", driver.cuEventRecord(self._handle, stream.handle))
@@ -297,11 +323,14 @@ class Event:
 
         Raises
         ------
+        ValueError
+            This event was closed.
         CaptureError
             While a stream of this thread (or any, in global mode) is being captured.
         CudaError
             If work before the event's record failed (an asynchronous launch's error).
         """
+        self._require_open("Event.synchronize")
         ensure_not_capturing("Event.synchronize()")
         with self.device.activated():
             check("cuEventSynchronize", driver.cuEventSynchronize(self._handle))
@@ -311,10 +340,13 @@ class Event:
 
         Raises
         ------
+        ValueError
+            This event was closed.
         CudaError
             For any answer of ``cuEventQuery`` but success and ``CUDA_ERROR_NOT_READY`` (e.g. an
             asynchronous launch's error).
         """
+        self._require_open("Event.query")
         with self.device.activated():
             (err,) = driver.cuEventQuery(self._handle)
         if err == driver.CUresult.CUDA_SUCCESS:
@@ -334,12 +366,14 @@ class Event:
         TypeError
             ``end`` is not a driverlevel :class:`Event`.
         ValueError
-            ``end`` belongs to another device (CUDA times events of one device only).
+            ``end`` belongs to another device (CUDA times events of one device only), or either
+            event was closed.
         CudaError
             ``CUDA_ERROR_NOT_READY`` if either has not completed yet,
             ``CUDA_ERROR_INVALID_HANDLE`` if either was created with ``timing=False`` or
             never recorded.
         """
+        self._require_open("Event.elapsed_ms")
         _event_arg("end", end)
         if end.device is not self.device and end.device.ordinal != self.device.ordinal:
             raise ValueError(f"end is an event of device {end.device.ordinal}, this event of device "
@@ -348,5 +382,6 @@ class Event:
             return float(check("cuEventElapsedTime", driver.cuEventElapsedTime(self._handle, end.handle)))
 
     def close(self) -> None:
-        """Destroy the event now (idempotent)."""
+        """Destroy the event now (idempotent). Afterwards its methods, and a stream's ``wait`` or an
+        ``elapsed_ms`` given it, raise ``ValueError``."""
         self._finalizer()

@@ -168,6 +168,35 @@ def test_a_closed_exec_or_graph_refuses_before_the_driver_is_called(calls):
     assert calls == []
 
 
+def test_a_closed_stream_or_event_is_refused_before_the_driver_is_called(calls):
+    """A destroyed CUstream / CUevent value may already name a newer one: every use after close() raises."""
+    import weakref
+
+    from driverlevel._checks import stream_arg
+
+    class Owner:  # (what the finalizers are attached to; closing runs them)
+        pass
+
+    s, ev, other = stream_on(DEV0), event_on(DEV0), event_on(DEV0, 0x6001)
+    keep = [Owner(), Owner()]
+    s._finalizer, ev._finalizer = weakref.finalize(keep[0], lambda: None), weakref.finalize(keep[1], lambda: None)
+    s.close()
+    ev.close()
+    for words, call in (("stream", lambda: stream_arg("stream", s)), ("Stream.synchronize", s.synchronize),
+                        ("Stream.wait", lambda: s.wait(other)), ("Stream.is_capturing", s.is_capturing),
+                        ("stream", lambda: other.record(s)), ("stream", lambda: _exec().upload(s)),
+                        ("Event.record", lambda: ev.record(stream_on(DEV0))), ("Event.synchronize", ev.synchronize),
+                        ("Event.query", ev.query), ("Event.elapsed_ms", lambda: ev.elapsed_ms(other)),
+                        ("end", lambda: other.elapsed_ms(ev)), ("event", lambda: stream_on(DEV0).wait(ev))):
+        kind = "Event" if words.startswith(("Event", "end", "event")) else "Stream"
+        with pytest.raises(ValueError, match=rf"^{words}: this {kind} was closed \({kind}.close\); create a new one$"):
+            call()
+    assert calls == []
+    borrowed = stream_on(DEV0)  # (no finalizer: the lender's to close; close() leaves it usable)
+    borrowed.close()
+    assert stream_arg("stream", borrowed) is borrowed
+
+
 def test_capture_names_another_librarys_stream():
     with pytest.raises(TypeError, match=r"^capture needs a driverlevel Stream .*got Stream \(\S*\.Stream: "
                                         r"borrow another library's stream"):
