@@ -359,7 +359,12 @@ class Graph:
        :mod:`driverlevel._memory`; ``driverlevel.runtime.release_deferred()`` drains by hand).
     5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
        points into frees it anyway (after any capture in progress): do not replay
-       that graph afterwards.
+       that graph afterwards (a replay is one ``cuGraphLaunch``: nothing checks it).
+       Everything else refuses a closed object with ``ValueError`` before it calls the
+       driver: a closed :class:`Graph` or :class:`GraphExec`, a closed stream or event
+       given to any call, an array that views a closed buffer or pool (its copies,
+       fills and reads, and every plan's argument checks), and a plan whose workspace
+       pool was closed.
     """
 
     def __init__(self, *a, **k):

@@ -97,6 +97,19 @@ def check_pool_device(pool, device, what: str) -> None:
     if pool is not None and pool.device.ordinal != device.ordinal:
         raise ValueError(f"{what}: pool {pool.label!r} is on device {pool.device.ordinal}, the plan on device "
                          f"{device.ordinal}; carve a plan's workspace from a pool on its own device")
+    if pool is not None:
+        check_pool_open(pool, what)
+
+
+def check_pool_open(pool, what: str) -> None:
+    """``ValueError`` if the plan's workspace ``pool`` was closed (``WorkspacePool.close``): its kernels
+    would write memory that may already belong to a newer allocation. A plan checks it at construction
+    and before every eager launch (a captured graph keeps its pool alive; closing it is the caller's
+    explicit act)."""
+    from ._memory import _is_live
+
+    if not _is_live(pool):
+        raise ValueError(f"{what}: its workspace pool {pool.label!r} was closed; build the plan again on a live pool")
 
 
 def check_plan_args(*, pdl, pool, name, arch):

@@ -67,7 +67,7 @@ from ._device import _check_device_arg
 from ._dtypes import BF16_FORMS, as_dtype, bfloat16
 from ._device_error import DeviceErrorWord, error_defines
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import check_plan_args, check_pool_device, load_module, resolve_pdl
+from ._module import check_plan_args, check_pool_device, check_pool_open, load_module, resolve_pdl
 from ._checks import device_array_arg as _arr
 from ._checks import int_in_range as _int_in_range
 from ._checks import need_dtype as _need_dtype
@@ -759,6 +759,7 @@ class DDTreePlan:
         launches the first time a key is seen; later calls with the same addresses replay it.
         """
         _stream_arg("stream", stream, self.device)
+        check_pool_open(self.pool, f"DDTreePlan {self.pool.label!r}")
         key += state.key()
         launches = self._cache.get(key)
         if launches is None:

@@ -45,7 +45,8 @@ from ._device import _check_device_arg
 from ._device_error import DeviceErrorWord, error_defines
 from ._mask import MaskFormat, bitmask_words, parse_mask_format
 from ._memory import WorkspacePool
-from ._module import check_plan_args, check_pool_device, load_module, resolve_pdl, struct_layout_defines
+from ._module import (check_plan_args, check_pool_device, check_pool_open, load_module, resolve_pdl,
+                      struct_layout_defines)
 from ._workspace_formula import (CUT_RECORD_BYTES, ENTRY_RECORD_BYTES, REQUEST_RECORD_BYTES, partial_workspace_bytes,
                                  scheduler_bytes)
 
@@ -1214,6 +1215,7 @@ class VerifyAttention:
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)
+        check_pool_open(self.pool, f"VerifyAttention {self.pool.label!r}")
         idx64 = 0
         for nm, a in (("qo_indptr", qo), ("kv_indptr", kvp), ("kv_indices", kvi), ("out_cache_loc", loc),
                       ("mask_indptr", mip)):

@@ -587,3 +587,17 @@ def test_arrays_of_a_closed_pool_or_buffer_are_refused_before_anything_is_queued
         arr.to_numpy()
     foreign = dl.DeviceArray(0x1000, (4,), np.float32, DEV, owner=object())  # memory driverlevel does not own
     assert foreign._freed_owner() is None
+
+
+def test_a_closed_pool_is_refused_by_a_plan_at_construction_and_before_each_launch(fake_alloc):
+    from driverlevel._module import check_pool_device, check_pool_open
+
+    pool = WorkspacePool.allocate(DEV, 1 << 16, label="ws")
+    check_pool_device(pool, SimpleNamespace(ordinal=0), "VerifyAttention 'ws'")
+    check_pool_open(pool, "VerifyAttention 'ws'")
+    pool.close()
+    for check in (lambda: check_pool_device(pool, SimpleNamespace(ordinal=0), "VerifyAttention 'ws'"),
+                  lambda: check_pool_open(pool, "VerifyAttention 'ws'")):
+        with pytest.raises(ValueError, match=r"^VerifyAttention 'ws': its workspace pool 'ws' was closed; build the plan "
+                                             r"again on a live pool$"):
+            check()

@@ -408,6 +408,10 @@ def test_a_pool_of_pool_bytes_holds_the_plan_and_the_plan_runs_from_it(device, s
     poison_workspace(plan, stream)
     out, lse = prob.run(plan, stream)
     check(out, lse, *prob.reference())
+    stream.synchronize()
+    pool.close()  # the caller frees the workspace: the plan refuses to run on it, and says why
+    with pytest.raises(ValueError, match="its workspace pool 'exact' was closed"):
+        plan.run(stream, prob.d["q"], prob.d["kv"], prob.metadata(), prob.out, prob.lse)
 
 
 def test_one_plan_refuses_a_second_stream(device, stream):
