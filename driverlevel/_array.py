@@ -248,9 +248,7 @@ class DeviceArray:
         :class:`~driverlevel.PinnedHostBuffer` or :class:`~driverlevel.WorkspacePool`, through any chain
         of views) if it was closed, else None (also for foreign memory, which driverlevel cannot see)."""
         o = self.owner
-        for _ in range(64):  # (views of views)
-            if not isinstance(o, DeviceArray):
-                break
+        while isinstance(o, DeviceArray):  # (views of views; a chain of owners has no cycle)
             o = o.owner
         fin = getattr(getattr(o, "_buffer", o), "_finalizer", None)  # (a pool's buffer, or the buffer itself)
         return o if isinstance(fin, weakref.finalize) and not fin.alive else None

@@ -124,6 +124,7 @@ def capture(stream, mode: str = "thread_local"):
     if not isinstance(stream, Stream):  # an Event, a Graph or a GraphExec has a handle and a device too
         raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
+    stream._require_open("capture")
     if int(stream.handle) in (0, 1):  # 0 and CU_STREAM_LEGACY both name the legacy default stream
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
     if getattr(stream, "_capture", None) is not None:
@@ -360,11 +361,14 @@ class Graph:
     5. **Explicit** ``close()`` **wins.** Closing a pool or buffer that a graph still
        points into frees it anyway (after any capture in progress): do not replay
        that graph afterwards (a replay is one ``cuGraphLaunch``: nothing checks it).
-       Everything else refuses a closed object with ``ValueError`` before it calls the
-       driver: a closed :class:`Graph` or :class:`GraphExec`, a closed stream or event
-       given to any call, an array that views a closed buffer or pool (its copies,
+       The other entry points refuse a closed object with ``ValueError`` before they
+       call the driver: a closed :class:`Graph` or :class:`GraphExec`, a closed stream
+       or event given to a plan, an array method, :func:`capture` or a stream's or
+       event's own method, an array that views a closed buffer or pool (its copies,
        fills and reads, and every plan's argument checks), and a plan whose workspace
-       pool was closed.
+       pool was closed. The two hot paths do not look: :meth:`PreparedLaunch.launch`
+       never, :meth:`GraphExec.launch` only after the driver refused the stream (a
+       closed stream's handle, reused by a newer stream, would launch there).
     """
 
     def __init__(self, *a, **k):

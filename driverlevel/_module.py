@@ -33,6 +33,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from . import _capture_guard
+from ._memory import _is_live
 from ._array import DeviceArray, as_device_array
 from ._checks import bool_arg, is_bool
 from ._errors import check
@@ -106,8 +107,6 @@ def check_pool_open(pool, what: str) -> None:
     would write memory that may already belong to a newer allocation. A plan checks it at construction
     and before every eager launch (a captured graph keeps its pool alive; closing it is the caller's
     explicit act)."""
-    from ._memory import _is_live
-
     if not _is_live(pool):
         raise ValueError(f"{what}: its workspace pool {pool.label!r} was closed; build the plan again on a live pool")
 

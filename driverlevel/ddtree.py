@@ -550,7 +550,8 @@ class DDTreePlan:
         self.max_rows = self.max_batch * self.n_nodes
         self.record_width = RECORD_HEADER + self.depth_limit + 1
         self.device = _check_device_arg(device)
-        check_pool_device(pool, self.device, f"DDTreePlan {name!r}")
+        self._what = f"DDTreePlan {name!r}"  # (how errors name this plan)
+        check_pool_device(pool, self.device, self._what)
         self.flags = 0
         bf16 = self.logits_dtype is bfloat16
         #: Threshold top-K layout (``topk="threshold"``): the threshold's rank in the sample and
@@ -759,7 +760,7 @@ class DDTreePlan:
         launches the first time a key is seen; later calls with the same addresses replay it.
         """
         _stream_arg("stream", stream, self.device)
-        check_pool_open(self.pool, f"DDTreePlan {self.pool.label!r}")
+        check_pool_open(self.pool, self._what)
         key += state.key()
         launches = self._cache.get(key)
         if launches is None:

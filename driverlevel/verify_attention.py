@@ -967,7 +967,8 @@ class VerifyAttention:
         if known_arch is not None and tile is not None:
             _check_tile_fits(tile, known_arch)
         self.device = _check_device_arg(device)
-        check_pool_device(pool, self.device, f"VerifyAttention {name!r}")
+        self._what = f"VerifyAttention {name!r}"  # (how errors name this plan)
+        check_pool_device(pool, self.device, self._what)
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
         self.max_q = int(max_q)
@@ -1215,7 +1216,7 @@ class VerifyAttention:
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)
-        check_pool_open(self.pool, f"VerifyAttention {self.pool.label!r}")
+        check_pool_open(self.pool, self._what)
         idx64 = 0
         for nm, a in (("qo_indptr", qo), ("kv_indptr", kvp), ("kv_indices", kvi), ("out_cache_loc", loc),
                       ("mask_indptr", mip)):

@@ -585,6 +585,11 @@ def test_arrays_of_a_closed_pool_or_buffer_are_refused_before_anything_is_queued
     buf.close()
     with pytest.raises(ValueError, match="the memory of this array was freed"):
         arr.to_numpy()
+    deep = dl.DeviceArray(buf.ptr, (256,), np.float32, DEV, owner=buf)
+    for _ in range(100):  # a long chain of views still finds the closed buffer
+        deep = deep[1:] if deep.shape[0] > 1 else deep.reshape(1)
+    with pytest.raises(ValueError, match="the memory of this array was freed"):
+        deep.fill_u32(0, None)
     foreign = dl.DeviceArray(0x1000, (4,), np.float32, DEV, owner=object())  # memory driverlevel does not own
     assert foreign._freed_owner() is None
 

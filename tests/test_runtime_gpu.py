@@ -231,6 +231,7 @@ def test_arrays_of_a_closed_pool_are_refused_and_a_newer_allocation_is_untouched
     """The freed range is often handed to the next allocation: a fill through the stale view would write it."""
     pool = dl.WorkspacePool.allocate(device, 1 << 20, label="stale")
     x = pool.carve("x", (1024,), np.float32).fill_u32(0x3F800000, stream)
+    stream.synchronize()  # (the fill done before the free)
     pool.close()
     newer = dl.DeviceBuffer.allocate(device, 1 << 20, label="newer")
     y = newer.as_array((1024,), np.float32).fill_u32(0x40000000, stream)  # 2.0f

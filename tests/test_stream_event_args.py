@@ -276,3 +276,18 @@ def test_create_stream_and_event_check_their_flags_before_the_driver(monkeypatch
     dev = object.__new__(dl.Device)
     with pytest.raises(exc, match=words):
         getattr(dev, method)(**kw)
+
+
+def test_capture_refuses_a_closed_stream_before_the_driver_is_called(calls):
+    import weakref
+
+    class Owner:
+        pass
+
+    s, keep = stream_on(DEV0), Owner()
+    s._finalizer = weakref.finalize(keep, lambda: None)
+    s.close()
+    with pytest.raises(ValueError, match=r"^capture: this Stream was closed"):
+        with dl.capture(s):
+            pytest.fail("captured")
+    assert calls == []

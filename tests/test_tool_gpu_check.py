@@ -49,7 +49,8 @@ def test_cache_in_without_an_export_is_skipped_and_pack_leaves_one_archive(tmp_p
 @pytest.mark.parametrize("env, words", [({"SKIP_TESTS": "maybe"}, "SKIP_TESTS='maybe' is not understood"),
                                         ({"PACK": "2"}, "PACK='2' is not understood"),
                                         ({"TWICE": "y"}, "TWICE='y' is not understood"),
-                                        ({"WORKERS": "eight"}, "WORKERS='eight' must be a positive number")])
+                                        ({"WORKERS": "eight"}, "WORKERS='eight' must be a positive number"),
+                                        ({"WORKERS_REVERSED": "0"}, "WORKERS_REVERSED='0' must be a positive")])
 def test_settings_are_refused_before_anything_runs(tmp_path, env, words):
     r = _run(tmp_path, **env)
     assert r.returncode == 2 and words in r.stderr, r.stderr
@@ -58,18 +59,33 @@ def test_settings_are_refused_before_anything_runs(tmp_path, env, words):
     assert r.returncode == 2 and "unknown option '-k'" in r.stderr
 
 
-def test_no_gpu_means_no_test_passed_a_failure_and_paths_are_the_callers(tmp_path):
-    """On this CPU-only machine every GPU test skips: the step is "no-pass" and the exit status 1. OUT and
-    the test file are given relative to the caller's directory (here tests/, not the checkout's root)."""
-    import shutil
+def test_no_test_passed_is_a_failure_and_paths_are_the_callers(tmp_path):
+    """A test step in which every test skipped (no GPU here) is "no-pass" and the exit status 1. OUT and the
+    test file are given relative to the caller's directory (outside the checkout), not the checkout's root."""
+    caller = tmp_path / "caller"
+    (caller / "sub").mkdir(parents=True)
+    (caller / "sub" / "test_only_skips.py").write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_needs_a_gpu():\n    pytest.skip('no GPU here')\n")
+    assert not (REPO / "logs").exists() and not (REPO / "sub").exists()
+    r = _run(tmp_path, "sub/test_only_skips.py", cwd=caller, OUT="logs", SKIP_TESTS="off")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    row = next(t for t in table if t.startswith("gpu-tests"))
+    assert row.split()[1] == "no-pass" and "1 skipped" in row, row
+    assert (caller / "logs" / "gpu-tests.log").is_file() and not (REPO / "logs").exists()
 
-    rel = os.path.relpath(tmp_path / "logs", REPO / "tests")
-    r = _run(tmp_path, "test_decode_step_fuzz_gpu.py", cwd=REPO / "tests", OUT=rel, SKIP_TESTS="off")
-    try:
-        assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-        table = r.stdout[r.stdout.index("=== summary"):].splitlines()
-        row = next(t for t in table if t.startswith("gpu-tests"))
-        assert row.split()[1] == "no-pass" and "skipped" in row, row
-        assert (tmp_path / "logs" / "gpu-tests.log").is_file()
-    finally:
-        shutil.rmtree(REPO / "tests" / rel, ignore_errors=True)  # (only if it had gone to the wrong place)
+
+def test_nvrtc_wheel_keeps_spaces_and_is_taken_from_the_callers_directory(tmp_path):
+    """NVRTC_WHEEL is a glob: expanded where it was given, each match one argument of pip (a path may hold spaces)."""
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
+    (wheels / "nvidia_cuda_nvrtc-13.0.88-py3-none-any.whl").write_bytes(b"")
+    log = tmp_path / "pip-args.txt"
+    stub = tmp_path / "python"  # records pip's arguments (one per line), runs everything else
+    stub.write_text(f'#!/usr/bin/env bash\nif [ "$1 $2" = "-m pip" ]; then printf "%s\\n" "$@" >> "{log}"; exit 0; fi\n'
+                    f'exec "{sys.executable}" "$@"\n')
+    stub.chmod(0o755)
+    r = _run(tmp_path, cwd=tmp_path, PYTHON=str(stub), NVRTC_WHEEL="my wheels/*.whl")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    first_install = log.read_text().split("-m\n")[1].splitlines()
+    assert first_install == ["pip", "install", "-q", "--no-deps", str(wheels / "nvidia_cuda_nvrtc-13.0.88-py3-none-any.whl")]

@@ -64,8 +64,9 @@ flag() {  # flag NAME: sets F_NAME to 1 or 0 from the variable NAME; anything el
   esac
 }
 for name in SKIP_TESTS TWICE REVERSED PACK; do flag "$name"; done
-for name in WORKERS WORKERS_REVERSED; do
-  [[ -z "${!name:-}" || "${!name}" =~ ^[1-9][0-9]*$ ]] || usage_error "$name='${!name}' must be a positive number of processes"
+for name in WORKERS WORKERS_REVERSED; do  # (what pytest-xdist's -n takes)
+  [[ -z "${!name:-}" || "${!name}" =~ ^([1-9][0-9]*|auto|logical)$ ]] ||
+    usage_error "$name='${!name}' must be a positive number of processes, auto or logical (pytest-xdist's -n)"
 done
 for arg in "$@"; do
   case "$arg" in -*) usage_error "unknown option '$arg': give test files (or -h for help)" ;; esac
@@ -78,8 +79,10 @@ OUT_DIR="$(from_caller "${OUT:-}")"
 [[ -n "${KERNEL_CACHE_IN:-}" ]] && KERNEL_CACHE_IN="$(from_caller "$KERNEL_CACHE_IN")"
 [[ -n "${KERNEL_CACHE_OUT:-}" ]] && KERNEL_CACHE_OUT="$(from_caller "$KERNEL_CACHE_OUT")"
 NVRTC_WHEELS=()
-if [[ -n "${NVRTC_WHEEL:-}" ]]; then  # (a glob, expanded where it was given)
+if [[ -n "${NVRTC_WHEEL:-}" ]]; then  # (a glob, expanded where it was given; no word splitting: a path may hold spaces)
+  saved_ifs=$IFS; IFS=
   for w in $NVRTC_WHEEL; do NVRTC_WHEELS+=("$(from_caller "$w")"); done
+  IFS=$saved_ifs
 fi
 FILES=()
 for arg in "$@"; do  # test files or node ids (file::test): those found from the caller's directory made absolute
