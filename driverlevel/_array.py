@@ -107,7 +107,7 @@ class DeviceArray:
     :meth:`view` for a consumer of that protocol).
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "__weakref__")
+    __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "_contig", "__weakref__")
 
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, readonly=False):
         self.ptr = _ptr_arg(ptr)
@@ -125,6 +125,7 @@ class DeviceArray:
         self.device = _device_arg(device)
         self.owner = owner
         self.readonly = bool_arg("DeviceArray: readonly", readonly)
+        self._contig = None  # (shape, strides, is_c_contiguous), computed at the first ask
 
     # -- geometry -------------------------------------------------------------
     @property
@@ -150,10 +151,17 @@ class DeviceArray:
     @property
     def is_c_contiguous(self) -> bool:
         """Whether the strides are C order's (extents of 1 may have any stride)."""
-        if self.size <= 1:
-            return True
-        want = _c_strides(self.shape, self.itemsize)
-        return all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want))
+        c = self._contig  # (every plan call asks for each array: answered once per shape and strides)
+        shape, strides = self.shape, self.strides
+        if c is not None and c[0] is shape and c[1] is strides:
+            return c[2]
+        if math.prod(shape) <= 1:
+            yes = True
+        else:
+            want = _c_strides(shape, self.dtype.itemsize)
+            yes = all(n == 1 or s == w for n, s, w in zip(shape, strides, want))
+        self._contig = (shape, strides, yes)
+        return yes
 
     def reshape(self, *shape) -> "DeviceArray":
         """A C-contiguous view with a new shape (same number of elements).

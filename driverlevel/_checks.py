@@ -150,6 +150,17 @@ def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
     return v
 
 
+_AS_DEVICE_ARRAY = None  # driverlevel._array.as_device_array, bound at the first call (this module imports nothing at load)
+
+
+def _load_as_device_array():
+    global _AS_DEVICE_ARRAY
+    from ._array import as_device_array
+
+    _AS_DEVICE_ARRAY = as_device_array
+    return as_device_array
+
+
 def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "the plan") -> DeviceArray:
     """``x`` as a C-contiguous :class:`DeviceArray` on ``device`` (no copy).
 
@@ -174,12 +185,10 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
         closed (``DeviceBuffer.close``, ``WorkspacePool.close``): its address may belong to a newer
         allocation.
     """
-    from ._array import as_device_array
-
     if x is None:
         raise TypeError(f"{name} is required")
     try:
-        a = as_device_array(x, device)
+        a = (_AS_DEVICE_ARRAY or _load_as_device_array())(x, device)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{name}: {exc}") from None
     if a.device.ordinal != device.ordinal:
@@ -193,6 +202,17 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
         raise ValueError(f"{name} is read-only, but the launch writes it")
     a._require_live(name)
     return a
+
+
+_STREAM = None  # driverlevel._stream.Stream, bound at the first call (deferred: no import at load time)
+
+
+def _load_stream():
+    global _STREAM
+    from ._stream import Stream
+
+    _STREAM = Stream
+    return Stream
 
 
 def stream_arg(name, stream, device=None, owner="the plan"):
@@ -217,9 +237,7 @@ def stream_arg(name, stream, device=None, owner="the plan"):
         ``"stream is on device 1, but the plan is on device 0"``; or the stream was closed
         (``Stream.close``: its handle is destroyed and may name a newer stream).
     """
-    from ._stream import Stream  # deferred: this module imports nothing at load time
-
-    if not isinstance(stream, Stream):
+    if not isinstance(stream, _STREAM or _load_stream()):
         raise TypeError(f"{name} must be a driverlevel Stream (Device.create_stream() or Stream.from_handle), "
                         f"got {type(stream).__name__}{foreign_stream_hint(stream)}")
     stream._require_open(name)

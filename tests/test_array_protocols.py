@@ -627,3 +627,14 @@ def test_a_masked_cuda_array_interface_is_refused(monkeypatch):
     with pytest.raises(TypeError, match="has a 'mask' \\(a masked array\\)"):
         as_device_array(Cai(mask=Cai(None)), DEV)
     assert as_device_array(Cai(mask=None), DEV).shape == (4,)
+
+
+def test_is_c_contiguous_is_remembered_per_shape_and_strides():
+    """Every plan call asks it of each array (device_array_arg): answered once, again after a reassignment."""
+    a = DeviceArray(PTR, (4, 4), np.float32, DEV)
+    assert a.is_c_contiguous and a.is_c_contiguous
+    a.strides = (4, 16)  # (a column-major view, made by hand)
+    assert not a.is_c_contiguous
+    a.shape, a.strides = (1, 4), (4, 4)  # an extent of 1 may have any stride
+    assert a.is_c_contiguous
+    assert DeviceArray(PTR, (0, 3), np.float32, DEV, strides=(4, 8)).is_c_contiguous  # (no element)
