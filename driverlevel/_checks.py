@@ -259,9 +259,16 @@ def foreign_stream_hint(obj) -> str:
     return ""
 
 
+_DTYPE_NAMES: dict = {}  # dtype -> its name (numpy computes ``dtype.name`` anew at each access: ~1 µs)
+
+
 def dtype_is(a: DeviceArray, *names) -> bool:
     """True if ``a``'s dtype name is one of ``names`` (``"bfloat16"``, ``"int64"``…)."""
-    return a.dtype.name in names
+    dt = a.dtype
+    n = _DTYPE_NAMES.get(dt)
+    if n is None:
+        n = _DTYPE_NAMES[dt] = dt.name
+    return n in names
 
 
 def need_dtype(name, a, *names):
