@@ -151,6 +151,13 @@ def _is_live(obj) -> bool:
     return fin is None or fin.alive
 
 
+def _require_open(obj, what: str) -> None:
+    """``ValueError`` naming ``what`` if the allocation ``obj`` was closed: a new view of it would point at
+    freed memory (a host view of freed pinned memory crashes the process when read)."""
+    if not _is_live(obj):
+        raise ValueError(f"{what}: {obj!r} was closed; its memory is freed")
+
+
 class PointerOwner(NamedTuple):
     """Where a device address lies: the allocation's label, carve-out, offset and device ordinal."""
 
@@ -403,8 +410,10 @@ class DeviceBuffer:
         TypeError
             ``shape`` holds a non-integer, or ``dtype`` is not supported.
         ValueError
-            ``shape`` has a negative extent, or the view is larger than the buffer.
+            ``shape`` has a negative extent, or the view is larger than the buffer; or the buffer
+            was closed.
         """
+        _require_open(self, "as_array")
         dt = as_dtype(dtype)
         shape = (self.nbytes // dt.itemsize,) if shape is None else int_tuple("shape", shape)
         if any(n < 0 for n in shape):
@@ -534,8 +543,11 @@ class PinnedHostBuffer:
             ``offset`` or an extent of ``shape`` is not an integer, or ``dtype`` is not supported.
         ValueError
             ``offset`` is negative, not a multiple of the item size or past the end; ``shape``
-            has a negative extent; or the view does not fit in the buffer.
+            has a negative extent; or the view does not fit in the buffer; or the buffer was
+            closed (a view of freed host memory would crash the process when read; views taken
+            before :meth:`close` must not be used after it).
         """
+        _require_open(self, "numpy")
         dt = storage_dtype(dtype)
         shape, offset, n = self._view(shape, dt.itemsize, as_dtype(dtype).name, offset)
         return self._bytes[offset:offset + n].view(dt).reshape(shape)
@@ -550,8 +562,9 @@ class PinnedHostBuffer:
         ValueError
             If the buffer was not allocated with ``mapped=True``; or ``offset`` is negative, not
             a multiple of the item size or past the end; ``shape`` has a negative extent; or the
-            view does not fit in the buffer.
+            view does not fit in the buffer; or the buffer was closed.
         """
+        _require_open(self, "as_array")
         if not self.mapped:
             raise ValueError("as_array() needs a buffer allocated with mapped=True")
         dt = as_dtype(dtype)
@@ -559,7 +572,9 @@ class PinnedHostBuffer:
         return DeviceArray(self.device_ptr + offset, shape, dt, self.device, owner=self)
 
     def close(self) -> None:
-        """Free the pinned memory now (idempotent; deferred while a capture is in progress)."""
+        """Free the pinned memory now (idempotent; deferred while a capture is in progress).
+        Views taken before (:meth:`numpy`, :meth:`as_array`) must no longer be used; new ones are
+        refused."""
         self._finalizer()
 
 
@@ -719,11 +734,12 @@ class WorkspacePool:
             (floats and bools are refused, not truncated); or ``dtype`` is not supported.
         ValueError
             If ``name`` is empty or already carved, ``shape`` has a negative extent, or
-            ``alignment`` is not a positive power of two.
+            ``alignment`` is not a positive power of two; or the pool was closed.
         PoolExhaustedError
             If the pool has too little room left (sizes are Python ints: an oversized shape
             is refused here, never wrapped); the message gives the sizes.
         """
+        _require_open(self, "carve")
         if not isinstance(name, str):
             raise TypeError(f"carve name must be a str, got {type(name).__name__} {name!r}")
         if not name:

@@ -606,3 +606,27 @@ def test_a_closed_pool_is_refused_by_a_plan_at_construction_and_before_each_laun
         with pytest.raises(ValueError, match=r"^VerifyAttention 'ws': its workspace pool 'ws' was closed; build the plan "
                                              r"again on a live pool$"):
             check()
+
+
+def test_no_new_view_of_a_closed_buffer_or_pool(fake_alloc):
+    """A view taken after close() would point at freed memory (a host view of freed pinned memory crashes
+    the process when read): numpy(), as_array() and carve() refuse."""
+    b = _pinned()
+    b._finalizer = weakref.finalize(b._bytes, lambda: None)
+    b.numpy((4,), np.int32)
+    b.close()
+    for what, call in (("numpy", lambda: b.numpy((4,), np.int32)), ("as_array", lambda: b.as_array((4,), np.int32))):
+        with pytest.raises(ValueError, match=rf"^{what}: <.*PinnedHostBuffer.* was closed; its memory is freed$"):
+            call()
+    pool = WorkspacePool.allocate(DEV, 1 << 12, label="gone")
+    pool.carve("a", (4,), np.float32)
+    pool.close()
+    with pytest.raises(ValueError, match=r"^carve: <WorkspacePool 'gone' .* was closed; its memory is freed$"):
+        pool.carve("b", (4,), np.float32)
+    assert [c.name for c in pool.carves()] == ["a"]
+    buf = object.__new__(DeviceBuffer)
+    buf.ptr, buf.nbytes, buf.device, buf.label = 0x7F00_0020_0000, 64, DEV, "plain"
+    buf._finalizer = weakref.finalize(pool, lambda: None)
+    buf.close()
+    with pytest.raises(ValueError, match=r"^as_array: <DeviceBuffer 'plain' .* was closed"):
+        buf.as_array()
