@@ -18,8 +18,7 @@
 #   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" that does
 #                  not fit one device call: the whole suite takes ~220 s forward, ~250 s reversed)
 #   WORKERS=N      run the forward GPU tests in N processes on the one GPU (pytest-xdist's -n N, or auto /
-#                  logical; the
-#                  H200 image has it, 16 cores): on a fresh machine the suite is bound by NVRTC, whose
+#                  logical; the H200 image has it, 16 cores): on a fresh machine the suite is bound by NVRTC, whose
 #                  compiles of the DDTree tests' own kernel variants (~15 s each) then run side by side.
 #                  The reversed run stays in one process: it is the order-dependence check. Without
 #                  pytest-xdist the forward run is serial and the summary says so.
