@@ -37,6 +37,13 @@ from ._errors import check
 __all__ = ["DeviceArray", "as_device_array"]
 
 
+def array_key(a) -> object:
+    """What launches packed for the :class:`DeviceArray` ``a`` depend on: its address, shape and dtype
+    (0 for None). A plan's cache of packed launches is keyed on these: the same address with another
+    shape or dtype (a smaller ``free_slots``, an int64 ``req_to_token``) must pack anew."""
+    return 0 if a is None else (int(a.ptr), a.shape, a.dtype)
+
+
 def _c_strides(shape, itemsize):
     strides = []
     acc = operator.index(itemsize)
@@ -83,9 +90,11 @@ class DeviceArray:
     owner : object, optional
         Kept alive as long as this view (a buffer, a pool, a foreign array).
     readonly : bool
-        Exported as read-only through the array protocols; :meth:`copy_from_host`,
-        :meth:`copy_from`, :meth:`fill_bytes`, :meth:`fill_u32` and the plans' outputs refuse
-        a read-only array.
+        Exported as read-only through ``__cuda_array_interface__`` (its ``data`` flag);
+        :meth:`copy_from_host`, :meth:`copy_from`, :meth:`fill_bytes`, :meth:`fill_u32` and the
+        plans' outputs refuse a read-only array. DLPack's legacy capsule, the only one
+        :meth:`__dlpack__` exports, has no read-only flag: a DLPack consumer gets the memory
+        writable (DLPack 1.0's versioned capsule, which has one, is not implemented).
 
     Raises
     ------
@@ -126,6 +135,12 @@ class DeviceArray:
         self.owner = owner
         self.readonly = bool_arg("DeviceArray: readonly", readonly)
         self._contig = None  # (shape, strides, is_c_contiguous), computed at the first ask
+
+    def __reduce__(self):
+        # Without this, pickle saved the bare address of an imported array (meaningless in another
+        # process) and failed on a carved one with "cannot pickle '_thread.lock' object".
+        raise TypeError("a DeviceArray is a view of this process's device memory and cannot be pickled or "
+                        "copied; copy its contents to the host with to_numpy()")
 
     # -- geometry -------------------------------------------------------------
     @property
@@ -476,10 +491,12 @@ class DeviceArray:
         return (_kDLCUDA, self.device.ordinal)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export as a DLPack capsule (legacy ``DLManagedTensor``). No copy, no synchronization.
+        """Export as a DLPack capsule (legacy ``DLManagedTensor``, whatever ``max_version`` asks).
+        No copy, no synchronization.
 
         driverlevel queues work on explicit streams, so the consumer is responsible for
-        ordering; ``stream`` is accepted for protocol compatibility.
+        ordering; ``stream`` is accepted for protocol compatibility. The legacy capsule cannot
+        mark a :attr:`readonly` array read-only.
         """
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy")
@@ -683,6 +700,8 @@ def _from_cai(obj, device):
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise TypeError(f"{what}['data'] must be a (pointer, read_only) pair, got {data!r}")
     ptr, readonly = data
+    if isinstance(ptr, bool) or not isinstance(ptr, (int, np.integer)):  # (a float was truncated, True read as 1)
+        raise TypeError(f"{what}['data'][0] must be an integer device address, got {type(ptr).__name__} {ptr!r}")
     if cai.get("mask") is not None:  # CAI v3: a consumer that cannot honour a mask must refuse it
         raise TypeError(f"{what} has a 'mask' (a masked array): driverlevel reads every element and supports "
                         f"no masks; pass the unmasked data")
@@ -693,6 +712,9 @@ def _from_cai(obj, device):
         raise TypeError(f"{what}: 'typestr' {cai['typestr']!r} or 'shape' {cai['shape']!r} is not valid: {exc}") \
             from None
     strides = cai.get("strides")
+    if not ptr and math.prod(int(n) for n in shape) != 0:  # CAI v3: a NULL pointer only for a zero-size array
+        raise ValueError(f"{what}: its data pointer is 0 (NULL) but its shape {shape} holds elements; a kernel "
+                         f"would read address 0")
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
     if ptr:  # the interface names no device: the driver knows where the pointer is
@@ -748,6 +770,14 @@ def _pointer_is_managed(ptr: int) -> bool:
                       f"CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
+def _is_own_buffer(obj) -> bool:
+    """Whether ``obj`` is one of driverlevel's buffers (a foreign class with an ``as_array`` method is not:
+    its ``as_array`` may return anything, a numpy array included)."""
+    from ._memory import DeviceBuffer, PinnedHostBuffer  # (_memory imports this module)
+
+    return isinstance(obj, (DeviceBuffer, PinnedHostBuffer))
+
+
 def as_device_array(obj, device=None) -> DeviceArray:
     """View ``obj`` as a :class:`DeviceArray` without copying.
 
@@ -787,8 +817,7 @@ def as_device_array(obj, device=None) -> DeviceArray:
         device = _device_arg(device)
     if isinstance(obj, np.ndarray):
         raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
-    as_arr = getattr(type(obj), "as_array", None)
-    if as_arr is not None:  # our own buffers
+    if _is_own_buffer(obj):  # a DeviceBuffer or a (mapped) PinnedHostBuffer: its whole bytes
         return obj.as_array()
     try:
         obj.__cuda_array_interface__

@@ -614,9 +614,13 @@ class GraphExec:
         GraphUpdateError
             If the driver refuses (e.g. ``CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED``:
             the new graph has other nodes or edges; capture again and instantiate anew).
+        TypeError
+            ``graph`` is not a :class:`Graph` (checked before the driver is called).
         ValueError
             This exec or ``graph`` was closed.
         """
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a driverlevel Graph (CaptureSession.graph), got {type(graph).__name__}")
         ex = self._live()
         old_n, new_n = self._node_count, graph.node_count()
         if old_n != new_n:

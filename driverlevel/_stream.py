@@ -245,7 +245,9 @@ class Stream:
 
     def close(self) -> None:
         """Destroy the stream now (idempotent; borrowed streams are left alone). Afterwards its own
-        methods, and every plan or array call given it, raise ``ValueError``."""
+        methods, and every plan, array or capture call given it, raise ``ValueError``; the two hot
+        paths, ``PreparedLaunch.launch`` and ``GraphExec.launch``, do not look (the latter names a
+        closed stream only when the driver refuses its handle)."""
         if self._finalizer is not None:
             self._finalizer()
 

@@ -891,8 +891,12 @@ class DDTreePlan:
                 raise ValueError(f"target_tokens must have shape [>= {self.max_rows}], got {tt.shape}")
         mir = None
         if mirror is not None:
-            mir = mirror.as_array((self.max_batch, self.record_width), np.int32) if isinstance(mirror, PinnedHostBuffer) \
-                else _arr("mirror", mirror, self.device, writable=True)
+            if isinstance(mirror, PinnedHostBuffer):  # its device view, checked like any array (device included)
+                try:
+                    mirror = mirror.as_array((self.max_batch, self.record_width), np.int32)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"mirror: {exc}") from None
+            mir = _arr("mirror", mirror, self.device, writable=True)
             _need_dtype("mirror", mir, "int32")
             _need_shape("mirror", mir, (self.max_batch, self.record_width))
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ._array import DeviceArray
+from ._array import DeviceArray, array_key
 from .verify_attention import VerifyMetadata
 
 __all__ = ["TargetBuffers", "TargetForward", "TargetModel", "DraftModel"]
@@ -135,12 +135,13 @@ class TargetBuffers:
     sglang: dict | None = None
 
     def key(self) -> tuple:
-        """Addresses of every buffer (a forward packed for one key may be replayed for it)."""
+        """Address, shape and dtype of every buffer and the sizes (a forward packed for one key may be
+        replayed for it; :func:`~driverlevel._array.array_key`)."""
         m = self.metadata
-        ptr = lambda a: 0 if a is None else int(a.ptr)  # noqa: E731
-        return (ptr(self.input_ids), ptr(self.positions), ptr(m.qo_indptr), ptr(m.kv_indptr), ptr(m.kv_indices),
-                ptr(m.out_cache_loc), ptr(m.custom_mask), ptr(m.mask_indptr), ptr(self.kv_cache), ptr(self.logits),
-                self.max_rows, self.mask_format)
+        k = array_key
+        return (k(self.input_ids), k(self.positions), k(m.qo_indptr), k(m.kv_indptr), k(m.kv_indices),
+                k(m.out_cache_loc), k(m.custom_mask), k(m.mask_indptr), k(self.kv_cache), k(self.logits),
+                k(self.num_rows), self.max_rows, self.batch_size, self.max_q, self.mask_format)
 
 
 @runtime_checkable

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._array import DeviceArray, as_device_array
+from ._array import DeviceArray, array_key, as_device_array
 from ._checks import bool_arg, non_negative_int, positive_int
 from ._device import _check_device_arg
 from ._memory import MAX_NBYTES, WorkspacePool
@@ -212,8 +212,11 @@ class RequestState:
         return {k: getattr(self, k) for k in ARRAY_FIELDS if getattr(self, k) is not None}
 
     def key(self) -> tuple:
-        """Addresses of every field (0 for None): launches packed for one key may be replayed for it."""
-        return tuple(0 if getattr(self, k) is None else int(getattr(self, k).ptr) for k in ARRAY_FIELDS)
+        """Address, shape and dtype of every field (0 for None; :func:`~driverlevel._array.array_key`):
+        launches packed for one key may be replayed for it. (Addresses alone were not enough: the
+        packed parameters hold ``free_slots``' length, ``req_to_token``'s rows and dtype and
+        ``stop_tokens``' width.)"""
+        return tuple(array_key(getattr(self, k)) for k in ARRAY_FIELDS)
 
     def upload(self, **host_arrays) -> None:
         """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``.

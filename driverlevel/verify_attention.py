@@ -733,7 +733,8 @@ class VerifyMetadata:
         Cache slot holding each draft token's own K/V (already written).
     custom_mask : uint8/bool (FULL, QLEN_ONLY) flat, uint32 ``[total_q, mask_words]`` (BITMASK), or None (CAUSAL)
     mask_indptr : int64 ``[bs + 1]`` or None
-        Offsets into ``custom_mask`` (FULL, QLEN_ONLY only).
+        Offsets into ``custom_mask`` (FULL, QLEN_ONLY only). With BITMASK and CAUSAL it is ignored,
+        neither read nor checked (SGLang's metadata may carry one whatever the mask).
     """
 
     qo_indptr: object

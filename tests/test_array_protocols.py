@@ -214,6 +214,11 @@ class RawCAI:
     ({"shape": (4,), "typestr": "<f4", "data": (PTR,), "version": 3}, r"must be a \(pointer, read_only\) pair"),
     ({"shape": 4, "typestr": "<f4", "data": (PTR, False), "version": 3}, r"'shape' 4 is not valid"),
     (None, r"must be a dict \(CUDA Array Interface v3\), got NoneType"),
+    # the pointer: an integer (a float was truncated, True read as address 1, a str failed in int())
+    ({"shape": (4,), "typestr": "<f4", "data": (4096.9, False), "version": 3},
+     r"\['data'\]\[0\] must be an integer device address, got float 4096.9"),
+    ({"shape": (4,), "typestr": "<f4", "data": (True, False), "version": 3}, r"got bool True"),
+    ({"shape": (4,), "typestr": "<f4", "data": ("0x1000", False), "version": 3}, r"got str '0x1000'"),
 ])
 def test_a_malformed_cuda_array_interface_is_named(cai, match):
     """Was a bare KeyError or 'cannot unpack non-iterable NoneType object': now a TypeError naming the
@@ -638,3 +643,37 @@ def test_is_c_contiguous_is_remembered_per_shape_and_strides():
     a.shape, a.strides = (1, 4), (4, 4)  # an extent of 1 may have any stride
     assert a.is_c_contiguous
     assert DeviceArray(PTR, (0, 3), np.float32, DEV, strides=(4, 8)).is_c_contiguous  # (no element)
+
+
+def test_a_null_cai_pointer_is_refused_unless_the_array_is_empty():
+    """CAI v3 allows a NULL pointer for a zero-size array only; a plan given one would read address 0."""
+    with pytest.raises(ValueError, match=r"RawCAI.__cuda_array_interface__: its data pointer is 0 \(NULL\) but its "
+                                         r"shape \(4, 9, 576\) holds elements"):
+        as_device_array(RawCAI({"shape": (4, 9, 576), "typestr": "<u2", "data": (0, False), "version": 3}), DEV)
+    empty = as_device_array(RawCAI({"shape": (0, 9), "typestr": "<f4", "data": (0, False), "version": 3}), DEV)
+    assert empty.ptr == 0 and empty.shape == (0, 9)
+    assert as_device_array(RawCAI({"shape": (2,), "typestr": "<f4", "data": (np.uint64(PTR), False)}), DEV).ptr == PTR
+
+
+def test_a_foreign_class_with_an_as_array_method_is_not_taken_for_a_buffer():
+    """as_device_array called as_array() on any object that had one (and returned what it returned, numpy
+    included); only driverlevel's buffers are viewed that way, a foreign one goes through its protocol."""
+    class Odd:
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (PTR, False), "version": 3}
+
+        def as_array(self):
+            return np.zeros(3, np.float32)
+
+    a = as_device_array(Odd(), DEV)
+    assert isinstance(a, DeviceArray) and a.ptr == PTR and a.shape == (3,)
+
+
+def test_a_device_array_cannot_be_pickled_or_copied():
+    import copy
+    import pickle
+
+    for a in (DeviceArray(PTR, (4,), np.float32, DEV), as_device_array(CAIOnly(shape=(2,), typestr="<f4",
+                                                                                data=(PTR, False)), DEV)):
+        for op in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match="cannot be pickled or copied; copy its contents to the host"):
+                op(a)

@@ -207,3 +207,46 @@ def test_a_host_array_assigned_after_construction_is_refused_naming_the_field():
     assert st.seq_lens is None
     st.pool = "anything"  # not an array field: kept as given
     assert dataclasses.replace(st, pool=None).pool is None
+
+
+def test_the_key_changes_with_a_fields_shape_or_dtype_at_the_same_address():
+    """DDTreePlan replays the launches it packed for a state's key, and those hold free_slots' length,
+    req_to_token's rows and dtype and stop_tokens' width: the same addresses with other shapes or dtypes
+    must pack anew (a 50-slot free list replayed as a 1,000-slot one would be written past its end)."""
+    from types import SimpleNamespace
+
+    import driverlevel as dl
+
+    dev = SimpleNamespace(ordinal=0)
+
+    def state(cap=1000, r2t=np.int32, rows=4):
+        a = lambda shape, dt, ptr: dl.DeviceArray(ptr, shape, dt, dev)  # noqa: E731
+        return RequestState(a((4,), np.uint8, 0x1000), a((4,), np.int32, 0x2000), a((4,), np.int64, 0x3000),
+                            a((4,), np.int64, 0x4000), a((rows, 64), r2t, 0x5000), a((cap,), np.int64, 0x6000),
+                            a((1,), np.int64, 0x7000))
+
+    base = state().key()
+    assert state().key() == base  # the same arrays again: replayed
+    for other in (state(cap=50), state(r2t=np.int64), state(rows=2)):
+        assert other.key() != base
+    assert base[0] == (0x1000, (4,), np.dtype(np.uint8))
+
+
+def test_target_buffers_key_holds_shapes_dtypes_and_sizes():
+    from types import SimpleNamespace
+
+    import driverlevel as dl
+    from driverlevel.interfaces import TargetBuffers
+
+    dev = SimpleNamespace(ordinal=0)
+    a = lambda shape, dt, ptr: dl.DeviceArray(ptr, shape, dt, dev)  # noqa: E731
+
+    def buffers(slots=1000, batch=2):
+        meta = SimpleNamespace(qo_indptr=a((3,), np.int64, 0x100), kv_indptr=a((3,), np.int32, 0x200),
+                               kv_indices=a((slots,), np.int64, 0x300), out_cache_loc=a((8,), np.int64, 0x400),
+                               custom_mask=None, mask_indptr=None)
+        return TargetBuffers(a((8,), np.int32, 0x500), a((8,), np.int64, 0x600), meta, a((slots, 576), dl.bfloat16, 0x700),
+                             None, a((1,), np.int32, 0x800), 8, batch, 4, "bitmask")
+
+    assert buffers().key() == buffers().key()
+    assert buffers(slots=500).key() != buffers().key() and buffers(batch=1).key() != buffers().key()

@@ -224,3 +224,37 @@ def test_check_errors_synchronises_a_stream_and_takes_none(owner, synced):
     check_errors(s)  # a clear word: no error
     check_errors(None)  # documented: no synchronisation
     assert synced == [s, s]
+
+
+def test_ddtree_launches_are_packed_again_for_a_state_of_other_shapes_at_the_same_addresses(monkeypatch):
+    """The packed parameters hold free_slots' length and req_to_token's rows and dtype: a state at the same
+    addresses with other shapes or dtypes must not replay the launches packed for the first one (a 50-slot
+    free list replayed as a 100-slot one would be written past its end)."""
+    from driverlevel import ddtree
+
+    plan = _ddtree_plan()
+    plan._what, plan.pool = "DDTreePlan 'x'", SimpleNamespace()  # (a pool with no finalizer reads as live)
+    packed = []
+
+    class Kernel:
+        def prepare(self, *a, **k):
+            packed.append(a)
+            return SimpleNamespace(keep=lambda *a: None, launch=lambda s: None)
+
+    plan._k_commit = Kernel()
+    monkeypatch.setattr(plan, "_params", lambda state: None, raising=False)
+    monkeypatch.setattr(ddtree, "_pack", lambda cls, p: p)
+
+    def state(cap=100, r2t="int32", rows=B):
+        f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
+             "req_pool_indices": ((B,), "int64"), "req_to_token": ((rows, C), r2t), "free_slots": ((cap,), "int64"),
+             "free_count": ((1,), "int64")}
+        return RequestState(**{k: dl.DeviceArray(0x100000 * (i + 1), s, d, DEV) for i, (k, (s, d)) in enumerate(f.items())})
+
+    s = _stream()
+    plan.commit(s, state())
+    plan.commit(s, state())
+    assert len(packed) == 1  # the same arrays: replayed
+    for other in (state(cap=50), state(r2t="int64"), state(rows=2)):
+        plan.commit(s, other)
+    assert len(packed) == 4

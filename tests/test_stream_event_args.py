@@ -291,3 +291,11 @@ def test_capture_refuses_a_closed_stream_before_the_driver_is_called(calls):
         with dl.capture(s):
             pytest.fail("captured")
     assert calls == []
+
+
+def test_graph_exec_update_refuses_what_is_not_a_graph(calls):
+    for bad in (None, "g", _exec()):
+        with pytest.raises(TypeError, match=rf"^graph must be a driverlevel Graph \(CaptureSession.graph\), got "
+                                            rf"{type(bad).__name__}$"):
+            _exec().update(bad)
+    assert calls == []
