@@ -38,7 +38,7 @@ import operator
 
 import numpy as np
 
-from ._array import DeviceArray
+from ._array import DeviceArray, array_key
 from ._compile import CompileVariant, compile_file, normalize_arch, shared_limit
 from ._constants import (
     DDTREE_BUILD_THREADS,
@@ -978,7 +978,7 @@ class DDTreePlan:
                 ln.keep(c, state)
             return out
 
-        self._launch(stream, ("dense", c.ptr), state, make)
+        self._launch(stream, ("dense", array_key(c), c.strides), state, make)  # (the params hold its shape and strides)
 
     # -- host helpers (not capture-safe) ----------------------------------------------------
     def check_errors(self, stream=None) -> None:

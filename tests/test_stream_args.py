@@ -241,8 +241,8 @@ def test_ddtree_launches_are_packed_again_for_a_state_of_other_shapes_at_the_sam
             packed.append(a)
             return SimpleNamespace(keep=lambda *a: None, launch=lambda s: None)
 
-    plan._k_commit = Kernel()
-    monkeypatch.setattr(plan, "_params", lambda state: None, raising=False)
+    plan._k_commit = plan._k_dense = Kernel()
+    monkeypatch.setattr(plan, "_params", lambda state: SimpleNamespace(), raising=False)
     monkeypatch.setattr(ddtree, "_pack", lambda cls, p: p)
 
     def state(cap=100, r2t="int32", rows=B):
@@ -258,3 +258,11 @@ def test_ddtree_launches_are_packed_again_for_a_state_of_other_shapes_at_the_sam
     for other in (state(cap=50), state(r2t="int64"), state(rows=2)):
         plan.commit(s, other)
     assert len(packed) == 4
+    # the dense commit's parameters hold its cache's shape and strides (two launches packed per new key)
+    dense = lambda shape: dl.DeviceArray(0x9000000, shape, "float32", DEV)  # noqa: E731
+    plan.commit_dense(s, state(), dense((2, B, C, 8)))
+    plan.commit_dense(s, state(), dense((2, B, C, 8)))
+    assert len(packed) == 6
+    plan.commit_dense(s, state(), dense((3, B, C, 8)))
+    plan.commit_dense(s, state(), dense((2, B, C + 4, 8)))
+    assert len(packed) == 10
