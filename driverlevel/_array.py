@@ -134,7 +134,7 @@ class DeviceArray:
         self.device = _device_arg(device)
         self.owner = owner
         self.readonly = bool_arg("DeviceArray: readonly", readonly)
-        self._contig = None  # (shape, strides, is_c_contiguous), computed at the first ask
+        self._contig = None  # (shape, strides, dtype, is_c_contiguous), computed at the first ask
 
     def __reduce__(self):
         # Without this, pickle saved the bare address of an imported array (meaningless in another
@@ -166,16 +166,16 @@ class DeviceArray:
     @property
     def is_c_contiguous(self) -> bool:
         """Whether the strides are C order's (extents of 1 may have any stride)."""
-        c = self._contig  # (every plan call asks for each array: answered once per shape and strides)
-        shape, strides = self.shape, self.strides
-        if c is not None and c[0] is shape and c[1] is strides:
-            return c[2]
+        c = self._contig  # (every plan call asks for each array: answered once per shape, strides and dtype)
+        shape, strides, dtype = self.shape, self.strides, self.dtype
+        if c is not None and c[0] is shape and c[1] is strides and c[2] is dtype:
+            return c[3]
         if math.prod(shape) <= 1:
             yes = True
         else:
-            want = _c_strides(shape, self.dtype.itemsize)
+            want = _c_strides(shape, dtype.itemsize)
             yes = all(n == 1 or s == w for n, s, w in zip(shape, strides, want))
-        self._contig = (shape, strides, yes)
+        self._contig = (shape, strides, dtype, yes)
         return yes
 
     def reshape(self, *shape) -> "DeviceArray":
@@ -271,7 +271,9 @@ class DeviceArray:
         :class:`~driverlevel.PinnedHostBuffer` or :class:`~driverlevel.WorkspacePool`, through any chain
         of views) if it was closed, else None (also for foreign memory, which driverlevel cannot see)."""
         o = self.owner
-        while isinstance(o, DeviceArray):  # (views of views; a chain of owners has no cycle)
+        for _ in range(100_000):  # (views of views; bounded: an owner cycle made by hand must not hang)
+            if not isinstance(o, DeviceArray):
+                break
             o = o.owner
         fin = getattr(getattr(o, "_buffer", o), "_finalizer", None)  # (a pool's buffer, or the buffer itself)
         return o if isinstance(fin, weakref.finalize) and not fin.alive else None
@@ -770,12 +772,18 @@ def _pointer_is_managed(ptr: int) -> bool:
                       f"CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
+_OWN_BUFFERS: tuple = ()  # (DeviceBuffer, PinnedHostBuffer), bound at the first call (_memory imports this module)
+
+
 def _is_own_buffer(obj) -> bool:
     """Whether ``obj`` is one of driverlevel's buffers (a foreign class with an ``as_array`` method is not:
     its ``as_array`` may return anything, a numpy array included)."""
-    from ._memory import DeviceBuffer, PinnedHostBuffer  # (_memory imports this module)
+    global _OWN_BUFFERS
+    if not _OWN_BUFFERS:
+        from ._memory import DeviceBuffer, PinnedHostBuffer
 
-    return isinstance(obj, (DeviceBuffer, PinnedHostBuffer))
+        _OWN_BUFFERS = (DeviceBuffer, PinnedHostBuffer)
+    return isinstance(obj, _OWN_BUFFERS)
 
 
 def as_device_array(obj, device=None) -> DeviceArray:

@@ -424,7 +424,8 @@ class DeviceBuffer:
         return DeviceArray(self.ptr, shape, dt, self.device, owner=self)
 
     def close(self) -> None:
-        """Free the memory now (idempotent). Views must no longer be used.
+        """Free the memory now (idempotent). Views must no longer be used (the array methods and the
+        plans refuse views of a closed buffer); new views are refused.
 
         While a driverlevel capture is in progress the free is deferred until it
         ends (see the module docstring); never invalidates a capture.
@@ -576,6 +577,10 @@ class PinnedHostBuffer:
         Views taken before (:meth:`numpy`, :meth:`as_array`) must no longer be used; new ones are
         refused."""
         self._finalizer()
+
+    def __repr__(self):
+        where = f" mapped 0x{self.device_ptr:x}" if self.device_ptr is not None else ""
+        return f"<PinnedHostBuffer {self.label!r} 0x{self.host_ptr:x}{where} {self.nbytes} B on {self.device!r}>"
 
 
 @dataclass(frozen=True)
@@ -795,7 +800,9 @@ class WorkspacePool:
         return "\n".join(lines)
 
     def close(self) -> None:
-        """Free the pool now (idempotent). Arrays carved from it must no longer be used."""
+        """Free the pool now (idempotent). Arrays carved from it must no longer be used (the array
+        methods and the plans refuse them, and a plan built on the pool refuses to run); new carves
+        are refused."""
         self._buffer.close()
 
     def __repr__(self):

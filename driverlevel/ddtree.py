@@ -757,7 +757,8 @@ class DDTreePlan:
 
         The stream is checked (:func:`~driverlevel._checks.stream_arg`: ``TypeError`` /
         ``ValueError``) before anything is packed or launched. ``make()`` packs the list of
-        launches the first time a key is seen; later calls with the same addresses replay it.
+        launches the first time a key is seen; later calls with the same arrays (address, shape and
+        dtype: :func:`~driverlevel._array.array_key`) replay it.
         """
         _stream_arg("stream", stream, self.device)
         check_pool_open(self.pool, self._what)
@@ -868,7 +869,8 @@ class DDTreePlan:
             The target's argmax per row instead of its logits (exactly one of the two).
         mirror : PinnedHostBuffer (mapped) or int32 DeviceArray ``[max_batch, record_width]``, optional
             Also receives the ``records`` (volatile stores, then ``__threadfence_system()``);
-            read it on the host after an event, without a copy call.
+            read it on the host after an event, without a copy call. A PinnedHostBuffer may come
+            from any device (driverlevel's are portable); a DeviceArray must be the plan's device's.
 
         Writes ``posterior``, ``accepted_nodes``, ``accepted_count``, ``bonus``, ``records``.
 
@@ -876,7 +878,8 @@ class DDTreePlan:
         ------
         TypeError, ValueError
             Before any launch, naming the offending argument; ``ValueError`` also for a
-            read-only ``state.active``, ``state.root_tokens`` or ``mirror`` (written here).
+            read-only ``state.active``, ``state.root_tokens`` or ``mirror`` (written here), and for
+            a ``mirror`` PinnedHostBuffer that is not mapped or too small.
         """
         self._check_state(state, need_table=False, writes=("active", "root_tokens"))
         if (target_logits is None) == (target_tokens is None):
@@ -891,11 +894,12 @@ class DDTreePlan:
                 raise ValueError(f"target_tokens must have shape [>= {self.max_rows}], got {tt.shape}")
         mir = None
         if mirror is not None:
-            if isinstance(mirror, PinnedHostBuffer):  # its device view, checked like any array (device included)
+            if isinstance(mirror, PinnedHostBuffer):  # its device view (a portable mapped buffer: any device's)
                 try:
-                    mirror = mirror.as_array((self.max_batch, self.record_width), np.int32)
+                    v = mirror.as_array((self.max_batch, self.record_width), np.int32)
                 except (TypeError, ValueError) as exc:
                     raise type(exc)(f"mirror: {exc}") from None
+                mirror = DeviceArray(v.ptr, v.shape, v.dtype, self.device, owner=mirror)
             mir = _arr("mirror", mirror, self.device, writable=True)
             _need_dtype("mirror", mir, "int32")
             _need_shape("mirror", mir, (self.max_batch, self.record_width))

@@ -677,3 +677,13 @@ def test_a_device_array_cannot_be_pickled_or_copied():
         for op in (pickle.dumps, copy.copy, copy.deepcopy):
             with pytest.raises(TypeError, match="cannot be pickled or copied; copy its contents to the host"):
                 op(a)
+
+
+def test_is_c_contiguous_follows_a_dtype_reassignment_and_an_owner_cycle_does_not_hang():
+    a = DeviceArray(PTR, (4,), np.float32, DEV)
+    assert a.is_c_contiguous
+    a.dtype = np.dtype(np.float64)  # (strides of 4 B no longer C order for 8-byte items)
+    assert not a.is_c_contiguous
+    b = DeviceArray(PTR, (4,), np.float32, DEV)
+    b.owner = b  # a cycle made by hand: the freed-owner walk stops
+    assert b._freed_owner() is None

@@ -266,3 +266,34 @@ def test_ddtree_launches_are_packed_again_for_a_state_of_other_shapes_at_the_sam
     plan.commit_dense(s, state(), dense((3, B, C, 8)))
     plan.commit_dense(s, state(), dense((2, B, C + 4, 8)))
     assert len(packed) == 10
+
+
+def test_accept_takes_a_mapped_mirror_of_any_device_and_names_mirror_in_its_errors(monkeypatch):
+    """driverlevel's pinned buffers are portable and mapped: the plan views one as its own device's memory.
+    An unmapped or too small one is refused naming ``mirror``."""
+    from driverlevel import PinnedHostBuffer, ddtree
+
+    plan = _ddtree_plan()
+    plan._what, plan.pool = "DDTreePlan 'x'", SimpleNamespace()
+    packed = []
+    plan._k_accept = SimpleNamespace(prepare=lambda *a, **k: packed.append(a[2][0]) or SimpleNamespace(
+        keep=lambda *a: None, launch=lambda s: None))
+    monkeypatch.setattr(plan, "_params", lambda state: SimpleNamespace(), raising=False)
+    monkeypatch.setattr(ddtree, "_pack", lambda cls, p: p)
+
+    def pinned(nbytes, device, mapped=True):
+        b = object.__new__(PinnedHostBuffer)
+        b.nbytes, b.mapped, b.device, b.label, b.host_ptr = nbytes, mapped, device, "mirror", 0x5500_0000
+        b.device_ptr = 0x7F00_0030_0000 if mapped else None
+        b._bytes = np.zeros(nbytes, np.uint8)
+        return b
+
+    tokens = arr((plan.max_rows,), "int32")
+    need = B * plan.record_width * 4
+    plan.accept(_stream(), _state(), target_tokens=tokens, mirror=pinned(need, SimpleNamespace(ordinal=1)))
+    assert packed[-1].mirror == 0x7F00_0030_0000
+    for bad, words in ((pinned(need, DEV, mapped=False), r"^mirror: as_array\(\) needs a buffer allocated with "
+                                                         r"mapped=True"),
+                       (pinned(16, DEV), r"^mirror: view of \d+ bytes .*exceeds the buffer's 16")):
+        with pytest.raises(ValueError, match=words):
+            plan.accept(_stream(), _state(), target_tokens=tokens, mirror=bad)
