@@ -495,3 +495,29 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     _expect_error(rig, (2, 3), "qo_indptr")
     assert (rig.plan.accepted_count.to_numpy()[2:] == 0).all()
     clean_round_matches_reference()
+
+    # 9. a sane row count at rows far outside out_cache_loc (request 2 moved to row 10**12; request 1 then claims
+    #    ~10**12 rows and request 3 a negative count): accept reports them and accepts nothing for them; commit
+    #    must neither read out_cache_loc there (an illegal address) nor push those slots
+    restore()
+    rig.new_logits()
+    rig.plan.build(stream, rig.logits, rig.state)
+    rig.plan.compile(stream, rig.state)
+    stream.synchronize()
+    qo = rig.plan.qo_indptr.to_numpy()
+    n2 = int(qo[3] - qo[2])
+    qo[2], qo[3] = 10**12, 10**12 + n2
+    rig.plan.qo_indptr.copy_from_host(qo)
+    rig.target.copy_from_host(rng.integers(0, V, rig.plan.max_rows).astype(np.int32))
+    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
+    rig.plan.commit(stream, rig.state)
+    stream.synchronize()
+    _expect_error(rig, (1, 2, 3), "qo_indptr")
+    acc = rig.plan.accepted_count.to_numpy()
+    assert (acc[1:] == 0).all()
+    alloc_base = int(rig.plan.step.to_numpy()[0])
+    free_count = int(rig.state.free_count.to_numpy()[0])
+    assert free_count == alloc_base + int(qo[1] - qo[0]) - int(acc[0])  # request 0's rejected slots only
+    pushed = rig.state.free_slots.to_numpy()[alloc_base:free_count]
+    assert ((pushed >= 0) & (pushed < rig.num_slots)).all()
+    clean_round_matches_reference()

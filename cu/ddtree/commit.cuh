@@ -30,9 +30,11 @@ DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
   if (p.state[2] & STATUS_POOL_EXHAUSTED) return;
   const i64 alloc_base = p.state[0];
   const i64 N = p.budget + 1;
-  auto rows_of = [&](int r) {  // compile wrote qo_indptr; 0 rows where it is not sane
-    const i64 n = p.qo_indptr[r + 1] - p.qo_indptr[r];
-    return (n < 0 || n > N) ? 0ll : n;
+  const i64 max_rows = static_cast<i64>(B) * N;
+  auto rows_of = [&](int r) {  // compile wrote qo_indptr; 0 rows where it is not sane (accept's test:
+    // its rows must lie in out_cache_loc's max_batch * N, whatever a caller wrote into qo_indptr)
+    const i64 lo = p.qo_indptr[r], n = p.qo_indptr[r + 1] - lo;
+    return (n < 0 || n > N || lo < 0 || lo > max_rows - n) ? 0ll : n;
   };
   if (tid < 32) {  // rejected slots of the requests before b, and in all
     i64 before = 0, all = 0;
@@ -59,8 +61,10 @@ DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
   const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
   const i64 c = p.seq_lens[b];
   const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
-  const bool table_ok = a == 0 || (c >= 0 && c + a <= p.r2t_stride && row >= 0);
-  if (tid == 0 && !table_ok) dl::report_error(p.error, b, c < 0 || c + a > p.r2t_stride ? DL_FIELD_SEQ_LENS : DL_FIELD_REQ_POOL_INDICES,
+  // (a <= r2t_stride - c, not c + a <= r2t_stride: a seq_lens near 2^63 must not wrap past the test)
+  const bool c_ok = c >= 0 && a <= p.r2t_stride - c;
+  const bool table_ok = a == 0 || (c_ok && row >= 0);
+  if (tid == 0 && !table_ok) dl::report_error(p.error, b, c_ok ? DL_FIELD_REQ_POOL_INDICES : DL_FIELD_SEQ_LENS,
                                               DL_ERR_OUT_OF_RANGE);
   const i64 rowb = row * p.r2t_stride;
   for (int i = tid; i < a; i += SMALL_THREADS) {
@@ -117,7 +121,7 @@ DL_DEVICE void commit_dense_rows(const CommitParams& p) {
       if (layer == 0 && tid == 0) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
       break;
     }
-    if (c + node >= p.dense_window) break;
+    if (node >= p.dense_window - c) break;  // (c >= 0 here; c + node could wrap near 2^63)
   }
   if (keep != a_raw && layer == 0 && tid == 0) {
     p.accepted_count[b] = keep;  // the plain commit that follows advances seq_lens by it
