@@ -43,7 +43,7 @@ from ._device import _check_device_arg
 from ._dtypes import bfloat16
 from ._module import Module, PreparedLaunch, load_module, struct_layout_defines
 
-__all__ = ["SOURCE", "KERNELS", "THREADS", "argmax_rows_launch", "argmax_layout", "decode_part", "compile_defines",
+__all__ = ["SOURCE", "KERNELS", "THREADS", "MAX_ROW_LEN", "argmax_rows_launch", "argmax_layout", "decode_part", "compile_defines",
            "dynamic_shared_bytes", "compile_variants", "load"]
 
 SOURCE = "argmax.cu"
@@ -100,6 +100,11 @@ def load(device, arch=None) -> Module:
     return load_module(device, compile_file(SOURCE, arch, compile_defines(arch)))
 
 
+#: Longest row (vocabulary) the argmax kernels take: their per-row offsets are 32-bit ints, and the start,
+#: end and unrolled bounds of a split must stay below 2**31.
+MAX_ROW_LEN = 2**30
+
+
 def argmax_layout(vocab: int, max_rows: int, sm_count: int, *, split: bool = True) -> tuple:
     """``(split_len, splits, grid)`` of an ``argmax_rows_*`` launch.
 
@@ -116,9 +121,13 @@ def argmax_layout(vocab: int, max_rows: int, sm_count: int, *, split: bool = Tru
         For a ``vocab``, ``max_rows`` or ``sm_count`` that is not an int (bools and floats
         included), or a ``split`` that is not a bool.
     ValueError
-        For a ``vocab``, ``max_rows`` or ``sm_count`` below 1.
+        For a ``vocab``, ``max_rows`` or ``sm_count`` below 1, or a ``vocab`` above
+        :data:`MAX_ROW_LEN` (2**30: the kernels index a row with 32-bit ints).
     """
     vocab, max_rows = positive_int("vocab", vocab), positive_int("max_rows", max_rows)
+    if vocab > MAX_ROW_LEN:  # (start + split_len and the unrolled loop's bound would wrap past 2**31)
+        raise ValueError(f"vocab (the row length) must be <= {MAX_ROW_LEN:,} (2**30), got {vocab:,}: the argmax "
+                         f"kernels index a row with 32-bit ints")
     sm_count, split = positive_int("sm_count", sm_count), bool_arg("split", split)
     warps_per_cta = THREADS // 32
     warps = CTAS_PER_SM * sm_count * warps_per_cta
@@ -197,7 +206,8 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
     ------
     TypeError, ValueError
         Wrong dtype, device, layout, too few rows, or neither ``part`` nor ``index``, naming the
-        argument; ``ValueError`` also for a read-only ``part`` or ``index`` (written).
+        argument; ``ValueError`` also for a read-only ``part`` or ``index`` (written) and for rows
+        longer than :data:`MAX_ROW_LEN`.
     """
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)

@@ -691,6 +691,9 @@ class DDTreePlan:
             _need_dtype("state.free_slots", fs, "int64")
             if fs.ndim != 1:
                 raise ValueError(f"state.free_slots must be 1-D, got {fs.shape}")
+            if r2t.dtype.itemsize == 4 and fs.shape[0] > 2**31 - 1:  # (RequestState.specs refuses it too)
+                raise ValueError(f"an int32 state.req_to_token holds slot ids below 2**31, but state.free_slots has "
+                                 f"{fs.shape[0]:,} slots: use an int64 req_to_token")
         if state.budgets is not None:
             a = _arr("state.budgets", state.budgets, dev)
             _need_dtype("state.budgets", a, "int32")
@@ -951,7 +954,7 @@ class DDTreePlan:
         cache : DeviceArray ``[num_layers, max_batch, >= max_context, ...]``
             C-contiguous; request ``b``'s node ``i`` sits at position
             ``seq_lens[b] + i`` of every layer. A row (the trailing dimensions) must
-            be a multiple of 16 bytes.
+            be a multiple of 16 bytes; 1 to 65,535 layers, no zero extent.
 
         Raises
         ------
@@ -964,6 +967,9 @@ class DDTreePlan:
         if c.ndim < 4 or c.shape[1] != self.max_batch or c.shape[2] < self.max_context:
             raise ValueError(f"cache must have shape [num_layers, max_batch={self.max_batch}, >= max_context="
                              f"{self.max_context}, ...], got {c.shape}")
+        if not 1 <= c.shape[0] <= 65_535 or c.size == 0:  # (num_layers is the grid's y extent; a row of 0 bytes
+            # would still be given the strides' 1-extent row size and copied)
+            raise ValueError(f"cache must have 1 to 65,535 layers and hold elements (no zero extent), got {c.shape}")
         row = c.strides[2]
         if row % 16 or c.ptr % 16:
             raise ValueError(f"cache rows must be 16-byte multiples on a 16-byte aligned base, got {row} B rows")

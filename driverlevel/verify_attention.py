@@ -973,8 +973,8 @@ class VerifyAttention:
         self.num_heads = int(num_heads)
         self.max_batch = int(max_batch)
         self.max_q = int(max_q)
-        self.num_splits = int(num_splits) if num_splits is not None else None
-        self.sm_scale = float(sm_scale)
+        self._num_splits = int(num_splits) if num_splits is not None else None
+        self._sm_scale = float(sm_scale)
         self.mask_format = mask_format
         self.mask_words = bitmask_words(self.max_q)
         self.arch = normalize_arch(arch or self.device.arch)
@@ -1032,6 +1032,16 @@ class VerifyAttention:
         boundary, so a pool needs :attr:`pool_bytes` (at most 5 x 256 B more).
         """
         return self.workspace_bytes_for(self.num_parts, self.config.rows, self.max_batch)
+
+    @property
+    def sm_scale(self) -> float:
+        """The softmax scale (read-only: the packed launches hold it; build another plan for another)."""
+        return self._sm_scale
+
+    @property
+    def num_splits(self) -> int | None:
+        """The cap on the pieces of one (request, row tile) pair, or None (read-only, as ``sm_scale``)."""
+        return self._num_splits
 
     @property
     def pool_bytes(self) -> int:

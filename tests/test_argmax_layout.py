@@ -72,3 +72,12 @@ def test_decode_part_of_a_device_array_says_to_copy_it_first():
 
     with pytest.raises(TypeError, match=r"to_numpy\(stream\)"):
         argmax.decode_part(DeviceArray(0x7F00_0000_0000, (4,), np.uint64, Dev()))
+
+
+def test_rows_longer_than_2_30_are_refused():
+    """The kernels index a row with 32-bit ints: 2**32 + 1024 was packed as 1,024 (and its splits' starts wrapped
+    negative), lengths between 2**31 and 2**32 as negative ones."""
+    assert argmax.argmax_layout(argmax.MAX_ROW_LEN, 8, 132)[0] > 0
+    for n in (argmax.MAX_ROW_LEN + 1, 2**31 - 1, 2**32 + 1024):
+        with pytest.raises(ValueError, match=r"vocab \(the row length\) must be <= 1,073,741,824"):
+            argmax.argmax_layout(n, 8, 132)

@@ -297,3 +297,32 @@ def test_accept_takes_a_mapped_mirror_of_any_device_and_names_mirror_in_its_erro
                        (pinned(16, DEV), r"^mirror: view of \d+ bytes .*exceeds the buffer's 16")):
         with pytest.raises(ValueError, match=words):
             plan.accept(_stream(), _state(), target_tokens=tokens, mirror=bad)
+
+
+def test_commit_dense_refuses_layer_counts_the_grid_cannot_take_and_empty_caches():
+    plan = _ddtree_plan()
+    for shape in ((0, B, C, 8), (70_000, B, C, 4), (1, B, C, 0, 16)):
+        with pytest.raises(ValueError, match=r"cache must have 1 to 65,535 layers and hold elements"):
+            plan.commit_dense(_stream(), _state(), dl.DeviceArray(0x10000, shape, "float32", DEV))
+    assert plan._cache == {}
+
+
+def test_an_int32_table_with_more_free_slots_than_it_can_name_is_refused():
+    f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
+         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((2**31,), "int64"),
+         "free_count": ((1,), "int64")}
+    st = RequestState(**{k: arr(s, d) for k, (s, d) in f.items()})
+    with pytest.raises(ValueError, match=r"an int32 state.req_to_token holds slot ids below 2\*\*31, but "
+                                         r"state.free_slots has 2,147,483,648 slots"):
+        _ddtree_plan().commit(_stream(), st)
+
+
+def test_verify_attentions_scale_and_split_cap_are_read_only():
+    """Both are packed into the launches run() caches: an assignment after the first run was replayed silently
+    with the old value (and skipped the constructor's checks)."""
+    plan = _verify_plan()
+    plan._sm_scale, plan._num_splits = 0.07, 8
+    assert plan.sm_scale == 0.07 and plan.num_splits == 8
+    for name in ("sm_scale", "num_splits"):
+        with pytest.raises(AttributeError):
+            setattr(plan, name, 1)
