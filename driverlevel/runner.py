@@ -487,6 +487,8 @@ class _RunnerBase:
         self._max_new: list = []
         self._step_tokens = 0
         self._step_active = 0
+        #: The collected step's status bits, free slots and active requests (None before a step is collected).
+        self.last_status = self.last_free_slots = self.last_active = None
         self._ready = False
 
     def _check_more_args(self) -> None:
@@ -554,6 +556,7 @@ class _RunnerBase:
             During a stream capture (reset copies and synchronizes).
         """
         ensure_not_capturing(f"{type(self).__name__}.reset()", self.stream)
+        self._ready = False  # (until this reset completes: a failed one leaves no half-started run to step)
         prompts = _prompt_lists(prompts)
         n = len(prompts)
         B, C = self.max_batch, self.max_context
@@ -642,6 +645,7 @@ class _RunnerBase:
         self._step_seconds: list = []
         self._host_committed = committed.copy()
         self._free_after_reset = top
+        self.last_status = self.last_free_slots = self.last_active = None  # (set by each collected step)
         self._ready = True
 
     def _reset_extra(self, prompts) -> None:
@@ -737,7 +741,9 @@ class _RunnerBase:
             The host mirror of a step does not hold that step (the device step counter and
             the host disagree).
         MetadataError
-            A kernel of a collected step found bad per-step metadata (:meth:`check_errors`).
+            A kernel of a collected step found bad per-step metadata (:meth:`check_errors`), or,
+            when steps launched after it are still queued, possibly one of those (the stream is
+            synchronized first, so that the report is complete before the word is cleared).
         """
         upto = self._launched if upto is None else min(non_negative_int("upto", upto), self._launched)
         n = 0
@@ -772,6 +778,10 @@ class _RunnerBase:
             self.last_active = int(entry[3])
             self._collected += 1
             n += 1
+            if self._collected < self._launched and self.error_word.read()[0]:
+                # Later steps are still queued and may be writing the word: a kernel sets its code before
+                # its request and field, and check() clears it. Let them finish first (only on an error).
+                self.stream.synchronize()
             self.check_errors()
         return n
 
@@ -847,22 +857,35 @@ class _RunnerBase:
         return self.state.seq_lens.to_numpy()
 
     def check_slots(self) -> None:
-        """Check the slot pool's conservation: free + committed (+ the scratch slot) == all slots.
+        """Check the slot pool's conservation: the free stack and the committed slots (each request's
+        first ``seq_lens`` entries of its ``req_to_token`` row) are together every slot but the
+        scratch one, each exactly once.
 
         Raises
         ------
         AssertionError
-            With the counts, if slots leaked or were freed twice.
+            With the counts or the slot, if slots leaked, were freed twice, or are committed and
+            free at once (or committed twice).
         """
         self.stream.synchronize()
         free = int(self.state.free_count.to_numpy()[0])
-        committed = int(self.state.seq_lens.to_numpy().astype(np.int64).sum())
+        lens = self.state.seq_lens.to_numpy().astype(np.int64)
+        committed = int(lens.sum())
         total = self.num_slots - 1
         if free + committed != total:
             raise AssertionError(f"slot pool out of balance: {free} free + {committed} committed != {total} slots")
         stack = self.state.free_slots.to_numpy()[:free]
         if np.unique(stack).shape[0] != free:
             raise AssertionError("the free-slot stack holds a slot twice")
+        r2t, rows = self.state.req_to_token.to_numpy(), self.state.req_pool_indices.to_numpy()
+        if (lens < 0).any() or (lens > r2t.shape[1]).any() or (rows < 0).any() or (rows >= r2t.shape[0]).any():
+            raise AssertionError(f"seq_lens {lens.tolist()} or req_pool_indices {rows.tolist()} outside req_to_token")
+        held = np.concatenate([r2t[rows[b], :lens[b]].astype(np.int64) for b in range(lens.shape[0])] + [stack])
+        if held.size and (held.min() < 0 or held.max() >= total):
+            raise AssertionError(f"a committed or free slot outside 0 .. {total - 1}: {held.min()} .. {held.max()}")
+        values, counts = np.unique(held, return_counts=True)
+        if (counts > 1).any():
+            raise AssertionError(f"slot {int(values[counts > 1][0])} is committed and free at once, or committed twice")
 
     def generate(self, prompts, max_new_tokens, stop_tokens=None, *, graph: bool = True, max_steps: int | None = None,
                  progress=None) -> GenerationResult:

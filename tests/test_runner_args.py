@@ -319,3 +319,43 @@ def test_step_with_graph_before_capture_is_refused_before_it_collects(monkeypatc
     with pytest.raises(TypeError, match="graph must be a bool"):
         r.step(graph="yes")
     assert r._launched == 10 and r._timed == [4, 5, -1, 3]
+
+
+def test_check_slots_finds_a_slot_committed_and_free_at_once():
+    """The counts alone balanced when slot 1 was both committed and on the free stack and slot 7 had leaked."""
+    from types import SimpleNamespace
+
+    from driverlevel.runner import AutoregressiveRunner
+
+    host = lambda a: SimpleNamespace(to_numpy=lambda: np.asarray(a))  # noqa: E731
+    r = object.__new__(AutoregressiveRunner)
+    r.stream, r.num_slots = SimpleNamespace(synchronize=lambda: None), 11  # slots 0 .. 9, scratch 10
+
+    def state(table, lens, free):
+        return SimpleNamespace(free_count=host([len(free)]), seq_lens=host(lens), req_to_token=host(table),
+                               req_pool_indices=host([0, 1]), free_slots=host(free + [-1] * (10 - len(free))))
+
+    r.state = state([[0, 1, 2, 0], [3, 4, 0, 0]], [3, 2], [5, 6, 8, 9, 7])
+    r.check_slots()  # every slot once
+    r.state = state([[0, 1, 2, 0], [3, 4, 0, 0]], [3, 2], [5, 6, 8, 9, 1])
+    with pytest.raises(AssertionError, match="slot 1 is committed and free at once"):
+        r.check_slots()
+    r.state = state([[0, 1, 2, 0], [3, 4, 0, 0]], [3, 2], [5, 6, 8, 9, 10])
+    with pytest.raises(AssertionError, match="outside 0 .. 9"):
+        r.check_slots()
+
+
+def test_a_failed_reset_leaves_the_runner_not_ready(monkeypatch):
+    """A reset that fails (bad arguments, or its copies or prefill) must not leave the previous run steppable:
+    step() and collect() would read the new requests' records into the old bookkeeping."""
+    r = _reset_runner(monkeypatch)
+    r._ready = True  # (as after an earlier successful reset)
+    with pytest.raises(TypeError):
+        r.reset([[1.5]], 5)
+    assert r._ready is False
+    r._ready = True
+    with pytest.raises(_ResetReached):  # (the device part failed)
+        r.reset([[1, 2]], 5)
+    assert r._ready is False
+    with pytest.raises(RuntimeError, match=r"step\(\) before reset"):
+        r.step(graph=False)
