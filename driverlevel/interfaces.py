@@ -75,8 +75,9 @@ class TargetBuffers:
     wrap it to the last slot.
 
     What a row attends to: its request's committed prefix, ``kv_indices[kv_indptr[b] :
-    kv_indptr[b + 1]]`` (the slots of positions ``0 .. seq_lens[b] - 1``, in order, -1 where
-    the request's ``req_to_token`` held a bad slot, reported as bad metadata; none at prefill,
+    kv_indptr[b + 1]]`` (the slots of positions ``0 .. seq_lens[b] - 1``, in order; where the
+    request's ``req_to_token`` held a bad slot, reported as bad metadata, DDTree writes -1 and
+    the autoregressive step the scratch slot, whose KV is garbage; none at prefill,
     where ``kv_indptr`` is all zeros and ``kv_indices`` holds one unused entry), plus
     the rows of its own request that ``mask_format`` lets it see, through their
     ``out_cache_loc``: ``"bitmask"``: bit ``j`` (least significant first) of word ``w`` of

@@ -547,7 +547,11 @@ class _RunnerBase:
             Too many prompts, an empty or too long prompt, out-of-vocabulary tokens (stop
             tokens included), more stop tokens per request than the runner holds, a
             ``max_new_tokens`` below 1 or a sequence of them of another length than
-            ``prompts``, or a context that ``max_context`` cannot hold.
+            ``prompts``, or a context that ``max_context`` cannot hold: each request needs
+            ``len(prompt) + max_new_tokens + rows <= max_context``, with ``rows`` one step's rows
+            per request (1 autoregressive, ``budget + 1`` DDTree). That is a little more than the
+            kernels use (one or two positions), so a prompt of ``max_prompt_len`` tokens needs a
+            ``max_context`` above ``max_prompt_len`` by at least ``1 + rows``.
         TypeError
             ``prompts`` not a sequence of int sequences (a flat list of ints, a str), or a token,
             ``max_new_tokens`` or stop token that is not an int (floats and bools are refused,
