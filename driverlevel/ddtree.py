@@ -691,7 +691,7 @@ class DDTreePlan:
             _need_dtype("state.free_slots", fs, "int64")
             if fs.ndim != 1:
                 raise ValueError(f"state.free_slots must be 1-D, got {fs.shape}")
-            if r2t.dtype.itemsize == 4 and fs.shape[0] > 2**31 - 1:  # (RequestState.specs refuses it too)
+            if r2t.dtype.itemsize == 4 and fs.shape[0] > 2**31:  # (ids 0 .. 2**31 - 1; RequestState.specs agrees)
                 raise ValueError(f"an int32 state.req_to_token holds slot ids below 2**31, but state.free_slots has "
                                  f"{fs.shape[0]:,} slots: use an int64 req_to_token")
         if state.budgets is not None:

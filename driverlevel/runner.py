@@ -745,9 +745,12 @@ class _RunnerBase:
             The host mirror of a step does not hold that step (the device step counter and
             the host disagree).
         MetadataError
-            A kernel of a collected step found bad per-step metadata (:meth:`check_errors`), or,
-            when steps launched after it are still queued, possibly one of those (the stream is
-            synchronized first, so that the report is complete before the word is cleared).
+            A kernel of a collected step found bad per-step metadata (:meth:`check_errors`). While
+            steps launched after the collected one are still queued, the words are only looked at
+            (nothing is cleared under a kernel that may be writing): an error seen there
+            synchronizes the stream and is raised, possibly a later step's; the full check,
+            the forward's own ``check_errors`` included, runs at the collect of the last step
+            launched.
         """
         upto = self._launched if upto is None else min(non_negative_int("upto", upto), self._launched)
         n = 0
@@ -782,12 +785,20 @@ class _RunnerBase:
             self.last_active = int(entry[3])
             self._collected += 1
             n += 1
-            if self._collected < self._launched and self.error_word.read()[0]:
-                # Later steps are still queued and may be writing the word: a kernel sets its code before
-                # its request and field, and check() clears it. Let them finish first (only on an error).
+            if self._collected == self._launched:
+                self.check_errors()
+            elif any(w.read()[0] for w in self._error_words()):
+                # Later steps are still queued and may be writing the words: a kernel sets its code before
+                # its request and field, and check() clears the word. Let them finish first (on an error only).
                 self.stream.synchronize()
-            self.check_errors()
+                self.check_errors()
+            # (else: checked by the collect that finds no step queued after it, or that sees an error)
         return n
+
+    def _error_words(self) -> list:
+        """The device error words this runner's own kernels and its DDTree plan write."""
+        tree = getattr(self, "tree", None)
+        return [self.error_word] + ([tree.error_word] if tree is not None else [])
 
     def check_errors(self) -> None:
         """Raise :class:`~driverlevel.MetadataError` if a kernel of the step found bad per-step

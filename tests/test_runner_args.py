@@ -359,3 +359,29 @@ def test_a_failed_reset_leaves_the_runner_not_ready(monkeypatch):
     assert r._ready is False
     with pytest.raises(RuntimeError, match=r"step\(\) before reset"):
         r.step(graph=False)
+
+
+def test_collect_never_clears_an_error_word_under_queued_steps():
+    """While steps launched after the collected one are still queued, collect() only looks at the error words: with
+    none set it neither checks nor clears; with one set it synchronizes the stream first; the collect of the last
+    step launched runs the full check."""
+    from types import SimpleNamespace
+
+    from driverlevel.runner import RING_HEADER
+
+    r = object.__new__(AutoregressiveRunner)
+    word = [0, 0, 0, 0]
+    log = []
+    r.error_word = SimpleNamespace(read=lambda: tuple(word))
+    r.stream = SimpleNamespace(synchronize=lambda: log.append("sync"))
+    r.check_errors = lambda: log.append("check")
+    r.ring_slots, r.max_batch, r.record_width, r.keep_history, r._n_requests = 4, 1, 8, False, 0
+    r._events = [SimpleNamespace(synchronize=lambda: None)] * 4
+    r._ring_host = np.zeros((4, RING_HEADER + 8), np.int32)
+    r._ring_host[:, 0] = np.arange(4)
+    r._launched, r._collected = 3, 0
+    assert r.collect(1) == 1 and log == []  # steps 1 and 2 still queued, no error seen: nothing
+    word[0] = 3
+    assert r.collect(2) == 1 and log == ["sync", "check"]  # an error seen: the queued steps finish first
+    word[0] = 0
+    assert r.collect() == 1 and log == ["sync", "check", "check"]  # the last step launched: the full check

@@ -309,12 +309,15 @@ def test_commit_dense_refuses_layer_counts_the_grid_cannot_take_and_empty_caches
 
 def test_an_int32_table_with_more_free_slots_than_it_can_name_is_refused():
     f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
-         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((2**31,), "int64"),
+         "req_pool_indices": ((B,), "int64"), "req_to_token": ((B, C), "int32"), "free_slots": ((2**31 + 1,), "int64"),
          "free_count": ((1,), "int64")}
     st = RequestState(**{k: arr(s, d) for k, (s, d) in f.items()})
     with pytest.raises(ValueError, match=r"an int32 state.req_to_token holds slot ids below 2\*\*31, but "
-                                         r"state.free_slots has 2,147,483,648 slots"):
+                                         r"state.free_slots has 2,147,483,649 slots"):
         _ddtree_plan().commit(_stream(), st)
+    f["free_slots"] = ((2**31,), "int64")  # ids 0 .. 2**31 - 1 all fit (RequestState.specs' own limit)
+    st = RequestState(**{k: arr(s, d) for k, (s, d) in f.items()})
+    _ddtree_plan()._check_state(st)
 
 
 def test_verify_attentions_scale_and_split_cap_are_read_only():

@@ -44,7 +44,8 @@ DL_DEVICE void accept_step(const AcceptParams& p, AcceptSmem& sm) {
   const i64 qo = p.qo_indptr[b];
   const i64 q64 = p.qo_indptr[b + 1] - qo;
   const i64 max_rows = static_cast<i64>(p.max_batch) * N;
-  const bool q_ok = q64 >= 0 && q64 <= N && qo >= 0 && qo + q64 <= max_rows;
+  // (qo <= max_rows - q64 once q64 is in range: qo + q64 wraps for qo near 2^63, e.g. INT64_MAX / INT64_MIN)
+  const bool q_ok = q64 >= 0 && q64 <= N && qo >= 0 && qo <= max_rows - q64;
   if (!q_ok && tid == 0) dl::report_error(p.error, b, DL_FIELD_QO_INDPTR, q64 > N ? DL_ERR_OVER_MAX : DL_ERR_OUT_OF_RANGE);
   const int q = q_ok ? static_cast<int>(q64) : 0;
   const bool act = p.active[b] != 0 && q > 0;
