@@ -127,7 +127,9 @@ def capture(stream, mode: str = "thread_local"):
     stream._require_open("capture")
     if int(stream.handle) in (0, 1):  # 0 and CU_STREAM_LEGACY both name the legacy default stream
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
-    if getattr(stream, "_capture", None) is not None:
+    if getattr(stream, "_capture", None) is not None or _capture_guard.stream_is_capturing(stream):
+        # (the second test also sees a capture begun through another Stream object of the same handle,
+        # or by another library)
         raise CaptureError("this stream is already being captured")
     # Every entry point works in the device's primary context, whatever the caller has current.
     session = CaptureSession(stream, mode)
@@ -153,11 +155,13 @@ def capture(stream, mode: str = "thread_local"):
         _capture_guard.unregister(id(session))
         _capture_guard.unregister_keep(reg_key)
         stream._capture = None
-        with dev.activated():
-            err, g = driver.cuStreamEndCapture(stream.handle)
-            if err == driver.CUresult.CUDA_SUCCESS and g is not None and int(g):
-                _destroy_graph(g)
-        _end_bookkeeping(ordinal)
+        try:  # (the block's own exception goes on; the bookkeeping ends whatever the driver says here)
+            with dev.activated():
+                err, g = driver.cuStreamEndCapture(stream.handle)
+                if err == driver.CUresult.CUDA_SUCCESS and g is not None and int(g):
+                    _destroy_graph(g)
+        finally:
+            _end_bookkeeping(ordinal)
         raise
     _capture_guard.unregister(id(session))
     _capture_guard.unregister_keep(reg_key)
@@ -343,7 +347,12 @@ class Graph:
        argument (including pointers inside a params struct passed by value) or any
        memset/memcpy node of the captured graph points into — found by scanning the
        graph's nodes when the capture ends, so a plan's workspace is kept even if the
-       plan forgot to say so; (d) whatever :meth:`CaptureSession.keep_alive` was given.
+       plan forgot to say so (the scan sees the allocations still alive then: one whose
+       last reference is dropped inside the ``with`` block, and that nothing in (a), (b)
+       or (d) holds, is freed when the capture ends); (d) whatever
+       :meth:`CaptureSession.keep_alive` was given. A launch recorded into a capture is
+       kept with the arguments it held then: a later :meth:`PreparedLaunch.set_arg` does
+       not release them while the graph lives.
     2. **A** :class:`GraphExec` **keeps its** :class:`Graph` (and so all of the above);
        :meth:`GraphExec.update` switches it to the new graph. Handles are released
        exec first, then graph, then the memory they point into; a replay works after

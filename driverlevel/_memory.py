@@ -504,7 +504,6 @@ class PinnedHostBuffer:
             self.label = label
             self._finalizer = weakref.finalize(self, _release, "host", hptr, device.context)
             self.device_ptr = int(check("cuMemHostGetDevicePointer", driver.cuMemHostGetDevicePointer(hptr, 0))) if mapped else None
-        self._bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.host_ptr))
         _register(self)
         return self
 
@@ -551,7 +550,12 @@ class PinnedHostBuffer:
         _require_open(self, "numpy")
         dt = storage_dtype(dtype)
         shape, offset, n = self._view(shape, dt.itemsize, as_dtype(dtype).name, offset)
-        return self._bytes[offset:offset + n].view(dt).reshape(shape)
+        # The view's base is a ctypes array that holds this buffer: a view keeps the memory alive (a view of a
+        # temporary buffer, ``PinnedHostBuffer.allocate(...).numpy()``, read freed memory and crashed); made per
+        # call, so that the buffer itself holds no reference cycle and is freed as soon as it and its views go.
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.host_ptr)
+        raw._driverlevel_owner = self
+        return np.ctypeslib.as_array(raw)[offset:offset + n].view(dt).reshape(shape)
 
     def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
         """The device-side view of a mapped buffer (``shape``, ``dtype`` and ``offset`` as in :meth:`numpy`).

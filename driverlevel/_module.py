@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+import operator
 import threading
 import weakref
 
@@ -342,13 +343,31 @@ class PreparedLaunch:
         self._configs = {} if self.programmatic else None
 
     def set_arg(self, index: int, value) -> None:
-        """Replace argument ``index`` in place (same C type as before)."""
+        """Replace argument ``index`` (same C type as before; a negative index counts from the last
+        argument). Graphs captured earlier keep the argument they recorded, and what it owns.
+
+        Raises
+        ------
+        IndexError
+            ``index`` outside the arguments.
+        TypeError
+            ``value`` packs to another C type than the argument had.
+        """
+        n = len(self._values)
+        i = operator.index(index)
+        if not -n <= i < n:
+            raise IndexError(f"argument index {index} outside the launch's {n} arguments")
+        i %= n  # (the same slot in _values and in _keep, whose extras from keep() follow the arguments)
         new, _ = _pack_one(value)
-        old = self._values[index]
+        old = self._values[i]
         if type(new) is not type(old):
             raise TypeError(f"argument {index} was {type(old).__name__}, cannot become {type(new).__name__}")
-        ctypes.memmove(ctypes.addressof(old), ctypes.addressof(new), ctypes.sizeof(old))
-        self._keep[index] = value
+        # Point the argument vector at a copy: neither the old object (a caller's ctypes value, maybe
+        # shared by other launches) nor the new one (the caller's) is written or aliased.
+        copy = type(new).from_buffer_copy(new)
+        self._values[i] = copy
+        self._argv[i] = ctypes.addressof(copy)
+        self._keep[i] = value
 
     def keep(self, *objs) -> "PreparedLaunch":
         """Keep ``objs`` alive as long as this launch, and as long as any graph it is captured into.
@@ -414,7 +433,9 @@ class PreparedLaunch:
                 if pushed:
                     dev._pop()
         if _capture_guard._keep_by_id:  # a driverlevel capture is in progress somewhere
-            _capture_guard.note_use(stream, self)
+            # the launch and what it keeps now: the graph node holds these arguments even if a later
+            # set_arg replaces one in this launch
+            _capture_guard.note_use(stream, self, tuple(self._keep))
 
 
 #: CUDA's launch limits, the same on every architecture driverlevel compiles for (CUDA C Programming

@@ -379,8 +379,9 @@ def test_request_state_slot_ids_must_fit_an_int32_table():
 def _pinned(nbytes=1024):
     """A mapped PinnedHostBuffer over a numpy array (allocation needs a GPU; the view methods do not)."""
     b = object.__new__(PinnedHostBuffer)
-    b.nbytes, b.mapped, b.device, b.device_ptr, b.host_ptr, b.label = nbytes, True, DEV, 0x7F00_0010_0000, 0, "p"
-    b._bytes = np.zeros(nbytes, np.uint8)
+    b._host = np.zeros(nbytes, np.uint8)  # (host memory the stand-in's views read; kept by the stand-in)
+    b.nbytes, b.mapped, b.device, b.device_ptr, b.label = nbytes, True, DEV, 0x7F00_0010_0000, "p"
+    b.host_ptr = b._host.ctypes.data
     return b
 
 
@@ -410,7 +411,7 @@ def test_pinned_views_in_bounds():
     a = b.as_array((4,), np.int32, offset=8)
     assert a.ptr == b.device_ptr + 8 and a.shape == (4,) and a.owner is b
     v = b.numpy((4,), np.int32, offset=8)
-    assert v.ctypes.data == b._bytes.ctypes.data + 8 and v.shape == (4,) and v.dtype == np.int32
+    assert v.ctypes.data == b.host_ptr + 8 and v.shape == (4,) and v.dtype == np.int32
     assert b.as_array(offset=1024).shape == (0,) and b.numpy(offset=1024).shape == (0,)  # the end itself is fine
     assert b.as_array(dtype=np.int64, offset=1000).shape == (3,)
     assert b.numpy((2, 3), bfloat16, offset=1012).dtype == np.uint16
@@ -612,7 +613,7 @@ def test_no_new_view_of_a_closed_buffer_or_pool(fake_alloc):
     """A view taken after close() would point at freed memory (a host view of freed pinned memory crashes
     the process when read): numpy(), as_array() and carve() refuse."""
     b = _pinned()
-    b._finalizer = weakref.finalize(b._bytes, lambda: None)
+    b._finalizer = weakref.finalize(b._host, lambda: None)
     b.numpy((4,), np.int32)
     b.close()
     for what, call in (("numpy", lambda: b.numpy((4,), np.int32)), ("as_array", lambda: b.as_array((4,), np.int32))):
@@ -630,3 +631,19 @@ def test_no_new_view_of_a_closed_buffer_or_pool(fake_alloc):
     buf.close()
     with pytest.raises(ValueError, match=r"^as_array: <DeviceBuffer 'plain' .* was closed"):
         buf.as_array()
+
+
+def test_a_pinned_view_keeps_its_buffer_alive_and_the_buffer_holds_no_cycle():
+    """A numpy view of a temporary buffer read freed pinned memory (the view's base did not hold the buffer)."""
+    import gc
+
+    b = _pinned()
+    freed = []
+    b._finalizer = weakref.finalize(b, freed.append, "freed")
+    v = b.numpy((4,), np.int32)
+    v[:] = 7
+    del b
+    assert freed == [] and v.tolist() == [7, 7, 7, 7]  # the view holds the buffer
+    del v
+    assert freed == ["freed"]  # ... and nothing else does: freed at once, no cycle for the collector
+    gc.collect()

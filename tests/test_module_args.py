@@ -172,18 +172,37 @@ def test_prepared_launch_packs_once_and_points_at_each_value():
     assert p._keep[0] is x  # arrays (and their owners) stay alive with the launch
 
 
-def test_set_arg_updates_in_place():
+def test_set_arg_updates_the_argument_vector():
     x = DeviceArray(0x7F00_0000_0000, (8,), np.float32, DEV)
     y = DeviceArray(0x7F00_0000_8000, (8,), np.float32, DEV)
     p = PreparedLaunch(FakeKernel(), 1, 32, 0, [x, np.int32(8)])
-    before = _argv(p, 2)
     argv_addr = p._argv_addr
     p.set_arg(0, y)
-    p.set_arg(1, np.int32(5))
-    assert p._argv_addr == argv_addr and _argv(p, 2) == before  # same storage, new contents
-    assert ctypes.string_at(before[0], 8) == struct.pack("<Q", y.ptr)
-    assert ctypes.string_at(before[1], 4) == struct.pack("<i", 5)
-    assert p._keep[0] is y
+    p.set_arg(-1, np.int32(5))  # (a negative index counts from the last argument)
+    after = _argv(p, 2)
+    assert p._argv_addr == argv_addr  # the vector the launch passes stays where it was
+    assert ctypes.string_at(after[0], 8) == struct.pack("<Q", y.ptr)
+    assert ctypes.string_at(after[1], 4) == struct.pack("<i", 5)
+    assert p._keep[0] is y and p._keep[1] == 5
+    with pytest.raises(IndexError, match="argument index 2 outside the launch's 2 arguments"):
+        p.set_arg(2, np.int32(1))
+
+
+def test_set_arg_never_writes_a_callers_ctypes_value_and_keeps_keep_extras():
+    """A ctypes value given to two launches was overwritten in both by one set_arg; a negative index replaced
+    the last keep() extra instead of the last argument."""
+    shared = ctypes.c_int32(5)
+    a = PreparedLaunch(FakeKernel(), 1, 32, 0, [shared])
+    b = PreparedLaunch(FakeKernel(), 1, 32, 0, [shared])
+    pool = object()
+    a.keep(pool)
+    new = ctypes.c_int32(7)
+    a.set_arg(-1, new)
+    assert shared.value == 5 and ctypes.string_at(_argv(b, 1)[0], 4) == struct.pack("<i", 5)
+    assert ctypes.string_at(_argv(a, 1)[0], 4) == struct.pack("<i", 7)
+    new.value = 9  # (nor aliases the new one)
+    assert ctypes.string_at(_argv(a, 1)[0], 4) == struct.pack("<i", 7)
+    assert a._keep == [new, pool]
 
 
 def test_set_arg_refuses_a_type_change():

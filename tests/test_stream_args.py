@@ -285,7 +285,6 @@ def test_accept_takes_a_mapped_mirror_of_any_device_and_names_mirror_in_its_erro
         b = object.__new__(PinnedHostBuffer)
         b.nbytes, b.mapped, b.device, b.label, b.host_ptr = nbytes, mapped, device, "mirror", 0x5500_0000
         b.device_ptr = 0x7F00_0030_0000 if mapped else None
-        b._bytes = np.zeros(nbytes, np.uint8)
         return b
 
     tokens = arr((plan.max_rows,), "int32")
