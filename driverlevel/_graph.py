@@ -127,10 +127,14 @@ def capture(stream, mode: str = "thread_local"):
     stream._require_open("capture")
     if int(stream.handle) in (0, 1):  # 0 and CU_STREAM_LEGACY both name the legacy default stream
         raise CaptureError("the legacy default stream cannot be captured: use Device.create_stream()")
-    if getattr(stream, "_capture", None) is not None or _capture_guard.stream_is_capturing(stream):
-        # (the second test also sees a capture begun through another Stream object of the same handle,
-        # or by another library)
+    if getattr(stream, "_capture", None) is not None:
         raise CaptureError("this stream is already being captured")
+    with stream.device.activated():  # (in the stream's context: handle 2 names a per-thread stream of the current one)
+        err, status = driver.cuStreamIsCapturing(stream.handle)
+    if err == driver.CUresult.CUDA_SUCCESS and status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
+        # a capture begun through another Stream object of the same handle, or by another library; or one that
+        # was invalidated and not ended yet
+        raise CaptureError(f"this stream is already being captured ({status.name}): end that capture first")
     # Every entry point works in the device's primary context, whatever the caller has current.
     session = CaptureSession(stream, mode)
     dev = stream.device

@@ -555,7 +555,7 @@ class PinnedHostBuffer:
         # call, so that the buffer itself holds no reference cycle and is freed as soon as it and its views go.
         raw = (ctypes.c_uint8 * self.nbytes).from_address(self.host_ptr)
         raw._driverlevel_owner = self
-        return np.ctypeslib.as_array(raw)[offset:offset + n].view(dt).reshape(shape)
+        return np.frombuffer(raw, np.uint8)[offset:offset + n].view(dt).reshape(shape)  # (frombuffer: ~1 µs)
 
     def as_array(self, shape=None, dtype=np.uint8, offset: int = 0) -> DeviceArray:
         """The device-side view of a mapped buffer (``shape``, ``dtype`` and ``offset`` as in :meth:`numpy`).

@@ -9,7 +9,8 @@ type would be a guess.
 
 :meth:`Kernel.prepare` packs the arguments once into a :class:`PreparedLaunch`
 whose :meth:`~PreparedLaunch.launch` is a single ``cuLaunchKernel`` call (the hot
-path); :meth:`PreparedLaunch.set_arg` updates one argument in place.
+path); :meth:`PreparedLaunch.set_arg` replaces one argument (the launch's argument vector is
+updated; graphs captured earlier keep what they recorded).
 ``prepare(..., programmatic=True)`` makes it a programmatic dependent launch instead
 (``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``,
 sm_90 and newer): see :meth:`Kernel.prepare`.
@@ -354,6 +355,8 @@ class PreparedLaunch:
             ``value`` packs to another C type than the argument had.
         """
         n = len(self._values)
+        if isinstance(index, bool):
+            raise TypeError(f"argument index must be an int, got bool {index}")
         i = operator.index(index)
         if not -n <= i < n:
             raise IndexError(f"argument index {index} outside the launch's {n} arguments")

@@ -26,8 +26,12 @@ NONE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    """A driver for one capturing stream; its log of calls."""
-    log, capturing = [], set()
+    """A driver for one capturing stream; its log of calls (``log.capturing``: the handles capturing)."""
+
+    class Log(list):
+        pass
+
+    log, capturing = Log(), set()
 
     def stub(name, f):
         monkeypatch.setattr(driver, name, f)
@@ -52,8 +56,18 @@ def stubbed(monkeypatch):
     stub("cuThreadExchangeStreamCaptureMode", lambda m: (OK, m))
     stub("cuCtxPushCurrent", lambda c: (OK,))  # (the release of the graph handle, when a test drops it)
     stub("cuCtxPopCurrent", lambda: (OK, None))
-    yield log
-    assert _capture_guard.captures_in_progress() == 0
+    log.capturing = capturing
+    try:
+        yield log
+        assert _capture_guard.captures_in_progress() == 0
+    finally:  # (a failure must not leave this worker's later tests a capture "in progress")
+        g = _capture_guard
+        with g._cv:
+            g._in_progress = 0
+            g._capturing_on.clear()
+        with g._lock:
+            g._active.clear()
+            g._keep_by_id.clear()
 
 
 def _kernel():
@@ -114,3 +128,12 @@ def test_a_stream_captured_through_another_stream_object_is_refused_as_a_capture
             with dl.capture(same):
                 pytest.fail("captured twice")
     assert stubbed.count("begin") == 1
+
+
+def test_a_stream_captured_by_another_library_is_refused_before_begin_capture(stubbed):
+    s = stream_on(DEV0, 0x5100)
+    stubbed.capturing.add(0x5100)  # (a capture driverlevel did not begin: the driver says ACTIVE)
+    with pytest.raises(CaptureError, match=r"this stream is already being captured \(CU_STREAM_CAPTURE_STATUS_ACTIVE\)"):
+        with dl.capture(s):
+            pytest.fail("captured")
+    assert "begin" not in stubbed and _capture_guard.captures_in_progress() == 0
