@@ -373,6 +373,19 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
         np.testing.assert_array_equal(out["kv_indices"][:st.kv_indptr[-1]], st.kv_indices)
         assert out["step"][:3].tolist() == [st.alloc_base, st.alloc_total, st.status]
 
+    def built_on_a_clean_state():  # (the cases that corrupt what compile wrote, before accept and commit)
+        restore()
+        rig.new_logits()
+        rig.plan.build(stream, rig.logits, rig.state)
+        rig.plan.compile(stream, rig.state)
+        stream.synchronize()
+
+    def accept_random_targets_and_commit():
+        rig.target.copy_from_host(rng.integers(0, V, rig.plan.max_rows).astype(np.int32))
+        rig.plan.accept(stream, rig.state, target_tokens=rig.target)
+        rig.plan.commit(stream, rig.state)
+        stream.synchronize()
+
     clean_round_matches_reference()
 
     # 1. a committed length far past max_context (kv_indptr would overflow int32 at 2 x 1.1e9)
@@ -445,11 +458,7 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     clean_round_matches_reference()
 
     # 6. a target token outside the vocabulary: the walk ends there and the request finishes
-    restore()
-    rig.new_logits()
-    rig.plan.build(stream, rig.logits, rig.state)
-    rig.plan.compile(stream, rig.state)
-    stream.synchronize()
+    built_on_a_clean_state()
     pre = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr")
     tb = rig.host_tree(pre)
     post = random_posterior(rng, tb, pre["qo_indptr"], V, follow=0.5)
@@ -463,35 +472,21 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     clean_round_matches_reference()
 
     # 7. a parent index past its child (the build writes parents first)
-    restore()
-    rig.new_logits()
-    rig.plan.build(stream, rig.logits, rig.state)
-    rig.plan.compile(stream, rig.state)
-    stream.synchronize()
+    built_on_a_clean_state()
     par = rig.plan.parents.to_numpy()
     par[2, 3] = 40
     par[2, 5] = -7
     rig.plan.parents.copy_from_host(par)
-    rig.target.copy_from_host(rng.integers(0, V, rig.plan.max_rows).astype(np.int32))
-    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
-    rig.plan.commit(stream, rig.state)
-    stream.synchronize()
+    accept_random_targets_and_commit()
     _expect_error(rig, 2, "parents", "out_of_range")
     clean_round_matches_reference()
 
     # 8. a qo_indptr that disagrees with the plan (request 2 claims too many rows)
-    restore()
-    rig.new_logits()
-    rig.plan.build(stream, rig.logits, rig.state)
-    rig.plan.compile(stream, rig.state)
-    stream.synchronize()
+    built_on_a_clean_state()
     qo = rig.plan.qo_indptr.to_numpy()
     qo[3] = qo[2] + 10_000
     rig.plan.qo_indptr.copy_from_host(qo)
-    rig.target.copy_from_host(rng.integers(0, V, rig.plan.max_rows).astype(np.int32))
-    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
-    rig.plan.commit(stream, rig.state)
-    stream.synchronize()
+    accept_random_targets_and_commit()
     _expect_error(rig, (2, 3), "qo_indptr")
     assert (rig.plan.accepted_count.to_numpy()[2:] == 0).all()
     clean_round_matches_reference()
@@ -499,19 +494,12 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     # 9. a sane row count at rows far outside out_cache_loc (request 2 moved to row 10**12; request 1 then claims
     #    ~10**12 rows and request 3 a negative count): accept reports them and accepts nothing for them; commit
     #    must neither read out_cache_loc there (an illegal address) nor push those slots
-    restore()
-    rig.new_logits()
-    rig.plan.build(stream, rig.logits, rig.state)
-    rig.plan.compile(stream, rig.state)
-    stream.synchronize()
+    built_on_a_clean_state()
     qo = rig.plan.qo_indptr.to_numpy()
     n2 = int(qo[3] - qo[2])
     qo[2], qo[3] = 10**12, 10**12 + n2
     rig.plan.qo_indptr.copy_from_host(qo)
-    rig.target.copy_from_host(rng.integers(0, V, rig.plan.max_rows).astype(np.int32))
-    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
-    rig.plan.commit(stream, rig.state)
-    stream.synchronize()
+    accept_random_targets_and_commit()
     _expect_error(rig, (1, 2, 3), "qo_indptr")
     acc = rig.plan.accepted_count.to_numpy()
     assert (acc[1:] == 0).all()
