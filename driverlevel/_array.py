@@ -114,6 +114,11 @@ class DeviceArray:
     A bfloat16 array exports DLPack only: ``__cuda_array_interface__`` has no bfloat16 type
     string, so reading it raises ``TypeError`` (view it as uint16 bit patterns with
     :meth:`view` for a consumer of that protocol).
+
+    A DeviceArray is a view of this process's device memory: ``pickle``, ``copy.copy`` and
+    ``copy.deepcopy`` raise ``TypeError`` (copy the contents with :meth:`to_numpy`). Its copies,
+    fills and reads, and every plan given it, raise ``ValueError`` once the buffer or pool it views
+    was closed.
     """
 
     __slots__ = ("ptr", "shape", "dtype", "strides", "device", "owner", "readonly", "_contig", "__weakref__")
@@ -313,12 +318,12 @@ class DeviceArray:
         ------
         ValueError, TypeError
             On a shape or dtype mismatch, or (``ValueError``) when this array is read-only or
-            its memory was freed (a closed buffer or pool), before anything is copied.
+            its memory was freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool), before anything is copied.
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream` (a raw
             handle, another library's stream: borrow it with ``Stream.from_handle``).
         ValueError
-            ``stream`` belongs to another device than this array.
+            ``stream`` belongs to another device than this array or was closed.
         CaptureError
             While a driverlevel capture is active in this thread (or in global mode).
         """
@@ -362,8 +367,8 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is not C-contiguous or its memory was freed (a closed buffer or pool),
-            or ``stream`` belongs to another device.
+            If this array is not C-contiguous or its memory was freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool),
+            or ``stream`` belongs to another device or was closed.
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         CaptureError
@@ -398,7 +403,7 @@ class DeviceArray:
             pool), or ``src`` is on another device than this array
             (``"copy_from: the source is on device 1, this array on device 0 ..."``), is not
             C-contiguous or has another byte size, or ``stream`` belongs to another device than
-            this array; all before anything is queued.
+            this array or was closed; all before anything is queued.
         TypeError
             ``src`` exports no device array protocol, or ``stream`` is not a driverlevel
             :class:`~driverlevel.Stream`.
@@ -433,8 +438,8 @@ class DeviceArray:
             ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             ``value`` is outside 0 .. 255 (it was wrapped: 256 filled zeros), this array is
-            read-only, freed (a closed buffer or pool) or not C-contiguous, or ``stream`` belongs
-            to another device; all before anything is queued.
+            read-only, freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool) or not C-contiguous, or ``stream`` belongs
+            to another device or was closed; all before anything is queued.
         """
         value = int_in_range("fill_bytes: value", value, 0, 0xFF)
         self._require_live("fill_bytes")
@@ -459,7 +464,7 @@ class DeviceArray:
             ``word`` is outside 0 .. 2**32 - 1 (a negative word, e.g. -1 for 0xFFFFFFFF, is
             refused: write the unsigned word), this array is read-only, freed (a closed buffer or
             pool), not C-contiguous or its byte size is not a multiple of 4, or ``stream``
-            belongs to another device; all before anything is queued.
+            belongs to another device or was closed; all before anything is queued.
         """
         word = int_in_range("fill_u32: word", word, 0, 0xFFFFFFFF)
         self._require_live("fill_u32")
@@ -810,11 +815,14 @@ def as_device_array(obj, device=None) -> DeviceArray:
     Raises
     ------
     TypeError
-        If ``obj`` exports neither protocol or lives in host memory, or ``device`` is neither
-        a Device nor an int ordinal.
+        If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
+        a Device nor an int ordinal, or a ``__cuda_array_interface__`` is malformed (its data
+        pointer not an integer included).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and
-        is not managed memory.
+        is not managed memory; a ``__cuda_array_interface__`` pointer is NULL for a non-empty
+        array; or ``obj`` is one of driverlevel's buffers that was closed (or a
+        PinnedHostBuffer that is not mapped).
     CudaError
         If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA
         memory).

@@ -182,8 +182,8 @@ def device_array_arg(name, x, device, *, writable: bool = False, owner: str = "t
         ``x`` is on another device (ours or a foreign array), not C-contiguous, or not aligned to
         its element size (the kernels' loads would fault); or ``writable`` and ``x`` is read-only:
         ``"out is read-only, but the launch writes it"``; or ``x`` views driverlevel memory that was
-        closed (``DeviceBuffer.close``, ``WorkspacePool.close``): its address may belong to a newer
-        allocation.
+        closed (``DeviceBuffer.close``, ``PinnedHostBuffer.close``, ``WorkspacePool.close``): its address
+        may belong to a newer allocation.
     """
     if x is None:
         raise TypeError(f"{name} is required")

@@ -103,10 +103,12 @@ def capture(stream, mode: str = "thread_local"):
         If ``stream`` is not a driverlevel Stream (an Event, a Graph or a GraphExec included:
         ``"capture needs a driverlevel Stream (...), got Event"``).
     ValueError
-        If ``mode`` is not one of the three names.
+        If ``mode`` is not one of the three names, or ``stream`` was closed.
     CaptureError
         If the capture was invalidated (e.g. by a prohibited call made through
-        another library), the stream is already capturing, or it is the legacy default
+        another library), the stream is already capturing (through this object, another
+        Stream object of its handle or another library: any status but NONE, an invalidated
+        capture not yet ended included), or it is the legacy default
         stream (handle 0 or ``CU_STREAM_LEGACY``, 1; the per-thread default stream, 2, can
         be captured).
     CudaError
@@ -482,8 +484,8 @@ class Graph:
         TypeError
             ``upload_stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         ValueError
-            ``upload_stream`` belongs to another device than the graph (both checked before
-            anything is instantiated), or this graph was closed.
+            ``upload_stream`` belongs to another device than the graph or was closed (both
+            checked before anything is instantiated), or this graph was closed.
         CudaError
             If ``cuGraphInstantiate`` fails.
         """
@@ -567,8 +569,8 @@ class GraphExec:
             library's stream: borrow it with ``Stream.from_handle``), before the driver is called.
         ValueError
             The driver refused the launch and ``stream`` belongs to another device than the
-            graph (the message names both devices and the driver's error); or this exec was
-            closed (checked before the driver is called).
+            graph (the message names both devices and the driver's error), or ``stream`` was
+            closed; or this exec was closed (checked before the driver is called).
         CudaError
             If ``cuGraphLaunch`` fails.
         """

@@ -546,6 +546,9 @@ class PinnedHostBuffer:
             has a negative extent; or the view does not fit in the buffer; or the buffer was
             closed (a view of freed host memory would crash the process when read; views taken
             before :meth:`close` must not be used after it).
+
+        The view keeps the buffer alive: its memory lives as long as the buffer or any view
+        (an explicit :meth:`close` still frees it).
         """
         _require_open(self, "numpy")
         dt = storage_dtype(dtype)

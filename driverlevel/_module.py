@@ -352,7 +352,9 @@ class PreparedLaunch:
         IndexError
             ``index`` outside the arguments.
         TypeError
-            ``value`` packs to another C type than the argument had.
+            ``index`` is not an int (a bool is refused); ``value`` is not a kernel argument
+            (a plain Python int or float, a bool, a str) or packs to another C type than the
+            argument had.
         """
         n = len(self._values)
         if isinstance(index, bool):

@@ -117,6 +117,8 @@ class Stream:
     ------
     RuntimeError
         ``Stream()`` called directly.
+    ValueError
+        From its methods, and from any call given it, once it was closed (:meth:`close`).
     CaptureError
         From :meth:`synchronize` while the stream is being captured.
     CudaError
@@ -199,7 +201,7 @@ class Stream:
     _require_open = _require_open
 
     def is_capturing(self) -> bool:
-        """True while this stream is being captured into a graph."""
+        """True while this stream is being captured into a graph (``ValueError`` once it was closed)."""
         self._require_open("Stream.is_capturing")
         return stream_is_capturing(self)
 

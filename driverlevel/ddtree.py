@@ -492,8 +492,10 @@ class DDTreePlan:
     ------
     ValueError, TypeError
         For out-of-range or mistyped parameters (checked before the device is touched, so
-        this works without a GPU too), and a ``pool`` on another device than ``device``
-        (checked once the device is opened, before any compile or carve).
+        this works without a GPU too), and a ``pool`` on another device than ``device`` or a
+        closed one (checked once the device is opened, before any compile or carve). Every
+        stage (:meth:`build`, :meth:`compile`, :meth:`accept`, :meth:`commit`,
+        :meth:`commit_dense`) raises ``ValueError`` naming the plan if its pool was closed since.
     DriverUnavailableError, CudaError
         If there is no usable device ``device``.
     NvrtcError, CudaError
@@ -1013,7 +1015,7 @@ class DDTreePlan:
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`
             (an :class:`~driverlevel.Event` is refused, not synchronised in its place).
         ValueError
-            ``stream`` belongs to another device than the plan's.
+            ``stream`` belongs to another device than the plan's, or was closed.
         CaptureError
             ``stream`` given during a capture (the synchronize is not capture-safe).
         MetadataError

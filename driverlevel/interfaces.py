@@ -33,7 +33,9 @@ When the runner calls what
   ``step(graph=True)``.
 - ``step(graph=False)`` (eager): the same calls again on every step, so host logic in them
   runs per step there and only once in graph mode; keep the two equivalent.
-- ``collect()``: the forward's optional ``check_errors()`` after every step it reads.
+- ``collect()``: the forward's optional ``check_errors()`` at the collect of the last step launched
+  (or earlier, once the runner's own error words report one): while later steps are queued, a
+  forward's error may be reported a few steps late.
 
 The stream is a :class:`~driverlevel.Stream`: ``stream.handle`` is a cuda-python ``CUstream``,
 ``int(stream.handle)`` its address (what a C engine takes). driverlevel works in each device's
@@ -171,7 +173,8 @@ class TargetForward(Protocol):
         records launches.
     check_errors() -> None
         Raise if a kernel of the forward found bad per-step metadata since the last check;
-        ``collect()`` calls it after every step it reads. The runner's ``reset`` does not
+        ``collect()`` calls it at the collect of the last step launched (or earlier, after an
+        error in the runner's own words). The runner's ``reset`` does not
         clear the forward's own error state.
     pools : sequence of WorkspacePool
         The device pools the forward owns, counted in the runner's ``workspace_bytes`` and

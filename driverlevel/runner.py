@@ -803,7 +803,9 @@ class _RunnerBase:
     def check_errors(self) -> None:
         """Raise :class:`~driverlevel.MetadataError` if a kernel of the step found bad per-step
         metadata (a committed length past ``max_context``, a pool count or slot id outside the
-        pool, ...) since the last check; :meth:`collect` calls it after every step it reads.
+        pool, ...) since the last check. :meth:`collect` calls it at the collect of the last step
+        launched, and earlier only once it sees the runner's or the DDTree plan's error word set
+        (after synchronizing the stream).
 
         Reads mapped memory only: call it after the step's work is complete.
 
@@ -880,7 +882,8 @@ class _RunnerBase:
         ------
         AssertionError
             With the counts or the slot, if slots leaked, were freed twice, or are committed and
-            free at once (or committed twice).
+            free at once (or committed twice); or if ``seq_lens`` or ``req_pool_indices`` lie
+            outside ``req_to_token``, or a committed or free slot outside the pool.
         """
         self.stream.synchronize()
         free = int(self.state.free_count.to_numpy()[0])

@@ -83,8 +83,9 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         ``qk_head_dim`` not an int, ``rope_scaling`` not a mapping, or a ``factor`` /
         ``mscale_all_dim`` that is not a real number (a bool is refused).
     ValueError
-        ``qk_head_dim`` below 1, a YaRN ``factor`` that is not a positive finite number, or a
-        ``mscale_all_dim`` that is not finite.
+        ``qk_head_dim`` below 1, a YaRN ``factor`` that is not a positive finite number, a
+        ``mscale_all_dim`` that is not finite (an int past the float range included), or values
+        whose scale is not positive and finite.
     """
     qk_head_dim = positive_int("qk_head_dim", qk_head_dim)
     scale = 1.0 / math.sqrt(qk_head_dim)
@@ -100,7 +101,10 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         v = rope_scaling.get(key, default)
         if is_bool(v) or not isinstance(v, numbers.Real):
             raise TypeError(f"rope_scaling[{key!r}] must be a real number, got {type(v).__name__} {v!r}")
-        values[key] = float(v)
+        try:
+            values[key] = float(v)
+        except OverflowError:  # (an int past the float range: 10**400)
+            raise ValueError(f"rope_scaling[{key!r}] must be a finite number, got {v!r}") from None
     factor, mscale_all_dim = values["factor"], values["mscale_all_dim"]
     if not math.isfinite(factor) or factor <= 0:
         raise ValueError(f"rope_scaling['factor'] must be a positive finite number, got {factor!r}")
@@ -109,7 +113,11 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
     if not mscale_all_dim or factor <= 1:
         return scale
     mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
-    return scale * mscale * mscale
+    out = scale * mscale * mscale
+    if not math.isfinite(out) or out <= 0:
+        raise ValueError(f"rope_scaling gives no usable softmax scale ({out!r}) from factor {factor!r} and "
+                         f"mscale_all_dim {mscale_all_dim!r}: the scale must be positive and finite")
+    return out
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
 #: Largest ``num_splits`` (the optional cap on the pieces of one pair).
@@ -918,7 +926,7 @@ class VerifyAttention:
     ValueError, TypeError
         For out-of-range or mistyped parameters (checked before the device is touched, so
         this works without a GPU too). Once the device is opened, before any compile or
-        carve: a ``pool`` on another device than ``device``, and, when ``arch`` is not
+        carve: a ``pool`` on another device than ``device`` or a closed one, and, when ``arch`` is not
         given, a ``tile`` that does not fit the device's architecture (its shared memory, or a
         wgmma tile off sm_90).
     DriverUnavailableError, CudaError
@@ -1223,7 +1231,9 @@ class VerifyAttention:
             of another device, for an array on another device (a foreign one included), and for a
             read-only ``out`` or ``lse`` (``"out is read-only, but the launch writes it"``); and for
             an array whose base address the kernels cannot use: ``q`` and ``kv_cache`` must be
-            16-byte aligned, ``out`` 8-byte aligned, every other array aligned to its element size.
+            16-byte aligned, ``out`` 8-byte aligned, every other array aligned to its element size;
+            ``ValueError`` also for a closed ``stream`` or array memory, and, naming the plan,
+            when its workspace pool was closed.
         """
         q, kv, qo, kvp, kvi, loc, mask_a, mip, o, lse_a, bs = self._validate(q, kv_cache, metadata, out, lse)
         self._bind_stream(stream)

@@ -892,6 +892,8 @@ def test_mla_softmax_scale_without_and_with_yarn():
     ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": float("-inf")}), ValueError, r"'mscale_all_dim'\] must be a finite"),
     # (a factor of at most 1 never uses mscale_all_dim, but a non-finite one is still refused)
     ((192, {"type": "yarn", "factor": 1.0, "mscale_all_dim": float("inf")}), ValueError, "mscale_all_dim"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": 10**400}), ValueError, r"'mscale_all_dim'\] must be a finite"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -1e300}), ValueError, "no usable softmax scale"),
 ])
 def test_mla_softmax_scale_refuses_what_it_cannot_use(args, exc, words):
     from driverlevel.verify_attention import mla_softmax_scale

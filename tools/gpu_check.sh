@@ -114,8 +114,8 @@ run_step() {
   case "$rc" in
     0) status="ok"
        if [[ $tests == 1 ]] && ! grep -Eq '(^|[^0-9])[1-9][0-9]* passed' "$log"; then status="no-pass"; FAILED=1; fi ;;
-    5) status="no-tests"; FAILED=1 ;;
-    *) status="FAIL($rc)"; FAILED=1 ;;
+    *) status="FAIL($rc)"; FAILED=1
+       if [[ $tests == 1 && $rc == 5 ]]; then status="no-tests"; fi ;;
   esac
   note="$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 | cut -c1-110)"
   SUMMARY+=("$(printf '%-18s %-9s %5ss  %s' "$name" "$status" "$((end - start))" "$note")")
