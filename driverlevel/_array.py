@@ -22,7 +22,6 @@ import collections.abc
 import ctypes
 import math
 import operator
-import weakref
 
 import numpy as np
 from cuda.bindings import driver
@@ -280,8 +279,7 @@ class DeviceArray:
             if not isinstance(o, DeviceArray):
                 break
             o = o.owner
-        fin = getattr(getattr(o, "_buffer", o), "_finalizer", None)  # (a pool's buffer, or the buffer itself)
-        return o if isinstance(fin, weakref.finalize) and not fin.alive else None
+        return o if o is not None and not (_MEMORY or _memory())._is_live(o) else None
 
     def _require_live(self, what):
         o = self._freed_owner()
@@ -367,8 +365,9 @@ class DeviceArray:
         Raises
         ------
         ValueError
-            If this array is not C-contiguous or its memory was freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool),
-            or ``stream`` belongs to another device or was closed.
+            If this array is not C-contiguous or its memory was freed (a closed DeviceBuffer,
+            PinnedHostBuffer or WorkspacePool), or ``stream`` belongs to another device or was
+            closed.
         TypeError
             ``stream`` is neither None nor a driverlevel :class:`~driverlevel.Stream`.
         CaptureError
@@ -438,8 +437,9 @@ class DeviceArray:
             ``stream`` is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             ``value`` is outside 0 .. 255 (it was wrapped: 256 filled zeros), this array is
-            read-only, freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool) or not C-contiguous, or ``stream`` belongs
-            to another device or was closed; all before anything is queued.
+            read-only, freed (a closed DeviceBuffer, PinnedHostBuffer or WorkspacePool) or not
+            C-contiguous, or ``stream`` belongs to another device or was closed; all before
+            anything is queued.
         """
         value = int_in_range("fill_bytes: value", value, 0, 0xFF)
         self._require_live("fill_bytes")
@@ -777,18 +777,23 @@ def _pointer_is_managed(ptr: int) -> bool:
                       f"CU_POINTER_ATTRIBUTE_IS_MANAGED of 0x{ptr:x}, a __cuda_array_interface__ pointer"))
 
 
-_OWN_BUFFERS: tuple = ()  # (DeviceBuffer, PinnedHostBuffer), bound at the first call (_memory imports this module)
+_MEMORY = None  # driverlevel._memory, bound at the first use (it imports this module: no import at load time)
+
+
+def _memory():
+    global _MEMORY
+    if _MEMORY is None:
+        from . import _memory as m
+
+        _MEMORY = m
+    return _MEMORY
 
 
 def _is_own_buffer(obj) -> bool:
     """Whether ``obj`` is one of driverlevel's buffers (a foreign class with an ``as_array`` method is not:
     its ``as_array`` may return anything, a numpy array included)."""
-    global _OWN_BUFFERS
-    if not _OWN_BUFFERS:
-        from ._memory import DeviceBuffer, PinnedHostBuffer
-
-        _OWN_BUFFERS = (DeviceBuffer, PinnedHostBuffer)
-    return isinstance(obj, _OWN_BUFFERS)
+    m = _MEMORY or _memory()
+    return isinstance(obj, (m.DeviceBuffer, m.PinnedHostBuffer))
 
 
 def as_device_array(obj, device=None) -> DeviceArray:

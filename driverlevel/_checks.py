@@ -150,7 +150,7 @@ def _int_at_least(name: str, value: object, minimum: int, want: str) -> int:
     return v
 
 
-_AS_DEVICE_ARRAY = None  # driverlevel._array.as_device_array, bound at the first call (this module imports nothing at load)
+_AS_DEVICE_ARRAY = None  # driverlevel._array.as_device_array, bound at the first call (no import at load time)
 
 
 def _load_as_device_array():

@@ -189,6 +189,16 @@ def capture(stream, mode: str = "thread_local"):
         _end_bookkeeping(ordinal)
 
 
+def _live_handle(obj, remedy: str):
+    """``obj``'s handle (a :class:`Graph`'s or a :class:`GraphExec`'s), or ``ValueError`` once its ``close``
+    destroyed it: a destroyed handle never reaches the driver."""
+    h = obj._handle
+    if h is None:
+        kind = type(obj).__name__
+        raise ValueError(f"this {kind} was closed ({kind}.close): {remedy}")
+    return h
+
+
 def _end_bookkeeping(ordinal) -> None:
     """One capture fewer in progress; when none is left, free what was released meanwhile."""
     if _capture_guard.end_capture(ordinal) == 0:
@@ -404,11 +414,7 @@ class Graph:
         return self._handle
 
     def _live(self):
-        """The handle, or ``ValueError`` once :meth:`close` destroyed it (never a destroyed handle to the driver)."""
-        h = self._handle
-        if h is None:
-            raise ValueError("this Graph was closed (Graph.close): capture the work again")
-        return h
+        return _live_handle(self, "capture the work again")
 
     def _nodes(self):
         h = self._live()
@@ -550,11 +556,7 @@ class GraphExec:
         return self._handle
 
     def _live(self):
-        """The handle, or ``ValueError`` once :meth:`close` destroyed it (never a destroyed handle to the driver)."""
-        h = self._handle
-        if h is None:
-            raise ValueError("this GraphExec was closed (GraphExec.close): instantiate the graph again")
-        return h
+        return _live_handle(self, "instantiate the graph again")
 
     def launch(self, stream) -> None:
         """Replay the graph on ``stream`` (one ``cuGraphLaunch``; the hot path).
@@ -575,7 +577,8 @@ class GraphExec:
             If ``cuGraphLaunch`` fails.
         """
         # The hot path: one type identity test (it also saves the ``handle`` property's call),
-        # one cuGraphLaunch; a closed stream is named only when the driver refuses its handle. A Stream subclass, or anything else, takes the full check. Only if
+        # one cuGraphLaunch; a closed stream is named only when the driver refuses its handle.
+        # A Stream subclass, or anything else, takes the full check. Only if
         # the driver refuses the launch (no context current, or another one) is the primary
         # context pushed for a second try, and popped again; that try's error is the one raised.
         ex = self._handle

@@ -144,11 +144,12 @@ def _register(obj) -> None:
 
 
 def _is_live(obj) -> bool:
-    """False once the allocation was closed (its address range may belong to a newer one)."""
+    """False once the allocation was closed (its address range may belong to a newer one); True for
+    anything that is not one of driverlevel's allocations (no finalizer of its own or of a pool's buffer)."""
     fin = getattr(obj, "_finalizer", None)
     if fin is None:
         fin = getattr(getattr(obj, "_buffer", None), "_finalizer", None)
-    return fin is None or fin.alive
+    return not isinstance(fin, weakref.finalize) or fin.alive
 
 
 def _require_open(obj, what: str) -> None:
