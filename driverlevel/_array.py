@@ -352,10 +352,11 @@ class DeviceArray:
     def to_numpy(self, stream=None) -> np.ndarray:
         """Copy to a new host array (bfloat16 comes back as uint16 bit patterns).
 
-        Waits for ``stream`` first when given. Without one, the copy (``cuMemcpyDtoH``) is
-        ordered only against the legacy default stream: it does not wait for kernels still
-        queued on driverlevel's non-blocking streams, so pass the stream that wrote the array
-        (or synchronize it first). Not capture-safe.
+        With ``stream``, the copy is queued on it (after the work already there) and the stream
+        is synchronized before return; the legacy default stream is not touched. Without one,
+        the copy (``cuMemcpyDtoH``) is ordered only against the legacy default stream: it does
+        not wait for kernels still queued on driverlevel's non-blocking streams, so pass the
+        stream that wrote the array (or synchronize it first). Not capture-safe.
 
         Returns
         -------
@@ -382,9 +383,13 @@ class DeviceArray:
         if out.nbytes == 0:
             return out
         with self.device.activated():
-            if stream is not None:
+            if stream is None:
+                check("cuMemcpyDtoH", driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+            else:  # on the caller's stream: nothing touches the legacy stream, which would break
+                # another thread's capture of a blocking stream
+                check("cuMemcpyDtoHAsync",
+                      driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, stream.handle))
                 check("cuStreamSynchronize", driver.cuStreamSynchronize(stream.handle))
-            check("cuMemcpyDtoH", driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
         return out
 
     def copy_from(self, src: "DeviceArray", stream) -> "DeviceArray":

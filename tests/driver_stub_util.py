@@ -65,6 +65,7 @@ def calls(monkeypatch):
         monkeypatch.setattr(driver, name, f)
 
     for name in ("cuMemsetD8Async", "cuMemsetD32Async", "cuMemcpyHtoDAsync", "cuMemcpyDtoDAsync", "cuMemcpyDtoH",
+                 "cuMemcpyDtoHAsync",
                  "cuStreamSynchronize", "cuEventRecord", "cuStreamWaitEvent", "cuGraphLaunch", "cuGraphUpload"):
         stub(name)
     stub("cuEventElapsedTime", (1.5,))

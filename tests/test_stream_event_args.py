@@ -104,6 +104,21 @@ def test_array_methods_refuse_a_stream_of_another_device(calls, method):
     assert calls
 
 
+def test_to_numpy_on_a_stream_copies_on_that_stream_and_never_on_the_legacy_one(calls):
+    """With a stream the copy is queued on it and that stream is synchronized: no cuMemcpyDtoH, which runs on
+    the legacy default stream and so breaks another thread's capture of a blocking stream."""
+    a = DeviceArray(PTR, (8,), np.float32, DEV0)
+    a.to_numpy(stream=stream_on(DEV0))
+    calls[:] = [c for c in calls if c[0] != "cuStreamIsCapturing"]  # the capture check before the copy
+    assert names(calls) == ["cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+    (_, copy), (_, sync) = calls
+    assert (int(copy[1]), copy[2], int(copy[3])) == (PTR, 32, 0x5000)
+    assert int(sync[0]) == 0x5000
+    calls.clear()
+    a.to_numpy()  # without one: the documented legacy-stream copy
+    assert [n for n in names(calls) if n != "cuStreamIsCapturing"] == ["cuMemcpyDtoH"]
+
+
 # -- graphs, capture and events ------------------------------------------------------------------------------
 def _exec(device=DEV0):
     ex = object.__new__(GraphExec)
