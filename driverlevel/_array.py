@@ -4,7 +4,10 @@
 that keeps the memory alive. It exports ``__cuda_array_interface__`` (version 3)
 and DLPack (``__dlpack__`` / ``__dlpack_device__``), and :func:`as_device_array`
 accepts any object exporting either protocol (CuPy, PyTorch, JAX, Numba) without
-copying.
+copying. DLPack goes both ways in either capsule: DLPack 1.0's versioned one
+(``"dltensor_versioned"``, which carries a read-only flag) when the consumer asks for it
+with ``max_version``, else the legacy ``"dltensor"``; an import asks for the versioned one
+and takes either, a read-only flag making a read-only :class:`DeviceArray`.
 
 Importing never synchronizes implicitly: a DLPack producer is asked for its
 capsule with ``stream=-1`` ("no synchronization" in the DLPack protocol), so no
@@ -91,9 +94,10 @@ class DeviceArray:
     readonly : bool
         Exported as read-only through ``__cuda_array_interface__`` (its ``data`` flag);
         :meth:`copy_from_host`, :meth:`copy_from`, :meth:`fill_bytes`, :meth:`fill_u32` and the
-        plans' outputs refuse a read-only array. DLPack's legacy capsule, the only one
-        :meth:`__dlpack__` exports, has no read-only flag: a DLPack consumer gets the memory
-        writable (DLPack 1.0's versioned capsule, which has one, is not implemented).
+        plans' outputs refuse a read-only array. Through DLPack, the versioned capsule
+        (DLPack 1.0, which :meth:`__dlpack__` exports to a consumer that passes
+        ``max_version=(1, 0)`` or later) carries it as its read-only flag; the legacy capsule
+        has no such flag, so a consumer of that one gets the memory writable.
 
     Raises
     ------
@@ -503,26 +507,42 @@ class DeviceArray:
         return (_kDLCUDA, self.device.ordinal)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export as a DLPack capsule (legacy ``DLManagedTensor``, whatever ``max_version`` asks).
-        No copy, no synchronization.
+        """Export as a DLPack capsule. No copy, no synchronization.
+
+        ``max_version``, the highest DLPack version the consumer reads (``(major, minor)``),
+        selects the capsule: with a major version of 1 or more, a ``"dltensor_versioned"``
+        capsule holding a ``DLManagedTensorVersioned`` of version (1, 0) whose flags are
+        ``DLPACK_FLAG_BITMASK_READ_ONLY`` for a :attr:`readonly` array and 0 otherwise; with
+        None (a consumer older than DLPack 1.0) or a major version of 0, the legacy
+        ``"dltensor"`` capsule (``DLManagedTensor``), which cannot mark the array read-only.
 
         driverlevel queues work on explicit streams, so the consumer is responsible for
-        ordering; ``stream`` is accepted for protocol compatibility. The legacy capsule cannot
-        mark a :attr:`readonly` array read-only.
+        ordering; ``stream`` is accepted for protocol compatibility.
+
+        Raises
+        ------
+        TypeError
+            ``max_version`` is neither None nor a tuple of two ints.
+        BufferError
+            ``max_version`` holds a negative number, ``copy`` is true, ``dl_device`` is not
+            this array's device, or the strides are not whole items.
         """
+        versioned = _wants_versioned(max_version)
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"cannot export to DLPack device {dl_device}")
-        return _export_dlpack(self)
+        return _export_dlpack(self, versioned)
 
 
 # ------------------------------------------------------------------------------------------
-# DLPack structures (dlpack.h, v0.8 legacy ABI)
+# DLPack structures (dlpack.h: the legacy ABI of v0.8 and the versioned one of v1.0)
 _kDLCUDA = 2
 _kDLCUDAHost = 3
 _kDLCUDAManaged = 13
 _kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat, _kDLBool = 0, 1, 2, 4, 6
+_DLPACK_VERSION = (1, 0)  # the DLManagedTensorVersioned layout driverlevel reads and writes
+_FLAG_READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
 
 
 class _DLDevice(ctypes.Structure):
@@ -545,17 +565,35 @@ class _DLTensor(ctypes.Structure):
     ]
 
 
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
 class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
     pass
 
 
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
 _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+_DELETER_VERSIONED = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
+_DLManagedTensorVersioned._fields_ = [
+    ("version", _DLPackVersion),  # first, where every major version keeps it
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DELETER_VERSIONED),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", _DLTensor),
+]
 
 # Private prototypes of the capsule API (ctypes.pythonapi's shared function objects are
 # left alone: other libraries set their own argtypes on them).
 _DLTENSOR = b"dltensor"
 _USED_DLTENSOR = b"used_dltensor"
+_DLTENSOR_VERSIONED = b"dltensor_versioned"
+_USED_DLTENSOR_VERSIONED = b"used_dltensor_versioned"
 _PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", ctypes.pythonapi))
 _PyCapsule_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
@@ -571,28 +609,45 @@ _PyCapsule_IsValid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes
 _PyCapsule_GetPointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 
-# Exported tensors alive in some consumer: address of the DLManagedTensor -> keep-alive tuple.
+# Exported tensors alive in some consumer: address of the DLManagedTensor(Versioned) -> keep-alive tuple.
 _exported: dict[int, tuple] = {}
 
 
-@_DELETER
-def _dl_deleter(mt_ptr):
+def _forget_export(mt_ptr):
+    """The deleter of an exported tensor (either kind): drops what kept it and its array alive."""
     _exported.pop(ctypes.cast(mt_ptr, ctypes.c_void_p).value, None)
 
+
+_dl_deleter = _DELETER(_forget_export)
+_dl_deleter_versioned = _DELETER_VERSIONED(_forget_export)
 
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 @_CAPSULE_DESTRUCTOR
 def _capsule_destructor(capsule_ptr):
-    # Called when the capsule dies. If no consumer renamed it to "used_dltensor",
-    # the tensor was never taken and we delete it ourselves.
-    if _PyCapsule_IsValid_raw(capsule_ptr, _DLTENSOR):
-        addr = _PyCapsule_GetPointer_raw(capsule_ptr, _DLTENSOR)
-        _exported.pop(addr, None)
+    # Called when the capsule dies. If no consumer renamed it to "used_dltensor" or
+    # "used_dltensor_versioned", the tensor was never taken and we delete it ourselves.
+    for name in (_DLTENSOR, _DLTENSOR_VERSIONED):
+        if _PyCapsule_IsValid_raw(capsule_ptr, name):
+            _exported.pop(_PyCapsule_GetPointer_raw(capsule_ptr, name), None)
 
 
 _CAPSULE_DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+
+def _wants_versioned(max_version) -> bool:
+    """Whether a consumer's ``max_version`` asks for DLPack 1.0's versioned capsule (a major version >= 1)."""
+    if max_version is None:
+        return False
+    if (not isinstance(max_version, tuple) or len(max_version) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
+        raise TypeError(f"DeviceArray.__dlpack__: max_version must be None or a (major, minor) tuple of two ints, "
+                        f"got {type(max_version).__name__} {max_version!r}")
+    if min(max_version) < 0:
+        raise BufferError(f"DeviceArray.__dlpack__: max_version {max_version} names no DLPack version "
+                          f"(a negative number)")
+    return max_version[0] >= 1
 
 
 def _dl_dtype(dt) -> _DLDataType:
@@ -604,33 +659,49 @@ def _dl_dtype(dt) -> _DLDataType:
     return _DLDataType(code, dt.itemsize * 8, 1)
 
 
-def _export_dlpack(arr: DeviceArray):
+def _fill_dl_tensor(t: _DLTensor, arr: DeviceArray) -> tuple:
+    """Describe ``arr`` in the DLTensor ``t``; returns the shape and strides arrays ``t`` points to
+    (to be kept alive as long as ``t``)."""
     nd = arr.ndim
-    if any(s % arr.itemsize for s in arr.strides):
-        raise BufferError("DLPack needs strides that are a multiple of the item size")
     shape = (ctypes.c_int64 * max(nd, 1))(*arr.shape)
     strides = (ctypes.c_int64 * max(nd, 1))(*[s // arr.itemsize for s in arr.strides])
-    mt = _DLManagedTensor()
-    mt.dl_tensor.data = arr.ptr
-    mt.dl_tensor.device = _DLDevice(_kDLCUDA, arr.device.ordinal)
-    mt.dl_tensor.ndim = nd
-    mt.dl_tensor.dtype = _dl_dtype(arr.dtype)
-    mt.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-    mt.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    mt.dl_tensor.byte_offset = 0
-    mt.manager_ctx = None
-    mt.deleter = _dl_deleter
+    t.data = arr.ptr
+    t.device = _DLDevice(_kDLCUDA, arr.device.ordinal)
+    t.ndim = nd
+    t.dtype = _dl_dtype(arr.dtype)
+    t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    t.byte_offset = 0
+    return shape, strides
+
+
+def _export_dlpack(arr: DeviceArray, versioned: bool):
+    """A new capsule of ``arr``: ``"dltensor_versioned"`` (DLPack 1.0, with the read-only flag) or
+    the legacy ``"dltensor"``."""
+    if any(s % arr.itemsize for s in arr.strides):
+        raise BufferError("DLPack needs strides that are a multiple of the item size")
+    if versioned:
+        mt = _DLManagedTensorVersioned(version=_DLPackVersion(*_DLPACK_VERSION), deleter=_dl_deleter_versioned,
+                                       flags=_FLAG_READ_ONLY if arr.readonly else 0)
+        name = _DLTENSOR_VERSIONED
+    else:
+        mt = _DLManagedTensor(deleter=_dl_deleter)
+        name = _DLTENSOR
+    keep = _fill_dl_tensor(mt.dl_tensor, arr)
     addr = ctypes.addressof(mt)
-    _exported[addr] = (mt, shape, strides, arr)
-    return _PyCapsule_New(addr, _DLTENSOR, _CAPSULE_DESTRUCTOR_ADDR)
+    _exported[addr] = (mt, keep, arr)
+    return _PyCapsule_New(addr, name, _CAPSULE_DESTRUCTOR_ADDR)
 
 
 class _ImportedDLPack:
-    """Owns a consumed DLPack tensor and calls its deleter when dropped."""
+    """Owns a consumed DLPack tensor and calls its deleter when dropped.
 
-    def __init__(self, capsule, mt_addr):
+    ``mt`` is a pointer typed as its capsule's kind (``_DLManagedTensor`` or
+    ``_DLManagedTensorVersioned``): the deleter read through it takes that pointer type."""
+
+    def __init__(self, capsule, mt):
         self._capsule = capsule
-        self._mt = ctypes.cast(mt_addr, ctypes.POINTER(_DLManagedTensor))
+        self._mt = mt
 
     def __del__(self):
         try:
@@ -646,6 +717,62 @@ def _other_device(obj, where: str, ordinal: int, device) -> ValueError:
     return ValueError(f"{type(obj).__name__} is on device {ordinal} ({where}), not on device {device.ordinal}")
 
 
+def _ask_capsule(obj):
+    """``obj``'s DLPack capsule, asked for without synchronization and in the versioned kind.
+
+    stream=-1: "no synchronization" (DLPack protocol). stream=None would ask a CUDA producer to
+    order its current stream before the legacy default stream (torch records and waits on an
+    event), which invalidates a capture in progress on that stream. A producer older than
+    DLPack 1.0 refuses the max_version keyword (and an older one the stream keyword too) with
+    a TypeError: it is asked again without them.
+    """
+    try:
+        return obj.__dlpack__(stream=-1, max_version=_DLPACK_VERSION)
+    except TypeError:
+        pass
+    try:
+        return obj.__dlpack__(stream=-1)
+    except TypeError:
+        return obj.__dlpack__()
+
+
+def _take_capsule(capsule, producer: str):
+    """Consume a DLPack capsule of either kind: its owner (which calls the tensor's deleter when
+    dropped) and whether the tensor is read-only (never, for a legacy capsule).
+
+    A versioned tensor of another major version than 1 is refused before the capsule is renamed,
+    so that its producer's capsule destructor deletes it (its other fields may be laid out
+    otherwise: only the version is read)."""
+    if _PyCapsule_IsValid(capsule, _DLTENSOR_VERSIONED):
+        mt = ctypes.cast(_PyCapsule_GetPointer(capsule, _DLTENSOR_VERSIONED),
+                         ctypes.POINTER(_DLManagedTensorVersioned))
+        version = mt.contents.version
+        if version.major != _DLPACK_VERSION[0]:
+            raise TypeError(f"{producer} exported a DLPack tensor of version {version.major}.{version.minor}: "
+                            f"driverlevel reads DLPack {_DLPACK_VERSION[0]}.x (and legacy capsules)")
+        _PyCapsule_SetName(capsule, _USED_DLTENSOR_VERSIONED)
+        return _ImportedDLPack(capsule, mt), bool(mt.contents.flags & _FLAG_READ_ONLY)
+    if _PyCapsule_IsValid(capsule, _DLTENSOR):
+        mt = ctypes.cast(_PyCapsule_GetPointer(capsule, _DLTENSOR), ctypes.POINTER(_DLManagedTensor))
+        _PyCapsule_SetName(capsule, _USED_DLTENSOR)
+        return _ImportedDLPack(capsule, mt), False
+    raise TypeError(f"{producer}.__dlpack__() returned {capsule!r}, not an unconsumed DLPack capsule "
+                    f"('dltensor_versioned' or 'dltensor')")
+
+
+def _np_dtype(dtype: _DLDataType):
+    """The dtype of a DLPack data type (bfloat16 included); a ``TypeError`` for what DeviceArray cannot hold."""
+    code, bits, lanes = dtype.code, dtype.bits, dtype.lanes
+    if lanes != 1:
+        raise TypeError("vector DLPack dtypes are not supported")
+    if code == _kDLBfloat and bits == 16:
+        return bfloat16
+    kind = {_kDLInt: "i", _kDLUInt: "u", _kDLFloat: "f", _kDLBool: "b"}.get(code)
+    if kind is None:
+        raise TypeError(f"unsupported DLPack dtype code {code}")
+    return np.dtype("?") if kind == "b" else np.dtype(f"{kind}{bits // 8}")
+
+
 def _from_dlpack(obj, device):
     from ._device import Device
 
@@ -656,36 +783,14 @@ def _from_dlpack(obj, device):
     # reachable from every device: their device id does not bind them).
     if int(dev_type) == _kDLCUDA and device is not None and int(dev_id) != device.ordinal:
         raise _other_device(obj, "its __dlpack_device__()", int(dev_id), device)
-    # stream=-1: "no synchronization" (DLPack protocol). stream=None would ask a CUDA producer
-    # to order its current stream before the legacy default stream (torch records and waits on
-    # an event), which invalidates a capture in progress on that stream.
-    try:
-        capsule = obj.__dlpack__(stream=-1)
-    except TypeError:  # an old producer without the stream keyword
-        capsule = obj.__dlpack__()
-    if not _PyCapsule_IsValid(capsule, _DLTENSOR):
-        raise TypeError("only legacy 'dltensor' DLPack capsules are supported")
-    addr = _PyCapsule_GetPointer(capsule, _DLTENSOR)
-    _PyCapsule_SetName(capsule, _USED_DLTENSOR)
-    owner = _ImportedDLPack(capsule, addr)
+    owner, readonly = _take_capsule(_ask_capsule(obj), type(obj).__name__)
     t = owner._mt.contents.dl_tensor
-    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
-    if lanes != 1:
-        raise TypeError("vector DLPack dtypes are not supported")
-    if code == _kDLBfloat and bits == 16:
-        dt = bfloat16
-    else:
-        kind = {_kDLInt: "i", _kDLUInt: "u", _kDLFloat: "f", _kDLBool: "b"}.get(code)
-        if kind is None:
-            raise TypeError(f"unsupported DLPack dtype code {code}")
-        dt = np.dtype("?") if kind == "b" else np.dtype(f"{kind}{bits // 8}")
+    dt = _np_dtype(t.dtype)
     shape = tuple(t.shape[i] for i in range(t.ndim))
-    if t.strides:
-        strides = tuple(t.strides[i] * dt.itemsize for i in range(t.ndim))
-    else:
-        strides = None
+    strides = tuple(t.strides[i] * dt.itemsize for i in range(t.ndim)) if t.strides else None
     dev = device if device is not None else Device(int(dev_id))
-    return DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dt, dev, strides, owner=owner)
+    return DeviceArray(int(t.data or 0) + int(t.byte_offset), shape, dt, dev, strides, owner=owner,
+                       readonly=readonly)
 
 
 def _opaque_cai(cai) -> bool:
@@ -815,6 +920,13 @@ def as_device_array(obj, device=None) -> DeviceArray:
     pointer's device is not ``device``). A :class:`DeviceArray` is passed through as it is
     (its device is known: compare ``a.device`` yourself, as the plans do).
 
+    A DLPack producer is asked for DLPack 1.0's versioned capsule (``__dlpack__(stream=-1,
+    max_version=(1, 0))``; a producer without the ``max_version`` keyword, older than DLPack
+    1.0, is asked again without it) and either capsule is taken: a versioned tensor flagged
+    read-only (``DLPACK_FLAG_BITMASK_READ_ONLY``) is imported ``readonly=True``; a legacy
+    capsule cannot say so, and its array is writable. The ``readonly`` of a
+    ``__cuda_array_interface__`` array is its ``data`` flag.
+
     Parameters
     ----------
     obj : DeviceArray, or any object with ``__cuda_array_interface__`` or ``__dlpack__``
@@ -826,8 +938,10 @@ def as_device_array(obj, device=None) -> DeviceArray:
     ------
     TypeError
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
-        a Device nor an int ordinal, or a ``__cuda_array_interface__`` is malformed (its data
-        pointer not an integer included).
+        a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
+        pointer not an integer included), or a DLPack producer gives no unconsumed DLPack
+        capsule or a versioned tensor of another major version than 1 (left unconsumed, for
+        its producer to delete).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and
         is not managed memory; a ``__cuda_array_interface__`` pointer is NULL for a non-empty

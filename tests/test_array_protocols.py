@@ -47,6 +47,19 @@ class DLPackOnly:
         return self._arr.__dlpack_device__()
 
 
+class DLPackVersioned(DLPackOnly):
+    """A DLPack 1.0 producer: forwards ``max_version`` and records what it was asked and gave."""
+
+    def __init__(self, arr):
+        super().__init__(arr)
+        self.asked, self.capsules = [], []
+
+    def __dlpack__(self, stream=None, max_version=None):
+        self.asked.append((stream, max_version))
+        self.capsules.append(self._arr.__dlpack__(stream=stream, max_version=max_version))
+        return self.capsules[-1]
+
+
 class CAIOnly:
     """A foreign array that exports only __cuda_array_interface__ (like Numba)."""
 
@@ -280,23 +293,25 @@ def test_dlpack_refuses_strides_that_are_not_whole_items():
         a.__dlpack__()
 
 
-def test_unconsumed_capsule_frees_its_tensor():
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+def test_unconsumed_capsule_frees_its_tensor(max_version):
     a = DeviceArray(PTR, (4,), np.float32, DEV)
     before = len(_array._exported)
-    caps = [a.__dlpack__() for _ in range(5)]
+    caps = [a.__dlpack__(max_version=max_version) for _ in range(5)]
     assert len(_array._exported) == before + 5
     del caps
     gc.collect()
     assert len(_array._exported) == before
 
 
-def test_consumed_capsule_keeps_the_source_alive_until_the_consumer_drops_it():
+@pytest.mark.parametrize("producer", [DLPackOnly, DLPackVersioned], ids=["legacy", "versioned"])
+def test_consumed_capsule_keeps_the_source_alive_until_the_consumer_drops_it(producer):
     before = len(_array._exported)
     a = DeviceArray(PTR, (4,), np.float32, DEV)
     import weakref
 
     alive = weakref.ref(a)
-    b = roundtrip(a)
+    b = _array._from_dlpack(producer(a), DEV)
     del a
     gc.collect()
     assert alive() is not None  # the exported tensor holds our array
@@ -323,16 +338,125 @@ def test_import_refuses_host_dlpack_and_plain_objects():
 _VERSIONED = b"dltensor_versioned"  # a capsule keeps a pointer to its name: keep the bytes alive
 
 
-def test_import_refuses_versioned_only_capsules():
-    class Versioned:
-        def __dlpack__(self, stream=None):
-            return _array._PyCapsule_New(PTR, _VERSIONED, None)
+# -- DLPack 1.0: versioned capsules and the read-only flag -------------------------------------------------
+def _versioned_tensor(capsule):
+    """The DLManagedTensorVersioned of an unconsumed versioned capsule (read, not consumed)."""
+    addr = _array._PyCapsule_GetPointer(capsule, _VERSIONED)
+    return ctypes.cast(addr, ctypes.POINTER(_array._DLManagedTensorVersioned)).contents
+
+
+def test_the_versioned_struct_has_dlpack_1_layout():
+    """dlpack.h v1.x: version (2 x uint32), manager_ctx, deleter, uint64 flags, then the DLTensor."""
+    v = _array._DLManagedTensorVersioned
+    assert (v.version.offset, v.manager_ctx.offset, v.deleter.offset, v.flags.offset, v.dl_tensor.offset) == \
+        (0, 8, 16, 24, 32)
+    assert ctypes.sizeof(v) == 32 + ctypes.sizeof(_array._DLTensor) == 80
+
+
+@pytest.mark.parametrize("max_version", [(1, 0), (1, 3), (2, 0)])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_dlpack_export_versioned_capsule(max_version, readonly):
+    a = DeviceArray(PTR + 64, (4, 3), np.int16, FakeDevice(2), strides=(16, 2), readonly=readonly)
+    caps = a.__dlpack__(max_version=max_version)
+    assert _array._PyCapsule_IsValid(caps, _VERSIONED) and not _array._PyCapsule_IsValid(caps, b"dltensor")
+    mt = _versioned_tensor(caps)
+    assert (mt.version.major, mt.version.minor) == (1, 0)  # the version written, whatever later one is read
+    assert mt.flags == (1 if readonly else 0)  # DLPACK_FLAG_BITMASK_READ_ONLY exactly for a read-only array
+    t = mt.dl_tensor
+    assert t.data == PTR + 64 and t.byte_offset == 0 and (t.device.device_type, t.device.device_id) == (2, 2)
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (0, 16, 1)  # kDLInt, 16 bits
+    assert t.ndim == 2 and t.shape[:2] == [4, 3] and t.strides[:2] == [8, 1]  # strides in items
+
+
+@pytest.mark.parametrize("max_version", [None, (0, 8)])
+def test_dlpack_export_legacy_capsule_without_a_1x_max_version(max_version):
+    caps = DeviceArray(PTR, (5,), np.float32, DEV, readonly=True).__dlpack__(max_version=max_version)
+    assert _array._PyCapsule_IsValid(caps, b"dltensor") and not _array._PyCapsule_IsValid(caps, _VERSIONED)
+    mt = ctypes.cast(_array._PyCapsule_GetPointer(caps, b"dltensor"), ctypes.POINTER(_array._DLManagedTensor))
+    assert mt.contents.dl_tensor.data == PTR and mt.contents.dl_tensor.shape[0] == 5
+
+
+@pytest.mark.parametrize("max_version, exc, words", [
+    ([1, 0], TypeError, "a (major, minor) tuple of two ints, got list [1, 0]"),
+    ((1,), TypeError, "got tuple (1,)"),
+    ((1.0, 0), TypeError, "got tuple (1.0, 0)"),
+    ((True, 0), TypeError, "got tuple (True, 0)"),
+    ("1.0", TypeError, "got str '1.0'"),
+    ((-1, 0), BufferError, "max_version (-1, 0) names no DLPack version (a negative number)"),
+])
+def test_dlpack_export_refuses_a_malformed_max_version(max_version, exc, words):
+    before = len(_array._exported)
+    with pytest.raises(exc) as ei:
+        DeviceArray(PTR, (4,), np.float32, DEV).__dlpack__(max_version=max_version)
+    assert str(ei.value).startswith("DeviceArray.__dlpack__: max_version ") and words in str(ei.value)
+    assert len(_array._exported) == before  # nothing exported
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+@pytest.mark.parametrize("dtype, shape, strides", [(np.float32, (4, 3), (32, 4)), (bfloat16, (2, 3, 4), (48, 2, 12)),
+                                                   (np.uint8, (), ()), (np.int64, (0,), (8,))])
+def test_dlpack_versioned_roundtrip_keeps_geometry_and_read_only(readonly, dtype, shape, strides):
+    a = DeviceArray(PTR + 128, shape, dtype, DEV, strides=strides, readonly=readonly)
+    p = DLPackVersioned(a)
+    b = _array._from_dlpack(p, DEV)
+    assert p.asked == [(-1, (1, 0))]  # no synchronization, DLPack 1.0
+    assert _array._PyCapsule_IsValid(p.capsules[0], b"used_dltensor_versioned")  # consumed, renamed
+    assert (b.ptr, b.shape, b.strides, b.readonly) == (PTR + 128, shape, strides, readonly)
+    assert b.dtype is bfloat16 if dtype is bfloat16 else b.dtype == np.dtype(dtype)
+
+
+def test_a_read_only_import_refuses_writes():
+    b = as_device_array(DLPackVersioned(DeviceArray(PTR, (4, 3), np.float32, DEV, readonly=True)), device=DEV)
+    with pytest.raises(ValueError, match=r"^fill_bytes: this DeviceArray is read-only"):
+        b.fill_bytes(0, stream=None)
+
+
+def test_a_producer_without_max_version_still_imports_as_a_legacy_capsule():
+    """An older producer (``__dlpack__(stream)`` only) gives the legacy capsule, which has no read-only
+    flag: the array is imported writable, as before DLPack 1.0."""
+    p = RecordingProducer(DeviceArray(PTR, (3, 2), np.int32, DEV, readonly=True))
+    b = as_device_array(p, device=DEV)
+    assert p.streams == [-1] and (b.ptr, b.shape, b.dtype) == (PTR, (3, 2), np.dtype(np.int32))
+    assert not b.readonly
+
+
+def test_import_refuses_another_major_version_and_leaves_the_capsule_to_its_producer():
+    """DLPack 2.x may lay the struct out otherwise: only its version is read, and the capsule is not
+    renamed, so that its producer's capsule destructor deletes the tensor."""
+    deleted = []
+    mt = _array._DLManagedTensorVersioned(version=_array._DLPackVersion(2, 0),
+                                          deleter=_array._DELETER_VERSIONED(lambda p: deleted.append(p)))
+
+    class Future:
+        def __dlpack__(self, stream=None, max_version=None):
+            self.capsule = _array._PyCapsule_New(ctypes.addressof(mt), _VERSIONED, None)
+            return self.capsule
 
         def __dlpack_device__(self):
             return (2, 0)
 
-    with pytest.raises(TypeError, match="legacy 'dltensor'"):
-        as_device_array(Versioned(), device=DEV)
+    p = Future()
+    with pytest.raises(TypeError, match=r"^Future exported a DLPack tensor of version 2\.0: driverlevel reads "
+                                        r"DLPack 1\.x \(and legacy capsules\)$"):
+        as_device_array(p, device=DEV)
+    gc.collect()
+    assert _array._PyCapsule_IsValid(p.capsule, _VERSIONED) and deleted == []
+
+
+@pytest.mark.parametrize("returned", [lambda: _array._PyCapsule_New(PTR, b"used_dltensor_versioned", None),
+                                      lambda: _array._PyCapsule_New(PTR, b"other", None), lambda: 42],
+                         ids=["consumed", "other name", "int"])
+def test_import_refuses_what_is_no_unconsumed_dlpack_capsule(returned):
+    class Odd:
+        def __dlpack__(self, stream=None, max_version=None):
+            return returned()
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match=r"^Odd.__dlpack__\(\) returned .*, not an unconsumed DLPack capsule "
+                                        r"\('dltensor_versioned' or 'dltensor'\)$"):
+        as_device_array(Odd(), device=DEV)
 
 
 def test_as_device_array_passes_ours_through():
