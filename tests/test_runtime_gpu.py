@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import driverlevel as dl
-from driverlevel import selftest
+from driverlevel import _array, selftest
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 
 pytestmark = pytest.mark.gpu
@@ -338,6 +338,45 @@ def test_torch_tensor_imported_without_copy(device, stream, selftest_module, tor
     selftest_module.kernel("add_scalar_f32").launch(stream, grid(N), 256, [a, np.float32(0.5), np.int32(N)])
     stream.synchronize()
     np.testing.assert_array_equal(t.cpu().numpy(), 1.5 + np.arange(N, dtype=np.float32))
+
+
+class DLPackRecorder:
+    """Forwards every ``__dlpack__`` keyword (``max_version`` included) and records the capsule kind returned."""
+
+    def __init__(self, x):
+        self._x, self.kinds = x, []
+
+    def __dlpack__(self, **kw):
+        capsule = self._x.__dlpack__(**kw)
+        self.kinds.append("versioned" if _array._PyCapsule_IsValid(capsule, b"dltensor_versioned") else "legacy")
+        return capsule
+
+    def __dlpack_device__(self):
+        return self._x.__dlpack_device__()
+
+
+@pytest.mark.parametrize("peer", ["torch", "cupy"])
+def test_a_peer_array_imported_through_a_versioned_capsule(device, stream, selftest_module, peer, request):
+    """DLPack 1.0: the import asks for the versioned capsule; a writable peer array comes back writable, the
+    same memory, and a kernel's write through it is what the peer reads."""
+    if peer == "torch":
+        torch = request.getfixturevalue("torch_cuda")
+        t = torch.arange(N, dtype=torch.float32, device=f"cuda:{device.ordinal}") + 1
+        torch.cuda.synchronize()
+        ptr, read = t.data_ptr(), lambda: t.cpu().numpy()
+    else:
+        cp = request.getfixturevalue("cupy_cuda")
+        t = cp.arange(N, dtype=cp.float32) + 1
+        cp.cuda.Device(device.ordinal).synchronize()
+        ptr, read = int(t.data.ptr), lambda: cp.asnumpy(t)
+    src = DLPackRecorder(t)
+    a = dl.runtime.as_device_array(src)
+    if src.kinds[-1:] != ["versioned"]:
+        pytest.skip(f"this {peer} exports no versioned DLPack capsule (got {src.kinds})")
+    assert a.ptr == ptr and a.shape == (N,) and a.dtype == np.float32 and not a.readonly
+    selftest_module.kernel("add_scalar_f32").launch(stream, grid(N), 256, [a, np.float32(0.5), np.int32(N)])
+    stream.synchronize()
+    np.testing.assert_array_equal(read(), 1.5 + np.arange(N, dtype=np.float32))
 
 
 def test_request_state_of_cupy_arrays_is_viewed_without_a_copy(device, stream, cupy_cuda):
