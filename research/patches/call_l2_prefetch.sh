@@ -2,7 +2,8 @@
 # Prepared in the forty-fifth session (not run: the device was paused): logits-l2-prefetch.patch (the
 # sample kernel prefetches the first bytes of every stream segment into L2 while it selects T;
 # research/patches/README.md) against main. From the repository root, $OUT set:
-#   bash research/patches/call_l2_prefetch.sh     (at most ~575 s: each step checks the time left; give the run tool 600 s)
+#   bash research/patches/call_l2_prefetch.sh     (at most ~575 s: each step checks the time left; give the run tool 600 s;
+#   LIMIT=S for another budget, SHORT=1 for main against the default fraction in fp32 only)
 # 1. bench_ddtree --quick --topk threshold (random drafter, L2 read flush) on main and on the patch
 #    with DRIVERLEVEL_TK_L2_PREFETCH = 0.4 (its default), 0.2, 0.4 from the segment's first tile
 #    (DRIVERLEVEL_TK_L2_PREFETCH_FROM=0) and 0 (= main's work plus the plan's fields), interleaved
@@ -18,7 +19,8 @@ set -u
 R=$PWD; O=${OUT:?set OUT}; D=/tmp/l2pf; rm -rf $D; mkdir -p $D
 export PYTHONPATH=$R PYTHONUNBUFFERED=1
 T_START=$(date +%s)
-left() { echo $(( 575 - ($(date +%s) - T_START) )); }
+LIMIT=${LIMIT:-575}  # seconds this script may take (less when the session has less device time)
+left() { echo $(( LIMIT - ($(date +%s) - T_START) )); }
 touch /tmp/l2pf-mark
 # a carried kernel cache of an earlier call (run(carry=[".kcache"])): main's cubins compile no more
 [ -f .kcache/kernel-cache.json ] && python tools/kernel_cache.py import .kcache
@@ -42,8 +44,11 @@ run() {  # run NAME DTYPE FRACTION FROM RUN (FRACTION, FROM: "" = the default)
 t0=$(date +%s)
 for i in 1 2; do
   run main float32 "" "" $i
-  run l2pf float32 0.4 "" $i; run l2pf float32 0.2 "" $i; run l2pf float32 0.4 0 $i; run l2pf float32 0 "" $i
-  run main bfloat16 "" "" $i; run l2pf bfloat16 0.4 "" $i
+  run l2pf float32 0.4 "" $i
+  if [ "${SHORT:-0}" != 1 ]; then  # SHORT=1: main against the default fraction, fp32 only
+    run l2pf float32 0.2 "" $i; run l2pf float32 0.4 0 $i; run l2pf float32 0 "" $i
+    run main bfloat16 "" "" $i; run l2pf bfloat16 0.4 "" $i
+  fi
 done
 echo "benches: $(( $(date +%s) - t0 )) s"; pack
 ab() {  # ab LABEL MAIN-TAG PATCH-TAG (the tags without the run number)
