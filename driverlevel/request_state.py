@@ -218,8 +218,13 @@ class RequestState:
         ``stop_tokens``' width.)"""
         return tuple(array_key(getattr(self, k)) for k in ARRAY_FIELDS)
 
-    def upload(self, **host_arrays) -> None:
+    def upload(self, *, stream=None, **host_arrays) -> None:
         """Copy host arrays into the named fields (not capture-safe), e.g. ``upload(active=a)``.
+
+        ``stream`` (keyword only) orders the copies after the work already queued on it (each
+        is queued there and the stream synchronized before the call returns); without one they
+        run on a private stream of the device and do not wait for other streams
+        (:meth:`DeviceArray.copy_from_host`).
 
         Each value is converted to the field's dtype only when that is exact: integer values
         (numpy integer arrays, Python ints) must lie in the field's range (an int64 array of
@@ -237,7 +242,11 @@ class RequestState:
             the field's dtype range (the message names the field, the first bad value and its
             index).
         TypeError
-            For a value that is not an integer array (floats, bool outside ``active``, objects).
+            For a value that is not an integer array (floats, bool outside ``active``, objects),
+            or a ``stream`` that is not a driverlevel :class:`~driverlevel.Stream`.
+        ValueError
+            Also for a ``stream`` of another device than the state's arrays, or a closed one;
+            checked before the first copy.
         CaptureError
             During a stream capture (the copies are synchronous).
         """
@@ -252,17 +261,34 @@ class RequestState:
                 raise ValueError(f"upload: {name} is {'read-only' if dst.readonly else 'not C-contiguous'}: "
                                  f"it cannot be copied into")
             checked.append((dst, _exact_host_array(name, value, dst)))
+        if stream is not None:
+            for dst, _ in checked:
+                dst._stream("upload", stream)
         for dst, host in checked:
-            dst.copy_from_host(host)
+            dst.copy_from_host(host, stream)
 
-    def download(self) -> dict:
-        """Host copies of every array present (not capture-safe).
+    def download(self, stream=None) -> dict:
+        """Host copies of every array present (not capture-safe), by field name.
 
-        The copies are synchronous but ordered only against the legacy default stream: they do
-        not wait for kernels still queued on driverlevel's (non-blocking) streams, so synchronize
-        the stream that writes the state first.
+        With ``stream`` the copies are queued on it, after the work already there (pass the
+        stream that writes the state), and it is synchronized before return. Without one they
+        are synchronous but ordered only against the legacy default stream: they do not wait
+        for kernels still queued on driverlevel's (non-blocking) streams, so synchronize the
+        stream that writes the state first.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``stream`` is not a driverlevel :class:`~driverlevel.Stream`, or is on another
+            device than the state's arrays, or closed (before any copy).
+        CaptureError
+            During a stream capture.
         """
-        return {k: a.to_numpy() for k, a in self.arrays().items()}
+        arrays = self.arrays()
+        if stream is not None:
+            for a in arrays.values():
+                a._stream("download", stream)
+        return {k: a.to_numpy(stream) for k, a in arrays.items()}
 
 
 def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:

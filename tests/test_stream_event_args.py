@@ -314,3 +314,43 @@ def test_graph_exec_update_refuses_what_is_not_a_graph(calls):
                                             rf"{type(bad).__name__}$"):
             _exec().update(bad)
     assert calls == []
+
+
+# -- RequestState's host copies take a stream -----------------------------------------------------------------
+def _small_state():
+    from driverlevel.request_state import RequestState
+
+    da = lambda shape, dt: DeviceArray(PTR, shape, dt, DEV0)  # noqa: E731
+    return RequestState(da((4,), "uint8"), da((4,), "int32"), da((4,), "int64"), da((4,), "int64"),
+                        da((4, 16), "int32"), da((8,), "int64"), da((1,), "int64"))
+
+
+def _copies(log):
+    """(name, stream handle) of each copy and synchronization, the capture checks left out."""
+    stream_at = {"cuMemcpyHtoDAsync": 3, "cuMemcpyDtoHAsync": 3, "cuStreamSynchronize": 0}
+    return [(n, int(a[stream_at[n]]) if n in stream_at else None) for n, a in log if n != "cuStreamIsCapturing"]
+
+
+def test_request_state_upload_and_download_queue_on_the_given_stream(calls):
+    st = _small_state()
+    st.upload(stream=stream_on(DEV0), active=np.ones(4, np.uint8), seq_lens=[1, 2, 3, 4])
+    assert _copies(calls) == [("cuMemcpyHtoDAsync", 0x5000), ("cuStreamSynchronize", 0x5000)] * 2
+    calls.clear()
+    got = st.download(stream=stream_on(DEV0))
+    assert sorted(got) == sorted(st.arrays())
+    assert _copies(calls) == [("cuMemcpyDtoHAsync", 0x5000), ("cuStreamSynchronize", 0x5000)] * len(got)
+    calls.clear()
+    st.upload(active=np.ones(4, np.uint8))  # without one: the device's private copy stream
+    assert _copies(calls) == [("cuMemcpyHtoDAsync", 0xC0FF), ("cuStreamSynchronize", 0xC0FF)]
+
+
+@pytest.mark.parametrize("method", ["upload", "download"])
+def test_request_state_copies_refuse_another_devices_stream_before_any_copy(calls, method):
+    st = _small_state()
+    go = {"upload": lambda s: st.upload(stream=s, active=np.ones(4, np.uint8), seq_lens=[1, 2, 3, 4]),
+          "download": lambda s: st.download(stream=s)}[method]
+    with pytest.raises(ValueError, match=f"^{method}: stream is on device 1, but the array is on device 0$"):
+        go(stream_on(DEV1))
+    with pytest.raises(TypeError, match=f"^{method}: " + STREAM_WORDS):
+        go(0x5000)
+    assert calls == []
