@@ -373,6 +373,12 @@ class _RunnerBase:
             raise ValueError(f"{src} must be an int >= 2, got {vocab_size!r}")
         if max_prompt_len > max_context:
             raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
+        need = max_prompt_len + 1 + self._rows_per_request  # what reset() asks of its longest prompt
+        if need > max_context:
+            raise ValueError(f"max_prompt_len ({max_prompt_len}) leaves no room in max_context ({max_context}): "
+                             f"a prompt that long needs {need} positions (1 new token and one step's "
+                             f"{self._rows_per_request} rows more); use max_prompt_len <= "
+                             f"{max_context - 1 - self._rows_per_request} or max_context >= {need}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
         if stream is not None:
@@ -550,8 +556,9 @@ class _RunnerBase:
             ``prompts``, or a context that ``max_context`` cannot hold: each request needs
             ``len(prompt) + max_new_tokens + rows <= max_context``, with ``rows`` one step's rows
             per request (1 autoregressive, ``budget + 1`` DDTree). That is a little more than the
-            kernels use (one or two positions), so a prompt of ``max_prompt_len`` tokens needs a
-            ``max_context`` above ``max_prompt_len`` by at least ``1 + rows``.
+            kernels use (one or two positions); the constructor already refused a
+            ``max_prompt_len`` whose prompts could never fit (``max_prompt_len + 1 + rows``
+            above ``max_context``).
         TypeError
             ``prompts`` not a sequence of int sequences (a flat list of ints, a str), or a token,
             ``max_new_tokens`` or stop token that is not an int (floats and bools are refused,
@@ -1005,7 +1012,8 @@ class AutoregressiveRunner(_RunnerBase):
     ValueError
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
-        ``max_context``, a count below 1, ``vocab_size`` below 2, a negative
+        ``max_context - 2`` (a prompt that long needs one new token and one step's row more),
+        a count below 1, ``vocab_size`` below 2, a negative
         ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
         verify attention's ``MAX_SPLITS`` (1024)), for neither or both of ``model`` /
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
@@ -1091,7 +1099,8 @@ class DecodeStepRunner(_RunnerBase):
     ValueError
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
-        ``max_context``, ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
+        ``max_context - 2 - budget`` (a prompt that long needs one new token and one step's
+        ``budget + 1`` rows more), ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
         ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2, a negative
         ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
         verify attention's ``MAX_SPLITS`` (1024)), for a ``vocab_size`` x ``budget`` the

@@ -92,6 +92,26 @@ def test_decode_step_runner_checks_the_drafter_logits_and_budget_first(no_device
         DecodeStepRunner(0, drafter=drafter, **{"budget": 16, **BASE, **kw})
 
 
+@pytest.mark.parametrize("kind, rows", [("autoregressive", 1), ("ddtree", 17)])
+def test_a_max_prompt_len_whose_prompts_could_never_be_reset_is_refused(no_device, kind, rows):
+    """reset() needs len(prompt) + max_new_tokens (>= 1) + one step's rows <= max_context: a max_prompt_len
+    above max_context - 1 - rows was taken and then no prompt of that length could ever start."""
+    def make(p):
+        kw = {**BASE, "max_context": 64, "max_prompt_len": p}
+        if kind == "autoregressive":
+            return AutoregressiveRunner(0, **kw)
+        return DecodeStepRunner(0, drafter=_Drafter(), budget=rows - 1, **kw)
+
+    fits = 64 - 1 - rows
+    for p in (fits + 1, 64):
+        with pytest.raises(ValueError, match=rf"^max_prompt_len \({p}\) leaves no room in max_context \(64\): a prompt "
+                                             rf"that long needs {p + 1 + rows} positions .* use max_prompt_len <= "
+                                             rf"{fits} or max_context >= {p + 1 + rows}$"):
+            make(p)
+    with pytest.raises(_Touched):  # the longest that fits reaches the device
+        make(fits)
+
+
 def test_good_arguments_reach_the_device(no_device):
     with pytest.raises(_Touched):
         AutoregressiveRunner(0, **BASE)
