@@ -402,6 +402,21 @@ def test_request_state_of_cupy_arrays_is_viewed_without_a_copy(device, stream, c
     np.testing.assert_array_equal(got["req_to_token"], r2t)
 
 
+def test_request_state_copies_on_a_stream_are_ordered_after_its_work(device, stream):
+    """upload(stream=) and download(stream) queue on that (non-blocking) stream: a download right after a fill
+    queued there, with no synchronization between, reads what the fill wrote."""
+    B, C = 4, 4096
+    st = dl.RequestState.allocate(device, max_batch=B, max_context=C, num_slots=64)
+    r2t = np.random.default_rng(7).integers(0, 2**31 - 1, (B, C)).astype(np.int32)
+    st.upload(stream=stream, req_to_token=r2t, seq_lens=[5, 6, 7, 8])
+    got = st.download(stream)
+    np.testing.assert_array_equal(got["req_to_token"], r2t)
+    np.testing.assert_array_equal(got["seq_lens"], [5, 6, 7, 8])
+    for word in (0x5A5A5A5A, 0x12345678):
+        st.req_to_token.fill_u32(word, stream)
+        np.testing.assert_array_equal(st.download(stream)["req_to_token"], np.full((B, C), word, np.int32))
+
+
 def test_torch_bfloat16_imported_through_dlpack(device, torch_cuda):
     torch = torch_cuda
     t = torch.ones((4, 576), dtype=torch.bfloat16, device=f"cuda:{device.ordinal}")
