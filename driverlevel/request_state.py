@@ -261,9 +261,7 @@ class RequestState:
                 raise ValueError(f"upload: {name} is {'read-only' if dst.readonly else 'not C-contiguous'}: "
                                  f"it cannot be copied into")
             checked.append((dst, _exact_host_array(name, value, dst)))
-        if stream is not None:
-            for dst, _ in checked:
-                dst._stream("upload", stream)
+        _check_stream("upload", stream, [dst for dst, _ in checked])
         for dst, host in checked:
             dst.copy_from_host(host, stream)
 
@@ -285,10 +283,15 @@ class RequestState:
             During a stream capture.
         """
         arrays = self.arrays()
-        if stream is not None:
-            for a in arrays.values():
-                a._stream("download", stream)
+        _check_stream("download", stream, arrays.values())
         return {k: a.to_numpy(stream) for k, a in arrays.items()}
+
+
+def _check_stream(what: str, stream, arrays) -> None:
+    """``stream`` (unless None) checked against every array's device before the first copy of ``what``."""
+    if stream is not None:
+        for a in arrays:
+            a._stream(what, stream)
 
 
 def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:

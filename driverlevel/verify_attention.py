@@ -118,6 +118,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         raise ValueError(f"rope_scaling gives no usable softmax scale ({out!r}) from factor {factor!r} and "
                          f"mscale_all_dim {mscale_all_dim!r}: the scale must be positive and finite")
     return out
+
+
 _ROW_BYTES = QK_DIM * 2 + 16
 _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2, MaskFormat.CAUSAL: 3}
 #: Largest ``num_splits`` (the optional cap on the pieces of one pair).
