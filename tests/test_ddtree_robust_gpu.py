@@ -509,3 +509,39 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     pushed = rig.state.free_slots.to_numpy()[alloc_base:free_count]
     assert ((pushed >= 0) & (pushed < rig.num_slots)).all()
     clean_round_matches_reference()
+
+    # 10. a repeated node in accepted_nodes (request 1 "accepts" its root a times, keeping one row instead of a):
+    #     commit pushes at most each request's share of rejected slots (rows - accepted), so the other requests'
+    #     ranges of the free-slot stack keep exactly their own rejected slots; request 1's surplus is reported
+    built_on_a_clean_state()
+    pre = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr", "out_cache_loc", "step")
+    tb = rig.host_tree(pre)
+    qo = pre["qo_indptr"].astype(np.int64)
+    post = random_posterior(rng, tb, qo, V, follow=1.0)
+    rig.target.copy_from_host(np.concatenate([post, np.zeros(rig.plan.max_rows - post.size, np.int32)]))
+    rig.plan.accept(stream, rig.state, target_tokens=rig.target)
+    stream.synchronize()
+    rig.plan.check_errors()
+    nodes, acc = rig.plan.accepted_nodes.to_numpy(), rig.plan.accepted_count.to_numpy()
+    assert acc[1] >= 2, acc
+    clean_nodes = nodes.copy()
+    nodes[1, :acc[1]] = 0
+    rig.plan.accepted_nodes.copy_from_host(nodes)
+    rig.plan.commit(stream, rig.state)
+    stream.synchronize()
+    _expect_error(rig, 1, "parents", "inconsistent")
+    alloc_base = int(pre["step"][0])
+    share = (qo[1:] - qo[:-1]) - acc
+    assert int(rig.state.free_count.to_numpy()[0]) == alloc_base + int(share.sum())
+    free_slots = rig.state.free_slots.to_numpy()
+    start = alloc_base + np.concatenate([[0], np.cumsum(share)])
+    for b in range(B):
+        rows = pre["out_cache_loc"][qo[b]:qo[b + 1]]
+        pushed = free_slots[start[b]:start[b + 1]]
+        if b == 1:  # its own rows only, each once, the root (kept) among none of them
+            assert np.isin(pushed, rows[1:]).all() and np.unique(pushed).size == pushed.size
+            continue
+        kept = np.zeros(rows.size, bool)
+        kept[clean_nodes[b, :acc[b]]] = True
+        np.testing.assert_array_equal(pushed, rows[~kept], err_msg=f"request {b}'s rejected slots")
+    clean_round_matches_reference()

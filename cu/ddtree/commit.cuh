@@ -79,17 +79,24 @@ DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
     dl::r2t_store(p.req_to_token, p.r2t_is64, rowb + c + i, slot);
   }
   __syncthreads();
-  i64 dst = alloc_base + sm.rejected_before;
-  for (int i0 = 0; i0 < q; i0 += SMALL_THREADS) {  // rejected slots in node order
+  // Rejected slots in node order, at most this request's share q - a: the other CTAs placed their
+  // ranges by that count, so a corrupted accepted_nodes (a repeated or out-of-range node keeps
+  // fewer than a rows) must not spill into the next request's range -- its surplus slots are
+  // reported and leaked (a slot pushed twice would later be handed to two requests).
+  const i64 first = alloc_base + sm.rejected_before, share = q - a;
+  i64 pushed = 0;
+  for (int i0 = 0; i0 < q; i0 += SMALL_THREADS) {
     const int i = i0 + tid;
     const int rej = i < q && !sm.keep[i];
     int total;
     const int rank = dl::block_excl_scan<SMALL_THREADS>(rej, sm.ri, &total);
     if (rej) {
-      if (dst + rank >= 0 && dst + rank < p.free_capacity) p.free_slots[dst + rank] = p.out_cache_loc[qo + i];
+      const i64 dst = first + pushed + rank;
+      if (pushed + rank >= share) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
+      else if (dst >= 0 && dst < p.free_capacity) p.free_slots[dst] = p.out_cache_loc[qo + i];
       else dl::report_error(p.error, b, DL_FIELD_OUT_CACHE_LOC, DL_ERR_OUT_OF_RANGE);
     }
-    dst += total;
+    pushed += total;
   }
   if (tid == 0) {
     if (table_ok) p.seq_lens[b] = c + a;
