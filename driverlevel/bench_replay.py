@@ -402,8 +402,6 @@ def write_result(result: dict, json_path) -> None:
 
 
 if __name__ == "__main__":  # the module behind `driverlevel bench replay`, not a script of its own
-    import sys
-
     print("driverlevel.bench_replay is run as `driverlevel bench replay` (see `driverlevel bench replay --help`)",
           file=sys.stderr)
     sys.exit(2)

@@ -26,6 +26,10 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from driverlevel._compile import CompileVariant
 
 _INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _FUN = re.compile(r"^\.text\.(\S+):")
@@ -109,7 +113,6 @@ def _tile_variant(ap: argparse.ArgumentParser, args) -> CompileVariant:
     from bench_tiles import parse_tile_config
 
     from driverlevel._compile import shared_limit
-    from driverlevel.cli import CompileVariant
     from driverlevel.verify_attention import compile_variant, tile_config
 
     try:  # its one-line message (it raises SystemExit for its other callers)
