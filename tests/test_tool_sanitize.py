@@ -32,7 +32,7 @@ def _run(tmp_path, *args, env=None):
     stub = tmp_path / "compute-sanitizer"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    own = ("K", "SANITIZER_ARGS", "PLAN", "LINEINFO", "TIMEOUT", "PRINT_LIMIT", "JOBS")  # the script's settings: the test's only
+    own = ("K", "SANITIZER_ARGS", "PLAN", "LINEINFO", "TIMEOUT", "PRINT_LIMIT", "JOBS")  # settings (and old ones): the test's only
     e = dict({k: v for k, v in os.environ.items() if k not in own}, SANITIZER=str(stub), STUB_LOG=str(tmp_path / "calls.txt"), OUT=str(tmp_path / "out"),
              PYTHON=sys.executable, **(env or {}))
     r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=60)
@@ -54,7 +54,7 @@ def test_an_unknown_run_is_refused_before_any_run(tmp_path, run, words):
 
 
 def test_each_run_is_summarised_with_the_sanitizers_own_line(tmp_path):
-    r, calls = _run(tmp_path, "memcheck:step", "racecheck:ddtree", "synccheck:verify", env={"TIMEOUT": "2"})
+    r, calls = _run(tmp_path, "memcheck:step", "racecheck:ddtree", "synccheck:verify", "--timeout", "2")
     assert r.returncode == 1, r.stdout + r.stderr
     table = r.stdout[r.stdout.index("=== summary"):].splitlines()
     assert table[2].split()[:3] == ["memcheck", "step", "clean"] and "ERROR SUMMARY: 0 errors" in table[2]
@@ -91,7 +91,7 @@ def test_no_sanitizer_is_a_clear_error(tmp_path):
     (["-x"], {}, "unknown option '-x'"),
     (["memcheck"], {}, "'memcheck' is not a TOOL:GROUP pair"),
     ([], {"PLAN": " "}, "no run to do (PLAN is empty)"),
-    (["memcheck:step"], {"TIMEOUT": "abc"}, "TIMEOUT='abc' must be a positive number of seconds"),
+    (["memcheck:step", "--timeout", "abc"], {}, "--timeout 'abc' must be a positive number of seconds"),
     (["memcheck:step"], {"LINEINFO": "maybe"}, "LINEINFO='maybe' is not understood"),
 ])
 def test_settings_are_checked_before_the_sanitizer_is_looked_for_and_nothing_is_left(tmp_path, args, env, words):
@@ -127,8 +127,8 @@ def test_the_groups_select_what_their_help_says():
 
 
 def test_k_replaces_the_groups_expression_and_sanitizer_args_reach_every_run(tmp_path):
-    r, calls = _run(tmp_path, "racecheck:ddtree", "memcheck:step",
-                    env={"K": "test_build_matches_reference and 3001", "SANITIZER_ARGS": "--racecheck-report hazard"})
+    r, calls = _run(tmp_path, "-k", "test_build_matches_reference and 3001", "racecheck:ddtree", "memcheck:step",
+                    env={"SANITIZER_ARGS": "--racecheck-report hazard"})
     assert r.returncode == 1 and len(calls) == 2, r.stdout + r.stderr
     assert calls[0].startswith("--tool racecheck --racecheck-report hazard --error-exitcode 97")
     assert calls[0].endswith("tests/test_ddtree_gpu.py -k test_build_matches_reference and 3001")
@@ -137,13 +137,13 @@ def test_k_replaces_the_groups_expression_and_sanitizer_args_reach_every_run(tmp
 
 
 def test_an_empty_k_runs_the_group_files_whole(tmp_path):
-    r, calls = _run(tmp_path, "memcheck:ddtree", env={"K": ""})
+    r, calls = _run(tmp_path, "memcheck:ddtree", "-k", "")
     assert r.returncode == 0 and calls[0].endswith("tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py")
 
 
 def test_runs_at_once_keep_the_summarys_order_and_status(tmp_path):
     # synccheck's stand-in sleeps 5 s and is cut at 2: the slow run first, the others finish before it
-    r, calls = _run(tmp_path, "synccheck:verify", "memcheck:step", "racecheck:ddtree", env={"TIMEOUT": "2", "JOBS": "3"})
+    r, calls = _run(tmp_path, "-t", "2", "synccheck:verify", "memcheck:step", "racecheck:ddtree", "--jobs=3")
     assert r.returncode == 1, r.stdout + r.stderr
     table = r.stdout[r.stdout.index("=== summary"):].splitlines()
     assert [t.split()[:3] for t in table[2:5]] == [["synccheck", "verify", "timeout"], ["memcheck", "step", "clean"],
@@ -152,7 +152,7 @@ def test_runs_at_once_keep_the_summarys_order_and_status(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "memcheck-step.log", "racecheck-ddtree.log", "synccheck-verify.log"]
     (tmp_path / "b").mkdir()  # three runs, two at a time: the third waits for a slot
-    ok, calls = _run(tmp_path / "b", "memcheck:step", "memcheck:ddtree", "memcheck:verify", env={"JOBS": "2"})
+    ok, calls = _run(tmp_path / "b", "-j", "2", "memcheck:step", "memcheck:ddtree", "memcheck:verify")
     assert ok.returncode == 0 and ok.stdout.count(" clean ") == 3 and len(calls) == 3, ok.stdout
     table = ok.stdout[ok.stdout.index("=== summary"):].splitlines()
     assert [t.split()[1] for t in table[2:5]] == ["step", "ddtree", "verify"]
@@ -165,8 +165,24 @@ def test_a_run_named_twice_is_refused(tmp_path):
 
 @pytest.mark.parametrize("jobs", ["0", "two", "-1"])
 def test_jobs_must_be_a_positive_count(tmp_path, jobs):
-    r, calls = _run(tmp_path, "memcheck:step", env={"JOBS": jobs})
-    assert r.returncode == 2 and f"JOBS='{jobs}'" in r.stderr and calls == []
+    r, calls = _run(tmp_path, "memcheck:step", "--jobs", jobs)
+    assert r.returncode == 2 and f"--jobs '{jobs}'" in r.stderr and calls == []
+
+
+@pytest.mark.parametrize("args, words", [(["-k"], "-k needs an expression"), (["--timeout"], "--timeout needs"),
+                                         (["-j"], "-j needs a number"), (["--timeout=0"], "--timeout '0' must be"),
+                                         (["--verbose"], "unknown option '--verbose'")])
+def test_an_option_without_its_value_or_unknown_is_refused(tmp_path, args, words):
+    r, calls = _run(tmp_path, "memcheck:step", *args)
+    assert r.returncode == 2 and words in r.stderr and calls == [], r.stderr
+
+
+def test_the_shells_k_timeout_and_jobs_change_nothing(tmp_path):
+    """The old settings' names are common in shells and CI: inherited, they must not narrow or cut a run."""
+    r, calls = _run(tmp_path, "memcheck:ddtree", env={"K": "nothing_matches_this", "TIMEOUT": "abc", "JOBS": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tests/test_ddtree_gpu.py -k corrupted or poisoned or nonfinite" in calls[0], calls  # the group's own -k
+    assert "nothing_matches_this" not in calls[0]
 
 
 @pytest.mark.parametrize("pytest_line", ["22 skipped, 114 deselected in 0.31s", "1 skipped in 0.20s",

@@ -3,8 +3,21 @@
 # the kernels fed corrupted metadata on purpose included), racecheck (shared-memory hazards), synccheck
 # (barriers a warp or CTA cannot all reach) and initcheck (reads of device memory never written).
 #
-#   tools/sanitize.sh [TOOL:GROUP ...]     these runs (default: $PLAN)
-#   tools/sanitize.sh -h | --help          this text (nothing run)
+#   tools/sanitize.sh [OPTIONS] [TOOL:GROUP ...]     these runs (default: $PLAN)
+#   tools/sanitize.sh -h | --help                    this text (nothing run)
+#
+# Options (anywhere before a `--`; the run names follow them or mix with them):
+#   -k EXPR         a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
+#                   -k 'test_build_matches_reference and 3001' racecheck:ddtree-all (-k '': the files whole)
+#   -t, --timeout S seconds per run (default 100: the default plan fits one 600 s device call); a run cut
+#                   short still reports the errors found so far
+#   -j, --jobs N    runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
+#                   seconds of a run grow while others run; the summary keeps the runs' order. On the H200
+#                   seven runs side by side (the default plan, racecheck and synccheck of seven verify tests;
+#                   seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
+#                   ~90 s (forty-fifth session). Needs bash 4.3 or newer when N > 1; a run may be named once
+#   (Until the forty-eighth session these three were the environment variables K, TIMEOUT and JOBS; a shell
+#   that happened to set one changed a run, so they are options now and those variables are not read.)
 #
 # GROUP is one of (the first ones sized for the default timeout under memcheck; the -all groups are wider)
 #   ddtree      tests/test_ddtree_robust_gpu.py (corrupted metadata, non-finite rows, a poisoned counter) and of
@@ -23,18 +36,9 @@
 #              the directory sanitize.sh is called from); one log per run, TOOL-GROUP.log
 #   PLAN       default runs (default "memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree
 #              synccheck:ddtree")
-#   TIMEOUT    seconds per run (default 100: the default plan fits one 600 s device call); a run cut
-#              short still reports the errors found so far
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
 #   PRINT_LIMIT  reports printed per run (default 30)
-#   JOBS       runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
-#              seconds of a run grow while others run; the summary keeps the runs' order. On the H200
-#              seven runs side by side (the default plan, racecheck and synccheck of seven verify tests;
-#              seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
-#              ~90 s (forty-fifth session). Needs bash 4.3 or newer when JOBS > 1; a run may be named once
-#   K          a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
-#              K='test_build_matches_reference and 3001' racecheck:ddtree-all (K= empty: the files whole)
 #   SANITIZER_ARGS  more compute-sanitizer options for every run, e.g. "--racecheck-report hazard" (the
 #              hazards with their threads) or "--racecheck-detect-level info"
 #   LINEINFO=1 compile with -lineinfo (DRIVERLEVEL_LINEINFO=1; on/true/yes too) so that reports name
@@ -63,14 +67,25 @@ case "$(echo "${LINEINFO:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" 
   ""|0|off|false|no) ;;
   *) usage_error "LINEINFO='${LINEINFO}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
 esac
-TIMEOUT_S="${TIMEOUT:-100}"
-[[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "TIMEOUT='$TIMEOUT_S' must be a positive number of seconds"
-PY="${PYTHON:-python}"
-JOBS_N="${JOBS:-1}"
-[[ "$JOBS_N" =~ ^[1-9][0-9]*$ ]] || usage_error "JOBS='$JOBS_N' must be a positive number of runs at once"
+TIMEOUT_S=100; JOBS_N=1; K_SET=0; K_EXPR=""; RUNS=()
+while [ $# -gt 0 ]; do  # options and run names, in any order; everything after `--` is a run name
+  case "$1" in
+    -k) [ $# -ge 2 ] || usage_error "-k needs an expression (-k '' for the group files whole)"
+        K_SET=1; K_EXPR="$2"; shift 2 ;;
+    -t|--timeout) [ $# -ge 2 ] || usage_error "$1 needs a number of seconds"; TIMEOUT_S="$2"; shift 2 ;;
+    --timeout=*) TIMEOUT_S="${1#*=}"; shift ;;
+    -j|--jobs) [ $# -ge 2 ] || usage_error "$1 needs a number of runs at once"; JOBS_N="$2"; shift 2 ;;
+    --jobs=*) JOBS_N="${1#*=}"; shift ;;
+    --) shift; RUNS+=("$@"); break ;;
+    *) RUNS+=("$1"); shift ;;
+  esac
+done
+[[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "--timeout '$TIMEOUT_S' must be a positive number of seconds"
+[[ "$JOBS_N" =~ ^[1-9][0-9]*$ ]] || usage_error "--jobs '$JOBS_N' must be a positive number of runs at once"
 if [ "$JOBS_N" -gt 1 ] && ! (( BASH_VERSINFO[0] > 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] >= 3) )); then
-  usage_error "JOBS=$JOBS_N needs bash 4.3 or newer (wait -n); this is $BASH_VERSION"
+  usage_error "--jobs $JOBS_N needs bash 4.3 or newer (wait -n); this is $BASH_VERSION"
 fi
+PY="${PYTHON:-python}"
 
 DDTREE_K="corrupted or poisoned or nonfinite or dense_commit or chain_and_star or threshold_fallback"
 DDTREE_K="$DDTREE_K or compile_matches or accept_from_target or commit_dense"
@@ -93,7 +108,6 @@ group_k() {  # the -k expression of a group that takes one
   esac
 }
 
-RUNS=("$@")
 [ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
 [ ${#RUNS[@]} -eq 0 ] && usage_error "no run to do (PLAN is empty): name TOOL:GROUP pairs"
 for run in "${RUNS[@]}"; do  # every run checked before anything is looked for or run
@@ -119,7 +133,7 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   tool="${run%%:*}"; group="${run#*:}"
   log="$OUT_DIR/$tool-$group.log"
   read -r -a args <<< "$(group_args "$group")"
-  kexpr="${K-$(group_k "$group")}"
+  if [ "$K_SET" = 1 ]; then kexpr="$K_EXPR"; else kexpr="$(group_k "$group")"; fi
   [ -n "$kexpr" ] && args+=(-k "$kexpr")
   echo
   echo "=== $tool $group: ${args[*]}"

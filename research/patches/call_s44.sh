@@ -14,7 +14,7 @@ T=tests/test_ddtree_gpu.py::test_build_matches_reference
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer | head -n 1)
 for t in main sort-idle-barriers sort-cta-barriers; do dd=$PWD; [ $t != main ] && dd=/tmp/ab-$t
   echo "--- racecheck, $t"
-  (cd $dd && PYTHONPATH=$dd OUT=$OUT/san-$t TIMEOUT=120 bash tools/sanitize.sh racecheck:ddtree 2>&1 | tail -n 1)
+  (cd $dd && PYTHONPATH=$dd OUT=$OUT/san-$t bash tools/sanitize.sh --timeout 120 racecheck:ddtree 2>&1 | tail -n 1)
   for id in float32-3001-3-40-2-False-threshold float32-20000-6-64-5-True-threshold bfloat16-8000-5-100-3-True-threshold \
             float32-5000-4-481-2-False-threshold; do
     (cd $dd && PYTHONPATH=$dd timeout 100 $SAN --tool racecheck --print-limit 4 python -m pytest -q -p no:cacheprovider \

@@ -30,8 +30,8 @@ VK="padded or int32_index or batches_ragged or more_splits"
 t0=$(date +%s)
 (cd $P && export PYTHONPATH=$P DRIVERLEVEL_CACHE_DIR=/tmp/kc-patched
  if [ "${SKIP_SANITIZE:-0}" != 1 ]; then
- K="$VK" OUT="$L/race7" TIMEOUT=200 LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh racecheck:verify-all > "$L/race7.txt" 2>&1 &
- OUT="$L/race23" JOBS=2 TIMEOUT=200 LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh racecheck:verify synccheck:verify \
+ OUT="$L/race7" LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh -k "$VK" --timeout 200 racecheck:verify-all > "$L/race7.txt" 2>&1 &
+ OUT="$L/race23" LINEINFO=1 PRINT_LIMIT=200 bash tools/sanitize.sh --jobs 2 --timeout 200 racecheck:verify synccheck:verify \
    > "$L/race23.txt" 2>&1 &
  fi
  timeout ${TESTS_S:-250} python -m pytest -q -m gpu -p no:cacheprovider -n 6 tests/test_verify_attention_gpu.py tests/test_verify_schedule_gpu.py \

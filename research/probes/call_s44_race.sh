@@ -47,7 +47,7 @@ echo "probe runs (sort over all warps): $(( $(date +%s) - t0 )) s"
 for f in "$OUT"/race/probe-*.log; do printf '  %-52s %s | %s\n' "$(basename "$f")" "$(grep -h 'RACECHECK SUMMARY' "$f" | tail -n 1)" "$(tail -n 1 "$f")"; done
 tar czf "$OUT/race.tgz" -C "$OUT" race && rm -rf "$OUT/race"
 t0=$(date +%s)
-OUT=$OUT/san TIMEOUT=90 bash tools/sanitize.sh memcheck:ddtree 2>&1 | tail -n 6
+OUT=$OUT/san bash tools/sanitize.sh --timeout 90 memcheck:ddtree 2>&1 | tail -n 6
 echo "memcheck: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 unset DRIVERLEVEL_LINEINFO

@@ -17,9 +17,9 @@ echo "warm: $(tail -n 1 "$L/warm.log") ($(( $(date +%s) - t0 )) s)"
 run() {  # name, K (or - for the group's own), runs...
   local name=$1 k=$2; shift 2
   if [ "$k" = - ]; then
-    OUT="$L/$name" TIMEOUT=${T:-400} LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh "$@" > "$L/$name.txt" 2>&1
+    OUT="$L/$name" LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh --timeout "${T:-400}" "$@" > "$L/$name.txt" 2>&1
   else
-    K="$k" OUT="$L/$name" TIMEOUT=${T:-400} LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh "$@" > "$L/$name.txt" 2>&1
+    OUT="$L/$name" LINEINFO=1 PRINT_LIMIT=40 bash tools/sanitize.sh -k "$k" --timeout "${T:-400}" "$@" > "$L/$name.txt" 2>&1
   fi
 }
 run race-verify "$VK" racecheck:verify-all &
