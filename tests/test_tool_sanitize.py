@@ -40,8 +40,9 @@ def _run(tmp_path, *args, env=None):
     return r, [c for c in calls if c != "--version"]
 
 
-def test_help_prints_the_header_and_runs_nothing(tmp_path):
-    r, calls = _run(tmp_path, "--help")
+@pytest.mark.parametrize("args", [["--help"], ["memcheck:step", "-h"], ["-k", "x", "--help", "racecheck:ddtree"]])
+def test_help_prints_the_header_and_runs_nothing(tmp_path, args):
+    r, calls = _run(tmp_path, *args)
     assert r.returncode == 0 and calls == []
     assert "memcheck" in r.stdout and "GROUP is one of" in r.stdout and "#" not in r.stdout.splitlines()[0]
 
@@ -171,7 +172,9 @@ def test_jobs_must_be_a_positive_count(tmp_path, jobs):
 
 @pytest.mark.parametrize("args, words", [(["-k"], "-k needs an expression"), (["--timeout"], "--timeout needs"),
                                          (["-j"], "-j needs a number"), (["--timeout=0"], "--timeout '0' must be"),
-                                         (["--verbose"], "unknown option '--verbose'")])
+                                         (["--verbose"], "unknown option '--verbose'"),
+                                         (["-k", "a", "-k", "b"], "-k given twice"),
+                                         (["--", "-k"], "'-k' is not a TOOL:GROUP pair")])
 def test_an_option_without_its_value_or_unknown_is_refused(tmp_path, args, words):
     r, calls = _run(tmp_path, "memcheck:step", *args)
     assert r.returncode == 2 and words in r.stderr and calls == [], r.stderr

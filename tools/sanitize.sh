@@ -7,7 +7,7 @@
 #   tools/sanitize.sh -h | --help                    this text (nothing run)
 #
 # Options (anywhere before a `--`; the run names follow them or mix with them):
-#   -k EXPR         a pytest -k expression that replaces the groups' own, to narrow a run to one test, e.g.
+#   -k EXPR         a pytest -k expression that replaces the groups' own (once), to narrow a run to one test, e.g.
 #                   -k 'test_build_matches_reference and 3001' racecheck:ddtree-all (-k '': the files whole)
 #   -t, --timeout S seconds per run (default 100: the default plan fits one 600 s device call); a run cut
 #                   short still reports the errors found so far
@@ -52,10 +52,12 @@
 # no test passed, e.g. all skipped because no GPU was visible, or none selected), the seconds, and the
 # sanitizer's own summary line. The exit status is non-zero if any run was not clean.
 set -uo pipefail
-case "${1:-}" in
-  -h|--help)  # the header above, without its comment marks; nothing run
-    sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
-esac
+for arg in "$@"; do  # -h / --help anywhere before a `--`: the header above, without its comment marks; nothing run
+  case "$arg" in
+    --) break ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+  esac
+done
 export PYTHONUNBUFFERED=1
 case "${OUT:-}" in /*|"") OUT_ARG="${OUT:-}" ;; *) OUT_ARG="$PWD/$OUT" ;; esac  # (relative: the caller's directory)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -71,12 +73,14 @@ TIMEOUT_S=100; JOBS_N=1; K_SET=0; K_EXPR=""; RUNS=()
 while [ $# -gt 0 ]; do  # options and run names, in any order; everything after `--` is a run name
   case "$1" in
     -k) [ $# -ge 2 ] || usage_error "-k needs an expression (-k '' for the group files whole)"
+        [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
         K_SET=1; K_EXPR="$2"; shift 2 ;;
     -t|--timeout) [ $# -ge 2 ] || usage_error "$1 needs a number of seconds"; TIMEOUT_S="$2"; shift 2 ;;
     --timeout=*) TIMEOUT_S="${1#*=}"; shift ;;
     -j|--jobs) [ $# -ge 2 ] || usage_error "$1 needs a number of runs at once"; JOBS_N="$2"; shift 2 ;;
     --jobs=*) JOBS_N="${1#*=}"; shift ;;
     --) shift; RUNS+=("$@"); break ;;
+    -?*) usage_error "unknown option '$1' (-h for help)" ;;
     *) RUNS+=("$1"); shift ;;
   esac
 done
@@ -111,7 +115,7 @@ group_k() {  # the -k expression of a group that takes one
 [ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
 [ ${#RUNS[@]} -eq 0 ] && usage_error "no run to do (PLAN is empty): name TOOL:GROUP pairs"
 for run in "${RUNS[@]}"; do  # every run checked before anything is looked for or run
-  case "$run" in -*) usage_error "unknown option '$run' (-h for help)" ;; *:*) ;; *)
+  case "$run" in *:*) ;; *)
     usage_error "'$run' is not a TOOL:GROUP pair (e.g. memcheck:ddtree)" ;; esac
   tool="${run%%:*}"; group="${run#*:}"
   case "$tool" in memcheck|racecheck|synccheck|initcheck) ;; *)

@@ -19,6 +19,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; L=/tmp/va-race; rm -rf "$L"; mkdir -p "$L"
 T_START=$(date +%s)
 LIMIT=${LIMIT:-575}  # seconds this script may take (less when the session has less device time)
+[[ "$LIMIT" =~ ^[1-9][0-9]*$ ]] || { echo "call_va_race.sh: LIMIT='$LIMIT' must be a positive number of seconds" >&2; exit 2; }
 left() { echo $(( LIMIT - ($(date +%s) - T_START) )); }
 pack() { tar -czf "$OUT/va-race.tgz" -C "$L" .; }
 touch /tmp/va-race-mark
@@ -46,7 +47,7 @@ if [ "$(left)" -gt 240 ]; then
   t0=$(date +%s)
   for r in 1 2; do
     for tree in main patch; do
-      [ "$(left)" -gt 60 ] || { echo "bench $tree $r skipped: $(left) s left"; continue; }
+      [ "$(left)" -gt 125 ] || { echo "bench $tree $r skipped: $(left) s left"; continue; }  # (a bench may take 110 s)
       if [ $tree = main ]; then d=$MAIN; c=""; else d=$P; c=/tmp/kc-patched; fi
       (cd "$d" && PYTHONPATH=$d DRIVERLEVEL_CACHE_DIR=${c:-${DRIVERLEVEL_CACHE_DIR:-$HOME/.cache/driverlevel}} timeout 110 \
          python benchmarks/bench_tiles.py --quick --json "$L/tiles-$tree-$r.json" > "$L/tiles-$tree-$r.txt" 2>&1) \
