@@ -4,8 +4,10 @@ and its summary of each run, with a stand-in for compute-sanitizer that records 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,14 @@ def test_the_plan_from_the_environment_and_lineinfo(tmp_path, monkeypatch, linei
 def test_no_sanitizer_is_a_clear_error(tmp_path):
     e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"))
     r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and f"SANITIZER='{tmp_path / 'missing'}' is not an executable file" in r.stderr
+    bare = tmp_path / "bin"  # none set, none on PATH, none under /usr/local/cuda*/bin (skipped where one is)
+    bare.mkdir()
+    if any(Path("/usr/local").glob("cuda*/bin/compute-sanitizer")):
+        return
+    e = dict({k: v for k, v in os.environ.items() if k != "SANITIZER"}, OUT=str(tmp_path / "out"),
+             PATH=f"{bare}:/usr/bin:/bin")
+    r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 2 and "no compute-sanitizer found (set SANITIZER to its path)" in r.stderr
 
 
@@ -92,7 +102,8 @@ def test_no_sanitizer_is_a_clear_error(tmp_path):
     (["-x"], {}, "unknown option '-x'"),
     (["memcheck"], {}, "'memcheck' is not a TOOL:GROUP pair"),
     ([], {"PLAN": " "}, "no run to do (PLAN is empty)"),
-    (["memcheck:step", "--timeout", "abc"], {}, "--timeout 'abc' must be a positive number of seconds"),
+    (["memcheck:step", "--timeout", "abc"], {}, "--timeout 'abc' must be a whole number of seconds, 1 or more"),
+    (["memcheck:step", "-t", "1.5"], {}, "--timeout '1.5' must be a whole number of seconds"),
     (["memcheck:step"], {"LINEINFO": "maybe"}, "LINEINFO='maybe' is not understood"),
 ])
 def test_settings_are_checked_before_the_sanitizer_is_looked_for_and_nothing_is_left(tmp_path, args, env, words):
@@ -174,16 +185,20 @@ def test_jobs_must_be_a_positive_count(tmp_path, jobs):
                                          (["-j"], "-j needs a number"), (["--timeout=0"], "--timeout '0' must be"),
                                          (["--verbose"], "unknown option '--verbose'"),
                                          (["-k", "a", "-k", "b"], "-k given twice"),
-                                         (["--", "-k"], "'-k' is not a TOOL:GROUP pair")])
+                                         (["--", "-k"], "'-k' is not a TOOL:GROUP pair"),
+                                         (["-j0"], "--jobs '0' must be a whole number")])
 def test_an_option_without_its_value_or_unknown_is_refused(tmp_path, args, words):
     r, calls = _run(tmp_path, "memcheck:step", *args)
     assert r.returncode == 2 and words in r.stderr and calls == [], r.stderr
 
 
 def test_the_shells_k_timeout_and_jobs_change_nothing(tmp_path):
-    """The old settings' names are common in shells and CI: inherited, they must not narrow or cut a run."""
+    """The old settings' names are common in shells and CI: inherited, they must not narrow or cut a run (a
+    note says they are not read)."""
     r, calls = _run(tmp_path, "memcheck:ddtree", env={"K": "nothing_matches_this", "TIMEOUT": "abc", "JOBS": "0"})
     assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("K", "TIMEOUT", "JOBS"):
+        assert f"the environment's {name} is not read" in r.stderr
     assert "tests/test_ddtree_gpu.py -k corrupted or poisoned or nonfinite" in calls[0], calls  # the group's own -k
     assert "nothing_matches_this" not in calls[0]
 
@@ -213,3 +228,42 @@ def test_a_relative_out_is_the_callers(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "rel" / "logs" / "memcheck-step.log").is_file()
     assert not (REPO / "rel").exists()
+
+
+def test_attached_values_and_leading_zeros(tmp_path):
+    r, calls = _run(tmp_path, "-kfoo and bar", "-t05", "-j02", "memcheck:step", "memcheck:ddtree")
+    assert r.returncode == 0 and len(calls) == 2, r.stdout + r.stderr
+    assert all(c.endswith("-k foo and bar") for c in calls), calls
+    assert "memcheck ddtree done:" in r.stdout or "memcheck step done:" in r.stdout  # (printed with --jobs > 1)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_interrupt_stops_every_run_and_prints_the_summary_so_far(tmp_path, jobs):
+    """Ctrl-C reaches the script's process group, not the runs' (timeout gives each its own): the script stops
+    them itself, starts no other, and says which were stopped and which never started (exit 130)."""
+    stub = tmp_path / "compute-sanitizer"
+    stub.write_text('#!/usr/bin/env bash\n[ "$1" = --version ] && { echo "Version 1"; exit 0; }\n'
+                    'echo "$$" >> "$STUB_PIDS"\nsleep 60\necho "3 passed"\n')
+    stub.chmod(0o755)
+    pids = tmp_path / "pids"
+    e = dict({k: v for k, v in os.environ.items() if k not in ("K", "PLAN", "JOBS", "TIMEOUT")}, SANITIZER=str(stub),
+             STUB_PIDS=str(pids), OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    p = subprocess.Popen(["bash", str(SCRIPT), "-j", jobs, "-t", "90", "memcheck:step", "memcheck:ddtree",
+                          "racecheck:ddtree"], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < int(jobs)):
+        time.sleep(0.1)
+    assert pids.exists(), "no run started"
+    os.killpg(p.pid, signal.SIGINT)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 130, out
+    table = out[out.index("=== summary"):].splitlines()
+    started = ["memcheck:step", "memcheck:ddtree"][:int(jobs)]
+    for row, run in zip(table[2:], started):
+        assert row.split()[:3] == [*run.split(":"), "interrupted"], row
+    not_started = ["memcheck:step", "memcheck:ddtree", "racecheck:ddtree"][int(jobs):]
+    assert f"(interrupted: not started: {' '.join(not_started)})" in out
+    time.sleep(0.5)
+    for pid in pids.read_text().split():  # no run left behind
+        assert not Path(f"/proc/{pid}").exists(), f"sanitizer stand-in {pid} still runs"

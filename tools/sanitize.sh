@@ -15,9 +15,13 @@
 #                   seconds of a run grow while others run; the summary keeps the runs' order. On the H200
 #                   seven runs side by side (the default plan, racecheck and synccheck of seven verify tests;
 #                   seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
-#                   ~90 s (forty-fifth session). Needs bash 4.3 or newer when N > 1; a run may be named once
-#   (Until the forty-eighth session these three were the environment variables K, TIMEOUT and JOBS; a shell
-#   that happened to set one changed a run, so they are options now and those variables are not read.)
+#                   ~90 s (2026-12-05). Needs bash 4.3 or newer when N > 1; a run may be named once
+#   -k, -t and -j take their value attached too (-kEXPR, -t300, -j2), --timeout=S and --jobs=N likewise.
+#   (Until 2026-12-05 these three were the environment variables K, TIMEOUT and JOBS; a shell that happened
+#   to set one changed a run, so they are options now: those variables are not read, and a note says so.)
+#
+# Ctrl-C (SIGINT) or SIGTERM stops every run in progress, starts no other, and prints the summary so far
+# (the runs stopped: "interrupted"); the exit status is then 130.
 #
 # GROUP is one of (the first ones sized for the default timeout under memcheck; the -all groups are wider)
 #   ddtree      tests/test_ddtree_robust_gpu.py (corrupted metadata, non-finite rows, a poisoned counter) and of
@@ -52,9 +56,13 @@
 # no test passed, e.g. all skipped because no GPU was visible, or none selected), the seconds, and the
 # sanitizer's own summary line. The exit status is non-zero if any run was not clean.
 set -uo pipefail
-for arg in "$@"; do  # -h / --help anywhere before a `--`: the header above, without its comment marks; nothing run
+skip=0
+for arg in "$@"; do  # -h / --help anywhere before a `--` (not as an option's value): the header above, without
+  # its comment marks; nothing run
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
   case "$arg" in
     --) break ;;
+    -k|-t|--timeout|-j|--jobs) skip=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
   esac
 done
@@ -75,17 +83,23 @@ while [ $# -gt 0 ]; do  # options and run names, in any order; everything after 
     -k) [ $# -ge 2 ] || usage_error "-k needs an expression (-k '' for the group files whole)"
         [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
         K_SET=1; K_EXPR="$2"; shift 2 ;;
+    -k?*) [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
+          K_SET=1; K_EXPR="${1#-k}"; shift ;;
     -t|--timeout) [ $# -ge 2 ] || usage_error "$1 needs a number of seconds"; TIMEOUT_S="$2"; shift 2 ;;
     --timeout=*) TIMEOUT_S="${1#*=}"; shift ;;
+    -t?*) TIMEOUT_S="${1#-t}"; shift ;;
     -j|--jobs) [ $# -ge 2 ] || usage_error "$1 needs a number of runs at once"; JOBS_N="$2"; shift 2 ;;
     --jobs=*) JOBS_N="${1#*=}"; shift ;;
+    -j?*) JOBS_N="${1#-j}"; shift ;;
     --) shift; RUNS+=("$@"); break ;;
     -?*) usage_error "unknown option '$1' (-h for help)" ;;
     *) RUNS+=("$1"); shift ;;
   esac
 done
-[[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || usage_error "--timeout '$TIMEOUT_S' must be a positive number of seconds"
-[[ "$JOBS_N" =~ ^[1-9][0-9]*$ ]] || usage_error "--jobs '$JOBS_N' must be a positive number of runs at once"
+whole() { [[ "$1" =~ ^[0-9]+$ ]] && (( 10#$1 > 0 )); }  # a whole number >= 1 (leading zeros taken)
+whole "$TIMEOUT_S" || usage_error "--timeout '$TIMEOUT_S' must be a whole number of seconds, 1 or more"
+whole "$JOBS_N" || usage_error "--jobs '$JOBS_N' must be a whole number of runs at once, 1 or more"
+TIMEOUT_S=$((10#$TIMEOUT_S)); JOBS_N=$((10#$JOBS_N))
 if [ "$JOBS_N" -gt 1 ] && ! (( BASH_VERSINFO[0] > 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] >= 3) )); then
   usage_error "--jobs $JOBS_N needs bash 4.3 or newer (wait -n); this is $BASH_VERSION"
 fi
@@ -124,16 +138,22 @@ for run in "${RUNS[@]}"; do  # every run checked before anything is looked for o
 done
 dups="$(printf '%s\n' "${RUNS[@]}" | sort | uniq -d | tr '\n' ' ')"
 [ -z "$dups" ] || usage_error "a run named twice: ${dups% } (each run writes TOOL-GROUP.log)"
-SAN="${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)}"
-if [ -z "$SAN" ] || [ ! -x "$SAN" ]; then
-  usage_error "no compute-sanitizer found (set SANITIZER to its path)"
+if [ -n "${SANITIZER:-}" ]; then
+  SAN="$SANITIZER"
+  [ -f "$SAN" ] && [ -x "$SAN" ] || usage_error "SANITIZER='$SAN' is not an executable file"
+else
+  SAN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
+  [ -n "$SAN" ] && [ -x "$SAN" ] || usage_error "no compute-sanitizer found (set SANITIZER to its path)"
 fi
+for old in K TIMEOUT JOBS; do  # (read no more: say so once, so that an old habit does not go unnoticed)
+  [ -n "${!old+x}" ] && echo "sanitize.sh: note: the environment's $old is not read (use the option: -h)" >&2
+done
 OUT_DIR="${OUT_ARG:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 
 echo "compute-sanitizer: $SAN ($("$SAN" --version 2>/dev/null | grep -i version | head -n 1))"
-one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into the file $2
-  local run=$1 tool group log args kexpr start end rc status note extra more
+one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into the file $2; $3: its number
+  local run=$1 tool group log args kexpr start end rc status note extra more tpid
   tool="${run%%:*}"; group="${run#*:}"
   log="$OUT_DIR/$tool-$group.log"
   read -r -a args <<< "$(group_args "$group")"
@@ -146,9 +166,17 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   [ "$tool" = memcheck ] && extra=(--report-api-errors no)
   read -r -a more <<< "${SANITIZER_ARGS:-}"
   extra+=("${more[@]}")
+  # (in the background, its pid on file, so that an interrupt can stop it: timeout runs the command in a
+  # process group of its own, which a terminal's Ctrl-C does not reach; a TERM to timeout stops the group)
   timeout -k 10 "$TIMEOUT_S" "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 97 --print-limit "${PRINT_LIMIT:-30}" \
-    "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1
-  rc=$?
+    "$PY" -m pytest -q -m gpu -p no:cacheprovider "${args[@]}" > "$log" 2>&1 &
+  tpid=$!
+  echo "$tpid" > "$LINES_DIR/pid.$3"
+  while :; do  # (a trap ends a wait early: wait again while the run lives)
+    wait "$tpid"; rc=$?
+    kill -0 "$tpid" 2>/dev/null || break
+  done
+  rm -f "$LINES_DIR/pid.$3"
   end=$(date +%s)
   [ "$JOBS_N" -gt 1 ] && echo "=== $tool $group done:"
   tail -n 5 "$log"
@@ -160,6 +188,7 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
     124|137) status="timeout" ;;
     *) status="FAIL($rc)" ;;
   esac
+  [ -f "$LINES_DIR/interrupted" ] && status="interrupted"
   # the sanitizer's summary line: "ERROR SUMMARY: 0 errors", racecheck's "RACECHECK SUMMARY: ..."
   note="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//' | cut -c1-80)"
   [ -z "$note" ] && note="(no sanitizer summary) $(grep -E 'passed|failed|error' "$log" | tail -n 1 | cut -c1-60)"
@@ -167,17 +196,31 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   printf '%-10s %-7s %-10s %5ss  %s\n' "$tool" "$group" "$status" "$((end - start))" "$note" > "$2"
 }
 LINES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sanitize-lines.XXXXXX")
+INTERRUPTED=0
+on_interrupt() {  # stop every run in progress (TERM to its timeout, which stops its group); start no other
+  INTERRUPTED=1
+  : > "$LINES_DIR/interrupted"
+  local f
+  for f in "$LINES_DIR"/pid.*; do [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null; done
+  return 0
+}
+trap on_interrupt INT TERM
 i=0
 for run in "${RUNS[@]}"; do
+  [ "$INTERRUPTED" = 1 ] && break
   i=$((i + 1))
   if [ "$JOBS_N" -gt 1 ]; then
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS_N" ]; do wait -n; done
-    one_run "$run" "$LINES_DIR/$i" &
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS_N" ] && [ "$INTERRUPTED" = 0 ]; do wait -n; done
+    [ "$INTERRUPTED" = 1 ] && { i=$((i - 1)); break; }
+    { trap '' INT TERM; one_run "$run" "$LINES_DIR/$i" "$i"; } &  # (the main shell's trap stops its run)
   else
-    one_run "$run" "$LINES_DIR/$i"
+    one_run "$run" "$LINES_DIR/$i" "$i"
   fi
 done
-wait
+while [ -n "$(jobs -rp)" ]; do  # (a trap ends a wait early; a run started just before it may need the TERM too)
+  wait
+  [ "$INTERRUPTED" = 1 ] && on_interrupt
+done
 SUMMARY=()
 FAILED=0
 for j in $(seq 1 "$i"); do
@@ -191,4 +234,8 @@ echo
 echo "=== summary (logs in $OUT_DIR)"
 printf '%-10s %-7s %-10s %6s  %s\n' tool group status time "sanitizer summary"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
+if [ "$INTERRUPTED" = 1 ]; then
+  [ "$i" -lt "${#RUNS[@]}" ] && echo "(interrupted: not started: ${RUNS[*]:$i})"
+  exit 130
+fi
 exit "$FAILED"
