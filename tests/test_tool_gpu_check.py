@@ -24,8 +24,9 @@ def _run(tmp_path, *args, cwd=None, **env):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=300, cwd=cwd)
 
 
-def test_help_names_the_new_settings():
-    r = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("args", [["--help"], ["tests/test_demo_gpu.py", "-h"]])
+def test_help_names_the_new_settings(args):
+    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and all(w in r.stdout for w in ("KERNEL_CACHE_IN", "KERNEL_CACHE_OUT", "PACK=1"))
 
 

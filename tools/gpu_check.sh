@@ -49,10 +49,9 @@
 # test files, KERNEL_CACHE_IN / _OUT, NVRTC_WHEEL) are taken from the directory it is called from;
 # it runs in the checkout's root.
 set -uo pipefail
-case "${1:-}" in
-  -h|--help)  # the header above, without its comment marks; nothing installed or run
-    sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
-esac
+for arg in "$@"; do  # -h / --help anywhere: the header above, without its comment marks; nothing installed or run
+  case "$arg" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;; esac
+done
 usage_error() { echo "gpu_check.sh: $*" >&2; exit 2; }
 flag() {  # flag NAME: sets F_NAME to 1 or 0 from the variable NAME; anything else refused (exit 2)
   local v

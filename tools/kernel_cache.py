@@ -83,7 +83,7 @@ class _Parts(io.RawIOBase):
 
 
 class _Split(io.RawIOBase):
-    """A writable stream cut into files DIR/kernel-cache.tgz.NN of at most ``limit`` bytes each."""
+    """A writable stream cut into files DIR/kernel-cache.tgz.0, .1, ... of at most ``limit`` bytes each."""
 
     def __init__(self, directory: Path, limit: int):
         self._dir, self._limit = directory, limit
@@ -241,11 +241,11 @@ def _dir_arg(text: str) -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("export", help="write the cache's entries into DIR as kernel-cache.tgz.NN parts")
+    e = sub.add_parser("export", help="write the cache's entries into DIR as parts kernel-cache.tgz.0, .1, ...")
     e.add_argument("dir", type=_dir_arg)
     e.add_argument("--since", type=Path, help="only the entries written or loaded after this file's modification time")
     e.add_argument("--part-mib", type=float, default=15.0, help="largest part in MiB (default 15)")
-    i = sub.add_parser("import", help="write the entries of DIR's kernel-cache.tgz.NN parts into the cache")
+    i = sub.add_parser("import", help="write the entries of DIR's parts kernel-cache.tgz.0, .1, ... into the cache")
     i.add_argument("dir", type=_dir_arg)
     args = ap.parse_args(argv)
     if args.cmd == "export":
