@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: what the lead runs on the GPU machine (one command, logs under $OUT).
+# The GPU check: the one command to run on a GPU machine (install, GPU tests, benchmarks; logs under $OUT).
 #
 #   tools/gpu_check.sh [TEST_FILE ...]      GPU tests of these files (default: all of tests/)
 #   tools/gpu_check.sh -h | --help          this text (nothing installed or run)
