@@ -227,6 +227,7 @@ def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
         with pytest.raises(SystemExit) as e:
             kc.main(["export", str(tmp_path / "kc"), *bad])
         assert e.value.code == 2
+        assert " export [-h]" in capsys.readouterr().err  # the subcommand's usage, not the tool's
     (tmp_path / "file").write_text("")
     assert kc.main(["export", str(tmp_path / "file" / "kc")]) == 1
     assert "export to" in capsys.readouterr().err

@@ -238,9 +238,13 @@ def _dir_arg(text: str) -> Path:
     return Path(text)
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{export,import}")
     e = sub.add_parser("export", help="write the cache's entries into DIR as parts kernel-cache.tgz.0, .1, ...")
     e.add_argument("dir", type=_dir_arg)
     e.add_argument("--since", type=Path, help="only the entries written or loaded after this file's modification time")
@@ -250,16 +254,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "export":
         if args.since is not None and not args.since.exists():
-            ap.error(f"--since {args.since}: no such file")
+            e.error(f"--since {args.since}: no such file")
         if not (math.isfinite(args.part_mib) and args.part_mib > 0):
-            ap.error(f"--part-mib must be a positive number (got {args.part_mib})")
+            e.error(f"--part-mib must be a positive number (got {args.part_mib})")
         try:
             n, b, paths = export(args.dir, args.since, args.part_mib)
         except (ValueError, OSError) as exc:  # a bad DRIVERLEVEL_CACHE value, an unwritable DIR, a cache entry gone
             print(f"kernel_cache.py: export to {args.dir} failed: {exc}", file=sys.stderr)
             return 1
         size = sum(p.stat().st_size for p in paths)
-        print(f"exported {n} entries ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} as {len(paths)} part(s), "
+        print(f"exported {_count(n, 'entry', 'entries')} ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} as {len(paths)} part(s), "
               f"{size / 1e6:.1f} MB, in {args.dir}")
         return 0
     try:
@@ -267,7 +271,8 @@ def main(argv=None) -> int:
     except (ValueError, tarfile.TarError, EOFError, OSError) as exc:  # (FileNotFoundError is an OSError)
         print(f"kernel_cache.py: import from {args.dir} failed: {exc}", file=sys.stderr)
         return 1
-    print(f"imported {w} entries ({b / 1e6:.1f} MB) from {nparts} part(s) into the cache; {k} were there already")
+    print(f"imported {_count(w, 'entry', 'entries')} ({b / 1e6:.1f} MB) from {nparts} part(s) into the cache; "
+          f"{k} {'was' if k == 1 else 'were'} there already")
     return 0
 
 
