@@ -263,8 +263,8 @@ def main(argv=None) -> int:
             print(f"kernel_cache.py: export to {args.dir} failed: {exc}", file=sys.stderr)
             return 1
         size = sum(p.stat().st_size for p in paths)
-        print(f"exported {_count(n, 'entry', 'entries')} ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} as {len(paths)} part(s), "
-              f"{size / 1e6:.1f} MB, in {args.dir}")
+        print(f"exported {_count(n, 'entry', 'entries')} ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} "
+              f"as {len(paths)} part(s), {size / 1e6:.1f} MB, in {args.dir}")
         return 0
     try:
         w, k, b, nparts = import_(args.dir)

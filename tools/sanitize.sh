@@ -78,13 +78,14 @@ case "$(echo "${LINEINFO:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" 
   *) usage_error "LINEINFO='${LINEINFO}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
 esac
 TIMEOUT_S=100; JOBS_N=1; K_SET=0; K_EXPR=""; RUNS=()
+set_k() {  # the one -k expression
+  [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
+  K_SET=1; K_EXPR="$1"
+}
 while [ $# -gt 0 ]; do  # options and run names, in any order; everything after `--` is a run name
   case "$1" in
-    -k) [ $# -ge 2 ] || usage_error "-k needs an expression (-k '' for the group files whole)"
-        [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
-        K_SET=1; K_EXPR="$2"; shift 2 ;;
-    -k?*) [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
-          K_SET=1; K_EXPR="${1#-k}"; shift ;;
+    -k) [ $# -ge 2 ] || usage_error "-k needs an expression (-k '' for the group files whole)"; set_k "$2"; shift 2 ;;
+    -k?*) set_k "${1#-k}"; shift ;;
     -t|--timeout) [ $# -ge 2 ] || usage_error "$1 needs a number of seconds"; TIMEOUT_S="$2"; shift 2 ;;
     --timeout=*) TIMEOUT_S="${1#*=}"; shift ;;
     -t?*) TIMEOUT_S="${1#-t}"; shift ;;
