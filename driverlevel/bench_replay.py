@@ -70,22 +70,24 @@ def parse_node_counts(text: str) -> list[int]:
     ValueError
         For an empty list, an empty item (``"1,,2"``, ``"1,"``: refused, as ``capture-demo
         --devices`` refuses one, not dropped), a non-integer, an integer < 1 or one above
-        :data:`MAX_NODES`:
-        ``"empty item in '1,,2': give kernel counts separated by single commas, e.g. 1,10,50"``.
+        :data:`MAX_NODES`. Every message names what is wrong, then the same hint:
+        ``"empty item in '1,,2': give kernel counts 1 to 1,000 separated by single commas, e.g. 1,10,50"``.
     """
+    hint = f"give kernel counts 1 to {MAX_NODES:,} separated by single commas, e.g. 1,10,50"
     parts = [p.strip() for p in str(text).split(",")]
     if not any(parts):
-        raise ValueError(f"expected comma-separated positive ints, got {text!r}")
+        raise ValueError(f"no kernel counts in {text!r}: {hint}")
     if not all(parts):
-        raise ValueError(f"empty item in {text!r}: give kernel counts separated by single commas, e.g. 1,10,50")
-    try:
-        counts = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"expected comma-separated ints, got {text!r}") from None
-    if min(counts) < 1:
-        raise ValueError(f"expected positive ints, got {text!r}")
-    if max(counts) > MAX_NODES:
-        raise ValueError(f"kernel counts must be at most {MAX_NODES:,} per graph, got {max(counts):,} in {text!r}")
+        raise ValueError(f"empty item in {text!r}: {hint}")
+    counts = []
+    for p in parts:
+        try:
+            counts.append(int(p))
+        except ValueError:
+            raise ValueError(f"{p!r} in {text!r} is not an integer: {hint}") from None
+    for c in counts:
+        if not 1 <= c <= MAX_NODES:
+            raise ValueError(f"{c:,} in {text!r} is {'below 1' if c < 1 else f'above {MAX_NODES:,} kernels per graph'}: {hint}")
     return counts
 
 
