@@ -140,3 +140,15 @@ def test_sass_compiles_sm_90s_wgmma_tile_for_sm_90a(monkeypatch, capsys, argv):
     with pytest.raises(SystemExit):
         sass.main(argv)
     assert seen == [("sm_90a", 1)]
+
+
+def test_sass_default_arch_is_driverlevel_compiles(monkeypatch, capsys):
+    """The fresh-user trial: tools/sass.py defaulted to sm_90 while `driverlevel compile` takes GPU 0's
+    architecture, or sm_120 without one. Both now ask the same function."""
+    from driverlevel import cli
+
+    _no_compiles(monkeypatch)
+    monkeypatch.setattr(cli, "_default_arch", lambda: "sm_75")  # seen, then refused as any --arch is
+    with pytest.raises(SystemExit) as e:
+        sass.main(["argmax.cu", "--list"])
+    assert e.value.code == 2 and "--arch: unsupported architecture: 'sm_75'" in capsys.readouterr().err

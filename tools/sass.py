@@ -12,7 +12,7 @@ CUDA toolkit, or ``PATH``); this tool needs no GPU::
 
     pip install nvidia-cuda-nvdisasm
     python tools/sass.py verify_attention.cu --arch sm_90 --variant 0 --kernel verify_attn_partial --stats
-    python tools/sass.py verify_attention.cu --arch sm_120 --list
+    python tools/sass.py verify_attention.cu --list          # default: GPU 0's arch, or sm_120
 
 ``--variant`` is an index into ``--list`` (default 0, the launcher's default variant).
 """
@@ -136,7 +136,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", choices=sorted(LAUNCHERS), help="kernel file of cu/")
-    ap.add_argument("--arch", default="sm_90", help="target architecture (default sm_90, the H200's)")
+    ap.add_argument("--arch", default=None, help="target architecture (default: GPU 0's, or sm_120 without a GPU, "
+                    "as `driverlevel compile`)")
     ap.add_argument("--variant", type=int, default=0, help="index into --list (default 0: the default variant)")
     ap.add_argument("--kernel", default="", help="regular expression on kernel names (default: all)")
     ap.add_argument("--tile", default="", help="verify_attention.cu only: a bench_tiles.py tile spec "
@@ -148,6 +149,10 @@ def main(argv=None) -> int:
 
     # Every option is checked before anything is compiled: a bad one is a usage error (exit 2 with the
     # usage line), as in benchmarks/.
+    if args.arch is None:
+        from driverlevel.cli import _default_arch
+
+        args.arch = _default_arch()
     try:
         args.arch = check_arch(args.arch)  # as `driverlevel compile --arch` does
     except ValueError as e:
