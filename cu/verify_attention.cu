@@ -1335,6 +1335,14 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
   float* lm = reinterpret_cast<float*>(smem + Q_BYTES + K_BYTES + P_BYTES + MX_BYTES + S_BYTES);  // M final row sums
   u32* mwords = reinterpret_cast<u32*>(lm + M);  // (not PVSM) 2 slots x M rows: bit k = key k of the tile visible
   const bool qk = warp < WS_QK_WARPS;
+  // Barrier counts for compute-sanitizer's racecheck, which (as measured on ddtree_build, not
+  // documented) orders two warps' shared-memory accesses across a barrier 0 only if both warps
+  // passed the same number of barriers of any id: whenever one role syncs its own warps on a named
+  // barrier, the other role passes a barrier of its own at the same iteration (QK: 1 over
+  // WS_QK_WARPS * 32 threads; PV: 2 over LOADERS). The hardware needs none of these; they keep the
+  // racecheck report free of false hazards (the P slots and lm across barrier 0), which would hide
+  // a real one.
+  constexpr int QK_THREADS = WS_QK_WARPS * 32;
 
   // Q's columns 16*WS_QREGS..575 of rows row0.. (the rope part and the latent k-steps not held in
   // registers; zero past the last row) and tile 0: one group.
@@ -1597,7 +1605,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // it's K, scrub V of its stage
     auto qk_scrub = [&](int it) {
       if ((i64)(qk_t_begin + it + 1) * N > qk_kv_len) {  // uniform across the CTA
-        dl::named_barrier(1, WS_QK_WARPS * 32);  // every QK warp has read this tile's K
+        dl::named_barrier(1, QK_THREADS);  // every QK warp has read this tile's K (the PV warps: barrier 2)
         zero_nonfinite_v(smem + Q_BYTES + (it % STAGES) * KT_STRIDE, tid, WS_QK_WARPS * 32);
 #if DL_WS_WGMMA_PV
         dl::fence_proxy_async();  // the scrubbed V, before the PV warps' wgmma reads it (after later barriers)
@@ -1647,6 +1655,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
         wg_fence_landed();
         dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-2) are done (their stages and slots)
         qk_stamps(it);
+        if (PVSM && it >= 1) dl::named_barrier(1, QK_THREADS);  // the PV warps' barrier 2 of tile it-1 (racecheck)
         if (it < qk_nt) {
           float s[NT_S][4];
           qk_mma(it, s, [](int) {});
@@ -1668,7 +1677,10 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     }
     VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x, 0, 7, "loop", 0);
     dl::cp_async_wait<0>();
-    if constexpr (PVSM) return;  // the PV warps own the row statistics and the epilogue (their own barrier)
+    if constexpr (PVSM) {  // the PV warps own the row statistics and the epilogue (their own barrier)
+      dl::named_barrier(1, QK_THREADS);  // the PV warps' barrier 2 of the row sums (racecheck)
+      return;
+    }
     lA = quad_sum(lA);
     lB = quad_sum(lB);
     if ((lane & 3) == 0) {
@@ -1706,12 +1718,15 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // keys each) and its running maximum (the same in the row's LPW threads) and partial row sum
     float sm_m = DL_NEG_INF, sm_l = 0.f;
     constexpr int LAG = SKEW ? 2 : 1;  // PV applies tile it - LAG
+    const int pv_m0 = kv_len() / N - t_begin();  // the first tile (of the segment's) that has draft keys or none
     for (int it = 0; it <= pv_nt + LAG - 1; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       wg_fence_landed();
       dl::cta_barrier_from_roles();  // tile it has landed; QK(it-1) and PV(it-1-LAG) are done (their stages and slots)
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
+      // the QK warps' barrier 1 of qk_scrub(it) (racecheck; uniform across the CTA)
+      if (!PVSM && it < pv_nt && it >= pv_m0) dl::named_barrier(2, LOADERS);
       next_tile(it, pv_nt);
       if (it >= LAG) {  // tile it-LAG
         const int j = it - LAG;
