@@ -510,9 +510,10 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
     assert ((pushed >= 0) & (pushed < rig.num_slots)).all()
     clean_round_matches_reference()
 
-    # 10. a repeated node in accepted_nodes (request 1 "accepts" its root a times, keeping one row instead of a):
-    #     commit pushes at most each request's share of rejected slots (rows - accepted), so the other requests'
-    #     ranges of the free-slot stack keep exactly their own rejected slots; request 1's surplus is reported
+    # 10. a repeated node in accepted_nodes (request 1 "accepts" its root a times): commit takes the path's
+    #     increasing prefix (the root alone) and pushes at most each request's share of rejected slots
+    #     (rows - accepted), so the other requests' ranges of the free-slot stack keep exactly their own
+    #     rejected slots; request 1's surplus is reported (and leaked), its root committed once
     built_on_a_clean_state()
     pre = rig.get("top_ids", "top_lp", *TREE_OUTPUTS, "qo_indptr", "out_cache_loc", "step")
     tb = rig.host_tree(pre)
@@ -544,4 +545,11 @@ def test_corrupted_metadata_is_reported_and_contained(device, stream):
         kept = np.zeros(rows.size, bool)
         kept[clean_nodes[b, :acc[b]]] = True
         np.testing.assert_array_equal(pushed, rows[~kept], err_msg=f"request {b}'s rejected slots")
+    got = rig.state.download()
+    want_seq = rig.h["seq_lens"] + acc
+    want_seq[1] = rig.h["seq_lens"][1] + 1
+    np.testing.assert_array_equal(got["seq_lens"], want_seq)
+    row1, c1 = int(rig.h["req_pool_indices"][1]), int(rig.h["seq_lens"][1])
+    assert got["req_to_token"][row1, c1] == pre["out_cache_loc"][qo[1]]  # the root's slot, once
+    np.testing.assert_array_equal(got["req_to_token"][row1, c1 + 1:], rig.h["req_to_token"][row1, c1 + 1:])
     clean_round_matches_reference()

@@ -13,6 +13,7 @@ struct CommitSmem {
   u8 keep[ddt::MAX_K + 1];
   i64 rejected_before, rejected_total;
   int ri[32];
+  int a_ok;
 };
 
 // Accepted nodes of request b, checked: 0 <= a <= min(q, D + 1) (else 0, the same in every CTA).
@@ -56,23 +57,43 @@ DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
   const int a_raw = p.accepted_count[b];
   const int a = checked_accepted(p, b, q);
   if (tid == 0 && a != a_raw) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OVER_MAX);
+  const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
+  if (tid < 32) {  // the accepted path as commit takes it: its longest prefix of strictly increasing
+    // node ids in [0, q) (accept writes a root-to-leaf path, and a parent's id is below its
+    // children's). A corrupted accepted_nodes (a repeated or out-of-range node) is cut there and
+    // reported: no slot is then kept twice, or both kept and pushed.
+    int ok = a;
+    for (int i0 = 0; i0 < a; i0 += 32) {
+      const int i = i0 + tid;
+      bool bad = false;
+      if (i < a) {
+        const int node = acc[i], prev = i > 0 ? acc[i - 1] : -1;
+        bad = node <= prev || node >= q;
+      }
+      const unsigned m = __ballot_sync(FULL, bad);
+      if (m != 0u) {  // (warp-uniform)
+        ok = i0 + __ffs(m) - 1;
+        break;
+      }
+    }
+    if (tid == 0) {
+      sm.a_ok = ok;
+      if (ok != a) dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_INCONSISTENT);
+    }
+  }
   for (int i = tid; i < q; i += SMALL_THREADS) sm.keep[i] = 0;
   __syncthreads();
-  const i32* acc = p.accepted_nodes + static_cast<size_t>(b) * (D + 1);
+  const int a_ok = sm.a_ok;  // <= a: the rows committed; the request's share of pushes stays q - a
   const i64 c = p.seq_lens[b];
   const i64 row = dl::req_row(p.req_pool_indices, b, p.r2t_rows);
-  // (a <= r2t_stride - c, not c + a <= r2t_stride: a seq_lens near 2^63 must not wrap past the test)
-  const bool c_ok = c >= 0 && a <= p.r2t_stride - c;
-  const bool table_ok = a == 0 || (c_ok && row >= 0);
+  // (a_ok <= r2t_stride - c, not c + a_ok <= r2t_stride: a seq_lens near 2^63 must not wrap past the test)
+  const bool c_ok = c >= 0 && a_ok <= p.r2t_stride - c;
+  const bool table_ok = a_ok == 0 || (c_ok && row >= 0);
   if (tid == 0 && !table_ok) dl::report_error(p.error, b, c_ok ? DL_FIELD_REQ_POOL_INDICES : DL_FIELD_SEQ_LENS,
                                               DL_ERR_OUT_OF_RANGE);
   const i64 rowb = row * p.r2t_stride;
-  for (int i = tid; i < a; i += SMALL_THREADS) {
-    const int node = acc[i];
-    if (node < 0 || node >= q) {
-      dl::report_error(p.error, b, DL_FIELD_PARENTS, DL_ERR_OUT_OF_RANGE);
-      continue;
-    }
+  for (int i = tid; i < a_ok; i += SMALL_THREADS) {
+    const int node = acc[i];  // (in [0, q): checked above)
     sm.keep[node] = 1;
     if (!table_ok) continue;
     const i64 slot = p.out_cache_loc[qo + node];
@@ -99,7 +120,7 @@ DL_DEVICE void commit_step(const CommitParams& p, CommitSmem& sm) {
     pushed += total;
   }
   if (tid == 0) {
-    if (table_ok) p.seq_lens[b] = c + a;
+    if (table_ok) p.seq_lens[b] = c + a_ok;
     if (b == 0) *p.free_count = alloc_base + sm.rejected_total;
   }
 }
