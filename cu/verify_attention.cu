@@ -1718,7 +1718,15 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
     // keys each) and its running maximum (the same in the row's LPW threads) and partial row sum
     float sm_m = DL_NEG_INF, sm_l = 0.f;
     constexpr int LAG = SKEW ? 2 : 1;  // PV applies tile it - LAG
-    const int pv_m0 = kv_len() / N - t_begin();  // the first tile (of the segment's) that has draft keys or none
+    // pv_m0(): the first tile (of the segment's) that has draft keys or none. One register, except in
+    // a stamped build (tools/verify_stamps.py), where it is read again from the segment record at each
+    // tile: the stamps leave no register for it there (sm_120's stamped tile spilled 8 B).
+#if defined(DL_STAMPS) && DL_STAMPS
+    auto pv_m0 = [&] { return kv_len() / N - t_begin(); };
+#else
+    const int pv_m0_reg = kv_len() / N - t_begin();
+    auto pv_m0 = [&] { return pv_m0_reg; };
+#endif
     for (int it = 0; it <= pv_nt + LAG - 1; ++it) {
       dl::cp_async_wait<AHEAD - 1>();
       wg_fence_landed();
@@ -1726,7 +1734,7 @@ DL_DEVICE void attend_segment_ws(const VerifyAttnParams& p, unsigned char* smem,
       if (it == 0) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 0, "tile0", 0);
       if (it == 16) VA_STAMP(VA_STAMP_PART + 2 * blockIdx.x + 1, WS_QK_WARPS * 32, 5, "bar16", 0);
       // the QK warps' barrier 1 of qk_scrub(it) (racecheck; uniform across the CTA)
-      if (!PVSM && it < pv_nt && it >= pv_m0) dl::named_barrier(2, LOADERS);
+      if (!PVSM && it < pv_nt && it >= pv_m0()) dl::named_barrier(2, LOADERS);
       next_tile(it, pv_nt);
       if (it >= LAG) {  // tile it-LAG
         const int j = it - LAG;
