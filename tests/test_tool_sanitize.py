@@ -84,6 +84,21 @@ def test_the_plan_from_the_environment_and_lineinfo(tmp_path, monkeypatch, linei
     assert (tmp_path / "calls.txt.lineinfo").read_text().strip() == seen
 
 
+def test_the_default_plan_racechecks_the_verify_kernel_too(tmp_path):
+    """Since the warp roles' barriers were paired (2026-12-05), racecheck reports no false hazard on the verify
+    kernel: the default plan gains racecheck of the seven verify tests that showed the 59 (the whole verify group
+    takes longer than 300 s under racecheck)."""
+    r, calls = _run(tmp_path, "--timeout", "2")  # (the stand-in's racecheck reports 2 hazards; its synccheck sleeps 5 s)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert [c.split()[1] for c in calls] == ["memcheck", "memcheck", "memcheck", "racecheck", "synccheck", "racecheck"]
+    assert calls[-1].endswith("tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py -k (padded or "
+                              "int32_index or batches_ragged or more_splits) and not 200k")
+    table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    assert [row.split()[:2] for row in table[2:]] == [
+        ["memcheck", "ddtree"], ["memcheck", "verify"], ["memcheck", "step"], ["racecheck", "ddtree"],
+        ["synccheck", "ddtree"], ["racecheck", "verify-race"]]
+
+
 def test_no_sanitizer_is_a_clear_error(tmp_path):
     e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"))
     r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)

@@ -9,11 +9,11 @@
 # Options (anywhere before a `--`; the run names follow them or mix with them):
 #   -k EXPR         a pytest -k expression that replaces the groups' own (once), to narrow a run to one test, e.g.
 #                   -k 'test_build_matches_reference and 3001' racecheck:ddtree-all (-k '': the files whole)
-#   -t, --timeout S seconds per run (default 100: the default plan fits one 600 s device call); a run cut
-#                   short still reports the errors found so far
+#   -t, --timeout S seconds per run (default 100: the default plan's six runs fit one 600 s device call with
+#                   --jobs 2); a run cut short still reports the errors found so far
 #   -j, --jobs N    runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
 #                   seconds of a run grow while others run; the summary keeps the runs' order. On the H200
-#                   seven runs side by side (the default plan, racecheck and synccheck of seven verify tests;
+#                   seven runs side by side (the five-run default plan of then, racecheck and synccheck of seven verify tests;
 #                   seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
 #                   ~90 s (2026-12-05). Needs bash 4.3 or newer when N > 1; a run may be named once
 #   -k, -t and -j take their value attached too (-kEXPR, -t300, -j2), --timeout=S and --jobs=N likewise.
@@ -32,6 +32,9 @@
 #               over-long metadata, padded and ragged batches, int32 indices, the device schedule, 1,000
 #               random graph steps on a poisoned workspace, more splits than tiles (23 tests)
 #   verify-all  both files whole but the 200k prefix (270 tests)
+#   verify-race of the same files the seven tests racecheck reported 59 false hazards on before the warp roles'
+#               barriers were paired (2026-12-05): padded and ragged batches, int32 indices, more splits than
+#               tiles (racecheck ~30 s on an H100; the whole verify group takes longer than 300 s)
 #   step        tests/test_decode_step_fuzz_gpu.py (1,000 replays of a decode step on corrupted metadata)
 #   runner      tests/test_runner_gpu.py (the demo model, both runners, lossless checks)
 #
@@ -39,7 +42,7 @@
 #   OUT        directory for the logs (default: a new temporary directory; a relative path is taken from
 #              the directory sanitize.sh is called from); one log per run, TOOL-GROUP.log
 #   PLAN       default runs (default "memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree
-#              synccheck:ddtree")
+#              synccheck:ddtree racecheck:verify-race")
 #   SANITIZER  the compute-sanitizer executable (default: on PATH, else under /usr/local/cuda*/bin)
 #   PYTHON     the interpreter (default: python)
 #   PRINT_LIMIT  reports printed per run (default 30)
@@ -110,10 +113,11 @@ DDTREE_K="corrupted or poisoned or nonfinite or dense_commit or chain_and_star o
 DDTREE_K="$DDTREE_K or compile_matches or accept_from_target or commit_dense"
 VERIFY_K="corrupted or more_than_max_q or padded or one_long or int32_index or device_schedule or 1000_random"
 VERIFY_K="$VERIFY_K or pool_of_pool_bytes or batches_ragged or more_splits"
+VERIFY_RACE_K="(padded or int32_index or batches_ragged or more_splits) and not 200k"
 group_args() {  # the pytest arguments of a group
   case "$1" in
     ddtree|ddtree-all) echo "tests/test_ddtree_robust_gpu.py tests/test_ddtree_gpu.py" ;;
-    verify|verify-all) echo "tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py" ;;
+    verify|verify-all|verify-race) echo "tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py" ;;
     step)   echo "tests/test_decode_step_fuzz_gpu.py" ;;
     runner) echo "tests/test_runner_gpu.py" ;;
     *) return 1 ;;
@@ -124,10 +128,11 @@ group_k() {  # the -k expression of a group that takes one
     ddtree) echo "$DDTREE_K" ;;
     verify) echo "$VERIFY_K" ;;
     verify-all) echo "not 200k" ;;
+    verify-race) echo "$VERIFY_RACE_K" ;;
   esac
 }
 
-[ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree}"
+[ ${#RUNS[@]} -eq 0 ] && read -r -a RUNS <<< "${PLAN-memcheck:ddtree memcheck:verify memcheck:step racecheck:ddtree synccheck:ddtree racecheck:verify-race}"
 [ ${#RUNS[@]} -eq 0 ] && usage_error "no run to do (PLAN is empty): name TOOL:GROUP pairs"
 for run in "${RUNS[@]}"; do  # every run checked before anything is looked for or run
   case "$run" in *:*) ;; *)
@@ -135,7 +140,7 @@ for run in "${RUNS[@]}"; do  # every run checked before anything is looked for o
   tool="${run%%:*}"; group="${run#*:}"
   case "$tool" in memcheck|racecheck|synccheck|initcheck) ;; *)
     usage_error "unknown tool '$tool' in '$run' (memcheck, racecheck, synccheck, initcheck)" ;; esac
-  group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, ddtree-all, verify, verify-all, step, runner)"
+  group_args "$group" > /dev/null || usage_error "unknown group '$group' in '$run' (ddtree, ddtree-all, verify, verify-all, verify-race, step, runner)"
 done
 dups="$(printf '%s\n' "${RUNS[@]}" | sort | uniq -d | tr '\n' ' ')"
 [ -z "$dups" ] || usage_error "a run named twice: ${dups% } (each run writes TOOL-GROUP.log)"
