@@ -79,15 +79,16 @@ def parse_node_counts(text: str) -> list[int]:
         raise ValueError(f"no kernel counts in {text!r}: {hint}")
     if not all(parts):
         raise ValueError(f"empty item in {text!r}: {hint}")
+    where = f" in {text!r}" if len(parts) > 1 else ""  # ("'abc' is not an integer", not "'abc' in 'abc' ...")
     counts = []
     for p in parts:
         try:
             counts.append(int(p))
         except ValueError:
-            raise ValueError(f"{p!r} in {text!r} is not an integer: {hint}") from None
+            raise ValueError(f"{p!r}{where} is not an integer: {hint}") from None
     for c in counts:
         if not 1 <= c <= MAX_NODES:
-            raise ValueError(f"{c:,} in {text!r} is {'below 1' if c < 1 else f'above {MAX_NODES:,} kernels per graph'}: {hint}")
+            raise ValueError(f"{c:,}{where} is {'below 1' if c < 1 else f'above {MAX_NODES:,} kernels per graph'}: {hint}")
     return counts
 
 

@@ -502,6 +502,8 @@ _NODES_HINT = "give kernel counts 1 to 1,000 separated by single commas, e.g. 1,
     ("0,5", f"0 in '0,5' is below 1: {_NODES_HINT}"),
     ("5,-3", f"-3 in '5,-3' is below 1: {_NODES_HINT}"),
     ("1,1001", f"1,001 in '1,1001' is above 1,000 kernels per graph: {_NODES_HINT}"),
+    ("abc", f"'abc' is not an integer: {_NODES_HINT}"),  # (one item: not "'abc' in 'abc'")
+    ("5000", f"5,000 is above 1,000 kernels per graph: {_NODES_HINT}"),
 ])
 def test_bench_replay_nodes_refuse_an_empty_item_as_devices_does(runner, monkeypatch, nodes, words):
     """Review 17 L11: --nodes 1,,2 was accepted (the empty item dropped) while capture-demo --devices 0,,1
@@ -764,7 +766,7 @@ def test_compile_kernel_takes_a_comma_list_as_arch_does(runner, monkeypatch):
     (["capture-demo", "--heads", "0", "--json"], "Invalid value for '--heads'"),
     (["capture-demo", "--json", "--no-such-option"], "No such option"),
     (["bench", "replay", "--json", "-", "--repeats", "0"], "Invalid value for '--repeats'"),
-    (["bench", "replay", "--json=-", "--nodes", "0"], "Invalid value for --nodes: 0 in '0' is below 1: give kernel "
+    (["bench", "replay", "--json=-", "--nodes", "0"], "Invalid value for --nodes: 0 is below 1: give kernel "
      "counts"),
 ])
 def test_a_usage_error_with_json_to_stdout_is_a_json_object_too(runner, monkeypatch, args, words):

@@ -94,15 +94,18 @@ def test_the_default_plan_racechecks_the_verify_kernel_too(tmp_path):
     assert calls[-1].endswith("tests/test_verify_schedule_gpu.py tests/test_verify_attention_gpu.py -k (padded or "
                               "int32_index or batches_ragged or more_splits) and not 200k")
     table = r.stdout[r.stdout.index("=== summary"):].splitlines()
+    assert table[1].index("status") == table[-1].index("clean" if "clean" in table[-1] else "ERRORS")  # columns line up
     assert [row.split()[:2] for row in table[2:]] == [
         ["memcheck", "ddtree"], ["memcheck", "verify"], ["memcheck", "step"], ["racecheck", "ddtree"],
         ["synccheck", "ddtree"], ["racecheck", "verify-race"]]
 
 
 def test_no_sanitizer_is_a_clear_error(tmp_path):
-    e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"))
+    e = dict(os.environ, SANITIZER=str(tmp_path / "missing"), OUT=str(tmp_path / "out"), TIMEOUT="5")
     r = subprocess.run(["bash", str(SCRIPT), "memcheck:step"], capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 2 and f"SANITIZER='{tmp_path / 'missing'}' is not an executable file" in r.stderr
+    # the old variable's note comes first, on a machine without a sanitizer too (the fresh-user trial: it did not)
+    assert r.stderr.startswith("sanitize.sh: note: the environment's TIMEOUT is not read")
     bare = tmp_path / "bin"  # none set, none on PATH, none under /usr/local/cuda*/bin (skipped where one is)
     bare.mkdir()
     if any(Path("/usr/local").glob("cuda*/bin/compute-sanitizer")):

@@ -152,3 +152,28 @@ def test_sass_default_arch_is_driverlevel_compiles(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         sass.main(["argmax.cu", "--list"])
     assert e.value.code == 2 and "--arch: unsupported architecture: 'sm_75'" in capsys.readouterr().err
+
+
+def test_sass_a_closed_output_is_one_line_not_a_traceback():
+    """The fresh-user trial: `tools/sass.py argmax.cu | head -5` ended in a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    p = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "tools" / "sass.py"), "verify_attention.cu",
+                          "--arch", "sm_90", "--list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 2
+    assert err == "tools/sass.py: cannot write the output: Broken pipe\n"
+
+
+def test_sass_a_kernel_expression_matching_nothing_is_a_usage_error(monkeypatch, capsys):
+    """It printed the variant's header, then exited 1; the other bad arguments are usage errors (exit 2)."""
+    monkeypatch.setattr(sass, "disassemble", lambda data: {"argmax_rows_f32": [], "argmax_rows_bf16": []})
+    with pytest.raises(SystemExit) as e:
+        sass.main(["argmax.cu", "--kernel", "zzz"])
+    out = capsys.readouterr()
+    assert e.value.code == 2 and out.out == ""
+    assert out.err.startswith("usage: ") and "--kernel 'zzz' matches none of ['argmax_rows_bf16', 'argmax_rows_f32']" in out.err

@@ -15,30 +15,31 @@
 #   SKIP_TESTS=1   run only the benchmarks (SKIP_TESTS, TWICE, REVERSED and PACK take 1, on, true or yes,
 #                  and 0, off, false, no or nothing; anything else is refused before anything runs)
 #   TWICE=1        run the GPU tests a second time in reverse order (pytest --reverse-order)
-#   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" that does
-#                  not fit one device call: the whole suite takes ~220 s forward, ~250 s reversed)
+#   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" split over two
+#                  runs of this script, e.g. under a time limit: the whole suite takes ~220 s forward, ~250 s
+#                  reversed on an H200)
 #   WORKERS=N      run the forward GPU tests in N processes on the one GPU (pytest-xdist's -n N, or auto /
-#                  logical; the H200 image has it, 16 cores): on a fresh machine the suite is bound by NVRTC, whose
+#                  logical; needs pytest-xdist): on a fresh machine the suite is bound by NVRTC, whose
 #                  compiles of the DDTree tests' own kernel variants (~15 s each) then run side by side.
 #                  The reversed run stays in one process: it is the order-dependence check. Without
 #                  pytest-xdist the forward run is serial and the summary says so.
 #   WORKERS_REVERSED=N   the reversed run in N processes too (each runs its share last to first: a
-#                  weaker order check, for a call that cannot fit the serial one)
+#                  weaker order check, for a time limit the serial one does not fit)
 #   PYTHON         the interpreter (default: python)
-#   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps): the H200
-#                  machine has NVRTC 13.0 and no internet; the wheel (~56 MiB) travels as a carried,
-#                  git-ignored path, e.g. run(carry=[".wt/nvrtc"]) with NVRTC_WHEEL=.wt/nvrtc/*.whl
+#   NVRTC_WHEEL    a local nvidia-cuda-nvrtc wheel to install first (pip install --no-deps), for a GPU
+#                  machine without internet whose NVRTC is older than 13.4 (its kernels spill); the wheel
+#                  is ~56 MiB, e.g. NVRTC_WHEEL=.wt/nvrtc/*.whl copied there with the checkout
 #   KERNEL_CACHE_IN=DIR   import the kernel cache exported by an earlier machine (tools/kernel_cache.py
-#                  import; DIR a carried, git-ignored folder holding an export: kernel-cache.json and
+#                  import; DIR a folder copied with the checkout, holding an export: kernel-cache.json and
 #                  its kernel-cache.tgz.N parts; without kernel-cache.json the step is skipped) before the
 #                  tests: a fresh machine then compiles only what changed since
 #   KERNEL_CACHE_OUT=DIR  after everything, export the cache entries this run compiled or loaded into
-#                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, which the device tool brings back, and a
-#                  manifest); after a partial run (-x stopped it, some files, REVERSED=1) that is only
+#                  DIR (e.g. $OUT/kc; parts of at most 15 MiB, small enough for a remote runner's
+#                  file limits, and a manifest); after a partial run (-x stopped it, some files, REVERSED=1) that is only
 #                  what the run touched
 #   PACK=1         at the end, pack every file written directly under OUT into OUT/gpu_check-logs.tgz and
-#                  remove the loose ones (folders under OUT, e.g. KERNEL_CACHE_OUT's, stay): the device
-#                  tool brings back at most eight files
+#                  remove the loose ones (folders under OUT, e.g. KERNEL_CACHE_OUT's, stay): for a remote
+#                  runner that returns only a few files
 #
 # It installs the checkout with `pip install --no-deps --no-build-isolation -e .` into the current
 # Python environment (an installed driverlevel there becomes this checkout, editable; falling back

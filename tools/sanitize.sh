@@ -9,16 +9,16 @@
 # Options (anywhere before a `--`; the run names follow them or mix with them):
 #   -k EXPR         a pytest -k expression that replaces the groups' own (once), to narrow a run to one test, e.g.
 #                   -k 'test_build_matches_reference and 3001' racecheck:ddtree-all (-k '': the files whole)
-#   -t, --timeout S seconds per run (default 100: the default plan's six runs fit one 600 s device call with
+#   -t, --timeout S seconds per run (default 100: the default plan's six runs take at most 10 minutes with
 #                   --jobs 2); a run cut short still reports the errors found so far
 #   -j, --jobs N    runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
 #                   seconds of a run grow while others run; the summary keeps the runs' order. On the H200
-#                   seven runs side by side (the five-run default plan of then, racecheck and synccheck of seven verify tests;
-#                   seven sanitize.sh processes, most kernels compiled by a warm-up run) all ended within
-#                   ~90 s (2026-12-05). Needs bash 4.3 or newer when N > 1; a run may be named once
+#                   seven runs side by side (five ddtree, verify and step runs, racecheck and synccheck of seven
+#                   verify tests; most kernels compiled by a warm-up run) all ended within ~90 s (2026-12-05).
+#                   Needs bash 4.3 or newer when N > 1; a run may be named once
 #   -k, -t and -j take their value attached too (-kEXPR, -t300, -j2), --timeout=S and --jobs=N likewise.
-#   (Until 2026-12-05 these three were the environment variables K, TIMEOUT and JOBS; a shell that happened
-#   to set one changed a run, so they are options now: those variables are not read, and a note says so.)
+#   The environment variables K, TIMEOUT and JOBS (these options' old form) are not read; a note says so
+#   when one is set.
 #
 # Ctrl-C (SIGINT) or SIGTERM stops every run in progress, starts no other, and prints the summary so far
 # (the runs stopped: "interrupted"); the exit status is then 130.
@@ -144,6 +144,10 @@ for run in "${RUNS[@]}"; do  # every run checked before anything is looked for o
 done
 dups="$(printf '%s\n' "${RUNS[@]}" | sort | uniq -d | tr '\n' ' ')"
 [ -z "$dups" ] || usage_error "a run named twice: ${dups% } (each run writes TOOL-GROUP.log)"
+for old in K TIMEOUT JOBS; do  # (read no more: say so once, so that an old habit does not go unnoticed; before
+  # the sanitizer is looked for, so that a machine without one shows it too)
+  [ -n "${!old+x}" ] && echo "sanitize.sh: note: the environment's $old is not read (use the option: -h)" >&2
+done
 if [ -n "${SANITIZER:-}" ]; then
   SAN="$SANITIZER"
   [ -f "$SAN" ] && [ -x "$SAN" ] || usage_error "SANITIZER='$SAN' is not an executable file"
@@ -151,9 +155,6 @@ else
   SAN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
   [ -n "$SAN" ] && [ -x "$SAN" ] || usage_error "no compute-sanitizer found (set SANITIZER to its path)"
 fi
-for old in K TIMEOUT JOBS; do  # (read no more: say so once, so that an old habit does not go unnoticed)
-  [ -n "${!old+x}" ] && echo "sanitize.sh: note: the environment's $old is not read (use the option: -h)" >&2
-done
 OUT_DIR="${OUT_ARG:-$(mktemp -d "${TMPDIR:-/tmp}/sanitize.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 
@@ -199,7 +200,7 @@ one_run() {  # one TOOL:GROUP run, its log in $OUT_DIR; its summary line into th
   note="$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//' | cut -c1-80)"
   [ -z "$note" ] && note="(no sanitizer summary) $(grep -E 'passed|failed|error' "$log" | tail -n 1 | cut -c1-60)"
   [ "$status" = no-pass ] && note="(no test passed) $(grep -E 'skipped|deselected|no tests ran' "$log" | tail -n 1 | cut -c1-60)"
-  printf '%-10s %-7s %-10s %5ss  %s\n' "$tool" "$group" "$status" "$((end - start))" "$note" > "$2"
+  printf '%-10s %-11s %-10s %5ss  %s\n' "$tool" "$group" "$status" "$((end - start))" "$note" > "$2"
 }
 LINES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sanitize-lines.XXXXXX")
 INTERRUPTED=0
@@ -238,7 +239,7 @@ rm -rf "$LINES_DIR"
 
 echo
 echo "=== summary (logs in $OUT_DIR)"
-printf '%-10s %-7s %-10s %6s  %s\n' tool group status time "sanitizer summary"
+printf '%-10s %-11s %-10s %6s  %s\n' tool group status time "sanitizer summary"  # (11: verify-race)
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 if [ "$INTERRUPTED" = 1 ]; then
   [ "$i" -lt "${#RUNS[@]}" ] && echo "(interrupted: not started: ${RUNS[*]:$i})"

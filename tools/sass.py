@@ -20,6 +20,7 @@ CUDA toolkit, or ``PATH``); this tool needs no GPU::
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -172,9 +173,9 @@ def main(argv=None) -> int:
     if args.tile:
         v = _tile_variant(ap, args)
     kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data)
+    if not any(kernel_re.search(n) for n in kernels):  # (known only once compiled; still before any output)
+        ap.error(f"--kernel {args.kernel!r} matches none of {sorted(kernels)}")
     print(f"// {args.file} {v.target or args.arch} [{v.label or 'the only variant'}]")
-    if not any(kernel_re.search(n) for n in kernels):
-        raise SystemExit(f"tools/sass.py: --kernel {args.kernel!r} matches none of {sorted(kernels)}")
     for name, ins in kernels.items():
         if not kernel_re.search(name):
             continue
@@ -190,5 +191,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def run() -> int:
+    """:func:`main`, with a closed standard output (``| head``) reported in one line, exit 2, as
+    ``driverlevel`` does, not as a traceback."""
+    try:
+        rc = main()
+        sys.stdout.flush()  # (here, not at exit: a failed flush there is a message Python prints itself)
+    except BrokenPipeError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        print(f"tools/sass.py: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
