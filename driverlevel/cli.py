@@ -259,7 +259,7 @@ def compile_cmd(arch_opt, kernels):
     """Compile every kernel source in cu/ with NVRTC and print a resource table.
 
     Each file is compiled in every variant its launcher module declares
-    (``compile_variants``), with the defines the runtime uses. Columns per kernel:
+    (its compile_variants()), with the defines the runtime uses. Columns per kernel:
     registers per thread; static shared memory per block (from ptxas) and dynamic
     (the most the launcher asks for, "-" for none), in bytes; the architecture's
     per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
