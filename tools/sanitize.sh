@@ -9,8 +9,9 @@
 # Options (anywhere before a `--`; the run names follow them or mix with them):
 #   -k EXPR         a pytest -k expression that replaces the groups' own (once), to narrow a run to one test, e.g.
 #                   -k 'test_build_matches_reference and 3001' racecheck:ddtree-all (-k '': the files whole)
-#   -t, --timeout S seconds per run (default 100: the default plan's six runs take at most 10 minutes with
-#                   --jobs 2); a run cut short still reports the errors found so far
+#   -t, --timeout S seconds per run (default 180: the default plan's six runs take at most 9 minutes with
+#                   --jobs 2; on an H100 with --jobs 2, memcheck:verify needed more than 100 s beside the
+#                   ddtree runs and 62 s alone, 2026-12-05); a run cut short still reports the errors found so far
 #   -j, --jobs N    runs at once (default 1): each run is its own process on the one GPU, time-sliced, so the
 #                   seconds of a run grow while others run; the summary keeps the runs' order. On the H200
 #                   seven runs side by side (five ddtree, verify and step runs, racecheck and synccheck of seven
@@ -80,7 +81,7 @@ case "$(echo "${LINEINFO:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" 
   ""|0|off|false|no) ;;
   *) usage_error "LINEINFO='${LINEINFO}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
 esac
-TIMEOUT_S=100; JOBS_N=1; K_SET=0; K_EXPR=""; RUNS=()
+TIMEOUT_S=180; JOBS_N=1; K_SET=0; K_EXPR=""; RUNS=()
 set_k() {  # the one -k expression
   [ "$K_SET" = 0 ] || usage_error "-k given twice: join the expressions with 'or' / 'and' into one"
   K_SET=1; K_EXPR="$1"
