@@ -160,7 +160,7 @@ constexpr int TK_STREAM_WARPS = TK_STREAM_THREADS / 32;
 
 struct StreamSmem {
   u64 stage[TK_STREAM_WARPS][TK_WARP_STAGE];      // the warps' candidate staging
-  u32 fill[TK_STREAM_WARPS];                      // each warp's staged count (positions by atomicAdd)
+  u32 fill[TK_STREAM_WARPS];                      // fp32: each warp's staged count (positions by atomicAdd)
   double2 wsum[TK_STREAM_WARPS];                  // the warps' (below, above) sums
 };
 
@@ -205,6 +205,50 @@ DL_DEVICE void tk_unpack(const uint4& q, float (&v)[8]) {
   const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) dl::unpack_bf16x2(w[i], v[2 * i], v[2 * i + 1]);
+}
+
+// The smallest bf16 value >= thr (finite), as its 16 bits: for a bf16 logit x, x >= thr exactly
+// when x >= this value (a bf16 compare, no flush of subnormals: the fp32 compare's result).
+// Truncating thr's low 16 bits rounds toward zero: up for a negative thr, down for a positive
+// one, which then takes the next bf16 value when bits were cut.
+DL_DEVICE u32 tk_bf16_ceil(float thr) {
+  u32 h = __float_as_uint(thr) >> 16;
+  if (__uint_as_float(h << 16) < thr) h += 1u;
+  return h;
+}
+
+// 0xffff in each half of the result whose bf16 logit in w (low half: the lower token) is >= the
+// bf16 value of each half of t2 (tk_bf16_ceil twice), else 0; NaN is never >=. sm_90+: one
+// set.ge.u32.bf16x2 for two logits (PTX ISA, set); before, two fp32 compares.
+DL_DEVICE u32 tk_ge_bf16x2(u32 w, u32 t2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  u32 r;
+  asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(t2));
+  return r;
+#else
+  float lo, hi, tlo, thi;
+  dl::unpack_bf16x2(w, lo, hi);
+  dl::unpack_bf16x2(t2, tlo, thi);
+  return (lo >= tlo ? 0x0000ffffu : 0u) | (hi >= thi ? 0xffff0000u : 0u);
+#endif
+}
+
+// A warp's exclusive prefix sum of c >= 0 over the lanes below this one, and its total, by one
+// ballot per level (c > 0, c > 1, ...): most lanes hold 0 or 1 candidates, so one or two ballots
+// in place of a warp reduction and a shared atomicAdd. The bf16 stream's staging: with both
+// changes the bf16 build at batch 8 ran ~1 µs faster on an H100 (2026-12-05, BENCHMARKS.md), while
+// the fp32 build at batch 1 ran ~0.7 µs slower with this scan, so fp32 keeps the atomicAdd.
+DL_DEVICE void tk_warp_scan(int c, int lane, u32& before, u32& total) {
+  const u32 lower = (1u << lane) - 1u;
+  before = 0u;
+  total = 0u;
+#pragma unroll 1
+  for (int j = 0;; ++j) {
+    const u32 bal = __ballot_sync(FULL, c > j);
+    if (bal == 0u) break;
+    before += static_cast<u32>(__popc(bal & lower));
+    total += static_cast<u32>(__popc(bal));
+  }
 }
 
 // cp.async.wait_group with a run-time count of groups left in flight (an immediate in PTX).
@@ -257,13 +301,15 @@ __noinline__ __device__ float tk_recount(const T* x, float thr, int start, int e
 // so every logit >= T adds exactly exp2(0) = 1 (subtracted at the end: the thread counts its
 // candidates), every other one exp(x - T) < 1, -inf adds 0, and a NaN makes the sum NaN: a thread
 // whose sum is NaN recounts its tokens exactly at the end (NaN counts as -inf: it adds 0).
-// A warp tile where some lane holds logits >= T (a few per warp tile; ~1% of them hold none)
-// appends them as composites through the warp's shared staging buffer (positions by a shared
-// atomicAdd, one global atomicAdd per flush), and adds exp(x - T) of each to the thread's sum
-// above T. At the end the CTA's two sums relative to T, (below, above), go to tk_sum of its
-// segment: no maximum is needed, below each term is < 1, above each is < e^80; a logit 80 or more
-// above T (or +inf) makes the segment's sum above NaN, and ddtree_build then sums the row's
-// candidates itself, relative to their maximum.
+// The candidate test: fp32, one compare per logit; bf16, one set.ge.bf16x2 per two logits (sm_90+)
+// against T rounded up to bf16 (tk_bf16_ceil: the same result). A warp tile where some lane holds
+// logits >= T (a few per warp tile; ~1% of them hold none) appends them as composites through the
+// warp's shared staging buffer (positions by a shared atomicAdd for fp32, a ballot scan for bf16;
+// one global atomicAdd per flush), and adds exp(x - T) of each to the thread's sum above T. At the
+// end the CTA's two sums relative to T, (below, above), go to tk_sum of its segment: no maximum is
+// needed, below each term is < 1, above each is < e^80; a logit 80 or more above T (or +inf) makes
+// the segment's sum above NaN, and ddtree_build then sums the row's candidates itself, relative
+// to their maximum.
 template <typename T>
 DL_DEVICE void topk_stream(const TopKParams& p) {
   using Tr = LogitTraits<T>;
@@ -338,14 +384,17 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   u64* out = p.tk_cand + row * static_cast<size_t>(p.tk_cap);
   const u32 cap = static_cast<u32>(p.tk_cap);
   u64* stage = sm.stage[warp];
-  u32* wfill = sm.fill + warp;
-  if (lane == 0) *wfill = 0u;
-  __syncwarp();
+  u32* wfill = sm.fill + warp;  // (fp32)
+  if constexpr (V == 4) {
+    if (lane == 0) *wfill = 0u;
+    __syncwarp();
+  }
+  const u32 thr2 = V == 8 ? tk_bf16_ceil(thr) * 0x00010001u : 0u;  // bf16: T rounded up, both halves
 
   float sum = 0.f;    // sum of exp2(min(y, 0)) over this thread's logits (each candidate adds 1)
   int ncand = 0;      // this thread's logits >= T
   float above = 0.f;  // sum of exp(x - T) over them (NaN once one is 80 or more above T)
-  int fill = 0;     // (warp-uniform) staged candidates, = *wfill
+  int fill = 0;     // (warp-uniform) staged candidates (fp32: = *wfill)
   int rd = 0, wr = stages - 1;  // ring slots of tile i and of tile i + stages - 1
 #pragma unroll 1
   for (int i = 0; i < ntiles; ++i) {
@@ -365,34 +414,63 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
 #pragma unroll
       for (int u = 0; u < U; ++u) q[u] = tk_load_raw<T>(x, start + i * TILE + u * VSTEP + tid * V, end);
     }
-    u32 mask = 0;  // bit u * V + e: token start + i * TILE + u * VSTEP + tid * V + e is >= thr (never NaN)
+    // mask: which of the thread's 16 logits are >= thr (never NaN). fp32: bit u * 4 + e for token
+    // start + i * TILE + u * VSTEP + tid * 4 + e. bf16: word w = u * 4 + j of the thread's vectors
+    // (tokens 2j, 2j + 1 of vector u) sets bit w for the lower token, bit 16 + w for the upper.
+    u32 mask = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float v[V];
       tk_unpack(q[u], v);
+      if constexpr (V == 8) {
+        const u32 w4[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mask |= tk_ge_bf16x2(w4[j], thr2) & (0x00010001u << (u * 4 + j));
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        mask |= (v[e] >= thr ? 1u : 0u) << (u * V + e);
+        if constexpr (V == 4) mask |= (v[e] >= thr ? 1u : 0u) << (u * V + e);
         sum += ex2_approx(min0_keep_nan(fmaf(v[e], LOG2E, -ythr)));
       }
     }
     if (__any_sync(FULL, mask != 0u)) {
       const int c = __popc(mask);
       ncand += c;
-      const int tot = static_cast<int>(__reduce_add_sync(FULL, static_cast<u32>(c)));
-      if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
-        tk_flush(stage, fill, count, out, cap, lane);
-        fill = 0;
-        if (lane == 0) *wfill = 0u;
-        __syncwarp();
-      }
-      const bool direct = tot > TK_WARP_STAGE;  // (uniform) more than a stage: straight to the list
+      int tot;
+      bool direct;  // (uniform) more than a stage: straight to the list
       u32 pos = 0;
-      if (c != 0) pos = direct ? atomicAdd(count, static_cast<u32>(c)) : atomicAdd(wfill, static_cast<u32>(c));
+      if constexpr (V == 4) {
+        tot = static_cast<int>(__reduce_add_sync(FULL, static_cast<u32>(c)));
+        if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
+          tk_flush(stage, fill, count, out, cap, lane);
+          fill = 0;
+          if (lane == 0) *wfill = 0u;
+          __syncwarp();
+        }
+        direct = tot > TK_WARP_STAGE;
+        if (c != 0) pos = direct ? atomicAdd(count, static_cast<u32>(c)) : atomicAdd(wfill, static_cast<u32>(c));
+      } else {
+        u32 before, utot;
+        tk_warp_scan(c, lane, before, utot);
+        tot = static_cast<int>(utot);
+        if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
+          tk_flush(stage, fill, count, out, cap, lane);
+          fill = 0;
+        }
+        direct = tot > TK_WARP_STAGE;
+        pos = static_cast<u32>(fill) + before;
+        if (direct) {
+          u32 base = 0u;
+          if (lane == 0) base = atomicAdd(count, utot);
+          pos = __shfl_sync(FULL, base, 0) + before;
+        }
+      }
       const int tok0 = start + i * TILE + tid * V;
       for (u32 m = mask; m; m &= m - 1) {
         const u32 bit = static_cast<u32>(__ffs(m) - 1);
-        const u32 u = bit / V, e = bit % V;
+        // (fp32: vector bit / 4, element bit % 4; bf16: word bit % 16, its upper token if bit >= 16)
+        const u32 u = V == 4 ? bit / 4u : (bit & 15u) / 4u;
+        const u32 e = V == 4 ? bit % 4u : 2u * (bit & 3u) + (bit >> 4);
         const int tok = tok0 + static_cast<int>(u) * VSTEP + static_cast<int>(e);
         // this thread's own copy in the ring (vec), else the tile's load again (an L1 hit)
         float xv;
