@@ -276,7 +276,9 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     x[0, 2, rng.choice(V, 100, replace=False)] = 7.0  # count > capacity
     x[0, 3] = np.nan                        # T = NaN (-inf): the stream skips the row
     x[0, 5] = np.round(x[0, 5])             # integers: many ties at T, the threshold holds
-    x[1, 4, :3000] += 6.0                   # large logits clustered at low ids: the threshold holds
+    x[1, 4, :3000] += 6.0                   # large logits clustered at low ids: the threshold holds,
+    #                                         and up to 112 (fp32) / 167 (bf16) candidates in one warp
+    #                                         tile take the stream's direct path (> TK_WARP_STAGE)
     if bf16:
         x = bf16_bits_to_f32(f32_to_bf16_bits(x))
     rig.logits.copy_from_host(f32_to_bf16_bits(x) if bf16 else x)

@@ -219,17 +219,21 @@ DL_DEVICE u32 tk_bf16_ceil(float thr) {
 
 // 0xffff in each half of the result whose bf16 logit in w (low half: the lower token) is >= the
 // bf16 value of each half of t2 (tk_bf16_ceil twice), else 0; NaN is never >=. sm_90+: one
-// set.ge.u32.bf16x2 for two logits (PTX ISA, set); before, two fp32 compares.
+// set.ge.u32.bf16x2 for two logits (PTX ISA, set); before, tk_ge_bf16x2_f32's two fp32 compares
+// (compiled on every architecture, so that a GPU test runs it too).
+DL_DEVICE u32 tk_ge_bf16x2_f32(u32 w, u32 t2) {
+  float lo, hi, tlo, thi;
+  dl::unpack_bf16x2(w, lo, hi);
+  dl::unpack_bf16x2(t2, tlo, thi);
+  return (lo >= tlo ? 0x0000ffffu : 0u) | (hi >= thi ? 0xffff0000u : 0u);
+}
 DL_DEVICE u32 tk_ge_bf16x2(u32 w, u32 t2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   u32 r;
   asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(t2));
   return r;
 #else
-  float lo, hi, tlo, thi;
-  dl::unpack_bf16x2(w, lo, hi);
-  dl::unpack_bf16x2(t2, tlo, thi);
-  return (lo >= tlo ? 0x0000ffffu : 0u) | (hi >= thi ? 0xffff0000u : 0u);
+  return tk_ge_bf16x2_f32(w, t2);
 #endif
 }
 
