@@ -239,7 +239,8 @@ DL_DEVICE u32 tk_ge_bf16x2(u32 w, u32 t2) {
 
 // A warp's exclusive prefix sum of c >= 0 over the lanes below this one, and its total, by one
 // ballot per level (c > 0, c > 1, ...): most lanes hold 0 or 1 candidates, so one or two ballots
-// in place of a warp reduction and a shared atomicAdd. The bf16 stream's staging: with both
+// in place of a warp reduction and a shared atomicAdd (and of dl::warp_incl_scan's five shuffles,
+// which would serve here too but was not the measured variant). The bf16 stream's staging: with both
 // changes the bf16 build at batch 8 ran ~1 µs faster on an H100 (2026-12-05, BENCHMARKS.md), while
 // the fp32 build at batch 1 ran ~0.7 µs slower with this scan, so fp32 keeps the atomicAdd.
 DL_DEVICE void tk_warp_scan(int c, int lane, u32& before, u32& total) {
@@ -440,28 +441,26 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     if (__any_sync(FULL, mask != 0u)) {
       const int c = __popc(mask);
       ncand += c;
-      int tot;
-      bool direct;  // (uniform) more than a stage: straight to the list
-      u32 pos = 0;
+      u32 before = 0u, utot;  // (bf16) this lane's position among the warp's candidates; (both) their total
       if constexpr (V == 4) {
-        tot = static_cast<int>(__reduce_add_sync(FULL, static_cast<u32>(c)));
-        if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
-          tk_flush(stage, fill, count, out, cap, lane);
-          fill = 0;
+        utot = __reduce_add_sync(FULL, static_cast<u32>(c));
+      } else {
+        tk_warp_scan(c, lane, before, utot);
+      }
+      const int tot = static_cast<int>(utot);
+      if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
+        tk_flush(stage, fill, count, out, cap, lane);
+        fill = 0;
+        if constexpr (V == 4) {
           if (lane == 0) *wfill = 0u;
           __syncwarp();
         }
-        direct = tot > TK_WARP_STAGE;
+      }
+      const bool direct = tot > TK_WARP_STAGE;  // (uniform) more than a stage: straight to the list
+      u32 pos = 0;
+      if constexpr (V == 4) {
         if (c != 0) pos = direct ? atomicAdd(count, static_cast<u32>(c)) : atomicAdd(wfill, static_cast<u32>(c));
       } else {
-        u32 before, utot;
-        tk_warp_scan(c, lane, before, utot);
-        tot = static_cast<int>(utot);
-        if (fill + tot > TK_WARP_STAGE) {  // (uniform) make room
-          tk_flush(stage, fill, count, out, cap, lane);
-          fill = 0;
-        }
-        direct = tot > TK_WARP_STAGE;
         pos = static_cast<u32>(fill) + before;
         if (direct) {
           u32 base = 0u;
