@@ -31,7 +31,9 @@
 //        tk_slack more of them (ties aside): kth_largest_bound, usually its first histogram level
 //        only; zeroes the row's candidate counter (re-armed every launch); flags rows whose T is
 //        not finite. CTA (0, b) re-arms the build's per-request counter (b = 0: and the build
-//        status word), as the chunk kernel does in topk_mode = 0.
+//        status word), as the chunk kernel does in topk_mode = 0. Launched with the largest
+//        shared-memory carveout when the stream's CTAs do not fit on the SMs it leaves free
+//        (driverlevel._topk_threshold.sample_carveout), so that they may start beside it.
 //   ddtree_topk_stream_{f32,bf16}  (topk_mode = 1 only) 256 threads, <= 64 registers, 4.2 KB
 //        static smem + a ring of 2-8 tiles (its dynamic smem: driverlevel._topk_threshold.
 //        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its

@@ -142,15 +142,38 @@ def check_plan_args(*, pdl, pool, name, arch):
     return arch
 
 
-def _programmatic_attrs():
-    """The one launch attribute of a programmatic launch (CUDA Programming Guide, "Programmatic
-    Dependent Launch and Synchronization"): the launch may begin once every CTA of the kernel
-    before it on the stream has run ``griddepcontrol.launch_dependents`` (or exited); it must
-    run ``griddepcontrol.wait`` before it reads what that kernel wrote."""
-    a = driver.CUlaunchAttribute()
-    a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    a.value.programmaticStreamSerializationAllowed = 1
-    return [a]
+def _launch_attrs(programmatic: bool, carveout):
+    """The attributes of a ``cuLaunchKernelEx`` launch. Programmatic (CUDA Programming Guide,
+    "Programmatic Dependent Launch and Synchronization"): the launch may begin once every CTA of
+    the kernel before it on the stream has run ``griddepcontrol.launch_dependents`` (or exited);
+    it must run ``griddepcontrol.wait`` before it reads what that kernel wrote. ``carveout`` (a
+    percentage, or None): this launch's preferred shared-memory carveout
+    (``CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``), which overrides the kernel's
+    function attribute for this launch only."""
+    attrs = []
+    if programmatic:
+        a = driver.CUlaunchAttribute()
+        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(a)
+    if carveout is not None:
+        a = driver.CUlaunchAttribute()
+        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+        a.value.sharedMemCarveout = int(carveout)
+        attrs.append(a)
+    return attrs
+
+
+def _carveout_arg(name: str, carveout):
+    """``carveout`` checked: None, or an int percentage in [0, 100] (a bool is refused)."""
+    if carveout is None:
+        return None
+    if isinstance(carveout, bool) or not isinstance(carveout, (int, np.integer)):
+        raise TypeError(f"{name}: carveout must be None or an int percentage in [0, 100], "
+                        f"got {type(carveout).__name__} {carveout!r}")
+    if not 0 <= carveout <= 100:
+        raise ValueError(f"{name}: carveout must be a percentage in [0, 100], got {carveout!r}")
+    return int(carveout)
 
 
 def _unload(handle, ctx):
@@ -317,15 +340,18 @@ class PreparedLaunch:
         Dynamic shared memory per block, bytes.
     programmatic : bool
         A programmatic dependent launch (see :meth:`Kernel.prepare`).
+    carveout : int or None
+        This launch's preferred shared-memory carveout, percent (see :meth:`Kernel.prepare`).
     """
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "programmatic", "_values", "_argv", "_argv_addr", "_keep",
-                 "_func", "_ctx_dev", "_configs", "__weakref__")
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "programmatic", "carveout", "_values", "_argv",
+                 "_argv_addr", "_keep", "_func", "_ctx_dev", "_configs", "__weakref__")
 
-    def __init__(self, kernel, grid, block, shared_mem, args, programmatic=False):
+    def __init__(self, kernel, grid, block, shared_mem, args, programmatic=False, carveout=None):
         self.kernel = kernel
         self.grid, self.block, self.shared_mem = _launch_geometry(grid, block, shared_mem)
         self.programmatic = bool_arg("programmatic", programmatic)
+        self.carveout = _carveout_arg(kernel.name, carveout)
         if self.programmatic and not programmatic_supported(kernel.module.cubin.arch):
             # Below sm_90 the code has no griddepcontrol.wait, so nothing would hold the kernel's
             # reads back until the previous kernel's writes are visible (NVIDIA/cccl#9134).
@@ -339,9 +365,9 @@ class PreparedLaunch:
         self._argv_addr = ctypes.addressof(self._argv)
         self._func = kernel._func
         self._ctx_dev = kernel.module.device
-        # programmatic: one CUlaunchConfig per stream (int handle -> config), made on the first
-        # launch there; none are shared between streams, so launches stay reentrant
-        self._configs = {} if self.programmatic else None
+        # programmatic or a carveout: one CUlaunchConfig per stream (int handle -> config), made on
+        # the first launch there; none are shared between streams, so launches stay reentrant
+        self._configs = {} if self.programmatic or self.carveout is not None else None
 
     def set_arg(self, index: int, value) -> None:
         """Replace argument ``index`` (same C type as before; a negative index counts from the last
@@ -385,7 +411,7 @@ class PreparedLaunch:
         return self
 
     def _config(self, stream):
-        """The ``CUlaunchConfig`` of a programmatic launch on ``stream`` (made once per stream)."""
+        """The ``CUlaunchConfig`` of a ``cuLaunchKernelEx`` launch on ``stream`` (made once per stream)."""
         h = stream.handle
         key = int(h)
         cfg = self._configs.get(key)
@@ -395,8 +421,9 @@ class PreparedLaunch:
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
             cfg.sharedMemBytes = self.shared_mem
             cfg.hStream = h
-            cfg.attrs = _programmatic_attrs()  # copied into the config
-            cfg.numAttrs = 1
+            attrs = _launch_attrs(self.programmatic, self.carveout)
+            cfg.attrs = attrs  # copied into the config
+            cfg.numAttrs = len(attrs)
             self._configs[key] = cfg
         return cfg
 
@@ -412,8 +439,9 @@ class PreparedLaunch:
         """Queue the kernel on ``stream`` (capture-safe).
 
         Runs in the device's primary context: one ``cuLaunchKernel`` (``cuLaunchKernelEx``
-        for a programmatic launch), and only if the driver refuses it (no context, or another
-        one, current) is the primary context pushed for a second try and popped again. Inside a
+        for a programmatic launch or one with a carveout), and only if the driver refuses it (no
+        context, or another one, current) is the primary context pushed for a second try and
+        popped again. Inside a
         driverlevel capture (on its stream or on a side stream joined into it by events) the
         launch, and with it everything it keeps, is tied to the captured graph.
 
@@ -431,9 +459,10 @@ class PreparedLaunch:
             try:
                 (err,) = self._submit(stream)
                 if err:
-                    check("cuLaunchKernelEx" if self.programmatic else "cuLaunchKernel", (err,),
+                    check("cuLaunchKernelEx" if self._configs is not None else "cuLaunchKernel", (err,),
                           f"{self.kernel.name} grid={self.grid} block={self.block} smem={self.shared_mem}"
-                          + (" programmatic" if self.programmatic else ""))
+                          + (" programmatic" if self.programmatic else "")
+                          + (f" carveout={self.carveout}%" if self.carveout is not None else ""))
             finally:
                 if pushed:
                     dev._pop()
@@ -605,7 +634,8 @@ class Kernel:
             raise ValueError(f"{self.name}: the shared-memory carveout is a percentage in [0, 100], got {percent!r}")
         self._set_attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
 
-    def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False) -> PreparedLaunch:
+    def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False,
+                carveout=None) -> PreparedLaunch:
         """Pack a launch once; replay it with :meth:`PreparedLaunch.launch`.
 
         Parameters
@@ -634,21 +664,31 @@ class Kernel:
             dependency as a programmatic graph edge (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC``
             edge data, CUDA 12.3 and newer). A kernel whose code has no wait must never be
             launched this way.
+        carveout : int or None
+            None (default): the kernel's own preference (:meth:`prefer_shared_memory`). An int
+            in [0, 100]: this launch's preferred share of the SM's unified L1 / shared-memory
+            storage as shared memory (``cuLaunchKernelEx`` with
+            ``CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``), for this launch only, so
+            that plans sharing a loaded kernel may ask differently. A hint. A CTA cannot join an
+            SM whose shared-memory configuration differs from its launch's until that SM has
+            drained, so a kernel whose CTAs should start beside the previous kernel's (a
+            programmatic launch) may need that kernel's carveout.
 
         Raises
         ------
         TypeError
             For an argument with no explicit C type (plain ``int``/``float``/``bool``), a grid or
-            block dimension or a ``shared_mem`` that is not an int (a float, a bool, a str), or a
-            ``programmatic`` that is not a bool.
+            block dimension or a ``shared_mem`` that is not an int (a float, a bool, a str), a
+            ``programmatic`` that is not a bool, or a ``carveout`` that is neither None nor an int.
         ValueError
             Before the driver is called: for a grid or block of more than 3 dimensions or a
             dimension below 1, one above CUDA's limits (grid x <= 2**31 - 1, y and z <= 65,535;
             block x and y <= 1,024, z <= 64; at most 1,024 threads per block), a negative
-            ``shared_mem``, more shared memory than the device allows, or ``programmatic=True``
-            for code compiled below sm_90 (no ``griddepcontrol``).
+            ``shared_mem``, more shared memory than the device allows, ``programmatic=True``
+            for code compiled below sm_90 (no ``griddepcontrol``), or a ``carveout`` outside
+            [0, 100].
         """
-        return PreparedLaunch(self, grid, block, shared_mem, args, programmatic)
+        return PreparedLaunch(self, grid, block, shared_mem, args, programmatic, carveout)
 
     def launch(self, stream, grid, block, args, shared_mem: int = 0) -> PreparedLaunch:
         """Pack and queue one launch on ``stream``; returns the prepared launch for reuse.

@@ -48,7 +48,7 @@ __all__ = [
     "SAMPLE_VALUES", "SAMPLE_FAIL", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
     "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "stream_tile_bytes", "stream_config",
     "group_tokens", "sample_items", "sample_groups", "sample_rank", "hypergeom_tail", "sample_slack", "candidate_capacity",
-    "stream_tile_tokens", "stream_segments", "hash32",
+    "stream_tile_tokens", "stream_segments", "sample_carveout", "hash32",
 ]
 
 #: Logits the sample kernel reads per row (16 KB of fp32 or bf16; 256 threads x 16).
@@ -262,6 +262,31 @@ def stream_config(bf16: bool, smem_per_sm: int, smem_per_block: int) -> tuple[in
             return ctas, int(stages)
     raise ValueError(f"the stream kernel needs two {tile} B tiles of shared memory per block, the GPU has "
                      f"{smem_per_block} B")
+
+
+def sample_carveout(rows: int, stream_ctas: int, sm_count: int, ctas_per_sm: int) -> int | None:
+    """The sample kernel's launch carveout (percent of the SM's L1 / shared storage as shared
+    memory), or None for the driver's default.
+
+    With programmatic launch the stream's CTAs may start while the sample's (one per row, ``rows``
+    of them, one per SM while ``rows <= sm_count``) still run; but a CTA cannot join an SM whose
+    shared-memory configuration differs from its launch's until that SM drains, and the stream
+    asks for the largest carveout while the sample (2.6 KB of shared memory) gets a small one. So
+    when the stream's ``stream_ctas`` do not fit on the ``ctas_per_sm`` slots of the SMs without a
+    sample CTA, the sample asks for the largest carveout too (100), and the stream's CTAs start
+    beside it (registers leave room for two fp32 stream CTAs beside a sample CTA on sm_90) and put
+    their first tiles in flight during the sample. H100, fifty-first session (BENCHMARKS.md,
+    DDTree stages), vocabulary 163,840, depth 15: at batch 8 (120 rows, 480 stream CTAs, 48 free
+    slots) the build ran 0.7-1.0 µs faster in fp32 and 1.6-2.2 µs in bf16 (budgets 256 and 16, side
+    by side); at batch 1 (15 rows, 300 CTAs, 468 free slots) the same carveout cost +0.7 µs (the
+    stream's CTAs then crowd the sample's SMs and slow its loads), hence the rule. Batches 2-4 ask
+    too and were not measured.
+
+    Parameters are counts: ``rows`` sample CTAs, ``stream_ctas`` stream CTAs, the GPU's
+    ``sm_count`` and the stream's ``ctas_per_sm`` (:func:`stream_config`).
+    """
+    free = max(int(sm_count) - int(rows), 0) * max(int(ctas_per_sm), 1)
+    return 100 if int(stream_ctas) > free else None
 
 
 def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int,

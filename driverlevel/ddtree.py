@@ -572,6 +572,11 @@ class DDTreePlan:
                                                             self.device.sm_count, self.tk_ctas_per_sm)
         self.arch = normalize_arch(arch or self.device.arch)
         self.pdl = resolve_pdl(pdl, self.arch)
+        rows = self.max_batch * self.depth_limit
+        #: The sample kernel's launch carveout (:func:`driverlevel._topk_threshold.sample_carveout`;
+        #: programmatic launches only, None = the driver's default).
+        self.tk_sample_carveout = (_tk.sample_carveout(rows, rows * self.tk_nseg, self.device.sm_count,
+                                                       self.tk_ctas_per_sm) if self.pdl else None)
         # threshold: ddtree_build runs the chunk top-K of a row the threshold failed in its own
         # dynamic shared memory (cu/ddtree/build.cuh, chunk_fallback_row)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
@@ -818,7 +823,8 @@ class DDTreePlan:
             # cu/ddtree.cu); the first is ordinary, so the build starts after what came before it
             pdl = self.pdl
             if self.topk == "threshold":  # sample -> stream (ddtree_build runs the rows that failed)
-                out = [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp]),
+                out = [self._k_sample.prepare((self.depth_limit, self.max_batch, 1), _tk.SAMPLE_THREADS, [tkp],
+                                              carveout=self.tk_sample_carveout),
                        self._k_stream.prepare((self.tk_nseg, self.depth_limit, self.max_batch), _tk.STREAM_THREADS,
                                               [tkp], self.tk_ring_bytes, programmatic=pdl)]
             else:  # one chunk top-K CTA per chunk of every row

@@ -17,7 +17,7 @@ import driverlevel as dl
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from driverlevel.ddtree import DDTreePlan, DDTreeState
 from driverlevel.reference import ddtree as ref
-from graph_util import graph_edges
+from graph_util import graph_edges, kernel_node_carveouts
 
 pytestmark = pytest.mark.gpu
 
@@ -1008,6 +1008,47 @@ def test_pdl_build_captures_programmatic_edges(device, stream, topk):
         gexec = cap.graph.instantiate()  # instantiable and runs
         gexec.launch(stream)
         stream.synchronize()
+
+
+def test_sample_carveout_is_captured_and_the_build_unchanged(device, stream):
+    """A pdl threshold plan whose stream CTAs do not fit beside the sample's SMs (batch 8, depth 15:
+    _topk_threshold.sample_carveout) launches the sample kernel with the largest carveout, and
+    stream capture records it on the sample's node; one that fits (batch 1, depth 3) does not ask.
+    Either way the replayed build equals the eager one (outputs poisoned in between) and its top-K
+    equals the float64 reference's."""
+    from driverlevel import _topk_threshold as tk
+
+    need_pdl(device)
+    rng = np.random.default_rng(17)
+    for max_batch, depth in ((1, 3), (8, 15)):
+        rig = Rig(device, rng, max_batch=max_batch, depth=depth, vocab=5000, budget=16, mask_formats=("bitmask",),
+                  topk="threshold", pdl=True)
+        plan, rows = rig.plan, max_batch * depth
+        want = tk.sample_carveout(rows, rows * plan.tk_nseg, device.sm_count, plan.tk_ctas_per_sm)
+        assert plan.tk_sample_carveout == want
+        if (max_batch, depth) == (8, 15) and device.sm_count < 4 * rows:
+            assert want == 100  # (this shape is there to ask; a GPU of >= 480 SMs would not)
+        rig.push_state()
+        x = rig.new_logits()
+        plan.build(stream, rig.logits, rig.state)
+        stream.synchronize()
+        names = ("top_ids", "top_lp", *TREE_OUTPUTS)
+        eager = rig.get(*names)
+        for b in range(max_batch):
+            assert_topk_matches(eager, b, *ref.topk_logprobs(x[b], plan.k), f"batch {max_batch}")
+        with dl.capture(stream) as cap:
+            plan.build(stream, rig.logits, rig.state)
+        carve = kernel_node_carveouts(cap.graph)
+        if want is not None:
+            assert carve["ddtree_topk_sample_f32"] == want, carve
+        gexec = cap.graph.instantiate()
+        for n in names:
+            getattr(plan, n).fill_bytes(0x5A, stream)
+        gexec.launch(stream)
+        stream.synchronize()
+        got = rig.get(*names)
+        for n in names:
+            np.testing.assert_array_equal(got[n], eager[n], err_msg=f"batch {max_batch}: {n}")
 
 
 # ------------------------------------------------------------------------------ validation

@@ -237,6 +237,22 @@ def test_stream_ring_per_gpu():
         tk.stream_config(False, 30_000, 30_000)
 
 
+def test_sample_carveout_rule():
+    """The sample kernel asks for the largest carveout exactly when the stream's CTAs do not fit on
+    the SMs its CTAs leave free: on the H200 (132 SMs, 4 stream CTAs per SM), vocabulary 163,840,
+    depth 15, not at batch 1 (300 stream CTAs, 117 free SMs), at batch 8 (480 CTAs, 12 free SMs),
+    for both dtypes; the boundary itself, and more rows than SMs."""
+    h200 = (233_472, 232_448)
+    for bf16 in (False, True):
+        ctas, _ = tk.stream_config(bf16, *h200)
+        for batch, want in ((1, None), (8, 100)):
+            rows = batch * 15
+            nseg, _ = tk.stream_segments(rows, 163_840, bf16, 132, ctas)
+            assert tk.sample_carveout(rows, rows * nseg, 132, ctas) == want, (bf16, batch)
+    assert tk.sample_carveout(100, 128, 132, 4) is None and tk.sample_carveout(100, 129, 132, 4) == 100
+    assert tk.sample_carveout(200, 1, 132, 4) == 100  # no SM without a sample CTA
+
+
 def _log_bin_py(d):
     """cu/ddtree/keys.cuh's log_bin by its own bit arithmetic (Python ints)."""
     if d < 16:

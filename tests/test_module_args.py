@@ -268,6 +268,51 @@ def test_programmatic_launch_config(arch):
     assert attr.value.programmaticStreamSerializationAllowed == 1
 
 
+@pytest.mark.parametrize("bad, exc", [(True, TypeError), (50.0, TypeError), ("100", TypeError), (-1, ValueError),
+                                      (101, ValueError)])
+def test_carveout_is_checked_before_the_driver(bad, exc):
+    with pytest.raises(exc, match="carveout must be"):
+        PreparedLaunch(_fake_kernel("sm_90"), 1, 32, 0, [], carveout=bad)
+
+
+@pytest.mark.parametrize("programmatic", [False, True])
+def test_carveout_launch_config(programmatic):
+    """A launch with a carveout goes through cuLaunchKernelEx with the attribute
+    PREFERRED_SHARED_MEMORY_CARVEOUT (after PROGRAMMATIC_STREAM_SERIALIZATION when both); without
+    one (None, the default) an ordinary launch stays a plain cuLaunchKernel."""
+    from cuda.bindings import driver
+
+    ids = driver.CUlaunchAttributeID
+    assert PreparedLaunch(_fake_kernel("sm_90"), 1, 32, 0, []).carveout is None
+    assert PreparedLaunch(_fake_kernel("sm_90"), 1, 32, 0, [])._configs is None
+    for pct in (0, 37, np.int32(100)):
+        p = PreparedLaunch(_fake_kernel("sm_80" if not programmatic else "sm_90"), 4, 64, 0, [],
+                           programmatic=programmatic, carveout=pct)
+        assert p.carveout == int(pct) and type(p.carveout) is int
+        cfg = p._config(FakeStream(0x4000))
+        want = ([ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION] if programmatic else []) + [
+            ids.CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT]
+        assert cfg.numAttrs == len(want) and [a.id for a in cfg.attrs] == want
+        assert cfg.attrs[-1].value.sharedMemCarveout == int(pct)
+        if programmatic:
+            assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
+
+
+def test_carveout_launch_calls_the_extended_launch(monkeypatch):
+    from cuda.bindings import driver
+
+    from driverlevel import _module
+
+    calls = []
+    ok = (driver.CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(_module.driver, "cuLaunchKernel", lambda *a: calls.append(("plain", a)) or ok)
+    monkeypatch.setattr(_module.driver, "cuLaunchKernelEx", lambda *a: calls.append(("ex", a)) or ok)
+    s = FakeStream(0x5000)
+    p = PreparedLaunch(_fake_kernel("sm_90"), 2, 64, 0, [np.int32(5)], carveout=100)
+    p.launch(s)
+    assert calls == [("ex", (p._config(s), p._func, p._argv_addr, 0))]
+
+
 def test_launch_calls_the_driver_once_with_the_packed_argv(monkeypatch):
     """Ordinary: cuLaunchKernel(func, grid, block, smem, stream, argv address, 0), as before;
     programmatic: cuLaunchKernelEx(config, func, the same argv address, 0)."""
