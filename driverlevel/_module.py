@@ -671,8 +671,8 @@ class Kernel:
             ``CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``), for this launch only, so
             that plans sharing a loaded kernel may ask differently. A hint. A CTA cannot join an
             SM whose shared-memory configuration differs from its launch's until that SM has
-            drained, so a kernel whose CTAs should start beside the previous kernel's (a
-            programmatic launch) may need that kernel's carveout.
+            drained, so consecutive kernels whose CTAs should share SMs (a programmatic launch
+            beside the kernel before it) need the same configuration.
 
         Raises
         ------

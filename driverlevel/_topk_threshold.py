@@ -280,7 +280,8 @@ def sample_carveout(rows: int, stream_ctas: int, sm_count: int, ctas_per_sm: int
     slots) the build ran 0.7-1.0 µs faster in fp32 and 1.6-2.2 µs in bf16 (budgets 256 and 16, side
     by side); at batch 1 (15 rows, 300 CTAs, 468 free slots) the same carveout cost +0.7 µs (the
     stream's CTAs then crowd the sample's SMs and slow its loads), hence the rule. Batches 2-4 ask
-    too and were not measured.
+    too and were not measured, nor was any GPU but the H100 (sm_90): on sm_100 / sm_120 the rule
+    applies by the same mechanism, unmeasured.
 
     Parameters are counts: ``rows`` sample CTAs, ``stream_ctas`` stream CTAs, the GPU's
     ``sm_count`` and the stream's ``ctas_per_sm`` (:func:`stream_config`).

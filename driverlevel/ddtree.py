@@ -574,9 +574,10 @@ class DDTreePlan:
         self.pdl = resolve_pdl(pdl, self.arch)
         rows = self.max_batch * self.depth_limit
         #: The sample kernel's launch carveout (:func:`driverlevel._topk_threshold.sample_carveout`;
-        #: programmatic launches only, None = the driver's default).
+        #: threshold top-K with programmatic launches only, None = the driver's default).
         self.tk_sample_carveout = (_tk.sample_carveout(rows, rows * self.tk_nseg, self.device.sm_count,
-                                                       self.tk_ctas_per_sm) if self.pdl else None)
+                                                       self.tk_ctas_per_sm)
+                                   if self.pdl and self.topk == "threshold" else None)
         # threshold: ddtree_build runs the chunk top-K of a row the threshold failed in its own
         # dynamic shared memory (cu/ddtree/build.cuh, chunk_fallback_row)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)

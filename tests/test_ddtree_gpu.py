@@ -1020,14 +1020,14 @@ def test_sample_carveout_is_captured_and_the_build_unchanged(device, stream):
 
     need_pdl(device)
     rng = np.random.default_rng(17)
+    asked = []
     for max_batch, depth in ((1, 3), (8, 15)):
         rig = Rig(device, rng, max_batch=max_batch, depth=depth, vocab=5000, budget=16, mask_formats=("bitmask",),
                   topk="threshold", pdl=True)
         plan, rows = rig.plan, max_batch * depth
         want = tk.sample_carveout(rows, rows * plan.tk_nseg, device.sm_count, plan.tk_ctas_per_sm)
         assert plan.tk_sample_carveout == want
-        if (max_batch, depth) == (8, 15) and device.sm_count < 4 * rows:
-            assert want == 100  # (this shape is there to ask; a GPU of >= 480 SMs would not)
+        asked.append(want)
         rig.push_state()
         x = rig.new_logits()
         plan.build(stream, rig.logits, rig.state)
@@ -1049,6 +1049,9 @@ def test_sample_carveout_is_captured_and_the_build_unchanged(device, stream):
         got = rig.get(*names)
         for n in names:
             np.testing.assert_array_equal(got[n], eager[n], err_msg=f"batch {max_batch}: {n}")
+    assert asked[0] is None  # (3 rows of 2 stream CTAs fit beside the sample on any GPU of 6 or more SMs)
+    if asked[1] is None:  # (a GPU of ~180 SMs or more holds batch 8's 240 stream CTAs beside the sample)
+        pytest.skip(f"the batch-8 shape does not ask for the carveout on {device.sm_count} SMs: only the build checked")
 
 
 # ------------------------------------------------------------------------------ validation
