@@ -441,9 +441,8 @@ class PreparedLaunch:
         Runs in the device's primary context: one ``cuLaunchKernel`` (``cuLaunchKernelEx``
         for a programmatic launch or one with a carveout), and only if the driver refuses it (no
         context, or another one, current) is the primary context pushed for a second try and
-        popped again. Inside a
-        driverlevel capture (on its stream or on a side stream joined into it by events) the
-        launch, and with it everything it keeps, is tied to the captured graph.
+        popped again. Inside a driverlevel capture (on its stream or on a side stream joined into
+        it by events) the launch, and with it everything it keeps, is tied to the captured graph.
 
         Raises
         ------
