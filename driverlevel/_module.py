@@ -624,13 +624,16 @@ class Kernel:
 
         Raises
         ------
+        TypeError
+            If ``percent`` is not an int (a bool, a float; as :meth:`prepare`'s ``carveout``).
         ValueError
             If ``percent`` is not in [0, 100].
         CudaError
             If the driver refuses the attribute.
         """
-        if isinstance(percent, bool) or not isinstance(percent, (int, np.integer)) or not 0 <= percent <= 100:
-            raise ValueError(f"{self.name}: the shared-memory carveout is a percentage in [0, 100], got {percent!r}")
+        if percent is None:
+            raise TypeError(f"{self.name}: the shared-memory carveout must be an int percentage in [0, 100], got None")
+        percent = _carveout_arg(self.name, percent)
         self._set_attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
 
     def prepare(self, grid, block, args, shared_mem: int = 0, programmatic: bool = False,

@@ -378,8 +378,11 @@ def test_prefer_shared_memory_sets_the_carveout_in_the_primary_context(monkeypat
     k.prefer_shared_memory(100)
     assert log == ["enter", ("set", k._func, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                              100), "exit"]
-    for bad in (-1, 101, 50.0, True):
+    for bad in (-1, 101):
         with pytest.raises(ValueError, match="percentage in"):
+            k.prefer_shared_memory(bad)
+    for bad in (50.0, True, None, "100"):  # (the same types as prepare(carveout=) refuses, and None)
+        with pytest.raises(TypeError, match="int percentage"):
             k.prefer_shared_memory(bad)
 
 
