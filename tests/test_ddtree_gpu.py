@@ -93,6 +93,15 @@ class Rig:
     def get(self, *names):
         return {n: getattr(self.plan, n).to_numpy() for n in names}
 
+    def replay_poisoned(self, gexec, stream, names):
+        """The plan's outputs ``names`` filled with 0x5A bytes, ``gexec`` replayed on ``stream``:
+        what the replay wrote (a stale eager result cannot pass for it)."""
+        for n in names:
+            getattr(self.plan, n).fill_bytes(0x5A, stream)
+        gexec.launch(stream)
+        stream.synchronize()
+        return self.get(*names)
+
     def host_tree(self, out):
         """The reference TreeBatch built from the GPU's own top-K (the heap checked exactly)."""
         return ref.build_tree(self.h["root_tokens"], None, self.budget, budgets=self.h["budgets"],
@@ -882,11 +891,7 @@ def test_graph_replay_with_new_logits_equals_eager(device, stream, topk):
         stream.synchronize()
         want = eager.get(*STEP_OUTPUTS)
         want_state = eager.state.download()
-        for n in STEP_OUTPUTS:
-            getattr(plan, n).fill_bytes(0x5A, stream)
-        gexec.launch(stream)
-        stream.synchronize()
-        got = eager.get(*STEP_OUTPUTS)
+        got = eager.replay_poisoned(gexec, stream, STEP_OUTPUTS)
         for n in STEP_OUTPUTS:
             if n in ("input_ids", "positions", "out_cache_loc", "bitmask", "posterior"):
                 t = int(want["qo_indptr"][-1])
@@ -1041,12 +1046,7 @@ def test_sample_carveout_is_captured_and_the_build_unchanged(device, stream):
         carve = kernel_node_carveouts(cap.graph)
         if want is not None:
             assert carve["ddtree_topk_sample_f32"] == want, carve
-        gexec = cap.graph.instantiate()
-        for n in names:
-            getattr(plan, n).fill_bytes(0x5A, stream)
-        gexec.launch(stream)
-        stream.synchronize()
-        got = rig.get(*names)
+        got = rig.replay_poisoned(cap.graph.instantiate(), stream, names)
         for n in names:
             np.testing.assert_array_equal(got[n], eager[n], err_msg=f"batch {max_batch}: {n}")
     assert asked[0] is None  # (3 rows of 2 stream CTAs fit beside the sample on any GPU of 6 or more SMs)
