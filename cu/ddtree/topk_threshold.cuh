@@ -469,6 +469,25 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
         }
       }
       const int tok0 = start + i * TILE + tid * V;
+      if (vec && !direct) {  // (uniform) the common case: each candidate from this thread's ring slot
+        // to the warp's stage, the slot's shared address formed once (a 32-bit register), not per
+        // candidate from the generic pointer (SR_CgaCtaId and an add chain in sm_90's SASS)
+        const T* sv = reinterpret_cast<const T*>(slot);
+        for (u32 m = mask; m; m &= m - 1) {
+          const u32 bit = static_cast<u32>(__ffs(m) - 1);
+          const u32 u = V == 4 ? bit / 4u : (bit & 15u) / 4u;
+          const u32 e = V == 4 ? bit % 4u : 2u * (bit & 3u) + (bit >> 4);
+          const int tok = tok0 + static_cast<int>(u) * VSTEP + static_cast<int>(e);
+          const float xv = Tr::load(sv + u * (TK_STREAM_THREADS * V) + e);
+          const float dx = xv - thr;
+          above += dx < 80.f ? ex2_approx(dx * LOG2E) : __int_as_float(0x7fffffff);
+          stage[pos++] = composite(f32_key(xv), tok);
+        }
+        fill += tot;
+        __syncwarp();
+        if (i == 0) DDT_TK_STAMP(DDT_TK_ROW_STREAM, 3, "tile0");
+        continue;
+      }
       for (u32 m = mask; m; m &= m - 1) {
         const u32 bit = static_cast<u32>(__ffs(m) - 1);
         // (fp32: vector bit / 4, element bit % 4; bf16: word bit % 16, its upper token if bit >= 16)
