@@ -271,23 +271,27 @@ def sample_carveout(rows: int, stream_ctas: int, sm_count: int, ctas_per_sm: int
     With programmatic launch the stream's CTAs may start while the sample's (one per row, ``rows``
     of them, one per SM while ``rows <= sm_count``) still run; but a CTA cannot join an SM whose
     shared-memory configuration differs from its launch's until that SM drains, and the stream
-    asks for the largest carveout while the sample (2.6 KB of shared memory) gets a small one. So
-    when the stream's ``stream_ctas`` do not fit on the ``ctas_per_sm`` slots of the SMs without a
-    sample CTA, the sample asks for the largest carveout too (100), and the stream's CTAs start
-    beside it (registers leave room for two fp32 stream CTAs beside a sample CTA on sm_90) and put
-    their first tiles in flight during the sample. H100, fifty-first session (BENCHMARKS.md,
-    DDTree stages), vocabulary 163,840, depth 15: at batch 8 (120 rows, 480 stream CTAs, 48 free
-    slots) the build ran 0.7-1.0 µs faster in fp32 and 1.6-2.2 µs in bf16 (budgets 256 and 16, side
-    by side); at batch 1 (15 rows, 300 CTAs, 468 free slots) the same carveout cost +0.7 µs (the
-    stream's CTAs then crowd the sample's SMs and slow its loads), hence the rule. Batches 2-4 ask
-    too and were not measured, nor was any GPU but the H100 (sm_90): on sm_100 / sm_120 the rule
+    asks for the largest carveout while the sample (2.6 KB of shared memory) gets a small one. With
+    the sample at the largest carveout too (100), the stream's CTAs start beside it and put their
+    first tiles in flight during the sample, but those tiles queue in front of the sample's loads
+    and slow it. That trade pays only when most of the stream would otherwise wait: the rule asks
+    for 100 when fewer than a quarter of the ``stream_ctas`` fit on the ``ctas_per_sm`` slots of
+    the SMs without a sample CTA.
+
+    Measured on an H100 (132 SMs, 4 stream CTAs per SM), vocabulary 163,840, depth 15, the carveout
+    against the default side by side (fifty-first and fifty-second sessions, BENCHMARKS.md, DDTree
+    stages), by the fraction of the stream's CTAs that fit beside the sample: batch 8 (10%: 48 of
+    480) the build ran 0.2-1.0 µs faster in fp32 and 1.3-2.2 µs in bf16; batch 6 (37%) mixed (the
+    carveout's build: fp32 -1.3 / +0.2 µs at budgets 16 / 256, bf16 +0.3 / +0.5); batches 4, 3 and 2 (60%, 77%, 97%)
+    0.4-2.3 µs slower in fp32 and up to 1.0 in bf16; batch 1 (all fit) +0.7. Batches 5 and 7 (43%,
+    21%) were not measured, nor was any GPU but the H100 (sm_90): on sm_100 / sm_120 the rule
     applies by the same mechanism, unmeasured.
 
     Parameters are counts: ``rows`` sample CTAs, ``stream_ctas`` stream CTAs, the GPU's
     ``sm_count`` and the stream's ``ctas_per_sm`` (:func:`stream_config`).
     """
     free = max(int(sm_count) - int(rows), 0) * max(int(ctas_per_sm), 1)
-    return 100 if int(stream_ctas) > free else None
+    return 100 if 4 * free < int(stream_ctas) else None
 
 
 def stream_segments(rows: int, vocab: int, bf16: bool, sm_count: int,
