@@ -246,9 +246,9 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
 
 
 @main.command("compile")
-@click.option("--arch", "arch_opt", default=None, metavar="sm_XX[,sm_YY]|all",
-              help=f"Target architecture(s), comma separated: {', '.join(MAX_SHARED_PER_BLOCK)}; or 'all' for "
-                   f"{', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: name the plain one; "
+@click.option("--arch", "arch_opt", multiple=True, metavar="sm_XX[,sm_YY]|all",
+              help=f"Target architecture(s), comma separated or repeated: {', '.join(MAX_SHARED_PER_BLOCK)}; "
+                   f"or 'all' for {', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: name the plain one; "
                    f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE[,FILE]",
@@ -273,7 +273,7 @@ def compile_cmd(arch_opt, kernels):
     the table), the problems and a one-line warning when the cubin cache cannot be
     written go to stderr.
     """
-    archs = _archs(arch_opt)
+    archs = _archs(",".join(arch_opt) if arch_opt else None)  # (repeats as one comma-separated list)
     available = kernel_sources()
     # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
     src = kernel_source_dir().resolve()

@@ -83,9 +83,9 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         ``qk_head_dim`` not an int, ``rope_scaling`` not a mapping, or a ``factor`` /
         ``mscale_all_dim`` that is not a real number (a bool is refused).
     ValueError
-        ``qk_head_dim`` below 1, a YaRN ``factor`` that is not a positive finite number, a
-        ``mscale_all_dim`` that is not finite (an int past the float range included), or values
-        whose scale is not positive and finite.
+        ``qk_head_dim`` below 1, a YaRN ``rope_scaling`` without ``factor``, a ``factor`` that
+        is not a positive finite number, a ``mscale_all_dim`` that is not finite (an int past the
+        float range included), or values whose ``mscale`` or scale is not positive and finite.
     """
     qk_head_dim = positive_int("qk_head_dim", qk_head_dim)
     scale = 1.0 / math.sqrt(qk_head_dim)
@@ -96,6 +96,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
                         f"got {type(rope_scaling).__name__}")
     if str(rope_scaling.get("type", rope_scaling.get("rope_type", ""))).lower() != "yarn":
         return scale
+    if "factor" not in rope_scaling:  # (DeepSeek-V2's modelling code reads it unconditionally)
+        raise ValueError("rope_scaling is YaRN but has no 'factor': the scale correction needs it")
     values = {}
     for key, default in (("factor", 1.0), ("mscale_all_dim", 0.0)):
         v = rope_scaling.get(key, default)
@@ -114,7 +116,7 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         return scale
     mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
     out = scale * mscale * mscale
-    if not math.isfinite(out) or out <= 0:
+    if not math.isfinite(out) or out <= 0 or mscale <= 0:  # (the square would hide a negative mscale)
         raise ValueError(f"rope_scaling gives no usable softmax scale ({out!r}) from factor {factor!r} and "
                          f"mscale_all_dim {mscale_all_dim!r}: the scale must be positive and finite")
     return out

@@ -546,6 +546,11 @@ def test_errors_name_the_argument():
 
     bits = build_bitmask(trees, 1)
     fails(TypeError, "mask must be uint32", mask=bits.astype(np.int64), mask_format="bitmask")
+    # int32 words are the same bits (VerifyMetadata takes them; a fresh user's finding, fifty-second session)
+    assert bits.any()
+    got = verify_attention_reference(**{**kw, "mask": bits.view(np.int32), "mask_format": "bitmask"})
+    want = verify_attention_reference(**{**kw, "mask": bits, "mask_format": "bitmask"})
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
     stray = bits.copy()
     stray[0, 0] |= np.uint32(1 << 3)  # request 0 has 3 draft tokens: bit 3 is past the end
     fails(ValueError, "bits set at or past bit 3", mask=stray, mask_format="bitmask")

@@ -164,6 +164,15 @@ def test_compile_several_archs(runner):
     assert archs == {"sm_80", "sm_100"}
 
 
+def test_compile_repeated_arch_takes_every_value(runner):
+    """A repeated --arch adds to the list, as a repeated --kernel does (it kept only the last)."""
+    r = invoke(runner, "compile", "--arch", "sm_80", "--arch", "sm_100,sm_80", "--kernel", "selftest.cu")
+    assert r.exit_code == 0, r.output
+    assert {row[2] for row in _rows(r.stdout)} == {"sm_80", "sm_100"}
+    r = runner.invoke(cli.main, ["compile", "--arch", "all", "--arch", "sm_90"])
+    assert r.exit_code == 2 and "'all' stands alone" in r.output
+
+
 def test_compile_accepts_spellings_and_every_known_arch(runner):
     r = invoke(runner, "compile", "--arch", "SM_121,87", "--kernel", "selftest.cu")
     assert r.exit_code == 0, r.output

@@ -737,6 +737,14 @@ def test_build_tree_takes_top_as_lists():
     np.testing.assert_array_equal(got.tokens, want.tokens)
 
 
+@pytest.mark.parametrize("top", [
+    (np.zeros((1, 2, 4), np.int32),), [np.zeros((1, 2, 4), np.int32)] * 3, np.zeros((2, 1, 2, 4), np.int32), "ab"])
+def test_build_tree_refuses_a_top_that_is_not_a_pair(top):
+    """A one-tuple `top` was indexed as a pair (a bare IndexError); anything but two arrays is refused by name."""
+    with pytest.raises(ValueError, match=r"top must be \(ids, lp\), a pair"):
+        R.build_tree(np.zeros(1, np.int32), None, 3, top=top)
+
+
 # -- review 38 (a fresh user's findings): the references take what their docstrings say, and refuse the rest --
 
 def _review38_batch():

@@ -16,7 +16,7 @@ import pytest
 
 import driverlevel as dl
 from driverlevel import verify_attention as va
-from driverlevel._compile import MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, compile_file, nvrtc_version
+from driverlevel._compile import MAX_SHARED_PER_BLOCK, compile_file, nvrtc_version
 from ptx_util import ptx_entries, ptx_of
 from driverlevel.verify_attention import (_CONFIGS, TileConfig, VerifyAttention, VerifyMetadata, _Params, compile_defines,
                                          compile_variants, tile_config, tile_configs)
@@ -894,6 +894,10 @@ def test_mla_softmax_scale_without_and_with_yarn():
     ((192, {"type": "yarn", "factor": 1.0, "mscale_all_dim": float("inf")}), ValueError, "mscale_all_dim"),
     ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": 10**400}), ValueError, r"'mscale_all_dim'\] must be a finite"),
     ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -1e300}), ValueError, "no usable softmax scale"),
+    # a fresh user's findings (fifty-second session): YaRN without a factor was read as no scaling, and a
+    # negative mscale (0.1 * -100 * ln 40 + 1 = -35.9) squared into a scale ~1,290x too large
+    ((192, {"type": "yarn", "mscale_all_dim": 1.0}), ValueError, "YaRN but has no 'factor'"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -100}), ValueError, "no usable softmax scale"),
 ])
 def test_mla_softmax_scale_refuses_what_it_cannot_use(args, exc, words):
     from driverlevel.verify_attention import mla_softmax_scale

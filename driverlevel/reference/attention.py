@@ -245,8 +245,8 @@ def draft_visibility(
     ----------
     mask : numpy.ndarray or None
         ``"full"``: uint8/bool ``[mask_indptr[-1]]``; ``"qlen_only"``:
-        uint8/bool ``[mask_indptr[-1]]``; ``"bitmask"``: uint32
-        ``[total_q, n_words]``; ``"causal"``: None.
+        uint8/bool ``[mask_indptr[-1]]``; ``"bitmask"``: uint32 (or int32, the
+        same bits) ``[total_q, n_words]``; ``"causal"``: None.
     mask_format : MaskFormat or str
     qo_indptr : array_like of int
         ``[bs + 1]`` draft-token offsets, ``qo_indptr[0] == 0``.
@@ -292,8 +292,10 @@ def draft_visibility(
     m = np.asarray(mask)
 
     if fmt is MaskFormat.BITMASK:
+        if m.dtype == np.int32:  # the same 32 bits, as VerifyMetadata's custom_mask may hold them (SGLang's int32)
+            m = m.view(np.uint32)
         if m.dtype != np.uint32:
-            raise TypeError(f"mask must be uint32 for mask_format 'bitmask', got dtype {m.dtype}")
+            raise TypeError(f"mask must be uint32 (or int32 words) for mask_format 'bitmask', got dtype {m.dtype}")
         total_q = int(qo[-1])
         if m.ndim != 2 or m.shape[0] != total_q:
             raise ValueError(f"mask must be [total_q = {total_q}, n_words] for 'bitmask', got shape {m.shape}")

@@ -482,7 +482,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     ------
     ValueError
         If ``budget`` is negative, ``root_tokens`` is not one-dimensional, ``logits`` (or
-        ``top``) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``, or ``budgets`` /
+        ``top``'s arrays) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``, ``top`` is
+        not a pair, or ``budgets`` /
         ``active`` is not ``[bs]``.
     TypeError
         If ``budget`` is not an int (bool and floats refused, never truncated), or
@@ -503,6 +504,10 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
                              f"got shape {x.shape}")
         depth_limit, vocab = x.shape[1], x.shape[2]
     else:
+        if not isinstance(top, (tuple, list)) or len(top) != 2:
+            n = f" of {len(top)}" if isinstance(top, (tuple, list)) else ""
+            raise ValueError(f"top must be (ids, lp), a pair of [bs={bs}, depth_limit, >= K] arrays, got a "
+                             f"{type(top).__name__}{n}")
         if np.ndim(top[0]) != 3 or np.shape(top[0])[0] != bs or np.shape(top[1]) != np.shape(top[0]):
             raise ValueError(f"top must be (ids, lp), each [bs={bs}, depth_limit, >= K], got shapes "
                              f"{np.shape(top[0])} and {np.shape(top[1])}")
