@@ -248,8 +248,8 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
 @main.command("compile")
 @click.option("--arch", "arch_opt", multiple=True, metavar="sm_XX[,sm_YY]|all",
               help=f"Target architecture(s), comma separated or repeated: {', '.join(MAX_SHARED_PER_BLOCK)}; "
-                   f"or 'all' for {', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: name the plain one; "
-                   f"driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
+                   f"or 'all' for {', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: "
+                   f"name the plain one; driverlevel picks each kernel's target (sm_90a for sm_90's wgmma verify-attention tile). "
                    f"Default: GPU 0's, or sm_120 without a GPU.")
 @click.option("--kernel", "kernels", multiple=True, metavar="FILE[,FILE]",
               help="Kernel source in cu/ to compile, by name (argmax.cu), or by path (cu/argmax.cu) from a checkout "

@@ -115,8 +115,11 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
     if not mscale_all_dim or factor <= 1:
         return scale
     mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
+    if mscale <= 0:  # (its square would hide the sign: a negative temperature read as a large scale)
+        raise ValueError(f"rope_scaling gives mscale = 0.1 * mscale_all_dim * ln(factor) + 1 = {mscale!r} from "
+                         f"factor {factor!r} and mscale_all_dim {mscale_all_dim!r}: it must be positive")
     out = scale * mscale * mscale
-    if not math.isfinite(out) or out <= 0 or mscale <= 0:  # (the square would hide a negative mscale)
+    if not math.isfinite(out) or out <= 0:
         raise ValueError(f"rope_scaling gives no usable softmax scale ({out!r}) from factor {factor!r} and "
                          f"mscale_all_dim {mscale_all_dim!r}: the scale must be positive and finite")
     return out

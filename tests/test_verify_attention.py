@@ -893,11 +893,12 @@ def test_mla_softmax_scale_without_and_with_yarn():
     # (a factor of at most 1 never uses mscale_all_dim, but a non-finite one is still refused)
     ((192, {"type": "yarn", "factor": 1.0, "mscale_all_dim": float("inf")}), ValueError, "mscale_all_dim"),
     ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": 10**400}), ValueError, r"'mscale_all_dim'\] must be a finite"),
-    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -1e300}), ValueError, "no usable softmax scale"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": 1e300}), ValueError, "no usable softmax scale"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -1e300}), ValueError, "mscale = .* must be positive"),
     # a fresh user's findings (fifty-second session): YaRN without a factor was read as no scaling, and a
     # negative mscale (0.1 * -100 * ln 40 + 1 = -35.9) squared into a scale ~1,290x too large
     ((192, {"type": "yarn", "mscale_all_dim": 1.0}), ValueError, "YaRN but has no 'factor'"),
-    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -100}), ValueError, "no usable softmax scale"),
+    ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -100}), ValueError, r"mscale = .* = -35\.8.*must be positive"),
 ])
 def test_mla_softmax_scale_refuses_what_it_cannot_use(args, exc, words):
     from driverlevel.verify_attention import mla_softmax_scale
