@@ -202,19 +202,25 @@ def _default_arch() -> str:
     return "sm_120"
 
 
-def _archs(arch_opt) -> list[str]:
-    """The architectures ``--arch`` names (checked by :func:`check_arch`), or raise click.BadParameter."""
-    if arch_opt is None:
+def _archs(arch_opts) -> list[str]:
+    """The architectures the ``--arch`` values name (each comma separated, the option repeatable;
+    checked by :func:`check_arch`; a name given twice is listed once), or raise click.BadParameter."""
+    if not arch_opts:
         names, origin = [_default_arch()], " (GPU 0's; pass --arch to choose)"
-    elif arch_opt.strip().lower() == "all":
-        return list(SUPPORTED_ARCHS)
     else:
-        names, origin = arch_opt.split(","), ""
-        if any(not a.strip() for a in names):
-            raise click.BadParameter(f"empty architecture name in {arch_opt!r}: give names separated by single commas, "
-                                     f"e.g. sm_90,sm_120, or 'all'", param_hint="--arch")
-        if any(a.strip().lower() == "all" for a in names):
-            raise click.BadParameter(f"'all' stands alone (it names every supported architecture), got {arch_opt!r}",
+        names, origin = [], ""
+        for value in arch_opts:
+            parts = value.split(",")
+            if any(not a.strip() for a in parts):
+                raise click.BadParameter(f"empty architecture name in {value!r}: give names separated by single "
+                                         f"commas, e.g. sm_90,sm_120, or 'all'", param_hint="--arch")
+            names += parts
+        alls = [a.strip().lower() == "all" for a in names]
+        if all(alls):
+            return list(SUPPORTED_ARCHS)
+        if any(alls):
+            given = " ".join(f"--arch {v}" for v in arch_opts)
+            raise click.BadParameter(f"'all' stands alone (it names every supported architecture), got {given!r}",
                                      param_hint="--arch")
     try:
         return list(dict.fromkeys(check_arch(a) for a in names))
@@ -273,7 +279,7 @@ def compile_cmd(arch_opt, kernels):
     the table), the problems and a one-line warning when the cubin cache cannot be
     written go to stderr.
     """
-    archs = _archs(",".join(arch_opt) if arch_opt else None)  # (repeats as one comma-separated list)
+    archs = _archs(arch_opt)
     available = kernel_sources()
     # a path to one of cu/'s files (cu/argmax.cu from the checkout's root, as a shell completes it) is that file
     src = kernel_source_dir().resolve()

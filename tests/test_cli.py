@@ -170,7 +170,15 @@ def test_compile_repeated_arch_takes_every_value(runner):
     assert r.exit_code == 0, r.output
     assert {row[2] for row in _rows(r.stdout)} == {"sm_80", "sm_100"}
     r = runner.invoke(cli.main, ["compile", "--arch", "all", "--arch", "sm_90"])
-    assert r.exit_code == 2 and "'all' stands alone" in r.output
+    assert r.exit_code == 2 and "'all' stands alone" in r.output and "--arch all --arch sm_90" in r.output
+    r = runner.invoke(cli.main, ["compile", "--arch", "sm_90", "--arch", ""])
+    assert r.exit_code == 2 and "empty architecture name in ''" in r.output
+
+
+def test_compile_repeated_arch_all_is_all():
+    """`--arch all` given twice still means every architecture (the values are not joined into 'all,all')."""
+    assert cli._archs(("all", "ALL")) == list(cli.SUPPORTED_ARCHS)
+    assert cli._archs(("sm_90", "sm_90,sm_80")) == ["sm_90", "sm_80"]
 
 
 def test_compile_accepts_spellings_and_every_known_arch(runner):
