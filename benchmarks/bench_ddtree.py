@@ -33,7 +33,10 @@ build's launches); compile, accept and commit follow the build, as they do in a 
 default) reads 256 MB (the package's argmax kernel over a zeroed buffer), which evicts L2 and leaves
 it clean, as the verify kernel's and the model's reads do. ``--flush write`` writes 256 MB, as
 bench_attention.py does (the seventeenth session's tables): its ~50 MB of dirty lines are written
-back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush none``: no flush
+back while the top-K kernels read, ~6-7 µs of their time at batch 8. ``--flush drafted`` reads
+256 MB and then writes the drafter logits again (a copy), as the drafter's LM head leaves them just
+before the build in a decode step: batch 1's logits are then in L2, the build's code and its other
+data are not (the top-K's TB/s then counts L2 hits, not DRAM reads). ``--flush none``: no flush
 (the tables before the seventeenth session; at batch 1 / 16 the build then measured ~10 µs faster
 than a step sees it). ``--evict-code`` also runs, before each flush, a kernel of ~290 KB of code on
 every SM (:class:`CodeEvict`): the flush leaves the SMs' instruction caches as they were, so a build
@@ -51,7 +54,7 @@ are stars (every node at depth 1), the peaked ones run through every depth (:dat
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
                                          [--drafter random|peaked|jittered] [--search parallel|heap]
-                                         [--flush read|write|none] [--evict-code]
+                                         [--flush read|write|drafted|none] [--evict-code]
 """
 
 from __future__ import annotations
@@ -238,6 +241,10 @@ class L2Flush:
     float32 ``[4096, 16384]`` buffer, one warp per row, writing 16 KB of indices: L2 is left clean.
     ``"write"``: the buffer's bytes set to ``r & 0xFF`` (:meth:`DeviceArray.fill_bytes`): L2 is left
     holding ~50 MB of dirty lines, which the next kernels' misses write back.
+    ``"drafted"``: "read", then :attr:`refresh` (set per plan: the drafter logits written again from a
+    copy, as the drafter's LM head leaves them just before the build), so that the logits are in L2
+    as far as it holds them (all of batch 1's 9.8 MB of fp32; the last-written ~50 MB of batch 8's
+    78.6 MB) and the build's code and other data are not.
     """
 
     ROWS, COLS = 4096, 16384  # float32: 256 MB
@@ -245,24 +252,29 @@ class L2Flush:
     def __init__(self, dev, stream, mode: str):
         from driverlevel.argmax import argmax_rows_launch
 
-        if mode not in ("read", "write"):
-            raise ValueError(f"flush mode must be 'read' or 'write', got {mode!r}")
+        if mode not in ("read", "write", "drafted"):
+            raise ValueError(f"flush mode must be 'read', 'write' or 'drafted', got {mode!r}")
         self.mode = mode
         self.evict_code = None  # a CodeEvict to run before the flush (--evict-code)
+        self.refresh = None  # "drafted": a callable(stream) that writes the drafter logits again
         self.buf = dl.DeviceBuffer.allocate(dev, self.ROWS * self.COLS * 4, label="l2-flush").as_array(
             (self.ROWS, self.COLS), np.float32)
         self.buf.fill_bytes(0, stream)
         self.nbytes = self.buf.nbytes
-        if mode == "read":
+        if mode in ("read", "drafted"):
             idx = dl.DeviceBuffer.allocate(dev, self.ROWS * 4, label="l2-flush-index").as_array((self.ROWS,), np.int32)
             self._read = argmax_rows_launch(dev, self.buf, index=idx, m_max=self.ROWS)
         stream.synchronize()
 
     def __call__(self, stream, r: int) -> None:
-        if self.mode == "read":
-            self._read.launch(stream)
-        else:
+        if self.mode == "write":
             self.buf.fill_bytes(r & 0xFF, stream)
+        else:
+            self._read.launch(stream)
+        if self.mode == "drafted":
+            if self.refresh is None:
+                raise RuntimeError("L2Flush('drafted') has no refresh: set it to the plan's logits copy first")
+            self.refresh(stream)
 
 
 #: A kernel whose only purpose is its code's size (``--evict-code``; tools/ddtree_stamps.py too):
@@ -476,11 +488,13 @@ def main(argv=None) -> int:
                          "--flush other than none)")
     ap.add_argument("--vocab", type=int, default=VOCAB,
                     help="the drafter's vocabulary (the seed deployment's, Kimi's, by default; the demo step's is 32768)")
-    ap.add_argument("--flush", default="read", choices=("read", "write", "none"),
+    ap.add_argument("--flush", default="read", choices=("read", "write", "drafted", "none"),
                     help="how L2 is evicted before each timed replay: read 256 MB (default; L2 left clean, like a "
                          "decode step's verify and model reads), write 256 MB (as bench_attention; leaves dirty "
-                         "lines the top-K kernels then write back), or none (the build's code and data may stay "
-                         "in L2 from the previous replay, which a decode step never leaves)")
+                         "lines the top-K kernels then write back), drafted (read, then the drafter logits written "
+                         "again, as a drafter leaves them in L2 just before the build; the top-K's TB/s then "
+                         "counts L2 hits), or none (the build's code and data may stay in L2 from the previous "
+                         "replay, which a decode step never leaves)")
     args = ap.parse_args(argv)
     if args.vocab < 512 or args.vocab % 8:
         ap.error(f"--vocab must be a multiple of 8, >= 512 (the largest budget's top-K), got {args.vocab}")
@@ -492,7 +506,7 @@ def main(argv=None) -> int:
             ap.error(f"--vocab {args.vocab} with budget {budget}: {exc}")
     VOCAB = args.vocab
     if args.evict_code and args.flush == "none":
-        ap.error("--evict-code evicts the code with the flush: give --flush read or write")
+        ap.error("--evict-code evicts the code with the flush: give --flush read, write or drafted")
     need = max(budgets) + 2  # the largest budget's nodes and a prefix of at least one token
     if args.max_context < need:
         ap.error(f"--max-context must be >= {need} (budget + 1 nodes and a prefix), got {args.max_context}")
@@ -539,6 +553,11 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                              args.drafter)
+        if args.flush == "drafted":  # the logits written again after each flush, from a copy of their own
+            drafted = dl.DeviceBuffer.allocate(dev, logits.nbytes, label="drafted-logits").as_array(
+                (logits.nbytes,), np.uint8)
+            drafted.copy_from(logits, stream)
+            flush.refresh = lambda s, dst=logits, src=drafted: dst.copy_from(src, s)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
         shape = tree_shape(plan)
         floor, parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)

@@ -69,7 +69,7 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_ddtree", ["--max-context", "-1"], "--max-context must be >="),
     ("bench_ddtree", ["--flush", "bogus"], "argument --flush: invalid choice: 'bogus'"),
     ("bench_ddtree", ["--evict-code", "--flush", "none"], "--evict-code evicts the code with the flush: give --flush "
-     "read or write"),
+     "read, write or drafted"),
     ("peer_read", ["--k", "0"], "--batch, --k and --reps must be >= 1"),
     ("profile_topk", ["--budget", "100000"], "--batch must be >= 1 and --budget in 1..512, got 8 and 100000"),
     ("bench_replay", ["--nodes", "a,b"], "--nodes: 'a' in 'a,b' is not an integer: give kernel counts 1 to 1,000 "

@@ -41,6 +41,8 @@ Compute serialises them). ``--flush read`` evicts L2 before the stamped build as
 (256 MB read, then a spin kernel, ``--spin-us``, 500 µs by default, so that the host's launches are all
 queued; 100 µs left some of the eager build's launches late in the thirty-sixth session). A chain
 whose kernel entered well after the previous one's end says so: its launch was late.
+``--flush drafted`` writes the drafter logits again after that read (bench_ddtree's ``--flush
+drafted``): the logits in L2 as a drafter leaves them, the build's code and other data not.
 ``--repeat N`` takes N stamped builds and prints a line per build before the tables (the last
 build's): one stamped build can be an outlier (the thirty-sixth session saw the merge's phases
 2.3x longer in some single builds, shared-memory-only phases included).
@@ -97,11 +99,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a diagnostic: each row CTA runs its merge twice and the last CTA its parallel search "
                          "twice (-DDL_STAMPS_TWICE, one copy of the code); the tables show the second runs, whose "
                          "code is in the SMs' instruction caches")
-    ap.add_argument("--flush", choices=("read", "none"), default="none",
+    ap.add_argument("--flush", choices=("read", "drafted", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
-                         "build behind a spin (--spin-us); none: the build right after its warm-up")
+                         "build behind a spin (--spin-us); drafted: read, then the drafter logits written again "
+                         "(bench_ddtree's --flush drafted: the logits in L2, the build's code not); none: the build "
+                         "right after its warm-up")
     ap.add_argument("--spin-us", type=int, default=500, metavar="US",
-                    help="with --flush read: the spin kernel's length (µs, 0..100000) that the host's launches "
+                    help="with --flush read or drafted: the spin kernel's length (µs, 0..100000) that the host's launches "
                          "queue behind; a chain whose launches were queued late says so (launch_gaps)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="stamped builds per batch and budget (1..50), each after the same eviction, flush and "
@@ -369,7 +373,7 @@ def main(argv=None) -> int:
     extra = stamp_defines(args.detail_depth, args.twice)
     ddtree.compile_defines = lambda arch: {**plain(arch), **extra}
     stream = dev.create_stream()
-    flush = L2Flush(dev, stream, "read") if args.flush == "read" else None
+    flush = L2Flush(dev, stream, args.flush) if args.flush != "none" else None
     spin = selftest.load(dev).kernel("spin_wait_ns")
     evict = CodeEvict(dev) if args.evict_code else None
     try:
@@ -384,6 +388,11 @@ def main(argv=None) -> int:
                 rng = np.random.default_rng(1000 * batch + budget)
                 _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                         args.drafter)
+                if args.flush == "drafted":  # the logits written again after each flush, from a copy
+                    drafted = dl.DeviceBuffer.allocate(dev, logits.nbytes, label="drafted-logits").as_array(
+                        (logits.nbytes,), np.uint8)
+                    drafted.copy_from(logits, stream)
+                    flush.refresh = lambda s, dst=logits, src=drafted: dst.copy_from(src, s)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
                 builds = []
@@ -413,7 +422,8 @@ def main(argv=None) -> int:
                     print(line)
                 print("\n".join(timeline(ctas)), flush=True)
                 if args.chain:
-                    print(f"# the chain ({'L2 flushed' if flush is not None else 'L2 warm'}"
+                    l2 = {"read": "L2 flushed", "drafted": "L2 flushed, the logits written again", "none": "L2 warm"}
+                    print(f"# the chain ({l2[args.flush]}"
                           f"{', code evicted from the SMs' if evict is not None else ''}), µs from the sample "
                           f"kernel's first CTA")
                     print("\n".join(chain_timeline(ctas, topk)), flush=True)
