@@ -342,16 +342,26 @@ class PreparedLaunch:
         A programmatic dependent launch (see :meth:`Kernel.prepare`).
     carveout : int or None
         This launch's preferred shared-memory carveout, percent (see :meth:`Kernel.prepare`).
+
+    All six are read-only: the launch is packed with them once (a new configuration is a new
+    :meth:`Kernel.prepare`); only the arguments change, by :meth:`set_arg`.
     """
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "programmatic", "carveout", "_values", "_argv",
+    __slots__ = ("_kernel", "_grid", "_block", "_shared_mem", "_programmatic", "_carveout", "_values", "_argv",
                  "_argv_addr", "_keep", "_func", "_ctx_dev", "_configs", "__weakref__")
 
+    kernel = property(lambda self: self._kernel)
+    grid = property(lambda self: self._grid)
+    block = property(lambda self: self._block)
+    shared_mem = property(lambda self: self._shared_mem)
+    programmatic = property(lambda self: self._programmatic)
+    carveout = property(lambda self: self._carveout)
+
     def __init__(self, kernel, grid, block, shared_mem, args, programmatic=False, carveout=None):
-        self.kernel = kernel
-        self.grid, self.block, self.shared_mem = _launch_geometry(grid, block, shared_mem)
-        self.programmatic = bool_arg("programmatic", programmatic)
-        self.carveout = _carveout_arg(kernel.name, carveout)
+        self._kernel = kernel
+        self._grid, self._block, self._shared_mem = _launch_geometry(grid, block, shared_mem)
+        self._programmatic = bool_arg("programmatic", programmatic)
+        self._carveout = _carveout_arg(kernel.name, carveout)
         if self.programmatic and not programmatic_supported(kernel.module.cubin.arch):
             # Below sm_90 the code has no griddepcontrol.wait, so nothing would hold the kernel's
             # reads back until the previous kernel's writes are visible (NVIDIA/cccl#9134).

@@ -172,6 +172,17 @@ def test_prepared_launch_packs_once_and_points_at_each_value():
     assert p._keep[0] is x  # arrays (and their owners) stay alive with the launch
 
 
+def test_prepared_launch_configuration_is_read_only():
+    """The configuration is packed once (cuLaunchKernelEx's config cached per stream): setting
+    grid, carveout or programmatic afterwards would be silently ignored, so it is refused."""
+    p = PreparedLaunch(FakeKernel(), (4,), 256, 0, [np.int32(1)])
+    for name, value in (("grid", (8, 1, 1)), ("block", (128, 1, 1)), ("shared_mem", 1024), ("programmatic", True),
+                        ("carveout", 50), ("kernel", None)):
+        with pytest.raises(AttributeError):
+            setattr(p, name, value)
+    assert p.grid == (4, 1, 1) and p.carveout is None and p.programmatic is False
+
+
 def test_set_arg_updates_the_argument_vector():
     x = DeviceArray(0x7F00_0000_0000, (8,), np.float32, DEV)
     y = DeviceArray(0x7F00_0000_8000, (8,), np.float32, DEV)
