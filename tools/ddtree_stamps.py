@@ -98,7 +98,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--twice", action="store_true",
                     help="a diagnostic: each row CTA runs its merge twice and the last CTA its parallel search "
                          "twice (-DDL_STAMPS_TWICE, one copy of the code); the tables show the second runs, whose "
-                         "code is in the SMs' instruction caches")
+                         "code is in the SMs' instruction caches. The sample kernel runs its select twice too: "
+                         "the chain's sample keys -> exit then spans both runs (its excess over a plain stamped "
+                         "build's is the warm select)")
     ap.add_argument("--flush", choices=("read", "drafted", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a spin (--spin-us); drafted: read, then the drafter logits written again "

@@ -43,7 +43,8 @@ __device__ __forceinline__ int ddt_smid() {
                slot, point, ddt_smid());                                                                 \
   } while (0)
 #endif
-// DDT_TWICE_REPS: how many times ddtree_build runs its merge and its search, one call site each:
+// DDT_TWICE_REPS: how many times ddtree_build runs its merge and its search (and the top-K's sample
+// kernel its select), one call site each:
 // 2 under tools/ddtree_stamps.py --twice (-DDL_STAMPS=1 -DDL_STAMPS_TWICE=1; the second run's
 // stamps are those of warm instruction caches), 1 otherwise.
 #if defined(DL_STAMPS_TWICE) && defined(DL_STAMPS) && DL_STAMPS
