@@ -276,6 +276,14 @@ class L2Flush:
                 raise RuntimeError("L2Flush('drafted') has no refresh: set it to the plan's logits copy first")
             self.refresh(stream)
 
+    def draft_from(self, dev, stream, logits) -> None:
+        """For "drafted": keep a device copy of ``logits`` and write it back into them after each
+        flush (:attr:`refresh`), as the drafter's LM head leaves them just before the build."""
+        copy = dl.DeviceBuffer.allocate(dev, logits.nbytes, label="drafted-logits").as_array(
+            (logits.nbytes,), np.uint8)
+        copy.copy_from(logits, stream)
+        self.refresh = lambda s: logits.copy_from(copy, s)
+
 
 #: A kernel whose only purpose is its code's size (``--evict-code``; tools/ddtree_stamps.py too):
 #: each CTA runs two loops of EVICT_STEPS distinct steps (two FFMA each), which NVRTC unrolls fully
@@ -553,11 +561,8 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
         _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                              args.drafter)
-        if args.flush == "drafted":  # the logits written again after each flush, from a copy of their own
-            drafted = dl.DeviceBuffer.allocate(dev, logits.nbytes, label="drafted-logits").as_array(
-                (logits.nbytes,), np.uint8)
-            drafted.copy_from(logits, stream)
-            flush.refresh = lambda s, dst=logits, src=drafted: dst.copy_from(src, s)
+        if args.flush == "drafted":  # the logits written again after each flush
+            flush.draft_from(dev, stream, logits)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
         shape = tree_shape(plan)
         floor, parts = build_part_times(dev, stream, plan, logits, state, snap, reps, flush)

@@ -427,11 +427,11 @@ class PreparedLaunch:
         cfg = self._configs.get(key)
         if cfg is None:
             cfg = driver.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
-            cfg.sharedMemBytes = self.shared_mem
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self._grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self._block
+            cfg.sharedMemBytes = self._shared_mem
             cfg.hStream = h
-            attrs = _launch_attrs(self.programmatic, self.carveout)
+            attrs = _launch_attrs(self._programmatic, self._carveout)
             cfg.attrs = attrs  # copied into the config
             cfg.numAttrs = len(attrs)
             self._configs[key] = cfg
@@ -441,8 +441,8 @@ class PreparedLaunch:
         """One launch attempt; returns the driver's ``(CUresult,)``."""
         if self._configs is not None:
             return driver.cuLaunchKernelEx(self._config(stream), self._func, self._argv_addr, 0)
-        g, b = self.grid, self.block
-        return driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+        g, b = self._grid, self._block  # (the slots, not the properties: this is every eager launch)
+        return driver.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self._shared_mem,
                                      stream.handle, self._argv_addr, 0)
 
     def launch(self, stream) -> None:

@@ -1019,9 +1019,8 @@ def test_sample_carveout_is_captured_and_the_build_unchanged(device, stream):
     """A pdl threshold plan most of whose stream CTAs do not fit beside the sample's SMs (batch 8,
     depth 15: _topk_threshold.sample_carveout) launches the sample kernel with the largest
     carveout, and stream capture records it on the sample's node; one that fits (batch 1, depth 3)
-    does not ask.
-    Either way the replayed build equals the eager one (outputs poisoned in between) and its top-K
-    equals the float64 reference's."""
+    does not ask. Either way the replayed build equals the eager one (outputs poisoned in between)
+    and its top-K equals the float64 reference's."""
     from driverlevel import _topk_threshold as tk
 
     need_pdl(device)

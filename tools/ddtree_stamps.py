@@ -390,11 +390,8 @@ def main(argv=None) -> int:
                 rng = np.random.default_rng(1000 * batch + budget)
                 _, logits, _, _, state, _ = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                         args.drafter)
-                if args.flush == "drafted":  # the logits written again after each flush, from a copy
-                    drafted = dl.DeviceBuffer.allocate(dev, logits.nbytes, label="drafted-logits").as_array(
-                        (logits.nbytes,), np.uint8)
-                    drafted.copy_from(logits, stream)
-                    flush.refresh = lambda s, dst=logits, src=drafted: dst.copy_from(src, s)
+                if args.flush == "drafted":  # the logits written again after each flush
+                    flush.draft_from(dev, stream, logits)
                 plan.build(stream, logits, state)  # warm-up
                 stream.synchronize()
                 builds = []
