@@ -3,13 +3,16 @@
 // Pairs with driverlevel/demo/mla_model.py (model, forward plan; the ctypes mirrors of the
 // params structs below and compile_defines()) and driverlevel/demo/drafter.py (the drafter).
 //
-// mla_gemm        C[m, :] = out_scale * A[a_row(m), :] . B^T (+ residual[m, :]) (+ noise)
+// mla_gemm        C[m, :] = out_scale * A[a_row(m), :] . B^T (+ noise) (+ residual[m, :])
 //   A bf16 rows of k (lda), optionally gathered by a_index (int32); B bf16 [n, k] row-major
 //   (the nn.Linear weight layout); C bf16 or fp32 rows of n (ldc), optionally scattered to
 //   rows c_index[m] (int64, e.g. out_cache_loc: the latent KV written into the paged cache).
 //   M is m_max, or min(m_max, *m_ptr) when m_ptr is set (the row count of this step, read on
 //   the device: qo_indptr[bs]). Optional epilogue noise: noise_std * z(seed, *counter, m, col)
-//   with z a counter-based standard normal (the drafter's noise).
+//   with z a counter-based standard normal (the drafter's noise): one hash, one logarithm and one
+//   sincos per column pair (col, col + 1), col even (Box-Muller's two outputs). The epilogue
+//   scales and noises the whole accumulator tile first (no branches: the pairs interleave), then
+//   adds the residual and stores the rows < M and columns < n.
 //   Grid (ceil(n / 128), ceil(m_max / BM), k_splits); Block 256 (8 warps, 2 x 4, warp tile
 //   BM/2 x 32). mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async STAGES-deep (BK = 32).
 //   Shared memory (dynamic): STAGES * (BM + 128) * 40 * 2 B (rows padded to 80 B: ldmatrix is
@@ -24,8 +27,10 @@
 //   out[m, (c + pos[m]) % num_classes] = embed[token, c] for c < num_classes; features copied.
 //   Grid (m_max); Block 128. Early exit: m >= M. Out-of-range tokens are clamped.
 //
-// draft_chain     guesses[b, 0] = root[b], guesses[b, i+1] = successor[guesses[b, i]]; block 0
-//   thread 0 also increments *step_counter (the drafter's noise counter). Grid 1; Block >= bs.
+// draft_chain     guesses[b, i] = table[root[b], i], where row t of the table is t's chain
+//   (t, successor[t], successor[successor[t]], ...), tabulated once by the drafter: one load per
+//   guess instead of depth - 1 dependent ones. Block 0 thread 0 also increments *step_counter (the
+//   drafter's noise counter). Grid ceil(bs * depth / 256); Block 256. Out-of-range roots are clamped.
 #include "common.cuh"
 
 struct GemmParams {
@@ -60,7 +65,7 @@ struct EmbedParams {
 };
 
 struct DraftChainParams {
-  const i32* successor;   // [vocab] the no-context next-token table
+  const i32* table;       // [vocab, depth] row t: t's no-context chain of depth tokens
   const i32* roots;       // [bs] root tokens
   i32* guesses;           // [bs, depth]
   u64* step_counter;      // incremented once per launch
@@ -102,7 +107,7 @@ DL_CHECK_OFFSET(EmbedParams, vocab, E);
 DL_CHECK_OFFSET(EmbedParams, tokens_i64, E);
 DL_CHECK_OFFSET(EmbedParams, positions_i64, E);
 static_assert(sizeof(EmbedParams) == DL_SIZEOF_E, "EmbedParams size differs from its ctypes mirror");
-DL_CHECK_OFFSET(DraftChainParams, successor, D);
+DL_CHECK_OFFSET(DraftChainParams, table, D);
 DL_CHECK_OFFSET(DraftChainParams, roots, D);
 DL_CHECK_OFFSET(DraftChainParams, guesses, D);
 DL_CHECK_OFFSET(DraftChainParams, step_counter, D);
@@ -148,29 +153,64 @@ DL_DEVICE u64 mix64(u64 x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-// Standard normal from (seed, step, row, col); driverlevel.demo.reference.draft_noise_reference.
-DL_DEVICE float gauss(u64 seed, u64 step, u64 row, u64 col) {
-  const u64 base = mix64(seed ^ mix64(step + 1ull));
+// The noise of one launch: a base hashed from (seed, step), computed once per thread.
+DL_DEVICE u64 noise_base(u64 seed, u64 step) { return mix64(seed ^ mix64(step + 1ull)); }
+
+// Standard normals of columns (col, col + 1) of row `row`, col even: Box-Muller's r cos and r sin
+// of the two 32-bit halves of one hash; driverlevel.demo.reference.draft_noise_reference.
+DL_DEVICE float2 gauss_pair(u64 base, u64 row, u64 col) {
   const u64 x = mix64(base + (row << 32) + col);
   const float u1 = ((float)(u32)(x >> 32) + 1.0f) * 2.3283064365386963e-10f;  // (0, 1]
   const float u2 = ((float)(u32)(x & 0xFFFFFFFFull) + 0.5f) * 2.3283064365386963e-10f;
-  return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+  // sqrt.approx (~1 ulp; sqrtf's IEEE rounding puts a branch to a slow path around each call, which
+  // keeps the compiler from interleaving the pairs); its argument lies in [0, 44.4].
+  float r;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(-2.0f * logf(u1)));
+  float sn, cs;
+  sincospif(2.0f * u2, &sn, &cs);
+  return make_float2(r * cs, r * sn);
 }
 
-// The GEMM epilogue of two adjacent columns (col, col + 1) of row m: scale, residual, noise, store.
-DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v1, u64 ctr) {
-  const i64 crow = p.c_index != nullptr ? p.c_index[m] : m;
-  if (crow < 0) return;  // a row without a slot (an exhausted pool hands out -1)
+// Scale and noise of the pair (col, col + 1) of row m (col even): v * out_scale (+ noise_std * z).
+template <bool kNoise>
+DL_DEVICE float2 scale_pair(const GemmParams& p, float v0, float v1, u64 base, i64 m, int col) {
   v0 *= p.out_scale;
   v1 *= p.out_scale;
+  if (kNoise) {
+    const float2 z = gauss_pair(base, (u64)m, (u64)col);
+    v0 += p.noise_std * z.x;
+    v1 += p.noise_std * z.y;
+  }
+  return make_float2(v0, v1);
+}
+
+// scale_pair over a warp's accumulator tile (mma.sync m16n8 layout: pair (i, half, j) is row
+// row0 + 16 i + 8 half, columns col0 + 8 j and + 1), without branches: rows past M and columns
+// past n get values that are never stored.
+template <bool kNoise, int MT, int NT>
+DL_DEVICE void scale_tile(const GemmParams& p, float (&acc)[MT][NT][4], u64 base, i64 row0, int col0) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float* v = acc[i][j] + half * 2;
+        const float2 w = scale_pair<kNoise>(p, v[0], v[1], base, row0 + i * 16 + half * 8, col0 + j * 8);
+        v[0] = w.x;
+        v[1] = w.y;
+      }
+}
+
+// The rest of the epilogue of two adjacent columns (col, col + 1) of row m, already scaled and
+// noised: the residual, then the store (scattered through c_index).
+DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v1) {
+  const i64 crow = p.c_index != nullptr ? p.c_index[m] : m;
+  if (crow < 0) return;  // a row without a slot (an exhausted pool hands out -1)
   if (p.residual != nullptr) {
     const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(p.residual + m * p.ldr + col);
     v0 += __bfloat162float(r.x);
     v1 += __bfloat162float(r.y);
-  }
-  if (p.noise_counter != nullptr) {
-    v0 += p.noise_std * gauss(p.noise_seed, ctr, (u64)m, (u64)col);
-    v1 += p.noise_std * gauss(p.noise_seed, ctr, (u64)m, (u64)(col + 1));
   }
   if (p.out_f32) {
     *reinterpret_cast<float2*>(static_cast<float*>(p.c) + crow * p.ldc + col) = make_float2(v0, v1);
@@ -282,7 +322,17 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
 
   // Epilogue: pairs of columns (n % 8 == 0, so a pair never straddles n). With split-K the raw
   // fp32 sums go to the workspace and mla_gemm_reduce finishes them.
-  const u64 ctr = (p.k_splits == 1 && p.noise_counter != nullptr) ? *p.noise_counter : 0ull;
+  // Without split-K every pair is scaled and noised first, in a pass without branches (rows past M
+  // and columns past n get values that are never stored), so that the compiler interleaves the
+  // pairs' hash, logarithm and sincos; the store loop then adds the residual and stores.
+  if (p.k_splits == 1) {
+    const i64 row0 = m0 + wm * WM + (lane >> 2);
+    const int col0 = n0 + wn * WN + 2 * (lane & 3);
+    if (p.noise_counter != nullptr)
+      dlx::scale_tile<true>(p, acc, dlx::noise_base(p.noise_seed, *p.noise_counter), row0, col0);
+    else
+      dlx::scale_tile<false>(p, acc, 0ull, row0, col0);
+  }
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -298,7 +348,7 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
           float* w = p.partial + ((i64)blockIdx.z * p.m_max + m) * p.n + col;
           *reinterpret_cast<float2*>(w) = make_float2(v0, v1);
         } else {
-          dlx::store_pair(p, m, col, v0, v1, ctr);
+          dlx::store_pair(p, m, col, v0, v1);
         }
       }
     }
@@ -334,8 +384,10 @@ mla_gemm_reduce(const __grid_constant__ GemmParams p) {
     v0 += w.x;
     v1 += w.y;
   }
-  const u64 ctr = p.noise_counter != nullptr ? *p.noise_counter : 0ull;
-  dlx::store_pair(p, m, col, v0, v1, ctr);
+  const float2 w = p.noise_counter != nullptr
+                       ? dlx::scale_pair<true>(p, v0, v1, dlx::noise_base(p.noise_seed, *p.noise_counter), m, col)
+                       : dlx::scale_pair<false>(p, v0, v1, 0ull, m, col);
+  dlx::store_pair(p, m, col, w.x, w.y);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -367,14 +419,10 @@ mla_embed(const __grid_constant__ EmbedParams p) {
 extern "C" __global__ void __launch_bounds__(256)
 draft_chain(const __grid_constant__ DraftChainParams p) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.step_counter += 1ull;
-  const int b = blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= p.bs) return;
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p.vocab <= 0 || t >= (i64)p.bs * p.depth) return;
+  const int b = (int)(t / p.depth), i = (int)(t % p.depth);
   int g = p.roots[b];
   g = g < 0 ? 0 : (g >= p.vocab ? p.vocab - 1 : g);
-  i32* out = p.guesses + (i64)b * p.depth;
-  out[0] = g;
-  for (int i = 1; i < p.depth; ++i) {
-    g = p.successor[g];
-    out[i] = g;
-  }
+  p.guesses[t] = p.table[(i64)g * p.depth + i];
 }

@@ -167,6 +167,34 @@ def test_draft_noise_reference_is_deterministic_and_normal():
     assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
     assert not np.array_equal(z, R.draft_noise_reference(7, 4, rows, cols))
     assert not np.array_equal(z, R.draft_noise_reference(8, 3, rows, cols))
+    # Box-Muller's pairs: an even column and the odd one after it share a hash, not a value. The
+    # two are independent normals (uncorrelated, E[z_e^2 z_o^2] = 1 where equal values would give
+    # E[z^4] = 3), and no two pairs share a radius z_e^2 + z_o^2 = -2 ln u1 (a hash per pair)
+    even, odd = z[:, 0::2].ravel(), z[:, 1::2].ravel()
+    assert abs(np.corrcoef(even, odd)[0, 1]) < 0.02
+    assert abs(np.mean(even ** 2 * odd ** 2) - 1) < 0.05
+    assert abs(even.std() - 1) < 0.02 and abs(odd.std() - 1) < 0.02
+    radius = even ** 2 + odd ** 2
+    assert len(np.unique(radius)) == radius.size
+
+
+def test_chain_table_rows_are_every_tokens_chain(small):
+    from driverlevel.demo.drafter import chain_table
+
+    succ = R.no_context_successor(small)
+    V = small.config.vocab_size
+    t = chain_table(succ, 6)
+    assert t.shape == (V, 6) and t.dtype == np.int32
+    np.testing.assert_array_equal(t, R.drafter_chain_reference(succ, np.arange(V), 6))
+    np.testing.assert_array_equal(chain_table(succ, 1), np.arange(V).reshape(-1, 1))
+    with pytest.raises(ValueError, match="successor values"):
+        chain_table(np.array([1, 2, 3]), 4)
+    with pytest.raises(ValueError, match="successor must be"):
+        chain_table(succ.reshape(-1, 2), 4)
+    with pytest.raises(ValueError, match="integers"):
+        chain_table(succ.astype(np.float32), 4)
+    with pytest.raises(ValueError, match="depth"):
+        chain_table(succ, 0)
 
 
 def test_drafter_logits_follow_the_successor_chain(small):

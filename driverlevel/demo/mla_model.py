@@ -100,7 +100,7 @@ class _DraftChainParams(ctypes.Structure):
     """ctypes mirror of ``DraftChainParams`` in cu/mla_model.cu."""
 
     _fields_ = [
-        ("successor", ctypes.c_uint64), ("roots", ctypes.c_uint64), ("guesses", ctypes.c_uint64),
+        ("table", ctypes.c_uint64), ("roots", ctypes.c_uint64), ("guesses", ctypes.c_uint64),
         ("step_counter", ctypes.c_uint64), ("bs", ctypes.c_int32), ("depth", ctypes.c_int32),
         ("vocab", ctypes.c_int32),
     ]
@@ -299,7 +299,7 @@ class MLAModel:
     def gemm(self, a, b, c, *, m_max: int, a_index=None, c_index=None, residual=None, num_rows=None,
              out_scale: float = 1.0, noise_counter=None, noise_seed: int = 0, noise_std: float = 0.0,
              workspace=None, k_splits: int | None = None):
-        """A prepared GEMM: ``C[row(m)] = out_scale * A[a_row(m)] @ B^T (+ residual[m]) (+ noise)``.
+        """A prepared GEMM: ``C[row(m)] = out_scale * A[a_row(m)] @ B^T (+ noise) (+ residual[m])``.
 
         Parameters
         ----------
@@ -317,7 +317,9 @@ class MLAModel:
             Rows computed = ``min(m_max, num_rows)``, read on the device.
         out_scale : float
         noise_counter : uint64 device scalar, optional
-            Adds ``noise_std * z(noise_seed, *noise_counter, m, col)`` (fp32 output only).
+            Adds ``noise_std * z(noise_seed, *noise_counter, m, col)`` (fp32 output only), after
+            the scale and before ``residual``; ``z`` is
+            :func:`driverlevel.demo.reference.draft_noise_reference`.
         workspace : float32 device array, optional
             Split-K workspace of at least :func:`gemm_workspace_elems` elements; without it
             the GEMM runs unsplit.

@@ -11,11 +11,13 @@ batch 8, where its bytes (the 33.5 MB LM head and 15.7 MB of fp32 logits) and FL
 Rows (median µs of one replay between two events; ``x20`` rows: twenty launches in one graph, per
 launch, the launch gaps of a graph included):
 
-- ``chain``: ``draft_chain`` alone (on main one thread per request walks ``depth - 1`` dependent
-  loads of the successor table; with research/patches/drafter-table.patch a thread per guess reads
-  it from the chain table in one load);
+- ``chain``: ``draft_chain`` alone (a thread per guess reads it from the chain table in one load
+  since the fifty-third session; before, one thread per request walked ``depth - 1`` dependent
+  loads of the successor table);
 - ``gemm noise`` / ``gemm no noise``: ``mla_gemm`` with the drafter's noise (std 1) and without
-  (the same GEMM, epilogue scale and store only);
+  (the same GEMM, epilogue scale and store only). **The ``no noise`` rows are not to be trusted:**
+  they read ~220 µs on the H100 and the H200 (fifty-third session) where the same GEMM without
+  noise runs in ~36 µs, graph or eager, in ``gemm_noise_probe.py``; the cause was not found;
 - ``drafter``: both launches, as the step runs them.
 
 ``--flush`` writes 128 MB before every replay (the LM head then comes from HBM); without it the

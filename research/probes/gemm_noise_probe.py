@@ -1,0 +1,75 @@
+"""Why the demo drafter's GEMM is ~5x slower without its noise than with it (fifty-third session).
+
+``drafter_parts.py`` timed ``mla_gemm`` over the drafter's 120 rows x 32,768 x 512 at ~42 µs with the
+noise epilogue and ~225 µs without it, the same kernel and grid (H100, on main and on drafter-both).
+This launches each of the two GEMMs eagerly, a few times, timed with events, so that Nsight Compute
+can profile the pair side by side:
+
+    python research/probes/gemm_noise_probe.py [--repeat 10]
+    ncu --clock-control none -k regex:mla_gemm --set basic \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum \
+        python research/probes/gemm_noise_probe.py --repeat 1
+"""
+import argparse
+import statistics
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--repeat", type=int, default=10)
+    a = ap.parse_args()
+    import driverlevel as dl
+    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
+
+    dev = dl.Device(0)
+    s = dev.create_stream()
+    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
+    rng = np.random.default_rng(0)
+    roots = dl.DeviceBuffer.allocate(dev, 4 * a.batch, label="roots").as_array((a.batch,), np.int32)
+    roots.copy_from_host(rng.integers(0, a.vocab, size=a.batch).astype(np.int32))
+    drafters = {f"noise {std}": Drafter(model, max_batch=a.batch, depth_limit=15, noise_std=std,
+                                        name=f"d{i}").prepare(roots)
+                for i, std in enumerate((1.0, 0.0, 1e-30))}
+    start, end = dev.create_event(), dev.create_event()
+    for name, d in drafters.items():
+        chain, gemm = d._launches
+        chain.launch(s)
+        us = []
+        for _ in range(a.repeat):
+            start.record(s)
+            gemm.launch(s)
+            end.record(s)
+            end.synchronize()
+            us.append(start.elapsed_ms(end) * 1e3)
+        z = d.logits.to_numpy(s)
+        graphs = []
+        for launches in ([gemm], [chain, gemm], [gemm] * 4):
+            with dl.capture(s) as cap:
+                for ln in launches:
+                    ln.launch(s)
+            graphs.append(cap.graph.instantiate(upload_stream=s))
+        gus = []
+        for gx in graphs:
+            gx.launch(s)
+            s.synchronize()
+            t = []
+            for _ in range(a.repeat):
+                start.record(s)
+                gx.launch(s)
+                end.record(s)
+                end.synchronize()
+                t.append(start.elapsed_ms(end) * 1e3)
+            gus.append(statistics.median(t))
+        print(f"gemm {name:<12} graph: gemm {gus[0]:8.2f}  chain+gemm {gus[1]:8.2f}  4 gemms {gus[2]:8.2f} µs")
+        print(f"gemm {name:<12} median {statistics.median(us):8.2f} µs  min {min(us):8.2f}  "
+              f"logits finite {np.isfinite(z).mean():.3f}  zero {np.mean(z == 0):.3f}  "
+              f"denormal {np.mean((z != 0) & (np.abs(z) < 1.2e-38)):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
