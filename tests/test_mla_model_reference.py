@@ -178,6 +178,28 @@ def test_draft_noise_reference_is_deterministic_and_normal():
     assert len(np.unique(radius)) == radius.size
 
 
+def test_draft_noise_reference_pairs_one_hash_per_even_column():
+    """The definition, from scratch in Python integers (what cu/mla_model.cu's gauss_pair computes):
+    column pair (2j, 2j + 1) shares the hash of 2j; the even column is r cos, the odd one r sin."""
+    M = (1 << 64) - 1
+
+    def mix(x):
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+        return x ^ (x >> 31)
+
+    seed, step = 0x1234_5678_9ABC_DEF0, 41
+    base = mix(seed ^ mix(step + 1))
+    for row, col in [(0, 0), (0, 1), (3, 2), (3, 3), (17, 4094), (17, 4095), (2**20, 7), (119, 32767)]:
+        x = mix((base + (row << 32) + (col & ~1)) & M)
+        u1 = ((x >> 32) + 1.0) / 2**32
+        u2 = ((x & 0xFFFFFFFF) + 0.5) / 2**32
+        trig = math.cos if col % 2 == 0 else math.sin
+        want = math.sqrt(-2.0 * math.log(u1)) * trig(2.0 * math.pi * u2)
+        got = R.draft_noise_reference(seed, step, np.array([row]), np.array([col]))[0]
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (row, col)
+
+
 def test_chain_table_rows_are_every_tokens_chain(small):
     from driverlevel.demo.drafter import chain_table
 

@@ -1,9 +1,11 @@
-"""Why the demo drafter's GEMM is ~5x slower without its noise than with it (fifty-third session).
+"""The demo drafter's GEMM with and without its noise, and the target's LM head shape (fifty-third session).
 
 ``drafter_parts.py`` timed ``mla_gemm`` over the drafter's 120 rows x 32,768 x 512 at ~42 µs with the
-noise epilogue and ~225 µs without it, the same kernel and grid (H100, on main and on drafter-both).
-This launches each of the two GEMMs eagerly, a few times, timed with events, so that Nsight Compute
-can profile the pair side by side:
+noise epilogue (76 µs before drafter-both landed) and ~225 µs without it, the same kernel and grid
+(H100; the H200 too). Very likely the probe's bug (not re-measured): it never ran the plain drafter's own chain, so the
+GEMM gathered rows by guesses nobody wrote. This runs each drafter's chain first, then times its
+GEMM eagerly and in graphs (36.4 µs without noise, 42.5 with it, in a graph on the H200), so that
+Nsight Compute can also profile them side by side:
 
     python research/probes/gemm_noise_probe.py [--repeat 10]
     ncu --clock-control none --profile-from-start off -k regex:mla_gemm --set full \
@@ -17,8 +19,12 @@ step's per-launch marks on the H100).
 """
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> int:
