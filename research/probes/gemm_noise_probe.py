@@ -49,9 +49,10 @@ def main() -> int:
                 for i, std in enumerate((1.0, 0.0, 1e-30))}
     start, end = dev.create_event(), dev.create_event()
 
-    def timed(ln):
+    def timed(ln, profile=True):  # µs of each of a.repeat launches of ln (a launch or a graph exec)
         s.synchronize()
-        if a.profile:
+        profile = profile and a.profile
+        if profile:
             err, = driver.cuProfilerStart()
             assert err == driver.CUresult.CUDA_SUCCESS, err
         us = []
@@ -61,7 +62,7 @@ def main() -> int:
             end.record(s)
             end.synchronize()
             us.append(start.elapsed_ms(end) * 1e3)
-        if a.profile:
+        if profile:
             err, = driver.cuProfilerStop()
             assert err == driver.CUresult.CUDA_SUCCESS, err
         return us
@@ -79,16 +80,8 @@ def main() -> int:
             graphs.append(cap.graph.instantiate(upload_stream=s))
         gus = []
         for gx in graphs:
-            gx.launch(s)
-            s.synchronize()
-            t = []
-            for _ in range(a.repeat):
-                start.record(s)
-                gx.launch(s)
-                end.record(s)
-                end.synchronize()
-                t.append(start.elapsed_ms(end) * 1e3)
-            gus.append(statistics.median(t))
+            gx.launch(s)  # uploaded and warm
+            gus.append(statistics.median(timed(gx, profile=False)))
         print(f"gemm {name:<12} graph: gemm {gus[0]:8.2f}  chain+gemm {gus[1]:8.2f}  4 gemms {gus[2]:8.2f} µs")
         print(f"gemm {name:<12} median {statistics.median(us):8.2f} µs  min {min(us):8.2f}  "
               f"logits finite {np.isfinite(z).mean():.3f}  zero {np.mean(z == 0):.3f}  "
