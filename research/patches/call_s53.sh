@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The probes the fifty-third session prepared and could not run (its device time ran out), in one
-# device call from the repository root ($OUT set; ~2-3 minutes on an H100 or H200 once warm):
+# device call from the repository root ($OUT set; ~6-8 minutes on an H100 or H200 once warm; give
+# the run tool 600 s):
 #   bash research/patches/call_s53.sh
 # 1. research/probes/drafter_parts.py (fixed: the plain drafter's own chain now runs first): are its
 #    "no noise" rows ~36-40 µs now, as gemm_noise_probe.py measured, not ~220?
@@ -10,7 +11,9 @@
 #    launches: the drafter's GEMM with and without noise and the target's LM head shape, 128 rows):
 #    where the LM head's 53 µs go (its bytes need ~15);
 # 4. tools/ddtree_stamps.py at batch 1 with and without --twice (fp32, budget 256, read flush): is the
-#    warm select much faster than the cold one at batch 1? If so, A/B sample-dry.patch (ab_next.sh).
+#    warm select much faster than the cold one at batch 1? If so, A/B sample-dry.patch (ab_next.sh);
+# 5. gemm-stages.patch (a deeper cp.async pipeline for the demo GEMM on sm_90): gemm_noise_probe.py in
+#    its tree, then step_ab.sh (the decode step, main and the patch interleaved twice; ~3 minutes).
 # Everything lands in $OUT/s53.tgz (packed after each step, so a cut call returns what was done).
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -42,4 +45,13 @@ for t in "" "--twice"; do
     > $D/stamps-b1${t:+-twice}.txt 2>&1
   echo "== stamps batch 1 $t"; grep -E "^sample|^stream waited|^build merge|^build nodes" $D/stamps-b1${t:+-twice}.txt
 done
+pack
+echo "--- 5. gemm-stages"
+patched_tree gemm-stages /tmp/t-gemm-stages
+(cd /tmp/t-gemm-stages && PYTHONPATH=/tmp/t-gemm-stages timeout 60 python research/probes/gemm_noise_probe.py --repeat 50 \
+   > $D/gemm-probe-stages.txt 2>&1; grep -E 'gemm|lm head' $D/gemm-probe-stages.txt)
+pack
+timeout 240 bash research/patches/step_ab.sh gemm-stages --steps 200 --max-new-tokens 128 > $D/step-ab-stages.log 2>&1
+mv $OUT/step-*.json $D/ 2>/dev/null
+grep -E "===|DDTree|autoregressive|speed-up|round" $D/step-ab-stages.log
 pack
