@@ -243,8 +243,8 @@ class L2Flush:
     holding ~50 MB of dirty lines, which the next kernels' misses write back.
     ``"drafted"``: "read", then :attr:`refresh` (set per plan: the drafter logits written again from a
     copy, as the drafter's LM head leaves them just before the build), so that the logits are in L2
-    as far as it holds them (all of batch 1's 9.8 MB of fp32; the last-written ~50 MB of batch 8's
-    78.6 MB) and the build's code and other data are not.
+    as far as it holds them (all of batch 1's 9.8 MB of fp32; of batch 8's 78.6 MB, the last-written
+    part that fits: 50 MB on the H100, 60 MiB on the H200) and the build's code and other data are not.
     """
 
     ROWS, COLS = 4096, 16384  # float32: 256 MB

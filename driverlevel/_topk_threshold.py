@@ -284,8 +284,9 @@ def sample_carveout(rows: int, stream_ctas: int, sm_count: int, ctas_per_sm: int
     480) the build ran 0.2-1.0 µs faster in fp32 and 1.3-2.2 µs in bf16; batch 6 (37%) mixed (the
     carveout's build: fp32 -1.3 / +0.2 µs at budgets 16 / 256, bf16 +0.3 / +0.5); batches 4, 3
     and 2 (60%, 77%, 97%) 0.4-2.3 µs slower in fp32 and up to 1.0 in bf16; batch 1 (all fit) +0.7.
-    Batches 5 and 7 (43%, 21%) were not measured, nor was any GPU but the H100 (sm_90): on sm_100
-    / sm_120 the rule applies by the same mechanism, unmeasured.
+    On an H200 (fifty-third session, rule on against off): batch 7 (21%, the rule asks) 0.3-1.2 µs
+    faster with the carveout, batch 5 (43%, it does not ask) within the noise (-0.4 to +0.3). On
+    sm_100 / sm_120 the rule applies by the same mechanism, unmeasured.
 
     Parameters are counts: ``rows`` sample CTAs, ``stream_ctas`` stream CTAs, the GPU's
     ``sm_count`` and the stream's ``ctas_per_sm`` (:func:`stream_config`).

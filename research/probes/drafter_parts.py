@@ -39,6 +39,22 @@ sys.path.insert(0, str(HERE.parents[1]))
 DEPTH = 15
 
 
+def demo_drafters(dev, vocab: int, batch: int, drafters: dict):
+    """The demo model (9 heads, seed 0) at ``vocab`` tokens, ``batch`` random root tokens (seed 0) and
+    one prepared :class:`driverlevel.demo.Drafter` per entry of ``drafters`` (name -> noise_std), at
+    depth :data:`DEPTH`. Returns ``(model, roots, {name: drafter})``; gemm_noise_probe.py uses it too."""
+    import driverlevel as dl
+    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
+
+    model = MLAModel(dev, MLAModelConfig(vocab_size=vocab, num_heads=9, seed=0))
+    rng = np.random.default_rng(0)
+    roots = dl.DeviceBuffer.allocate(dev, 4 * batch, label="roots").as_array((batch,), np.int32)
+    roots.copy_from_host(rng.integers(0, vocab, size=batch).astype(np.int32))
+    out = {name: Drafter(model, max_batch=batch, depth_limit=DEPTH, noise_std=std, name=name).prepare(roots)
+           for name, std in drafters.items()}
+    return model, roots, out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
@@ -47,16 +63,11 @@ def main() -> int:
     ap.add_argument("--flush", action="store_true", help="write 128 MB before every timed replay")
     a = ap.parse_args()
     import driverlevel as dl
-    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
 
     dev = dl.Device(0)
     s = dev.create_stream()
-    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
-    rng = np.random.default_rng(0)
-    roots = dl.DeviceBuffer.allocate(dev, 4 * a.batch, label="roots").as_array((a.batch,), np.int32)
-    roots.copy_from_host(rng.integers(0, a.vocab, size=a.batch).astype(np.int32))
-    noisy = Drafter(model, max_batch=a.batch, depth_limit=DEPTH, noise_std=1.0, name="noisy").prepare(roots)
-    plain = Drafter(model, max_batch=a.batch, depth_limit=DEPTH, noise_std=0.0, name="plain").prepare(roots)
+    _, _, d = demo_drafters(dev, a.vocab, a.batch, {"noisy": 1.0, "plain": 0.0})
+    noisy, plain = d["noisy"], d["plain"]
     flush = dl.DeviceBuffer.allocate(dev, 128 << 20, label="flush").as_array() if a.flush else None
 
     def graph(launches, repeat=1):

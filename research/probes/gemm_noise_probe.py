@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drafter_parts import demo_drafters  # noqa: E402  (the same model, roots and drafters)
 
 
 def main() -> int:
@@ -36,17 +38,10 @@ def main() -> int:
     a = ap.parse_args()
     from cuda.bindings import driver
     import driverlevel as dl
-    from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
 
     dev = dl.Device(0)
     s = dev.create_stream()
-    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=9, seed=0))
-    rng = np.random.default_rng(0)
-    roots = dl.DeviceBuffer.allocate(dev, 4 * a.batch, label="roots").as_array((a.batch,), np.int32)
-    roots.copy_from_host(rng.integers(0, a.vocab, size=a.batch).astype(np.int32))
-    drafters = {f"noise {std}": Drafter(model, max_batch=a.batch, depth_limit=15, noise_std=std,
-                                        name=f"d{i}").prepare(roots)
-                for i, std in enumerate((1.0, 0.0, 1e-30))}
+    model, _, drafters = demo_drafters(dev, a.vocab, a.batch, {f"noise {std}": std for std in (1.0, 0.0, 1e-30)})
     start, end = dev.create_event(), dev.create_event()
 
     def timed(ln, profile=True):  # µs of each of a.repeat launches of ln (a launch or a graph exec)
