@@ -34,7 +34,7 @@ patched_tree gemm-bounds /tmp/t-gemm-bounds
    > $D/tests-gemm-bounds.log 2>&1; tail -n 3 $D/tests-gemm-bounds.log)
 pack
 echo "--- 3. gemm_noise_probe, then ncu"
-timeout 60 python research/probes/gemm_noise_probe.py --repeat 50 > $D/gemm-probe.txt 2>&1; grep -E 'gemm|lm head' $D/gemm-probe.txt
+timeout 60 python research/probes/gemm_noise_probe.py --repeat 50 --shapes > $D/gemm-probe.txt 2>&1; grep -E "gemm|lm head|^shape" $D/gemm-probe.txt
 timeout 240 ncu --clock-control none --profile-from-start off -k regex:mla_gemm --set full \
   python research/probes/gemm_noise_probe.py --repeat 1 --profile > $D/gemm-ncu.txt 2>&1
 grep -E "mla_gemm|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible" $D/gemm-ncu.txt | head -60
@@ -48,8 +48,8 @@ done
 pack
 echo "--- 5. gemm-stages"
 patched_tree gemm-stages /tmp/t-gemm-stages
-(cd /tmp/t-gemm-stages && PYTHONPATH=/tmp/t-gemm-stages timeout 60 python research/probes/gemm_noise_probe.py --repeat 50 \
-   > $D/gemm-probe-stages.txt 2>&1; grep -E 'gemm|lm head' $D/gemm-probe-stages.txt)
+(cd /tmp/t-gemm-stages && PYTHONPATH=/tmp/t-gemm-stages timeout 60 python research/probes/gemm_noise_probe.py --repeat 50 --shapes \
+   > $D/gemm-probe-stages.txt 2>&1; grep -E "gemm|lm head|^shape" $D/gemm-probe-stages.txt)
 pack
 timeout 240 bash research/patches/step_ab.sh gemm-stages --steps 200 --max-new-tokens 128 > $D/step-ab-stages.log 2>&1
 mv $OUT/step-*.json $D/ 2>/dev/null

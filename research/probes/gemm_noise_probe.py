@@ -7,7 +7,7 @@ GEMM gathered rows by guesses nobody wrote. This runs each drafter's chain first
 GEMM eagerly and in graphs (36.4 µs without noise, 42.5 with it, in a graph on the H200), so that
 Nsight Compute can also profile them side by side:
 
-    python research/probes/gemm_noise_probe.py [--repeat 10]
+    python research/probes/gemm_noise_probe.py [--repeat 10] [--shapes]
     ncu --clock-control none --profile-from-start off -k regex:mla_gemm --set full \
         python research/probes/gemm_noise_probe.py --repeat 1 --profile
 
@@ -15,7 +15,9 @@ Nsight Compute can also profile them side by side:
 (so ``--profile-from-start off`` leaves out the model's construction GEMMs, which a plain ``-k``
 filter caught in the fifty-third session's call 7). The last row is the target's LM head shape
 (128 rows of hidden states x 32,768 x 512, fp32 out, no gather, no noise: 53-61 µs in the decode
-step's per-launch marks on the H100).
+step's per-launch marks on the H100). ``--shapes`` (fifty-fourth session) adds every GEMM shape of
+the target's forward at 128 and 8 rows, each in a graph, to compare pipeline variants of
+``mla_gemm`` (research/patches/gemm-stages.patch, gemm-bk64.patch) GEMM by GEMM.
 """
 import argparse
 import statistics
@@ -35,6 +37,8 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="cuProfilerStart/Stop around the timed launches")
+    ap.add_argument("--shapes", action="store_true",
+                    help="also every GEMM shape of the target's forward at 128 and 8 rows, in graphs")
     a = ap.parse_args()
     from cuda.bindings import driver
     import driverlevel as dl
@@ -87,7 +91,38 @@ def main() -> int:
     lm.launch(s)
     us = timed(lm)
     print(f"lm head {rows} rows   median {statistics.median(us):8.2f} µs  min {min(us):8.2f}")
+    if a.shapes:
+        forward_shapes(dl, dev, s, model, timed)
     return 0
+
+
+def forward_shapes(dl, dev, s, model, timed):
+    """Every GEMM shape of the demo target's forward (q, kv, the split-K output projection with its
+    reduce, the LM head) at the tree step's 128 rows and the autoregressive step's 8 (the 32-row
+    tile), each alone in a graph: median µs of 20 replays, with the schedule's (row tile, splits)
+    and the bytes of B and C over that time. A is all ones (its values do not change the time);
+    nothing is checked."""
+    from driverlevel.demo.mla_model import gemm_schedule
+    ws_elems = 4 * 128 * max(model.w_q.shape[0], model.w_lm.shape[0])
+    ws = dl.DeviceBuffer.allocate(dev, ws_elems * 4, label="split-K ws").as_array((ws_elems,), np.float32)
+    for rows in (128, 8):
+        for name, w, out in (("q", model.w_q, "bf16"), ("kv", model.w_kv, "bf16"),
+                             ("o", model.w_o, "bf16"), ("lm head", model.w_lm, "f32")):
+            n, k = w.shape
+            a_src = dl.DeviceBuffer.allocate(dev, rows * k * 2, label=f"a {name}").as_array((rows, k), dl.bfloat16)
+            a_src.fill_u32(0x3F803F80, s)  # bf16 1.0 pairs
+            dt = np.float32 if out == "f32" else dl.bfloat16
+            c = dl.DeviceBuffer.allocate(dev, rows * n * 4, label=f"c {name}").as_array((rows, n), dt)
+            ln = model.gemm(a_src, w, c, m_max=rows, workspace=ws)
+            with dl.capture(s) as cap:
+                ln.launch(s)
+            gx = cap.graph.instantiate(upload_stream=s)
+            gx.launch(s)
+            us = statistics.median(timed(gx, profile=False))
+            bm, splits = gemm_schedule(rows, n, k, dev.sm_count)
+            nbytes = n * k * 2 + rows * n * (4 if out == "f32" else 2)
+            print(f"shape {name:<8} {rows:4d} x {n:6d} x {k:5d}  tile {bm:3d} splits {splits:2d}  "
+                  f"graph {us:8.2f} µs  {nbytes / us / 1e6:6.2f} TB/s (B + C)")
 
 
 if __name__ == "__main__":
