@@ -262,6 +262,27 @@ def test_stream_ctas_grouped_by_sm():
     assert stamps.stream_by_sm({}) == ["(no sample entry recorded)"]
 
 
+def test_vocab_argument_is_checked_before_any_gpu_work(capsys):
+    assert stamps.parse_args([]).vocab == 163_840
+    assert stamps.parse_args(["--vocab", "32768", "--budget", "16"]).vocab == 32_768  # the demo step's
+    for argv, words in ((["--vocab", "500"], "--vocab must be a multiple of 8, >= 512, got 500\n"),
+                        (["--vocab", "32772"], "--vocab must be a multiple of 8, >= 512, got 32772\n")):
+        with pytest.raises(SystemExit):
+            stamps.parse_args(argv)
+        assert capsys.readouterr().err.endswith(words)
+    too_many = None  # a vocabulary whose chunks x budget pass the merge's capacity (DDTreePlan refuses it)
+    for v in (2**20, 2**22, 2**24):
+        try:
+            ddtree.check_merge_capacity(v, 512)
+        except ValueError:
+            too_many = v
+            break
+    assert too_many is not None
+    with pytest.raises(SystemExit):
+        stamps.parse_args(["--vocab", str(too_many), "--budget", "512"])
+    assert f"--vocab {too_many} with budget 512" in capsys.readouterr().err
+
+
 def test_repeat_and_spin_arguments():
     args = stamps.parse_args([])
     assert args.repeat == 1 and args.spin_us == 500

@@ -6,7 +6,7 @@ first thread of the row merge's log-sum-exp warp, records the SM clock and the
 global timer at named points into module globals; without the define the kernels are unchanged),
 runs one build of the benchmark's inputs (``benchmarks/bench_ddtree.py``: by default its random
 drafter rows, nearly flat, whose trees are stars; ``--drafter peaked`` for deep trees; vocabulary
-163,840, depth 15) after a warm-up, and prints two tables:
+163,840 (``--vocab``), depth 15) after a warm-up, and prints two tables:
 
 * per phase, the median and maximum cycles over the CTAs that passed it (differences of
   ``clock64`` within one CTA):
@@ -79,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..16: the stamp rows of "
                     "cu/ddtree/stamps.cuh hold ddtree_build's CTAs below row 256)")
     ap.add_argument("--budget", type=int, nargs="+", default=[256], help="tree budgets (1..512)")
+    ap.add_argument("--vocab", type=int, default=163_840,
+                    help="the drafter's vocabulary (bench_ddtree's --vocab: Kimi's by default; the demo step's is "
+                         "32768); a multiple of 8, >= 512, within the merge's capacity at each --budget")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the drafter logits' dtype")
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
@@ -121,6 +124,14 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(f"{name} must be in {lo}..{hi}, got {bad if len(values) > 1 else bad[0]}")  # (a list for nargs)
     if args.detail_depth is not None and not 1 <= args.detail_depth <= 15:
         ap.error(f"--detail-depth must be in 1..15, got {args.detail_depth}")
+    if args.vocab < 512 or args.vocab % 8:
+        ap.error(f"--vocab must be a multiple of 8, >= 512, got {args.vocab}")
+    from driverlevel.ddtree import check_merge_capacity
+    for budget in args.budget:  # DDTreePlan's vocabulary x budget rule, before any GPU work
+        try:
+            check_merge_capacity(args.vocab, budget)
+        except ValueError as exc:
+            ap.error(f"--vocab {args.vocab} with budget {budget}: {exc}")
     return args
 
 
@@ -367,7 +378,10 @@ def main(argv=None) -> int:
                                                  driver.cuDeviceGet(dev.ordinal)[1])
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuDeviceGetAttribute(CLOCK_RATE) failed: {err}")
-    from bench_ddtree import DEPTH, VOCAB, CodeEvict, L2Flush, make_inputs
+    import bench_ddtree
+    from bench_ddtree import DEPTH, CodeEvict, L2Flush, make_inputs
+
+    bench_ddtree.VOCAB = args.vocab  # (make_inputs and drafter_logits read the module's)
 
     from driverlevel import selftest
 
@@ -381,7 +395,7 @@ def main(argv=None) -> int:
     try:
         for batch in args.batch:
             for budget in args.budget:
-                plan = ddtree.DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=VOCAB, budget=budget,
+                plan = ddtree.DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=args.vocab, budget=budget,
                                          max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
                                          topk="threshold")
                 check_stamp_rows(plan)
@@ -407,7 +421,7 @@ def main(argv=None) -> int:
                     ctas, topk = split_topk(phase_stamps.read_stamps(plan._module))
                     builds.append((*split_warmer(ctas, plan.depth_limit), topk))
                 ctas, warmer, topk = builds[-1]
-                print(f"# ddtree_build, batch {batch}, budget {budget}, {args.logits_dtype} logits "
+                print(f"# ddtree_build, batch {batch}, budget {budget}, vocab {args.vocab}, {args.logits_dtype} logits "
                       f"({args.drafter} drafter, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None

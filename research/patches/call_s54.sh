@@ -9,6 +9,8 @@
 #    forward at 128 and 8 rows, in graphs; the drafter's GEMM; the LM head);
 # 3. step_ab.sh gemm-bk64 (the decode step, main and the patch interleaved twice; ~3 minutes);
 # 4. a short Nsight Compute section set on the probe's GEMMs, main and patch (where the time goes).
+# 5. tools/ddtree_stamps.py --chain at the demo step's shape (vocab 32768, batch 8, budget 16): the build
+#    launch takes ~34 µs of the step (H100 marks), against ~46 at bench_ddtree's vocabulary 163,840.
 # Everything lands in $OUT/s54.tgz (packed after each step, so a cut call returns what was done).
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -45,4 +47,10 @@ for t in main bk64; do
   echo "== $t"; grep -E "mla_gemm|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Stall" \
     $D/gemm-ncu-$t.txt | tail -n 12
 done
+pack
+echo "--- 5. the demo step's tree build (vocab 32768, batch 8, budget 16, fp32): where its ~34 µs go"
+timeout 120 python tools/ddtree_stamps.py --vocab 32768 --batch 8 --budget 16 --chain --flush read --repeat 3 \
+  > $D/stamps-demo-shape.txt 2>&1
+grep -E "^# ddtree_build|^sample|^stream waited|^stream looped|^build merge|^build sorted|^build last|^build nodes" \
+  $D/stamps-demo-shape.txt
 pack
