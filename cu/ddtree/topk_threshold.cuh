@@ -295,6 +295,21 @@ DL_DEVICE float min0_keep_nan(float y) {
   return r;
 }
 
+// Mask bit `bit` of a thread's tile (topk_stream's candidate mask): its 16-byte vector u and the
+// element e in it. fp32: bit u * 4 + e. bf16: word w = bit % 16 (two tokens of vector w / 4), its
+// upper token if bit >= 16.
+template <int V>
+DL_DEVICE void tk_bit_place(u32 bit, u32& u, u32& e) {
+  u = V == 4 ? bit / 4u : (bit & 15u) / 4u;
+  e = V == 4 ? bit % 4u : 2u * (bit & 3u) + (bit >> 4);
+}
+
+// A candidate's term of the segment's sum above T: exp(x - T), NaN once x is 80 or more above T.
+DL_DEVICE float tk_above_term(float xv, float thr) {
+  const float dx = xv - thr;
+  return dx < 80.f ? ex2_approx(dx * LOG2E) : __int_as_float(0x7fffffff);
+}
+
 // The exact sum of exp(x - T) over this thread's logits < T of the segment (NaN as -inf),
 // token by token from global memory: the stream's rare path (a NaN in the row, or T * log2(e)
 // not finite). Out of line: it costs the hot loop no registers.
@@ -492,13 +507,11 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
         // candidate from the generic pointer (SR_CgaCtaId and an add chain in sm_90's SASS)
         const T* sv = reinterpret_cast<const T*>(slot);
         for (u32 m = mask; m; m &= m - 1) {
-          const u32 bit = static_cast<u32>(__ffs(m) - 1);
-          const u32 u = V == 4 ? bit / 4u : (bit & 15u) / 4u;
-          const u32 e = V == 4 ? bit % 4u : 2u * (bit & 3u) + (bit >> 4);
+          u32 u, e;
+          tk_bit_place<V>(static_cast<u32>(__ffs(m) - 1), u, e);
           const int tok = tok0 + static_cast<int>(u) * VSTEP + static_cast<int>(e);
           const float xv = Tr::load(sv + u * (TK_STREAM_THREADS * V) + e);
-          const float dx = xv - thr;
-          above += dx < 80.f ? ex2_approx(dx * LOG2E) : __int_as_float(0x7fffffff);
+          above += tk_above_term(xv, thr);
           stage[pos++] = composite(f32_key(xv), tok);
         }
         fill += tot;
@@ -507,10 +520,8 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
         continue;
       }
       for (u32 m = mask; m; m &= m - 1) {
-        const u32 bit = static_cast<u32>(__ffs(m) - 1);
-        // (fp32: vector bit / 4, element bit % 4; bf16: word bit % 16, its upper token if bit >= 16)
-        const u32 u = V == 4 ? bit / 4u : (bit & 15u) / 4u;
-        const u32 e = V == 4 ? bit % 4u : 2u * (bit & 3u) + (bit >> 4);
+        u32 u, e;
+        tk_bit_place<V>(static_cast<u32>(__ffs(m) - 1), u, e);
         const int tok = tok0 + static_cast<int>(u) * VSTEP + static_cast<int>(e);
         // this thread's own copy in the ring (vec), else the tile's load again (an L1 hit)
         float xv;
@@ -521,8 +532,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
         } else {
           xv = Tr::load(x + tok);
         }
-        const float dx = xv - thr;
-        above += dx < 80.f ? ex2_approx(dx * LOG2E) : __int_as_float(0x7fffffff);
+        above += tk_above_term(xv, thr);
         const u64 cv = composite(f32_key(xv), tok);
         if (direct) {
           if (pos < cap) out[pos] = cv;
