@@ -1,0 +1,135 @@
+"""Does a kernel source change change the code? The SASS of a kernel file at a git revision against the
+working tree's, kernel by kernel, without a GPU.
+
+A refactor of a hot loop (a helper shared by two loops, a renamed variable) can only be landed without
+a device run if the machine code stays what was measured. This compiles every variant
+``driverlevel compile`` builds (the launchers' ``compile_variants``) of one file of ``cu/`` on each
+``--arch``, once from the revision's tree (``git archive``: its kernels and its launchers' defines)
+and once from the working tree, disassembles both (``tools/sass.py``) and says per kernel:
+
+* ``identical``: the same instructions in the same order (addresses aside);
+* ``same opcodes``: the same multiset of opcodes with their modifiers (``IMAD.MOV.U32``) and the
+  same count, but other registers or another order of independent instructions: ptxas scheduled
+  the same work differently (read the diff with ``tools/sass.py`` if it is in a hot loop);
+* ``differs``: the opcode counts that changed.
+
+``tools/code_sections.py`` answers the stricter question (is every code section bit for bit the
+same, over all files, from two snapshots); this one names the kernels that moved and how.
+
+Exits 0 when no kernel ``differs``, 1 otherwise, 2 for a usage error::
+
+    python tools/sass_compare.py ddtree.cu --rev HEAD --arch all
+    python tools/sass_compare.py mla_model.cu --rev main~3 --arch sm_90 --arch sm_120
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+from sass import disassemble  # noqa: E402  (tools/sass.py)
+
+_PRED = re.compile(r"^@!?U?P\w+\s+")
+
+#: Run in a tree (its own driverlevel on PYTHONPATH): every variant's cubins of FILE on ARCHS, as JSON.
+_DUMP = r"""
+import base64, json, sys
+from driverlevel.cli import compile_variants
+from driverlevel.runtime import compile_file
+file, archs = sys.argv[1], sys.argv[2:]
+out = {}
+for arch in archs:
+    for i, v in enumerate(compile_variants(file, arch)):
+        out[f"{arch} [{v.label or 'the only variant'}]"] = base64.b64encode(
+            compile_file(file, v.target or arch, v.defines).data).decode()
+json.dump(out, sys.stdout)
+"""
+
+
+def opcode(ins: str) -> str:
+    """The opcode with its modifiers of one SASS instruction (its predicate dropped)."""
+    return _PRED.sub("", ins).split()[0]
+
+
+def classify(before: list[str], after: list[str]) -> tuple[str, dict[str, tuple[int, int]]]:
+    """``("identical" | "same opcodes" | "differs", {opcode: (count before, count after)})``; the
+    dict holds only the opcodes whose counts differ (empty unless ``differs``)."""
+    if before == after:
+        return "identical", {}
+    cb, ca = Counter(map(opcode, before)), Counter(map(opcode, after))
+    if cb == ca:
+        return "same opcodes", {}
+    return "differs", {k: (cb[k], ca[k]) for k in sorted(cb.keys() | ca.keys()) if cb[k] != ca[k]}
+
+
+def cubins(tree: Path, file: str, archs: list[str]) -> dict[str, bytes]:
+    """``{"<arch> [<variant>]": cubin}`` of every variant of ``file``, compiled by ``tree``'s driverlevel."""
+    r = subprocess.run([sys.executable, "-c", _DUMP, file, *archs], cwd=tree, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(tree)})
+    if r.returncode != 0:
+        raise SystemExit(f"tools/sass_compare.py: compiling {file} in {tree} failed:\n{r.stderr.strip()}")
+    return {k: base64.b64decode(v) for k, v in json.loads(r.stdout).items()}
+
+
+def main(argv=None) -> int:
+    from driverlevel._compile import SUPPORTED_ARCHS, check_arch
+    from driverlevel.cli import LAUNCHERS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", choices=sorted(LAUNCHERS), help="kernel file of cu/")
+    ap.add_argument("--rev", default="HEAD", help="the git revision to compare the working tree with (default HEAD)")
+    ap.add_argument("--arch", action="append", default=None,
+                    help="target architecture, repeatable, or 'all' (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120); "
+                         "default sm_90 and sm_120")
+    args = ap.parse_args(argv)
+    archs = []
+    for a in args.arch or ["sm_90", "sm_120"]:
+        try:
+            archs += list(SUPPORTED_ARCHS) if a == "all" else [check_arch(a)]
+        except ValueError as e:
+            ap.error(f"--arch: {e}")
+    rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"], cwd=REPO,
+                         capture_output=True, text=True)
+    if rev.returncode != 0:
+        ap.error(f"--rev {args.rev!r} is not a commit of {REPO}")
+    with tempfile.TemporaryDirectory() as d:
+        old_tree = Path(d)
+        archive = subprocess.run(["git", "archive", rev.stdout.strip()], cwd=REPO, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True)
+        if not (old_tree / "cu" / args.file).exists():
+            ap.error(f"{args.file} does not exist at {args.rev}")
+        old = cubins(old_tree, args.file, archs)
+    new = cubins(REPO, args.file, archs)
+    changed = 0
+    for key in sorted(old.keys() | new.keys()):
+        if key not in old or key not in new:
+            print(f"{args.file} {key}: only {'after' if key in new else 'before'}")
+            changed += 1
+            continue
+        kb, ka = disassemble(old[key]), disassemble(new[key])
+        for name in sorted(kb.keys() | ka.keys()):
+            if name not in kb or name not in ka:
+                print(f"{key} {name}: only {'after' if name in ka else 'before'}")
+                changed += 1
+                continue
+            verdict, counts = classify(kb[name], ka[name])
+            changed += verdict == "differs"
+            line = f"{key} {name}: {verdict} ({len(kb[name])} -> {len(ka[name])} instructions)"
+            if counts:
+                line += "; " + ", ".join(f"{k} {b} -> {a}" for k, (b, a) in list(counts.items())[:12])
+            print(line)
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
