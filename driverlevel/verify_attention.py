@@ -83,12 +83,15 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         ``qk_head_dim`` not an int, ``rope_scaling`` not a mapping, or a ``factor`` /
         ``mscale_all_dim`` that is not a real number (a bool is refused).
     ValueError
-        ``qk_head_dim`` below 1, a YaRN ``rope_scaling`` without ``factor``, a ``factor`` that
+        ``qk_head_dim`` below 1 or past the float range, a YaRN ``rope_scaling`` without ``factor``, a ``factor`` that
         is not a positive finite number, a ``mscale_all_dim`` that is not finite (an int past the
         float range included), or values whose ``mscale`` or scale is not positive and finite.
     """
     qk_head_dim = positive_int("qk_head_dim", qk_head_dim)
-    scale = 1.0 / math.sqrt(qk_head_dim)
+    try:
+        scale = 1.0 / math.sqrt(qk_head_dim)
+    except OverflowError:  # (an int past the float range: 2**1100)
+        raise ValueError(f"qk_head_dim must be a head dimension (a float-range int), got {qk_head_dim!r}") from None
     if rope_scaling is None:
         return scale
     if not isinstance(rope_scaling, Mapping):

@@ -351,6 +351,13 @@ def test_compile_and_accept_refuse_malformed_inputs():
         greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, 3, stop_tokens=[5, 6])
     with pytest.raises(ValueError, match="depth_limit must be"):
         greedy_accept(tb, [0, 6, 9], post, [1, 1], committed, 16, -1)
+    # a negative committed length would widen the context's room (review s54): refused, as compile_tree does;
+    # past max_context too; an inactive request or one without rows is not looked at
+    for bad in ([3, -5], [17, 2]):
+        with pytest.raises(ValueError, match=r"seq_lens must be in \[0, max_context = 16\] for active"):
+            greedy_accept(tb, [0, 6, 9], post, [1, 1], np.array(bad), 16, 3)
+    greedy_accept(tb, [0, 6, 9], post, [1, 0], np.array([3, -5]), 16, 3)
+    greedy_accept(tb, [0, 6, 6], post[:6], [1, 1], np.array([3, -5]), 16, 3)
 
 
 def test_commit_paged_hand_worked():
@@ -735,6 +742,11 @@ def test_build_tree_takes_top_as_lists():
     want = R.build_tree([3], lg, budget=4)
     got = R.build_tree([3], None, budget=4, top=(want.top_ids.tolist(), want.top_lp.tolist()))
     np.testing.assert_array_equal(got.tokens, want.tokens)
+    # review s54: integer log-probs were converted to float32 here, where build_tree_from_topk refuses them
+    with pytest.raises(TypeError, match="top's log-probs must be floats, got dtype int64"):
+        R.build_tree([3], None, budget=4, top=(want.top_ids, np.round(want.top_lp).astype(np.int64)))
+    with pytest.raises(TypeError, match="top's ids must be integers, got dtype float32"):
+        R.build_tree([3], None, budget=4, top=(want.top_ids.astype(np.float32), want.top_lp))
 
 
 @pytest.mark.parametrize("top", [

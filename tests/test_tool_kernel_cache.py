@@ -223,6 +223,13 @@ def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
     _build(0)
     assert kc.main(["import", str(tmp_path)]) == 1
     assert "no kernel-cache.json" in capsys.readouterr().err
+    # review s54: a path that does not exist was "not a tools/kernel_cache.py export" (exit 1)
+    (tmp_path / "a.tar").write_text("")
+    for path, words in ((tmp_path / "nope", "nope: no such directory"), (tmp_path / "a.tar", "a.tar: not a directory")):
+        with pytest.raises(SystemExit) as e:
+            kc.main(["import", str(path)])
+        assert e.value.code == 2
+        assert words in capsys.readouterr().err
     for bad in (["--since", str(tmp_path / "nope")], ["--part-mib", "inf"], ["--part-mib", "0"]):
         with pytest.raises(SystemExit) as e:
             kc.main(["export", str(tmp_path / "kc"), *bad])

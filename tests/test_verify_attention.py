@@ -899,6 +899,8 @@ def test_mla_softmax_scale_without_and_with_yarn():
     # negative mscale (0.1 * -100 * ln 40 + 1 = -35.9) squared into a scale ~1,290x too large
     ((192, {"type": "yarn", "mscale_all_dim": 1.0}), ValueError, "YaRN but has no 'factor'"),
     ((192, {"type": "yarn", "factor": 40, "mscale_all_dim": -100}), ValueError, r"mscale = .* = -35\.8.*must be positive"),
+    # (fifty-fourth session's review: a bare OverflowError from math.sqrt)
+    ((2**1100,), ValueError, "qk_head_dim must be a head dimension"),
 ])
 def test_mla_softmax_scale_refuses_what_it_cannot_use(args, exc, words):
     from driverlevel.verify_attention import mla_softmax_scale

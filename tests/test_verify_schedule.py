@@ -223,3 +223,20 @@ def test_segments_refuses_parts_outside_the_schedule():
             segments(s, bad)
     with pytest.raises(TypeError, match="part must be an int"):
         segments(s, 1.0)
+
+
+def test_schedule_and_segments_name_what_is_wrong():
+    """Review s54: ``schedule(None, ...)`` and 2-D lengths failed inside numpy or ``len``, a ``bad``
+    index that is no request was ignored, and ``segments(None, 0)`` raised AttributeError."""
+    with pytest.raises(TypeError, match="q_lens must be a sequence of integers, got None"):
+        schedule(None, [1], 9, 64, 32, 1, 8)
+    with pytest.raises(TypeError, match="kv_lens must be a sequence of integers, got None"):
+        schedule([1], None, 9, 64, 32, 1, 8)
+    with pytest.raises(ValueError, match=r"kv_lens must be one-dimensional .* got shape \(1, 2\)"):
+        schedule([1, 2], [[3, 4]], 9, 64, 32, 1, 8)
+    for bad in ([2], [-1], {0, 5}):
+        with pytest.raises(ValueError, match=r"bad must hold request indices in \[0, 2\)"):
+            schedule([1, 2], [3, 4], 9, 64, 32, 1, 8, bad=bad)
+    assert schedule([1, 2], [3, 4], 9, 64, 32, 1, 8, bad=[1]).key_tiles[1] == 0
+    with pytest.raises(TypeError, match="s must be a Schedule"):
+        segments(None, 0)

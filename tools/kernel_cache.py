@@ -27,7 +27,8 @@ its end, so that gzip's own checksum is checked too), and only then writes the e
 (``DRIVERLEVEL_CACHE_DIR`` or the default, as the package finds it), each atomically, keeping those
 already there. A part the manifest does not name is ignored; a missing, short or altered one is an
 error before anything is written. Both print one line (entries, bytes, parts). Exit status 2 on bad
-arguments, 1 on a damaged export, an unusable cache directory or a failed write.
+arguments (``import`` of a path that is no directory included), 1 on a damaged export, an unusable
+cache directory or a failed write.
 
 An entry is a hit only where its key matches: the same checkout path (the device machine's copy of
 the repository is always at the same place), NVRTC version, package version and CUDA headers. After
@@ -266,6 +267,9 @@ def main(argv=None) -> int:
         print(f"exported {_count(n, 'entry', 'entries')} ({b / 1e6:.1f} MB) of the kernel cache {_cache_dir()} "
               f"as {len(paths)} part(s), {size / 1e6:.1f} MB, in {args.dir}")
         return 0
+    if not args.dir.is_dir():  # (a usage error, as export's --since: not a damaged export)
+        why = "not a directory (an export is a directory of parts)" if args.dir.exists() else "no such directory"
+        i.error(f"{args.dir}: {why}")
     try:
         w, k, b, nparts = import_(args.dir)
     except (ValueError, tarfile.TarError, EOFError, OSError) as exc:  # (FileNotFoundError is an OSError)

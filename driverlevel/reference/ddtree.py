@@ -488,8 +488,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     TypeError
         If ``budget`` is not an int (bool and floats refused, never truncated), or
         ``root_tokens`` / ``budgets`` are not integers, ``active`` not bools or integers
-        (a string is not a flag), or ``logits`` not float, ``ml_dtypes.bfloat16`` or uint16 bf16
-        bits (see :func:`topk_logprobs`).
+        (a string is not a flag), ``logits`` not float, ``ml_dtypes.bfloat16`` or uint16 bf16
+        bits (see :func:`topk_logprobs`), or ``top``'s ids not integers or its log-probs not floats.
     """
     roots = np.asarray(root_tokens)
     if roots.ndim != 1:
@@ -511,6 +511,9 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
         if np.ndim(top[0]) != 3 or np.shape(top[0])[0] != bs or np.shape(top[1]) != np.shape(top[0]):
             raise ValueError(f"top must be (ids, lp), each [bs={bs}, depth_limit, >= K], got shapes "
                              f"{np.shape(top[0])} and {np.shape(top[1])}")
+        if np.asarray(top[1]).dtype.kind != "f":  # (as build_tree_from_topk refuses them: never converted)
+            raise TypeError(f"top's log-probs must be floats, got dtype {np.asarray(top[1]).dtype}")
+        _int_array("top's ids", top[0], "integers")
         depth_limit, vocab = np.shape(top[0])[1], None
     k = min(budget, vocab) if vocab is not None else min(budget, np.shape(top[0])[2])
     per = np.full(bs, budget, np.int64) if budgets is None else np.clip(_per_request("budgets", budgets, bs), 0, budget)
@@ -798,7 +801,8 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     active : array_like of bool
         ``[bs]`` active flags at accept time.
     seq_lens : array_like of int
-        ``[bs]`` (limits acceptance to ``max_context - committed_len`` nodes).
+        ``[bs]`` committed lengths, in ``[0, max_context]`` for the active requests with rows
+        (limits acceptance to ``max_context - seq_lens`` nodes).
     max_context : int
         ``>= 0``.
     depth_limit : int
@@ -823,7 +827,8 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         trees' batch, a request with more rows than its tree holds, a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
         ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
-        deeper than ``depth_limit``, 2-D ``target`` logits with no column, ``root_tokens`` or 1-D
+        deeper than ``depth_limit``, a ``seq_lens`` outside ``[0, max_context]`` for an active
+        request with rows, 2-D ``target`` logits with no column, ``root_tokens`` or 1-D
         ``target`` tokens outside the int32 range (the device arrays' type), or ``vocab`` < 1.
     TypeError
         For ``trees`` that is not a :class:`TreeBatch`, ``max_context``, ``depth_limit`` or
@@ -861,6 +866,10 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         post = np.where(finite, post, 0).astype(np.int32)
     act = _per_request_flags("active", active, bs)
     committed = _per_request("seq_lens", seq_lens, bs)
+    live = act & (np.diff(qo) > 0)
+    if np.any(live & ((committed < 0) | (committed > max_context))):  # (as compile_tree refuses them)
+        raise ValueError(f"seq_lens must be in [0, max_context = {max_context}] for active requests with rows, "
+                         f"got {committed[live].tolist()}")
     roots = None if root_tokens is None else _int32_values("root_tokens", _per_request("root_tokens", root_tokens, bs))
     stops = np.full((bs, 0), -1) if stop_tokens is None else _int_array("stop_tokens", stop_tokens, "integers")
     if stops.ndim != 2 or stops.shape[0] != bs:

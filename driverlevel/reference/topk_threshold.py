@@ -39,6 +39,8 @@ def order_keys(x) -> np.ndarray:
 
 
 def key_to_f32(k) -> np.ndarray:
+    """The float32 values of uint32 keys, the inverse of :func:`order_keys` (``key_f32`` in the kernels):
+    a NaN's key (that of -inf) comes back as -inf and -0 as +0."""
     k = np.asarray(k, np.uint32)
     return np.where(k & 0x80000000, k & 0x7FFFFFFF, ~k).astype(np.uint32).view(np.float32)
 

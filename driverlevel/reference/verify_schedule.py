@@ -58,16 +58,24 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
              split_cap: int = 0, bad=()) -> Schedule:
     """The schedule the kernel computes for these lengths (``bad``: requests with bad kv/mask metadata).
 
-    Raises ``ValueError`` when ``q_lens`` and ``kv_lens`` differ in length, a length is negative
-    (lengths come from well-formed indptrs; a request whose metadata is bad is marked by ``bad``),
+    Raises ``ValueError`` when ``q_lens`` or ``kv_lens`` is not one-dimensional, they differ in
+    length, a length is negative (lengths come from well-formed indptrs; a request whose metadata
+    is bad is marked by ``bad``), a ``bad`` index is not a request (outside ``[0, len(q_lens))``),
     or a count that the kernel takes from the plan (``num_heads``, ``tile_rows``, ``tile_keys``,
     ``num_parts``) is not positive, or ``ovh`` or ``split_cap`` is negative; ``TypeError`` when a
-    length or a count is not an int (bool and floats refused, never truncated), or ``bad`` holds
-    anything but request indices."""
+    length or a count is not an int (bool and floats refused, never truncated; ``None`` is no
+    array), or ``bad`` holds anything but request indices."""
+    lens = {}
+    for lname, v in (("q_lens", q_lens), ("kv_lens", kv_lens)):
+        if v is None:
+            raise TypeError(f"{lname} must be a sequence of integers, got None")
+        a = _int_array(lname, v, "integers")
+        if a.ndim != 1:
+            raise ValueError(f"{lname} must be one-dimensional (one length per request), got shape {a.shape}")
+        lens[lname] = [int(x) for x in a]
+    q_lens, kv_lens = lens["q_lens"], lens["kv_lens"]
     if len(q_lens) != len(kv_lens):
         raise ValueError(f"q_lens and kv_lens must have the same length, got {len(q_lens)} and {len(kv_lens)}")
-    q_lens = [int(v) for v in _int_array("q_lens", q_lens, "integers")]
-    kv_lens = [int(v) for v in _int_array("kv_lens", kv_lens, "integers")]
     for lname, lens in (("q_lens", q_lens), ("kv_lens", kv_lens)):
         neg = [v for v in lens if v < 0]
         if neg:
@@ -79,6 +87,8 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
     bad = {int(v) for v in _int_array("bad", list(bad) if isinstance(bad, (set, frozenset)) else bad,
                                       "request indices (integers)").reshape(-1)}
     B = len(q_lens)
+    if any(not 0 <= v < B for v in bad):
+        raise ValueError(f"bad must hold request indices in [0, {B}), got {sorted(bad)}")
     rt = [math.ceil(q * num_heads / tile_rows) for q in q_lens]
     kt = [0 if (b in bad or q_lens[b] == 0) else math.ceil((kv_lens[b] + q_lens[b]) / tile_keys) for b in range(B)]
     pc = [kt[b] + ovh for b in range(B)]
@@ -145,8 +155,10 @@ def schedule(q_lens, kv_lens, num_heads: int, tile_rows: int, tile_keys: int, ov
 def segments(s: Schedule, part: int):
     """The segments part ``part`` runs: ``[(b, r, t_begin, t_end, complete, slot)]``, as the kernel walks them.
 
-    TypeError for a ``part`` that is not an int, IndexError outside ``[0, num_parts)`` (the
-    schedule's ``len(cuts) - 1`` parts)."""
+    TypeError for an ``s`` that is not a :class:`Schedule` or a ``part`` that is not an int,
+    IndexError outside ``[0, num_parts)`` (the schedule's ``len(cuts) - 1`` parts)."""
+    if not isinstance(s, Schedule):
+        raise TypeError(f"s must be a Schedule (schedule()'s result), got {type(s).__name__}")
     n_parts = len(s.cuts) - 1
     if isinstance(part, bool) or not isinstance(part, numbers.Integral):
         raise TypeError(f"part must be an int, got {type(part).__name__}")
