@@ -483,7 +483,7 @@ def cache_dir() -> Path | None:
 
     ``DRIVERLEVEL_CACHE_DIR`` names the directory: a leading ``~`` is expanded, and a relative
     path is made absolute against the current directory of the first call that sees the value
-    (the process's directory changing later does not move the cache). Unset or empty:
+    (the process's directory changing later does not move the cache). Unset, empty or blank:
     ``$XDG_CACHE_HOME/driverlevel`` when ``XDG_CACHE_HOME`` is an absolute path (a relative one is
     ignored, as the XDG Base Directory specification says), else ``~/.cache/driverlevel``.
     Nothing is evicted: delete the directory to reclaim its space (entries are rebuilt on demand).
@@ -498,7 +498,7 @@ def cache_dir() -> Path | None:
                                                  "true or yes (or leave it unset) to keep it"):
         return None
     d = os.environ.get("DRIVERLEVEL_CACHE_DIR")
-    if d:
+    if d and d.strip():  # (blank: an unset shell variable quoted with spaces, not a directory named "   ")
         return _absolute_cache_dir(d)
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")

@@ -416,6 +416,15 @@ def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "driverlevel"
 
 
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_a_blank_cache_dir_means_the_default(monkeypatch, tmp_path, blank):
+    """Review s54: DRIVERLEVEL_CACHE_DIR="   " made a directory named three spaces in the current one."""
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", blank)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "driverlevel"
+
+
 @pytest.mark.parametrize("xdg", ["relative/cache", "."])
 def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path, xdg):
     # (XDG Base Directory specification: a relative path in XDG_CACHE_HOME is invalid and ignored)
