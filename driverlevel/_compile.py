@@ -522,7 +522,7 @@ def _absolute_cache_dir(value: str) -> Path:
 def _cache_write_failure(cdir: Path, exc: OSError) -> str:
     """Why the cache in ``cdir`` could not be written, in words: a path component that is a file
     (mkdir's misleading "File exists" / "Not a directory"), else the OS's reason."""
-    where = f"DRIVERLEVEL_CACHE_DIR={cdir}" if os.environ.get("DRIVERLEVEL_CACHE_DIR") else str(cdir)
+    where = f"DRIVERLEVEL_CACHE_DIR={cdir}" if os.environ.get("DRIVERLEVEL_CACHE_DIR", "").strip() else str(cdir)
     why = exc.strerror or str(exc)
     for p in (cdir, *cdir.parents):
         if p.exists():

@@ -423,6 +423,9 @@ def test_a_blank_cache_dir_means_the_default(monkeypatch, tmp_path, blank):
     monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", blank)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "driverlevel"
+    # and a failure to write there names the directory, not DRIVERLEVEL_CACHE_DIR (a helper's review)
+    msg = _compile._cache_write_failure(tmp_path / "driverlevel", PermissionError(13, "Permission denied"))
+    assert msg.startswith(f"driverlevel: could not write the cubin cache in {tmp_path / 'driverlevel'}: ")
 
 
 @pytest.mark.parametrize("xdg", ["relative/cache", "."])

@@ -16,7 +16,7 @@ and once from the working tree, disassembles both (``tools/sass.py``) and says p
 ``tools/code_sections.py`` answers the stricter question (is every code section bit for bit the
 same, over all files, from two snapshots); this one names the kernels that moved and how.
 
-Exits 0 when no kernel ``differs``, 1 otherwise, 2 for a usage error::
+Exits 0 when no kernel ``differs``, 1 otherwise, 2 for a usage error or a failed compile::
 
     python tools/sass_compare.py ddtree.cu --rev HEAD --arch all
     python tools/sass_compare.py mla_model.cu --rev main~3 --arch sm_90 --arch sm_120
@@ -72,12 +72,16 @@ def classify(before: list[str], after: list[str]) -> tuple[str, dict[str, tuple[
     return "differs", {k: (cb[k], ca[k]) for k in sorted(cb.keys() | ca.keys()) if cb[k] != ca[k]}
 
 
-def cubins(tree: Path, file: str, archs: list[str]) -> dict[str, bytes]:
-    """``{"<arch> [<variant>]": cubin}`` of every variant of ``file``, compiled by ``tree``'s driverlevel."""
+def cubins(tree: Path, file: str, archs: list[str], use_cache: bool = True) -> dict[str, bytes]:
+    """``{"<arch> [<variant>]": cubin}`` of every variant of ``file``, compiled by ``tree``'s driverlevel
+    (without the disk cache for a temporary tree: its path is part of every entry's key, so its
+    entries could never be hit again). A failed compile exits 2 with NVRTC's message."""
+    env = {**os.environ, "PYTHONPATH": str(tree), **({} if use_cache else {"DRIVERLEVEL_CACHE": "0"})}
     r = subprocess.run([sys.executable, "-c", _DUMP, file, *archs], cwd=tree, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(tree)})
+                       env=env)
     if r.returncode != 0:
-        raise SystemExit(f"tools/sass_compare.py: compiling {file} in {tree} failed:\n{r.stderr.strip()}")
+        print(f"tools/sass_compare.py: compiling {file} in {tree} failed:\n{r.stderr.strip()}", file=sys.stderr)
+        raise SystemExit(2)
     return {k: base64.b64decode(v) for k, v in json.loads(r.stdout).items()}
 
 
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
         subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True)
         if not (old_tree / "cu" / args.file).exists():
             ap.error(f"{args.file} does not exist at {args.rev}")
-        old = cubins(old_tree, args.file, archs)
+        old = cubins(old_tree, args.file, archs, use_cache=False)
     new = cubins(REPO, args.file, archs)
     changed = 0
     for key in sorted(old.keys() | new.keys()):

@@ -99,7 +99,7 @@ def main() -> int:
 def forward_shapes(dl, dev, s, model, timed):
     """Every GEMM shape of the demo target's forward (q, kv, the split-K output projection with its
     reduce, the LM head) at the tree step's 128 rows and the autoregressive step's 8 (the 32-row
-    tile), each alone in a graph: median µs of 20 replays, with the schedule's (row tile, splits)
+    tile), each alone in a graph: median µs of --repeat replays, with the schedule's (row tile, splits)
     and the bytes of B and C over that time. A is all ones (its values do not change the time);
     nothing is checked."""
     from driverlevel.demo.mla_model import gemm_schedule
