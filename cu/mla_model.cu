@@ -7,6 +7,8 @@
 //   A bf16 rows of k (lda), optionally gathered by a_index (int32); B bf16 [n, k] row-major
 //   (the nn.Linear weight layout); C bf16 or fp32 rows of n (ldc), optionally scattered to
 //   rows c_index[m] (int64, e.g. out_cache_loc: the latent KV written into the paged cache).
+//   A gathered row index is clamped to [0, a_rows); a scattered row outside [0, c_rows) (an
+//   exhausted pool's -1, or bad metadata) is not stored: in bounds whatever the indices say.
 //   M is m_max, or min(m_max, *m_ptr) when m_ptr is set (the row count of this step, read on
 //   the device: qo_indptr[bs]). Optional epilogue noise: noise_std * z(seed, *counter, m, col)
 //   with z a counter-based standard normal (the drafter's noise): one hash, one logarithm and one
@@ -50,7 +52,8 @@ struct GemmParams {
   float out_scale;
   float noise_std;
   i32 k_splits;           // 1, or the number of k ranges (then mla_gemm_reduce finishes)
-  i32 pad_;
+  i32 a_rows;             // rows of A: a gathered row index is clamped to [0, a_rows)
+  i64 c_rows;             // rows of C: a scattered row outside [0, c_rows) is not stored
 };
 
 struct EmbedParams {
@@ -94,6 +97,8 @@ DL_CHECK_OFFSET(GemmParams, out_f32, G);
 DL_CHECK_OFFSET(GemmParams, out_scale, G);
 DL_CHECK_OFFSET(GemmParams, noise_std, G);
 DL_CHECK_OFFSET(GemmParams, k_splits, G);
+DL_CHECK_OFFSET(GemmParams, a_rows, G);
+DL_CHECK_OFFSET(GemmParams, c_rows, G);
 static_assert(sizeof(GemmParams) == DL_SIZEOF_G, "GemmParams size differs from its ctypes mirror");
 DL_CHECK_OFFSET(EmbedParams, table, E);
 DL_CHECK_OFFSET(EmbedParams, tokens, E);
@@ -206,7 +211,9 @@ DL_DEVICE void scale_tile(const GemmParams& p, float (&acc)[MT][NT][4], u64 base
 // noised: the residual, then the store (scattered through c_index).
 DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v1) {
   const i64 crow = p.c_index != nullptr ? p.c_index[m] : m;
-  if (crow < 0) return;  // a row without a slot (an exhausted pool hands out -1)
+  // a row without a slot (an exhausted pool hands out -1), or past C's rows (bad metadata inside a
+  // captured graph, where no host check runs)
+  if (crow < 0 || crow >= p.c_rows) return;
   if (p.residual != nullptr) {
     const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(p.residual + m * p.ldr + col);
     v0 += __bfloat162float(r.x);
@@ -251,7 +258,7 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
     const i64 m = m0 + r;
     a_ok[i] = (c < BM * CHUNKS) ? (m < M ? 1 : 0) : -1;  // -1: this thread has no chunk
     i64 row = m;
-    if (a_ok[i] == 1 && p.a_index != nullptr) row = p.a_index[m];
+    if (a_ok[i] == 1 && p.a_index != nullptr) row = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
     a_src[i] = reinterpret_cast<const char*>(p.a + (a_ok[i] == 1 ? row * p.lda : 0)) + ch * 16 + (i64)kt0 * BK * 2;
     a_dst[i] = r * ROW_BYTES + ch * 16;
   }
@@ -420,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(256)
 draft_chain(const __grid_constant__ DraftChainParams p) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.step_counter += 1ull;
   const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (p.vocab <= 0 || t >= (i64)p.bs * p.depth) return;
+  if (p.vocab <= 0 || p.bs <= 0 || p.depth <= 0 || t >= (i64)p.bs * p.depth) return;
   const int b = (int)(t / p.depth), i = (int)(t % p.depth);
   int g = p.roots[b];
   g = g < 0 ? 0 : (g >= p.vocab ? p.vocab - 1 : g);

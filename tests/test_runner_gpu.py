@@ -106,6 +106,31 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
         assert np.abs(got - want).max() <= 1e-2 * (np.abs(want).max() + 1)
 
 
+@pytest.mark.parametrize("splits", [None, 1, 3])
+@pytest.mark.parametrize("m, n, k", [(7, 136, 64), (300, 576, 96), (128, 2056, 512)])
+def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
+    """The drafter's noise (Box-Muller pairs, draft_noise_reference) after the scale and before the
+    residual, on both row tiles, a partial column tile and the split-K reduce."""
+    rng = np.random.default_rng(m + n + k)
+    a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
+    res = f32_to_bf16_bits(rng.standard_normal((m, n)).astype(np.float32))
+    A, Bw, Rr = upload(dev, a, "bf16"), upload(dev, b, "bf16"), upload(dev, res, "bf16")
+    ctr = upload(dev, np.array([9], np.uint64))
+    C = dev_array(dev, (m, n), "float32")
+    C.fill_u32(F32_NAN, s)
+    ws = dev_array(dev, (32 * m * n,), "float32")
+    ws.fill_u32(F32_NAN, s)
+    small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, residual=Rr, noise_counter=ctr, noise_seed=5,
+                     noise_std=0.7, workspace=ws, k_splits=splits).launch(s)
+    got = C.to_numpy(s)
+    z = R.draft_noise_reference(5, 9, np.arange(m).reshape(-1, 1), np.arange(n).reshape(1, -1))
+    want = (0.5 * bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
+            + 0.7 * z + bf16_bits_to_f32(res))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model):
     rng = np.random.default_rng(0)
     rows_a, m_max, n, k = 50, 40, 64, 64
@@ -127,6 +152,34 @@ def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model):
         got = C.to_numpy(s)
         np.testing.assert_allclose(got[dst[:23]], want[:23], rtol=1e-4, atol=1e-4)
         untouched = np.setdiff1d(np.arange(100), dst[:23])
+        assert np.isnan(got[untouched]).all()
+
+
+def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model):
+    """Indices written on the device are not checked on the host: a gathered row outside A reads
+    the nearest row (clamped), a scattered row outside C (or -1) is not written. C is carved from
+    a larger poisoned buffer, so a write past its rows would show in the guard rows after it."""
+    rng = np.random.default_rng(1)
+    rows_a, m_max, n, k, rows_c = 30, 24, 64, 64, 40
+    a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
+    idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)
+    idx[:4] = [-1, -2**31, rows_a, 2**31 - 1]
+    dst = rng.permutation(rows_c)[:m_max].astype(np.int64)
+    dst[4:8] = [-1, rows_c, rows_c + 7, 2**62]
+    A, Bw = upload(dev, a, "bf16"), upload(dev, b, "bf16")
+    I, D = upload(dev, idx), upload(dev, dst)
+    buf = dl.DeviceBuffer.allocate(dev, (rows_c + 16) * n * 4, label="test")
+    big, C = buf.as_array((rows_c + 16, n), np.float32), buf.as_array((rows_c, n), np.float32)
+    want = bf16_bits_to_f32(a)[np.clip(idx, 0, rows_a - 1)].astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
+    ws = dev_array(dev, (2 * m_max * n,), "float32")
+    written = (dst >= 0) & (dst < rows_c)
+    for splits in (1, 2):
+        big.fill_u32(F32_NAN, s)
+        small_model.gemm(A, Bw, C, m_max=m_max, a_index=I, c_index=D, workspace=ws, k_splits=splits).launch(s)
+        got = big.to_numpy(s)
+        np.testing.assert_allclose(got[dst[written]], want[written], rtol=1e-4, atol=1e-4)
+        untouched = np.setdiff1d(np.arange(rows_c + 16), dst[written])
         assert np.isnan(got[untouched]).all()
 
 

@@ -81,7 +81,8 @@ class _GemmParams(ctypes.Structure):
         ("noise_counter", ctypes.c_uint64), ("partial", ctypes.c_uint64), ("noise_seed", ctypes.c_uint64),
         ("m_max", ctypes.c_int64), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("lda", ctypes.c_int32),
         ("ldc", ctypes.c_int32), ("ldr", ctypes.c_int32), ("out_f32", ctypes.c_int32), ("out_scale", ctypes.c_float),
-        ("noise_std", ctypes.c_float), ("k_splits", ctypes.c_int32), ("pad_", ctypes.c_int32),
+        ("noise_std", ctypes.c_float), ("k_splits", ctypes.c_int32), ("a_rows", ctypes.c_int32),
+        ("c_rows", ctypes.c_int64),
     ]
 
 
@@ -309,9 +310,12 @@ class MLAModel:
         m_max : int
             Rows of the grid (the most rows any call computes).
         a_index : int32 ``[m_max]``, optional
-            Gather: row ``m`` of the product reads ``a[a_index[m]]``.
+            Gather: row ``m`` of the product reads ``a[a_index[m]]``, the index clamped on the
+            device to ``[0, a.shape[0])`` (values are written by kernels inside captured graphs,
+            where no host check runs).
         c_index : int64 ``[m_max]``, optional
-            Scatter: row ``m`` is written to ``c[c_index[m]]`` (e.g. ``out_cache_loc``).
+            Scatter: row ``m`` is written to ``c[c_index[m]]`` (e.g. ``out_cache_loc``); a row whose
+            index lies outside ``[0, c.shape[0])`` (an exhausted pool's -1) is not written.
         residual : bf16 ``[m_max, n]``, optional
         num_rows : int64 device scalar, optional
             Rows computed = ``min(m_max, num_rows)``, read on the device.
@@ -353,6 +357,8 @@ class MLAModel:
         m_max = int(m_max)
         if m_max < 1:
             raise ValueError(f"m_max must be >= 1, got {m_max}")
+        if not 0 < a.shape[0] < 2**31:
+            raise ValueError(f"a must have 1 to 2**31 - 1 rows, got {a.shape[0]:,}")
         if a_index is None and a.shape[0] < m_max:
             raise ValueError(f"a has {a.shape[0]} rows, fewer than m_max={m_max}")
         if c_index is None and c.shape[0] < m_max:
@@ -405,6 +411,7 @@ class MLAModel:
         p.out_scale = float(out_scale)
         p.noise_std = float(noise_std)
         p.k_splits = splits
+        p.a_rows, p.c_rows = a.shape[0], c.shape[0]  # the kernel's bounds on a_index and c_index
         kern = self._k_gemm if bm == _GEMM_BM else self._k_gemm32
         grid = (math.ceil(n / _GEMM_BN), math.ceil(m_max / bm), splits)
         ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(self._gemm_stages, bm))
