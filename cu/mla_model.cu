@@ -16,10 +16,12 @@
 //   scales and noises the whole accumulator tile first (no branches: the pairs interleave), then
 //   adds the residual and stores the rows < M and columns < n.
 //   Grid (ceil(n / 128), ceil(m_max / BM), k_splits); Block 256 (8 warps, 2 x 4, warp tile
-//   BM/2 x 32). mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async STAGES-deep (BK = 32).
-//   Shared memory (dynamic): STAGES * (BM + 128) * 40 * 2 B (rows padded to 80 B: ldmatrix is
-//   free of bank conflicts): 61,440 B for BM = 128 (mla_gemm), 38,400 B for BM = 32
-//   (mla_gemm_m32, few rows). Early exit: row tile >= M.
+//   BM/2 x 32). mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async STAGES-deep (BK = 64: each
+//   k-step reads 128 B of every row, a whole L2 line; a k % 64 == 32 tail is zero-filled).
+//   Shared memory (dynamic): STAGES * (BM + 128) * 72 * 2 B (rows padded to 144 B: ldmatrix is
+//   free of bank conflicts): 110,592 B for BM = 128 (mla_gemm) and 69,120 B for BM = 32
+//   (mla_gemm_m32, few rows) at the 3 stages of sm_90 / sm_100; 2 stages elsewhere
+//   (driverlevel.demo.mla_model.gemm_stages). Early exit: row tile >= M.
 //   Split-K (k_splits > 1, for few output tiles over a long k): split z sums its k range into
 //   the fp32 workspace partial[z]; mla_gemm_reduce adds the splits in order and applies the
 //   epilogue (deterministic: no atomics).
@@ -123,23 +125,24 @@ static_assert(sizeof(DraftChainParams) == DL_SIZEOF_D, "DraftChainParams size di
 #endif
 
 #ifndef DL_GEMM_STAGES
-#define DL_GEMM_STAGES 3
+#define DL_GEMM_STAGES 2  // (the launcher passes gemm_stages(arch); 2 fits every architecture)
 #endif
 
 namespace gm {
-constexpr int BN = 128, BK = 32;
+constexpr int BN = 128, BK = 64;
 constexpr int STAGES = DL_GEMM_STAGES;
 constexpr int THREADS = 256;
 constexpr int WARPS_M = 2, WARPS_N = 4;
 constexpr int WN = BN / WARPS_N;          // 32 columns per warp
 constexpr int NT = WN / 8;                // 4 n8 tiles
-constexpr int ROW = BK + 8;               // padded row, bf16 elements (80 B)
+constexpr int ROW = BK + 8;               // padded row, bf16 elements (144 B)
 constexpr int ROW_BYTES = ROW * 2;
-constexpr int CHUNKS = BK * 2 / 16;       // 16-byte chunks per tile row (4)
+constexpr int CHUNKS = BK * 2 / 16;       // 16-byte chunks per tile row (8)
 constexpr int B_STAGE = BN * ROW_BYTES;
-constexpr int B_LOADS = BN * CHUNKS / THREADS;  // 2 per thread
+constexpr int B_LOADS = BN * CHUNKS / THREADS;  // 4 per thread
 static_assert(WARPS_M * WARPS_N * 32 == THREADS, "warp layout");
 static_assert(B_LOADS * THREADS == BN * CHUNKS, "loader layout");
+static_assert(THREADS % CHUNKS == 0, "a thread loads the same chunk column of every row it loads");
 template <int BM>
 struct Tile {
   static constexpr int WM = BM / WARPS_M;   // rows per warp (64 or 16)
@@ -238,7 +241,7 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   const i64 m0 = (i64)blockIdx.y * BM;
   const int n0 = blockIdx.x * BN;
   if (m0 >= M) return;
-  const int KT_all = p.k / BK;
+  const int KT_all = (p.k + BK - 1) / BK;  // k % 64 == 32: the last k-tile's upper half is zero-filled
   const int per = (KT_all + p.k_splits - 1) / p.k_splits;
   const int kt0 = blockIdx.z * per;
   const int KT = min(KT_all, kt0 + per) - kt0;  // may be <= 0: the partial is then zero
@@ -247,6 +250,9 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
   const u32 a_smem = dl::smem_u32(smem);
   const u32 b_smem = a_smem + STAGES * A_STAGE;
+  // This thread's chunk column (the same in every row it loads: THREADS % CHUNKS == 0), as a k
+  // offset in elements: its chunks of k-tile kt exist while (kt0 + kt) * BK + kch < k.
+  const int kch = (tid % CHUNKS) * 8;
 
   // Per-thread source rows of the tile loaders (fixed over k).
   const char* a_src[A_LOADS];
@@ -275,13 +281,18 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   }
   auto load = [&](int kt, int stage) {
     const int koff = kt * BK * 2;  // bytes past the split's first k-tile
+    const bool kin = (kt0 + kt) * BK + kch < p.k;  // (false only in a k % 64 == 32 tail)
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i)
-      if (a_ok[i] >= 0)
-        dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (a_ok[i] ? koff : 0), a_ok[i] ? 16 : 0);
+      if (a_ok[i] >= 0) {
+        const bool ok = a_ok[i] == 1 && kin;
+        dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+      }
 #pragma unroll
-    for (int i = 0; i < B_LOADS; ++i)
-      dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (b_ok[i] ? koff : 0), b_ok[i] ? 16 : 0);
+    for (int i = 0; i < B_LOADS; ++i) {
+      const bool ok = b_ok[i] && kin;
+      dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+    }
   };
 
 #pragma unroll

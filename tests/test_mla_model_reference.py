@@ -285,17 +285,32 @@ def test_params_struct_drift_fails_the_compile(mod, key, struct):
 
 
 def test_gemm_shared_memory_formula_and_schedule():
-    assert mla_model.gemm_shared_bytes(3) == 3 * 256 * 40 * 2 == 61_440
-    assert mla_model.gemm_shared_bytes(3, 32) == 3 * 160 * 80 == 38_400
+    assert mla_model.gemm_shared_bytes(3) == 3 * 256 * 72 * 2 == 110_592   # k-tiles of 64, rows of 144 B
+    assert mla_model.gemm_shared_bytes(3, 32) == 3 * 160 * 144 == 69_120
     for arch in SUPPORTED_ARCHS:
         assert mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch)) <= MAX_SHARED_PER_BLOCK[arch]
+    # the deepest pipeline (<= 4) at which two 128-row CTAs share an SM (1 KB reserved a CTA), else one
+    assert {a: mla_model.gemm_stages(a) for a in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")} == {
+        "sm_80": 2, "sm_86": 2, "sm_89": 2, "sm_90": 3, "sm_100": 3, "sm_120": 2}
+    for arch in ("sm_80", "sm_90", "sm_100"):
+        st = mla_model.gemm_stages(arch)
+        assert 2 * (mla_model.gemm_shared_bytes(st) + 1024) <= MAX_SHARED_PER_BLOCK[arch] + 1024
+        assert 2 * (mla_model.gemm_shared_bytes(st + 1) + 1024) > MAX_SHARED_PER_BLOCK[arch] + 1024
     sched = mla_model.gemm_schedule
     assert sched(8, 32768, 512, 132) == (32, 1)          # LM head of a decode step: many tiles
     assert sched(264, 32768, 512, 132) == (128, 1)
     bm, splits = sched(264, 512, 4608, 132)              # output projection of a tree step: split-K
-    assert bm == 128 and splits > 4 and 4608 // 32 // splits >= 8
+    assert bm == 128 and splits > 4 and 4608 // splits >= 256
     assert sched(8, 512, 4608, 132)[1] > 4
     assert mla_model.gemm_workspace_elems(264, 512, 4608, 132) == splits * 264 * 512
+    # every split has k-tiles (the kernel gives each ceil(kt / splits) of the 72): 17 would leave two empty
+    bm, splits = sched(200, 512, 4608, 132)
+    assert splits == 15 and (splits - 1) * -(-72 // splits) < 72
+    for m_max in (1, 40, 65, 128, 200, 300, 515):
+        for n, k in ((512, 4608), (512, 2048), (64, 8192), (136, 2080)):
+            kt = -(-k // 64)
+            s = sched(m_max, n, k, 132)[1]
+            assert 1 <= s <= kt and (s - 1) * -(-kt // s) < kt, (m_max, n, k, s)
     assert mla_model.gemm_workspace_elems(264, 32768, 512, 132) == 0
 
 

@@ -77,8 +77,8 @@ def prompts_for(rng, vocab, lens):
 # ------------------------------------------------------------------------------------ kernels
 
 @pytest.mark.parametrize("splits", [None, 1, 3])
-@pytest.mark.parametrize("m, n, k", [(1, 8, 32), (7, 136, 64), (64, 512, 4608), (128, 128, 512), (300, 576, 96),
-                                     (515, 2056, 512)])
+@pytest.mark.parametrize("m, n, k", [(1, 8, 32), (7, 136, 160), (64, 512, 4608), (128, 128, 512), (300, 576, 96),
+                                     (515, 2056, 512)])  # (k-tiles of 64: k = 160 is 3 of them, the last half zero)
 @pytest.mark.parametrize("out", ["float32", "bf16"])
 def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
     rng = np.random.default_rng(m * n + k)
@@ -107,7 +107,7 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3])
-@pytest.mark.parametrize("m, n, k", [(7, 136, 64), (300, 576, 96), (128, 2056, 512)])
+@pytest.mark.parametrize("m, n, k", [(7, 136, 160), (300, 576, 96), (128, 2056, 512)])
 def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
     """The drafter's noise (Box-Muller pairs, draft_noise_reference) after the scale and before the
     residual, on both row tiles, a partial column tile and the split-K reduce."""
@@ -133,7 +133,7 @@ def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
 
 def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model):
     rng = np.random.default_rng(0)
-    rows_a, m_max, n, k = 50, 40, 64, 64
+    rows_a, m_max, n, k = 50, 40, 64, 128  # (two k-tiles of 64: split-K 2 has work in both splits)
     a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
     idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)
@@ -160,7 +160,7 @@ def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model):
     the nearest row (clamped), a scattered row outside C (or -1) is not written. C is carved from
     a larger poisoned buffer, so a write past its rows would show in the guard rows after it."""
     rng = np.random.default_rng(1)
-    rows_a, m_max, n, k, rows_c = 30, 24, 64, 64, 40
+    rows_a, m_max, n, k, rows_c = 30, 24, 64, 128, 40  # (two k-tiles of 64: split-K 2 has work in both)
     a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
     idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)

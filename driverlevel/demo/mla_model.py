@@ -68,7 +68,8 @@ __all__ = [
 SOURCE = "mla_model.cu"
 _GEMM_BM = 128
 _GEMM_BN = 128
-_GEMM_BK = 32
+_GEMM_BK = 64
+_GEMM_K_ALIGN = 32  # k % 32 == 0; a k % 64 == 32 tail is zero-filled in the last k-tile
 _GEMM_THREADS = 256
 
 
@@ -111,10 +112,17 @@ _STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("D", _DraftChainParams))
 
 
 def gemm_stages(arch) -> int:
-    """cp.async pipeline depth of ``mla_gemm`` on ``arch``: 3 stages (61,440 B) everywhere."""
+    """cp.async pipeline depth of ``mla_gemm`` on ``arch`` (k-tiles of 64): the most stages (at most
+    4) with which two CTAs of the 128-row tile still share an SM (1 KB reserved a CTA), else the
+    most one CTA fits, at least 2: 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an
+    SM) and on the 100 KB parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM, as before)."""
     arch = normalize_arch(arch)
-    limit = shared_limit(arch)
-    return 3 if limit >= gemm_shared_bytes(3) else 2
+    limit = shared_limit(arch)  # the opt-in per-block limit; an SM holds it plus 1 KB reserved
+    fits = [s for s in range(2, 5) if gemm_shared_bytes(s) <= limit]
+    if not fits:
+        raise ValueError(f"mla_gemm's 128-row tile does not fit {arch}'s {limit:,} B of shared memory per block")
+    two = [s for s in fits if 2 * (gemm_shared_bytes(s) + 1024) <= limit + 1024]
+    return max(two or fits)
 
 
 def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
@@ -125,14 +133,17 @@ def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
 def gemm_schedule(m_max: int, n: int, k: int, sm_count: int) -> tuple[int, int]:
     """``(row_tile, k_splits)`` of a GEMM: 32-row tiles for at most 64 rows, and split-K when
     the output has too few tiles to fill ``sm_count`` SMs over a long ``k`` (>= 2048; each
-    split keeps at least 8 k-tiles of 32). In the model only the output projection
-    (``k = heads * 512``) splits."""
+    split keeps at least 256 of k: 4 k-tiles of 64). The kernel gives each split ``ceil(kt /
+    splits)`` k-tiles, so the count is cut to the splits that get any: 17 splits over 72 k-tiles (5
+    each, the last two empty) become 15. In the model only the output projection (``k = heads *
+    512``) splits."""
     bm = 32 if m_max <= 64 else _GEMM_BM
     tiles = math.ceil(n / _GEMM_BN) * math.ceil(m_max / bm)
-    kt = k // _GEMM_BK
-    if tiles >= sm_count or kt < 64:
+    if tiles >= sm_count or k < 2048:
         return bm, 1
-    return bm, max(1, min(math.ceil(sm_count / tiles), kt // 8, 32))
+    splits = max(1, min(math.ceil(sm_count / tiles), k // 256, 32))
+    kt = -(-k // _GEMM_BK)
+    return bm, -(-kt // -(-kt // splits))  # no split without a k-tile (the kernel gives each ceil(kt / splits))
 
 
 def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int) -> int:
@@ -352,8 +363,8 @@ class MLAModel:
             raise ValueError(f"a must have {k} columns (b is [{n}, {k}]), got {a.shape}")
         if c.shape[1] != n:
             raise ValueError(f"c must have {n} columns, got {c.shape}")
-        if k % _GEMM_BK or n % 8:
-            raise ValueError(f"mla_gemm needs k % {_GEMM_BK} == 0 and n % 8 == 0, got k={k}, n={n}")
+        if k % _GEMM_K_ALIGN or n % 8:
+            raise ValueError(f"mla_gemm needs k % {_GEMM_K_ALIGN} == 0 and n % 8 == 0, got k={k}, n={n}")
         m_max = int(m_max)
         if m_max < 1:
             raise ValueError(f"m_max must be >= 1, got {m_max}")
@@ -389,7 +400,7 @@ class MLAModel:
                 raise ValueError(f"{name} must be 16-byte aligned, got address 0x{arr.ptr:x}")
         bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count)
         if k_splits is not None:
-            splits = max(1, min(int(k_splits), k // _GEMM_BK))
+            splits = max(1, min(int(k_splits), -(-k // _GEMM_BK)))  # at most one split per k-tile
         if splits > 1:
             if workspace is None:
                 splits = 1

@@ -52,6 +52,7 @@ def main() -> int:
         s.synchronize()
         profile = profile and a.profile
         if profile:
+            dev.set_current()  # (cuProfilerStart needs a current context; driverlevel restores the caller's)
             err, = driver.cuProfilerStart()
             assert err == driver.CUresult.CUDA_SUCCESS, err
         us = []
@@ -62,6 +63,7 @@ def main() -> int:
             end.synchronize()
             us.append(start.elapsed_ms(end) * 1e3)
         if profile:
+            dev.set_current()
             err, = driver.cuProfilerStop()
             assert err == driver.CUresult.CUDA_SUCCESS, err
         return us
