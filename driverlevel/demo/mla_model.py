@@ -115,7 +115,17 @@ def gemm_stages(arch) -> int:
     """cp.async pipeline depth of ``mla_gemm`` on ``arch`` (k-tiles of 64): the most stages (at most
     4) with which two CTAs of the 128-row tile still share an SM (1 KB reserved a CTA), else the
     most one CTA fits, at least 2: 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an
-    SM) and on the 100 KB parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM, as before)."""
+    SM) and on the 100 KB parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM, as before).
+
+    k-tiles of 64 against 32 (fifty-fourth session, H100): the target forward's 128-row GEMMs 2-4 µs
+    faster each (LM head 35.3 -> 31.1 µs), the decode step 248.9 -> 231.3 GPU µs (BENCHMARKS.md).
+
+    Raises
+    ------
+    ValueError
+        For an architecture whose shared memory per block holds not even 2 stages (none of the
+        supported ones). TypeError or ValueError as :func:`driverlevel.runtime.normalize_arch` for an
+        ``arch`` that is not an architecture name."""
     arch = normalize_arch(arch)
     limit = shared_limit(arch)  # the opt-in per-block limit; an SM holds it plus 1 KB reserved
     fits = [s for s in range(2, 5) if gemm_shared_bytes(s) <= limit]
