@@ -100,14 +100,15 @@ def main() -> int:
 
 def forward_shapes(dl, dev, s, model, timed):
     """Every GEMM shape of the demo target's forward (q, kv, the split-K output projection with its
-    reduce, the LM head) at the tree step's 128 rows and the autoregressive step's 8 (the 32-row
+    reduce, the LM head) at the tree step's 136 rows (batch 8 x 17 nodes: two 128-row tiles, the second
+    with 8 rows), 128 rows and the autoregressive step's 8 (the 32-row
     tile), each alone in a graph: median µs of --repeat replays, with the schedule's (row tile, splits)
     and the bytes of B and C over that time. A is all ones (its values do not change the time);
     nothing is checked."""
     from driverlevel.demo.mla_model import gemm_schedule
     ws_elems = 4 * 128 * max(model.w_q.shape[0], model.w_lm.shape[0])
     ws = dl.DeviceBuffer.allocate(dev, ws_elems * 4, label="split-K ws").as_array((ws_elems,), np.float32)
-    for rows in (128, 8):
+    for rows in (136, 128, 8):  # (136: the DDTree step's rows at batch 8, budget 16: 8 x 17)
         for name, w, out in (("q", model.w_q, "bf16"), ("kv", model.w_kv, "bf16"),
                              ("o", model.w_o, "bf16"), ("lm head", model.w_lm, "f32")):
             n, k = w.shape
