@@ -101,7 +101,7 @@ def main() -> int:
 def forward_shapes(dl, dev, s, model, timed):
     """Every GEMM shape of the demo target's forward (q, kv, the split-K output projection with its
     reduce, the LM head) at the tree step's 136 rows (batch 8 x 17 nodes: two 128-row tiles, the second
-    with 8 rows), 128 rows and the autoregressive step's 8 (the 32-row
+    with 8 rows, or one 144-row tile with research/patches/gemm-m144.patch), 128 rows and the autoregressive step's 8 (the 32-row
     tile), each alone in a graph: median µs of --repeat replays, with the schedule's (row tile, splits)
     and the bytes of B and C over that time. A is all ones (its values do not change the time);
     nothing is checked."""
