@@ -16,12 +16,15 @@
 //   scales and noises the whole accumulator tile first (no branches: the pairs interleave), then
 //   adds the residual and stores the rows < M and columns < n.
 //   Grid (ceil(n / 128), ceil(m_max / BM), k_splits); Block 256 (8 warps, 2 x 4, warp tile
-//   BM/2 x 32). mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async STAGES-deep (BK = 64: each
-//   k-step reads 128 B of every row, a whole L2 line; a k % 64 == 32 tail is zero-filled).
+//   BM/2 x 32; mla_gemm_m144: 1 x 8, warp tile 144 x 16). mma.sync m16n8k16 bf16 -> fp32,
+//   ldmatrix, cp.async STAGES-deep (BK = 64: each k-step reads 128 B of every row, a whole L2
+//   line; a k % 64 == 32 tail is zero-filled).
 //   Shared memory (dynamic): STAGES * (BM + 128) * 72 * 2 B (rows padded to 144 B: ldmatrix is
 //   free of bank conflicts): 110,592 B for BM = 128 (mla_gemm) and 69,120 B for BM = 32
-//   (mla_gemm_m32, few rows) at the 3 stages of sm_90 / sm_100; 2 stages elsewhere
-//   (driverlevel.demo.mla_model.gemm_stages). Early exit: row tile >= M.
+//   (mla_gemm_m32, few rows) at the 3 stages of sm_90 / sm_100; 2 stages elsewhere; 78,336 B for
+//   BM = 144 (mla_gemm_m144: 129 .. 144 rows of a wide n, where it saves a wave of CTAs, e.g. the
+//   LM head at a tree step's 136 rows) at its 2 stages everywhere
+//   (driverlevel.demo.mla_model.gemm_stages, gemm_schedule). Early exit: row tile >= M.
 //   Split-K (k_splits > 1, for few output tiles over a long k): split z sums its k range into
 //   the fp32 workspace partial[z]; mla_gemm_reduce adds the splits in order and applies the
 //   epilogue (deterministic: no atomics).
@@ -127,30 +130,41 @@ static_assert(sizeof(DraftChainParams) == DL_SIZEOF_D, "DraftChainParams size di
 #ifndef DL_GEMM_STAGES
 #define DL_GEMM_STAGES 2  // (the launcher passes gemm_stages(arch); 2 fits every architecture)
 #endif
+#ifndef DL_GEMM_STAGES_144
+#define DL_GEMM_STAGES_144 2  // (the launcher passes gemm_stages(arch, 144))
+#endif
+#ifndef DL_GEMM_CTAS_144
+#define DL_GEMM_CTAS_144 1  // CTAs of the 144-row tile an SM's shared memory holds (the launcher's)
+#endif
 
 namespace gm {
 constexpr int BN = 128, BK = 64;
-constexpr int STAGES = DL_GEMM_STAGES;
 constexpr int THREADS = 256;
-constexpr int WARPS_M = 2, WARPS_N = 4;
-constexpr int WN = BN / WARPS_N;          // 32 columns per warp
-constexpr int NT = WN / 8;                // 4 n8 tiles
 constexpr int ROW = BK + 8;               // padded row, bf16 elements (144 B)
 constexpr int ROW_BYTES = ROW * 2;
 constexpr int CHUNKS = BK * 2 / 16;       // 16-byte chunks per tile row (8)
 constexpr int B_STAGE = BN * ROW_BYTES;
 constexpr int B_LOADS = BN * CHUNKS / THREADS;  // 4 per thread
-static_assert(WARPS_M * WARPS_N * 32 == THREADS, "warp layout");
 static_assert(B_LOADS * THREADS == BN * CHUNKS, "loader layout");
 static_assert(THREADS % CHUNKS == 0, "a thread loads the same chunk column of every row it loads");
-template <int BM>
+// The 8 warps as WARPS_M x WARPS_N: 2 x 4 (warp tile BM/2 x 32) for the 128- and 32-row tiles; 1 x 8
+// (warp tile 144 x 16) for the 144-row tile, which covers a tree step's 136 rows (batch 8 x 17 nodes)
+// in one row tile: its warps stream A's fragments one m16 tile at a time (A_STREAM), so that nine
+// m16 tiles' accumulators (72 registers) leave room for two CTAs an SM.
+template <int BM, int ST>
 struct Tile {
-  static constexpr int WM = BM / WARPS_M;   // rows per warp (64 or 16)
+  static constexpr int STAGES = ST;
+  static constexpr int WARPS_M = BM == 144 ? 1 : 2, WARPS_N = 8 / WARPS_M;
+  static constexpr int WN = BN / WARPS_N;   // columns per warp (32 or 16)
+  static constexpr int NT = WN / 8;         // n8 tiles per warp (4 or 2)
+  static constexpr bool A_STREAM = WARPS_M == 1;
+  static constexpr int WM = BM / WARPS_M;   // rows per warp (64, 16 or 144)
   static constexpr int MT = WM / 16;        // m16 tiles per warp
   static constexpr int A_STAGE = BM * ROW_BYTES;
   static constexpr int A_LOADS = (BM * CHUNKS + THREADS - 1) / THREADS;
   static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE);
-  static_assert(WM % 16 == 0, "warp rows are whole m16 tiles");
+  static_assert(WARPS_M * WARPS_N * 32 == THREADS, "warp layout");
+  static_assert(WM % 16 == 0 && NT % 2 == 0, "warp rows are whole m16 tiles, columns whole n16 pairs");
   static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "GEMM tile exceeds the architecture's shared memory per block");
 };
 }  // namespace gm
@@ -231,11 +245,12 @@ DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v
 }  // namespace dlx
 
 // One (BM x 128) output tile over the k-tiles of split blockIdx.z.
-template <int BM>
+template <int BM, int ST>
 DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   using namespace gm;
-  using T = Tile<BM>;
-  constexpr int WM = T::WM, MT = T::MT, A_STAGE = T::A_STAGE, A_LOADS = T::A_LOADS;
+  using T = Tile<BM, ST>;
+  constexpr int WM = T::WM, MT = T::MT, A_STAGE = T::A_STAGE, A_LOADS = T::A_LOADS, STAGES = T::STAGES;
+  constexpr int WARPS_N = T::WARPS_N, WN = T::WN, NT = T::NT;
   i64 M = p.m_max;
   if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
   const i64 m0 = (i64)blockIdx.y * BM;
@@ -254,44 +269,90 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   // offset in elements: its chunks of k-tile kt exist while (kt0 + kt) * BK + kch < k.
   const int kch = (tid % CHUNKS) * 8;
 
-  // Per-thread source rows of the tile loaders (fixed over k).
-  const char* a_src[A_LOADS];
+  // Per-thread source rows of the tile loaders (fixed over k), in one of two forms.
+  // The 128- and 32-row tiles: a source pointer, a flag and a shared-memory offset per load (main's
+  // loaders since the first GEMM). The 144-row tile (LEAN_LOADS): A's rows as 32-bit row numbers and
+  // B's as one pointer and a stride, so that its five A loads and four B loads fit the 128 registers
+  // of two CTAs an SM with its 72 accumulators (the pointer form took 128 + spills). A thread loads
+  // tile rows r0 + i * ROW_STEP, chunk ch0 (THREADS % CHUNKS == 0), in both forms. (The lean form on
+  // every tile cost the 128- and 32-row tiles 0.5-0.8 µs each on an H100: fifty-fifth session.)
+  constexpr bool LEAN_LOADS = T::A_STREAM;
+  constexpr int ROW_STEP = THREADS / CHUNKS;  // 32 rows between a thread's loads
+  const int r0 = tid / CHUNKS, ch0 = tid % CHUNKS;
+  const char* a_src[A_LOADS];  // pointer form
   int a_ok[A_LOADS];
   u32 a_dst[A_LOADS];
-#pragma unroll
-  for (int i = 0; i < A_LOADS; ++i) {
-    const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
-    const i64 m = m0 + r;
-    a_ok[i] = (c < BM * CHUNKS) ? (m < M ? 1 : 0) : -1;  // -1: this thread has no chunk
-    i64 row = m;
-    if (a_ok[i] == 1 && p.a_index != nullptr) row = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
-    a_src[i] = reinterpret_cast<const char*>(p.a + (a_ok[i] == 1 ? row * p.lda : 0)) + ch * 16 + (i64)kt0 * BK * 2;
-    a_dst[i] = r * ROW_BYTES + ch * 16;
-  }
   const char* b_src[B_LOADS];
   int b_ok[B_LOADS];
   u32 b_dst[B_LOADS];
+  int a_row[A_LOADS];  // lean form: the row of A (gathered through a_index and clamped); -1: past M,
+                       // zero-filled; -2: past the tile, no chunk
+  const char* const a_base = reinterpret_cast<const char*>(p.a) + ch0 * 16 + (i64)kt0 * BK * 2;
+  const u32 dst0 = r0 * ROW_BYTES + ch0 * 16;  // (A and B alike: row r0, chunk ch0 of a stage)
+  const char* const b_src0 = reinterpret_cast<const char*>(p.b + (i64)(n0 + r0) * p.k) + ch0 * 16 +
+                             (i64)kt0 * BK * 2;
+  const i64 b_step = (i64)ROW_STEP * p.k * 2;  // bytes
+  u32 b_bits = 0;  // lean form: a bit per B row that exists
+  if constexpr (LEAN_LOADS) {
 #pragma unroll
-  for (int i = 0; i < B_LOADS; ++i) {
-    const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
-    const int nn = n0 + r;
-    b_ok[i] = nn < p.n;
-    b_src[i] = reinterpret_cast<const char*>(p.b + (b_ok[i] ? (i64)nn * p.k : 0)) + ch * 16 + (i64)kt0 * BK * 2;
-    b_dst[i] = r * ROW_BYTES + ch * 16;
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int r = r0 + i * ROW_STEP;
+      const i64 m = m0 + r;
+      a_row[i] = r >= BM ? -2 : m >= M ? -1 : (int)m;
+      if (a_row[i] >= 0 && p.a_index != nullptr) a_row[i] = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
+    }
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) b_bits |= (n0 + r0 + i * ROW_STEP < p.n ? 1u : 0u) << i;
+  } else {
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
+      const i64 m = m0 + r;
+      a_ok[i] = (c < BM * CHUNKS) ? (m < M ? 1 : 0) : -1;  // -1: this thread has no chunk
+      i64 row = m;
+      if (a_ok[i] == 1 && p.a_index != nullptr) row = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
+      a_src[i] = reinterpret_cast<const char*>(p.a + (a_ok[i] == 1 ? row * p.lda : 0)) + ch * 16 + (i64)kt0 * BK * 2;
+      a_dst[i] = r * ROW_BYTES + ch * 16;
+    }
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+      const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
+      const int nn = n0 + r;
+      b_ok[i] = nn < p.n;
+      b_src[i] = reinterpret_cast<const char*>(p.b + (b_ok[i] ? (i64)nn * p.k : 0)) + ch * 16 + (i64)kt0 * BK * 2;
+      b_dst[i] = r * ROW_BYTES + ch * 16;
+    }
   }
   auto load = [&](int kt, int stage) {
     const int koff = kt * BK * 2;  // bytes past the split's first k-tile
     const bool kin = (kt0 + kt) * BK + kch < p.k;  // (false only in a k % 64 == 32 tail)
+    if constexpr (LEAN_LOADS) {
+      // (a chunk not read, past M, past n or in the k tail, is zero-filled from A's or B's first row)
 #pragma unroll
-    for (int i = 0; i < A_LOADS; ++i)
-      if (a_ok[i] >= 0) {
-        const bool ok = a_ok[i] == 1 && kin;
-        dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+      for (int i = 0; i < A_LOADS; ++i)
+        if (a_row[i] >= -1) {
+          const bool ok = a_row[i] >= 0 && kin;
+          dl::cp_async_16(a_smem + stage * A_STAGE + dst0 + i * ROW_STEP * ROW_BYTES,
+                          ok ? a_base + (i64)a_row[i] * p.lda * 2 + koff : a_base, ok ? 16 : 0);
+        }
+#pragma unroll
+      for (int i = 0; i < B_LOADS; ++i) {
+        const bool ok = ((b_bits >> i) & 1u) && kin;
+        dl::cp_async_16(b_smem + stage * B_STAGE + dst0 + i * ROW_STEP * ROW_BYTES,
+                        ok ? b_src0 + i * b_step + koff : reinterpret_cast<const char*>(p.b), ok ? 16 : 0);
       }
+    } else {
 #pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {
-      const bool ok = b_ok[i] && kin;
-      dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+      for (int i = 0; i < A_LOADS; ++i)
+        if (a_ok[i] >= 0) {
+          const bool ok = a_ok[i] == 1 && kin;
+          dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+        }
+#pragma unroll
+      for (int i = 0; i < B_LOADS; ++i) {
+        const bool ok = b_ok[i] && kin;
+        dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (ok ? koff : 0), ok ? 16 : 0);
+      }
     }
   };
 
@@ -319,19 +380,37 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
     const u32 at = a_smem + stage * A_STAGE, bt = b_smem + stage * B_STAGE;
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      u32 af[MT][4];
+      if constexpr (T::A_STREAM) {  // B's fragments first, then A's one m16 tile at a time
+        u32 bf[NT / 2][4];
 #pragma unroll
-      for (int i = 0; i < MT; ++i)
-        dl::ldmatrix_x4(af[i], at + (wm * WM + i * 16 + (lane & 15)) * ROW_BYTES + (kk * 16 + (lane >> 4) * 8) * 2);
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        u32 bf[4];
-        dl::ldmatrix_x4(bf, bt + (wn * WN + np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES +
-                                (kk * 16 + ((lane >> 3) & 1) * 8) * 2);
+        for (int np = 0; np < NT / 2; ++np)
+          dl::ldmatrix_x4(bf[np], bt + (wn * WN + np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES +
+                                      (kk * 16 + ((lane >> 3) & 1) * 8) * 2);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          dl::mma_bf16_16816(acc[i][2 * np], af[i], bf[0], bf[1]);
-          dl::mma_bf16_16816(acc[i][2 * np + 1], af[i], bf[2], bf[3]);
+          u32 af[4];
+          dl::ldmatrix_x4(af, at + (wm * WM + i * 16 + (lane & 15)) * ROW_BYTES + (kk * 16 + (lane >> 4) * 8) * 2);
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            dl::mma_bf16_16816(acc[i][2 * np], af, bf[np][0], bf[np][1]);
+            dl::mma_bf16_16816(acc[i][2 * np + 1], af, bf[np][2], bf[np][3]);
+          }
+        }
+      } else {
+        u32 af[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+          dl::ldmatrix_x4(af[i], at + (wm * WM + i * 16 + (lane & 15)) * ROW_BYTES + (kk * 16 + (lane >> 4) * 8) * 2);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          u32 bf[4];
+          dl::ldmatrix_x4(bf, bt + (wn * WN + np * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW_BYTES +
+                                  (kk * 16 + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            dl::mma_bf16_16816(acc[i][2 * np], af[i], bf[0], bf[1]);
+            dl::mma_bf16_16816(acc[i][2 * np + 1], af[i], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -376,14 +455,24 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  gemm_tile<128>(p, smem);
+  gemm_tile<128, DL_GEMM_STAGES>(p, smem);
 }
 
 // The same with 32-row tiles, for few rows (a decode step of one token per request).
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm_m32(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  gemm_tile<32>(p, smem);
+  gemm_tile<32, DL_GEMM_STAGES>(p, smem);
+}
+
+// The same with 144-row tiles, for 129 .. 144 rows (a tree step of batch 8 and budget 16: 136 rows):
+// one row tile where the 128-row tile takes two, the second almost empty (for the LM head 512 CTAs,
+// two waves at two CTAs an SM, against 256). Registers capped for two CTAs an SM where its shared
+// memory holds two (sm_80 / sm_90 / sm_100), not on the 100 KB parts, where one CTA fits anyway.
+extern "C" __global__ void __launch_bounds__(gm::THREADS, DL_GEMM_CTAS_144)
+mla_gemm_m144(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  gemm_tile<144, DL_GEMM_STAGES_144>(p, smem);
 }
 
 // Split-K finish: C[m, col] = epilogue(sum over splits z = 0.. of partial[z, m, col]), in split order.

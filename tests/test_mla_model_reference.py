@@ -261,9 +261,16 @@ def test_kernels_compile_without_spills(arch, mod):
         assert r.stack_bytes == 0, (src, arch, name, r)
         assert r.shared_bytes + dyn.get(name, 0) <= MAX_SHARED_PER_BLOCK[arch], (src, arch, name)
     if mod is mla_model:
-        assert set(cub.resources) == {"mla_gemm", "mla_gemm_m32", "mla_gemm_reduce", "mla_embed", "draft_chain"}
+        assert set(cub.resources) == {"mla_gemm", "mla_gemm_m32", "mla_gemm_m144", "mla_gemm_reduce", "mla_embed",
+                                      "draft_chain"}
         assert dyn["mla_gemm"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch))
         assert dyn["mla_gemm_m32"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch), 32)
+        assert dyn["mla_gemm_m144"] == mla_model.gemm_shared_bytes(mla_model.gemm_stages(arch, 144), 144)
+        # two 144-row CTAs an SM where shared memory holds two (its registers capped at 128 there)
+        two = arch in ("sm_80", "sm_90", "sm_100")
+        assert mod.compile_defines(arch)["DL_GEMM_CTAS_144"] == (2 if two else 1)
+        if two:
+            assert cub.resources["mla_gemm_m144"].registers <= 128
     elif mod is argmax:
         assert set(cub.resources) == {"argmax_rows_f32", "argmax_rows_bf16"}
     else:
@@ -296,8 +303,26 @@ def test_gemm_shared_memory_formula_and_schedule():
         st = mla_model.gemm_stages(arch)
         assert 2 * (mla_model.gemm_shared_bytes(st) + 1024) <= MAX_SHARED_PER_BLOCK[arch] + 1024
         assert 2 * (mla_model.gemm_shared_bytes(st + 1) + 1024) > MAX_SHARED_PER_BLOCK[arch] + 1024
+    # the 144-row tile: 2 stages everywhere (78,336 B), two CTAs an SM on sm_80 / sm_90 / sm_100
+    assert mla_model.gemm_shared_bytes(2, 144) == 2 * 272 * 144 == 78_336
+    assert {a: mla_model.gemm_stages(a, 144) for a in ("sm_80", "sm_86", "sm_90", "sm_120")} == {
+        "sm_80": 2, "sm_86": 2, "sm_90": 2, "sm_120": 2}
     sched = mla_model.gemm_schedule
     assert sched(8, 32768, 512, 132) == (32, 1)          # LM head of a decode step: many tiles
+    # a tree step's 136 rows (batch 8 x 17 nodes) in one 144-row tile: the LM head 256 CTAs, not 512
+    assert sched(136, 32768, 512, 132) == (144, 1)
+    assert [sched(m, 32768, 512, 132)[0] for m in (64, 65, 128, 129, 144, 145, 300)] == [32, 128, 128, 144, 144,
+                                                                                          128, 128]
+    # only where it saves a wave of ctas_per_sm * sm_count CTAs: the projections (fewer column tiles
+    # than CTA slots) keep two 128-row tiles; one CTA an SM on 188 SMs (sm_120's 100 KB): 3 waves -> 2
+    assert sched(136, 5184, 512, 132) == (128, 1)        # q: 41 column tiles
+    assert sched(136, 512, 4608, 132) == (128, 15)       # the output projection: 8 tiles, split-K
+    assert sched(136, 32768, 512, 188, 1) == (144, 1)
+    assert sched(136, 32768, 512, 264, 2) == (128, 1)    # 512 CTAs in one wave of 528 either way
+    assert sched(136, 32768, 512, 132, 1) == (144, 1)    # 4 waves -> 2
+    for a in SUPPORTED_ARCHS:  # two CTAs an SM where shared memory holds two, for both tiles
+        for bm in (128, 144):
+            assert mla_model.gemm_ctas_per_sm(a, bm) == (2 if a in ("sm_80", "sm_90", "sm_100") else 1), (a, bm)
     assert sched(264, 32768, 512, 132) == (128, 1)
     bm, splits = sched(264, 512, 4608, 132)              # output projection of a tree step: split-K
     assert bm == 128 and splits > 4 and 4608 // splits >= 256

@@ -77,10 +77,14 @@ def prompts_for(rng, vocab, lens):
 # ------------------------------------------------------------------------------------ kernels
 
 @pytest.mark.parametrize("splits", [None, 1, 3])
-@pytest.mark.parametrize("m, n, k", [(1, 8, 32), (7, 136, 160), (64, 512, 4608), (128, 128, 512), (300, 576, 96),
-                                     (515, 2056, 512)])  # (k-tiles of 64: k = 160 is 3 of them, the last half zero)
+@pytest.mark.parametrize("m, n, k, tile", [(1, 8, 32, None), (7, 136, 160, None), (64, 512, 4608, None),
+                                           (128, 128, 512, None), (300, 576, 96, None), (515, 2056, 512, None),
+                                           (136, 520, 512, None), (136, 520, 512, 144), (144, 136, 160, 144),
+                                           (300, 576, 96, 144)])
+# (k-tiles of 64: k = 160 is 3 of them, the last half zero; tile 144 forces the 144-row tile, which
+# gemm_schedule picks only for a wide n: 300 rows are three of its row tiles, the last partial)
 @pytest.mark.parametrize("out", ["float32", "bf16"])
-def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
+def test_gemm_matches_numpy(dev, s, small_model, m, n, k, tile, out, splits):
     rng = np.random.default_rng(m * n + k)
     a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
@@ -90,7 +94,7 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
     C.fill_u32(F32_NAN if out == "float32" else BF16_NAN_PAIR, s)
     ws = dev_array(dev, (32 * m * n,), "float32")
     ws.fill_u32(F32_NAN, s)  # split-K partials must all be written before they are read
-    kw = dict(workspace=ws, k_splits=splits)
+    kw = dict(workspace=ws, k_splits=splits, row_tile=tile)
     small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, **kw).launch(s)
     got = C.to_numpy(s)
     got = got if out == "float32" else bf16_bits_to_f32(got)
@@ -107,8 +111,9 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, out, splits):
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3])
-@pytest.mark.parametrize("m, n, k", [(7, 136, 160), (300, 576, 96), (128, 2056, 512)])
-def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
+@pytest.mark.parametrize("m, n, k, tile", [(7, 136, 160, None), (300, 576, 96, None), (128, 2056, 512, None),
+                                           (136, 2056, 512, 144)])
+def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, tile, splits):
     """The drafter's noise (Box-Muller pairs, draft_noise_reference) after the scale and before the
     residual, on both row tiles, a partial column tile and the split-K reduce."""
     rng = np.random.default_rng(m + n + k)
@@ -122,7 +127,7 @@ def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
     ws = dev_array(dev, (32 * m * n,), "float32")
     ws.fill_u32(F32_NAN, s)
     small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, residual=Rr, noise_counter=ctr, noise_seed=5,
-                     noise_std=0.7, workspace=ws, k_splits=splits).launch(s)
+                     noise_std=0.7, workspace=ws, k_splits=splits, row_tile=tile).launch(s)
     got = C.to_numpy(s)
     z = R.draft_noise_reference(5, 9, np.arange(m).reshape(-1, 1), np.arange(n).reshape(1, -1))
     want = (0.5 * bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
@@ -131,36 +136,38 @@ def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, splits):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model):
-    rng = np.random.default_rng(0)
-    rows_a, m_max, n, k = 50, 40, 64, 128  # (two k-tiles of 64: split-K 2 has work in both splits)
+@pytest.mark.parametrize("m_max, rows, tile", [(40, 23, None), (136, 131, 144), (200, 150, None)])  # 32, 144, 128
+def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model, m_max, rows, tile):
+    rng = np.random.default_rng(m_max)
+    rows_a, n, k, rows_c = m_max + 10, 64, 128, 2 * m_max + 20  # (two k-tiles of 64: split-K 2 has work in both)
     a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
     idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)
-    dst = rng.permutation(100)[:m_max].astype(np.int64)
+    dst = rng.permutation(rows_c)[:m_max].astype(np.int64)
     A, Bw = upload(dev, a, "bf16"), upload(dev, b, "bf16")
     I, D = upload(dev, idx), upload(dev, dst)
-    C = dev_array(dev, (100, n), "float32")
+    C = dev_array(dev, (rows_c, n), "float32")
     C.fill_u32(F32_NAN, s)
-    count = upload(dev, np.array([23], np.int64))
+    count = upload(dev, np.array([rows], np.int64))
     ws = dev_array(dev, (2 * m_max * n,), "float32")
     want = bf16_bits_to_f32(a)[idx].astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
     for splits in (1, 2):
         C.fill_u32(F32_NAN, s)
         small_model.gemm(A, Bw, C, m_max=m_max, a_index=I, c_index=D, num_rows=count, workspace=ws,
-                         k_splits=splits).launch(s)
+                         k_splits=splits, row_tile=tile).launch(s)
         got = C.to_numpy(s)
-        np.testing.assert_allclose(got[dst[:23]], want[:23], rtol=1e-4, atol=1e-4)
-        untouched = np.setdiff1d(np.arange(100), dst[:23])
+        np.testing.assert_allclose(got[dst[:rows]], want[:rows], rtol=1e-4, atol=1e-4)
+        untouched = np.setdiff1d(np.arange(rows_c), dst[:rows])
         assert np.isnan(got[untouched]).all()
 
 
-def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model):
+@pytest.mark.parametrize("m_max, tile", [(24, None), (136, 144), (200, None)])  # the 32-, 144- and 128-row tiles
+def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model, m_max, tile):
     """Indices written on the device are not checked on the host: a gathered row outside A reads
     the nearest row (clamped), a scattered row outside C (or -1) is not written. C is carved from
     a larger poisoned buffer, so a write past its rows would show in the guard rows after it."""
     rng = np.random.default_rng(1)
-    rows_a, m_max, n, k, rows_c = 30, 24, 64, 128, 40  # (two k-tiles of 64: split-K 2 has work in both)
+    rows_a, n, k, rows_c = m_max + 6, 64, 128, m_max + 16  # (two k-tiles of 64: split-K 2 has work in both)
     a = f32_to_bf16_bits(rng.standard_normal((rows_a, k)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
     idx = rng.integers(0, rows_a, size=m_max).astype(np.int32)
@@ -176,7 +183,8 @@ def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model):
     written = (dst >= 0) & (dst < rows_c)
     for splits in (1, 2):
         big.fill_u32(F32_NAN, s)
-        small_model.gemm(A, Bw, C, m_max=m_max, a_index=I, c_index=D, workspace=ws, k_splits=splits).launch(s)
+        small_model.gemm(A, Bw, C, m_max=m_max, a_index=I, c_index=D, workspace=ws, k_splits=splits,
+                         row_tile=tile).launch(s)
         got = big.to_numpy(s)
         np.testing.assert_allclose(got[dst[written]], want[written], rtol=1e-4, atol=1e-4)
         untouched = np.setdiff1d(np.arange(rows_c + 16), dst[written])
@@ -193,6 +201,8 @@ def test_gemm_validation_names_the_argument(dev, small_model):
         small_model.gemm(dev_array(dev, (8, 64), "float32"), B, C, m_max=8)
     with pytest.raises(ValueError, match="fewer than m_max"):
         small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=9)
+    with pytest.raises(ValueError, match="row_tile must be 32, 128 or 144"):
+        small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, row_tile=64)
 
 
 def _argmax_both(dev, s, x, *, dtype="float32", num_rows=None):

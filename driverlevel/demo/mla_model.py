@@ -1,6 +1,6 @@
 """The demo MLA target model, built from driverlevel's own kernels.
 
-Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_gemm_m32``, ``mla_gemm_reduce``,
+Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_gemm_m32``, ``mla_gemm_m144``, ``mla_gemm_reduce``,
 ``mla_embed`` and the drafter's ``draft_chain``; the drafter itself is
 :class:`driverlevel.demo.drafter.Drafter`). The weights are bf16, generated on the host from
 a seed (:func:`driverlevel.demo._mla_weights.make_weights`; the structure that keeps greedy
@@ -59,6 +59,7 @@ __all__ = [
     "dynamic_shared_bytes",
     "compile_variants",
     "gemm_shared_bytes",
+    "gemm_ctas_per_sm",
     "gemm_schedule",
     "gemm_workspace_elems",
     "load",
@@ -67,6 +68,7 @@ __all__ = [
 
 SOURCE = "mla_model.cu"
 _GEMM_BM = 128
+_GEMM_BM_WIDE = 144  # mla_gemm_m144: 129 .. 144 rows in one row tile
 _GEMM_BN = 128
 _GEMM_BK = 64
 _GEMM_K_ALIGN = 32  # k % 32 == 0; a k % 64 == 32 tail is zero-filled in the last k-tile
@@ -111,11 +113,13 @@ class _DraftChainParams(ctypes.Structure):
 _STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("D", _DraftChainParams))
 
 
-def gemm_stages(arch) -> int:
-    """cp.async pipeline depth of ``mla_gemm`` on ``arch`` (k-tiles of 64): the most stages (at most
-    4) with which two CTAs of the 128-row tile still share an SM (1 KB reserved a CTA), else the
-    most one CTA fits, at least 2: 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an
-    SM) and on the 100 KB parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM, as before).
+def gemm_stages(arch, bm: int = _GEMM_BM) -> int:
+    """cp.async pipeline depth of the ``bm``-row GEMM tile on ``arch`` (k-tiles of 64): the most
+    stages (at most 4) with which two of its CTAs still share an SM (1 KB reserved a CTA), else the
+    most one CTA fits, at least 2. The 128-row tile (``mla_gemm``; ``mla_gemm_m32`` takes the same
+    depth): 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an SM) and on the 100 KB
+    parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM). The 144-row tile (``mla_gemm_m144``): 2
+    everywhere (78,336 B: two CTAs an SM on sm_80 / sm_90 / sm_100).
 
     k-tiles of 64 against 32 (fifty-fourth session, H100): the target forward's 128-row GEMMs 2-4 µs
     faster each (LM head 35.3 -> 31.1 µs), the decode step 248.9 -> 231.3 GPU µs (BENCHMARKS.md).
@@ -128,27 +132,52 @@ def gemm_stages(arch) -> int:
         ``arch`` that is not an architecture name."""
     arch = normalize_arch(arch)
     limit = shared_limit(arch)  # the opt-in per-block limit; an SM holds it plus 1 KB reserved
-    fits = [s for s in range(2, 5) if gemm_shared_bytes(s) <= limit]
+    fits = [s for s in range(2, 5) if gemm_shared_bytes(s, bm) <= limit]
     if not fits:
-        raise ValueError(f"mla_gemm's 128-row tile does not fit {arch}'s {limit:,} B of shared memory per block")
-    two = [s for s in fits if 2 * (gemm_shared_bytes(s) + 1024) <= limit + 1024]
+        raise ValueError(f"mla_gemm's {bm}-row tile does not fit {arch}'s {limit:,} B of shared memory per block")
+    two = [s for s in fits if 2 * (gemm_shared_bytes(s, bm) + 1024) <= limit + 1024]
     return max(two or fits)
 
 
 def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
-    """Dynamic shared memory of ``mla_gemm`` (``bm`` = 128) or ``mla_gemm_m32`` (``bm`` = 32), bytes."""
+    """Dynamic shared memory of ``mla_gemm`` (``bm`` = 128), ``mla_gemm_m32`` (32) or ``mla_gemm_m144``
+    (144), bytes."""
     return stages * (bm + _GEMM_BN) * (_GEMM_BK + 8) * 2
 
 
-def gemm_schedule(m_max: int, n: int, k: int, sm_count: int) -> tuple[int, int]:
-    """``(row_tile, k_splits)`` of a GEMM: 32-row tiles for at most 64 rows, and split-K when
-    the output has too few tiles to fill ``sm_count`` SMs over a long ``k`` (>= 2048; each
-    split keeps at least 256 of k: 4 k-tiles of 64). The kernel gives each split ``ceil(kt /
-    splits)`` k-tiles, so the count is cut to the splits that get any: 17 splits over 72 k-tiles (5
-    each, the last two empty) become 15. In the model only the output projection (``k = heads *
-    512``) splits."""
+def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM) -> int:
+    """CTAs of the ``bm``-row GEMM tile that one SM's shared memory holds on ``arch`` (1 KB reserved
+    a CTA), at its :func:`gemm_stages`: 2 on sm_80 / sm_90 / sm_100, 1 on the 100 KB parts (sm_86 /
+    89 / 120), for the 128- and the 144-row tile alike.
+
+    Raises
+    ------
+    ValueError
+        ``arch`` that is not an architecture name."""
+    arch = normalize_arch(arch)
+    return 2 if 2 * (gemm_shared_bytes(gemm_stages(arch, bm), bm) + 1024) <= shared_limit(arch) + 1024 else 1
+
+
+def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int = 2) -> tuple[int, int]:
+    """``(row_tile, k_splits)`` of a GEMM.
+
+    Row tiles: 32 rows for at most 64 rows; 144 rows for 129 to 144 when that takes fewer waves of
+    ``ctas_per_sm * sm_count`` CTAs than two 128-row tiles (a tree step's 136 rows at batch 8 and
+    budget 16: the LM head's 512 CTAs, two waves on an H100 / H200, become 256, one wave; the
+    projections, with fewer column tiles than CTA slots, keep the 128-row tile, whose warps read
+    less of A from shared memory: 16.5 against 19.8 µs for q at 136 rows, fifty-fifth session);
+    128 rows otherwise. Split-K when the output has too few tiles to fill ``sm_count`` SMs over a
+    long ``k`` (>= 2048; each split keeps at least 256 of k: 4 k-tiles of 64). The kernel gives each
+    split ``ceil(kt / splits)`` k-tiles, so the count is cut to the splits that get any: 17 splits
+    over 72 k-tiles (5 each, the last two empty) become 15. In the model only the output projection
+    (``k = heads * 512``) splits."""
+    cols = math.ceil(n / _GEMM_BN)
     bm = 32 if m_max <= 64 else _GEMM_BM
-    tiles = math.ceil(n / _GEMM_BN) * math.ceil(m_max / bm)
+    if _GEMM_BM < m_max <= _GEMM_BM_WIDE:
+        slots = max(1, int(ctas_per_sm)) * max(1, int(sm_count))
+        if math.ceil(cols / slots) < math.ceil(2 * cols / slots):
+            bm = _GEMM_BM_WIDE
+    tiles = cols * math.ceil(m_max / bm)
     if tiles >= sm_count or k < 2048:
         return bm, 1
     splits = max(1, min(math.ceil(sm_count / tiles), k // 256, 32))
@@ -156,9 +185,10 @@ def gemm_schedule(m_max: int, n: int, k: int, sm_count: int) -> tuple[int, int]:
     return bm, -(-kt // -(-kt // splits))  # no split without a k-tile (the kernel gives each ceil(kt / splits))
 
 
-def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int) -> int:
-    """float32 elements of split-K workspace the GEMM needs (0 without split-K)."""
-    _, splits = gemm_schedule(m_max, n, k, sm_count)
+def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int = 2) -> int:
+    """float32 elements of split-K workspace the GEMM needs (0 without split-K; the arguments as
+    :func:`gemm_schedule`'s)."""
+    _, splits = gemm_schedule(m_max, n, k, sm_count, ctas_per_sm)
     return splits * m_max * n if splits > 1 else 0
 
 
@@ -174,8 +204,10 @@ class _Launches:
 
 
 def compile_defines(arch) -> dict:
-    """NVRTC defines of ``cu/mla_model.cu`` for ``arch``: params layouts and the GEMM pipeline depth."""
-    d = {"DL_GEMM_STAGES": gemm_stages(arch)}
+    """NVRTC defines of ``cu/mla_model.cu`` for ``arch``: params layouts, the GEMM pipeline depths and
+    how many 144-row CTAs an SM holds (its register cap)."""
+    d = {"DL_GEMM_STAGES": gemm_stages(arch), "DL_GEMM_STAGES_144": gemm_stages(arch, _GEMM_BM_WIDE),
+         "DL_GEMM_CTAS_144": gemm_ctas_per_sm(arch, _GEMM_BM_WIDE)}
     for prefix, cls in _STRUCTS:
         for name, *_ in cls._fields_:
             d[f"DL_OFF_{prefix}_{name}"] = getattr(cls, name).offset
@@ -186,7 +218,8 @@ def compile_defines(arch) -> dict:
 def dynamic_shared_bytes(arch) -> dict:
     """Dynamic shared memory per block of the kernels launched with some, bytes."""
     st = gemm_stages(arch)
-    return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32)}
+    return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32),
+            "mla_gemm_m144": gemm_shared_bytes(gemm_stages(arch, _GEMM_BM_WIDE), _GEMM_BM_WIDE)}
 
 
 def compile_variants(arch) -> list[CompileVariant]:
@@ -275,11 +308,14 @@ class MLAModel:
         self._module = load_module(self.device, self.cubin)
         self._k_gemm = self._module.kernel("mla_gemm")
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
+        self._k_gemm144 = self._module.kernel("mla_gemm_m144")
         self._k_reduce = self._module.kernel("mla_gemm_reduce")
         self._k_embed = self._module.kernel("mla_embed")
         self._argmax_module = _load_argmax(self.device, self.arch)
         self._k_chain = self._module.kernel("draft_chain")
         self._gemm_stages = gemm_stages(self.arch)
+        self._gemm_stages_wide = gemm_stages(self.arch, _GEMM_BM_WIDE)
+        self._gemm_ctas = gemm_ctas_per_sm(self.arch)  # (the 144-row tile's too: gemm_schedule)
 
         c = self.config
         H, D, V = c.num_heads, c.d_model, c.vocab_size
@@ -320,7 +356,7 @@ class MLAModel:
     # -- launch builders (validated, packed once) ------------------------------------------
     def gemm(self, a, b, c, *, m_max: int, a_index=None, c_index=None, residual=None, num_rows=None,
              out_scale: float = 1.0, noise_counter=None, noise_seed: int = 0, noise_std: float = 0.0,
-             workspace=None, k_splits: int | None = None):
+             workspace=None, k_splits: int | None = None, row_tile: int | None = None):
         """A prepared GEMM: ``C[row(m)] = out_scale * A[a_row(m)] @ B^T (+ noise) (+ residual[m])``.
 
         Parameters
@@ -350,18 +386,23 @@ class MLAModel:
             the GEMM runs unsplit.
         k_splits : int, optional
             Force a split count (default: :func:`gemm_schedule`).
+        row_tile : {32, 128, 144}, optional
+            Force the row tile (default: :func:`gemm_schedule`'s); a test and tuning knob.
 
         Returns
         -------
         object with ``launch(stream)``
-            One ``mla_gemm``/``mla_gemm_m32`` launch, followed by ``mla_gemm_reduce`` with split-K.
+            One ``mla_gemm`` / ``mla_gemm_m32`` / ``mla_gemm_m144`` launch (the row tile of
+            :func:`gemm_schedule`), followed by ``mla_gemm_reduce`` with split-K.
 
         Raises
         ------
         TypeError, ValueError
-            Wrong dtypes, shapes or alignment, naming the argument.
+            Wrong dtypes, shapes or alignment, naming the argument; a ``row_tile`` not 32, 128 or 144.
         """
         dev = self.device
+        if row_tile is not None and row_tile not in (32, _GEMM_BM, _GEMM_BM_WIDE):
+            raise ValueError(f"row_tile must be 32, {_GEMM_BM} or {_GEMM_BM_WIDE}, got {row_tile!r}")
         a = _dev_array("a", a, dev)
         b = _dev_array("b", b, dev)
         c = _dev_array("c", c, dev)
@@ -408,7 +449,9 @@ class MLAModel:
         for name, arr in (("a", a), ("b", b), ("c", c), ("residual", residual)):
             if arr is not None and arr.ptr % 16:
                 raise ValueError(f"{name} must be 16-byte aligned, got address 0x{arr.ptr:x}")
-        bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count)
+        bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count, self._gemm_ctas)
+        if row_tile is not None:
+            bm = int(row_tile)
         if k_splits is not None:
             splits = max(1, min(int(k_splits), -(-k // _GEMM_BK)))  # at most one split per k-tile
         if splits > 1:
@@ -433,9 +476,10 @@ class MLAModel:
         p.noise_std = float(noise_std)
         p.k_splits = splits
         p.a_rows, p.c_rows = a.shape[0], c.shape[0]  # the kernel's bounds on a_index and c_index
-        kern = self._k_gemm if bm == _GEMM_BM else self._k_gemm32
+        kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[bm]
         grid = (math.ceil(n / _GEMM_BN), math.ceil(m_max / bm), splits)
-        ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(self._gemm_stages, bm))
+        stages = self._gemm_stages_wide if bm == _GEMM_BM_WIDE else self._gemm_stages
+        ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(stages, bm))
         keep = (a, b, c, a_index, c_index, residual, num_rows, noise_counter, workspace)
         ln.keep(*keep)
         if splits == 1:
@@ -578,7 +622,7 @@ class ForwardPlan:
         self.attention = attention
         R = self.max_rows
         sms = self.device.sm_count
-        ws = max([1] + [gemm_workspace_elems(R, n, k, sms) for n, k in
+        ws = max([1] + [gemm_workspace_elems(R, n, k, sms, model._gemm_ctas) for n, k in
                         ((H * QK_DIM, D), (QK_DIM, D), (D, H * V_DIM), (c.vocab_size, D))])
         specs = [((R, D), bfloat16), ((R, H, QK_DIM), bfloat16), ((R, H, V_DIM), bfloat16), ((R, D), bfloat16),
                  ((ws,), np.float32)]
