@@ -307,7 +307,9 @@ def test_gemm_shared_memory_formula_and_schedule():
     assert mla_model.gemm_shared_bytes(2, 144) == 2 * 272 * 144 == 78_336
     assert {a: mla_model.gemm_stages(a, 144) for a in ("sm_80", "sm_86", "sm_90", "sm_120")} == {
         "sm_80": 2, "sm_86": 2, "sm_90": 2, "sm_120": 2}
-    sched = mla_model.gemm_schedule
+    def sched(m, n, k, sms, ctas=2):  # (an H100 / H200: 132 SMs, two CTAs an SM)
+        return mla_model.gemm_schedule(m, n, k, sms, ctas)
+
     assert sched(8, 32768, 512, 132) == (32, 1)          # LM head of a decode step: many tiles
     # a tree step's 136 rows (batch 8 x 17 nodes) in one 144-row tile: the LM head 256 CTAs, not 512
     assert sched(136, 32768, 512, 132) == (144, 1)
@@ -320,14 +322,22 @@ def test_gemm_shared_memory_formula_and_schedule():
     assert sched(136, 32768, 512, 188, 1) == (144, 1)
     assert sched(136, 32768, 512, 264, 2) == (128, 1)    # 512 CTAs in one wave of 528 either way
     assert sched(136, 32768, 512, 132, 1) == (144, 1)    # 4 waves -> 2
+    # not where the 144-row tile would split k (a wide GEMM over a long k on many SMs: 100 column
+    # tiles, 188 SMs, one CTA each): the 128-row tile's 200 CTAs, unsplit
+    assert sched(136, 12800, 4096, 188, 1) == (128, 1)
+    assert mla_model.gemm_workspace_elems(136, 12800, 4096, 188, 1) == 0
     for a in SUPPORTED_ARCHS:  # two CTAs an SM where shared memory holds two, for both tiles
         for bm in (128, 144):
-            assert mla_model.gemm_ctas_per_sm(a, bm) == (2 if a in ("sm_80", "sm_90", "sm_100") else 1), (a, bm)
+            two = a in ("sm_80", "sm_90", "sm_100")
+            assert mla_model.gemm_ctas_per_sm(a, bm) == (2 if two else 1), (a, bm)
+            # and by registers: 128 a thread leave two 256-thread CTAs the register file, 129 one
+            assert mla_model.gemm_ctas_per_sm(a, bm, 128) == (2 if two else 1), (a, bm)
+            assert mla_model.gemm_ctas_per_sm(a, bm, 129) == mla_model.gemm_ctas_per_sm(a, bm, 255) == 1
     assert sched(264, 32768, 512, 132) == (128, 1)
     bm, splits = sched(264, 512, 4608, 132)              # output projection of a tree step: split-K
     assert bm == 128 and splits > 4 and 4608 // splits >= 256
     assert sched(8, 512, 4608, 132)[1] > 4
-    assert mla_model.gemm_workspace_elems(264, 512, 4608, 132) == splits * 264 * 512
+    assert mla_model.gemm_workspace_elems(264, 512, 4608, 132, 2) == splits * 264 * 512
     # every split has k-tiles (the kernel gives each ceil(kt / splits) of the 72): 17 would leave two empty
     bm, splits = sched(200, 512, 4608, 132)
     assert splits == 15 and (splits - 1) * -(-72 // splits) < 72
@@ -336,7 +346,7 @@ def test_gemm_shared_memory_formula_and_schedule():
             kt = -(-k // 64)
             s = sched(m_max, n, k, 132)[1]
             assert 1 <= s <= kt and (s - 1) * -(-kt // s) < kt, (m_max, n, k, s)
-    assert mla_model.gemm_workspace_elems(264, 32768, 512, 132) == 0
+    assert mla_model.gemm_workspace_elems(264, 32768, 512, 132, 2) == 0
 
 
 def test_the_weights_bf16_rounding_is_nearest_even():

@@ -76,6 +76,11 @@ def prompts_for(rng, vocab, lens):
 
 # ------------------------------------------------------------------------------------ kernels
 
+def first_launch(ln):
+    """The (first) prepared launch of a GEMM: itself, or the split GEMM before its reduce."""
+    return ln.launches[0] if hasattr(ln, "launches") else ln
+
+
 @pytest.mark.parametrize("splits", [None, 1, 3])
 @pytest.mark.parametrize("m, n, k, tile", [(1, 8, 32, None), (7, 136, 160, None), (64, 512, 4608, None),
                                            (128, 128, 512, None), (300, 576, 96, None), (515, 2056, 512, None),
@@ -95,7 +100,10 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, tile, out, splits):
     ws = dev_array(dev, (32 * m * n,), "float32")
     ws.fill_u32(F32_NAN, s)  # split-K partials must all be written before they are read
     kw = dict(workspace=ws, k_splits=splits, row_tile=tile)
-    small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, **kw).launch(s)
+    ln = small_model.gemm(A, Bw, C, m_max=m, out_scale=0.5, **kw)
+    if tile == 144:  # the tile that was asked for ran, one row tile per 144 rows
+        assert first_launch(ln).kernel.name == "mla_gemm_m144" and first_launch(ln).grid[1] == -(-m // 144)
+    ln.launch(s)
     got = C.to_numpy(s)
     got = got if out == "float32" else bf16_bits_to_f32(got)
     want = 0.5 * bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
@@ -136,7 +144,8 @@ def test_gemm_noise_matches_the_reference(dev, s, small_model, m, n, k, tile, sp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("m_max, rows, tile", [(40, 23, None), (136, 131, 144), (200, 150, None)])  # 32, 144, 128
+@pytest.mark.parametrize("m_max, rows, tile", [(40, 23, None), (136, 131, 144), (200, 150, None), (300, 140, 144),
+                                              (300, 100, 144)])  # 32, 144, 128; 144 with whole row tiles past M
 def test_gemm_gather_scatter_and_device_row_count(dev, s, small_model, m_max, rows, tile):
     rng = np.random.default_rng(m_max)
     rows_a, n, k, rows_c = m_max + 10, 64, 128, 2 * m_max + 20  # (two k-tiles of 64: split-K 2 has work in both)
@@ -191,6 +200,27 @@ def test_gemm_out_of_range_indices_stay_in_bounds(dev, s, small_model, m_max, ti
         assert np.isnan(got[untouched]).all()
 
 
+def test_gemm_schedule_takes_the_144_row_tile_for_a_wide_n(dev, s, small_model):
+    """136 rows (a tree step's) over one column tile more than half the CTA slots: two 128-row tiles
+    would take two waves, one 144-row tile takes one, and gemm_schedule picks it by itself (the LM
+    head's case on an H100 / H200; the test models' vocabularies are too small for it)."""
+    slots = small_model._gemm_ctas * dev.sm_count
+    m, n, k, rows = 136, 128 * (slots // 2 + 1), 64, 131
+    rng = np.random.default_rng(7)
+    a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((n, k)).astype(np.float32))
+    C = dev_array(dev, (m, n), "float32")
+    C.fill_u32(F32_NAN, s)
+    count = upload(dev, np.array([rows], np.int64))
+    ln = small_model.gemm(upload(dev, a, "bf16"), upload(dev, b, "bf16"), C, m_max=m, num_rows=count)
+    assert first_launch(ln).kernel.name == "mla_gemm_m144" and first_launch(ln).grid[1] == 1
+    ln.launch(s)
+    got = C.to_numpy(s)
+    want = bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
+    assert np.abs(got[:rows] - want[:rows]).max() <= 1e-4 * (np.abs(want).max() + 1)
+    assert np.isnan(got[rows:]).all()
+
+
 def test_gemm_validation_names_the_argument(dev, small_model):
     A = dev_array(dev, (8, 40), "bf16")
     B = dev_array(dev, (8, 40), "bf16")
@@ -203,6 +233,11 @@ def test_gemm_validation_names_the_argument(dev, small_model):
         small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=9)
     with pytest.raises(ValueError, match="row_tile must be 32, 128 or 144"):
         small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, row_tile=64)
+    for bad in (144.0, "144", True):
+        with pytest.raises(TypeError, match="row_tile must be an int"):
+            small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, row_tile=bad)
+    assert first_launch(small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8,
+                                         row_tile=np.int64(144))).kernel.name == "mla_gemm_m144"
 
 
 def _argmax_both(dev, s, x, *, dtype="float32", num_rows=None):

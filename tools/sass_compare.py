@@ -7,7 +7,7 @@ a device run if the machine code stays what was measured. This compiles every va
 ``--arch``, once from the revision's tree (``git archive``: its kernels and its launchers' defines)
 and once from the working tree, disassembles both (``tools/sass.py``) and says per kernel:
 
-* ``identical``: the same instructions in the same order (addresses aside);
+* ``identical``: the same instructions in the same order (addresses and branch label numbers aside);
 * ``same opcodes``: the same multiset of opcodes with their modifiers (``IMAD.MOV.U32``) and the
   same count, but other registers or another order of independent instructions: ptxas scheduled
   the same work differently (read the diff with ``tools/sass.py`` if it is in a hot loop);
@@ -61,10 +61,21 @@ def opcode(ins: str) -> str:
     return _PRED.sub("", ins).split()[0]
 
 
+_LABEL = re.compile(r"\.L_x_\d+")
+
+
+def _canonical(listing: list[str]) -> list[str]:
+    """The listing with its branch labels renamed ``L0``, ``L1``, ... in order of first use."""
+    names: dict[str, str] = {}
+    return [_LABEL.sub(lambda m: names.setdefault(m.group(0), f"L{len(names)}"), ins) for ins in listing]
+
+
 def classify(before: list[str], after: list[str]) -> tuple[str, dict[str, tuple[int, int]]]:
     """``("identical" | "same opcodes" | "differs", {opcode: (count before, count after)})``; the
-    dict holds only the opcodes whose counts differ (empty unless ``differs``)."""
-    if before == after:
+    dict holds only the opcodes whose counts differ (empty unless ``differs``). Branch labels are
+    renumbered in order of first use in each listing (``_canonical``): a kernel added before another
+    renumbers the other's labels (``.L_x_65`` -> ``.L_x_234``) without changing its code."""
+    if _canonical(before) == _canonical(after):
         return "identical", {}
     cb, ca = Counter(map(opcode, before)), Counter(map(opcode, after))
     if cb == ca:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 import numpy as np
 
 from .._array import DeviceArray
@@ -145,35 +146,43 @@ def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
     return stages * (bm + _GEMM_BN) * (_GEMM_BK + 8) * 2
 
 
-def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM) -> int:
-    """CTAs of the ``bm``-row GEMM tile that one SM's shared memory holds on ``arch`` (1 KB reserved
-    a CTA), at its :func:`gemm_stages`: 2 on sm_80 / sm_90 / sm_100, 1 on the 100 KB parts (sm_86 /
-    89 / 120), for the 128- and the 144-row tile alike.
+def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM, registers: int | None = None) -> int:
+    """CTAs of the ``bm``-row GEMM tile (256 threads) that one SM holds on ``arch``: by shared memory
+    (1 KB reserved a CTA) at its :func:`gemm_stages` -- 2 on sm_80 / sm_90 / sm_100, 1 on the 100 KB
+    parts (sm_86 / 89 / 120), for the 128- and the 144-row tile alike -- and, given the kernel's
+    ``registers`` per thread (its cubin's resources), by the 65,536-register file too (allocated in
+    units of 8 registers a thread): 128 registers leave two CTAs, 129 .. 255 one (NVRTC 13.0 gives
+    ``mla_gemm`` 134 on sm_80).
 
     Raises
     ------
     ValueError
-        ``arch`` that is not an architecture name."""
+        ``arch`` that is not an architecture name, or whose shared memory holds not one CTA of
+        the tile (:func:`gemm_stages`)."""
     arch = normalize_arch(arch)
-    return 2 if 2 * (gemm_shared_bytes(gemm_stages(arch, bm), bm) + 1024) <= shared_limit(arch) + 1024 else 1
+    ctas = 2 if 2 * (gemm_shared_bytes(gemm_stages(arch, bm), bm) + 1024) <= shared_limit(arch) + 1024 else 1
+    if registers is not None:
+        ctas = min(ctas, max(1, 65536 // (-(-int(registers) // 8) * 8 * _GEMM_THREADS)))
+    return ctas
 
 
-def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int = 2) -> tuple[int, int]:
-    """``(row_tile, k_splits)`` of a GEMM.
+def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -> tuple[int, int]:
+    """``(row_tile, k_splits)`` of a GEMM of ``m_max`` rows, ``n`` columns and depth ``k`` on
+    ``sm_count`` SMs that hold ``ctas_per_sm`` CTAs of a tile each (:func:`gemm_ctas_per_sm`).
 
     Row tiles: 32 rows for at most 64 rows; 144 rows for 129 to 144 when that takes fewer waves of
-    ``ctas_per_sm * sm_count`` CTAs than two 128-row tiles (a tree step's 136 rows at batch 8 and
-    budget 16: the LM head's 512 CTAs, two waves on an H100 / H200, become 256, one wave; the
-    projections, with fewer column tiles than CTA slots, keep the 128-row tile, whose warps read
-    less of A from shared memory: 16.5 against 19.8 µs for q at 136 rows, fifty-fifth session);
-    128 rows otherwise. Split-K when the output has too few tiles to fill ``sm_count`` SMs over a
-    long ``k`` (>= 2048; each split keeps at least 256 of k: 4 k-tiles of 64). The kernel gives each
-    split ``ceil(kt / splits)`` k-tiles, so the count is cut to the splits that get any: 17 splits
-    over 72 k-tiles (5 each, the last two empty) become 15. In the model only the output projection
-    (``k = heads * 512``) splits."""
+    ``ctas_per_sm * sm_count`` CTAs than two 128-row tiles and needs no split-K (a tree step's 136
+    rows at batch 8 and budget 16: the LM head's 512 CTAs, two waves on an H100 / H200, become 256,
+    one wave; the projections, with fewer column tiles than CTA slots, keep the 128-row tile, whose
+    warps read less of A from shared memory: 16.5 against 19.8 µs for q at 136 rows, fifty-fifth
+    session); 128 rows otherwise. Split-K when the output has too few tiles to fill ``sm_count`` SMs
+    over a long ``k`` (>= 2048; each split keeps at least 256 of k: 4 k-tiles of 64). The kernel
+    gives each split ``ceil(kt / splits)`` k-tiles, so the count is cut to the splits that get any:
+    17 splits over 72 k-tiles (5 each, the last two empty) become 15. In the model only the output
+    projection (``k = heads * 512``) splits."""
     cols = math.ceil(n / _GEMM_BN)
     bm = 32 if m_max <= 64 else _GEMM_BM
-    if _GEMM_BM < m_max <= _GEMM_BM_WIDE:
+    if _GEMM_BM < m_max <= _GEMM_BM_WIDE and (cols >= sm_count or k < 2048):  # (the 144-row tile unsplit)
         slots = max(1, int(ctas_per_sm)) * max(1, int(sm_count))
         if math.ceil(cols / slots) < math.ceil(2 * cols / slots):
             bm = _GEMM_BM_WIDE
@@ -185,7 +194,7 @@ def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int = 
     return bm, -(-kt // -(-kt // splits))  # no split without a k-tile (the kernel gives each ceil(kt / splits))
 
 
-def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int = 2) -> int:
+def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -> int:
     """float32 elements of split-K workspace the GEMM needs (0 without split-K; the arguments as
     :func:`gemm_schedule`'s)."""
     _, splits = gemm_schedule(m_max, n, k, sm_count, ctas_per_sm)
@@ -315,7 +324,9 @@ class MLAModel:
         self._k_chain = self._module.kernel("draft_chain")
         self._gemm_stages = gemm_stages(self.arch)
         self._gemm_stages_wide = gemm_stages(self.arch, _GEMM_BM_WIDE)
-        self._gemm_ctas = gemm_ctas_per_sm(self.arch)  # (the 144-row tile's too: gemm_schedule)
+        # CTAs an SM of the 128- and 144-row tiles, by shared memory and by their registers (gemm_schedule)
+        self._gemm_ctas = min(gemm_ctas_per_sm(self.arch, bm, self.cubin.resources[name].registers)
+                              for bm, name in ((_GEMM_BM, "mla_gemm"), (_GEMM_BM_WIDE, "mla_gemm_m144")))
 
         c = self.config
         H, D, V = c.num_heads, c.d_model, c.vocab_size
@@ -387,7 +398,8 @@ class MLAModel:
         k_splits : int, optional
             Force a split count (default: :func:`gemm_schedule`).
         row_tile : {32, 128, 144}, optional
-            Force the row tile (default: :func:`gemm_schedule`'s); a test and tuning knob.
+            Force the row tile (default: :func:`gemm_schedule`'s); a test and tuning knob. The split
+            count stays the schedule's (or ``k_splits``).
 
         Returns
         -------
@@ -398,11 +410,20 @@ class MLAModel:
         Raises
         ------
         TypeError, ValueError
-            Wrong dtypes, shapes or alignment, naming the argument; a ``row_tile`` not 32, 128 or 144.
+            Wrong dtypes, shapes or alignment, naming the argument; a ``row_tile`` that is not an
+            int (TypeError) or not 32, 128 or 144 (ValueError).
         """
         dev = self.device
-        if row_tile is not None and row_tile not in (32, _GEMM_BM, _GEMM_BM_WIDE):
-            raise ValueError(f"row_tile must be 32, {_GEMM_BM} or {_GEMM_BM_WIDE}, got {row_tile!r}")
+        if row_tile is not None:
+            try:
+                if isinstance(row_tile, bool):
+                    raise TypeError
+                row_tile = operator.index(row_tile)
+            except TypeError:
+                raise TypeError(f"row_tile must be an int (32, {_GEMM_BM} or {_GEMM_BM_WIDE}), got "
+                                f"{type(row_tile).__name__}") from None
+            if row_tile not in (32, _GEMM_BM, _GEMM_BM_WIDE):
+                raise ValueError(f"row_tile must be 32, {_GEMM_BM} or {_GEMM_BM_WIDE}, got {row_tile!r}")
         a = _dev_array("a", a, dev)
         b = _dev_array("b", b, dev)
         c = _dev_array("c", c, dev)

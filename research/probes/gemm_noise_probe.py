@@ -105,7 +105,7 @@ def forward_shapes(dl, dev, s, model, timed):
     the autoregressive step's 8 (the 32-row tile), each alone in a graph: median µs of --repeat replays, with the schedule's (row tile, splits)
     and the bytes of B and C over that time. A is all ones (its values do not change the time);
     nothing is checked."""
-    from driverlevel.demo.mla_model import gemm_ctas_per_sm, gemm_schedule
+    from driverlevel.demo.mla_model import gemm_schedule
     ws_elems = 4 * 128 * max(model.w_q.shape[0], model.w_lm.shape[0])
     ws = dl.DeviceBuffer.allocate(dev, ws_elems * 4, label="split-K ws").as_array((ws_elems,), np.float32)
     for rows in (136, 128, 8):  # (136: the DDTree step's rows at batch 8, budget 16: 8 x 17)
@@ -122,7 +122,7 @@ def forward_shapes(dl, dev, s, model, timed):
             gx = cap.graph.instantiate(upload_stream=s)
             gx.launch(s)
             us = statistics.median(timed(gx, profile=False))
-            bm, splits = gemm_schedule(rows, n, k, dev.sm_count, gemm_ctas_per_sm(dev.arch))
+            bm, splits = gemm_schedule(rows, n, k, dev.sm_count, model._gemm_ctas)  # (the model's own choice)
             nbytes = n * k * 2 + rows * n * (4 if out == "f32" else 2)
             print(f"shape {name:<8} {rows:4d} x {n:6d} x {k:5d}  tile {bm:3d} splits {splits:2d}  "
                   f"graph {us:8.2f} µs  {nbytes / us / 1e6:6.2f} TB/s (B + C)")
