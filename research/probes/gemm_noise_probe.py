@@ -13,9 +13,10 @@ Nsight Compute can also profile them side by side:
 
 ``--profile`` brackets only the timed eager launches with ``cuProfilerStart`` / ``cuProfilerStop``
 (so ``--profile-from-start off`` leaves out the model's construction GEMMs, which a plain ``-k``
-filter caught in the fifty-third session's call 7). The last row is the target's LM head shape
-(128 rows of hidden states x 32,768 x 512, fp32 out, no gather, no noise: 53-61 µs in the decode
-step's per-launch marks on the H100). ``--shapes`` (fifty-fourth session) adds every GEMM shape of
+filter caught in the fifty-third session's call 7). The last two rows are the target's LM head shape
+(128 and 136 rows of hidden states x 32,768 x 512, fp32 out, no gather, no noise; 136 rows, the
+DDTree step's at batch 8 / budget 16, run the 144-row tile since the fifty-fifth session: 35.4 µs in
+the step's per-launch marks on an H100, 44.7 before). ``--shapes`` (fifty-fourth session) adds every GEMM shape of
 the target's forward at 128 and 8 rows, each in a graph, to compare pipeline variants of
 ``mla_gemm`` (research/patches/gemm-stages.patch, gemm-bk64.patch) GEMM by GEMM.
 """
@@ -87,12 +88,12 @@ def main() -> int:
         print(f"gemm {name:<12} median {statistics.median(us):8.2f} µs  min {min(us):8.2f}  "
               f"logits finite {np.isfinite(z).mean():.3f}  zero {np.mean(z == 0):.3f}  "
               f"denormal {np.mean((z != 0) & (np.abs(z) < 1.2e-38)):.3f}")
-    rows = 128
-    lm_out = dl.DeviceBuffer.allocate(dev, rows * a.vocab * 4, label="lm_out").as_array((rows, a.vocab), np.float32)
-    lm = model.gemm(model.embed, model.w_lm, lm_out, m_max=rows)  # embed rows 0..127 stand in for h
-    lm.launch(s)
-    us = timed(lm)
-    print(f"lm head {rows} rows   median {statistics.median(us):8.2f} µs  min {min(us):8.2f}")
+    for rows in (128, 136):  # (136: the DDTree step's rows at batch 8, budget 16, on the 144-row tile)
+        lm_out = dl.DeviceBuffer.allocate(dev, rows * a.vocab * 4, label="lm_out").as_array((rows, a.vocab), np.float32)
+        lm = model.gemm(model.embed, model.w_lm, lm_out, m_max=rows)  # embed rows stand in for h
+        lm.launch(s)
+        us = timed(lm)
+        print(f"lm head {rows} rows   median {statistics.median(us):8.2f} µs  min {min(us):8.2f}")
     if a.shapes:
         forward_shapes(dl, dev, s, model, timed)
     return 0
