@@ -326,6 +326,28 @@ def test_gemm_shared_memory_formula_and_schedule():
     # tiles, 188 SMs, one CTA each): the 128-row tile's 200 CTAs, unsplit
     assert sched(136, 12800, 4096, 188, 1) == (128, 1)
     assert mla_model.gemm_workspace_elems(136, 12800, 4096, 188, 1) == 0
+    # every argument a positive int, named when it is not
+    for bad, exc in ((0, ValueError), (-1, ValueError), (4095.5, TypeError), (True, TypeError), ("1024", TypeError)):
+        for i, name in enumerate(("m_max", "n", "k", "sm_count", "ctas_per_sm")):
+            args = [136, 1024, 8192, 132, 2]
+            args[i] = bad
+            with pytest.raises(exc, match=name):
+                mla_model.gemm_schedule(*args)
+    with pytest.raises(ValueError, match="ctas_per_sm"):
+        mla_model.gemm_workspace_elems(136, 1024, 8192, 132, 0)
+    for bad, exc in ((0, ValueError), (256, ValueError), (128.7, TypeError), ("128", TypeError)):
+        with pytest.raises(exc, match="registers"):
+            mla_model.gemm_ctas_per_sm("sm_90", 128, bad)
+    for bad, exc in ((200, ValueError), (0, ValueError), (True, TypeError), ("144", TypeError)):
+        with pytest.raises(exc, match="bm"):
+            mla_model.gemm_stages("sm_90", bad)
+        with pytest.raises(exc, match="bm"):
+            mla_model.gemm_shared_bytes(2, bad)
+    for bad, exc in ((-1, ValueError), ("3", TypeError)):
+        with pytest.raises(exc, match="stages"):
+            mla_model.gemm_shared_bytes(bad)
+    # the 32-row tile runs at the 128-row tile's depth (one DL_GEMM_STAGES)
+    assert all(mla_model.gemm_stages(a, 32) == mla_model.gemm_stages(a) for a in SUPPORTED_ARCHS)
     for a in SUPPORTED_ARCHS:  # two CTAs an SM where shared memory holds two, for both tiles
         for bm in (128, 144):
             two = a in ("sm_80", "sm_90", "sm_100")

@@ -204,7 +204,7 @@ def test_gemm_schedule_takes_the_144_row_tile_for_a_wide_n(dev, s, small_model):
     """136 rows (a tree step's) over one column tile more than half the CTA slots: two 128-row tiles
     would take two waves, one 144-row tile takes one, and gemm_schedule picks it by itself (the LM
     head's case on an H100 / H200; the test models' vocabularies are too small for it)."""
-    slots = small_model._gemm_ctas * dev.sm_count
+    slots = small_model.gemm_ctas * dev.sm_count
     m, n, k, rows = 136, 128 * (slots // 2 + 1), 64, 131
     rng = np.random.default_rng(7)
     a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
@@ -238,6 +238,16 @@ def test_gemm_validation_names_the_argument(dev, small_model):
             small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, row_tile=bad)
     assert first_launch(small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8,
                                          row_tile=np.int64(144))).kernel.name == "mla_gemm_m144"
+    for bad, exc in ((0, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="k_splits"):
+            small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, k_splits=bad)
+    # a forced split count is cut to the k-tiles (2 of 64 in k = 128) and to the splits that get one
+    # (17 over 72 k-tiles: 5 each, the last two empty -> 15)
+    W = dev_array(dev, (8 * 8 * 32,), "float32")
+    for k, forced, splits in ((128, 100, 2), (4608, 17, 15)):
+        ln = small_model.gemm(dev_array(dev, (8, k), "bf16"), dev_array(dev, (8, k), "bf16"), C, m_max=8, workspace=W,
+                              k_splits=forced)
+        assert first_launch(ln).grid[2] == splits
 
 
 def _argmax_both(dev, s, x, *, dtype="float32", num_rows=None):

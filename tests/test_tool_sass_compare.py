@@ -30,12 +30,16 @@ def test_verdicts():
     # one instruction more, one modifier changed: the counts that moved, nothing else
     c = ["MOV R1, RZ", "IMAD.MOV.U32 R2, RZ, RZ, RZ", "IMAD.IADD R2, R2, 0x1, R1", "@P0 BRA.U `(.L_x_1)"]
     assert sc.classify(a, c) == ("differs", {"BRA": (1, 0), "BRA.U": (0, 1), "IMAD.IADD": (0, 1)})
-    # labels renamed consistently (a kernel added before this one renumbers them): identical; one
-    # branch to another label: not
-    d = ["@P0 BRA `(.L_x_3)", "BRA `(.L_x_4)", "@P1 BRA `(.L_x_3)"]
-    assert sc.classify(d, [i.replace("_3", "_90").replace("_4", "_91") for i in d]) == ("identical", {})
-    assert sc.classify(d, ["@P0 BRA `(.L_x_4)", "BRA `(.L_x_3)", "@P1 BRA `(.L_x_4)"]) == ("identical", {})
-    assert sc.classify(d, ["@P0 BRA `(.L_x_3)", "BRA `(.L_x_4)", "@P1 BRA `(.L_x_4)"]) == ("same opcodes", {})
+    # label numbers aside (a kernel added before this one renumbers them), branches compare by the
+    # instruction they go to: the same targets are identical, swapped targets are not
+    d = ["@P0 BRA `(.L_x_3)", ".L_x_4:", "BRA `(.L_x_3)", ".L_x_3:", "@P1 BRA `(.L_x_4)"]
+    renumbered = [i.replace("_3", "_90").replace("_4", "_91") for i in d]
+    assert sc.classify(d, renumbered) == ("identical", {})
+    swapped = ["@P0 BRA `(.L_x_4)", ".L_x_3:", "BRA `(.L_x_4)", ".L_x_4:", "@P1 BRA `(.L_x_3)"]
+    assert sc.classify(d, swapped) == ("identical", {})  # (the same program: labels swapped with their uses)
+    targets_swapped = ["@P0 BRA `(.L_x_4)", ".L_x_4:", "BRA `(.L_x_3)", ".L_x_3:", "@P1 BRA `(.L_x_4)"]
+    assert sc.classify(d, targets_swapped) == ("same opcodes", {})
+    assert sc.instructions(d) == ["@P0 BRA `(.L_x_3)", "BRA `(.L_x_3)", "@P1 BRA `(.L_x_4)"]
 
 
 def test_usage_errors_exit_2(capsys):

@@ -46,9 +46,13 @@ def nvdisasm() -> str:
     return path
 
 
-def parse_nvdisasm(text: str) -> dict[str, list[str]]:
-    """``{kernel: [instruction, ...]}`` of ``nvdisasm -c`` output (predicates kept; labels and
-    directives dropped)."""
+_LABEL_DEF = re.compile(r"^\s*(\.L_x_\d+):")
+
+
+def parse_nvdisasm(text: str, labels: bool = False) -> dict[str, list[str]]:
+    """``{kernel: [instruction, ...]}`` of ``nvdisasm -c`` output (predicates kept; directives
+    dropped; branch labels' definitions dropped too, or with ``labels`` kept in place as entries
+    ``".L_x_7:"``, so that a branch's target can be located)."""
     kernels: dict[str, list[str]] = {}
     cur = None
     for line in text.splitlines():
@@ -56,19 +60,23 @@ def parse_nvdisasm(text: str) -> dict[str, list[str]]:
         if m:
             cur = kernels.setdefault(m.group(1), [])
             continue
+        m = _LABEL_DEF.search(line)
+        if m and labels and cur is not None:
+            cur.append(m.group(1) + ":")
+            continue
         m = _INS.search(line)
         if m and cur is not None:
             cur.append(m.group(2))
     return kernels
 
 
-def disassemble(cubin: bytes) -> dict[str, list[str]]:
+def disassemble(cubin: bytes, labels: bool = False) -> dict[str, list[str]]:
     """:func:`parse_nvdisasm` of the cubin's disassembly."""
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "k.cubin"
         f.write_bytes(cubin)
         out = subprocess.run([nvdisasm(), "-c", str(f)], capture_output=True, text=True, check=True).stdout
-    return parse_nvdisasm(out)
+    return parse_nvdisasm(out, labels)
 
 
 def _regs(tok: str, n: int) -> set[int]:

@@ -7,7 +7,8 @@ a device run if the machine code stays what was measured. This compiles every va
 ``--arch``, once from the revision's tree (``git archive``: its kernels and its launchers' defines)
 and once from the working tree, disassembles both (``tools/sass.py``) and says per kernel:
 
-* ``identical``: the same instructions in the same order (addresses and branch label numbers aside);
+* ``identical``: the same instructions in the same order, branches to the same instructions
+  (addresses and label numbers aside);
 * ``same opcodes``: the same multiset of opcodes with their modifiers (``IMAD.MOV.U32``) and the
   same count, but other registers or another order of independent instructions: ptxas scheduled
   the same work differently (read the diff with ``tools/sass.py`` if it is in a hot loop);
@@ -64,19 +65,33 @@ def opcode(ins: str) -> str:
 _LABEL = re.compile(r"\.L_x_\d+")
 
 
-def _canonical(listing: list[str]) -> list[str]:
-    """The listing with its branch labels renamed ``L0``, ``L1``, ... in order of first use."""
-    names: dict[str, str] = {}
-    return [_LABEL.sub(lambda m: names.setdefault(m.group(0), f"L{len(names)}"), ins) for ins in listing]
+def _resolved(listing: list[str]) -> list[str]:
+    """The instructions of a listing with labels (``tools/sass.py``'s ``labels=True``), each branch
+    label replaced by the index of the instruction it marks: label numbers drop out (a kernel added
+    before another renumbers the other's labels), where the branches go stays."""
+    at: dict[str, int] = {}
+    ins: list[str] = []
+    for e in listing:
+        if e.endswith(":") and _LABEL.fullmatch(e[:-1]):
+            at[e[:-1]] = len(ins)
+        else:
+            ins.append(e)
+    return [_LABEL.sub(lambda m: f"@{at.get(m.group(0), m.group(0))}", i) for i in ins]
+
+
+def instructions(listing: list[str]) -> list[str]:
+    """The listing without its label entries."""
+    return [e for e in listing if not (e.endswith(":") and _LABEL.fullmatch(e[:-1]))]
 
 
 def classify(before: list[str], after: list[str]) -> tuple[str, dict[str, tuple[int, int]]]:
-    """``("identical" | "same opcodes" | "differs", {opcode: (count before, count after)})``; the
-    dict holds only the opcodes whose counts differ (empty unless ``differs``). Branch labels are
-    renumbered in order of first use in each listing (``_canonical``): a kernel added before another
-    renumbers the other's labels (``.L_x_65`` -> ``.L_x_234``) without changing its code."""
-    if _canonical(before) == _canonical(after):
+    """``("identical" | "same opcodes" | "differs", {opcode: (count before, count after)})`` of two
+    listings (label entries allowed: ``tools/sass.py``'s ``labels=True``); the dict holds only the
+    opcodes whose counts differ (empty unless ``differs``). Branch targets are compared as the
+    instructions they mark (``_resolved``), not by label number."""
+    if _resolved(before) == _resolved(after):
         return "identical", {}
+    before, after = instructions(before), instructions(after)
     cb, ca = Counter(map(opcode, before)), Counter(map(opcode, after))
     if cb == ca:
         return "same opcodes", {}
@@ -131,7 +146,7 @@ def main(argv=None) -> int:
             print(f"{args.file} {key}: only {'after' if key in new else 'before'}")
             changed += 1
             continue
-        kb, ka = disassemble(old[key]), disassemble(new[key])
+        kb, ka = disassemble(old[key], labels=True), disassemble(new[key], labels=True)
         for name in sorted(kb.keys() | ka.keys()):
             if name not in kb or name not in ka:
                 print(f"{key} {name}: only {'after' if name in ka else 'before'}")
@@ -139,7 +154,7 @@ def main(argv=None) -> int:
                 continue
             verdict, counts = classify(kb[name], ka[name])
             changed += verdict == "differs"
-            line = f"{key} {name}: {verdict} ({len(kb[name])} -> {len(ka[name])} instructions)"
+            line = f"{key} {name}: {verdict} ({len(instructions(kb[name]))} -> {len(instructions(ka[name]))} instructions)"
             if counts:
                 line += "; " + ", ".join(f"{k} {b} -> {a}" for k, (b, a) in list(counts.items())[:12])
             print(line)

@@ -117,9 +117,9 @@ _STRUCTS = (("G", _GemmParams), ("E", _EmbedParams), ("D", _DraftChainParams))
 def gemm_stages(arch, bm: int = _GEMM_BM) -> int:
     """cp.async pipeline depth of the ``bm``-row GEMM tile on ``arch`` (k-tiles of 64): the most
     stages (at most 4) with which two of its CTAs still share an SM (1 KB reserved a CTA), else the
-    most one CTA fits, at least 2. The 128-row tile (``mla_gemm``; ``mla_gemm_m32`` takes the same
-    depth): 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an SM) and on the 100 KB
-    parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM). The 144-row tile (``mla_gemm_m144``): 2
+    most one CTA fits, at least 2. The 128-row tile (``mla_gemm``; ``mla_gemm_m32``, ``bm`` = 32, runs
+    at the same depth): 3 on sm_90 / sm_100 (110,592 B a CTA), 2 on sm_80 (two CTAs an SM) and on the
+    100 KB parts (sm_86 / 89 / 120: 73,728 B, one CTA an SM). The 144-row tile (``mla_gemm_m144``): 2
     everywhere (78,336 B: two CTAs an SM on sm_80 / sm_90 / sm_100).
 
     k-tiles of 64 against 32 (fifty-fourth session, H100): the target forward's 128-row GEMMs 2-4 µs
@@ -132,6 +132,9 @@ def gemm_stages(arch, bm: int = _GEMM_BM) -> int:
         supported ones). TypeError or ValueError as :func:`driverlevel.runtime.normalize_arch` for an
         ``arch`` that is not an architecture name."""
     arch = normalize_arch(arch)
+    bm = _row_tile_arg("bm", bm)
+    if bm == 32:  # (mla_gemm_m32 runs at the 128-row tile's depth: one DL_GEMM_STAGES)
+        bm = _GEMM_BM
     limit = shared_limit(arch)  # the opt-in per-block limit; an SM holds it plus 1 KB reserved
     fits = [s for s in range(2, 5) if gemm_shared_bytes(s, bm) <= limit]
     if not fits:
@@ -142,8 +145,27 @@ def gemm_stages(arch, bm: int = _GEMM_BM) -> int:
 
 def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
     """Dynamic shared memory of ``mla_gemm`` (``bm`` = 128), ``mla_gemm_m32`` (32) or ``mla_gemm_m144``
-    (144), bytes."""
-    return stages * (bm + _GEMM_BN) * (_GEMM_BK + 8) * 2
+    (144) with ``stages`` k-tiles in flight, bytes.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``stages`` not a positive int, ``bm`` not 32, 128 or 144."""
+    return positive_int("stages", stages) * (_row_tile_arg("bm", bm) + _GEMM_BN) * (_GEMM_BK + 8) * 2
+
+
+def _row_tile_arg(name: str, value) -> int:
+    """``value`` as one of the GEMM's row tiles (32, 128, 144); TypeError for a non-int (bools too),
+    ValueError for another int."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int (32, {_GEMM_BM} or {_GEMM_BM_WIDE}), got {type(value).__name__}") from None
+    if v not in (32, _GEMM_BM, _GEMM_BM_WIDE):
+        raise ValueError(f"{name} must be 32, {_GEMM_BM} or {_GEMM_BM_WIDE}, got {v!r}")
+    return v
 
 
 def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM, registers: int | None = None) -> int:
@@ -156,13 +178,18 @@ def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM, registers: int | None = None) -> 
 
     Raises
     ------
+    TypeError
+        ``arch`` not a string, ``bm`` or ``registers`` not an int.
     ValueError
         ``arch`` that is not an architecture name, or whose shared memory holds not one CTA of
-        the tile (:func:`gemm_stages`)."""
+        the tile (:func:`gemm_stages`); ``bm`` not 32, 128 or 144; ``registers`` outside 1 .. 255."""
     arch = normalize_arch(arch)
     ctas = 2 if 2 * (gemm_shared_bytes(gemm_stages(arch, bm), bm) + 1024) <= shared_limit(arch) + 1024 else 1
     if registers is not None:
-        ctas = min(ctas, max(1, 65536 // (-(-int(registers) // 8) * 8 * _GEMM_THREADS)))
+        registers = positive_int("registers", registers)
+        if registers > 255:
+            raise ValueError(f"registers must be at most 255 (a thread's limit), got {registers}")
+        ctas = min(ctas, max(1, 65536 // (-(-registers // 8) * 8 * _GEMM_THREADS)))
     return ctas
 
 
@@ -179,11 +206,19 @@ def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -
     over a long ``k`` (>= 2048; each split keeps at least 256 of k: 4 k-tiles of 64). The kernel
     gives each split ``ceil(kt / splits)`` k-tiles, so the count is cut to the splits that get any:
     17 splits over 72 k-tiles (5 each, the last two empty) become 15. In the model only the output
-    projection (``k = heads * 512``) splits."""
+    projection (``k = heads * 512``) splits. The model's own ``ctas_per_sm`` is
+    :attr:`MLAModel.gemm_ctas`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument that is not a positive int (bools and floats refused)."""
+    m_max, n, k = positive_int("m_max", m_max), positive_int("n", n), positive_int("k", k)
+    sm_count, ctas_per_sm = positive_int("sm_count", sm_count), positive_int("ctas_per_sm", ctas_per_sm)
     cols = math.ceil(n / _GEMM_BN)
     bm = 32 if m_max <= 64 else _GEMM_BM
     if _GEMM_BM < m_max <= _GEMM_BM_WIDE and (cols >= sm_count or k < 2048):  # (the 144-row tile unsplit)
-        slots = max(1, int(ctas_per_sm)) * max(1, int(sm_count))
+        slots = ctas_per_sm * sm_count
         if math.ceil(cols / slots) < math.ceil(2 * cols / slots):
             bm = _GEMM_BM_WIDE
     tiles = cols * math.ceil(m_max / bm)
@@ -195,8 +230,8 @@ def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -
 
 
 def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -> int:
-    """float32 elements of split-K workspace the GEMM needs (0 without split-K; the arguments as
-    :func:`gemm_schedule`'s)."""
+    """float32 elements of split-K workspace the GEMM needs (0 without split-K; the arguments, and the
+    errors, as :func:`gemm_schedule`'s)."""
     _, splits = gemm_schedule(m_max, n, k, sm_count, ctas_per_sm)
     return splits * m_max * n if splits > 1 else 0
 
@@ -297,6 +332,10 @@ class MLAModel:
     pool : WorkspacePool
         Device weights: ``embed``, ``w_q``, ``w_kv``, ``w_o``, ``w_lm`` (bf16) and the
         drafter's ``successor`` table (int32 ``[vocab]``).
+    gemm_ctas : int
+        CTAs of the 128- and 144-row GEMM tiles one SM holds, by shared memory and by the compiled
+        kernels' registers (:func:`gemm_ctas_per_sm`): the ``ctas_per_sm`` the model passes to
+        :func:`gemm_schedule` and :func:`gemm_workspace_elems`.
 
     Raises
     ------
@@ -325,7 +364,7 @@ class MLAModel:
         self._gemm_stages = gemm_stages(self.arch)
         self._gemm_stages_wide = gemm_stages(self.arch, _GEMM_BM_WIDE)
         # CTAs an SM of the 128- and 144-row tiles, by shared memory and by their registers (gemm_schedule)
-        self._gemm_ctas = min(gemm_ctas_per_sm(self.arch, bm, self.cubin.resources[name].registers)
+        self.gemm_ctas = min(gemm_ctas_per_sm(self.arch, bm, self.cubin.resources[name].registers)
                               for bm, name in ((_GEMM_BM, "mla_gemm"), (_GEMM_BM_WIDE, "mla_gemm_m144")))
 
         c = self.config
@@ -396,34 +435,30 @@ class MLAModel:
             Split-K workspace of at least :func:`gemm_workspace_elems` elements; without it
             the GEMM runs unsplit.
         k_splits : int, optional
-            Force a split count (default: :func:`gemm_schedule`).
+            Force a split count (default: :func:`gemm_schedule`'s), cut to the k-tiles of 64 and to
+            the splits that get one (the kernel gives each ``ceil(k_tiles / k_splits)``); used only
+            with ``workspace``. A test and tuning knob.
         row_tile : {32, 128, 144}, optional
-            Force the row tile (default: :func:`gemm_schedule`'s); a test and tuning knob. The split
-            count stays the schedule's (or ``k_splits``).
+            Force the row tile (default: :func:`gemm_schedule`'s); a test and tuning knob. The grid
+            has ``ceil(m_max / row_tile)`` row tiles; the split count stays the schedule's (computed
+            for its own tile) or ``k_splits``.
 
         Returns
         -------
         object with ``launch(stream)``
             One ``mla_gemm`` / ``mla_gemm_m32`` / ``mla_gemm_m144`` launch (the row tile of
-            :func:`gemm_schedule`), followed by ``mla_gemm_reduce`` with split-K.
+            :func:`gemm_schedule`, or ``row_tile``), followed by ``mla_gemm_reduce`` with split-K.
 
         Raises
         ------
         TypeError, ValueError
             Wrong dtypes, shapes or alignment, naming the argument; a ``row_tile`` that is not an
-            int (TypeError) or not 32, 128 or 144 (ValueError).
+            int (TypeError) or not 32, 128 or 144 (ValueError); a ``k_splits`` that is not a positive
+            int.
         """
         dev = self.device
         if row_tile is not None:
-            try:
-                if isinstance(row_tile, bool):
-                    raise TypeError
-                row_tile = operator.index(row_tile)
-            except TypeError:
-                raise TypeError(f"row_tile must be an int (32, {_GEMM_BM} or {_GEMM_BM_WIDE}), got "
-                                f"{type(row_tile).__name__}") from None
-            if row_tile not in (32, _GEMM_BM, _GEMM_BM_WIDE):
-                raise ValueError(f"row_tile must be 32, {_GEMM_BM} or {_GEMM_BM_WIDE}, got {row_tile!r}")
+            row_tile = _row_tile_arg("row_tile", row_tile)
         a = _dev_array("a", a, dev)
         b = _dev_array("b", b, dev)
         c = _dev_array("c", c, dev)
@@ -470,11 +505,13 @@ class MLAModel:
         for name, arr in (("a", a), ("b", b), ("c", c), ("residual", residual)):
             if arr is not None and arr.ptr % 16:
                 raise ValueError(f"{name} must be 16-byte aligned, got address 0x{arr.ptr:x}")
-        bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count, self._gemm_ctas)
+        bm, splits = gemm_schedule(m_max, n, k, self.device.sm_count, self.gemm_ctas)
         if row_tile is not None:
-            bm = int(row_tile)
-        if k_splits is not None:
-            splits = max(1, min(int(k_splits), -(-k // _GEMM_BK)))  # at most one split per k-tile
+            bm = row_tile
+        if k_splits is not None:  # at most one split per k-tile, and none without one (as gemm_schedule's)
+            kt = -(-k // _GEMM_BK)
+            splits = min(positive_int("k_splits", k_splits), kt)
+            splits = -(-kt // -(-kt // splits))
         if splits > 1:
             if workspace is None:
                 splits = 1
@@ -643,7 +680,7 @@ class ForwardPlan:
         self.attention = attention
         R = self.max_rows
         sms = self.device.sm_count
-        ws = max([1] + [gemm_workspace_elems(R, n, k, sms, model._gemm_ctas) for n, k in
+        ws = max([1] + [gemm_workspace_elems(R, n, k, sms, model.gemm_ctas) for n, k in
                         ((H * QK_DIM, D), (QK_DIM, D), (D, H * V_DIM), (c.vocab_size, D))])
         specs = [((R, D), bfloat16), ((R, H, QK_DIM), bfloat16), ((R, H, V_DIM), bfloat16), ((R, D), bfloat16),
                  ((ws,), np.float32)]

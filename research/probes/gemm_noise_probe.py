@@ -123,7 +123,7 @@ def forward_shapes(dl, dev, s, model, timed):
             gx = cap.graph.instantiate(upload_stream=s)
             gx.launch(s)
             us = statistics.median(timed(gx, profile=False))
-            bm, splits = gemm_schedule(rows, n, k, dev.sm_count, model._gemm_ctas)  # (the model's own choice)
+            bm, splits = gemm_schedule(rows, n, k, dev.sm_count, model.gemm_ctas)  # (the model's own choice)
             nbytes = n * k * 2 + rows * n * (4 if out == "f32" else 2)
             print(f"shape {name:<8} {rows:4d} x {n:6d} x {k:5d}  tile {bm:3d} splits {splits:2d}  "
                   f"graph {us:8.2f} µs  {nbytes / us / 1e6:6.2f} TB/s (B + C)")
