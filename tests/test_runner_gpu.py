@@ -238,6 +238,9 @@ def test_gemm_validation_names_the_argument(dev, small_model):
             small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, row_tile=bad)
     assert first_launch(small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8,
                                          row_tile=np.int64(144))).kernel.name == "mla_gemm_m144"
+    for bad, exc in ((0, ValueError), (8.7, TypeError)):
+        with pytest.raises(exc, match="m_max must be a positive int"):
+            small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=bad)
     for bad, exc in ((0, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(exc, match="k_splits"):
             small_model.gemm(dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16"), C, m_max=8, k_splits=bad)

@@ -472,9 +472,7 @@ class MLAModel:
             raise ValueError(f"c must have {n} columns, got {c.shape}")
         if k % _GEMM_K_ALIGN or n % 8:
             raise ValueError(f"mla_gemm needs k % {_GEMM_K_ALIGN} == 0 and n % 8 == 0, got k={k}, n={n}")
-        m_max = int(m_max)
-        if m_max < 1:
-            raise ValueError(f"m_max must be >= 1, got {m_max}")
+        m_max = positive_int("m_max", m_max)  # (8.7 or True refused, not truncated)
         if not 0 < a.shape[0] < 2**31:
             raise ValueError(f"a must have 1 to 2**31 - 1 rows, got {a.shape[0]:,}")
         if a_index is None and a.shape[0] < m_max:
@@ -558,6 +556,7 @@ class MLAModel:
         num_rows : int64 device scalar, optional
         """
         dev = self.device
+        m_max = positive_int("m_max", m_max)
         tokens = _dev_array("tokens", tokens, dev)
         _need("tokens", tokens, ("int32", "int64"), 1)
         if positions is not None:
@@ -573,11 +572,11 @@ class MLAModel:
         num_rows = _row_count("num_rows", num_rows, dev)
         p = _EmbedParams()
         p.table, p.tokens, p.positions, p.out, p.m_ptr = self.embed.ptr, tokens.ptr, _ptr(positions), out.ptr, _ptr(num_rows)
-        p.m_max = int(m_max)
+        p.m_max = m_max
         p.d, p.num_classes, p.vocab = D, self.config.num_classes, self.config.vocab_size
         p.tokens_i64 = 1 if tokens.dtype.name == "int64" else 0
         p.positions_i64 = 1 if positions is not None and positions.dtype.name == "int64" else 0
-        ln = self._k_embed.prepare((int(m_max), 1, 1), 128, [p])
+        ln = self._k_embed.prepare((m_max, 1, 1), 128, [p])
         ln.keep(tokens, positions, out, num_rows)
         return ln
 
