@@ -139,8 +139,21 @@ def gemm_stages(arch, bm: int = _GEMM_BM) -> int:
     fits = [s for s in range(2, 5) if gemm_shared_bytes(s, bm) <= limit]
     if not fits:
         raise ValueError(f"mla_gemm's {bm}-row tile does not fit {arch}'s {limit:,} B of shared memory per block")
-    two = [s for s in fits if 2 * (gemm_shared_bytes(s, bm) + 1024) <= limit + 1024]
+    two = [s for s in fits if _two_ctas_fit(gemm_shared_bytes(s, bm), limit)]
     return max(two or fits)
+
+
+def _two_ctas_fit(cta_bytes: int, limit: int) -> bool:
+    """Whether two CTAs of ``cta_bytes`` dynamic shared memory share an SM whose opt-in per-block
+    limit is ``limit`` (the SM holds that plus 1 KB, and reserves 1 KB a CTA)."""
+    return 2 * (cta_bytes + 1024) <= limit + 1024
+
+
+def _even_splits(k: int, splits: int) -> int:
+    """``splits`` (at most the k-tiles of 64 in ``k``) cut to the splits that get a k-tile: the kernel
+    gives each ``ceil(k_tiles / splits)``, so 17 over 72 k-tiles (5 each, the last two empty) are 15."""
+    kt = -(-k // _GEMM_BK)
+    return -(-kt // -(-kt // min(splits, kt)))
 
 
 def gemm_shared_bytes(stages: int, bm: int = _GEMM_BM) -> int:
@@ -184,7 +197,7 @@ def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM, registers: int | None = None) -> 
         ``arch`` that is not an architecture name, or whose shared memory holds not one CTA of
         the tile (:func:`gemm_stages`); ``bm`` not 32, 128 or 144; ``registers`` outside 1 .. 255."""
     arch = normalize_arch(arch)
-    ctas = 2 if 2 * (gemm_shared_bytes(gemm_stages(arch, bm), bm) + 1024) <= shared_limit(arch) + 1024 else 1
+    ctas = 2 if _two_ctas_fit(gemm_shared_bytes(gemm_stages(arch, bm), bm), shared_limit(arch)) else 1
     if registers is not None:
         registers = positive_int("registers", registers)
         if registers > 255:
@@ -224,9 +237,7 @@ def gemm_schedule(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -
     tiles = cols * math.ceil(m_max / bm)
     if tiles >= sm_count or k < 2048:
         return bm, 1
-    splits = max(1, min(math.ceil(sm_count / tiles), k // 256, 32))
-    kt = -(-k // _GEMM_BK)
-    return bm, -(-kt // -(-kt // splits))  # no split without a k-tile (the kernel gives each ceil(kt / splits))
+    return bm, _even_splits(k, max(1, min(math.ceil(sm_count / tiles), k // 256, 32)))
 
 
 def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm: int) -> int:
@@ -507,9 +518,7 @@ class MLAModel:
         if row_tile is not None:
             bm = row_tile
         if k_splits is not None:  # at most one split per k-tile, and none without one (as gemm_schedule's)
-            kt = -(-k // _GEMM_BK)
-            splits = min(positive_int("k_splits", k_splits), kt)
-            splits = -(-kt // -(-kt // splits))
+            splits = _even_splits(k, positive_int("k_splits", k_splits))
         if splits > 1:
             if workspace is None:
                 splits = 1
