@@ -30,6 +30,10 @@
 //   epilogue (deterministic: no atomics).
 //   Requires k % 32 == 0, n % 8 == 0, lda/ldc/ldr % 8 == 0, 16-byte aligned pointers.
 //
+// mla_gemm_pair, mla_gemm_pair_m32   two unsplit GEMMs (two GemmParams) in one launch: grid
+//   (ceil(n0 / 128) + ceil(n1 / 128), ceil(max(m_max) / BM), 1), the first GEMM's column tiles
+//   first; the 128- and 32-row tiles' code and shared memory, k_splits == 1 for both.
+//
 // mla_embed       out[m, :] = embed[token[m], :] with the class one-hot rotated by position:
 //   out[m, (c + pos[m]) % num_classes] = embed[token, c] for c < num_classes; features copied.
 //   Grid (m_max); Block 128. Early exit: m >= M. Out-of-range tokens are clamped.
@@ -244,9 +248,9 @@ DL_DEVICE void store_pair(const GemmParams& p, i64 m, int col, float v0, float v
 }
 }  // namespace dlx
 
-// One (BM x 128) output tile over the k-tiles of split blockIdx.z.
+// One (BM x 128) output tile, column tile bx, over the k-tiles of split blockIdx.z.
 template <int BM, int ST>
-DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
+DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem, unsigned bx) {
   using namespace gm;
   using T = Tile<BM, ST>;
   constexpr int WM = T::WM, MT = T::MT, A_STAGE = T::A_STAGE, A_LOADS = T::A_LOADS, STAGES = T::STAGES;
@@ -254,7 +258,7 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
   i64 M = p.m_max;
   if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
   const i64 m0 = (i64)blockIdx.y * BM;
-  const int n0 = blockIdx.x * BN;
+  const int n0 = bx * BN;
   if (m0 >= M) return;
   const int KT_all = (p.k + BK - 1) / BK;  // k % 64 == 32: the last k-tile's upper half is zero-filled
   const int per = (KT_all + p.k_splits - 1) / p.k_splits;
@@ -455,14 +459,14 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem) {
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  gemm_tile<128, DL_GEMM_STAGES>(p, smem);
+  gemm_tile<128, DL_GEMM_STAGES>(p, smem, blockIdx.x);
 }
 
 // The same with 32-row tiles, for few rows (a decode step of one token per request).
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm_m32(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  gemm_tile<32, DL_GEMM_STAGES>(p, smem);
+  gemm_tile<32, DL_GEMM_STAGES>(p, smem, blockIdx.x);
 }
 
 // The same with 144-row tiles, for 129 .. 144 rows (a tree step of batch 8 and budget 16: 136 rows):
@@ -472,7 +476,35 @@ mla_gemm_m32(const __grid_constant__ GemmParams p) {
 extern "C" __global__ void __launch_bounds__(gm::THREADS, DL_GEMM_CTAS_144)
 mla_gemm_m144(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  gemm_tile<144, DL_GEMM_STAGES_144>(p, smem);
+  gemm_tile<144, DL_GEMM_STAGES_144>(p, smem, blockIdx.x);
+}
+
+// Two unsplit GEMMs in one launch (a grouped GEMM of two): column tiles 0 .. ceil(p0.n / 128) - 1
+// compute p0's, the rest p1's, each with its own A, B, C, gather, scatter, residual, row count and
+// epilogue; the row tile and the pipeline are shared (grid.y covers the larger m_max, and each
+// GEMM's row tiles past its own M exit at once). The target forward's q and kv projections read the
+// same rows: 41 + 5 column tiles in one wave, where two launches ran one after the other. (Two
+// inlined copies of the tile, so that each keeps the single tile's main loop; NVRTC 13.0 gives the
+// 128-row pair 134 registers on sm_90, one CTA an SM, which a pair of at most a wave does not need.
+// The pair as one indexed param array took 128 but read every param per thread, non-uniformly.)
+template <int BM>
+DL_DEVICE void gemm_pair(const GemmParams& p0, const GemmParams& p1, unsigned char* smem) {
+  const unsigned tiles0 = (p0.n + gm::BN - 1) / gm::BN;  // (n > 0)
+  const unsigned bx = blockIdx.x;
+  if (bx < tiles0) gemm_tile<BM, DL_GEMM_STAGES>(p0, smem, bx);
+  else gemm_tile<BM, DL_GEMM_STAGES>(p1, smem, bx - tiles0);
+}
+
+extern "C" __global__ void __launch_bounds__(gm::THREADS)
+mla_gemm_pair(const __grid_constant__ GemmParams p0, const __grid_constant__ GemmParams p1) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  gemm_pair<128>(p0, p1, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(gm::THREADS)
+mla_gemm_pair_m32(const __grid_constant__ GemmParams p0, const __grid_constant__ GemmParams p1) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  gemm_pair<32>(p0, p1, smem);
 }
 
 // Split-K finish: C[m, col] = epilogue(sum over splits z = 0.. of partial[z, m, col]), in split order.

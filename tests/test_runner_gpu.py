@@ -221,6 +221,71 @@ def test_gemm_schedule_takes_the_144_row_tile_for_a_wide_n(dev, s, small_model):
     assert np.isnan(got[rows:]).all()
 
 
+@pytest.mark.parametrize("m0, n0, k0, m1, n1, k1, tile, fused", [
+    (8, 1160, 512, 8, 576, 512, None, True),       # the 32-row tile; a partial last column tile in the first
+    (136, 1160, 512, 136, 576, 512, None, True),   # two 128-row tiles, the second with 8 rows
+    (200, 136, 160, 40, 264, 96, 128, True),       # other m_max, n and k (k tails) in each
+    (40, 136, 96, 200, 264, 160, 128, True),       # the second GEMM has more rows (grid.y is its), no row count
+                                                   # for the first (m_max rows)
+    (136, 264, 512, 136, 136, 512, 144, False),    # the 144-row tile has no pair kernel: two launches
+])
+def test_gemm_pair_matches_two_gemms(dev, s, small_model, m0, n0, k0, m1, n1, k1, tile, fused):
+    """Two GEMMs in one launch (mla_gemm_pair / _m32): each output is its own GEMM's, with the second
+    gathered, scattered and with a residual, and a device row count below m_max for both: rows past it
+    and rows nobody scatters to stay poisoned."""
+    rng = np.random.default_rng(m0 + n0 + k1)
+    a0 = f32_to_bf16_bits(rng.standard_normal((m0, k0)).astype(np.float32))
+    b0 = f32_to_bf16_bits(rng.standard_normal((n0, k0)).astype(np.float32))
+    rows_a1, rows_c1 = m1 + 5, 2 * m1 + 9
+    a1 = f32_to_bf16_bits(rng.standard_normal((rows_a1, k1)).astype(np.float32))
+    b1 = f32_to_bf16_bits(rng.standard_normal((n1, k1)).astype(np.float32))
+    res1 = f32_to_bf16_bits(rng.standard_normal((m1, n1)).astype(np.float32))
+    idx = rng.integers(0, rows_a1, size=m1).astype(np.int32)
+    dst = rng.permutation(rows_c1)[:m1].astype(np.int64)
+    C0, C1 = dev_array(dev, (m0, n0), "float32"), dev_array(dev, (rows_c1, n1), "bf16")
+    C0.fill_u32(F32_NAN, s)
+    C1.fill_u32(BF16_NAN_PAIR, s)
+    r0, r1 = (max(1, m0 - 3) if m0 >= m1 else m0), max(1, m1 - 5)
+    n_rows0 = upload(dev, np.array([r0], np.int64)) if m0 >= m1 else None
+    n_rows1 = upload(dev, np.array([r1], np.int64))
+    first = dict(a=upload(dev, a0, "bf16"), b=upload(dev, b0, "bf16"), c=C0, m_max=m0, out_scale=0.5, num_rows=n_rows0,
+                 row_tile=tile)
+    second = dict(a=upload(dev, a1, "bf16"), b=upload(dev, b1, "bf16"), c=C1, m_max=m1, a_index=upload(dev, idx),
+                  c_index=upload(dev, dst), residual=upload(dev, res1, "bf16"), num_rows=n_rows1, row_tile=tile)
+    ln = small_model.gemm_pair(first, second)
+    assert ln.fused is fused
+    if fused:  # one launch: both GEMMs' column tiles side by side
+        (one,) = ln.launches
+        assert one.kernel.name == ("mla_gemm_pair_m32" if max(m0, m1) <= 64 and tile is None else "mla_gemm_pair")
+        assert one.grid[0] == -(-n0 // 128) + -(-n1 // 128)
+    ln.launch(s)
+    got0, got1 = C0.to_numpy(s), bf16_bits_to_f32(C1.to_numpy(s))
+    want0 = 0.5 * bf16_bits_to_f32(a0).astype(np.float64) @ bf16_bits_to_f32(b0).astype(np.float64).T
+    want1 = (bf16_bits_to_f32(a1)[idx].astype(np.float64) @ bf16_bits_to_f32(b1).astype(np.float64).T
+             + bf16_bits_to_f32(res1))
+    assert np.isfinite(got0[:r0]).all() and np.isnan(got0[r0:]).all()
+    assert np.abs(got0[:r0] - want0[:r0]).max() <= 1e-4 * (np.abs(want0).max() + 1)
+    assert np.abs(got1[dst[:r1]] - want1[:r1]).max() <= 1e-2 * (np.abs(want1).max() + 1)
+    assert np.isnan(got1[np.setdiff1d(np.arange(rows_c1), dst[:r1])]).all()
+
+
+def test_gemm_pair_takes_gemm_arguments_only(dev, small_model):
+    A, B = dev_array(dev, (8, 64), "bf16"), dev_array(dev, (8, 64), "bf16")
+    C = dev_array(dev, (8, 8), "float32")
+    ok = dict(a=A, b=B, c=C, m_max=8)
+    with pytest.raises(TypeError, match="second must be a dict"):
+        small_model.gemm_pair(ok, [A, B, C])
+    with pytest.raises(TypeError, match=r"second: (MLAModel\.)?gemm\(\) got an unexpected keyword"):
+        small_model.gemm_pair(ok, dict(ok, rows=8))
+    with pytest.raises(ValueError, match="first: a has 8 rows, fewer than m_max"):
+        small_model.gemm_pair(dict(ok, m_max=9), ok)
+    # a split-K GEMM cannot share the launch: two launches, the first with its reduce
+    W = dev_array(dev, (8 * 8 * 4,), "float32")
+    K = dev_array(dev, (8, 2048), "bf16")
+    assert not small_model.gemm_pair(ok, dict(a=K, b=dev_array(dev, (8, 2048), "bf16"), c=C, m_max=8, workspace=W,
+                                              k_splits=4)).fused
+
+
 def test_gemm_validation_names_the_argument(dev, small_model):
     A = dev_array(dev, (8, 40), "bf16")
     B = dev_array(dev, (8, 40), "bf16")

@@ -1,6 +1,7 @@
 """The demo MLA target model, built from driverlevel's own kernels.
 
-Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_gemm_m32``, ``mla_gemm_m144``, ``mla_gemm_reduce``,
+Pairs with ``cu/mla_model.cu`` (kernels ``mla_gemm``, ``mla_gemm_m32``, ``mla_gemm_m144``, ``mla_gemm_pair``,
+``mla_gemm_pair_m32``, ``mla_gemm_reduce``,
 ``mla_embed`` and the drafter's ``draft_chain``; the drafter itself is
 :class:`driverlevel.demo.drafter.Drafter`). The weights are bf16, generated on the host from
 a seed (:func:`driverlevel.demo._mla_weights.make_weights`; the structure that keeps greedy
@@ -10,8 +11,8 @@ downloads.
 Target forward (one verify call, every launch capture-safe)::
 
     e      = embed(tokens, positions)              mla_embed      bf16 [rows, d_model]
-    q      = e @ w_q^T                              mla_gemm       bf16 [rows, H, 576]
-    kv     = e @ w_kv^T  -> kv_cache[out_cache_loc] mla_gemm       bf16 (scattered rows)
+    q      = e @ w_q^T                              mla_gemm_pair  bf16 [rows, H, 576]
+    kv     = e @ w_kv^T  -> kv_cache[out_cache_loc]  (one launch)   bf16 (scattered rows)
     attn   = VerifyAttention(q, kv_cache, metadata)                bf16 [rows, H, 512]
     h      = e + attn @ w_o^T                       mla_gemm       bf16 [rows, d_model]
     logits = h @ w_lm^T                             mla_gemm       fp32 [rows, vocab]
@@ -33,9 +34,11 @@ Example
 
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import math
 import operator
+from typing import NamedTuple
 import numpy as np
 
 from .._array import DeviceArray
@@ -248,10 +251,12 @@ def gemm_workspace_elems(m_max: int, n: int, k: int, sm_count: int, ctas_per_sm:
 
 
 class _Launches:
-    """Launches queued in order by one :meth:`launch` (a split-K GEMM and its reduce)."""
+    """Launches queued in order by one :meth:`launch` (a split-K GEMM and its reduce, or a GEMM pair;
+    ``fused``: a pair in one launch)."""
 
-    def __init__(self, launches):
+    def __init__(self, launches, fused: bool = False):
         self.launches = list(launches)
+        self.fused = bool(fused)
 
     def launch(self, stream) -> None:
         for ln in self.launches:
@@ -274,7 +279,8 @@ def dynamic_shared_bytes(arch) -> dict:
     """Dynamic shared memory per block of the kernels launched with some, bytes."""
     st = gemm_stages(arch)
     return {"mla_gemm": gemm_shared_bytes(st), "mla_gemm_m32": gemm_shared_bytes(st, 32),
-            "mla_gemm_m144": gemm_shared_bytes(gemm_stages(arch, _GEMM_BM_WIDE), _GEMM_BM_WIDE)}
+            "mla_gemm_m144": gemm_shared_bytes(gemm_stages(arch, _GEMM_BM_WIDE), _GEMM_BM_WIDE),
+            "mla_gemm_pair": gemm_shared_bytes(st), "mla_gemm_pair_m32": gemm_shared_bytes(st, 32)}
 
 
 def compile_variants(arch) -> list[CompileVariant]:
@@ -284,6 +290,15 @@ def compile_variants(arch) -> list[CompileVariant]:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+
+class _GemmSetup(NamedTuple):
+    """One validated GEMM: its params, row tile, split count and the arrays its launches keep alive."""
+
+    p: _GemmParams
+    bm: int
+    splits: int
+    keep: tuple
+
 
 def _ptr(x) -> int:
     return 0 if x is None else int(x.ptr)
@@ -368,6 +383,9 @@ class MLAModel:
         self._k_gemm = self._module.kernel("mla_gemm")
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
         self._k_gemm144 = self._module.kernel("mla_gemm_m144")
+        self._k_pair = {_GEMM_BM: self._module.kernel("mla_gemm_pair"), 32: self._module.kernel("mla_gemm_pair_m32")}
+        self._pair_ctas = {bm: gemm_ctas_per_sm(self.arch, _GEMM_BM, self.cubin.resources[name].registers)
+                           for bm, name in ((_GEMM_BM, "mla_gemm_pair"), (32, "mla_gemm_pair_m32"))}  # (32: at least)
         self._k_reduce = self._module.kernel("mla_gemm_reduce")
         self._k_embed = self._module.kernel("mla_embed")
         self._argmax_module = _load_argmax(self.device, self.arch)
@@ -467,6 +485,73 @@ class MLAModel:
             int (TypeError) or not 32, 128 or 144 (ValueError); a ``k_splits`` that is not a positive
             int.
         """
+        g = self._gemm_setup(a, b, c, m_max=m_max, a_index=a_index, c_index=c_index, residual=residual,
+                             num_rows=num_rows, out_scale=out_scale, noise_counter=noise_counter,
+                             noise_seed=noise_seed, noise_std=noise_std, workspace=workspace, k_splits=k_splits,
+                             row_tile=row_tile)
+        kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[g.bm]
+        grid = (math.ceil(g.p.n / _GEMM_BN), math.ceil(g.p.m_max / g.bm), g.splits)
+        stages = self._gemm_stages_wide if g.bm == _GEMM_BM_WIDE else self._gemm_stages
+        ln = kern.prepare(grid, _GEMM_THREADS, [g.p], gemm_shared_bytes(stages, g.bm))
+        ln.keep(*g.keep)
+        if g.splits == 1:
+            return ln
+        red = self._k_reduce.prepare((g.p.m_max, math.ceil(g.p.n / 512), 1), 256, [g.p])
+        red.keep(*g.keep)
+        return _Launches([ln, red])
+
+    def gemm_pair(self, first: dict, second: dict):
+        """Two GEMMs in one launch where they can share it (a grouped GEMM of two: ``mla_gemm_pair``,
+        ``mla_gemm_pair_m32``), e.g. the target forward's q and kv projections, which read the same rows.
+
+        Parameters
+        ----------
+        first, second : dict
+            Each the keyword arguments of :meth:`gemm` (``a``, ``b``, ``c``, ``m_max`` and any of its
+            options), validated as :meth:`gemm` validates them.
+
+        Returns
+        -------
+        object with ``launch(stream)`` and ``fused`` (bool)
+            One launch (``fused``: the first GEMM's column tiles, then the second's) when both take the
+            same 128- or 32-row tile (:func:`gemm_schedule`, or ``row_tile``), neither splits k and
+            their CTAs fit one wave of the pair kernel; otherwise the two :meth:`gemm` launches one
+            after the other. The results are the same
+            either way (each output element is one GEMM's, computed by the same tile code).
+
+        Raises
+        ------
+        TypeError
+            ``first`` or ``second`` is not a mapping, or holds an argument :meth:`gemm` does not take.
+        TypeError, ValueError
+            What :meth:`gemm` raises for either, the message prefixed by ``first:`` or ``second:``.
+        """
+        setups = []
+        for name, kw in (("first", first), ("second", second)):
+            if not isinstance(kw, collections.abc.Mapping):
+                raise TypeError(f"{name} must be a dict of gemm()'s keyword arguments, got {type(kw).__name__}")
+            try:
+                setups.append(self._gemm_setup(**kw))
+            except (TypeError, ValueError) as e:  # (the message names the GEMM and gemm(), not the helper)
+                raise type(e)(f"{name}: {str(e).replace('_gemm_setup()', 'gemm()')}") from None
+        g0, g1 = setups
+        grid = (math.ceil(g0.p.n / _GEMM_BN) + math.ceil(g1.p.n / _GEMM_BN),
+                math.ceil(max(g0.p.m_max, g1.p.m_max) / g0.bm), 1)
+        # one launch only where both share a pair kernel's tile unsplit and its CTAs fit one wave (the
+        # pair may hold fewer CTAs an SM than the single tile: NVRTC 13.0 gives it 134 registers on
+        # sm_90, one CTA an SM; past a wave, two launches of the single tile are the better schedule)
+        fits = (g0.bm == g1.bm and g0.bm in self._k_pair and g0.splits == 1 and g1.splits == 1
+                and grid[0] * grid[1] <= self.device.sm_count * self._pair_ctas.get(g0.bm, 0))
+        if not fits:
+            return _Launches([self.gemm(**first), self.gemm(**second)])
+        ln = self._k_pair[g0.bm].prepare(grid, _GEMM_THREADS, [g0.p, g1.p], gemm_shared_bytes(self._gemm_stages, g0.bm))
+        ln.keep(*g0.keep, *g1.keep)
+        return _Launches([ln], fused=True)
+
+    def _gemm_setup(self, a, b, c, *, m_max: int, a_index=None, c_index=None, residual=None, num_rows=None,
+                    out_scale: float = 1.0, noise_counter=None, noise_seed: int = 0, noise_std: float = 0.0,
+                    workspace=None, k_splits: int | None = None, row_tile: int | None = None) -> "_GemmSetup":
+        """:meth:`gemm`'s checks and its params, row tile and split count (no launch is packed)."""
         dev = self.device
         if row_tile is not None:
             row_tile = _row_tile_arg("row_tile", row_tile)
@@ -541,17 +626,7 @@ class MLAModel:
         p.noise_std = float(noise_std)
         p.k_splits = splits
         p.a_rows, p.c_rows = a.shape[0], c.shape[0]  # the kernel's bounds on a_index and c_index
-        kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[bm]
-        grid = (math.ceil(n / _GEMM_BN), math.ceil(m_max / bm), splits)
-        stages = self._gemm_stages_wide if bm == _GEMM_BM_WIDE else self._gemm_stages
-        ln = kern.prepare(grid, _GEMM_THREADS, [p], gemm_shared_bytes(stages, bm))
-        keep = (a, b, c, a_index, c_index, residual, num_rows, noise_counter, workspace)
-        ln.keep(*keep)
-        if splits == 1:
-            return ln
-        red = self._k_reduce.prepare((m_max, math.ceil(n / 512), 1), 256, [p])
-        red.keep(*keep)
-        return _Launches([ln, red])
+        return _GemmSetup(p, bm, splits, (a, b, c, a_index, c_index, residual, num_rows, noise_counter, workspace))
 
     def embed_launch(self, tokens, positions, out, *, m_max: int, num_rows=None):
         """A prepared ``mla_embed`` launch: ``out[m] = embed[tokens[m]]`` rotated by ``positions[m]``.
@@ -760,8 +835,9 @@ class ForwardPlan:
         ws = self.splitk
         launches = [
             m.embed_launch(input_ids, positions, self.e, m_max=R, num_rows=num_rows),
-            m.gemm(self.e, m.w_q, self.q.reshape(R, H * QK_DIM), m_max=R, num_rows=num_rows, workspace=ws),
-            m.gemm(self.e, m.w_kv, kv, m_max=R, c_index=loc, num_rows=num_rows, workspace=ws),
+            # q and the latent KV (scattered to out_cache_loc) from the same rows, in one launch
+            m.gemm_pair(dict(a=self.e, b=m.w_q, c=self.q.reshape(R, H * QK_DIM), m_max=R, num_rows=num_rows, workspace=ws),
+                        dict(a=self.e, b=m.w_kv, c=kv, m_max=R, c_index=loc, num_rows=num_rows, workspace=ws)),
         ]
         attn_args = (self.q, kv, metadata, self.attn)
         tail = []
