@@ -23,6 +23,12 @@
 #                  compiles of the DDTree tests' own kernel variants (~15 s each) then run side by side.
 #                  The reversed run stays in one process: it is the order-dependence check. Without
 #                  pytest-xdist the forward run is serial and the summary says so.
+#                  Only for a cold cache: the processes share the GPU by time slices, and every
+#                  synchronizing test then waits for the others' slices. With every kernel in the cache
+#                  (KERNEL_CACHE_IN from a whole earlier run) one process is faster. Reversed runs with
+#                  every kernel cached on an H100: 120 s in one process (586 tests, fifty-third session),
+#                  333 s with WORKERS_REVERSED=8 (630 tests, fifty-sixth); the metadata fuzz test alone
+#                  2.6-3.6 s in one process, 145-240 s beside 7 other workers, near TEST_TIMEOUT.
 #   WORKERS_REVERSED=N   the reversed run in N processes too (each runs its share last to first: a
 #                  weaker order check, for a time limit the serial one does not fit)
 #   PYTHON         the interpreter (default: python)
