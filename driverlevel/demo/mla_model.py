@@ -489,6 +489,11 @@ class MLAModel:
                              num_rows=num_rows, out_scale=out_scale, noise_counter=noise_counter,
                              noise_seed=noise_seed, noise_std=noise_std, workspace=workspace, k_splits=k_splits,
                              row_tile=row_tile)
+        return self._gemm_launch(g)
+
+    def _gemm_launch(self, g: "_GemmSetup"):
+        """The launch of one validated GEMM (:meth:`_gemm_setup`): its row tile's kernel, then
+        ``mla_gemm_reduce`` with split-K."""
         kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[g.bm]
         grid = (math.ceil(g.p.n / _GEMM_BN), math.ceil(g.p.m_max / g.bm), g.splits)
         stages = self._gemm_stages_wide if g.bm == _GEMM_BM_WIDE else self._gemm_stages
@@ -541,9 +546,9 @@ class MLAModel:
         # pair may hold fewer CTAs an SM than the single tile: NVRTC 13.0 gives it 134 registers on
         # sm_90, one CTA an SM; past a wave, two launches of the single tile are the better schedule)
         fits = (g0.bm == g1.bm and g0.bm in self._k_pair and g0.splits == 1 and g1.splits == 1
-                and grid[0] * grid[1] <= self.device.sm_count * self._pair_ctas.get(g0.bm, 0))
-        if not fits:
-            return _Launches([self.gemm(**first), self.gemm(**second)])
+                and grid[0] * grid[1] <= self.device.sm_count * self._pair_ctas[g0.bm])
+        if not fits:  # (the setups are validated: packed as gemm() packs them)
+            return _Launches([self._gemm_launch(g0), self._gemm_launch(g1)])
         ln = self._k_pair[g0.bm].prepare(grid, _GEMM_THREADS, [g0.p, g1.p], gemm_shared_bytes(self._gemm_stages, g0.bm))
         ln.keep(*g0.keep, *g1.keep)
         return _Launches([ln], fused=True)
