@@ -14,3 +14,6 @@ SKIP_TESTS=1 BENCH="step ddtree attention" BENCH_ARGS_ddtree="--quick" BENCH_ARG
   timeout 240 bash tools/gpu_check.sh 2>&1 | tail -n 60
 echo "== ncu stalls"
 timeout 300 bash research/patches/ncu_gemm_stalls.sh 2>&1 | tail -n 140
+# (the runner returns a few files only: the stamps' text goes into one archive; in the
+# fifty-seventh session's run it did not, and the three text files were left behind)
+tar czf $OUT/verify-stamps.tgz -C $OUT verify_stamps_256.txt verify_stamps_400.txt verify_stamps_512.txt && rm -f $OUT/verify_stamps_*.txt
