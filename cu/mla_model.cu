@@ -137,6 +137,9 @@ static_assert(sizeof(DraftChainParams) == DL_SIZEOF_D, "DraftChainParams size di
 #ifndef DL_GEMM_STAGES_144
 #define DL_GEMM_STAGES_144 2  // (the launcher passes gemm_stages(arch, 144))
 #endif
+#ifndef DL_GEMM_CTAS
+#define DL_GEMM_CTAS 1  // CTAs of the 128-row tile an SM's shared memory holds (the launcher's)
+#endif
 #ifndef DL_GEMM_CTAS_144
 #define DL_GEMM_CTAS_144 1  // CTAs of the 144-row tile an SM's shared memory holds (the launcher's)
 #endif
@@ -147,6 +150,7 @@ constexpr int THREADS = 256;
 constexpr int ROW = BK + 8;               // padded row, bf16 elements (144 B)
 constexpr int ROW_BYTES = ROW * 2;
 constexpr int CHUNKS = BK * 2 / 16;       // 16-byte chunks per tile row (8)
+constexpr int CT_LD = BN + 8;             // the epilogue's fp32 tile: row stride in floats (544 B)
 constexpr int B_STAGE = BN * ROW_BYTES;
 constexpr int B_LOADS = BN * CHUNKS / THREADS;  // 4 per thread
 static_assert(B_LOADS * THREADS == BN * CHUNKS, "loader layout");
@@ -167,6 +171,7 @@ struct Tile {
   static constexpr int A_STAGE = BM * ROW_BYTES;
   static constexpr int A_LOADS = (BM * CHUNKS + THREADS - 1) / THREADS;
   static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE);
+  static_assert(BM * CT_LD * 4 <= SMEM_BYTES, "the epilogue's fp32 tile fits the pipeline's shared memory");
   static_assert(WARPS_M * WARPS_N * 32 == THREADS, "warp layout");
   static_assert(WM % 16 == 0 && NT % 2 == 0, "warp rows are whole m16 tiles, columns whole n16 pairs");
   static_assert(SMEM_BYTES <= DL_SMEM_LIMIT, "GEMM tile exceeds the architecture's shared memory per block");
@@ -273,90 +278,70 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem, unsigned bx) 
   // offset in elements: its chunks of k-tile kt exist while (kt0 + kt) * BK + kch < k.
   const int kch = (tid % CHUNKS) * 8;
 
-  // Per-thread source rows of the tile loaders (fixed over k), in one of two forms.
-  // The 128- and 32-row tiles: a source pointer, a flag and a shared-memory offset per load (main's
-  // loaders since the first GEMM). The 144-row tile (LEAN_LOADS): A's rows as 32-bit row numbers and
-  // B's as one pointer and a stride, so that its five A loads and four B loads fit the 128 registers
-  // of two CTAs an SM with its 72 accumulators (the pointer form took 128 + spills). A thread loads
-  // tile rows r0 + i * ROW_STEP, chunk ch0 (THREADS % CHUNKS == 0), in both forms. (The lean form on
-  // every tile cost the 128- and 32-row tiles 0.5-0.8 µs each on an H100: fifty-fifth session.)
+  // Per-thread source rows of the tile loaders (fixed over k). A thread loads tile rows
+  // r0 + i * ROW_STEP, chunk ch0 (THREADS % CHUNKS == 0), of A and of B, at the same shared-memory
+  // offsets dst0 + i * ROW_STEP * ROW_BYTES of a stage. B's rows are one pointer and a stride, with
+  // a bit per row that exists. A's rows come in one of two forms:
+  // - the 128- and 32-row tiles: a source pointer per load (a_src, the row gathered through a_index
+  //   and clamped), with bits for the loads that have a chunk and whose row exists;
+  // - the 144-row tile (LEAN_LOADS): 32-bit row numbers, so that its five A loads fit the 128
+  //   registers of two CTAs an SM with its 72 accumulators (pointers took 128 + spills). (A's lean
+  //   form on the 128- and 32-row tiles too cost them 0.5-0.8 µs each on an H100: fifty-fifth
+  //   session.) The pointer form's flags as bits and B as a pointer and a stride keep the 128-row
+  //   tile at 128 registers, spill-free, pinned to two CTAs an SM (fifty-eighth session).
   constexpr bool LEAN_LOADS = T::A_STREAM;
   constexpr int ROW_STEP = THREADS / CHUNKS;  // 32 rows between a thread's loads
   const int r0 = tid / CHUNKS, ch0 = tid % CHUNKS;
-  const char* a_src[A_LOADS];  // pointer form
-  int a_ok[A_LOADS];
-  u32 a_dst[A_LOADS];
-  const char* b_src[B_LOADS];
-  int b_ok[B_LOADS];
-  u32 b_dst[B_LOADS];
-  int a_row[A_LOADS];  // lean form: the row of A (gathered through a_index and clamped); -1: past M,
-                       // zero-filled; -2: past the tile, no chunk
-  const char* const a_base = reinterpret_cast<const char*>(p.a) + ch0 * 16 + (i64)kt0 * BK * 2;
   const u32 dst0 = r0 * ROW_BYTES + ch0 * 16;  // (A and B alike: row r0, chunk ch0 of a stage)
   const char* const b_src0 = reinterpret_cast<const char*>(p.b + (i64)(n0 + r0) * p.k) + ch0 * 16 +
                              (i64)kt0 * BK * 2;
   const i64 b_step = (i64)ROW_STEP * p.k * 2;  // bytes
-  u32 b_bits = 0;  // lean form: a bit per B row that exists
-  if constexpr (LEAN_LOADS) {
+  u32 b_bits = 0;  // a bit per B row that exists
 #pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-      const int r = r0 + i * ROW_STEP;
-      const i64 m = m0 + r;
+  for (int i = 0; i < B_LOADS; ++i) b_bits |= (n0 + r0 + i * ROW_STEP < p.n ? 1u : 0u) << i;
+  const char* a_src[A_LOADS];  // pointer form
+  u32 a_has = 0, a_bits = 0;   // pointer form: a bit per load that has a chunk / whose row exists
+  int a_row[A_LOADS];  // lean form: the row of A (gathered through a_index and clamped); -1: past M,
+                       // zero-filled; -2: past the tile, no chunk
+  const char* const a_base = reinterpret_cast<const char*>(p.a) + ch0 * 16 + (i64)kt0 * BK * 2;
+#pragma unroll
+  for (int i = 0; i < A_LOADS; ++i) {
+    const int r = r0 + i * ROW_STEP;
+    const i64 m = m0 + r;
+    if constexpr (LEAN_LOADS) {
       a_row[i] = r >= BM ? -2 : m >= M ? -1 : (int)m;
       if (a_row[i] >= 0 && p.a_index != nullptr) a_row[i] = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) b_bits |= (n0 + r0 + i * ROW_STEP < p.n ? 1u : 0u) << i;
-  } else {
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-      const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
-      const i64 m = m0 + r;
-      a_ok[i] = (c < BM * CHUNKS) ? (m < M ? 1 : 0) : -1;  // -1: this thread has no chunk
+    } else {
+      const bool has = r < BM, ok = has && m < M;
+      a_has |= (has ? 1u : 0u) << i;
+      a_bits |= (ok ? 1u : 0u) << i;
       i64 row = m;
-      if (a_ok[i] == 1 && p.a_index != nullptr) row = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
-      a_src[i] = reinterpret_cast<const char*>(p.a + (a_ok[i] == 1 ? row * p.lda : 0)) + ch * 16 + (i64)kt0 * BK * 2;
-      a_dst[i] = r * ROW_BYTES + ch * 16;
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {
-      const int c = tid + i * THREADS, r = c / CHUNKS, ch = c % CHUNKS;
-      const int nn = n0 + r;
-      b_ok[i] = nn < p.n;
-      b_src[i] = reinterpret_cast<const char*>(p.b + (b_ok[i] ? (i64)nn * p.k : 0)) + ch * 16 + (i64)kt0 * BK * 2;
-      b_dst[i] = r * ROW_BYTES + ch * 16;
+      if (ok && p.a_index != nullptr) row = min(max(p.a_index[m], 0), p.a_rows - 1);  // clamped
+      a_src[i] = a_base + (ok ? row * p.lda * 2 : 0);
     }
   }
   auto load = [&](int kt, int stage) {
     const int koff = kt * BK * 2;  // bytes past the split's first k-tile
     const bool kin = (kt0 + kt) * BK + kch < p.k;  // (false only in a k % 64 == 32 tail)
-    if constexpr (LEAN_LOADS) {
-      // (a chunk not read, past M, past n or in the k tail, is zero-filled from A's or B's first row)
+    // (a chunk not read, past M, past n or in the k tail, is zero-filled from A's or B's first row)
 #pragma unroll
-      for (int i = 0; i < A_LOADS; ++i)
+    for (int i = 0; i < A_LOADS; ++i) {
+      const u32 dst = a_smem + stage * A_STAGE + dst0 + i * ROW_STEP * ROW_BYTES;
+      if constexpr (LEAN_LOADS) {
         if (a_row[i] >= -1) {
           const bool ok = a_row[i] >= 0 && kin;
-          dl::cp_async_16(a_smem + stage * A_STAGE + dst0 + i * ROW_STEP * ROW_BYTES,
-                          ok ? a_base + (i64)a_row[i] * p.lda * 2 + koff : a_base, ok ? 16 : 0);
+          dl::cp_async_16(dst, ok ? a_base + (i64)a_row[i] * p.lda * 2 + koff : a_base, ok ? 16 : 0);
         }
-#pragma unroll
-      for (int i = 0; i < B_LOADS; ++i) {
-        const bool ok = ((b_bits >> i) & 1u) && kin;
-        dl::cp_async_16(b_smem + stage * B_STAGE + dst0 + i * ROW_STEP * ROW_BYTES,
-                        ok ? b_src0 + i * b_step + koff : reinterpret_cast<const char*>(p.b), ok ? 16 : 0);
+      } else if ((a_has >> i) & 1u) {
+        const bool ok = ((a_bits >> i) & 1u) && kin;
+        dl::cp_async_16(dst, a_src[i] + (ok ? koff : 0), ok ? 16 : 0);
       }
-    } else {
+    }
 #pragma unroll
-      for (int i = 0; i < A_LOADS; ++i)
-        if (a_ok[i] >= 0) {
-          const bool ok = a_ok[i] == 1 && kin;
-          dl::cp_async_16(a_smem + stage * A_STAGE + a_dst[i], a_src[i] + (ok ? koff : 0), ok ? 16 : 0);
-        }
-#pragma unroll
-      for (int i = 0; i < B_LOADS; ++i) {
-        const bool ok = b_ok[i] && kin;
-        dl::cp_async_16(b_smem + stage * B_STAGE + b_dst[i], b_src[i] + (ok ? koff : 0), ok ? 16 : 0);
-      }
+    for (int i = 0; i < B_LOADS; ++i) {
+      const bool ok = ((b_bits >> i) & 1u) && kin;
+      dl::cp_async_16(b_smem + stage * B_STAGE + dst0 + i * ROW_STEP * ROW_BYTES,
+                      ok ? b_src0 + i * b_step + koff : reinterpret_cast<const char*>(p.b), ok ? 16 : 0);
     }
   };
 
@@ -420,12 +405,20 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem, unsigned bx) 
     }
   }
   dl::cp_async_wait<0>();
+  __syncthreads();  // every warp's last reads of the pipeline's shared memory, before the tile reuses it
 
-  // Epilogue: pairs of columns (n % 8 == 0, so a pair never straddles n). With split-K the raw
-  // fp32 sums go to the workspace and mla_gemm_reduce finishes them.
-  // Without split-K every pair is scaled and noised first, in a pass without branches (rows past M
-  // and columns past n get values that are never stored), so that the compiler interleaves the
-  // pairs' hash, logarithm and sincos; the store loop then adds the residual and stores.
+  // Epilogue, through shared memory: every pair is scaled and noised in registers first (without
+  // split-K), in a pass without branches (rows past M and columns past n get values that are never
+  // stored), so that the compiler interleaves the pairs' hash, logarithm and sincos; the warps then
+  // write their fp32 fragments into the pipeline's shared memory as one BM x 128 tile (rows CT_LD
+  // floats apart: a half-warp's float2 stores hit 32 distinct banks), and each warp stores whole
+  // rows of it: a lane's four adjacent columns, 512 contiguous bytes of fp32 (256 of bf16) a warp
+  // instruction, the row's bound, scatter slot and residual checked once per row by the whole warp.
+  // (The store loop straight from the fragments ran ~45 instructions and four branches per column
+  // pair of 8 bytes: a third of the LM head's warp samples, fifty-seventh session. Through shared
+  // memory, with the lean loaders above: a fifth, and the DDTree decode step ~16 µs faster on an
+  // H100, fifty-eighth session.) With split-K the raw fp32 sums go to the workspace the same way and
+  // mla_gemm_reduce finishes them.
   if (p.k_splits == 1) {
     const i64 row0 = m0 + wm * WM + (lane >> 2);
     const int col0 = n0 + wn * WN + 2 * (lane & 3);
@@ -434,29 +427,50 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem, unsigned bx) 
     else
       dlx::scale_tile<false>(p, acc, 0ull, row0, col0);
   }
+  float* const ct = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int i = 0; i < MT; ++i) {
+  for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const i64 m = m0 + wm * WM + i * 16 + (lane >> 2) + half * 8;
-      if (m >= M) continue;
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int col = n0 + wn * WN + j * 8 + 2 * (lane & 3);
-        if (col >= p.n) continue;
-        const float v0 = acc[i][j][half * 2 + 0], v1 = acc[i][j][half * 2 + 1];
-        if (p.k_splits > 1) {
-          float* w = p.partial + ((i64)blockIdx.z * p.m_max + m) * p.n + col;
-          *reinterpret_cast<float2*>(w) = make_float2(v0, v1);
-        } else {
-          dlx::store_pair(p, m, col, v0, v1);
-        }
-      }
+      for (int j = 0; j < NT; ++j)
+        *reinterpret_cast<float2*>(ct + (wm * WM + i * 16 + (lane >> 2) + half * 8) * CT_LD + wn * WN + j * 8 +
+                                   2 * (lane & 3)) = make_float2(acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
+  __syncthreads();
+  const int col = n0 + lane * 4;  // this lane's four columns of every row (n % 8 == 0: all or none exist)
+  const bool split = p.k_splits > 1, f32 = split || p.out_f32 != 0;
+  for (int r = warp; r < BM; r += THREADS / 32) {
+    const i64 m = m0 + r;
+    if (m >= M) break;  // (rows ascend)
+    i64 crow = m;
+    if (!split) {
+      if (p.c_index != nullptr) crow = p.c_index[m];
+      // a row without a slot (an exhausted pool hands out -1), or past C's rows (bad metadata
+      // inside a captured graph, where no host check runs)
+      if (crow < 0 || crow >= p.c_rows) continue;
     }
+    if (col >= p.n) continue;
+    float4 v = *reinterpret_cast<const float4*>(ct + r * CT_LD + lane * 4);
+    if (split) {
+      *reinterpret_cast<float4*>(p.partial + ((i64)blockIdx.z * p.m_max + m) * p.n + col) = v;
+      continue;
+    }
+    if (p.residual != nullptr) {
+      const uint2 rr = *reinterpret_cast<const uint2*>(p.residual + m * p.ldr + col);
+      v.x += __uint_as_float(rr.x << 16);
+      v.y += __uint_as_float(rr.x & 0xFFFF0000u);
+      v.z += __uint_as_float(rr.y << 16);
+      v.w += __uint_as_float(rr.y & 0xFFFF0000u);
+    }
+    if (f32)
+      *reinterpret_cast<float4*>(static_cast<float*>(p.c) + crow * p.ldc + col) = v;
+    else
+      *reinterpret_cast<uint2*>(static_cast<bf16*>(p.c) + crow * p.ldc + col) =
+          make_uint2(dl::pack_bf16x2(v.x, v.y), dl::pack_bf16x2(v.z, v.w));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(gm::THREADS)
+extern "C" __global__ void __launch_bounds__(gm::THREADS, DL_GEMM_CTAS)
 mla_gemm(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_tile<128, DL_GEMM_STAGES>(p, smem, blockIdx.x);

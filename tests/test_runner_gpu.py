@@ -110,12 +110,13 @@ def test_gemm_matches_numpy(dev, s, small_model, m, n, k, tile, out, splits):
     tol = 1e-4 if out == "float32" else 1e-2
     assert np.isfinite(got).all()
     assert np.abs(got - want).max() <= tol * (np.abs(want).max() + 1)
-    if out == "bf16":  # with a residual
-        Rr = upload(dev, res, "bf16")
-        small_model.gemm(A, Bw, C, m_max=m, residual=Rr, **kw).launch(s)
-        got = bf16_bits_to_f32(C.to_numpy(s))
-        want = 2 * want + bf16_bits_to_f32(res)
-        assert np.abs(got - want).max() <= 1e-2 * (np.abs(want).max() + 1)
+    # with a residual (out_scale 1)
+    Rr = upload(dev, res, "bf16")
+    small_model.gemm(A, Bw, C, m_max=m, residual=Rr, **kw).launch(s)
+    got = C.to_numpy(s)
+    got = got if out == "float32" else bf16_bits_to_f32(got)
+    want = 2 * want + bf16_bits_to_f32(res)
+    assert np.abs(got - want).max() <= tol * (np.abs(want).max() + 1)
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3])

@@ -189,8 +189,9 @@ def gemm_ctas_per_sm(arch, bm: int = _GEMM_BM, registers: int | None = None) -> 
     (1 KB reserved a CTA) at its :func:`gemm_stages` -- 2 on sm_80 / sm_90 / sm_100, 1 on the 100 KB
     parts (sm_86 / 89 / 120), for the 128- and the 144-row tile alike -- and, given the kernel's
     ``registers`` per thread (its cubin's resources), by the 65,536-register file too (allocated in
-    units of 8 registers a thread): 128 registers leave two CTAs, 129 .. 255 one (NVRTC 13.0 gives
-    ``mla_gemm`` 134 on sm_80).
+    units of 8 registers a thread): 128 registers leave two CTAs, 129 .. 255 one (NVRTC 13.0 gave
+    ``mla_gemm`` 134 on sm_80 before its loaders were slimmed and it was pinned to 128 where two
+    fit, and ``mla_gemm_pair``, not pinned, can still exceed 128).
 
     Raises
     ------
@@ -265,9 +266,9 @@ class _Launches:
 
 def compile_defines(arch) -> dict:
     """NVRTC defines of ``cu/mla_model.cu`` for ``arch``: params layouts, the GEMM pipeline depths and
-    how many 144-row CTAs an SM holds (its register cap)."""
+    how many 128- and 144-row CTAs an SM holds (their register caps)."""
     d = {"DL_GEMM_STAGES": gemm_stages(arch), "DL_GEMM_STAGES_144": gemm_stages(arch, _GEMM_BM_WIDE),
-         "DL_GEMM_CTAS_144": gemm_ctas_per_sm(arch, _GEMM_BM_WIDE)}
+         "DL_GEMM_CTAS": gemm_ctas_per_sm(arch), "DL_GEMM_CTAS_144": gemm_ctas_per_sm(arch, _GEMM_BM_WIDE)}
     for prefix, cls in _STRUCTS:
         for name, *_ in cls._fields_:
             d[f"DL_OFF_{prefix}_{name}"] = getattr(cls, name).offset
