@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gemm-noise-mufu.patch's A/B (fifty-eighth session), one device call from the repository root, $OUT
-# set, .kcache carried (~3-4 minutes): its GEMM / drafter GPU tests (the noise against the float64
+# set, .kcache carried (~3-4 minutes; ROUNDS=1 STEP_ARGS="--steps 200 --max-new-tokens 128" for ~2): its GEMM / drafter GPU tests (the noise against the float64
 # reference), the drafter GEMM with and without noise on main and on the patch
 # (gemm_noise_probe.py, interleaved twice), then step_ab.sh gemm-noise-mufu.
 set -u
@@ -13,7 +13,7 @@ patched_tree gemm-noise-mufu /tmp/nm
 echo "== GEMM and drafter GPU tests, gemm-noise-mufu tree"
 (cd /tmp/nm && PYTHONPATH=/tmp/nm timeout 150 python -m pytest -q -x -m gpu tests/test_runner_gpu.py \
    -k "gemm or drafter or successor" -p no:cacheprovider 2>&1 | tail -n 3)
-for i in 1 2; do for t in main nm; do
+for i in $(seq 1 ${ROUNDS:-2}); do for t in main nm; do
   d=$R; [ $t != main ] && d=/tmp/$t
   echo "== gemm_noise_probe: $t ($i)"
   (cd $d && PYTHONPATH=$d timeout 60 python research/probes/gemm_noise_probe.py --repeat 5 2>&1 | grep -E '^(gemm|lm head)')
