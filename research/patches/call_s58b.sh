@@ -19,4 +19,4 @@ for i in $(seq 1 ${ROUNDS:-2}); do for t in main nm; do
   (cd $d && PYTHONPATH=$d timeout 60 python research/probes/gemm_noise_probe.py --repeat 5 2>&1 | grep -E '^(gemm|lm head)')
 done; done
 echo "== step A/B"
-timeout 200 bash research/patches/step_ab.sh gemm-noise-mufu ${STEP_ARGS:-} 2>&1 | tail -n 30
+timeout 200 bash research/patches/step_ab.sh gemm-noise-mufu ${STEP_ARGS:-} 2>&1 | tee $OUT/step_ab.txt | tail -n 30
