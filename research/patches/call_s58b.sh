@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gemm-noise-mufu.patch's A/B (fifty-eighth session), one device call from the repository root, $OUT
-# set, .kcache carried (~3-4 minutes; ROUNDS=1 STEP_ARGS="--steps 200 --max-new-tokens 128" for ~2): its GEMM / drafter GPU tests (the noise against the float64
+# gemm-noise-mufu.patch's A/B (fifty-eighth session), and o-m144.patch's decode step, one device call from the repository root, $OUT
+# set, .kcache carried (~5 minutes; ROUNDS=1 STEP_ARGS="--steps 200 --max-new-tokens 128" for ~2): its GEMM / drafter GPU tests (the noise against the float64
 # reference), the drafter GEMM with and without noise on main and on the patch
 # (gemm_noise_probe.py, interleaved twice), then step_ab.sh gemm-noise-mufu.
 set -u
@@ -18,5 +18,9 @@ for i in $(seq 1 ${ROUNDS:-2}); do for t in main nm; do
   echo "== gemm_noise_probe: $t ($i)"
   (cd $d && PYTHONPATH=$d timeout 60 python research/probes/gemm_noise_probe.py --repeat 5 2>&1 | grep -E '^(gemm|lm head)')
 done; done
-echo "== step A/B"
-timeout 200 bash research/patches/step_ab.sh gemm-noise-mufu ${STEP_ARGS:-} 2>&1 | tee $OUT/step_ab.txt | tail -n 30
+# then each patch's decode-step A/B (STEPS, default both; o-m144.patch: the output projection's
+# 136 rows as one 144-row tile split 18 ways, not two 128-row tiles split 15)
+for v in ${STEPS-gemm-noise-mufu o-m144}; do
+  echo "== step A/B: $v"
+  timeout 200 bash research/patches/step_ab.sh $v ${STEP_ARGS:-} 2>&1 | tee $OUT/step_ab-$v.txt | tail -n 30
+done
