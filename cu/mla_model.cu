@@ -13,8 +13,9 @@
 //   the device: qo_indptr[bs]). Optional epilogue noise: noise_std * z(seed, *counter, m, col)
 //   with z a counter-based standard normal (the drafter's noise): one hash, one logarithm and one
 //   sincos per column pair (col, col + 1), col even (Box-Muller's two outputs). The epilogue
-//   scales and noises the whole accumulator tile first (no branches: the pairs interleave), then
-//   adds the residual and stores the rows < M and columns < n.
+//   scales and noises the whole accumulator tile first (no branches: the pairs interleave), stages
+//   it as fp32 in the pipeline's shared memory, then each warp adds the residual to whole rows and
+//   stores the rows < M and columns < n (a row's bound and scatter slot checked once).
 //   Grid (ceil(n / 128), ceil(m_max / BM), k_splits); Block 256 (8 warps, 2 x 4, warp tile
 //   BM/2 x 32; mla_gemm_m144: 1 x 8, warp tile 144 x 16). mma.sync m16n8k16 bf16 -> fp32,
 //   ldmatrix, cp.async STAGES-deep (BK = 64: each k-step reads 128 B of every row, a whole L2
@@ -498,9 +499,10 @@ mla_gemm_m144(const __grid_constant__ GemmParams p) {
 // epilogue; the row tile and the pipeline are shared (grid.y covers the larger m_max, and each
 // GEMM's row tiles past its own M exit at once). The target forward's q and kv projections read the
 // same rows: 41 + 5 column tiles in one wave, where two launches ran one after the other. (Two
-// inlined copies of the tile, so that each keeps the single tile's main loop; NVRTC 13.0 gives the
-// 128-row pair 134 registers on sm_90, one CTA an SM, which a pair of at most a wave does not need.
-// The pair as one indexed param array took 128 but read every param per thread, non-uniformly.)
+// inlined copies of the tile, so that each keeps the single tile's main loop; not pinned: NVRTC 13.0
+// gave the 128-row pair 134 registers on sm_90 before the lean loaders, 128 since, and a pair of at
+// most a wave does not need two CTAs an SM. The pair as one indexed param array took 128 but read
+// every param per thread, non-uniformly.)
 template <int BM>
 DL_DEVICE void gemm_pair(const GemmParams& p0, const GemmParams& p1, unsigned char* smem) {
   const unsigned tiles0 = (p0.n + gm::BN - 1) / gm::BN;  // (n > 0)

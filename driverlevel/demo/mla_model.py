@@ -544,8 +544,9 @@ class MLAModel:
         grid = (math.ceil(g0.p.n / _GEMM_BN) + math.ceil(g1.p.n / _GEMM_BN),
                 math.ceil(max(g0.p.m_max, g1.p.m_max) / g0.bm), 1)
         # one launch only where both share a pair kernel's tile unsplit and its CTAs fit one wave (the
-        # pair may hold fewer CTAs an SM than the single tile: NVRTC 13.0 gives it 134 registers on
-        # sm_90, one CTA an SM; past a wave, two launches of the single tile are the better schedule)
+        # pair, not pinned, may hold fewer CTAs an SM than the single tile: NVRTC 13.0 gave it 134
+        # registers on sm_90, one CTA an SM, before the lean loaders; past a wave, two launches of the
+        # single tile are the better schedule)
         fits = (g0.bm == g1.bm and g0.bm in self._k_pair and g0.splits == 1 and g1.splits == 1
                 and grid[0] * grid[1] <= self.device.sm_count * self._pair_ctas[g0.bm])
         if not fits:  # (the setups are validated: packed as gemm() packs them)
