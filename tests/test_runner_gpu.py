@@ -293,6 +293,9 @@ def test_gemm_validation_names_the_argument(dev, small_model):
     C = dev_array(dev, (8, 8), "float32")
     with pytest.raises(ValueError, match="k % 32"):
         small_model.gemm(A, B, C, m_max=8)
+    big = 2**25  # (the B loader's step of 32 rows, 32 * k * 2 bytes, is a 32-bit int)
+    with pytest.raises(ValueError, match="mla_gemm needs k < 33,554,432, got 33,554,432"):
+        small_model.gemm(dev_array(dev, (1, big), "bf16"), dev_array(dev, (8, big), "bf16"), C, m_max=1)
     with pytest.raises(TypeError, match="a must have dtype bfloat16"):
         small_model.gemm(dev_array(dev, (8, 64), "float32"), B, C, m_max=8)
     with pytest.raises(ValueError, match="fewer than m_max"):

@@ -76,6 +76,7 @@ _GEMM_BM_WIDE = 144  # mla_gemm_m144: 129 .. 144 rows in one row tile
 _GEMM_BN = 128
 _GEMM_BK = 64
 _GEMM_K_ALIGN = 32  # k % 32 == 0; a k % 64 == 32 tail is zero-filled in the last k-tile
+_GEMM_K_LIMIT = 2**25  # k < 2**25: the B loader's 32-row step (32 * k * 2 bytes) fits a 32-bit int
 _GEMM_THREADS = 256
 
 
@@ -484,7 +485,7 @@ class MLAModel:
         TypeError, ValueError
             Wrong dtypes, shapes or alignment, naming the argument; a ``row_tile`` that is not an
             int (TypeError) or not 32, 128 or 144 (ValueError); a ``k_splits`` that is not a positive
-            int.
+            int; ``k`` of 2**25 or more.
         """
         g = self._gemm_setup(a, b, c, m_max=m_max, a_index=a_index, c_index=c_index, residual=residual,
                              num_rows=num_rows, out_scale=out_scale, noise_counter=noise_counter,
@@ -575,6 +576,8 @@ class MLAModel:
             raise ValueError(f"c must have {n} columns, got {c.shape}")
         if k % _GEMM_K_ALIGN or n % 8:
             raise ValueError(f"mla_gemm needs k % {_GEMM_K_ALIGN} == 0 and n % 8 == 0, got k={k}, n={n}")
+        if k >= _GEMM_K_LIMIT:  # (the kernel's B loader steps 32 rows of k bf16 in a 32-bit int)
+            raise ValueError(f"mla_gemm needs k < {_GEMM_K_LIMIT:,}, got {k:,}")
         m_max = positive_int("m_max", m_max)  # (8.7 or True refused, not truncated)
         if not 0 < a.shape[0] < 2**31:
             raise ValueError(f"a must have 1 to 2**31 - 1 rows, got {a.shape[0]:,}")
