@@ -17,6 +17,8 @@
 //   order keys do). The warp's (key, ~id) composite is folded into part[r] with a 64-bit
 //   atomicMax (part must hold 0 before the launch: its consumer clears it); with index set
 //   (only with splits == 1: the warp holds the whole row) index[r] = argmax_token(composite).
+//   Starts with dl::pdl_enter (common.cuh): argmax_rows_launch makes it a programmatic launch on
+//   sm_90+.
 #include "common.cuh"
 #include "logit_keys.cuh"
 
@@ -114,8 +116,10 @@ DL_DEVICE void argmax_rows(const ArgmaxParams& p) {
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) argmax_rows_f32(const __grid_constant__ ArgmaxParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   argmax_rows<float>(p);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 1) argmax_rows_bf16(const __grid_constant__ ArgmaxParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   argmax_rows<bf16>(p);
 }

@@ -100,7 +100,9 @@
 // may be launched programmatically. The sample, stream and chunk kernels let their successor
 // start at once; each programmatic kernel runs pdl_wait() in every CTA before it reads or writes
 // anything an earlier kernel of the build touches: the stream kernel after issuing its first
-// tiles, ddtree_build after reading its root token.
+// tiles, ddtree_build after reading its root token. ddtree_compile, ddtree_accept and ddtree_commit
+// start with dl::pdl_enter (the wait before anything else, then their successor may start), and the
+// plan launches them programmatically too with pdl: after any kernel, whoever wrote it.
 //
 // Layout: this one translation unit includes the stages' headers in cu/ddtree/ (params.cuh:
 // constants and the stages' params structs; keys.cuh: order keys, the exact select and its bound; topk.cuh, search.cuh,
@@ -181,14 +183,17 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   ddt::build_tree(p, sm, dyn);  // (the one call: the warmer must run the very instructions of the search)
 }
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_compile(const __grid_constant__ CompileParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   __shared__ ddt::CompileSmem sm;
   ddt::compile_step(p, sm);
 }
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_accept(const __grid_constant__ AcceptParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   __shared__ ddt::AcceptSmem sm;
   ddt::accept_step(p, sm);
 }
 extern "C" __global__ void __launch_bounds__(ddt::SMALL_THREADS, 1) ddtree_commit(const __grid_constant__ CommitParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   __shared__ ddt::CommitSmem sm;
   ddt::commit_step(p, sm);
 }

@@ -43,6 +43,9 @@
 //   (t, successor[t], successor[successor[t]], ...), tabulated once by the drafter: one load per
 //   guess instead of depth - 1 dependent ones. Block 0 thread 0 also increments *step_counter (the
 //   drafter's noise counter). Grid ceil(bs * depth / 256); Block 256. Out-of-range roots are clamped.
+//
+// Every kernel but draft_chain (a drafter's first launch) starts with dl::pdl_enter (common.cuh):
+// MLAModel launches them programmatically on sm_90+.
 #include "common.cuh"
 
 struct GemmParams {
@@ -478,6 +481,7 @@ DL_DEVICE void gemm_tile(const GemmParams& p, unsigned char* smem, unsigned bx) 
 
 extern "C" __global__ void __launch_bounds__(gm::THREADS, DL_GEMM_CTAS)
 mla_gemm(const __grid_constant__ GemmParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_tile<128, DL_GEMM_STAGES>(p, smem, blockIdx.x);
 }
@@ -485,6 +489,7 @@ mla_gemm(const __grid_constant__ GemmParams p) {
 // The same with 32-row tiles, for few rows (a decode step of one token per request).
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm_m32(const __grid_constant__ GemmParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_tile<32, DL_GEMM_STAGES>(p, smem, blockIdx.x);
 }
@@ -495,6 +500,7 @@ mla_gemm_m32(const __grid_constant__ GemmParams p) {
 // memory holds two (sm_80 / sm_90 / sm_100), not on the 100 KB parts, where one CTA fits anyway.
 extern "C" __global__ void __launch_bounds__(gm::THREADS, DL_GEMM_CTAS_144)
 mla_gemm_m144(const __grid_constant__ GemmParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_tile<144, DL_GEMM_STAGES_144>(p, smem, blockIdx.x);
 }
@@ -518,12 +524,14 @@ DL_DEVICE void gemm_pair(const GemmParams& p0, const GemmParams& p1, unsigned ch
 
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm_pair(const __grid_constant__ GemmParams p0, const __grid_constant__ GemmParams p1) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_pair<128>(p0, p1, smem);
 }
 
 extern "C" __global__ void __launch_bounds__(gm::THREADS)
 mla_gemm_pair_m32(const __grid_constant__ GemmParams p0, const __grid_constant__ GemmParams p1) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ __align__(128) unsigned char smem[];
   gemm_pair<32>(p0, p1, smem);
 }
@@ -532,6 +540,7 @@ mla_gemm_pair_m32(const __grid_constant__ GemmParams p0, const __grid_constant__
 // Grid (m_max, ceil(n / 512)); Block 256 (two columns per thread). Early exit: m >= M.
 extern "C" __global__ void __launch_bounds__(256)
 mla_gemm_reduce(const __grid_constant__ GemmParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   i64 M = p.m_max;
   if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
   const i64 m = blockIdx.x;
@@ -552,6 +561,7 @@ mla_gemm_reduce(const __grid_constant__ GemmParams p) {
 
 extern "C" __global__ void __launch_bounds__(128)
 mla_embed(const __grid_constant__ EmbedParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   i64 M = p.m_max;
   if (p.m_ptr != nullptr) M = min(M, *p.m_ptr);
   const i64 m = blockIdx.x;

@@ -42,6 +42,9 @@
 // free slots, active requests] and one record per request [accepted_count, num_emitted,
 // bonus, finished, emitted tokens (record_width - RECORD_HEADER, -1 padded)]. The host reads an entry
 // after the step's event; nothing is copied and nothing synchronizes inside the step.
+//
+// ar_commit, limit_records and publish_records start with dl::pdl_enter (common.cuh) and are
+// launched programmatically on sm_90+; ar_prepare, a step's first kernel, is an ordinary launch.
 
 // From the launcher (driverlevel/runner.py compile_defines): the StepParams layout and the device error
 // word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
@@ -247,6 +250,7 @@ DL_DEVICE void publish(const StepParams& p, const i32* rec, int nact) {
 
 extern "C" __global__ void __launch_bounds__(1024)
 ar_commit(const __grid_constant__ StepParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ i32 rec[];  // [bs * record_width]
   __shared__ int s_nact;
   const int b = threadIdx.x;
@@ -310,6 +314,7 @@ ar_commit(const __grid_constant__ StepParams p) {
 
 extern "C" __global__ void __launch_bounds__(1024)
 limit_records(const __grid_constant__ StepParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   const int b = threadIdx.x;
   if (b >= p.bs) return;
   const int w = p.record_width;
@@ -338,6 +343,7 @@ limit_records(const __grid_constant__ StepParams p) {
 
 extern "C" __global__ void __launch_bounds__(1024)
 publish_records(const __grid_constant__ StepParams p) {
+  dl::pdl_enter();  // (common.cuh: before anything else, so a programmatic launch of it is safe)
   extern __shared__ i32 rec[];  // [bs * record_width]
   const int w = p.record_width;
   for (int i = threadIdx.x; i < p.bs * w; i += blockDim.x) rec[i] = p.records[i];

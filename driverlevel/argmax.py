@@ -41,7 +41,7 @@ from ._checks import bool_arg, device_array_arg, need_dtype, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
-from ._module import Module, PreparedLaunch, load_module, struct_layout_defines
+from ._module import Module, PreparedLaunch, load_module, programmatic_supported, struct_layout_defines
 
 __all__ = ["SOURCE", "KERNELS", "THREADS", "MAX_ROW_LEN", "argmax_rows_launch", "argmax_layout", "decode_part", "compile_defines",
            "dynamic_shared_bytes", "compile_variants", "load"]
@@ -173,7 +173,7 @@ def _is_bf16(a) -> bool:
 
 
 def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows=None,
-                       module: Module | None = None) -> PreparedLaunch:
+                       module: Module | None = None, programmatic: bool | None = None) -> PreparedLaunch:
     """A prepared ``argmax_rows_{f32,bf16}`` launch over the rows of ``x`` (capture-safe to launch).
 
     Parameters
@@ -196,6 +196,12 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
         ``qo_indptr[bs:]``); default ``m_max``.
     module : Module, optional
         ``cu/argmax.cu`` already loaded on ``device`` (default: :func:`load` it).
+    programmatic : bool, optional
+        A programmatic dependent launch (:meth:`~driverlevel.runtime.Kernel.prepare`): the
+        kernels wait at their entry before anything else (``dl::pdl_enter``), so its launch may
+        overlap the tail of any kernel before it. None (default): where the module's code is
+        sm_90 or newer; True below sm_90 raises ``ValueError``, anything but None, True or
+        False ``TypeError``.
 
     Returns
     -------
@@ -211,6 +217,8 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
     """
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)
+    if programmatic is not None:
+        programmatic = bool_arg("programmatic", programmatic)
     x = device_array_arg("x", x, device)
     bf16 = _is_bf16(x)
     if not bf16:
@@ -247,6 +255,9 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
     p.m_max, p.ld, p.n = m_max, n, n
     p.vec = int(x.ptr % 16 == 0 and n % vec == 0)
     p.splits, p.split_len = splits, split_len
-    ln = module.kernel(KERNELS["bfloat16" if bf16 else "float32"]).prepare((grid, 1, 1), THREADS, [p])
+    kern = module.kernel(KERNELS["bfloat16" if bf16 else "float32"])
+    if programmatic is None:
+        programmatic = programmatic_supported(kern.module.cubin.arch)
+    ln = kern.prepare((grid, 1, 1), THREADS, [p], programmatic=programmatic)
     ln.keep(x, part, index, num_rows)
     return ln

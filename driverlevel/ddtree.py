@@ -418,7 +418,7 @@ class DDTreePlan:
     arch : str, optional
         Compile for this architecture instead of the device's.
     pdl : bool, optional
-        Programmatic dependent launch of :meth:`build`'s kernels (CUDA Programming Guide,
+        Programmatic dependent launch of the stages' kernels (CUDA Programming Guide,
         "Programmatic Dependent Launch and Synchronization"). None (default): on where the
         plan's architecture is sm_90 or newer; False: off; True: on (``ValueError`` below
         sm_90). On, every launch of the build but its first (threshold: the stream kernel and
@@ -429,7 +429,12 @@ class DDTreePlan:
         what that kernel writes, instead of paying a full launch gap (on the H200 it saves
         1.3-5.3 µs of a threshold build, BENCHMARKS.md 2026-12-01, fifth session). The first
         launch stays ordinary, so the build starts after whatever came before it on the
-        stream, and it ends only when all of its kernels have. The results do
+        stream, and it ends only when all of its kernels have. :meth:`compile`, :meth:`accept`
+        (and its row argmax) and :meth:`commit` (paged) are programmatic launches too: each
+        kernel waits at its entry, before it reads or writes anything (``dl::pdl_enter``,
+        ``cu/common.cuh``), so only its launch and its CTAs' start overlap the kernel before it,
+        whatever that kernel is (the decode step of the demo, with the model's and the runner's
+        kernels so too: -5.7 µs on an H100, fifty-ninth session). The results do
         not depend on it: ``tests/test_ddtree_gpu.py`` compares builds with it on and off
         bitwise, eager and replayed from a graph (stream capture records the dependencies as
         programmatic edges).
@@ -485,8 +490,9 @@ class DDTreePlan:
         the build use the heap for every request; for tests.
         Set it before the first launch of a stage (launches are packed once).
     pdl : bool
-        Whether :meth:`build` launches its kernels after the first programmatically (the
-        ``pdl`` parameter resolved for the plan's architecture; fixed at construction).
+        Whether :meth:`build` launches its kernels after the first programmatically, and
+        :meth:`compile`, :meth:`accept` and :meth:`commit` theirs (the ``pdl`` parameter
+        resolved for the plan's architecture; fixed at construction).
 
     Raises
     ------
@@ -860,7 +866,8 @@ class DDTreePlan:
 
         def make():
             p = self._params(state)
-            ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [_pack(_CompileParams, p)])
+            ln = self._k_compile.prepare((self.max_batch, self.compile_ctas, 1), _SMALL_THREADS, [_pack(_CompileParams, p)],
+                                          programmatic=self.pdl)
             ln.keep(state)
             return [ln]
 
@@ -923,8 +930,8 @@ class DDTreePlan:
             if tl is not None:  # argmax.cu's composites per row, which accept reads and clears
                 out.append(_argmax.argmax_rows_launch(self.device, tl, m_max=self.max_rows, part=self.argmax_part,
                                                       num_rows=self.qo_indptr[self.max_batch:],
-                                                      module=self._argmax_module))
-            out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [_pack(_AcceptParams, p)]))
+                                                      module=self._argmax_module, programmatic=self.pdl))
+            out.append(self._k_accept.prepare(self.max_batch, _SMALL_THREADS, [_pack(_AcceptParams, p)], programmatic=self.pdl))
             for ln in out:
                 ln.keep(tl, tt, mirror, state)
             return out
@@ -946,7 +953,8 @@ class DDTreePlan:
         self._check_state(state, writes=("seq_lens", "req_to_token", "free_slots", "free_count"))
 
         def make():
-            ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [_pack(_CommitParams, self._params(state))])
+            ln = self._k_commit.prepare(self.max_batch, _SMALL_THREADS, [_pack(_CommitParams, self._params(state))],
+                                         programmatic=self.pdl)
             ln.keep(state)
             return [ln]
 

@@ -73,7 +73,7 @@ from ._device_error import DeviceErrorWord, error_defines
 from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module
+from ._module import load_module, programmatic_supported
 from .argmax import argmax_rows_launch
 from .argmax import load as _load_argmax
 from .ddtree import DDTreePlan, check_merge_capacity
@@ -974,7 +974,10 @@ class _RunnerBase:
 
     def _prepare_record_kernel(self, kname: str, params: _StepParams):
         threads = max(32, -(-self.max_batch // 32) * 32)
-        ln = self._module.kernel(kname).prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4)
+        kern = self._module.kernel(kname)
+        # (programmatic on sm_90+: the record kernels start with dl::pdl_enter, cu/runner.cu)
+        ln = kern.prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4,
+                          programmatic=programmatic_supported(kern.module.cubin.arch))
         ln.keep(self)
         return ln
 

@@ -299,7 +299,9 @@ def test_ddtree_kernels_wait_before_reading_their_predecessors():
     (stream, build) wait; the stream kernel issues its first tiles (cp.async) before its wait
     and reads the sample's flag after it; the sample, stream and chunk kernels (the first two
     threshold's, the last chunked's first kernel: ordinary launches without a wait) let their
-    successor start; compile, accept and commit (ordinary launches) use neither."""
+    successor start; compile, accept and commit (programmatic with pdl) wait first, then let their
+    successor start (tests/test_pdl_entry.py checks that nothing comes before the wait);
+    commit_dense (an ordinary launch) uses neither."""
     ptx = ptx_entries(ptx_of((dl._compile.kernel_source_dir() / ddtree.SOURCE).read_text(), ddtree.SOURCE, "sm_90",
                         ddtree.compile_defines("sm_90")))
     for sfx in ("f32", "bf16"):
@@ -312,8 +314,10 @@ def test_ddtree_kernels_wait_before_reading_their_predecessors():
         assert "griddepcontrol.launch_dependents;" in ptx[f"ddtree_topk_sample_{sfx}"]
         assert "griddepcontrol.wait;" not in ptx[f"ddtree_topk_sample_{sfx}"]  # the build's first: ordinary
     assert "griddepcontrol.wait;" in ptx["ddtree_build"]
-    for name in ("ddtree_compile", "ddtree_accept", "ddtree_commit", "ddtree_commit_dense"):
-        assert "griddepcontrol" not in ptx[name], name
+    for name in ("ddtree_compile", "ddtree_accept", "ddtree_commit"):
+        e = ptx[name]
+        assert 0 <= e.find("griddepcontrol.wait;") < e.find("griddepcontrol.launch_dependents;"), name
+    assert "griddepcontrol" not in ptx["ddtree_commit_dense"]
 
 
 def test_pdl_option_resolves_per_arch():

@@ -124,6 +124,7 @@ def _ddtree_plan():
     plan.device, plan.max_batch, plan.max_context = DEV, B, C
     plan.depth_limit, plan.vocab, plan.logits_dtype = D, V, np.dtype(np.float32)
     plan.max_rows, plan.record_width = 64, 12
+    plan.pdl = False  # (the stand-in device's code is not sm_90's)
     plan._cache = {}  # the packed launches: still empty after a refused call
     return plan
 

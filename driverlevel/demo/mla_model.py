@@ -48,7 +48,7 @@ from .._compile import CompileVariant, compile_file, normalize_arch, shared_limi
 from .._device import _check_device_arg
 from .._dtypes import bfloat16
 from .._memory import DeviceBuffer, WorkspacePool, format_bytes
-from .._module import load_module
+from .._module import load_module, programmatic_supported
 from ..argmax import argmax_rows_launch as _argmax_rows_launch
 from ..argmax import load as _load_argmax
 from ._mla_weights import QK_DIM, V_DIM, MLAModelConfig, MLAWeights, make_weights
@@ -381,6 +381,10 @@ class MLAModel:
         self.weights = weights if weights is not None else make_weights(self.config)
         self.arch = normalize_arch(arch or self.device.arch)
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
+        # Every kernel of cu/mla_model.cu starts with dl::pdl_enter (its wait before anything else),
+        # so each launch is programmatic where the architecture has it (sm_90+): its launch and its
+        # CTAs' start overlap the tail of the kernel before it on the stream, whatever that is.
+        self._pdl = programmatic_supported(self.arch)
         self._module = load_module(self.device, self.cubin)
         self._k_gemm = self._module.kernel("mla_gemm")
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
@@ -499,11 +503,11 @@ class MLAModel:
         kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[g.bm]
         grid = (math.ceil(g.p.n / _GEMM_BN), math.ceil(g.p.m_max / g.bm), g.splits)
         stages = self._gemm_stages_wide if g.bm == _GEMM_BM_WIDE else self._gemm_stages
-        ln = kern.prepare(grid, _GEMM_THREADS, [g.p], gemm_shared_bytes(stages, g.bm))
+        ln = kern.prepare(grid, _GEMM_THREADS, [g.p], gemm_shared_bytes(stages, g.bm), programmatic=self._pdl)
         ln.keep(*g.keep)
         if g.splits == 1:
             return ln
-        red = self._k_reduce.prepare((g.p.m_max, math.ceil(g.p.n / 512), 1), 256, [g.p])
+        red = self._k_reduce.prepare((g.p.m_max, math.ceil(g.p.n / 512), 1), 256, [g.p], programmatic=self._pdl)
         red.keep(*g.keep)
         return _Launches([ln, red])
 
@@ -552,7 +556,8 @@ class MLAModel:
                 and grid[0] * grid[1] <= self.device.sm_count * self._pair_ctas[g0.bm])
         if not fits:  # (the setups are validated: packed as gemm() packs them)
             return _Launches([self._gemm_launch(g0), self._gemm_launch(g1)])
-        ln = self._k_pair[g0.bm].prepare(grid, _GEMM_THREADS, [g0.p, g1.p], gemm_shared_bytes(self._gemm_stages, g0.bm))
+        ln = self._k_pair[g0.bm].prepare(grid, _GEMM_THREADS, [g0.p, g1.p], gemm_shared_bytes(self._gemm_stages, g0.bm),
+                                          programmatic=self._pdl)
         ln.keep(*g0.keep, *g1.keep)
         return _Launches([ln], fused=True)
 
@@ -670,7 +675,7 @@ class MLAModel:
         p.d, p.num_classes, p.vocab = D, self.config.num_classes, self.config.vocab_size
         p.tokens_i64 = 1 if tokens.dtype.name == "int64" else 0
         p.positions_i64 = 1 if positions is not None and positions.dtype.name == "int64" else 0
-        ln = self._k_embed.prepare((m_max, 1, 1), 128, [p])
+        ln = self._k_embed.prepare((m_max, 1, 1), 128, [p], programmatic=self._pdl)
         ln.keep(tokens, positions, out, num_rows)
         return ln
 
