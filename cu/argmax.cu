@@ -18,7 +18,7 @@
 //   atomicMax (part must hold 0 before the launch: its consumer clears it); with index set
 //   (only with splits == 1: the warp holds the whole row) index[r] = argmax_token(composite).
 //   Starts with dl::pdl_enter (common.cuh): argmax_rows_launch makes it a programmatic launch on
-//   sm_90+.
+//   sm_90+ unless told otherwise (programmatic=False, e.g. DDTreePlan(pdl=False)).
 #include "common.cuh"
 #include "logit_keys.cuh"
 

@@ -212,11 +212,13 @@ DL_DEVICE void cta_barrier_from_roles() { asm volatile("barrier.sync 0;\n" ::: "
 // on the stream is still running:
 //   pdl_wait()               waits until the grids this one depends on have completed and their
 //                            memory operations are visible to it. Every thread that touches what
-//                            they read or write runs it first (it is per thread), and every CTA
-//                            runs it before it exits (a CTA that exits early too), so that this
-//                            grid's completion still implies its predecessors' (a chain of
-//                            programmatic launches stays ordered like a plain stream). It returns
-//                            at once in a kernel launched without the attribute.
+//                            they read or write runs it first (it is per thread), and at least
+//                            one CTA runs it before it exits, so that this grid's completion still
+//                            implies its predecessors' (a chain of programmatic launches stays
+//                            ordered like a plain stream). Our kernels run it in every CTA, a CTA
+//                            that exits early too, but for ddtree_build's code warmers, which touch
+//                            nothing of the kernels before. It returns at once in a kernel launched
+//                            without the attribute.
 //   pdl_launch_dependents()  lets the next kernel, if launched programmatically, start once every
 //                            CTA of this grid has run it (or exited). It orders no memory: the
 //                            dependent's pdl_wait() still waits for this whole grid.

@@ -437,7 +437,8 @@ class DDTreePlan:
         kernels so too: -5.7 µs on an H100, fifty-ninth session). The results do
         not depend on it: ``tests/test_ddtree_gpu.py`` compares builds with it on and off
         bitwise, eager and replayed from a graph (stream capture records the dependencies as
-        programmatic edges).
+        programmatic edges); compile, accept and commit run with it on (the default) throughout
+        the GPU tests, where their results are checked against the numpy reference.
 
     Workspace
     ---------

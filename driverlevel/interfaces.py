@@ -165,6 +165,13 @@ class TargetForward(Protocol):
     step): no allocation, synchronization or device-to-host read, and every per-step value read
     from device memory (``num_rows`` included).
 
+    The runner's kernel after the forward (the argmax of the logits) may be a programmatic
+    dependent launch (the runner's ``pdl``, default on sm_90+): it waits at its entry for the
+    forward's last kernel to complete, and through it for everything before, as a plain stream
+    would order it, provided that kernel, if it is itself launched programmatically, runs
+    ``griddepcontrol.wait`` in at least one CTA (as CUDA requires of any kernel launched so that
+    depends on earlier work). Otherwise pass ``pdl=False`` to the runner.
+
     Optional members
     ----------------
     bind(buffers) -> None

@@ -73,7 +73,7 @@ from ._device_error import DeviceErrorWord, error_defines
 from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
-from ._module import load_module, programmatic_supported
+from ._module import check_pdl_arg, load_module, resolve_pdl
 from .argmax import argmax_rows_launch
 from .argmax import load as _load_argmax
 from .ddtree import DDTreePlan, check_merge_capacity
@@ -306,6 +306,14 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
         otherwise).
     slot_seed : int
         Seed of the shuffled free-slot stack :meth:`reset` builds (default 0).
+    pdl : bool, optional
+        Programmatic dependent launch of the runner's own kernels after the target's forward (its
+        argmax and record kernels) and, for :class:`DecodeStepRunner`, of its
+        :class:`~driverlevel.ddtree.DDTreePlan`'s (``DDTreePlan(pdl=)``). None (default): where the
+        device is sm_90 or newer; True below sm_90 raises ``ValueError``. Each such kernel waits
+        at its entry for the kernel before it, before anything else. The model's own launches
+        follow the model (``MLAModel(pdl=)``). False everywhere gives a step of ordinary launches
+        only (slower by ~1 µs a launch; for bisecting an ordering question).
     name : str
         Label of the runner's pools.
 """
@@ -330,7 +338,7 @@ class _RunnerBase:
     def __init__(self, device, *, model=None, target_forward=None, vocab_size: int | None = None,
                  max_batch: int, max_context: int, max_prompt_len: int, num_splits: int | None = None,
                  prefill_splits: int = 1, max_stop_tokens: int = 4, ring_slots: int = 64, stream=None,
-                 slot_seed: int = 0, name: str = "runner"):
+                 slot_seed: int = 0, pdl: bool | None = None, name: str = "runner"):
         max_batch, max_context = positive_int("max_batch", max_batch), positive_int("max_context", max_context)
         if int(max_batch) * int(max_context) > 2**31 - 1:
             # kv_indptr and the kernels' kv_capacity are int32
@@ -394,12 +402,15 @@ class _RunnerBase:
         self.slot_seed = slot_seed
         self.name = name
         self._check_more_args()
+        check_pdl_arg(pdl)  # (before the device is opened)
         self.device = _check_device_arg(device)
         if stream is not None:
             stream_arg("stream", stream, self.device, "the runner")
         ensure_not_capturing(f"{type(self).__name__}()")
         self.stream = stream if stream is not None else self.device.create_stream()
         self._module = _load(self.device)
+        #: Whether the runner's own kernels are programmatic launches (:class:`_RunnerBase`'s ``pdl``).
+        self.pdl = resolve_pdl(pdl, self.device.arch)
         self.max_rows = self.max_batch * self._rows_per_request
         # The cache holds every request's context plus one step's nodes, and one scratch slot.
         self.num_slots = self.max_batch * (self.max_context + self._rows_per_request) + 1
@@ -975,9 +986,8 @@ class _RunnerBase:
     def _prepare_record_kernel(self, kname: str, params: _StepParams):
         threads = max(32, -(-self.max_batch // 32) * 32)
         kern = self._module.kernel(kname)
-        # (programmatic on sm_90+: the record kernels start with dl::pdl_enter, cu/runner.cu)
-        ln = kern.prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4,
-                          programmatic=programmatic_supported(kern.module.cubin.arch))
+        # (programmatic with pdl: the record kernels start with dl::pdl_enter, cu/runner.cu)
+        ln = kern.prepare((1, 1, 1), threads, [params], self.max_batch * self.record_width * 4, programmatic=self.pdl)
         ln.keep(self)
         return ln
 
@@ -1057,7 +1067,8 @@ class AutoregressiveRunner(_RunnerBase):
         self._prep = self._module.kernel("ar_prepare").prepare((B, 1, 1), 256, [params])
         self._prep.keep(self)
         self._argmax = argmax_rows_launch(self.device, self.logits, m_max=B, part=self.argmax_part,
-                                          num_rows=self.qo_indptr[B:], module=self._argmax_module)
+                                          num_rows=self.qo_indptr[B:], module=self._argmax_module,
+                                          programmatic=self.pdl)
         self._commit = self._prepare_record_kernel("ar_commit", params)
 
     def _launch_step(self, stream) -> None:
@@ -1161,7 +1172,7 @@ class DecodeStepRunner(_RunnerBase):
         #: + commit after it).
         self.tree = DDTreePlan(self.device, max_batch=B, depth_limit=self.depth_limit, vocab=self.vocab_size,
                                budget=self.budget, max_context=self.max_context, logits_dtype="float32",
-                               name=f"{name}.tree")
+                               pdl=self.pdl, name=f"{name}.tree")
         t = self.tree
         self.buffers = TargetBuffers(
             input_ids=t.input_ids, positions=t.positions, metadata=t.metadata(), kv_cache=self.kv_cache,

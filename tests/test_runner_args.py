@@ -60,6 +60,8 @@ BAD_BASE = [
     (dict(max_stop_tokens=4.0), TypeError, "max_stop_tokens must be a positive int, got float 4.0"),
     (dict(slot_seed=-1), ValueError, "slot_seed must be an int >= 0, got -1"),
     (dict(name=3), TypeError, "name must be a str, got int"),
+    (dict(pdl="yes"), TypeError, "pdl must be None, True or False, got str"),
+    (dict(pdl=1), TypeError, "pdl must be None, True or False, got int"),
     (dict(max_batch=257, max_context=64, max_prompt_len=8), ValueError, "max_batch must be <= 256, got 257"),
 ]
 
@@ -405,3 +407,15 @@ def test_collect_never_clears_an_error_word_under_queued_steps():
     assert r.collect(2) == 1 and log == ["sync", "check"]  # an error seen: the queued steps finish first
     word[0] = 0
     assert r.collect() == 1 and log == ["sync", "check", "check"]  # the last step launched: the full check
+
+
+@pytest.mark.parametrize("pdl", ["yes", 1, 0.0])
+def test_mla_model_refuses_a_pdl_that_is_not_a_bool_or_none_before_the_device(monkeypatch, pdl):
+    from driverlevel.demo import mla_model
+
+    def touched(device):
+        raise _Touched("the device was touched before pdl was checked")
+
+    monkeypatch.setattr(mla_model, "_check_device_arg", touched)
+    with pytest.raises(TypeError, match="pdl must be None, True or False"):
+        mla_model.MLAModel(0, pdl=pdl)

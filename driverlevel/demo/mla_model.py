@@ -48,7 +48,7 @@ from .._compile import CompileVariant, compile_file, normalize_arch, shared_limi
 from .._device import _check_device_arg
 from .._dtypes import bfloat16
 from .._memory import DeviceBuffer, WorkspacePool, format_bytes
-from .._module import load_module, programmatic_supported
+from .._module import check_pdl_arg, load_module, resolve_pdl
 from ..argmax import argmax_rows_launch as _argmax_rows_launch
 from ..argmax import load as _load_argmax
 from ._mla_weights import QK_DIM, V_DIM, MLAModelConfig, MLAWeights, make_weights
@@ -348,6 +348,16 @@ class MLAModel:
         Host weights to upload instead of generating them from ``config``.
     arch : str, optional
         Compile for this architecture (must match the device to run).
+    pdl : bool, optional
+        Programmatic dependent launch of the model's kernels, its row argmax and its forward
+        plans' verify attention (``VerifyAttention(pdl=)``). None (default): where ``arch`` is
+        sm_90 or newer; False: ordinary launches; True below sm_90: ``ValueError``. Every kernel of
+        ``cu/mla_model.cu`` but ``draft_chain`` starts with ``dl::pdl_enter`` (``cu/common.cuh``):
+        it waits for the kernel before it on the stream before it reads or writes anything, so a
+        programmatic launch of it is safe after any work (a kernel launched programmatically that
+        never waits, before it, would break that chain; see
+        :class:`~driverlevel.interfaces.TargetForward`); only its launch and its CTAs' start overlap
+        the kernel before it (the demo's decode step: ~1 µs a launch, fifty-ninth session).
 
     Attributes
     ----------
@@ -360,6 +370,8 @@ class MLAModel:
     pool : WorkspacePool
         Device weights: ``embed``, ``w_q``, ``w_kv``, ``w_o``, ``w_lm`` (bf16) and the
         drafter's ``successor`` table (int32 ``[vocab]``).
+    pdl : bool
+        ``pdl`` resolved for ``arch``.
     gemm_ctas : int
         CTAs of the 128- and 144-row GEMM tiles one SM holds, by shared memory and by the compiled
         kernels' registers (:func:`gemm_ctas_per_sm`): the ``ctas_per_sm`` the model passes to
@@ -367,11 +379,16 @@ class MLAModel:
 
     Raises
     ------
+    TypeError, ValueError
+        For a ``pdl`` that is not None, True or False (``TypeError``, before the device is opened)
+        or True below sm_90 (``ValueError``).
     NvrtcError, CudaError
         If the kernels do not compile or load, or the upload fails.
     """
 
-    def __init__(self, device, config: MLAModelConfig | None = None, *, weights: MLAWeights | None = None, arch=None):
+    def __init__(self, device, config: MLAModelConfig | None = None, *, weights: MLAWeights | None = None, arch=None,
+                 pdl: bool | None = None):
+        check_pdl_arg(pdl)  # (before the device is opened)
         self.device = _check_device_arg(device)
         if weights is not None:
             config = weights.config
@@ -380,11 +397,8 @@ class MLAModel:
             raise TypeError(f"config must be an MLAModelConfig, got {type(self.config).__name__}")
         self.weights = weights if weights is not None else make_weights(self.config)
         self.arch = normalize_arch(arch or self.device.arch)
+        self.pdl = resolve_pdl(pdl, self.arch)
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
-        # Every kernel of cu/mla_model.cu starts with dl::pdl_enter (its wait before anything else),
-        # so each launch is programmatic where the architecture has it (sm_90+): its launch and its
-        # CTAs' start overlap the tail of the kernel before it on the stream, whatever that is.
-        self._pdl = programmatic_supported(self.arch)
         self._module = load_module(self.device, self.cubin)
         self._k_gemm = self._module.kernel("mla_gemm")
         self._k_gemm32 = self._module.kernel("mla_gemm_m32")
@@ -503,11 +517,11 @@ class MLAModel:
         kern = {_GEMM_BM: self._k_gemm, 32: self._k_gemm32, _GEMM_BM_WIDE: self._k_gemm144}[g.bm]
         grid = (math.ceil(g.p.n / _GEMM_BN), math.ceil(g.p.m_max / g.bm), g.splits)
         stages = self._gemm_stages_wide if g.bm == _GEMM_BM_WIDE else self._gemm_stages
-        ln = kern.prepare(grid, _GEMM_THREADS, [g.p], gemm_shared_bytes(stages, g.bm), programmatic=self._pdl)
+        ln = kern.prepare(grid, _GEMM_THREADS, [g.p], gemm_shared_bytes(stages, g.bm), programmatic=self.pdl)
         ln.keep(*g.keep)
         if g.splits == 1:
             return ln
-        red = self._k_reduce.prepare((g.p.m_max, math.ceil(g.p.n / 512), 1), 256, [g.p], programmatic=self._pdl)
+        red = self._k_reduce.prepare((g.p.m_max, math.ceil(g.p.n / 512), 1), 256, [g.p], programmatic=self.pdl)
         red.keep(*g.keep)
         return _Launches([ln, red])
 
@@ -557,7 +571,7 @@ class MLAModel:
         if not fits:  # (the setups are validated: packed as gemm() packs them)
             return _Launches([self._gemm_launch(g0), self._gemm_launch(g1)])
         ln = self._k_pair[g0.bm].prepare(grid, _GEMM_THREADS, [g0.p, g1.p], gemm_shared_bytes(self._gemm_stages, g0.bm),
-                                          programmatic=self._pdl)
+                                          programmatic=self.pdl)
         ln.keep(*g0.keep, *g1.keep)
         return _Launches([ln], fused=True)
 
@@ -675,14 +689,14 @@ class MLAModel:
         p.d, p.num_classes, p.vocab = D, self.config.num_classes, self.config.vocab_size
         p.tokens_i64 = 1 if tokens.dtype.name == "int64" else 0
         p.positions_i64 = 1 if positions is not None and positions.dtype.name == "int64" else 0
-        ln = self._k_embed.prepare((m_max, 1, 1), 128, [p], programmatic=self._pdl)
+        ln = self._k_embed.prepare((m_max, 1, 1), 128, [p], programmatic=self.pdl)
         ln.keep(tokens, positions, out, num_rows)
         return ln
 
     def argmax_rows_launch(self, x, *, m_max: int, part=None, index=None, num_rows=None):
         """A prepared ``argmax_rows_*`` launch; see :func:`driverlevel.argmax.argmax_rows_launch`."""
         return _argmax_rows_launch(self.device, x, m_max=m_max, part=part, index=index, num_rows=num_rows,
-                                   module=self._argmax_module)
+                                   module=self._argmax_module, programmatic=self.pdl)
 
     # -- the drafter's table ---------------------------------------------------------------
     def compute_successor(self, stream, chunk: int = 1024) -> DeviceArray:
@@ -771,7 +785,7 @@ class ForwardPlan:
         if attention is None:
             attention = VerifyAttention(self.device, H, max_batch=self.max_batch, max_q=self.max_q,
                                         num_splits=num_splits, sm_scale=c.sm_scale, mask_format=mask_format,
-                                        name=f"{name}.attention")
+                                        pdl=model.pdl, name=f"{name}.attention")
         elif attention.num_heads != H or attention.max_batch < self.max_batch or attention.max_q < self.max_q:
             raise ValueError(f"attention plan {attention!r} does not cover {H} heads, batch {self.max_batch}, "
                              f"{self.max_q} rows per request")
