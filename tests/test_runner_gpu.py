@@ -525,6 +525,26 @@ def test_lossless_batch1_256_tokens(dev, medium_model):
     assert d.tokens_per_step > 1.5
 
 
+def test_pdl_off_gives_the_same_tokens_with_ordinary_launches(dev, small_model):
+    """MLAModel(pdl=False) with both runners at pdl=False (every launch of the step ordinary, down to
+    the tree plan and the verify attention) decode what the float64 greedy reference decodes, as
+    the default (programmatic on sm_90+) runners do, eager and replayed from a graph."""
+    model = MLAModel(dev, SMALL, pdl=False)
+    assert not model.pdl and small_model.pdl == (int(dev.arch[3:]) >= 90)
+    # (the prompts and length of test_autoregressive_runner_matches_greedy_reference: no near-ties)
+    prompts = prompts_for(np.random.default_rng(4), SMALL.vocab_size, (30, 7, 1))
+    want = R.greedy_generate_reference(model.weights, prompts, 48)
+    dd = DecodeStepRunner(dev, model=model, drafter=Drafter(model, max_batch=4, depth_limit=6), max_batch=4, budget=8,
+                          depth_limit=6, max_context=128, max_prompt_len=30, pdl=False)
+    ar = AutoregressiveRunner(dev, model=model, max_batch=4, max_context=128, max_prompt_len=30, num_splits=3, pdl=False)
+    assert not (dd.pdl or dd.tree.pdl or dd.forward.attention.pdl or ar.pdl)
+    for graph in (False, True):
+        assert ar.generate(prompts, 48, graph=graph).tokens == want
+        assert dd.generate(prompts, 48, graph=graph).tokens == want
+    dd.check_slots()
+    ar.check_slots()
+
+
 def test_eager_equals_graph(pair8):
     dd, _ = pair8
     prompts = prompts_for(np.random.default_rng(2), MEDIUM.vocab_size, (120, 80, 33))
