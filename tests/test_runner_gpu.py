@@ -354,6 +354,44 @@ def test_argmax_ties_nan_and_first_index(dev, s, dtype):
     assert fin.tolist() == [True, True, True, False, True]
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_programmatic_argmax_sees_the_memset_and_the_copy_before_it(dev, s, graph):
+    """argmax_rows_launch is a programmatic launch on sm_90+ (its kernel waits at its entry for the
+    kernel before it). After a memset or a device-to-device copy there is no kernel to overlap, and
+    the launch must be ordered as an ordinary one (CUDA Programming Guide, PDL: the overlap is with
+    the previous kernel in the stream; in a graph only kernel-to-kernel edges are programmatic):
+    it reads what the memset and the copy left, eagerly and replayed from a captured graph."""
+    if int(dev.arch[3:]) < 90:
+        pytest.skip(f"programmatic dependent launch needs sm_90 or newer, GPU 0 is {dev.arch}")
+    rng = np.random.default_rng(21)
+    m, n = 64, 8192
+    src = rng.standard_normal((m, n)).astype(np.float32)
+    X, SRC = upload(dev, rng.standard_normal((m, n)).astype(np.float32)), upload(dev, src)
+    after_fill, after_copy = dev_array(dev, (m,), "int32"), dev_array(dev, (m,), "int32")
+    first = argmax_rows_launch(dev, X, m_max=m, index=after_fill)
+    second = argmax_rows_launch(dev, X, m_max=m, index=after_copy)
+    assert first.programmatic and second.programmatic
+
+    def queue():
+        X.fill_u32(0x3F800000, s)  # 1.0 everywhere: every row's argmax is 0 (the first of equals)
+        first.launch(s)
+        X.copy_from(SRC, s)
+        second.launch(s)
+
+    for _ in range(3):
+        X.copy_from_host(rng.standard_normal((m, n)).astype(np.float32), s)  # another argmax, were the fill missed
+        after_fill.fill_bytes(0xA5, s)
+        after_copy.fill_bytes(0xA5, s)
+        if graph:
+            with dl.capture(s) as cap:
+                queue()
+            cap.graph.instantiate(upload_stream=s).launch(s)
+        else:
+            queue()
+        assert after_fill.to_numpy(s).tolist() == [0] * m
+        assert after_copy.to_numpy(s).tolist() == np.argmax(src, axis=1).tolist()
+
+
 def test_argmax_rows_with_nothing_above_minus_inf_give_zero(dev, s):
     """The package's rule (issue 11): NaN counts as -inf; a row with nothing above -inf gives id 0
     and is not finite (composite 0), whatever the mix of NaN and -inf."""
