@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The fifty-ninth session's prepared step patches, A/B'd in one device call from the repository
+# root, $OUT set, .kcache carried (~9 minutes; PATCHES to choose, e.g. PATCHES="gemm-prefetch"):
+# for each, the patched tree's per-launch marks (they compile its kernels, so the A/B after them
+# finds them in the kernel cache), then step_ab.sh (main and the patch interleaved twice, short
+# runs). No GPU tests: the winner's come after, with patch_step_call.sh or the whole suite.
+set -u
+export OUT="${OUT:?set OUT}" PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi -L
+python tools/kernel_cache.py import .kcache 2>&1 | tail -n 1
+. research/patches/patched_tree.sh
+for v in ${PATCHES:-gemm-prefetch gemm-prefetch-early sample-pdl}; do
+  patched_tree $v /tmp/step-$v
+  echo "== per-launch marks: $v"
+  (cd /tmp/step-$v && PYTHONPATH=/tmp/step-$v timeout 200 python research/probes/step_marks.py --per-launch 2>&1 | tail -n 6)
+  echo "== step A/B: $v"
+  timeout 200 bash research/patches/step_ab.sh $v ${STEP_ARGS:---steps 200 --max-new-tokens 128} 2>&1 \
+    | tee $OUT/step_ab-$v.txt | grep -E '^=== |^\| (DDTree|autoregressive) \| [0-9.]+ \||^round'
+done
