@@ -3,12 +3,14 @@
 # root, $OUT set, .kcache carried (~9 minutes; PATCHES to choose, e.g. PATCHES="gemm-prefetch"):
 # for each, the patched tree's per-launch marks (they compile its kernels, so the A/B after them
 # finds them in the kernel cache), then step_ab.sh (main and the patch interleaved twice, short
-# runs). No GPU tests: the winner's come after, with patch_step_call.sh or the whole suite.
+# runs); first main's per-kernel marks (step_marks.py --every-launch, new). No GPU tests: the winner's come after, with patch_step_call.sh or the whole suite.
 set -u
 export OUT="${OUT:?set OUT}" PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi -L
 python tools/kernel_cache.py import .kcache 2>&1 | tail -n 1
 . research/patches/patched_tree.sh
+echo "== main: every launch marked (step_marks.py --every-launch: one line a kernel, PDL kept)"
+timeout 200 python research/probes/step_marks.py --every-launch 2>&1 | tail -n 40
 for v in ${PATCHES:-gemm-prefetch gemm-prefetch-early sample-pdl}; do
   patched_tree $v /tmp/step-$v
   echo "== per-launch marks: $v"

@@ -7,7 +7,7 @@ stream kernel). A probe for the thirty-eighth session's finding that the build's
 costs the budget-16 step ~6 µs while the build chain itself ends at the same time
 (research/ddtree_build.md).
 
-    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200] [--per-launch | --keep 0,6]
+    python research/probes/step_marks.py [--batch 8] [--budget 16] [--replays 200] [--per-launch | --every-launch | --keep 0,6]
 
 ``--keep 0,6``: only the marks at the step's start and end (the fewest added launches), then one
 more boundary at a time: the seven stage marks of the thirty-eighth session made the programmatic
@@ -18,6 +18,15 @@ what the programmatic launch costs; which one names the kernel it interacts with
 between its stages (``PreparedLaunch.launch`` wrapped while the step is captured), so each line is
 one kernel, with the programmatic launches after it (the build's stream and ddtree_build follow
 the sample kernel's line) and the mark's own launch (~1-2 µs each).
+
+``--every-launch`` (sm_90+): a mark before every launch, the programmatic ones too. Since the
+fifty-ninth session most of the step's launches are programmatic, so ``--per-launch`` splits it
+in three only. Before a programmatic launch the mark is itself a programmatic launch of a kernel
+that waits for the kernel before it, writes the time and lets the next start (``mark_pdl``): each
+line is then one kernel, from its predecessor's completion to its own, with its launch overlapped
+as in the step, but a kernel that starts before its predecessor has completed (the verify
+attention's partial kernel beside its scheduler, the build's stream beside the sample) no longer
+does: those lines and the total run longer than in the unmarked step.
 """
 import argparse
 import statistics
@@ -36,6 +45,8 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--per-launch", action="store_true", help="a mark before every ordinary launch")
+    ap.add_argument("--every-launch", action="store_true",
+                    help="a mark before every launch, programmatic ones included (sm_90+; see the docstring)")
     ap.add_argument("--keep", default="0,1,2,3,4,5,6",
                     help="the stage marks launched (0: the step's start, 1: after the drafter, 2: after the build, "
                          "3: after compile, 4: after the target forward, 5: after accept, 6: the end); the others "
@@ -48,7 +59,12 @@ def main() -> int:
 
     dev = dl.Device(0)
     r, s, prompts = demo_runner(dev, a.batch, a.budget, a.vocab, PROMPT_LEN + 2 * a.replays * (DEPTH + 1) + 600)
-    kernel = load_module(dev, compile_source((HERE / "step_marks.cu").read_text(), "step_marks.cu", dev.arch)).kernel("mark")
+    module = load_module(dev, compile_source((HERE / "step_marks.cu").read_text(), "step_marks.cu", dev.arch))
+    kernel = module.kernel("mark")
+    if a.every_launch:
+        if int(dev.arch[3:]) < 90:
+            ap.error(f"--every-launch needs sm_90 or newer (programmatic launches), GPU 0 is {dev.arch}")
+        a.per_launch = True
     names = ["drafter", "build", "compile", "target forward", "accept", "limit + commit + publish"]
     marks = dl.DeviceBuffer.allocate(dev, 8 * (len(names) + 1), label="marks").as_array((len(names) + 1,), np.uint64)
     ml = [kernel.prepare((1, 1, 1), (1, 1, 1), [marks, np.int32(i)]) for i in range(len(names) + 1)]
@@ -86,11 +102,17 @@ def main() -> int:
     if a.per_launch:
         pmarks = dl.DeviceBuffer.allocate(dev, 8 * 257, label="per-launch marks").as_array((257,), np.uint64)
         pml = [kernel.prepare((1, 1, 1), (1, 1, 1), [pmarks, np.int32(i)]) for i in range(257)]
+        if a.every_launch:
+            pml_pdl = [module.kernel("mark_pdl").prepare((1, 1, 1), (1, 1, 1), [pmarks, np.int32(i)], programmatic=True)
+                       for i in range(257)]
         run_step = type(r)._launch_step.__get__(r)
 
         def marked(self, stream):  # (the marks themselves go through plain_launch)
             if not self.programmatic:
                 plain_launch(pml[len(per_launch)], stream)
+                per_launch.append(self.kernel.name)
+            elif a.every_launch:
+                plain_launch(pml_pdl[len(per_launch)], stream)
                 per_launch.append(self.kernel.name)
             plain_launch(self, stream)
 
@@ -124,7 +146,7 @@ def main() -> int:
             event_us.append(r.step_gpu_ms(k) * 1e3)
     rows = np.array(rows)
     print(f"# batch {a.batch}, budget {a.budget}, pdl {r.tree.pdl}, {len(rows)} replays: median µs per "
-          f"{'ordinary launch (and the programmatic ones after it)' if a.per_launch else 'stage'}")
+          f"{'launch' if a.every_launch else 'ordinary launch (and the programmatic ones after it)' if a.per_launch else 'stage'}")
     for j, n in enumerate(names):
         print(f"{n:<34} {statistics.median(rows[:, j]):8.2f}")
     print(f"{'total':<34} {statistics.median(rows.sum(axis=1)):8.2f}")
