@@ -94,6 +94,9 @@ def main(argv=None) -> int:
                          "scheduler kernel splits each step's work on the GPU")
     ap.add_argument("--steps", type=int, default=400, help="steps per latency measurement")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the prompts")
+    ap.add_argument("--no-pdl", action="store_true",
+                    help="every launch of both steps ordinary (MLAModel and the runners with pdl=False); "
+                         "default: programmatic dependent launches on sm_90+")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     a = ap.parse_args(argv)
     # the option checks, before the GPU check and the minutes of work before the JSON is written: the
@@ -147,14 +150,15 @@ def main(argv=None) -> int:
     lens = [max(2, a.prompt_len - (b * (a.prompt_len // 2)) // max(a.batch - 1, 1)) for b in range(a.batch)]
     prompts = [rng.integers(0, a.vocab, size=n).tolist() for n in lens]
     splits = ar_splits = a.num_splits  # None: the verify attention's scheduler splits on the GPU
-    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed))
+    pdl = False if a.no_pdl else None
+    model = MLAModel(dev, MLAModelConfig(vocab_size=a.vocab, num_heads=a.heads, seed=a.seed), pdl=pdl)
     s = dev.create_stream()
     drafter = Drafter(model, max_batch=a.batch, depth_limit=a.depth_limit, name="ddtree.drafter")
     dd = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=a.batch, budget=a.budget,
                           depth_limit=a.depth_limit, max_context=max_context, max_prompt_len=a.prompt_len,
-                          num_splits=splits, stream=s)
+                          num_splits=splits, stream=s, pdl=pdl)
     ar = AutoregressiveRunner(dev, model=model, max_batch=a.batch, max_context=max_context,
-                              max_prompt_len=a.prompt_len, num_splits=ar_splits, stream=s)
+                              max_prompt_len=a.prompt_len, num_splits=ar_splits, stream=s, pdl=pdl)
 
     rows = []
     out = {"config": vars(a), "num_splits": splits, "ar_num_splits": ar_splits, "device": dev.name}
@@ -180,7 +184,8 @@ def main(argv=None) -> int:
     out["speedup"] = dtok["tokens_per_s"] / atok["tokens_per_s"]
 
     print(f"Decode step on {dev.name}: batch {a.batch}, budget {a.budget}, depth limit {a.depth_limit}, "
-          f"prompts {min(lens)}..{a.prompt_len}, vocab {a.vocab}, {a.heads} heads, splits {splits}/{ar_splits}\n")
+          f"prompts {min(lens)}..{a.prompt_len}, vocab {a.vocab}, {a.heads} heads, splits {splits}/{ar_splits}, "
+          f"pdl {model.pdl}/{dd.pdl}/{ar.pdl} (model/DDTree/AR)\n")
     print("| step | graph host µs | eager host µs | bare cuGraphLaunch µs | graph − bare µs | graph GPU µs | "
           "eager GPU µs | nodes |")
     print("|---|---|---|---|---|---|---|---|")

@@ -88,7 +88,7 @@ def resolve_pdl(pdl, arch) -> bool:
     if pdl is None:
         return supported
     if pdl and not supported:
-        raise ValueError(f"pdl=True needs sm_90 or newer (griddepcontrol), the plan compiles for "
+        raise ValueError(f"pdl=True needs sm_90 or newer (griddepcontrol), the code is compiled for "
                          f"{normalize_arch(arch)}: pass pdl=None or pdl=False")
     return bool(pdl)
 

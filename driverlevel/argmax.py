@@ -37,7 +37,7 @@ import ctypes
 
 import numpy as np
 
-from ._checks import bool_arg, device_array_arg, need_dtype, positive_int
+from ._checks import bool_arg, device_array_arg, is_bool, need_dtype, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
@@ -201,7 +201,8 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
         kernels wait at their entry before anything else (``dl::pdl_enter``), so its launch may
         overlap the tail of any kernel before it. None (default): where the module's code is
         sm_90 or newer; True below sm_90 raises ``ValueError``, anything but None, True or
-        False ``TypeError``.
+        False ``TypeError`` (before the device is opened). (The plans and runners call the same
+        choice ``pdl=``.)
 
     Returns
     -------
@@ -215,10 +216,10 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
         argument; ``ValueError`` also for a read-only ``part`` or ``index`` (written) and for rows
         longer than :data:`MAX_ROW_LEN`.
     """
+    if programmatic is not None and not is_bool(programmatic):  # (before the device is opened)
+        raise TypeError(f"programmatic must be None, True or False, got {type(programmatic).__name__}")
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)
-    if programmatic is not None:
-        programmatic = bool_arg("programmatic", programmatic)
     x = device_array_arg("x", x, device)
     bf16 = _is_bf16(x)
     if not bf16:

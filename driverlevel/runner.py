@@ -310,7 +310,9 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
         Programmatic dependent launch of the runner's own kernels after the target's forward (its
         argmax and record kernels) and, for :class:`DecodeStepRunner`, of its
         :class:`~driverlevel.ddtree.DDTreePlan`'s (``DDTreePlan(pdl=)``). None (default): where the
-        device is sm_90 or newer; True below sm_90 raises ``ValueError``. Each such kernel waits
+        device is sm_90 or newer; True on a device below sm_90 raises ``ValueError`` (once the device
+        is opened, before anything is created on it); anything but None, True or False
+        ``TypeError`` (before the device is opened). The resolved value is ``self.pdl``. Each such kernel waits
         at its entry for the kernel before it, before anything else. The model's own launches
         follow the model (``MLAModel(pdl=)``). False everywhere gives a step of ordinary launches
         only (slower by ~1 µs a launch; for bisecting an ordering question).
@@ -404,13 +406,14 @@ class _RunnerBase:
         self._check_more_args()
         check_pdl_arg(pdl)  # (before the device is opened)
         self.device = _check_device_arg(device)
+        #: Whether the runner's own kernels are programmatic launches (the ``pdl`` keyword resolved
+        #: for the device; before anything is created or compiled).
+        self.pdl = resolve_pdl(pdl, self.device.arch)
         if stream is not None:
             stream_arg("stream", stream, self.device, "the runner")
         ensure_not_capturing(f"{type(self).__name__}()")
         self.stream = stream if stream is not None else self.device.create_stream()
         self._module = _load(self.device)
-        #: Whether the runner's own kernels are programmatic launches (:class:`_RunnerBase`'s ``pdl``).
-        self.pdl = resolve_pdl(pdl, self.device.arch)
         self.max_rows = self.max_batch * self._rows_per_request
         # The cache holds every request's context plus one step's nodes, and one scratch slot.
         self.num_slots = self.max_batch * (self.max_context + self._rows_per_request) + 1

@@ -145,10 +145,10 @@ def test_argmax_refuses_a_read_only_output(monkeypatch, name):
 
 @pytest.mark.parametrize("bad", [1, "yes", None.__class__])
 def test_argmax_programmatic_must_be_a_bool_or_none(monkeypatch, bad):
-    """Refused before the arrays are looked at or the module is loaded (TypeError naming it)."""
+    """Refused before the device is opened, the arrays are looked at or the module is loaded."""
     from driverlevel import argmax
 
-    monkeypatch.setattr(argmax, "_check_device_arg", lambda d: DEV)
+    monkeypatch.setattr(argmax, "_check_device_arg", lambda d: pytest.fail("opened the device for a bad argument"))
     monkeypatch.setattr(argmax, "load", lambda d: pytest.fail("loaded the module for a bad argument"))
-    with pytest.raises(TypeError, match="programmatic must be a bool"):
+    with pytest.raises(TypeError, match="programmatic must be None, True or False, got "):
         argmax.argmax_rows_launch(0, arr((8, 100), "float32"), m_max=8, index=arr((8,), "int32"), programmatic=bad)

@@ -419,3 +419,14 @@ def test_mla_model_refuses_a_pdl_that_is_not_a_bool_or_none_before_the_device(mo
     monkeypatch.setattr(mla_model, "_check_device_arg", touched)
     with pytest.raises(TypeError, match="pdl must be None, True or False"):
         mla_model.MLAModel(0, pdl=pdl)
+
+
+def test_mla_model_refuses_pdl_true_below_sm_90_before_the_device_when_arch_is_given(monkeypatch):
+    from driverlevel.demo import mla_model
+
+    def touched(device):
+        raise _Touched("the device was touched before pdl was checked")
+
+    monkeypatch.setattr(mla_model, "_check_device_arg", touched)
+    with pytest.raises(ValueError, match="pdl=True needs sm_90 or newer"):
+        mla_model.MLAModel(0, arch="sm_80", pdl=True)

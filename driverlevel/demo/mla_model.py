@@ -381,23 +381,26 @@ class MLAModel:
     ------
     TypeError, ValueError
         For a ``pdl`` that is not None, True or False (``TypeError``, before the device is opened)
-        or True below sm_90 (``ValueError``).
+        or True below sm_90 (``ValueError``; before the device is opened where ``arch`` is given, else
+        before the weights are generated).
     NvrtcError, CudaError
         If the kernels do not compile or load, or the upload fails.
     """
 
     def __init__(self, device, config: MLAModelConfig | None = None, *, weights: MLAWeights | None = None, arch=None,
                  pdl: bool | None = None):
-        check_pdl_arg(pdl)  # (before the device is opened)
+        check_pdl_arg(pdl)  # (before the device is opened; with arch= the sm_90 rule too)
+        if arch is not None:
+            resolve_pdl(pdl, normalize_arch(arch))
         self.device = _check_device_arg(device)
+        self.arch = normalize_arch(arch or self.device.arch)
+        self.pdl = resolve_pdl(pdl, self.arch)  # (before the weights are generated)
         if weights is not None:
             config = weights.config
         self.config = config if config is not None else MLAModelConfig()
         if not isinstance(self.config, MLAModelConfig):
             raise TypeError(f"config must be an MLAModelConfig, got {type(self.config).__name__}")
         self.weights = weights if weights is not None else make_weights(self.config)
-        self.arch = normalize_arch(arch or self.device.arch)
-        self.pdl = resolve_pdl(pdl, self.arch)
         self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
         self._module = load_module(self.device, self.cubin)
         self._k_gemm = self._module.kernel("mla_gemm")
@@ -731,7 +734,7 @@ class MLAModel:
     def __repr__(self):
         c = self.config
         return (f"<MLAModel vocab={c.vocab_size} heads={c.num_heads} d_model={c.d_model} seed={c.seed} "
-                f"{self.arch} weights={self.weight_bytes / 2**20:.1f} MiB>")
+                f"{self.arch} pdl={self.pdl} weights={self.weight_bytes / 2**20:.1f} MiB>")
 
 
 class ForwardPlan:
