@@ -583,6 +583,49 @@ def test_pdl_off_gives_the_same_tokens_with_ordinary_launches(dev, small_model):
     ar.check_slots()
 
 
+# the kernels that may be launched programmatically: they wait before they touch anything
+# (tests/test_pdl_entry.py), or have a PDL protocol of their own (the build's stream and build
+# kernels, the verify attention's partial and combine kernels: tests/test_ddtree_compile.py,
+# tests/test_verify_attention.py)
+_MAY_BE_PROGRAMMATIC = {
+    "mla_gemm", "mla_gemm_m32", "mla_gemm_m144", "mla_gemm_pair", "mla_gemm_pair_m32", "mla_gemm_reduce", "mla_embed",
+    "argmax_rows_f32", "argmax_rows_bf16", "ar_commit", "limit_records", "publish_records",
+    "ddtree_compile", "ddtree_accept", "ddtree_commit", "ddtree_topk_stream_f32", "ddtree_topk_stream_bf16",
+    "ddtree_build", "verify_attn_partial", "verify_attn_combine"}
+
+
+@pytest.mark.parametrize("pdl", [None, False])
+def test_the_steps_launch_programmatically_only_kernels_that_wait(dev, small_model, monkeypatch, pdl):
+    """Every launch of both runners' steps, recorded: with pdl on (the default), the programmatic ones
+    are all kernels that wait before touching what earlier kernels wrote, and the step's first
+    launch is ordinary; with pdl=False on the model and the runners, none is programmatic."""
+    model = small_model if pdl is None else MLAModel(dev, SMALL, pdl=False)
+    dd = DecodeStepRunner(dev, model=model, drafter=Drafter(model, max_batch=2, depth_limit=4), max_batch=2, budget=4,
+                          depth_limit=4, max_context=64, max_prompt_len=8, pdl=pdl)
+    ar = AutoregressiveRunner(dev, model=model, max_batch=2, max_context=64, max_prompt_len=8, pdl=pdl)
+    prompts = prompts_for(np.random.default_rng(12), SMALL.vocab_size, (8, 5))
+    plain = dl.runtime.PreparedLaunch.launch
+    for r in (dd, ar):
+        r.reset(prompts, 4)
+        seen = []
+
+        def recording(self, stream):
+            seen.append((self.kernel.name, self.programmatic))
+            return plain(self, stream)
+
+        monkeypatch.setattr(dl.runtime.PreparedLaunch, "launch", recording)
+        r.step(graph=False)
+        monkeypatch.setattr(dl.runtime.PreparedLaunch, "launch", plain)
+        r.collect()
+        assert len(seen) >= 8, seen
+        assert not seen[0][1], f"{type(r).__name__}'s first launch {seen[0][0]} is programmatic"
+        prog = {name for name, p in seen if p}
+        if pdl is None and int(dev.arch[3:]) >= 90:
+            assert prog and prog <= _MAY_BE_PROGRAMMATIC, prog - _MAY_BE_PROGRAMMATIC
+        else:
+            assert not prog, prog
+
+
 def test_eager_equals_graph(pair8):
     dd, _ = pair8
     prompts = prompts_for(np.random.default_rng(2), MEDIUM.vocab_size, (120, 80, 33))
