@@ -71,10 +71,11 @@ def programmatic_supported(arch) -> bool:
     return arch_number(arch) >= arch_number(PDL_MIN_ARCH)
 
 
-def check_pdl_arg(pdl) -> None:
-    """Raise ``TypeError`` unless a plan's ``pdl=`` argument is None, True or False."""
+def check_pdl_arg(pdl, name: str = "pdl") -> None:
+    """Raise ``TypeError`` unless a plan's ``pdl=`` argument (or another such choice, ``name``) is
+    None, True or False."""
     if pdl is not None and not is_bool(pdl):
-        raise TypeError(f"pdl must be None, True or False, got {type(pdl).__name__}")
+        raise TypeError(f"{name} must be None, True or False, got {type(pdl).__name__}")
 
 
 def resolve_pdl(pdl, arch) -> bool:

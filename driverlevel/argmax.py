@@ -37,11 +37,11 @@ import ctypes
 
 import numpy as np
 
-from ._checks import bool_arg, device_array_arg, is_bool, need_dtype, positive_int
+from ._checks import bool_arg, device_array_arg, need_dtype, positive_int
 from ._compile import CompileVariant, compile_file, normalize_arch
 from ._device import _check_device_arg
 from ._dtypes import bfloat16
-from ._module import Module, PreparedLaunch, load_module, programmatic_supported, struct_layout_defines
+from ._module import Module, PreparedLaunch, check_pdl_arg, load_module, programmatic_supported, struct_layout_defines
 
 __all__ = ["SOURCE", "KERNELS", "THREADS", "MAX_ROW_LEN", "argmax_rows_launch", "argmax_layout", "decode_part", "compile_defines",
            "dynamic_shared_bytes", "compile_variants", "load"]
@@ -216,8 +216,7 @@ def argmax_rows_launch(device, x, *, m_max: int, part=None, index=None, num_rows
         argument; ``ValueError`` also for a read-only ``part`` or ``index`` (written) and for rows
         longer than :data:`MAX_ROW_LEN`.
     """
-    if programmatic is not None and not is_bool(programmatic):  # (before the device is opened)
-        raise TypeError(f"programmatic must be None, True or False, got {type(programmatic).__name__}")
+    check_pdl_arg(programmatic, "programmatic")  # (before the device is opened)
     device = _check_device_arg(device)
     m_max = positive_int("m_max", m_max)
     x = device_array_arg("x", x, device)

@@ -312,8 +312,8 @@ _BASE_KWARGS_DOC = """    Other keyword arguments
         :class:`~driverlevel.ddtree.DDTreePlan`'s (``DDTreePlan(pdl=)``). None (default): where the
         device is sm_90 or newer; True on a device below sm_90 raises ``ValueError`` (once the device
         is opened, before anything is created on it); anything but None, True or False
-        ``TypeError`` (before the device is opened). The resolved value is ``self.pdl``. Each such kernel waits
-        at its entry for the kernel before it, before anything else. The model's own launches
+        ``TypeError`` (before the device is opened). The resolved value is ``self.pdl``. Each
+        such kernel waits at its entry for the kernel before it, before anything else. The model's own launches
         follow the model (``MLAModel(pdl=)``). False everywhere gives a step of ordinary launches
         only (slower by ~1 µs a launch; for bisecting an ordering question).
     name : str
