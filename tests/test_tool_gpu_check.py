@@ -19,7 +19,9 @@ SCRIPT = REPO / "tools" / "gpu_check.sh"
 def _run(tmp_path, *args, cwd=None, **env):
     e = {k: v for k, v in os.environ.items() if k not in ("KERNEL_CACHE_IN", "KERNEL_CACHE_OUT", "PACK", "BENCH",
                                                             "TWICE", "REVERSED", "WORKERS", "NVRTC_WHEEL")}
-    e.update(OUT=str(tmp_path / "out"), PYTHON=sys.executable, SKIP_TESTS="1", DRIVERLEVEL_CACHE_DIR=str(tmp_path / "cache"))
+    # SKIP_INSTALL: the script's pip install -e . would turn the caller's driverlevel into this checkout
+    e.update(OUT=str(tmp_path / "out"), PYTHON=sys.executable, SKIP_TESTS="1", SKIP_INSTALL="1",
+             DRIVERLEVEL_CACHE_DIR=str(tmp_path / "cache"))
     e.update(env)
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, timeout=300, cwd=cwd)
 
@@ -39,6 +41,7 @@ def test_cache_in_without_an_export_is_skipped_and_pack_leaves_one_archive(tmp_p
     assert "gpu_check-logs.tgz" in table.splitlines()[0]
     assert any(t.split()[:2] == ["kernel-cache-in", "skipped"] for t in table.splitlines())
     assert any(t.split()[:2] == ["kernel-cache-out", "ok"] for t in table.splitlines())
+    assert any(t.split()[:2] == ["install", "skipped"] for t in table.splitlines())  # the environment untouched
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check-logs.tgz", "kc"]
     assert sorted(p.name for p in (out / "kc").iterdir()) == ["kernel-cache.json", "kernel-cache.tgz.0"]
@@ -49,6 +52,7 @@ def test_cache_in_without_an_export_is_skipped_and_pack_leaves_one_archive(tmp_p
 
 @pytest.mark.parametrize("env, words", [({"SKIP_TESTS": "maybe"}, "SKIP_TESTS='maybe' is not understood"),
                                         ({"PACK": "2"}, "PACK='2' is not understood"),
+                                        ({"SKIP_INSTALL": "y"}, "SKIP_INSTALL='y' is not understood"),
                                         ({"TWICE": "y"}, "TWICE='y' is not understood"),
                                         ({"WORKERS": "eight"}, "WORKERS='eight' must be a positive number"),
                                         ({"WORKERS_REVERSED": "0"}, "WORKERS_REVERSED='0' must be a positive")])
@@ -86,7 +90,11 @@ def test_nvrtc_wheel_keeps_spaces_and_is_taken_from_the_callers_directory(tmp_pa
     stub.write_text(f'#!/usr/bin/env bash\nif [ "$1 $2" = "-m pip" ]; then printf "%s\\n" "$@" >> "{log}"; exit 0; fi\n'
                     f'exec "{sys.executable}" "$@"\n')
     stub.chmod(0o755)
-    r = _run(tmp_path, cwd=tmp_path, PYTHON=str(stub), NVRTC_WHEEL="my wheels/*.whl")
+    r = _run(tmp_path, cwd=tmp_path, PYTHON=str(stub), NVRTC_WHEEL="my wheels/*.whl", SKIP_INSTALL="0")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    first_install = log.read_text().split("-m\n")[1].splitlines()
-    assert first_install == ["pip", "install", "-q", "--no-deps", str(wheels / "nvidia_cuda_nvrtc-13.0.88-py3-none-any.whl")]
+    installs = [c.splitlines() for c in log.read_text().split("-m\n")[1:]]
+    assert installs == [["pip", "install", "-q", "--no-deps", str(wheels / "nvidia_cuda_nvrtc-13.0.88-py3-none-any.whl")],
+                        ["pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."]]
+    log.unlink()  # SKIP_INSTALL=1: pip is not called at all
+    r = _run(tmp_path, cwd=tmp_path, PYTHON=str(stub), NVRTC_WHEEL="my wheels/*.whl")
+    assert r.returncode == 0 and not log.exists(), r.stdout[-2000:] + r.stderr[-2000:]

@@ -12,8 +12,12 @@
 #                  "demo" runs `python -m driverlevel capture-demo` unless benchmarks/bench_demo.py exists.
 #   BENCH_ARGS_<NAME>   extra arguments for one benchmark, e.g. BENCH_ARGS_attention="--quick"
 #   TEST_TIMEOUT   per-test timeout in seconds when pytest-timeout is installed (default 300)
-#   SKIP_TESTS=1   run only the benchmarks (SKIP_TESTS, TWICE, REVERSED and PACK take 1, on, true or yes,
-#                  and 0, off, false, no or nothing; anything else is refused before anything runs)
+#   SKIP_TESTS=1   run only the benchmarks (SKIP_TESTS, SKIP_INSTALL, TWICE, REVERSED and PACK take 1, on,
+#                  true or yes, and 0, off, false, no or nothing; anything else is refused before anything
+#                  runs)
+#   SKIP_INSTALL=1 leave the Python environment as it is: no pip install (nor NVRTC_WHEEL's), the
+#                  checkout on PYTHONPATH instead (this repository's own tests of the script run it so, since an editable install
+#                  would replace whatever driverlevel the caller's environment holds)
 #   TWICE=1        run the GPU tests a second time in reverse order (pytest --reverse-order)
 #   REVERSED=1     run the GPU tests in reverse order only (the second half of a "twice" split over two
 #                  runs of this script, e.g. under a time limit: the whole suite takes ~220 s forward, ~250 s
@@ -69,7 +73,7 @@ flag() {  # flag NAME: sets F_NAME to 1 or 0 from the variable NAME; anything el
     *) usage_error "$1='${!1}' is not understood: use 1, on, true or yes, or 0, off, false or no" ;;
   esac
 }
-for name in SKIP_TESTS TWICE REVERSED PACK; do flag "$name"; done
+for name in SKIP_TESTS SKIP_INSTALL TWICE REVERSED PACK; do flag "$name"; done
 for name in WORKERS WORKERS_REVERSED; do  # (what pytest-xdist's -n takes)
   [[ -z "${!name:-}" || "${!name}" =~ ^([1-9][0-9]*|auto|logical)$ ]] ||
     usage_error "$name='${!name}' must be a positive number of processes, auto or logical (pytest-xdist's -n)"
@@ -129,14 +133,18 @@ run_step() {
 }
 
 # -- install ------------------------------------------------------------------------------
-if [ ${#NVRTC_WHEELS[@]} -gt 0 ]; then
+if [[ ${#NVRTC_WHEELS[@]} -gt 0 && $F_SKIP_INSTALL == 0 ]]; then
   if "$PY" -m pip install -q --no-deps "${NVRTC_WHEELS[@]}" >"$OUT_DIR/install-nvrtc.log" 2>&1; then
     SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc ok - "$(basename "${NVRTC_WHEELS[0]}")")")
   else
     SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install-nvrtc FAIL - "see install-nvrtc.log")"); FAILED=1
   fi
 fi
-if "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT_DIR/install.log" 2>&1; then
+if [[ $F_SKIP_INSTALL == 1 ]]; then
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  echo "SKIP_INSTALL=1: nothing installed; PYTHONPATH=$PYTHONPATH" >"$OUT_DIR/install.log"
+  SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install skipped - "SKIP_INSTALL=1: PYTHONPATH=$PWD")")
+elif "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT_DIR/install.log" 2>&1; then
   SUMMARY+=("$(printf '%-18s %-9s %5s   %s' install ok - "pip install -e . (editable)")")
 else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
