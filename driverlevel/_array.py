@@ -139,9 +139,9 @@ class DeviceArray:
         if len(self.strides) != len(self.shape):
             raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
                              f"dimensions of shape {self.shape}")
+        self.readonly = bool_arg("DeviceArray: readonly", readonly)  # (before the device: no driver needed)
         self.device = _device_arg(device)
         self.owner = owner
-        self.readonly = bool_arg("DeviceArray: readonly", readonly)
         self._contig = None  # (shape, strides, dtype, is_c_contiguous), computed at the first ask
 
     def __reduce__(self):

@@ -94,6 +94,13 @@ def format_bytes(n: int) -> str:
 MAX_NBYTES = (1 << 63) - 1
 
 
+def _label_arg(label) -> str:
+    """``label`` checked: a str (a buffer's or pool's name in reports and errors), else TypeError."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {type(label).__name__} {label!r}")
+    return label
+
+
 def _nbytes_arg(nbytes, minimum: int = 1) -> int:
     """``nbytes`` checked as :func:`positive_int` (``minimum=0``: :func:`non_negative_int`) and <= MAX_NBYTES."""
     n = positive_int("nbytes", nbytes) if minimum else non_negative_int("nbytes", nbytes)
@@ -375,8 +382,8 @@ class DeviceBuffer:
         Raises
         ------
         TypeError, ValueError
-            ``nbytes`` is not a positive integer, or is above 2**63 - 1 (checked before the
-            device is touched).
+            ``nbytes`` is not a positive integer, or is above 2**63 - 1; ``label`` is not a str
+            (checked before the device is touched).
         CaptureError
             While a capture is active (allocation would invalidate it).
         CudaError
@@ -385,6 +392,7 @@ class DeviceBuffer:
         from ._device import _check_device_arg
 
         nbytes = _nbytes_arg(nbytes)  # before the device is touched
+        label = _label_arg(label)
         device = _check_device_arg(device)
         ensure_not_capturing("DeviceBuffer.allocate() (cuMemAlloc)")
         if _deferred:
@@ -475,8 +483,9 @@ class PinnedHostBuffer:
         ------
         TypeError, ValueError
             ``nbytes`` is not a positive integer, or is above 2**63 - 1; ``mapped`` is not a
-            bool (``"no"`` and 0 are refused, not read as flags); ``device`` is neither a
-            Device nor an int ordinal (all checked before the device is touched).
+            bool (``"no"`` and 0 are refused, not read as flags); ``label`` is not a str;
+            ``device`` is neither a Device nor an int ordinal (all checked before the device is
+            touched).
         DriverUnavailableError
             ``device`` is an int and there is no usable driver.
         CaptureError
@@ -488,6 +497,7 @@ class PinnedHostBuffer:
 
         nbytes = _nbytes_arg(nbytes)  # before the device is touched
         mapped = bool_arg("mapped", mapped)
+        label = _label_arg(label)
         device = _check_device_arg(device)
         ensure_not_capturing("PinnedHostBuffer.allocate() (cuMemHostAlloc)")
         if _deferred:
@@ -657,7 +667,7 @@ class WorkspacePool:
         ------
         TypeError
             ``nbytes`` or ``alignment`` is not an integer (a float or a bool is refused, not
-            truncated).
+            truncated), or ``label`` is not a str.
         ValueError
             ``nbytes`` is negative or above 2**63 - 1, or ``alignment`` is not a positive power
             of two; all before the device is touched.
@@ -671,6 +681,7 @@ class WorkspacePool:
         """
         alignment = power_of_two("alignment", alignment)
         nbytes = max(align_up(_nbytes_arg(nbytes, minimum=0), alignment), alignment)
+        label = _label_arg(label)
         self = object.__new__(cls)
         self._buffer = DeviceBuffer.allocate(device, nbytes, label=f"pool:{label}")
         self.label = label

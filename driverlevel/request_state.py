@@ -185,9 +185,9 @@ class RequestState:
         Raises
         ------
         TypeError, ValueError
-            What :meth:`specs` raises, and ``ValueError`` when the arrays together would need
-            more than 2**63 - 1 bytes (the size is computed exactly, with Python ints); both
-            before the device is touched.
+            What :meth:`specs` raises, ``ValueError`` when the arrays together would need more
+            than 2**63 - 1 bytes (the size is computed exactly, with Python ints), and
+            ``TypeError`` for a ``label`` that is not a str; all before the device is touched.
         CaptureError
             During a capture (it allocates and synchronizes).
         """
@@ -198,6 +198,8 @@ class RequestState:
         if nbytes > MAX_NBYTES:
             raise ValueError(f"the request state would need {nbytes:,} bytes (max_batch={max_batch}, "
                              f"max_context={max_context}, num_slots={num_slots}): more than 2**63 - 1")
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a str, got {type(label).__name__} {label!r}")
         device = _check_device_arg(device)
         pool = WorkspacePool.allocate(device, nbytes, label=label)
         arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}

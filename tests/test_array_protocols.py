@@ -735,12 +735,17 @@ def test_indexing_a_0d_array_is_a_clear_index_error(idx):
 
 
 @pytest.mark.parametrize("flag", ["no", 0, 1, None])
-def test_readonly_must_be_a_bool(flag):
+def test_readonly_must_be_a_bool(flag, monkeypatch):
     """``readonly="no"`` made a read-only array (bool("no") is True): refused now, as every other flag
     of driverlevel (review finding); numpy's bools are taken."""
     with pytest.raises(TypeError, match="DeviceArray: readonly must be a bool"):
         DeviceArray(PTR, (2,), np.float32, DEV, readonly=flag)
     assert DeviceArray(PTR, (2,), np.float32, DEV, readonly=np.True_).readonly is True
+    # before the device: an int ordinal needs no driver for this TypeError (it got
+    # DriverUnavailableError without a GPU; a fresh-user trial's finding)
+    monkeypatch.setattr(_array, "_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(TypeError, match="DeviceArray: readonly must be a bool"):
+        DeviceArray(PTR, (2,), np.float32, 0, readonly=flag)
 
 
 def test_a_masked_cuda_array_interface_is_refused(monkeypatch):

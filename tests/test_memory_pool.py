@@ -362,6 +362,8 @@ def test_request_state_refuses_a_pool_past_int64_before_the_device(monkeypatch):
         RequestState.allocate(0, max_batch=2**32, max_context=2**32, num_slots=1, r2t_dtype=np.int64)
     assert str(ei.value).startswith("the request state would need ")
     assert str(ei.value).endswith("bytes (max_batch=4294967296, max_context=4294967296, num_slots=1): more than 2**63 - 1")
+    with pytest.raises(TypeError, match=r"^label must be a str, got int 5$"):
+        RequestState.allocate(0, max_batch=2, max_context=64, num_slots=4, label=5)
 
 
 def test_request_state_slot_ids_must_fit_an_int32_table():
@@ -647,3 +649,23 @@ def test_a_pinned_view_keeps_its_buffer_alive_and_the_buffer_holds_no_cycle():
     del v
     assert freed == ["freed"]  # ... and nothing else does: freed at once, no cycle for the collector
     gc.collect()
+
+
+@pytest.mark.parametrize("label", [5, None, b"attn"])
+@pytest.mark.parametrize("cls", [DeviceBuffer, PinnedHostBuffer])
+def test_a_label_must_be_a_str_before_the_device(monkeypatch, cls, label):
+    """A buffer's or pool's label names it in reports and errors: a non-str one is refused before the
+    device is touched (it was taken as it was, and without a GPU the call failed on the driver instead;
+    a fresh-user trial's finding)."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(TypeError, match=r"^label must be a str, got "):
+        cls.allocate(0, 4096, label=label)
+
+
+@pytest.mark.parametrize("label", [5, None, b"attn"])
+def test_a_pool_label_must_be_a_str_before_the_buffer(fake_alloc, label):
+    with pytest.raises(TypeError, match=r"^label must be a str, got "):
+        WorkspacePool.allocate(DEV, 4096, label=label)
+    assert fake_alloc == []
