@@ -23,8 +23,8 @@ from . import __version__
 from ._cli_common import json_path_problem, json_usage_errors
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
                        kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
-from ._device import Device, device_count, driver_version
-from ._errors import CudaError, NvrtcError
+from ._device import Device, device_count, driver_version, init_driver
+from ._errors import CudaError, DriverUnavailableError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
 from .demo.capture_demo import capture_demo
 from .verify_attention import _old_nvrtc_hint
@@ -118,16 +118,19 @@ def info():
         click.echo(f"NVRTC {major}.{minor} (kernels compile to cubin for {known}; --arch all: {', '.join(SUPPORTED_ARCHS)})")
     except Exception as exc:  # NVRTC missing: still report the driver side
         click.echo(f"NVRTC unavailable: {exc}")
-    try:
+    n, drv, reason = 0, None, ""
+    try:  # which of the three it is: no driver library, a driver that fails, no device
+        init_driver()
         n = device_count()
         drv = driver_version() if n else None
+        why = "the CUDA driver sees no device (CUDA_VISIBLE_DEVICES may hide them)"
+    except DriverUnavailableError as exc:  # (before CudaError: a subclass) no libcuda, or no device at cuInit
+        why = str(exc)
     except CudaError as exc:
-        n, drv = 0, None
         reason = f" ({exc.name})"
-    else:
-        reason = ""
+        why = "the CUDA driver is installed but failed to initialise"
     if n == 0:
-        click.echo(f"No NVIDIA GPU is usable on this machine{reason}: there is no CUDA driver or no device "
+        click.echo(f"No NVIDIA GPU is usable on this machine{reason}: {why} "
                    f"(kernels can still be compiled with `driverlevel compile`).")
         return
     click.echo(f"CUDA driver supports CUDA {drv[0]}.{drv[1]}; {n} GPU(s):")

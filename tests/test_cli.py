@@ -58,26 +58,39 @@ def _no_driver():
 
 
 def test_info_without_driver(runner, monkeypatch):
-    monkeypatch.setattr(cli, "device_count", lambda: 0)
-    monkeypatch.setattr(cli, "driver_version", _no_driver)
+    """Without libcuda info says so, not "no driver or no device" (a fresh-user trial's finding)."""
+    from driverlevel._device import NO_DRIVER_LIBRARY_MESSAGE
+
+    monkeypatch.setattr(cli, "init_driver", _no_driver)
     r = invoke(runner, "info")
     assert r.exit_code == 0
     lines = r.output.strip().splitlines()
     assert lines[0] == f"driverlevel {dl.__version__}"
     assert lines[1].startswith("NVRTC 13.")
-    assert lines[-1] == ("No NVIDIA GPU is usable on this machine: there is no CUDA driver or no device "
+    assert lines[-1] == (f"No NVIDIA GPU is usable on this machine: {NO_DRIVER_LIBRARY_MESSAGE} "
                          "(kernels can still be compiled with `driverlevel compile`).")
     assert "Traceback" not in r.output
+
+
+def test_info_with_a_driver_and_no_device(runner, monkeypatch):
+    monkeypatch.setattr(cli, "init_driver", lambda: None)
+    monkeypatch.setattr(cli, "device_count", lambda: 0)
+    r = invoke(runner, "info")
+    assert r.exit_code == 0
+    assert r.output.strip().splitlines()[-1] == (
+        "No NVIDIA GPU is usable on this machine: the CUDA driver sees no device (CUDA_VISIBLE_DEVICES may hide "
+        "them) (kernels can still be compiled with `driverlevel compile`).")
 
 
 def test_info_when_the_driver_fails_to_initialise(runner, monkeypatch):
     def broken():
         raise CudaError("cuInit", 803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "driver/library version mismatch")
 
-    monkeypatch.setattr(cli, "device_count", broken)
+    monkeypatch.setattr(cli, "init_driver", broken)
     r = invoke(runner, "info")
     assert r.exit_code == 0
-    assert "No NVIDIA GPU is usable on this machine (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)" in r.output
+    assert ("No NVIDIA GPU is usable on this machine (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH): the CUDA driver is "
+            "installed but failed to initialise") in r.output
 
 
 def test_info_on_this_machine_never_fails(runner):
@@ -100,6 +113,7 @@ def test_info_with_a_fake_gpu(runner, monkeypatch):
         def mem_info(self):
             return 140 << 30, 141 << 30
 
+    monkeypatch.setattr(cli, "init_driver", lambda: None)
     monkeypatch.setattr(cli, "device_count", lambda: 1)
     monkeypatch.setattr(cli, "driver_version", lambda: (13, 0))
     monkeypatch.setattr(cli, "Device", FakeDevice)
