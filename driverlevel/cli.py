@@ -63,9 +63,9 @@ class _ClosedStdout(io.TextIOBase):
 
 
 class _Group(click.Group):
-    """The command group; a failure to write standard output (``> /dev/full``, a closed pipe, a closed
-    descriptor) is one line on stderr and exit status 2, not a traceback (status 1 means a kernel
-    failed to compile):
+    """The command group; a Ctrl-C is one line on stderr and exit status 130; a failure to write
+    standard output (``> /dev/full``, a closed pipe, a closed descriptor) is one line on stderr and
+    exit status 2, not a traceback (status 1 means a kernel failed to compile):
     in a command (``invoke``) and in the group's own ``--help`` and ``--version``, which click
     prints while it parses the arguments (``make_context``)."""
 
@@ -87,6 +87,11 @@ class _Group(click.Group):
         except OSError as exc:
             _output_failed(exc)
             ctx.exit(2)
+        except KeyboardInterrupt:
+            # Ctrl-C: exit status 130 (128 + SIGINT, as a shell reports it), which a script can tell
+            # from a failed compile's 1 (click's own handling printed "Aborted!" and exited 1)
+            click.echo("driverlevel: interrupted", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -667,6 +667,20 @@ def test_cli_compile_lists_a_repeated_kernel_once(compiled_files):
     assert seen.count("argmax.cu") == 1
 
 
+def test_ctrl_c_is_one_line_and_status_130(runner, monkeypatch):
+    """Ctrl-C in a command (here while info looks for the driver) exits 130, as a shell reports SIGINT,
+    which a script can tell from a failed compile's 1 (click's own handling printed "Aborted!" and
+    exited 1; a fresh-user trial's finding)."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "init_driver", interrupted)
+    r = runner.invoke(cli.main, ["info"])
+    assert r.exit_code == 130
+    said = r.output + (r.stderr if getattr(r, "stderr_bytes", None) is not None else "")
+    assert "driverlevel: interrupted" in said and "Aborted!" not in said and "Traceback" not in said
+
+
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 @pytest.mark.parametrize("args", [["info"], ["compile", "--arch", "sm_120", "--kernel", "argmax.cu"], ["--help"],
                                   ["-h"], ["--version"], ["info", "--help"]])
