@@ -129,7 +129,7 @@ def require_gpu() -> None:
 
     Example
     -------
-    >>> from driverlevel._device import require_gpu
+    >>> from driverlevel.runtime import require_gpu  # doctest: +SKIP
     >>> require_gpu()          # returns on a GPU machine, exits 2 elsewhere  # doctest: +SKIP
     """
     if not gpu_usable():

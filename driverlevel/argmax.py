@@ -24,11 +24,11 @@ Two outputs, either or both:
 Example
 -------
 >>> import numpy as np, driverlevel as dl                              # doctest: +SKIP
->>> from driverlevel.argmax import argmax_rows_launch
->>> dev = dl.Device(0); s = dev.create_stream()
->>> x = dl.DeviceBuffer.allocate(dev, 4 * 8 * 1000).as_array((8, 1000), np.float32)
->>> idx = dl.DeviceBuffer.allocate(dev, 4 * 8).as_array((8,), np.int32)
->>> argmax_rows_launch(dev, x, index=idx, m_max=8).launch(s)
+>>> from driverlevel.argmax import argmax_rows_launch  # doctest: +SKIP
+>>> dev = dl.Device(0); s = dev.create_stream()  # doctest: +SKIP
+>>> x = dl.DeviceBuffer.allocate(dev, 4 * 8 * 1000).as_array((8, 1000), np.float32)  # doctest: +SKIP
+>>> idx = dl.DeviceBuffer.allocate(dev, 4 * 8).as_array((8,), np.int32)  # doctest: +SKIP
+>>> argmax_rows_launch(dev, x, index=idx, m_max=8).launch(s)  # doctest: +SKIP
 """
 
 from __future__ import annotations

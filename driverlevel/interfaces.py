@@ -198,7 +198,7 @@ class TargetForward(Protocol):
     ...     else:
     ...         my_engine.launch_verify(int(stream.handle), buffers.input_ids.ptr, buffers.metadata,
     ...                                 buffers.kv_cache.ptr, buffers.logits.ptr)
-    >>> runner = DecodeStepRunner(dev, target_forward=forward, drafter=drafter, vocab_size=V, ...)
+    >>> runner = DecodeStepRunner(dev, target_forward=forward, drafter=drafter, vocab_size=V, ...)  # doctest: +SKIP
     """
 
     def __call__(self, stream, buffers: TargetBuffers) -> None: ...

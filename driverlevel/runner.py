@@ -1141,12 +1141,12 @@ class DecodeStepRunner(_RunnerBase):
     Example
     -------
     >>> from driverlevel.demo import Drafter, MLAModel                       # doctest: +SKIP
-    >>> model = MLAModel(dev)
-    >>> drafter = Drafter(model, max_batch=8, depth_limit=15)
-    >>> r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32, max_context=2048,
+    >>> model = MLAModel(dev)  # doctest: +SKIP
+    >>> drafter = Drafter(model, max_batch=8, depth_limit=15)  # doctest: +SKIP
+    >>> r = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32, max_context=2048,  # doctest: +SKIP
     ...                      max_prompt_len=512, num_splits=4)
-    >>> res = r.generate(prompts, max_new_tokens=256)                        # capture + replay
-    >>> res.tokens_per_step
+    >>> res = r.generate(prompts, max_new_tokens=256)                        # capture + replay  # doctest: +SKIP
+    >>> res.tokens_per_step  # doctest: +SKIP
     """
 
     kind = "ddtree"

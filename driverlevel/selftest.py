@@ -7,11 +7,11 @@ compile`` calls for ``selftest.cu``.
 Example
 -------
 >>> import numpy as np, driverlevel as dl                          # doctest: +SKIP
->>> from driverlevel import selftest
->>> dev = dl.Device(0); s = dev.create_stream()
->>> x = dl.DeviceBuffer.allocate(dev, 4 * 1024).as_array((1024,), np.float32)
->>> mod = selftest.load(dev)
->>> mod.kernel("fill_iota_f32").launch(s, 4, 256, [x, np.float32(1), np.int32(1024)])
+>>> from driverlevel import selftest  # doctest: +SKIP
+>>> dev = dl.Device(0); s = dev.create_stream()  # doctest: +SKIP
+>>> x = dl.DeviceBuffer.allocate(dev, 4 * 1024).as_array((1024,), np.float32)  # doctest: +SKIP
+>>> mod = selftest.load(dev)  # doctest: +SKIP
+>>> mod.kernel("fill_iota_f32").launch(s, 4, 256, [x, np.float32(1), np.int32(1024)])  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -644,6 +644,22 @@ def tile_config(arch, rows_per_request: int | None = None) -> TileConfig:
       (less L2 traffic), then the first in ``_CONFIGS`` order (which is how, on sm_100, P V
       over row pairs wins over 16 P V rows).
 
+    Parameters
+    ----------
+    arch : str, int, tuple or Device
+        The architecture (any form :func:`~driverlevel.runtime.normalize_arch` takes). One newer
+        than driverlevel's table (:data:`~driverlevel.runtime.MAX_SHARED_PER_BLOCK`) is taken
+        with the smallest per-block shared-memory limit, 101,376 B, as the runtime takes a GPU
+        it does not know: not refused.
+    rows_per_request : int or None
+        ``max_q * num_heads``: the query rows of one request; None (or 0) for the architecture's
+        first tile.
+
+    Returns
+    -------
+    TileConfig
+        The tile :class:`VerifyAttention` compiles and launches by default.
+
     Raises
     ------
     ValueError

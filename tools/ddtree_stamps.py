@@ -1,4 +1,5 @@
-"""Per-phase time of ``ddtree_build`` (issue 12): where the tree build's last launch spends its time.
+"""Per-phase time of ``ddtree_build`` (a developer tool for the tree build's speed): where the tree
+build's last launch spends its time.
 
 Builds a :class:`~driverlevel.DDTreePlan` whose kernels are compiled with ``-DDL_STAMPS=1``
 (``cu/ddtree/stamps.cuh``, ``cu/phase_stamps.cuh``: thread 0 of each CTA of ``ddtree_build``, and for ``lsedone`` the

@@ -1,5 +1,5 @@
-"""When the CTAs of one verify-attention replay reach their phases (issue 10): the scheduler, every
-partial CTA, the combine.
+"""When the CTAs of one verify-attention replay reach their phases (a developer tool for the kernel's
+speed): the scheduler, every partial CTA, the combine.
 
 Builds a :class:`~driverlevel.VerifyAttention` whose ``verify_attention.cu`` is compiled with
 ``-DDL_STAMPS=1`` (``cu/phase_stamps.cuh``; without the define the kernels are unchanged), makes

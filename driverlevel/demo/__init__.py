@@ -18,10 +18,10 @@ Modules
 Example
 -------
 >>> import driverlevel as dl                                            # doctest: +SKIP
->>> from driverlevel.demo import Drafter, MLAModel, MLAModelConfig
->>> dev = dl.Device(0)
->>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))
->>> runner = dl.DecodeStepRunner(dev, model=model, drafter=Drafter(model, max_batch=8, depth_limit=15),
+>>> from driverlevel.demo import Drafter, MLAModel, MLAModelConfig  # doctest: +SKIP
+>>> dev = dl.Device(0)  # doctest: +SKIP
+>>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))  # doctest: +SKIP
+>>> runner = dl.DecodeStepRunner(dev, model=model, drafter=Drafter(model, max_batch=8, depth_limit=15),  # doctest: +SKIP
 ...                              max_batch=8, budget=32, depth_limit=15, max_context=2048, max_prompt_len=512)
 """
 

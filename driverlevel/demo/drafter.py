@@ -16,9 +16,9 @@ protocol only.
 Example
 -------
 >>> from driverlevel.demo import Drafter, MLAModel                       # doctest: +SKIP
->>> model = MLAModel(dev)
->>> drafter = Drafter(model, max_batch=8, depth_limit=15, seed=0)
->>> runner = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32,
+>>> model = MLAModel(dev)  # doctest: +SKIP
+>>> drafter = Drafter(model, max_batch=8, depth_limit=15, seed=0)  # doctest: +SKIP
+>>> runner = DecodeStepRunner(dev, model=model, drafter=drafter, max_batch=8, budget=32,  # doctest: +SKIP
 ...                           max_context=2048, max_prompt_len=512)
 """
 

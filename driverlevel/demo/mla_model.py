@@ -26,10 +26,10 @@ only.
 Example
 -------
 >>> import driverlevel as dl                                            # doctest: +SKIP
->>> from driverlevel.demo import MLAModel, MLAModelConfig
->>> dev = dl.Device(0); s = dev.create_stream()
->>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))
->>> fwd = model.forward_plan(max_batch=8, max_q=33, num_splits=8, mask_format="bitmask")
+>>> from driverlevel.demo import MLAModel, MLAModelConfig  # doctest: +SKIP
+>>> dev = dl.Device(0); s = dev.create_stream()  # doctest: +SKIP
+>>> model = MLAModel(dev, MLAModelConfig(vocab_size=32768, num_heads=9, seed=0))  # doctest: +SKIP
+>>> fwd = model.forward_plan(max_batch=8, max_q=33, num_splits=8, mask_format="bitmask")  # doctest: +SKIP
 """
 
 from __future__ import annotations
