@@ -109,7 +109,7 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MiB"
 
 
-@main.command()
+@main.command(short_help="Driver, NVRTC and GPU facts (no GPU needed).")
 def info():
     """Driver and NVRTC versions, and each GPU's name, compute capability, SMs,
     shared memory, L2 and memory.
@@ -259,7 +259,7 @@ def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) ->
     return rows
 
 
-@main.command("compile")
+@main.command("compile", short_help="Compile every kernel with NVRTC; registers, shared memory, spills.")
 @click.option("--arch", "arch_opt", multiple=True, metavar="sm_XX[,sm_YY]|all",
               help=f"Target architecture(s), comma separated or repeated: {', '.join(MAX_SHARED_PER_BLOCK)}; "
                    f"or 'all' for {', '.join(SUPPORTED_ARCHS)}. Suffixed targets (sm_90a, sm_100f) are refused: "
@@ -406,12 +406,13 @@ def _log_warnings(log: str) -> str:
 
 
 # -- bench -------------------------------------------------------------------------------
-@main.group()
+@main.group(short_help="Benchmarks (need a GPU).")
 def bench():
     """Benchmarks (need a GPU): medians and ratios measured side by side in one run."""
 
 
-@bench.command("replay", cls=json_usage_errors("json_path"))
+@bench.command("replay", cls=json_usage_errors("json_path"),
+               short_help="Host µs per graph replay: ours, raw cuGraphLaunch, torch.")
 @click.option("--nodes", default="1,10,50", show_default=True, help=f"Comma-separated kernel counts per graph "
               f"(1 to {MAX_NODES:,} each).")
 @click.option("--replays", default=10_000, show_default=True, type=click.IntRange(MIN_REPLAYS, MAX_REPLAYS),

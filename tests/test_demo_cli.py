@@ -96,6 +96,15 @@ def test_rank_options_with_several_devices_reach_the_gpu_check(no_gpu):
     assert r.exit_code == 2 and NO_GPU_MESSAGE in r.output
 
 
+def test_a_repeated_devices_option_takes_every_value():
+    """``--devices 0 --devices 1`` is ``0,1`` (the last one alone was kept, silently; a fresh-user trial's
+    finding): two ranks, so an option the ranks do not take is refused naming several --devices."""
+    r = invoke("--devices", "0", "--devices", "0", "--steps", "5")
+    assert r.exit_code == 2 and "several --devices" in r.output and "--steps" in r.output, r.output
+    r = invoke("--devices", "0", "--devices", "0,")
+    assert r.exit_code == 2 and "--devices" in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("devices", ["0", "0,0"])
 def test_vocab_and_budget_past_the_merge_rule_are_refused_before_the_gpu_check(monkeypatch, devices):
     """Review 17 L3: capture-demo --vocab 1048576 --budget 512 reached the GPU check (and, on a GPU, built the

@@ -371,6 +371,7 @@ _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
 
 
 @click.command("capture-demo", context_settings={"help_option_names": ["-h", "--help"]},
+               short_help="The DDTree step as one CUDA graph, checked lossless (needs a GPU).",
                cls=json_usage_errors("as_json"))
 @click.option("--heads", default=9, show_default=True, type=click.IntRange(1, 128), help="Query heads of the MLA layer.")
 @click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(2, 65536),
@@ -397,8 +398,9 @@ _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
               help="Standard deviation of the drafter's logit noise.")
 @click.option("--draft-scale", default=4.0, show_default=True, type=click.FloatRange(0.0, min_open=True),
               help="Sharpness of the drafter (multiplier of its no-context logits).")
-@click.option("--devices", default="0", show_default=True, metavar="LIST",
-              help="GPU ordinals, comma-separated. Several entries run one rank per entry (a thread each, "
+@click.option("--devices", multiple=True, default=("0",), show_default=True, metavar="LIST",
+              help="GPU ordinals, comma-separated or the option repeated (--devices 0 --devices 1 is 0,1). "
+                   "Several entries run one rank per entry (a thread each, "
                    "each capturing its own graph), as tensor-parallel ranks do; an ordinal may repeat. The ranks "
                    "take neither --steps, --num-splits, --arch, --draft-noise nor --draft-scale.")
 @click.option("--json", "as_json", is_flag=True, help="Write one JSON object to stdout (the log goes to stderr).")
@@ -430,7 +432,7 @@ def capture_demo(heads, prompt_len, max_new_tokens, budget, depth_limit, batch, 
     from .multi_device import parse_devices
 
     try:
-        device_list = parse_devices(devices)
+        device_list = parse_devices(",".join(devices))  # (repeated: every value, in order)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--devices") from None
     if len(device_list) > 1:
