@@ -45,7 +45,7 @@ for sd in ${STAMP_DRAFTERS:-random}; do for t in main "${names[@]}"; do dd=$R; [
   (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 256 --drafter $sd --logits-dtype ${DTYPE:-float32} --chain $([ $(topk_of $t) = fused ] && echo --topk fused) \
      --flush read --repeat ${STAMP_REPEAT:-3} > $f 2>&1)
   echo "--- stamps and chain of $t ($sd drafter), batch 1 then 8 (phases: cycles; chain: µs first / median / last)"
-  grep -E '^ {4}[0-9] |^late launch|^(candidates per row|select per row|selected|sorted|last|lp|generate|rdb1|rdround [0-9]|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $f
+  grep -E '^ {4}[0-9] |^late launch|^(candidates per row|select per row|rows ranked|counted|loaded|selected|sorted|last|lp|generate|rdb1|rdround [0-9]|searched|nodes|stream exit|chunks exit|build merge|build sorted|build nodes|fused [a-z0-9]+) ' $f
   pack
 done; done
 if [ "${TESTS:-1}" != 0 ]; then

@@ -12,7 +12,7 @@ export OUT="${OUT:?set OUT}" PYTHONUNBUFFERED=1
 python tools/kernel_cache.py import .kcache 2>&1 | tail -n 1
 echo "== fp32 A/B, stamps, DDTree GPU tests"
 OUT=$OUT TESTS=1 STAMP_REPEAT=2 timeout 300 bash research/patches/ab_next.sh merge-hist 2>&1 \
-  | grep -E 'main vs|build  |^(selected|sorted|build merge|build sorted|build nodes|rows ranked) |passed|failed'
+  | grep -E 'main vs|build  |^(counted|loaded|selected|sorted|build merge|build sorted|build nodes|rows ranked) |passed|failed'
 mv $OUT/r.tgz $OUT/r-fp32.tgz 2>/dev/null
 echo "== bf16 A/B"
 OUT=$OUT TESTS=0 DTYPE=bfloat16 DRAFTERS="random peaked" STAMP_REPEAT=1 timeout 150 bash research/patches/ab_next.sh merge-hist 2>&1 \
