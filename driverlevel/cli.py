@@ -130,9 +130,9 @@ def info():
         drv = driver_version() if n else None
         why = "the CUDA driver sees no device (CUDA_VISIBLE_DEVICES may hide them)"
     except DriverUnavailableError as exc:  # (before CudaError: a subclass) no libcuda, or no device at cuInit
-        why = str(exc)
-    except CudaError as exc:
-        reason = f" ({exc.name})"
+        n, why = 0, str(exc)
+    except CudaError as exc:  # (also one from driver_version after a count: no GPU is reported then)
+        n, reason = 0, f" ({exc.name})"
         why = "the CUDA driver is installed but failed to initialise"
     if n == 0:
         click.echo(f"No NVIDIA GPU is usable on this machine{reason}: {why} "

@@ -91,6 +91,12 @@ def test_info_when_the_driver_fails_to_initialise(runner, monkeypatch):
     assert r.exit_code == 0
     assert ("No NVIDIA GPU is usable on this machine (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH): the CUDA driver is "
             "installed but failed to initialise") in r.output
+    # a failure after the count (the driver's version) reports no GPU too, not a traceback
+    monkeypatch.setattr(cli, "init_driver", lambda: None)
+    monkeypatch.setattr(cli, "device_count", lambda: 1)
+    monkeypatch.setattr(cli, "driver_version", broken)
+    r = invoke(runner, "info")
+    assert r.exit_code == 0 and "No NVIDIA GPU is usable on this machine (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)" in r.output
 
 
 def test_info_on_this_machine_never_fails(runner):
