@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The sixtieth session's prepared build patch, measured in one device call from the repository root,
-# $OUT set, .kcache carried (~3 minutes on a warm H100): merge-hist.patch (research/patches/README.md)
+# $OUT set, .kcache carried (~6-8 minutes on a warm H100 with the sanitizer runs): merge-hist.patch
+# (research/patches/README.md)
 # against main with ab_next.sh (bench_ddtree's threshold build, fp32, three drafters, interleaved
 # twice; the stamps and chain of batch 1 and 8; the DDTree GPU tests on the patched tree), the bf16
 # A/B (two drafters, no tests), then the chunked top-K's build on both trees side by side (the
 # measured first form of the patch cost it +4.3 to +6.0 µs; the prepared form is meant not to).
+# Then compute-sanitizer (racecheck, synccheck, memcheck) of the ddtree tests on the patched tree: the
+# patch adds named barriers that a warp-role imbalance would make racecheck report.
 # No whole-suite run: that comes next, with the patch applied to the working tree
 # (tools/gpu_check.sh, forward and reversed), before it lands.
 set -u
@@ -24,3 +27,6 @@ for i in 1 2; do for t in main merge-hist; do
   (cd $d && PYTHONPATH=$d timeout 60 python benchmarks/bench_ddtree.py --quick --no-reference --topk chunked \
      --drafter random 2>&1 | grep -E '^ *chunked' | awk -v t=$t '{print t, $2, $3, $5}')
 done; done | tee $OUT/chunked-ab.txt
+echo "== compute-sanitizer on the patched tree: racecheck, synccheck and memcheck of the ddtree group"
+(cd /tmp/ab-merge-hist && PYTHONPATH=/tmp/ab-merge-hist timeout 400 bash tools/sanitize.sh -j 3 -t 300 \
+   racecheck:ddtree synccheck:ddtree memcheck:ddtree 2>&1 | tail -n 12)
