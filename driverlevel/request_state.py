@@ -43,7 +43,7 @@ import numpy as np
 from ._array import DeviceArray, array_key, as_device_array
 from ._checks import bool_arg, non_negative_int, positive_int
 from ._device import _check_device_arg
-from ._memory import MAX_NBYTES, WorkspacePool
+from ._memory import MAX_NBYTES, WorkspacePool, _label_arg
 
 __all__ = ["RequestState", "ARRAY_FIELDS"]
 
@@ -198,8 +198,7 @@ class RequestState:
         if nbytes > MAX_NBYTES:
             raise ValueError(f"the request state would need {nbytes:,} bytes (max_batch={max_batch}, "
                              f"max_context={max_context}, num_slots={num_slots}): more than 2**63 - 1")
-        if not isinstance(label, str):
-            raise TypeError(f"label must be a str, got {type(label).__name__} {label!r}")
+        label = _label_arg(label)
         device = _check_device_arg(device)
         pool = WorkspacePool.allocate(device, nbytes, label=label)
         arrays = {name: pool.carve(f"{label}.{name}", shape, dt) for name, shape, dt in specs}
