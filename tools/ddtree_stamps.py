@@ -88,6 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
                     help="bench_ddtree's drafter rows: random (nearly flat; star trees), peaked or jittered (deep "
                          "trees)")
+    ap.add_argument("--topk", choices=("threshold", "chunked"), default="threshold",
+                    help="the plan's top-K (DDTreePlan's topk): the merge of a threshold row's candidates, or of the "
+                         "chunk kernel's (the chain then shows the chunk kernel)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="parallel, or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
     ap.add_argument("--detail-depth", type=int, default=None, metavar="N",
@@ -398,7 +401,7 @@ def main(argv=None) -> int:
             for budget in args.budget:
                 plan = ddtree.DDTreePlan(dev, max_batch=batch, depth_limit=DEPTH, vocab=args.vocab, budget=budget,
                                          max_context=4096, logits_dtype=args.logits_dtype, target_dtype="bfloat16",
-                                         topk="threshold")
+                                         topk=args.topk)
                 check_stamp_rows(plan)
                 if args.search == "heap":
                     plan.flags = ddtree.FLAG_LEGACY_SEARCH
