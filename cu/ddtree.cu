@@ -49,10 +49,14 @@
 //        + 26 KB static. topk_mode = 1, a row whose threshold failed: the CTA first runs the
 //        chunk top-K over the row's chunks one by one (topk_one_chunk on 512 threads, threads
 //        past 320 idle; ~1-2 µs per chunk, paid by that request only). Each CTA merges one row's
-//        chunk candidates (at most 12,288) into the sorted top-K -- the K-th largest key by a
-//        histogram select, the K-th composite among equal keys only when needed, then the K
-//        picked sorted by a bitonic network (warp shuffles below stride 32) -- with log-probs (fp32: logit
-//        - lse, lse summed in fp64 from the chunks' or the stream segments' sums). The last CTA of a request to finish (a
+//        chunk candidates (at most 12,288) into the sorted top-K with log-probs (fp32: logit - lse,
+//        lse summed in fp64 from the chunks' or the stream segments' sums). A threshold row whose
+//        candidates fit 15 warps' registers (DL_DDTREE_HIST_MERGE, the threshold plans' cubin) is
+//        ranked by one linear histogram of 512 bins between T and its maximum, each candidate of the
+//        bins before the K-th's counting its larger bin-mates, while the last warp sums the
+//        log-sum-exp (hist_rank); other rows (chunked, a failed threshold, a bin crowded by ties) by
+//        the K-th largest key of a histogram select, the K-th composite among equal keys only when
+//        needed, then the K picked sorted by a bitonic network (warp shuffles below stride 32). The last CTA of a request to finish (a
 //        per-request counter, reset by that CTA) selects the tree with the whole CTA
 //        (parallel_search: depth by depth, a key histogram bounds the candidates, the nodes
 //        ranked by (key, ranks tuple) at the end -- the reference's heapq order, exactly;
@@ -111,7 +115,7 @@
 // From the launcher (driverlevel/ddtree.py compile_defines): the params layouts and the device error
 // word's numbers, so that a partial set stops here, not in a cascade (constants.cuh checks the shared
 // constants one by one).
-#if !defined(DL_SIZEOF_SH) || !defined(DL_SIZEOF_CM) || !defined(DL_FIELD_TREE_TOKENS)
+#if !defined(DL_SIZEOF_SH) || !defined(DL_SIZEOF_CM) || !defined(DL_FIELD_TREE_TOKENS) || !defined(DL_DDTREE_HIST_MERGE)
 #error "compile with driverlevel.ddtree.compile_variants()"
 #endif
 

@@ -221,11 +221,22 @@ def _pack(cls, v: _Values):
     return p
 
 
-def compile_defines(arch) -> dict:
-    """Defines for ``ddtree.cu``: the stages' params layouts (checked by static_assert), the
-    shared constants (:func:`driverlevel._constants.kernel_defines`) and the device error word's
-    field and code numbers (:func:`driverlevel._device_error.error_defines`)."""
+def compile_defines(arch, topk: str = "threshold") -> dict:
+    """Defines for ``ddtree.cu`` as a plan of top-K ``topk`` compiles it: the stages' params layouts
+    (checked by static_assert), the shared constants (:func:`driverlevel._constants.kernel_defines`),
+    the device error word's field and code numbers (:func:`driverlevel._device_error.error_defines`)
+    and ``DL_DDTREE_HIST_MERGE``: 1 for ``"threshold"``, whose rows the build merges by one histogram
+    (``cu/ddtree/build.cuh``, ``hist_rank``), 0 for ``"chunked"``, whose merge then keeps its code
+    in one straight run (inlined, that path cost a chunked build ~5 µs from cold instruction caches:
+    BENCHMARKS.md, sixty-first session).
+
+    Raises
+    ------
+    ValueError
+        ``topk`` is not one of :data:`TOPK_MODES`, or ``arch`` is not an architecture."""
     normalize_arch(arch)
+    if topk not in TOPK_MODES:
+        raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
     d = {}
     for prefix, cls in _STRUCTS.items():
         d.update({f"DL_OFF_{prefix}_{n}": getattr(cls, n).offset for n in _struct_fields(cls)})
@@ -233,6 +244,7 @@ def compile_defines(arch) -> dict:
         d[f"DL_FIELDS_{prefix}"] = " ".join(f"DL_F({n})" for n in _struct_fields(cls))  # params.cuh checks each
     d.update(kernel_defines())
     d.update(error_defines())
+    d["DL_DDTREE_HIST_MERGE"] = int(topk == "threshold")
     return d
 
 
@@ -292,11 +304,15 @@ def dynamic_shared_bytes(arch) -> dict:
 
 
 def compile_variants(arch) -> list[CompileVariant]:
-    """The one way ``ddtree.cu`` is compiled on ``arch``, with its worst-case dynamic shared memory.
+    """The two ways ``ddtree.cu`` is compiled on ``arch``, one per top-K mode (labels ``"threshold"``,
+    the default plans', first, and ``"chunked"``; :func:`compile_defines`), each with the
+    worst-case dynamic shared memory.
 
-    ``driverlevel.runtime.compile_file(SOURCE, arch, v.defines)`` for the one variant ``v`` compiles
-    it as the plans do (``compile_file`` without these defines stops at the source's ``#error``)."""
-    return [CompileVariant(compile_defines(arch), dynamic_shared_bytes(arch))]
+    ``driverlevel.runtime.compile_file(SOURCE, arch, v.defines)`` for a variant ``v`` compiles it as
+    the plans of that top-K do (``compile_file`` without these defines stops at the source's
+    ``#error``)."""
+    return [CompileVariant(compile_defines(arch, topk), dynamic_shared_bytes(arch), topk)
+            for topk in ("threshold", "chunked")]
 
 
 def check_merge_capacity(vocab: int, budget: int) -> None:
@@ -591,7 +607,7 @@ class DDTreePlan:
         if self.topk == "threshold":
             self.build_smem = max(self.build_smem, DDTREE_FALLBACK_SHARED_BYTES)
 
-        self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch))
+        self.cubin = compile_file(SOURCE, self.arch, compile_defines(self.arch, self.topk))
         static = self.cubin.resources.get("ddtree_build")
         limit = shared_limit(self.arch)
         if static is not None and self.build_smem + static.shared_bytes > limit:

@@ -23,9 +23,10 @@ KERNELS = {
 }
 
 
+@pytest.mark.parametrize("topk", ddtree.TOPK_MODES)
 @pytest.mark.parametrize("arch", SUPPORTED_ARCHS)
-def test_every_kernel_compiles_without_spills(arch):
-    cub = dl.runtime.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch))
+def test_every_kernel_compiles_without_spills(arch, topk):
+    cub = dl.runtime.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch, topk))
     assert cub.data[:4] == b"\x7fELF"
     assert set(cub.resources) == KERNELS
     limit = MAX_SHARED_PER_BLOCK[arch]
@@ -204,6 +205,25 @@ def test_launcher_constants_match_the_kernel_source():
     d = ddtree.compile_defines("sm_90")
     for k, v in _constants.kernel_defines().items():
         assert d[k] == v
+
+
+def test_each_topk_mode_compiles_its_own_merge():
+    """The threshold plans' cubin holds the histogram merge (DL_DDTREE_HIST_MERGE=1), the chunked plans'
+    does not, so the two ddtree_build kernels differ; a bad mode or a missing define is refused."""
+    thr, chk = (ddtree.compile_defines("sm_90", t) for t in ("threshold", "chunked"))
+    assert thr["DL_DDTREE_HIST_MERGE"] == 1 and chk["DL_DDTREE_HIST_MERGE"] == 0
+    assert {k: v for k, v in thr.items() if k != "DL_DDTREE_HIST_MERGE"} == \
+        {k: v for k, v in chk.items() if k != "DL_DDTREE_HIST_MERGE"}
+    assert ddtree.compile_defines("sm_90") == thr  # the default plans' top-K
+    assert [(v.label, v.defines) for v in ddtree.compile_variants("sm_90")] == [("threshold", thr), ("chunked", chk)]
+    with pytest.raises(ValueError, match="topk must be one of"):
+        ddtree.compile_defines("sm_90", "fused")
+    a, b = (dl.runtime.compile_file(ddtree.SOURCE, "sm_90", d) for d in (thr, chk))
+    assert a.data != b.data
+    del chk["DL_DDTREE_HIST_MERGE"]
+    with pytest.raises(dl.NvrtcError) as ei:
+        dl.runtime.compile_file(ddtree.SOURCE, "sm_90", chk, use_cache=False)
+    assert "compile with driverlevel.ddtree.compile_variants()" in ei.value.log
 
 
 @pytest.mark.parametrize("missing", ["DL_RECORD_HEADER", "DL_STATUS_POOL_EXHAUSTED", "DL_DDTREE_TOPK_THREADS"])

@@ -138,6 +138,10 @@ def assert_tree_equal(tb, out, active):
     ("bfloat16", 500, 3, 2, 2, True),
     ("float32", 1000, 4, 3, 3, False),
     ("float32", 5000, 4, 481, 2, False),
+    # the merge's histogram ranking (cu/ddtree/build.cuh, hist_rank) and, with integer ties of
+    # hundreds of candidates at the K-th, its crowded rows' select and sort
+    ("float32", 163840, 4, 256, 2, True),
+    ("bfloat16", 129280, 4, 512, 2, True),
 ])
 def test_build_matches_reference(device, stream, dtype, vocab, depth, budget, batch, ties, topk):
     rng = np.random.default_rng(vocab + budget)
@@ -346,7 +350,7 @@ def search_defines(monkeypatch, extra):
     from driverlevel import ddtree
 
     plain = ddtree.compile_defines
-    monkeypatch.setattr(ddtree, "compile_defines", lambda arch: {**plain(arch), **extra})
+    monkeypatch.setattr(ddtree, "compile_defines", lambda arch, topk="threshold": {**plain(arch, topk), **extra})
 
 
 def stamped_build(monkeypatch, rig, stream, x):

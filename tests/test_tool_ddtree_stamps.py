@@ -69,6 +69,10 @@ def test_row_counts_from_the_merge_stamps_arguments():
     assert stamps.row_counts(rows) == ["candidates per row (loaded): 1400 / 1450 / 1500 over 2 rows",
                                        "select per row (selected): levels 1 / 1.5 / 2, gathered 0 / 3.5 / 7 over 2 rows"]
     assert stamps.row_counts({0: [("merge", 0, 1, 1)]}) == []
+    rows[3][2] = ("selected", -1, 2400, 10_700)           # ranked by the merge's histogram
+    assert stamps.row_counts(rows) == ["candidates per row (loaded): 1400 / 1450 / 1500 over 2 rows",
+                                       "rows ranked by the merge's histogram (selected): 1 of 2",
+                                       "select per row (selected): levels 2 / 2 / 2, gathered 7 / 7 / 7 over 1 rows"]
 
 
 def test_point_names_carry_the_depth_or_the_pop_count():

@@ -188,9 +188,10 @@ def phases(ctas: dict) -> dict:
 def row_counts(ctas: dict) -> list[str]:
     """Lines on the rows' merge, from the arguments of its stamps (min / median / max over the rows;
     no line for a point no row stamped): ``loaded``'s is the row's ``n_cand`` (candidates >= T that
-    the stream listed, or the build's chunk fallback's), ``selected``'s the select's histogram levels plus
-    64 x the values its warp ranking gathered (keys.cuh, ``SelectSmem::levels``). The select's work
-    grows with both."""
+    the stream listed, or the build's chunk fallback's), ``selected``'s -1 for a row ranked by the
+    merge's histogram (build.cuh, ``hist_rank``), else the select's histogram levels plus 64 x the
+    values its warp ranking gathered (keys.cuh, ``SelectSmem::levels``; a crowded row's select stamps
+    over its histogram's stamp). The select's work grows with both."""
     def summary(values):
         return f"{min(values)} / {statistics.median(values):g} / {max(values)}"
 
@@ -202,8 +203,12 @@ def row_counts(ctas: dict) -> list[str]:
     if n := args.get("loaded"):
         out.append(f"candidates per row (loaded): {summary(n)} over {len(n)} rows")
     if sel := args.get("selected"):
-        out.append(f"select per row (selected): levels {summary([a % 64 for a in sel])}, gathered "
-                   f"{summary([a // 64 for a in sel])} over {len(sel)} rows")
+        hist = sum(a < 0 for a in sel)
+        if hist:
+            out.append(f"rows ranked by the merge's histogram (selected): {hist} of {len(sel)}")
+        if sel := [a for a in sel if a >= 0]:
+            out.append(f"select per row (selected): levels {summary([a % 64 for a in sel])}, gathered "
+                       f"{summary([a // 64 for a in sel])} over {len(sel)} rows")
     return out
 
 
@@ -391,7 +396,7 @@ def main(argv=None) -> int:
 
     plain = ddtree.compile_defines
     extra = stamp_defines(args.detail_depth, args.twice)
-    ddtree.compile_defines = lambda arch: {**plain(arch), **extra}
+    ddtree.compile_defines = lambda arch, topk="threshold": {**plain(arch, topk), **extra}
     stream = dev.create_stream()
     flush = L2Flush(dev, stream, args.flush) if args.flush != "none" else None
     spin = selftest.load(dev).kernel("spin_wait_ns")

@@ -21,6 +21,7 @@ struct BuildSmem {
   int ri[32];
   float lse;
   int last;
+  int hist_crowded, hist_end;  // the hist path's outcome (hist_rank)
 };
 
 DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
@@ -108,6 +109,144 @@ __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int
   __syncthreads();
 }
 
+// ---- the hist path: a threshold row's candidates ranked by one linear histogram
+// Every candidate of a row whose threshold held lies in [cut, cmax] (cut = key(T) - 1 << 32, cmax
+// the largest composite), so HIST_BINS linear bins of d = cmax - v (bin 0 the largest) put each in
+// a bin whose exclusive start (the candidates in the bins before it) is its rank but for the
+// candidates of its own bin above it. The bins that start below K are scattered into buckets in
+// bin order, and each candidate there counts its larger bin-mates: its rank, written to out[rank]
+// when < K. That replaces the select (a histogram level or two, a gather and a one-warp ranking),
+// the scan and scatter of the picked, and the bitonic network over them (~25 barriers) with three
+// barriers of the 15 worker warps (named barrier 3; the log-sum-exp warp computes the row's
+// log-sum-exp meanwhile, holding no candidate). A bin before the K-th's (or the K-th's own) with
+// more than HIST_CROWD candidates (ties: bf16 rows, constant runs) would make its ranking
+// quadratic: the row then takes the select and the sort after all (sm.hist_crowded).
+// Compiled in only where DL_DDTREE_HIST_MERGE is 1 (driverlevel.ddtree.compile_defines: the
+// threshold plans' cubin). A chunked plan's rows never take it, and with its ~2,800 instructions
+// inlined between the candidates' load and the select that plan's merge, which jumped over them,
+// ran ~5 µs slower from cold instruction caches (H100, L2 flushed, sixty-first session); out of
+// line (__noinline__) the threshold rows lost the ~3 µs the path gains.
+constexpr bool HIST_MERGE = DL_DDTREE_HIST_MERGE != 0;
+constexpr int HIST_WORKERS = BUILD_THREADS - 32;  // the warps below the log-sum-exp warp
+constexpr int HIST_BINS = 512;
+constexpr int HIST_CROWD = 128;
+constexpr int HIST_BARRIERS = 3;  // named barrier 3, passed by every worker on every path
+// Bin b's slot in count / start / cursor: one padding word after every 16 bins, so that warp 0's
+// lanes, 16 consecutive bins each, read and write 32 distinct banks (unpadded: 16-way conflicts on
+// each of the scan's 48 accesses).
+DL_DEVICE constexpr int hist_slot(int b) { return b + (b >> 4); }
+struct HistSmem {  // at the start of the dynamic shared memory (the sort buffer's place)
+  u32 count[hist_slot(HIST_BINS - 1) + 1];
+  u32 start[hist_slot(HIST_BINS) + 1];  // the bins' exclusive starts, then (slot of bin 512) the total
+  u32 cursor[hist_slot(HIST_BINS - 1) + 1];
+  u64 bucket[MAX_K + HIST_CROWD];
+  u64 out[MAX_K];
+};
+static_assert(sizeof(HistSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES,
+              "a threshold plan's dynamic shared memory holds HistSmem");
+static_assert(HIST_BINS == 32 * 16 && HIST_BINS == BUILD_THREADS,
+              "warp 0 scans 16 bins a lane; every thread zeroes one bin");
+
+// The workers' part (threads < HIST_WORKERS; h.count zeroed and ordered before the call): the row's
+// top K composites, descending, in h.out[0 .. K) (0 past the candidates when fewer than K are
+// >= cut), unless sm.hist_crowded. Every index stays in bounds whatever the candidates hold, and
+// h.out[0 .. K) is written in full even if they repeat a composite (corrupted data: equal ones are
+// ranked by their bucket slot). Every worker passes named barrier 3 HIST_BARRIERS times, crowded
+// or not, as the log-sum-exp warp passes barrier 4 (hist_lse_barriers): compute-sanitizer's
+// racecheck orders two warps' accesses across a later CTA barrier only when both have passed as
+// many barriers (sort_barriers).
+DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 cut, int K, HistSmem& h,
+                         BuildSmem& sm) {
+  const int tid = threadIdx.x;
+  const u64 range = cmax > cut ? cmax - cut : 0ull;
+  const int bits = 64 - __clzll(static_cast<long long>(range));
+  const int shift = bits > 9 ? bits - 9 : 0;  // (cmax - v) >> shift <= range >> shift < HIST_BINS
+  // The scatter below tests the very elements, predicate and shift of this count: each bin's
+  // cursor then stays below its start plus its count (and bucket's index is checked anyway).
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) {
+    if (j >= ecount) break;
+    const u64 v = c[j];
+    if (v >= cut && v <= cmax) atomicAdd(&h.count[hist_slot(static_cast<int>((cmax - v) >> shift))], 1u);
+  }
+  dl::named_barrier(3, HIST_WORKERS);  // 1 of HIST_BARRIERS
+  if (tid < 32) {  // the starts, the K-th's bin's end and the crowding, 16 bins a lane
+    const int s0 = hist_slot(tid * 16);  // (= tid * 17: the lane's 16 slots are consecutive)
+    u32 cnt[16], own = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      cnt[i] = h.count[s0 + i];
+      own += cnt[i];
+    }
+    u32 run = dl::warp_incl_scan(own) - own;
+    u32 crowd = 0, end = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      h.start[s0 + i] = run;
+      h.cursor[s0 + i] = run;
+      if (run < static_cast<u32>(K)) {
+        crowd = max(crowd, cnt[i]);
+        if (run + cnt[i] >= static_cast<u32>(K)) end = run + cnt[i];  // the K-th's bin (one)
+      }
+      run += cnt[i];
+    }
+    if (tid == 31) h.start[hist_slot(HIST_BINS)] = run;
+    crowd = __reduce_max_sync(FULL, crowd);
+    end = __reduce_max_sync(FULL, end);
+    const u32 total = __shfl_sync(FULL, run, 31);
+    if (tid == 0) {
+      sm.hist_crowded = crowd > static_cast<u32>(HIST_CROWD);
+      sm.hist_end = static_cast<int>(end != 0u ? end : total);  // fewer than K: all of them
+    }
+  }
+  dl::named_barrier(3, HIST_WORKERS);  // 2 of HIST_BARRIERS
+  const bool crowded = sm.hist_crowded;  // (uniform)
+  if (!crowded) {
+    DDT_STAMP(2, "selected", -1);  // (a crowded row: the select stamps it)
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      if (j >= ecount) break;
+      const u64 v = c[j];
+      if (v >= cut && v <= cmax) {
+        const int bin = static_cast<int>((cmax - v) >> shift);
+        if (h.start[hist_slot(bin)] < static_cast<u32>(K)) {
+          const u32 at = atomicAdd(&h.cursor[hist_slot(bin)], 1u);
+          if (at < static_cast<u32>(MAX_K + HIST_CROWD)) h.bucket[at] = v;
+        }
+      }
+    }
+  }
+  dl::named_barrier(3, HIST_WORKERS);  // 3 of HIST_BARRIERS
+  if (crowded) return;  // (uniform)
+  DDT_STAMP(3, "lse", 0);
+  const int end = sm.hist_end;  // <= K - 1 + HIST_CROWD: not crowded
+  const int lim = max(end, K);
+  for (int q = tid; q < lim; q += HIST_WORKERS) {
+    if (q < end) {
+      const u64 v = h.bucket[q];
+      const int bin = static_cast<int>((cmax - v) >> shift);
+      const int lo = static_cast<int>(h.start[hist_slot(bin)]);
+      const int hi = min(static_cast<int>(h.start[hist_slot(bin + 1)]), end);
+      int r = lo;
+      for (int j = lo; j < hi; ++j) {
+        const u64 o = h.bucket[j];
+        r += (o > v) | ((o == v) & (j < q));  // (equal composites only in corrupted data: by slot)
+      }
+      if (r < K) h.out[r] = v;
+    } else {
+      h.out[q] = 0ull;
+    }
+  }
+  DDT_STAMP(29, "sortdone", 0);
+}
+
+// The log-sum-exp warp's side of hist_rank's barriers (named barrier 4, this warp alone), passed
+// after its log-sum-exp: the same count of barriers as every worker (see hist_rank).
+DL_DEVICE void hist_lse_barriers() {
+#pragma unroll 1
+  for (int i = 0; i < HIST_BARRIERS; ++i) dl::named_barrier(4, 32);
+}
+
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
 // topk_mode = 1 and the row's threshold held: its candidates are the tk_count logits >= T
 // (topk_threshold.cuh), which hold the row's maximum m; its log-sum-exp is
@@ -131,17 +270,27 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     tk_t = p.tk_thresh[row_id];
   }
   const bool thr = tmode && !tk_fallback_of(p, tk_flag, tk_n);  // (uniform)
+  DDT_STAMP(31, "counted", tk_n);  // (stamped builds: the first round trip to L2 returned)
   if (tmode && !thr) chunk_fallback_row(p, b, d, reinterpret_cast<u8*>(sortbuf));  // (uniform; rare)
   const int S = thr ? p.tk_nseg : p.num_chunks;
   const int n_cand = thr ? static_cast<int>(tk_n) : S * K;  // thr: <= tk_cap <= the capacity
+  // The hist path (hist_rank) for a threshold row: its candidates in the workers' registers only.
+  const bool hist = HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS;  // (uniform)
+  const int stride = hist ? HIST_WORKERS : BUILD_THREADS;
+  HistSmem& hs = *reinterpret_cast<HistSmem*>(sortbuf);
+  if (hist) hs.count[hist_slot(tid)] = 0u;  // (HIST_BINS == BUILD_THREADS; ordered by the block max's barriers)
   u64 c[MERGE_ELEMS];
-  if (thr) {
+  const auto load_threshold_cand = [&]() {
     const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+    const int n_mine = !HIST_MERGE || tid < stride ? n_cand : 0;  // (HIST_MERGE: stride is BUILD_THREADS but for the hist path)
 #pragma unroll
     for (int j = 0; j < MERGE_ELEMS; ++j) {
-      const int i = j * BUILD_THREADS + tid;
-      c[j] = i < n_cand ? cand[i] : 0ull;
+      const int i = j * stride + tid;
+      c[j] = i < n_mine ? cand[i] : 0ull;
     }
+  };
+  if (thr) {
+    load_threshold_cand();
   } else {
     const u64* cand = p.cand + row_id * S * K;
 #pragma unroll
@@ -151,10 +300,11 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
     }
   }
-  // The row's log-sum-exp is the last warp's (LSE_WARP): it computes it while the warps below
-  // P sort, which leaves it idle for P < BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it
-  // sorts too, after the log-sum-exp, as warp 0 did before). thr: it loads the row's first 32
-  // segments' sums now (used after the select); every thread loads T (the select's cut).
+  // The row's log-sum-exp is the last warp's (LSE_WARP): on the hist path it computes it while the
+  // workers rank; otherwise while the warps below P sort, which leaves it idle for P <
+  // BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it sorts too, after the log-sum-exp, as
+  // warp 0 did before). thr: it loads the row's first 32 segments' sums now (used after the
+  // select); every thread loads T (the select's cut).
   constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
   const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
@@ -167,7 +317,8 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
   const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
   DDT_STAMP(1, "loaded", n_cand);
-  // The K-th largest composite (key << 32 | ~id: equal logits, lower id first) in one select on
+  // The rows the hist path does not rank (chunk candidates, a fallback row, a crowded row):
+  // the K-th largest composite (key << 32 | ~id: equal logits, lower id first) in one select on
   // the 64-bit composites: the level that isolates the K-th key's bin also holds the logits tied
   // with it, and the one-warp ranking of <= 32 gathered composites orders them by id at once (a
   // select on the 32-bit key and then, when more logits share the K-th key than still fit, a
@@ -180,16 +331,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   // denormals whose keys lie below the cut. Without thr the cut is key 1: every composite of a
   // candidate (0 marks none).
   const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
-  const int ecount = min(MERGE_ELEMS, (n_cand + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
-  const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
-      [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
-      ecount, thr);
-  DDT_STAMP(2, "selected", sm.sel.levels);  // (stamped builds: the select's levels + 64 x gathered)
-  int own = 0;
-#pragma unroll
-  for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
-  int all;  // = K: the composites are distinct
-  int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
+  const int ecount = min(MERGE_ELEMS, (n_cand + stride - 1) / stride);  // slots that may hold one
   auto row_lse = [&]() {  // the row's log-sum-exp (LSE_WARP; read after the final barrier)
     float m;
     double t = 0.0;
@@ -252,27 +394,66 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
       if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
     }
   };
+  // The hist path: the log-sum-exp warp computes the row's log-sum-exp while the workers rank.
+  bool lse_done = false, ranked = false;
+  u64 v = 0ull;
+  if (hist) {
+    if (lse_warp) {
+      row_lse();
+      hist_lse_barriers();
+    } else {
+      hist_rank(c, ecount, cmax, static_cast<u64>(kcut) << 32, K, hs, sm);
+    }
+    DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
+    __syncthreads();  // h.out, sm.lse and sm.hist_crowded are visible
+    lse_done = true;
+    ranked = !sm.hist_crowded;  // (uniform)
+    if (ranked && tid < K) v = hs.out[tid];
+    // The candidates once more for a crowded row's select, from L2, and otherwise none: every path
+    // out of here redefines c, so the compiler holds no candidate in registers over the
+    // log-sum-exp's code (held, the build needed 128 registers instead of ~114)
+    if (ranked) {
 #pragma unroll
-  for (int j = 0; j < MERGE_ELEMS; ++j)
-    if (c[j] >= cstar) sortbuf[pos++] = c[j];
-  __syncthreads();
-  DDT_STAMP(3, "lse", 0);  // (the picked composites in sortbuf; the log-sum-exp follows)
-  // The K picked composites, sorted descending by a bitonic network over the next power of two
-  // P <= BUILD_THREADS (bitonic_desc; padding 0 sorts last). The composites are distinct (ids), so
-  // the order is total and equals the reference's (logit desc, id asc). (Replaced a count of the
-  // picked ones above each: K * K / BUILD_THREADS compares per thread.)
-  static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
-  const int n_pick = min(all, K);  // = K: the composites are distinct
-  int P = 1;
-  while (P < K) P <<= 1;
-  u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
-  const bool sorts = tid < max(P, 32);  // (warp-uniform)
-  if (lse_warp) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
-  DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
-  if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
-  else sort_barriers(P, 2, BUILD_THREADS - P);  // (P >= 64 here, or no barrier)
-  DDT_STAMP(29, "sortdone", 0);
-  __syncthreads();  // sm.lse (LSE_WARP, above) is visible
+      for (int j = 0; j < MERGE_ELEMS; ++j) c[j] = 0ull;
+    } else {
+      load_threshold_cand();
+    }
+  }
+  if (!ranked) {  // (uniform) the select and the sort
+    const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
+        [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
+        ecount, thr);
+    DDT_STAMP(2, "selected", sm.sel.levels);  // (stamped builds: the select's levels + 64 x gathered)
+    int own = 0;
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
+    int all;  // = K: the composites are distinct
+    int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j)
+      if (c[j] >= cstar) {  // (more than K only if composites repeat: corrupted data, kept in bounds)
+        if (pos < K) sortbuf[pos] = c[j];
+        ++pos;
+      }
+    __syncthreads();
+    DDT_STAMP(3, "lse", 0);  // (the picked composites in sortbuf; the log-sum-exp follows)
+    // The K picked composites, sorted descending by a bitonic network over the next power of two
+    // P <= BUILD_THREADS (bitonic_desc; padding 0 sorts last). The composites are distinct (ids), so
+    // the order is total and equals the reference's (logit desc, id asc). (Replaced a count of the
+    // picked ones above each: K * K / BUILD_THREADS compares per thread.)
+    static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
+    const int n_pick = min(all, K);  // = K: the composites are distinct
+    int P = 1;
+    while (P < K) P <<= 1;
+    v = tid < n_pick ? sortbuf[tid] : 0ull;
+    const bool sorts = tid < max(P, 32);  // (warp-uniform)
+    if (lse_warp && !lse_done) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
+    DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
+    if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
+    else sort_barriers(P, 2, BUILD_THREADS - P);  // (P >= 64 here, or no barrier)
+    DDT_STAMP(29, "sortdone", 0);
+    __syncthreads();  // sm.lse (LSE_WARP, above) is visible
+  }
   const float lse = sm.lse;
   if (tid < K) {
     const size_t at = row_id * K + tid;

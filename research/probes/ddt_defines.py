@@ -11,4 +11,4 @@ def pytest_configure(config):
     from driverlevel import ddtree
 
     plain = ddtree.compile_defines
-    ddtree.compile_defines = lambda arch: {**plain(arch), **{k: int(v) for k, v in extra.items()}}
+    ddtree.compile_defines = lambda arch, topk="threshold": {**plain(arch, topk), **{k: int(v) for k, v in extra.items()}}

@@ -29,7 +29,7 @@ def main() -> int:
     from demo_step import PROMPT_LEN, demo_runner
 
     plain = ddtree.compile_defines
-    ddtree.compile_defines = lambda arch: {**plain(arch), **ts.stamp_defines()}
+    ddtree.compile_defines = lambda arch, topk="threshold": {**plain(arch, topk), **ts.stamp_defines()}
     dev = dl.Device(0)
     r, s, prompts = demo_runner(dev, a.batch, a.budget, a.vocab, PROMPT_LEN + 2000)
     r.reset(prompts, 1500)
