@@ -424,7 +424,9 @@ class DDTreePlan:
         it, and the chunk top-K only for the rows where the threshold failed, run by that
         row's ``ddtree_build`` CTA (:mod:`driverlevel._topk_threshold`); on the H200 at batch 8
         it builds the tree in half the time of ``"chunked"`` (BENCHMARKS.md, "DDTree stages"). ``"chunked"``: an exact
-        top-K per 7,680-token chunk, merged per row (less workspace, see below).
+        top-K per 7,680-token chunk, merged per row (less workspace, see below). Each mode has a
+        cubin of its own (:func:`compile_defines`; the threshold one ranks a row's candidates by
+        one histogram), so the first plan of each mode compiles ``ddtree.cu`` once (cached on disk).
     pool : WorkspacePool, optional
         Pool to carve the workspace from (a private one is allocated otherwise), on
         ``device``: a fresh pool of the default 256-byte alignment needs :attr:`pool_bytes`
