@@ -230,11 +230,15 @@ def compile_defines(arch, topk: str = "threshold") -> dict:
     in one straight run (inlined, that path cost a chunked build ~5 µs from cold instruction caches:
     BENCHMARKS.md, sixty-first session).
 
+    ``topk`` is case-insensitive, as :class:`DDTreePlan`'s.
+
     Raises
     ------
     ValueError
         ``topk`` is not one of :data:`TOPK_MODES`, or ``arch`` is not an architecture."""
     normalize_arch(arch)
+    if isinstance(topk, str):
+        topk = topk.lower()  # case-insensitive, as DDTreePlan's topk
     if topk not in TOPK_MODES:
         raise ValueError(f"topk must be one of {TOPK_MODES}, got {topk!r}")
     d = {}

@@ -215,9 +215,11 @@ def test_each_topk_mode_compiles_its_own_merge():
     assert {k: v for k, v in thr.items() if k != "DL_DDTREE_HIST_MERGE"} == \
         {k: v for k, v in chk.items() if k != "DL_DDTREE_HIST_MERGE"}
     assert ddtree.compile_defines("sm_90") == thr  # the default plans' top-K
+    assert ddtree.compile_defines("sm_90", "Chunked") == chk  # case-insensitive, as DDTreePlan's
     assert [(v.label, v.defines) for v in ddtree.compile_variants("sm_90")] == [("threshold", thr), ("chunked", chk)]
-    with pytest.raises(ValueError, match="topk must be one of"):
-        ddtree.compile_defines("sm_90", "fused")
+    for bad in ("fused", None, 1):
+        with pytest.raises(ValueError, match="topk must be one of"):
+            ddtree.compile_defines("sm_90", bad)
     a, b = (dl.runtime.compile_file(ddtree.SOURCE, "sm_90", d) for d in (thr, chk))
     assert a.data != b.data
     del chk["DL_DDTREE_HIST_MERGE"]
