@@ -208,6 +208,25 @@ def test_topk_rows_are_split_off_and_named_by_kernel():
     assert stamps.parse_args([]).flush == "none" and not stamps.parse_args([]).evict_code
 
 
+def test_a_chunked_chain_counts_from_the_chunk_kernel():
+    """--topk chunked --chain: no sample kernel, so the timeline starts at the chunk kernel's first
+    entry (it printed "(no sample entry point recorded)" before); --topk is parsed and defaults to
+    threshold."""
+    recs = {3: [("merge", 0, 100, 24_000), ("sorted", 0, 900, 30_000)],
+            4700: [("entry", 0, 1, 2_000), ("exit", 0, 3, 20_000)],
+            4701: [("entry", 0, 1, 3_000), ("exit", 0, 3, 21_000)]}
+    build, topk = stamps.split_topk(recs)
+    assert stamps.chain_origin(topk) == "chunks entry"
+    lines = stamps.chain_timeline(build, topk)
+    assert [ln[:14].strip() for ln in lines[1:]] == ["chunks entry", "chunks exit", "build merge", "build sorted"]
+    assert lines[1].split()[-3] == "0.00" and lines[-1].split()[-1] == "28.00"  # 30,000 - 2,000 ns
+    assert stamps.chain_origin({256: [("sample entry", 0, 5, 1_000)], 4700: [("chunks entry", 0, 1, 900)]}) \
+        == "sample entry"
+    assert stamps.parse_args(["--topk", "chunked"]).topk == "chunked" and stamps.parse_args([]).topk == "threshold"
+    with pytest.raises(SystemExit):
+        stamps.parse_args(["--topk", "fused"])
+
+
 def test_stamp_rows_of_the_kernels_do_not_overlap():
     """Every kernel of a stamped build writes rows of its own: the check passes for bench_ddtree's
     shapes at batch 1, 8 and 16 on a 132-SM GPU and refuses a grid that would spill into the next

@@ -90,7 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "trees)")
     ap.add_argument("--topk", choices=("threshold", "chunked"), default="threshold",
                     help="the plan's top-K (DDTreePlan's topk): the merge of a threshold row's candidates, or of the "
-                         "chunk kernel's (the chain then shows the chunk kernel)")
+                         "chunk kernel's (--chain then shows the chunk kernel, its times from that kernel's first "
+                         "CTA, and no stream table)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="parallel, or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH)")
     ap.add_argument("--detail-depth", type=int, default=None, metavar="N",
@@ -259,16 +260,24 @@ def split_topk(ctas: dict) -> tuple:
     return build, topk
 
 
+def chain_origin(topk: dict) -> str:
+    """The point the chain's times count from: the sample kernel's first ``entry`` (a threshold build's
+    first kernel), or the chunk kernel's for a chunked build, which has no sample kernel."""
+    points = {point for recs in topk.values() for point, *_ in recs}
+    return "sample entry" if "sample entry" in points or "chunks entry" not in points else "chunks entry"
+
+
 def chain_timeline(build: dict, topk: dict) -> list[str]:
-    """The whole chain's timeline (µs from the sample kernel's first ``entry``): the top-K kernels'
-    points, then ddtree_build's entry, merge start, rows sorted, and the search's end."""
+    """The whole chain's timeline (µs from its first kernel's first ``entry``, :func:`chain_origin`):
+    the top-K kernels' points, then ddtree_build's entry, merge start, rows sorted, and the search's
+    end."""
     keep = ("entry", "merge", "sorted", "last", "nodes")
     rows = dict(topk)
     for k, v in build.items():
         rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
     points = ("entry", "keys", "waited", "tile0", "looped", "flushed", "reduced", "exit")  # (the last four: stream)
     order = [f"{n} {p}" for n, _ in TK_ROWS for p in points] + [f"build {p}" for p in keep]
-    return phase_stamps.timeline(rows, order, "sample entry")
+    return phase_stamps.timeline(rows, order, chain_origin(topk))
 
 
 def stream_by_sm(topk: dict) -> list[str]:
@@ -431,7 +440,7 @@ def main(argv=None) -> int:
                     builds.append((*split_warmer(ctas, plan.depth_limit), topk))
                 ctas, warmer, topk = builds[-1]
                 print(f"# ddtree_build, batch {batch}, budget {budget}, vocab {args.vocab}, {args.logits_dtype} logits "
-                      f"({args.drafter} drafter, {args.search} search), "
+                      f"({args.drafter} drafter, {args.topk} top-K, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
                       + (f"{ghz:.2f} GHz measured" if (ghz := measured_clock_ghz(ctas)) is not None
                          else "measured: no CTA spans 2 µs"))
@@ -445,14 +454,16 @@ def main(argv=None) -> int:
                 print("\n".join(timeline(ctas)), flush=True)
                 if args.chain:
                     l2 = {"read": "L2 flushed", "drafted": "L2 flushed, the logits written again", "none": "L2 warm"}
+                    first = "sample" if chain_origin(topk) == "sample entry" else "chunk"
                     print(f"# the chain ({l2[args.flush]}"
-                          f"{', code evicted from the SMs' if evict is not None else ''}), µs from the sample "
+                          f"{', code evicted from the SMs' if evict is not None else ''}), µs from the {first} "
                           f"kernel's first CTA")
                     print("\n".join(chain_timeline(ctas, topk)), flush=True)
                     for line in launch_gaps(ctas, topk):
                         print(line, flush=True)
-                    print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
-                    print("\n".join(stream_by_sm(topk)), flush=True)
+                    if plan.topk == "threshold":  # (a chunked build has no stream kernel)
+                        print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
+                        print("\n".join(stream_by_sm(topk)), flush=True)
                 if warmer:
                     t0 = min(r[3] for v in ctas.values() for r in v if r[0] == "merge")
                     print(f"code warmer (CTA ({plan.depth_limit}, 0)): {len(warmer)} points, done "
