@@ -75,6 +75,8 @@ import phase_stamps  # noqa: E402  (tools/phase_stamps.py)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from driverlevel.ddtree import TOPK_MODES
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="requests per build (1..16: the stamp rows of "
@@ -88,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
                     help="bench_ddtree's drafter rows: random (nearly flat; star trees), peaked or jittered (deep "
                          "trees)")
-    ap.add_argument("--topk", choices=("threshold", "chunked"), default="threshold",
+    ap.add_argument("--topk", choices=TOPK_MODES, default="threshold",
                     help="the plan's top-K (DDTreePlan's topk): the merge of a threshold row's candidates, or of the "
                          "chunk kernel's (--chain then shows the chunk kernel, its times from that kernel's first "
                          "CTA, and no stream table)")

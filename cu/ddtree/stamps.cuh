@@ -7,9 +7,11 @@
 // (the row merge's log-sum-exp warp done: DDT_STAMP_BY, its lane 0) and sortdone 29 (thread 0's
 // part of the sort done, before the merge's last barrier), entry 30 (ddtree_build's first
 // instruction, before its PDL wait: the phase `merge` is then the wait), counted 31 (the row's
-// flag, count and threshold returned from L2: the merge's first round trip; its argument the count). A row the merge ranks by
-// its histogram (build.cuh, hist_rank) stamps selected past the bins' scan (argument -1), lse past
-// the bucket scatter and sortdone past the ranking; a crowded row, the select's. The tool orders a CTA's records by their clock. Empty, and the kernels unchanged, without the define.
+// flag, count and threshold returned from L2: the merge's first round trip; its argument the
+// count). A row the merge ranks by its histogram (build.cuh, hist_rank) stamps selected past the
+// bins' scan (argument -1), lse past the bucket scatter and sortdone past the ranking; a crowded
+// row, the select's. The tool orders a CTA's records by their clock. Empty, and the kernels
+// unchanged, without the define.
 //
 // DDT_TK_STAMP(base, slot, point): the top-K kernels' stamps (tools/ddtree_stamps.py --chain):
 // thread 0 of a CTA stamps row base + its linear block index, above ddtree_build's rows: the
