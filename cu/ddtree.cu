@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(ddt::TK_STREAM_THREADS, ddt::TK_STR
   ddt::topk_stream<bf16>(p);
 }
 extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build(const __grid_constant__ BuildParams p) {
-  __shared__ ddt::BuildSmem sm;
+  ddt::BuildSmem& sm = ddt::build_smem;
   extern __shared__ __align__(16) u8 dyn[];
   // CTA (depth_limit, 0) is the code warmer (build.cuh): the search's code on its own data, so
   // that the request's search finds that code in L2. The other CTAs of column depth_limit exit.

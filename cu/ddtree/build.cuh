@@ -21,8 +21,10 @@ struct BuildSmem {
   int ri[32];
   float lse;
   int last;
-  int hist_crowded, hist_end;  // the hist path's outcome (hist_rank)
 };
+// ddtree_build's static shared memory, at namespace scope so that an out-of-line function
+// (select_row_cold) addresses it as shared.
+__shared__ BuildSmem build_smem;
 
 DL_DEVICE int build_k_of_chunk(const BuildParams& p, int s) { return min(p.k, min(CHUNK, p.vocab - s * CHUNK)); }
 
@@ -120,12 +122,9 @@ __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int
 // barriers of the 15 worker warps (named barrier 3; the log-sum-exp warp computes the row's
 // log-sum-exp meanwhile, holding no candidate). A bin before the K-th's (or the K-th's own) with
 // more than HIST_CROWD candidates (ties: bf16 rows, constant runs) would make its ranking
-// quadratic: the row then takes the select and the sort after all (sm.hist_crowded).
+// quadratic: the row then takes the select and the sort after all (h.crowded).
 // Compiled in only where DL_DDTREE_HIST_MERGE is 1 (driverlevel.ddtree.compile_defines: the
-// threshold plans' cubin). A chunked plan's rows never take it, and with its ~2,800 instructions
-// inlined between the candidates' load and the select that plan's merge, which jumped over them,
-// ran ~5 µs slower from cold instruction caches (H100, L2 flushed, sixty-first session); out of
-// line (__noinline__) the threshold rows lost the ~3 µs the path gains.
+// threshold plans' cubin); a chunked plan's merge keeps main's code in one straight run.
 constexpr bool HIST_MERGE = DL_DDTREE_HIST_MERGE != 0;
 constexpr int HIST_WORKERS = BUILD_THREADS - 32;  // the warps below the log-sum-exp warp
 constexpr int HIST_BINS = 512;
@@ -141,6 +140,9 @@ struct HistSmem {  // at the start of the dynamic shared memory (the sort buffer
   u32 cursor[hist_slot(HIST_BINS - 1) + 1];
   u64 bucket[MAX_K + HIST_CROWD];
   u64 out[MAX_K];
+  u64 r64[BUILD_THREADS / 32];  // the block maximum's
+  int crowded, end;             // hist_rank's outcome
+  float lse;                    // the row's log-sum-exp (the log-sum-exp warp's)
 };
 static_assert(sizeof(HistSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES,
               "a threshold plan's dynamic shared memory holds HistSmem");
@@ -149,14 +151,13 @@ static_assert(HIST_BINS == 32 * 16 && HIST_BINS == BUILD_THREADS,
 
 // The workers' part (threads < HIST_WORKERS; h.count zeroed and ordered before the call): the row's
 // top K composites, descending, in h.out[0 .. K) (0 past the candidates when fewer than K are
-// >= cut), unless sm.hist_crowded. Every index stays in bounds whatever the candidates hold, and
+// >= cut), unless h.crowded. Every index stays in bounds whatever the candidates hold, and
 // h.out[0 .. K) is written in full even if they repeat a composite (corrupted data: equal ones are
 // ranked by their bucket slot). Every worker passes named barrier 3 HIST_BARRIERS times, crowded
 // or not, as the log-sum-exp warp passes barrier 4 (hist_lse_barriers): compute-sanitizer's
 // racecheck orders two warps' accesses across a later CTA barrier only when both have passed as
 // many barriers (sort_barriers).
-DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 cut, int K, HistSmem& h,
-                         BuildSmem& sm) {
+DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 cut, int K, HistSmem& h) {
   const int tid = threadIdx.x;
   const u64 range = cmax > cut ? cmax - cut : 0ull;
   const int bits = 64 - __clzll(static_cast<long long>(range));
@@ -195,12 +196,12 @@ DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 
     end = __reduce_max_sync(FULL, end);
     const u32 total = __shfl_sync(FULL, run, 31);
     if (tid == 0) {
-      sm.hist_crowded = crowd > static_cast<u32>(HIST_CROWD);
-      sm.hist_end = static_cast<int>(end != 0u ? end : total);  // fewer than K: all of them
+      h.crowded = crowd > static_cast<u32>(HIST_CROWD);
+      h.end = static_cast<int>(end != 0u ? end : total);  // fewer than K: all of them
     }
   }
   dl::named_barrier(3, HIST_WORKERS);  // 2 of HIST_BARRIERS
-  const bool crowded = sm.hist_crowded;  // (uniform)
+  const bool crowded = h.crowded;  // (uniform)
   if (!crowded) {
     DDT_STAMP(2, "selected", -1);  // (a crowded row: the select stamps it)
 #pragma unroll
@@ -219,7 +220,7 @@ DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 
   dl::named_barrier(3, HIST_WORKERS);  // 3 of HIST_BARRIERS
   if (crowded) return;  // (uniform)
   DDT_STAMP(3, "lse", 0);
-  const int end = sm.hist_end;  // <= K - 1 + HIST_CROWD: not crowded
+  const int end = h.end;  // <= K - 1 + HIST_CROWD: not crowded
   const int lim = max(end, K);
   for (int q = tid; q < lim; q += HIST_WORKERS) {
     if (q < end) {
@@ -240,11 +241,240 @@ DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 
   DDT_STAMP(29, "sortdone", 0);
 }
 
+// The row's log-sum-exp, computed by the log-sum-exp warp (lane 0 writes lse_out, read past a
+// later barrier). thr: relative to T from the stream segments' sums
+// (S of them at tk_sums; the first 32 already in t_pre, lane by lane); otherwise from the chunks'
+// (maximum, sum of exp), S chunks.
+DL_DEVICE void row_lse(const BuildParams& p, size_t row_id, bool thr, int S, int n_cand, u64 cmax, float t_thr,
+                       double2 t_pre, float& lse_out) {
+  const int lane = threadIdx.x & 31;
+  const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
+  float m;
+  double t = 0.0;
+  if (thr) {  // relative to T: below + above (NaN: a logit 80 or more above T)
+    m = key_f32(static_cast<u32>(cmax >> 32));
+    double2 ts = t_pre;
+    for (int s = lane + 32; s < S; s += 32) {
+      const double2 v = tk_sums[s];
+      ts.x += v.x;
+      ts.y += v.y;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      ts.x += __shfl_xor_sync(FULL, ts.x, o);
+      ts.y += __shfl_xor_sync(FULL, ts.y, o);
+    }
+    if (!isnan(ts.y)) {
+      t = (ts.x + ts.y) * exp(static_cast<double>(t_thr) - static_cast<double>(m));  // relative to m
+    } else if (isfinite(m)) {
+      // The rare row: its candidates' sum relative to their maximum m, from the list, in fixed
+      // point (units of 2^-38, terms <= 1 truncated, < 2^52 in all: exact in double) so that
+      // the order in which the stream listed them cannot change the sum (the build stays
+      // bitwise reproducible).
+      const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+      u64 fix = 0;
+      for (int i = lane; i < n_cand; i += 32) {
+        // exp(x - m) = (24-bit mantissa) * 2^(E - 150); times 2^38: a shift by E - 112 (<= 15)
+        const u32 w = __float_as_uint(ex2_approx((key_f32(static_cast<u32>(cand[i] >> 32)) - m) * LOG2E));
+        const int sh = min(static_cast<int>(w >> 23) - 112, 15);
+        const u64 mant = (w & 0x7fffffu) | 0x800000u;
+        fix += sh >= 0 ? mant << sh : (sh > -24 ? mant >> -sh : 0ull);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) fix += __shfl_xor_sync(FULL, fix, o);
+      t = static_cast<double>(fix) * 0x1p-38 + ts.x * exp(static_cast<double>(t_thr) - static_cast<double>(m));
+    }
+    // The maximum's own term is exactly 1 relative to m, so t >= 1 and lse >= m (every
+    // log-prob <= 0, as the parallel search needs). Formed relative to T in fp32, exp(m - T)
+    // can come out ~1e-6 short when the maximum dominates its row (the demo drafter's rows:
+    // lse rounded one ulp below m, a positive log-prob, children ranked before parents).
+    t = fmax(t, 1.0);
+  } else {
+    const float* pm = p.chunk_max + row_id * S;
+    const double* ps = p.chunk_sum + row_id * S;
+    m = DL_NEG_INF;
+    for (int s = lane; s < S; s += 32) m = fmaxf(m, pm[s]);
+    m = dl::warp_max(m);
+    for (int s = lane; s < S; s += 32) {
+      const float cm = pm[s];
+      if (cm > DL_NEG_INF) t += ps[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
+  }
+  if (lane == 0) {
+    // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
+    // distribution: its log-probs are all the floor below, and the build status says so.
+    const bool finite = isfinite(m);
+    lse_out = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
+    if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
+  }
+}
+
+// The row's output: thread k < K writes rank k's token id and log-prob (v its composite, 0 past
+// the candidates: the floor's log-prob).
+DL_DEVICE void store_row(const BuildParams& p, size_t row_id, u64 v, float lse) {
+  const int tid = threadIdx.x, K = p.k;
+  if (tid < K) {
+    const size_t at = row_id * K + tid;
+    p.top_ids[at] = composite_id(v);
+    // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
+    p.top_lp[at] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
+  }
+}
+
 // The log-sum-exp warp's side of hist_rank's barriers (named barrier 4, this warp alone), passed
 // after its log-sum-exp: the same count of barriers as every worker (see hist_rank).
 DL_DEVICE void hist_lse_barriers() {
 #pragma unroll 1
   for (int i = 0; i < HIST_BARRIERS; ++i) dl::named_barrier(4, 32);
+}
+
+// The hist path of merge_row: a threshold row of n_cand <= HIST_WORKERS * MERGE_ELEMS candidates
+// (its T t_thr), ranked by hist_rank while the log-sum-exp warp computes the row's log-sum-exp,
+// then stored. Returns false, having stored nothing, for a crowded row (h.crowded): merge_row then
+// takes the select and the sort (select_row_cold), loading the candidates again (from L2).
+DL_DEVICE bool merge_row_hist(const BuildParams& p, size_t row_id, int n_cand, float t_thr) {
+  extern __shared__ __align__(16) u8 dyn[];
+  HistSmem& h = *reinterpret_cast<HistSmem*>(dyn);
+  const int tid = threadIdx.x, K = p.k, S = p.tk_nseg;
+  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
+  const bool lse_warp = (tid >> 5) == LSE_WARP;
+  h.count[hist_slot(tid)] = 0u;  // (HIST_BINS == BUILD_THREADS; ordered by the block max's barriers)
+  // The candidates in the workers' registers only (the log-sum-exp warp holds none).
+  const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+  const int n_mine = tid < HIST_WORKERS ? n_cand : 0;
+  u64 c[MERGE_ELEMS];
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) {
+    const int i = j * HIST_WORKERS + tid;
+    c[j] = i < n_mine ? cand[i] : 0ull;
+  }
+  double2 t_pre = make_double2(0.0, 0.0);  // the log-sum-exp warp: the first 32 segments' sums now
+  if (lse_warp && (tid & 31) < S) t_pre = reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + (tid & 31)];
+  u64 mine = 0;
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
+  const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, h.r64);
+  DDT_STAMP(1, "loaded", n_cand);
+  // (the cut as merge_row's select takes it: key(T) - 1, see there)
+  const u64 cut = static_cast<u64>(f32_key(t_thr) - 1u) << 32;
+  const int ecount = min(MERGE_ELEMS, (n_cand + HIST_WORKERS - 1) / HIST_WORKERS);  // slots that may hold one
+  if (lse_warp) {
+    row_lse(p, row_id, true, S, n_cand, cmax, t_thr, t_pre, h.lse);
+    hist_lse_barriers();
+  } else {
+    hist_rank(c, ecount, cmax, cut, K, h);
+  }
+  DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
+  __syncthreads();  // h.out, h.lse and h.crowded are visible
+  if (h.crowded) return false;  // (uniform)
+  store_row(p, row_id, tid < K ? h.out[tid] : 0ull, h.lse);
+  DDT_STAMP(4, "sorted", 0);
+  return true;
+}
+
+// The select and the sort of merge_row for the rows the hist path does not rank: chunk candidates
+// (topk_mode = 0, or a threshold row that failed), a crowded threshold row, or any threshold row
+// where HIST_MERGE is 0. thr: the row's threshold held (T tk_t); S segments or chunks; n_cand
+// candidates.
+DL_DEVICE void select_row(const BuildParams& p, size_t row_id, bool thr, int S, int n_cand, float tk_t,
+                                BuildSmem& sm, u64* sortbuf) {
+  const int tid = threadIdx.x, K = p.k;
+  u64 c[MERGE_ELEMS];
+  if (thr) {
+    const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const int i = j * BUILD_THREADS + tid;
+      c[j] = i < n_cand ? cand[i] : 0ull;
+    }
+  } else {
+    const u64* cand = p.cand + row_id * S * K;
+#pragma unroll
+    for (int j = 0; j < MERGE_ELEMS; ++j) {
+      const int i = j * BUILD_THREADS + tid;
+      const int s = i / K, r = i - s * K;
+      c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
+    }
+  }
+  // The row's log-sum-exp is the last warp's (LSE_WARP): it computes it while the warps below
+  // P sort, which leaves it idle for P < BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it
+  // sorts too, after the log-sum-exp, as warp 0 did before). thr: it loads the row's segment sums
+  // only then (a rare path in the threshold plans: loaded before the select, as merge_row_hist
+  // does, they held 4 registers over it, and the out-of-line select_row_cold needed an 8-byte
+  // stack slot on sm_120); every thread loads T (the select's cut).
+  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
+  const int lane = tid & 31;
+  const bool lse_warp = (tid >> 5) == LSE_WARP;
+  const float t_thr = thr ? tk_t : 0.f;
+  u64 mine = 0;
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
+  const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
+  DDT_STAMP(1, "loaded", n_cand);
+  // The K-th largest composite (key << 32 | ~id: equal logits, lower id first) in one select on
+  // the 64-bit composites: the level that isolates the K-th key's bin also holds the logits tied
+  // with it, and the one-warp ranking of <= 32 gathered composites orders them by id at once (a
+  // select on the 32-bit key and then, when more logits share the K-th key than still fit, a
+  // second select among their ids took two; bf16 rows tie there nearly always).
+  // thr: every candidate x passed the stream's x >= T (T finite, x never NaN), so its key is
+  // >= key(T) (f32_key maps -0 and +0 alike; the - 1 is slack), and the select bins
+  // [key(T) - 1, the maximum] << 32 linearly: one level usually leaves a few values in the K-th's
+  // bin (the log bins over every key took two). This relies on IEEE compares in the stream: built
+  // with flush-to-zero (-ftz, --use_fast_math) a denormal T would admit +-0 and negative
+  // denormals whose keys lie below the cut. Without thr the cut is key 1: every composite of a
+  // candidate (0 marks none).
+  const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
+  const int ecount = min(MERGE_ELEMS, (n_cand + BUILD_THREADS - 1) / BUILD_THREADS);  // slots that may hold one
+  const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
+      [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
+      ecount, thr);
+  DDT_STAMP(2, "selected", sm.sel.levels);  // (stamped builds: the select's levels + 64 x gathered)
+  int own = 0;
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
+  int all;  // = K: the composites are distinct
+  int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j)
+    if (c[j] >= cstar) {  // (more than K only if composites repeat: corrupted data, kept in bounds)
+      if (pos < K) sortbuf[pos] = c[j];
+      ++pos;
+    }
+  __syncthreads();
+  DDT_STAMP(3, "lse", 0);  // (the picked composites in sortbuf; the log-sum-exp follows)
+  // The K picked composites, sorted descending by a bitonic network over the next power of two
+  // P <= BUILD_THREADS (bitonic_desc; padding 0 sorts last). The composites are distinct (ids), so
+  // the order is total and equals the reference's (logit desc, id asc). (Replaced a count of the
+  // picked ones above each: K * K / BUILD_THREADS compares per thread.)
+  static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
+  const int n_pick = min(all, K);  // = K: the composites are distinct
+  int P = 1;
+  while (P < K) P <<= 1;
+  u64 v = tid < n_pick ? sortbuf[tid] : 0ull;
+  const bool sorts = tid < max(P, 32);  // (warp-uniform)
+  if (lse_warp) {
+    double2 t_pre = make_double2(0.0, 0.0);
+    if (thr && lane < S) t_pre = reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + lane];
+    row_lse(p, row_id, thr, S, n_cand, cmax, t_thr, t_pre, sm.lse);  // (P == BUILD_THREADS: before this warp's part of the sort)
+  }
+  DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
+  if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
+  else sort_barriers(P, 2, BUILD_THREADS - P);  // (P >= 64 here, or no barrier)
+  DDT_STAMP(29, "sortdone", 0);
+  __syncthreads();  // sm.lse (LSE_WARP, above) is visible
+  store_row(p, row_id, v, sm.lse);
+  DDT_STAMP(4, "sorted", 0);
+}
+
+// select_row out of line, for the threshold plans' cubin (HIST_MERGE), where it is the rare
+// path; its shared memory from the declarations themselves (build_smem, the dynamic array) so that
+// it addresses it as shared, not through a call's generic pointers.
+__device__ __noinline__ void select_row_cold(const BuildParams& p, size_t row_id, bool thr, int S, int n_cand,
+                                                   float tk_t) {
+  extern __shared__ __align__(16) u8 dyn[];
+  select_row(p, row_id, thr, S, n_cand, tk_t, build_smem, reinterpret_cast<u64*>(dyn));
 }
 
 // Merge one row's chunk candidates into its sorted top-K with log-probs.
@@ -253,8 +483,10 @@ DL_DEVICE void hist_lse_barriers() {
 // m + log(exp(T - m) * (sum over its stream segments of their sums below and above T)).
 // Otherwise the chunk top-K's candidates and per-chunk (max, sum of exp) statistics: the chunk
 // kernel's (topk_mode = 0), or those chunk_fallback_row writes first (topk_mode = 1, T failed).
+// A threshold row takes the hist path (merge_row_hist) when its candidates fit, and the select and
+// the sort below only when crowded.
 DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64* sortbuf) {
-  const int tid = threadIdx.x, K = p.k;
+  const int K = p.k;
   const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
   DDT_STAMP(0, "merge", 0);
   // topk_mode = 1: the row's flag, its count and T in one round trip to L2, then its candidate list
@@ -274,194 +506,17 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   if (tmode && !thr) chunk_fallback_row(p, b, d, reinterpret_cast<u8*>(sortbuf));  // (uniform; rare)
   const int S = thr ? p.tk_nseg : p.num_chunks;
   const int n_cand = thr ? static_cast<int>(tk_n) : S * K;  // thr: <= tk_cap <= the capacity
-  // The hist path (hist_rank) for a threshold row: its candidates in the workers' registers only.
-  const bool hist = HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS;  // (uniform)
-  const int stride = hist ? HIST_WORKERS : BUILD_THREADS;
-  HistSmem& hs = *reinterpret_cast<HistSmem*>(sortbuf);
-  if (hist) hs.count[hist_slot(tid)] = 0u;  // (HIST_BINS == BUILD_THREADS; ordered by the block max's barriers)
-  u64 c[MERGE_ELEMS];
-  const auto load_threshold_cand = [&]() {
-    const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
-    const int n_mine = !HIST_MERGE || tid < stride ? n_cand : 0;  // (HIST_MERGE: stride is BUILD_THREADS but for the hist path)
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j) {
-      const int i = j * stride + tid;
-      c[j] = i < n_mine ? cand[i] : 0ull;
-    }
-  };
-  if (thr) {
-    load_threshold_cand();
-  } else {
-    const u64* cand = p.cand + row_id * S * K;
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j) {
-      const int i = j * BUILD_THREADS + tid;
-      const int s = i / K, r = i - s * K;
-      c[j] = (s < S && r < build_k_of_chunk(p, s)) ? cand[i] : 0ull;
-    }
-  }
-  // The row's log-sum-exp is the last warp's (LSE_WARP): on the hist path it computes it while the
-  // workers rank; otherwise while the warps below P sort, which leaves it idle for P <
-  // BUILD_THREADS (K <= 256; from K = 257 on P = 512 and it sorts too, after the log-sum-exp, as
-  // warp 0 did before). thr: it loads the row's first 32 segments' sums now (used after the
-  // select); every thread loads T (the select's cut).
-  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
-  const int lane = tid & 31;
-  const bool lse_warp = (tid >> 5) == LSE_WARP;
-  double2 t_pre = make_double2(0.0, 0.0);
-  const float t_thr = thr ? tk_t : 0.f;
-  const double2* tk_sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
-  if (thr && lse_warp && lane < S) t_pre = tk_sums[lane];
-  u64 mine = 0;
-#pragma unroll
-  for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
-  const u64 cmax = dl::block_max_u64<BUILD_THREADS>(mine, sm.r64);
-  DDT_STAMP(1, "loaded", n_cand);
-  // The rows the hist path does not rank (chunk candidates, a fallback row, a crowded row):
-  // the K-th largest composite (key << 32 | ~id: equal logits, lower id first) in one select on
-  // the 64-bit composites: the level that isolates the K-th key's bin also holds the logits tied
-  // with it, and the one-warp ranking of <= 32 gathered composites orders them by id at once (a
-  // select on the 32-bit key and then, when more logits share the K-th key than still fit, a
-  // second select among their ids took two; bf16 rows tie there nearly always).
-  // thr: every candidate x passed the stream's x >= T (T finite, x never NaN), so its key is
-  // >= key(T) (f32_key maps -0 and +0 alike; the - 1 is slack), and the select bins
-  // [key(T) - 1, the maximum] << 32 linearly: one level usually leaves a few values in the K-th's
-  // bin (the log bins over every key took two). This relies on IEEE compares in the stream: built
-  // with flush-to-zero (-ftz, --use_fast_math) a denormal T would admit +-0 and negative
-  // denormals whose keys lie below the cut. Without thr the cut is key 1: every composite of a
-  // candidate (0 marks none).
-  const u32 kcut = thr ? f32_key(t_thr) - 1u : 1u;
-  const int ecount = min(MERGE_ELEMS, (n_cand + stride - 1) / stride);  // slots that may hold one
-  auto row_lse = [&]() {  // the row's log-sum-exp (LSE_WARP; read after the final barrier)
-    float m;
-    double t = 0.0;
-    if (thr) {  // relative to T: below + above (NaN: a logit 80 or more above T)
-      m = key_f32(static_cast<u32>(cmax >> 32));
-      double2 ts = t_pre;
-      for (int s = lane + 32; s < S; s += 32) {
-        const double2 v = tk_sums[s];
-        ts.x += v.x;
-        ts.y += v.y;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        ts.x += __shfl_xor_sync(FULL, ts.x, o);
-        ts.y += __shfl_xor_sync(FULL, ts.y, o);
-      }
-      if (!isnan(ts.y)) {
-        t = (ts.x + ts.y) * exp(static_cast<double>(t_thr) - static_cast<double>(m));  // relative to m
-      } else if (isfinite(m)) {
-        // The rare row: its candidates' sum relative to their maximum m, from the list, in fixed
-        // point (units of 2^-38, terms <= 1 truncated, < 2^52 in all: exact in double) so that
-        // the order in which the stream listed them cannot change the sum (the build stays
-        // bitwise reproducible).
-        const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
-        u64 fix = 0;
-        for (int i = lane; i < n_cand; i += 32) {
-          // exp(x - m) = (24-bit mantissa) * 2^(E - 150); times 2^38: a shift by E - 112 (<= 15)
-          const u32 w = __float_as_uint(ex2_approx((key_f32(static_cast<u32>(cand[i] >> 32)) - m) * LOG2E));
-          const int sh = min(static_cast<int>(w >> 23) - 112, 15);
-          const u64 mant = (w & 0x7fffffu) | 0x800000u;
-          fix += sh >= 0 ? mant << sh : (sh > -24 ? mant >> -sh : 0ull);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) fix += __shfl_xor_sync(FULL, fix, o);
-        t = static_cast<double>(fix) * 0x1p-38 + ts.x * exp(static_cast<double>(t_thr) - static_cast<double>(m));
-      }
-      // The maximum's own term is exactly 1 relative to m, so t >= 1 and lse >= m (every
-      // log-prob <= 0, as the parallel search needs). Formed relative to T in fp32, exp(m - T)
-      // can come out ~1e-6 short when the maximum dominates its row (the demo drafter's rows:
-      // lse rounded one ulp below m, a positive log-prob, children ranked before parents).
-      t = fmax(t, 1.0);
-    } else {
-      const float* pm = p.chunk_max + row_id * S;
-      const double* ps = p.chunk_sum + row_id * S;
-      m = DL_NEG_INF;
-      for (int s = lane; s < S; s += 32) m = fmaxf(m, pm[s]);
-      m = dl::warp_max(m);
-      for (int s = lane; s < S; s += 32) {
-        const float cm = pm[s];
-        if (cm > DL_NEG_INF) t += ps[s] * exp(static_cast<double>(cm) - static_cast<double>(m));
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL, t, o);
-    }
-    if (lane == 0) {
-      // A row whose maximum is not finite (every logit NaN / -inf, or a +inf) has no
-      // distribution: its log-probs are all the floor below, and the build status says so.
-      const bool finite = isfinite(m);
-      sm.lse = finite ? static_cast<float>(static_cast<double>(m) + log(t)) : __int_as_float(0x7fffffff);
-      if (!finite) atomicOr(reinterpret_cast<unsigned long long*>(p.state + 3), static_cast<unsigned long long>(STATUS_NONFINITE));
-    }
-  };
-  // The hist path: the log-sum-exp warp computes the row's log-sum-exp while the workers rank.
-  bool lse_done = false, ranked = false;
-  u64 v = 0ull;
-  if (hist) {
-    if (lse_warp) {
-      row_lse();
-      hist_lse_barriers();
-    } else {
-      hist_rank(c, ecount, cmax, static_cast<u64>(kcut) << 32, K, hs, sm);
-    }
-    DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
-    __syncthreads();  // h.out, sm.lse and sm.hist_crowded are visible
-    lse_done = true;
-    ranked = !sm.hist_crowded;  // (uniform)
-    if (ranked && tid < K) v = hs.out[tid];
-    // The candidates once more for a crowded row's select, from L2, and otherwise none: every path
-    // out of here redefines c, so the compiler holds no candidate in registers over the
-    // log-sum-exp's code (held, the build needed 128 registers instead of ~114)
-    if (ranked) {
-#pragma unroll
-      for (int j = 0; j < MERGE_ELEMS; ++j) c[j] = 0ull;
-    } else {
-      load_threshold_cand();
-    }
-  }
-  if (!ranked) {  // (uniform) the select and the sort
-    const u64 cstar = kth_largest<BUILD_THREADS, MERGE_ELEMS, u64>(  // picked: composite >= cstar
-        [&](int j, int z) { return c[j] + static_cast<u64>(z); }, cmax, static_cast<u64>(kcut) << 32, K, sm.sel,
-        ecount, thr);
-    DDT_STAMP(2, "selected", sm.sel.levels);  // (stamped builds: the select's levels + 64 x gathered)
-    int own = 0;
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j) own += c[j] >= cstar;
-    int all;  // = K: the composites are distinct
-    int pos = dl::block_excl_scan<BUILD_THREADS>(own, sm.ri, &all);
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j)
-      if (c[j] >= cstar) {  // (more than K only if composites repeat: corrupted data, kept in bounds)
-        if (pos < K) sortbuf[pos] = c[j];
-        ++pos;
-      }
-    __syncthreads();
-    DDT_STAMP(3, "lse", 0);  // (the picked composites in sortbuf; the log-sum-exp follows)
-    // The K picked composites, sorted descending by a bitonic network over the next power of two
-    // P <= BUILD_THREADS (bitonic_desc; padding 0 sorts last). The composites are distinct (ids), so
-    // the order is total and equals the reference's (logit desc, id asc). (Replaced a count of the
-    // picked ones above each: K * K / BUILD_THREADS compares per thread.)
-    static_assert(MAX_K <= BUILD_THREADS, "one picked composite per thread");
-    const int n_pick = min(all, K);  // = K: the composites are distinct
-    int P = 1;
-    while (P < K) P <<= 1;
-    v = tid < n_pick ? sortbuf[tid] : 0ull;
-    const bool sorts = tid < max(P, 32);  // (warp-uniform)
-    if (lse_warp && !lse_done) row_lse();  // (P == BUILD_THREADS: before this warp's part of the sort)
-    DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
-    if (sorts) v = bitonic_desc(P, v, sortbuf, tid);
-    else sort_barriers(P, 2, BUILD_THREADS - P);  // (P >= 64 here, or no barrier)
-    DDT_STAMP(29, "sortdone", 0);
-    __syncthreads();  // sm.lse (LSE_WARP, above) is visible
-  }
-  const float lse = sm.lse;
-  if (tid < K) {
-    const size_t at = row_id * K + tid;
-    p.top_ids[at] = composite_id(v);
-    // -inf (NaN, overflow) log-probs become the most negative float: the search stays finite
-    p.top_lp[at] = fmaxf(__fsub_rn(key_f32(static_cast<u32>(v >> 32)), lse), -3.402823466e38f);
-  }
-  DDT_STAMP(4, "sorted", 0);
+  // A threshold row whose candidates fit the workers' registers: ranked by one histogram
+  // (merge_row_hist), unless crowded; every other row by the select and the sort, which the
+  // threshold plans keep out of line (select_row_cold): inlined, the hist path jumped over
+  // its ~4,400 instructions to the store and the search, and a jump over ~2,100 (the hist path,
+  // inlined into the chunked plans) had cost their merge ~5 µs from cold instruction caches (out of
+  // line, the threshold builds ran 0.7-3.8 µs faster on an H100: sixty-second session).
+  if (HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS && merge_row_hist(p, row_id, n_cand, tk_t)) return;  // (uniform)
+  // (the stamps' --twice build, DDT_TWICE_REPS 2, inlines it: a call inside its loop of two merges
+  // spilled 20 B)
+  if (HIST_MERGE && DDT_TWICE_REPS == 1) select_row_cold(p, row_id, thr, S, n_cand, tk_t);
+  else select_row(p, row_id, thr, S, n_cand, tk_t, sm, sortbuf);
 }
 
 // The synthetic log-probs of the code warmer: row d, rank k. Like a drafter row of random logits
