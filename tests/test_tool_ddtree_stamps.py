@@ -91,6 +91,11 @@ def test_the_code_warmer_stays_out_of_the_tables():
     assert stamps.split_warmer(_records(), 15) == (_records(), [])
 
 
+def test_the_code_warmers_points_are_listed_in_time_order_from_the_first_merge():
+    warmer = [("searched", 20, 900, 9_600), ("entry", 0, 10, 6_000), ("depth", 2, 700, 9_100)]
+    assert stamps.warmer_points(warmer, 7_000) == "entry -1.00, depth  2 2.10, searched 2.60"
+
+
 def test_records_are_taken_in_clock_order_not_slot_order():
     # the search's prologue has a high slot but comes right after "lp"
     recs = {0: [("lp", 0, 100, 1_000), ("depth", 1, 400, 1_300), ("srchpro", 0, 150, 1_050)]}
