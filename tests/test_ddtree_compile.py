@@ -228,6 +228,19 @@ def test_each_topk_mode_compiles_its_own_merge():
     assert "compile with driverlevel.ddtree.compile_variants()" in ei.value.log
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+def test_the_builds_rare_paths_stay_out_of_line(arch):
+    """ddtree_build's rare paths are functions of their own in the cubin (__noinline__ in
+    cu/ddtree/build.cuh), so that the common path runs straight on: after an L2 flush a jump over their
+    inlined code cost the build 1-4 µs of instruction fetch (research/patches/README.md, `select-cold`).
+    The threshold plans call the select and the sort out of line; the chunked plans, whose rows all take
+    them, inline them. Both call the chunk fallback out of line."""
+    cubins = {t: dl.runtime.compile_file(ddtree.SOURCE, arch, ddtree.compile_defines(arch, t)).data
+              for t in ("threshold", "chunked")}
+    assert b"select_row_cold" in cubins["threshold"] and b"select_row_cold" not in cubins["chunked"]
+    assert all(b"chunk_fallback_row" in c for c in cubins.values())
+
+
 @pytest.mark.parametrize("missing", ["DL_RECORD_HEADER", "DL_STATUS_POOL_EXHAUSTED", "DL_DDTREE_TOPK_THREADS"])
 def test_a_missing_shared_constant_fails_the_compile(missing):
     defines = ddtree.compile_defines("sm_90")
