@@ -18,8 +18,8 @@ Algorithms: the online softmax (Milakov & Gimelshein 2018, arXiv 1805.02867) ove
 tiles as in FlashAttention-2 (Dao 2023, arXiv 2307.08691, Algorithm 1), split over the
 keys with a log-sum-exp merge of the parts (Flash-Decoding, Dao, Haziza, Massa &
 Sizov 2023; the combine kernel); MLA's absorbed form from DeepSeek-V2 (arXiv 2405.04434,
-section 2.1). ``research/verify_kernel.md`` of the shared notes compares the public MLA
-kernels' tiles and schedulers with ours.
+section 2.1). The tiles' measured throughput against the GPU's ceilings and peers is in
+BENCHMARKS.md, "Verify attention".
 """
 
 from __future__ import annotations

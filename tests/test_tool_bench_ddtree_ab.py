@@ -82,3 +82,38 @@ def test_any_topk_pairs_two_modes(tmp_path, capsys):
     assert ab.main(["--any-topk"] + a + ["--vs"] + b) == 0
     build = next(line for line in capsys.readouterr().out.splitlines() if " build " in line).split()
     assert build[:3] == ["8/256", "any", "build"] and float(build[-1]) == pytest.approx(-4.0)
+
+
+def test_files_measured_differently_are_refused(tmp_path, capsys):
+    """A peaked drafter's file against a random drafter's: the difference would be the drafter's, so
+    the settings beside the rows must agree (exit 2, naming the setting); one an older file lacks is
+    not compared."""
+    def write(name, **settings):
+        path = tmp_path / name
+        path.write_text(json.dumps({"device": "test", **settings, "results": [_row(1, 16, 50.0, 14.0, 70.0)]}))
+        return str(path)
+
+    a, b = write("a.json", drafter="peaked", vocab=163840), write("b.json", drafter="random", vocab=163840)
+    with pytest.raises(SystemExit) as e:
+        ab.main([a, "--vs", b])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "measured differently: drafter is 'peaked' in" in err and "a.json" in err and "b.json" in err
+    old = write("old.json")  # (no drafter, no vocab recorded)
+    assert ab.main([a, "--vs", old]) == 0
+
+
+def test_pdl_off_and_on_rows_are_two_configurations(tmp_path, capsys):
+    """A --pdl both file's rows: off and on are not pooled as two runs of one configuration."""
+    rows = [dict(_row(1, 16, 33.0, 16.0, 46.0), pdl=False), dict(_row(1, 16, 30.0, 15.0, 44.0), pdl=True)]
+    a = _write(tmp_path / "a.json", rows)
+    assert ab.main([a, "--vs", a]) == 0
+    builds = [line.split() for line in capsys.readouterr().out.splitlines() if " build " in line]
+    assert [(x[1], x[3]) for x in builds] == [("threshold/nopdl", "33.0"), ("threshold/pdl", "30.0")]
+
+
+def test_a_missing_file_is_said_to_be_missing(tmp_path, capsys):
+    good = _write(tmp_path / "a.json", [_row(1, 16, 50.0, 14.0, 70.0)])
+    with pytest.raises(SystemExit):
+        ab.main([good, "--vs", str(tmp_path / "missing.json")])
+    assert "missing.json: cannot read it" in capsys.readouterr().err

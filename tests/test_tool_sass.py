@@ -171,9 +171,32 @@ def test_sass_a_closed_output_is_one_line_not_a_traceback():
 
 def test_sass_a_kernel_expression_matching_nothing_is_a_usage_error(monkeypatch, capsys):
     """It printed the variant's header, then exited 1; the other bad arguments are usage errors (exit 2)."""
-    monkeypatch.setattr(sass, "disassemble", lambda data: {"argmax_rows_f32": [], "argmax_rows_bf16": []})
+    monkeypatch.setattr(sass, "disassemble", lambda data, labels=False: {"argmax_rows_f32": [], "argmax_rows_bf16": []})
     with pytest.raises(SystemExit) as e:
         sass.main(["argmax.cu", "--kernel", "zzz"])
     out = capsys.readouterr()
     assert e.value.code == 2 and out.out == ""
     assert out.err.startswith("usage: ") and "--kernel 'zzz' matches none of ['argmax_rows_bf16', 'argmax_rows_f32']" in out.err
+
+
+def test_sass_prints_the_branch_labels_but_does_not_count_them(monkeypatch, capsys):
+    """A branch's target (``BRA `(.L_x_1)``) can be followed: the listing has ``.L_x_1:`` in place;
+    ``--stats`` reads the instructions alone."""
+    import types
+
+    import driverlevel.runtime as runtime
+
+    monkeypatch.setattr(runtime, "compile_file", lambda *a, **k: types.SimpleNamespace(data=b""))
+    asked = []
+
+    def fake_disassemble(cubin, labels=False):
+        asked.append(labels)
+        ins = ["@P0 BRA `(.L_x_1)", "MOV R1, R2", ".L_x_1:", "EXIT"]
+        return {"argmax_rows_bf16": ins if labels else [i for i in ins if not i.endswith(":")]}
+
+    monkeypatch.setattr(sass, "disassemble", fake_disassemble)
+    assert sass.main(["argmax.cu", "--arch", "sm_90"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["// argmax_rows_bf16: 3 instructions", "@P0 BRA `(.L_x_1)", "MOV R1, R2", ".L_x_1:", "EXIT"]
+    assert sass.main(["argmax.cu", "--arch", "sm_90", "--stats"]) == 0
+    assert "argmax_rows_bf16: 3 instructions; " in capsys.readouterr().out and asked == [True, False]

@@ -1,17 +1,18 @@
 """SASS of one compiled kernel variant, and the schedule facts that Nsight otherwise needs a GPU for.
 
 Compiles a kernel file in one of the variants ``driverlevel compile`` builds (the launchers'
-``compile_variants``), disassembles the cubin with ``nvdisasm`` and prints either the SASS of the
-chosen kernels or (``--stats``) per kernel: instructions by opcode, and for every ``HMMA`` how
-many instructions earlier the ``LDSM`` (``ldmatrix``) that produced one of its operands was
-issued -- the distance ptxas left to cover the shared-memory latency (a histogram; short
-distances are what Nsight reports as short-scoreboard stalls on the ``HMMA``).
+``compile_variants``), disassembles the cubin with ``nvdisasm`` and prints either the SASS of
+the chosen kernels (with their branch labels, ``.L_x_7:``) or (``--stats``) per kernel:
+instructions by opcode, and for every ``HMMA`` how many instructions earlier the ``LDSM``
+(``ldmatrix``) that produced one of its operands was issued -- the distance ptxas left to cover
+the shared-memory latency (a histogram; short distances are what Nsight reports as
+short-scoreboard stalls on the ``HMMA``).
 
 ``nvdisasm`` is found with ``cuda.pathfinder`` (the NVIDIA wheel ``nvidia-cuda-nvdisasm``, a
 CUDA toolkit, or ``PATH``); this tool needs no GPU::
 
     pip install nvidia-cuda-nvdisasm
-    python tools/sass.py verify_attention.cu --arch sm_90 --variant 0 --kernel verify_attn_partial --stats
+    python tools/sass.py verify_attention.cu --arch sm_120 --variant 0 --kernel verify_attn_partial --stats
     python tools/sass.py verify_attention.cu --list          # default: GPU 0's arch, or sm_120
 
 ``--variant`` is an index into ``--list`` (default 0, the launcher's default variant).
@@ -20,7 +21,6 @@ CUDA toolkit, or ``PATH``); this tool needs no GPU::
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -180,7 +180,8 @@ def main(argv=None) -> int:
     v = variants[args.variant]
     if args.tile:
         v = _tile_variant(ap, args)
-    kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data)
+    # (the SASS with its branch labels' definitions, ".L_x_7:", so that a branch can be followed)
+    kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data, labels=not args.stats)
     if not any(kernel_re.search(n) for n in kernels):  # (known only once compiled; still before any output)
         ap.error(f"--kernel {args.kernel!r} matches none of {sorted(kernels)}")
     print(f"// {args.file} {v.target or args.arch} [{v.label or 'the only variant'}]")
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
         if not kernel_re.search(name):
             continue
         if not args.stats:
-            print(f"// {name}: {len(ins)} instructions")
+            print(f"// {name}: {sum(not i.endswith(':') for i in ins)} instructions")
             print("\n".join(ins))
             continue
         ops, dist = stats(ins)
@@ -199,18 +200,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def run() -> int:
-    """:func:`main`, with a closed standard output (``| head``) reported in one line, exit 2, as
-    ``driverlevel`` does, not as a traceback."""
-    try:
-        rc = main()
-        sys.stdout.flush()  # (here, not at exit: a failed flush there is a message Python prints itself)
-    except BrokenPipeError as exc:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
-        print(f"tools/sass.py: cannot write the output: {exc.strerror}", file=sys.stderr)
-        return 2
-    return rc
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(main, "tools/sass.py"))
