@@ -440,6 +440,35 @@ def check_arch(name) -> str:
     raise ValueError(f"unsupported architecture: {why}. Supported: {known}")
 
 
+def check_arch_list(values, option: str = "--arch") -> list[str]:
+    """The architectures that ``--arch`` values name, as ``driverlevel compile`` and the tools in
+    ``tools/`` take them: each value one name or names separated by single commas (``sm_90,sm_120``;
+    the option may repeat), or ``all`` (any case) alone for every one of :data:`SUPPORTED_ARCHS`.
+    Each name is checked by :func:`check_arch`; a name given twice is listed once. ``option`` names
+    the option in the messages.
+
+    Raises
+    ------
+    ValueError
+        An empty name (``sm_90,,sm_120``, a trailing comma), ``all`` beside other names, or what
+        :func:`check_arch` refuses.
+    """
+    names = []
+    for value in values:
+        parts = str(value).split(",")
+        if any(not a.strip() for a in parts):
+            raise ValueError(f"empty architecture name in {value!r}: give names separated by single commas, "
+                             f"e.g. sm_90,sm_120, or 'all'")
+        names += parts
+    alls = [a.strip().lower() == "all" for a in names]
+    if alls and all(alls):
+        return list(SUPPORTED_ARCHS)
+    if any(alls):
+        given = " ".join(f"{option} {v}" for v in values)
+        raise ValueError(f"'all' stands alone (it names every supported architecture), got {given!r}")
+    return list(dict.fromkeys(check_arch(a) for a in names))
+
+
 #: Values of a driverlevel on/off environment variable (lower case, surrounding blanks ignored).
 _FLAG_OFF = ("0", "off", "false", "no")
 _FLAG_ON = ("1", "on", "true", "yes")

@@ -21,8 +21,8 @@ import click
 
 from . import __version__
 from ._cli_common import json_path_problem, json_usage_errors
-from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, compile_file,
-                       kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
+from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, check_arch_list,
+                       compile_file, kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
 from ._device import Device, device_count, driver_version, init_driver
 from ._errors import CudaError, DriverUnavailableError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
@@ -211,29 +211,17 @@ def _default_arch() -> str:
 
 
 def _archs(arch_opts) -> list[str]:
-    """The architectures the ``--arch`` values name (each comma separated, the option repeatable;
-    checked by :func:`check_arch`; a name given twice is listed once), or raise click.BadParameter."""
+    """The architectures the ``--arch`` values name (:func:`check_arch_list`: each comma separated,
+    the option repeatable, or ``all``), GPU 0's without any, or raise click.BadParameter."""
     if not arch_opts:
-        names, origin = [_default_arch()], " (GPU 0's; pass --arch to choose)"
-    else:
-        names, origin = [], ""
-        for value in arch_opts:
-            parts = value.split(",")
-            if any(not a.strip() for a in parts):
-                raise click.BadParameter(f"empty architecture name in {value!r}: give names separated by single "
-                                         f"commas, e.g. sm_90,sm_120, or 'all'", param_hint="--arch")
-            names += parts
-        alls = [a.strip().lower() == "all" for a in names]
-        if all(alls):
-            return list(SUPPORTED_ARCHS)
-        if any(alls):
-            given = " ".join(f"--arch {v}" for v in arch_opts)
-            raise click.BadParameter(f"'all' stands alone (it names every supported architecture), got {given!r}",
-                                     param_hint="--arch")
+        try:
+            return [check_arch(_default_arch())]
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc} (GPU 0's; pass --arch to choose)", param_hint="--arch") from None
     try:
-        return list(dict.fromkeys(check_arch(a) for a in names))
+        return check_arch_list(arch_opts)
     except ValueError as exc:
-        raise click.BadParameter(f"{exc}{origin}", param_hint="--arch") from None
+        raise click.BadParameter(str(exc), param_hint="--arch") from None
 
 
 def _resource_rows(where: str, arch: str, cub, dynamic: dict, problems: list) -> list:

@@ -1366,6 +1366,21 @@ def test_check_arch_takes_numpy_integers_and_only_ascii_digits():
             tile_config(bad, 64)
 
 
+def test_check_arch_list_is_what_every_arch_option_takes():
+    """`driverlevel compile --arch`, tools/sass_compare.py and tools/code_sections.py read their
+    --arch values alike (a helper's trial found three spellings): commas, repeats, 'all' in any case."""
+    f = _compile.check_arch_list
+    assert f(["sm_90,SM_120", "90"]) == ["sm_90", "sm_120"]  # (checked, a repeat listed once)
+    assert f(["ALL"]) == f(["all", "All"]) == list(_compile.SUPPORTED_ARCHS)
+    for bad, words in [(["sm_90,,sm_120"], "empty architecture name"), (["sm_90,"], "empty architecture name"),
+                       (["all", "sm_90"], "'all' stands alone"), (["all,sm_90"], "'all' stands alone"),
+                       (["sm_75"], "older than sm_80")]:
+        with pytest.raises(ValueError, match=words):
+            f(bad)
+    with pytest.raises(ValueError, match="got '--kind all --kind sm_90'"):
+        f(["all", "sm_90"], option="--kind")
+
+
 # -- DRIVERLEVEL_LINEINFO: -lineinfo for compute-sanitizer and Nsight Compute, cached under its own key ------------
 @pytest.mark.parametrize("value, on", [("1", True), (" On ", True), ("yes", True), ("", False), ("0", False),
                                        ("off", False), ("NO", False)])

@@ -166,7 +166,8 @@ def hashes(archs, kernels) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="JSON file to write")
-    ap.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated architectures (default {','.join(ARCHS)})")
+    ap.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated architectures or 'all', as `driverlevel "
+                    f"compile --arch` takes them (default {','.join(ARCHS)})")
     ap.add_argument("--kernel", action="append", help="a kernel file of cu/ (repeatable; default: all)")
     ap.add_argument("--compare", help="a JSON file written earlier (not the output file): report the variants of both "
                                       "files whose sections differ, and which sections (exit 1 if any)")
@@ -182,11 +183,11 @@ def main(argv=None) -> int:
         problem = "'-' (stdout) is not supported: give the path of the JSON file to write"
     if problem:
         ap.error(f"out: {problem}")
-    from driverlevel._compile import check_arch
+    from driverlevel._compile import check_arch_list
     from driverlevel.cli import LAUNCHERS
 
     try:
-        archs = [check_arch(x) for x in a.arch.split(",")]  # as `driverlevel compile --arch` checks
+        archs = check_arch_list([a.arch])  # as `driverlevel compile --arch` checks
     except ValueError as exc:
         ap.error(f"--arch: {exc}")
     for k in a.kernel or ():

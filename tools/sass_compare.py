@@ -112,22 +112,21 @@ def cubins(tree: Path, file: str, archs: list[str], use_cache: bool = True) -> d
 
 
 def main(argv=None) -> int:
-    from driverlevel._compile import SUPPORTED_ARCHS, check_arch
+    from driverlevel._compile import check_arch_list
     from driverlevel.cli import LAUNCHERS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", choices=sorted(LAUNCHERS), help="kernel file of cu/")
     ap.add_argument("--rev", default="HEAD", help="the git revision to compare the working tree with (default HEAD)")
     ap.add_argument("--arch", action="append", default=None,
-                    help="target architecture, repeatable, or 'all' (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120); "
-                         "default sm_90 and sm_120")
+                    help="target architectures, comma separated or the option repeated, or 'all' (sm_80, sm_86, "
+                         "sm_89, sm_90, sm_100, sm_120), as `driverlevel compile --arch` takes them; default sm_90 "
+                         "and sm_120")
     args = ap.parse_args(argv)
-    archs = []
-    for a in args.arch or ["sm_90", "sm_120"]:
-        try:
-            archs += list(SUPPORTED_ARCHS) if a == "all" else [check_arch(a)]
-        except ValueError as e:
-            ap.error(f"--arch: {e}")
+    try:
+        archs = check_arch_list(args.arch or ["sm_90", "sm_120"])
+    except ValueError as e:
+        ap.error(f"--arch: {e}")
     rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"], cwd=REPO,
                          capture_output=True, text=True)
     if rev.returncode != 0:
