@@ -20,11 +20,12 @@ def main(argv=None) -> int:
     from driverlevel.bench_replay import MAX_REPEATS, MAX_REPLAYS, main_from_options, options_problem, parse_node_counts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph")
+    ap.add_argument("--nodes", default="1,10,50", help="comma-separated kernel counts per graph (default 1,10,50)")
     ap.add_argument("--replays", type=int, default=10_000,
-                    help=f"calls per variant and repetition (100 to {MAX_REPLAYS:,})")
-    ap.add_argument("--repeats", type=int, default=5, help=f"repetitions (1 to {MAX_REPEATS}); medians are reported")
-    ap.add_argument("--device", type=int, default=0, help="GPU ordinal")
+                    help=f"calls per variant and repetition (100 to {MAX_REPLAYS:,}; default 10,000)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help=f"repetitions (1 to {MAX_REPEATS}; default 5); medians are reported")
+    ap.add_argument("--device", type=int, default=0, help="GPU ordinal (default 0)")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch.cuda.CUDAGraph peer")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write JSON ('-' for stdout, the table then goes to stderr)")
     a = ap.parse_args(argv)

@@ -27,10 +27,12 @@ MAX_REPS = 10_000
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--k", type=int, default=256)
-    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8],
+                    help="requests per build, one or more (default 1 8)")
+    ap.add_argument("--k", type=int, default=256, help="top-K per row (default 256)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="logits dtype (default float32)")
+    ap.add_argument("--reps", type=int, default=50, help="timed repetitions (default 50)")
     args = ap.parse_args(argv)
     if min(args.batch) < 1 or args.k < 1 or args.reps < 1:
         ap.error("--batch, --k and --reps must be >= 1")

@@ -48,11 +48,12 @@ def input_bytes(heads: int, batch: int, prefix: int, tokens: int) -> int:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--prefix", type=int, default=32768)
-    ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tile", choices=["native", "sm_120"], default="native", type=str.lower)
+    ap.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
+    ap.add_argument("--batch", type=int, default=2, help="requests (default 2)")
+    ap.add_argument("--prefix", type=int, default=32768, help="cached tokens per request (default 32768)")
+    ap.add_argument("--tokens", type=int, default=256, help="draft tokens per request (default 256)")
+    ap.add_argument("--tile", choices=["native", "sm_120"], default="native", type=str.lower,
+                    help="native: the GPU's default tile; sm_120: the sm_120 tile forced (default native)")
     ap.add_argument("--spec", help="a bench_tiles.py tile spec instead of --tile, e.g. 64x1x32x3w")
     args = ap.parse_args(argv)
     # The options are checked before the GPU is: a bad one is a usage error (exit 2 with the usage line).

@@ -33,14 +33,17 @@ MAX_BATCH = 256
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=256)
-    ap.add_argument("--topk", choices=("chunked", "threshold"), default="threshold")
-    ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--batch", type=int, default=8, help="requests (default 8)")
+    ap.add_argument("--budget", type=int, default=256, help="tree budget, 1..512 (default 256)")
+    ap.add_argument("--topk", choices=("chunked", "threshold"), default="threshold",
+                    help="the build's top-K (default threshold)")
+    ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="drafter logits dtype (default float32)")
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
-                    help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap)")
+                    help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap; "
+                         "default parallel)")
     ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
-                    help="bench_ddtree's drafter rows: random (star trees) or peaked / jittered (deep trees)")
+                    help="bench_ddtree's drafter rows: random (star trees; default) or peaked / jittered (deep trees)")
     args = ap.parse_args(argv)
     if args.batch < 1 or not 1 <= args.budget <= 512:
         ap.error(f"--batch must be >= 1 and --budget in 1..512, got {args.batch} and {args.budget}")

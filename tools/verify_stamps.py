@@ -58,12 +58,13 @@ ITERATION = (("QK mma issued", "mma16"), ("QK P written", "P16"), ("PV mma issue
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--heads", type=int, default=16, help="query heads (1..128)")
-    ap.add_argument("--batch", type=int, default=8, help="requests (1..64)")
-    ap.add_argument("--prefix", type=int, default=4096, help="cached tokens per request (1..1,000,000)")
-    ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256)")
+    ap.add_argument("--heads", type=int, default=16, help="query heads (1..128; default 16)")
+    ap.add_argument("--batch", type=int, default=8, help="requests (1..64; default 8)")
+    ap.add_argument("--prefix", type=int, default=4096, help="cached tokens per request (1..1,000,000; default 4096)")
+    ap.add_argument("--tokens", type=int, default=16, help="draft tokens per request (1..256; default 16)")
     ap.add_argument("--tree", action="store_true", help="a random draft tree (bitmask) instead of a chain")
-    ap.add_argument("--ctas", type=int, default=0, help="also list the partial CTAs that finished last, this many")
+    ap.add_argument("--ctas", type=int, default=0,
+                    help="also list the partial CTAs that finished last, this many (default 0: none)")
     ap.add_argument("--tile", default=None,
                     help="a tile configuration in bench_tiles' SPEC grammar (e.g. 64x1x32x4wd_24); default: this GPU's")
     ap.add_argument("--no-flush", action="store_true", help="replay with a warm L2 (no flush before the stamped replay)")
