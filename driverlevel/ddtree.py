@@ -97,6 +97,7 @@ __all__ = [
     "LP_FLOOR",
     "RECORD_HEADER",
     "FLAG_LEGACY_SEARCH",
+    "TOPK_MODES",
     "compile_defines",
     "compile_variants",
     "dynamic_shared_bytes",

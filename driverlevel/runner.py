@@ -95,6 +95,7 @@ __all__ = [
     "FINISH_DONE",
     "FINISH_NONFINITE",
     "compile_defines",
+    "compile_variants",
     "dynamic_shared_bytes",
 ]
 
