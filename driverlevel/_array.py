@@ -519,6 +519,11 @@ class DeviceArray:
         driverlevel queues work on explicit streams, so the consumer is responsible for
         ordering; ``stream`` is accepted for protocol compatibility.
 
+        A consumer that takes the capsule and then refuses it (numpy's ``from_dlpack``: device
+        memory) frees the export all the same, but its own error cannot reach its caller: Python
+        prints it as an ignored exception of the capsule's destructor, and the consumer's call
+        raises ``SystemError`` (returned NULL without setting an exception).
+
         Raises
         ------
         TypeError
@@ -623,14 +628,43 @@ _dl_deleter_versioned = _DELETER_VERSIONED(_forget_export)
 
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
+# The consumer's pending exception, moved out of the way in the capsule destructor: a consumer that
+# refuses the tensor (numpy: "Unsupported device in DLTensor") drops the capsule with its error set,
+# and Python code run under a set error fails at its first call (the destructor then never freed the
+# export, and the consumer's error was lost). PyErr_Fetch and PyErr_NormalizeException through
+# private function objects without argtypes: byref arguments convert without a Python-level call,
+# which the pending error would fail. Raw pointers, each reference released with Py_DecRef.
+_api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+_PyErr_Fetch = _api.PyErr_Fetch
+_PyErr_Fetch.restype = None
+_PyErr_NormalizeException = _api.PyErr_NormalizeException
+_PyErr_NormalizeException.restype = None
+_Py_DecRef = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
+_err_cells = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p())
+_err_refs = tuple(ctypes.byref(c) for c in _err_cells)
+
 
 @_CAPSULE_DESTRUCTOR
 def _capsule_destructor(capsule_ptr):
     # Called when the capsule dies. If no consumer renamed it to "used_dltensor" or
     # "used_dltensor_versioned", the tensor was never taken and we delete it ourselves.
+    _PyErr_Fetch(*_err_refs)  # (first: see _api above)
+    pending = None
+    if _err_cells[0].value:
+        _PyErr_NormalizeException(*_err_refs)
+        pending = ctypes.cast(_err_cells[1].value, ctypes.py_object).value if _err_cells[1].value else None
+    for cell in _err_cells:
+        if cell.value:
+            _Py_DecRef(cell.value)
+        cell.value = None
     for name in (_DLTENSOR, _DLTENSOR_VERSIONED):
         if _PyCapsule_IsValid_raw(capsule_ptr, name):
             _exported.pop(_PyCapsule_GetPointer_raw(capsule_ptr, name), None)
+    if pending is not None:
+        # The consumer's error cannot be set again from here (a ctypes callback that returns with
+        # an error set is reported as failed): raised, Python prints it as this callback's, and the
+        # consumer's call then ends in a SystemError (returned NULL without setting an exception).
+        raise pending
 
 
 _CAPSULE_DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -302,6 +303,28 @@ def test_unconsumed_capsule_frees_its_tensor(max_version):
     del caps
     gc.collect()
     assert len(_array._exported) == before
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+def test_a_consumer_that_refuses_the_capsule_leaves_nothing_exported(max_version, monkeypatch):
+    """numpy takes the capsule, finds CUDA memory and raises, then drops the capsule with its error
+    set: the destructor still frees the export (it leaked one entry, with the array and its owner, per
+    call) and the consumer's own error is what Python reports (it was a ctypes ArgumentError)."""
+    a = DeviceArray(PTR, (4, 3), np.float32, DEV)
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+
+    class Consumer:  # numpy's from_dlpack, whatever version it asks for
+        def __dlpack__(self, **kw):
+            return a.__dlpack__(max_version=max_version)
+
+    before = len(_array._exported)
+    for _ in range(3):
+        with pytest.raises((RuntimeError, SystemError, BufferError, TypeError)):
+            np.from_dlpack(Consumer() if max_version is None else a)
+        gc.collect()
+        assert len(_array._exported) == before
+    assert reported and all("Unsupported device" in str(e) for e in reported), reported
 
 
 @pytest.mark.parametrize("producer", [DLPackOnly, DLPackVersioned], ids=["legacy", "versioned"])
