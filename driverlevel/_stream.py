@@ -15,7 +15,7 @@ from cuda.bindings import driver
 
 from . import _capture_guard
 from ._capture_guard import ensure_not_capturing, stream_is_capturing
-from ._checks import non_negative_int, stream_arg
+from ._checks import int_in_range, stream_arg
 from ._errors import check
 
 __all__ = ["Stream", "Event"]
@@ -49,10 +49,10 @@ def _stream_handle_arg(handle):
         if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] == 0):
             raise TypeError(f"handle.__cuda_stream__ must give (0, address) (version 0 of the CUDA stream "
                             f"protocol), got {pair!r}")
-        return driver.CUstream(non_negative_int("handle.__cuda_stream__ address", pair[1]))
+        return driver.CUstream(int_in_range("handle.__cuda_stream__ address", pair[1], 0, (1 << 64) - 1))
     if isinstance(handle, bool) or not isinstance(handle, numbers.Integral):
         raise TypeError(f"handle must be {_HANDLE_FORMS}, got {type(handle).__name__} {handle!r}")
-    return driver.CUstream(non_negative_int("handle", handle))
+    return driver.CUstream(int_in_range("handle", handle, 0, (1 << 64) - 1))  # (an address: 64 bits)
 
 
 def _check_stream_context(handle, device) -> None:
@@ -169,9 +169,9 @@ class Stream:
             ``CUevent``...), ``__cuda_stream__`` gives no ``(version, address)`` pair, or
             ``device`` is neither a Device nor an int ordinal (None included).
         ValueError
-            ``handle`` or the device ordinal is negative; or the stream belongs to another
-            device than ``device`` (the message names both), or to a context of ``device``
-            other than its primary context.
+            ``handle`` is outside 0 .. 2**64 - 1 or the device ordinal is negative; or the
+            stream belongs to another device than ``device`` (the message names both), or to a
+            context of ``device`` other than its primary context.
         DriverUnavailableError
             ``device`` is an int and there is no usable driver.
         CudaError

@@ -106,6 +106,19 @@ def test_from_handle_refuses_what_is_not_a_stream_handle(stream_driver, handle):
     assert stream_driver.log == []
 
 
+@pytest.mark.parametrize("address", [-1, 1 << 64, np.int64(-5)], ids=["negative", "2**64", "numpy-negative"])
+def test_from_handle_refuses_an_address_outside_64_bits(stream_driver, address):
+    """2**64 raised cuda.bindings' OverflowError, which from_handle does not document."""
+    class Protocol:
+        def __cuda_stream__(self):
+            return (0, address)
+
+    for handle, name in ((address, "handle"), (Protocol(), "handle.__cuda_stream__ address")):
+        with pytest.raises(ValueError, match=rf"^{name} must be an int in 0 \.\. 18446744073709551615"):
+            dl.Stream.from_handle(handle, 0)
+    assert stream_driver.log == []
+
+
 @pytest.mark.parametrize("pair", [(1, 0x5000), (0x5000,), [0, 0x5000], 0x5000])
 def test_from_handle_refuses_a_cuda_stream_protocol_of_another_form(stream_driver, pair):
     class Odd:
