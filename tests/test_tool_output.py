@@ -51,3 +51,23 @@ def test_a_tool_writing_to_a_full_disk(tmp_path):
                            stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2
     assert r.stderr == "tools/bench_ddtree_ab.py: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+def test_help_to_a_full_disk_is_a_failed_write_too(unbuffered):
+    """argparse swallows an OSError of its own --help write: with unbuffered output (or a device that
+    fails at once) the tool exited 0 having printed nothing."""
+    env = dict(os.environ, PYTHONUNBUFFERED=unbuffered)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "ncu_stalls.py"), "--help"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    assert (r.returncode, r.stderr) == (2, "tools/ncu_stalls.py: cannot write the output: No space left on device\n")
+
+
+def test_argparse_is_left_as_it_was():
+    import argparse
+
+    before = argparse.ArgumentParser._print_message
+    assert tool_output.run(lambda: 0, "tools/x.py") == 0
+    assert argparse.ArgumentParser._print_message is before

@@ -8,6 +8,7 @@ their own verdict (``sass_compare.py``: a kernel differs). ``driverlevel`` itsel
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import sys
@@ -16,11 +17,21 @@ import sys
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
 
 
+def _print_message(self, message, file=None):
+    """argparse's ``ArgumentParser._print_message`` without its ``except OSError: pass``: a ``--help``
+    to a full disk or a closed pipe is a failed write here too, also with unbuffered output
+    (``PYTHONUNBUFFERED``), where the write itself fails and argparse swallowed it."""
+    if message:
+        (file or sys.stderr).write(message)
+
+
 def run(main, prog: str) -> int:
     """``main()``'s exit status, with its output flushed here: a failure to write standard output
-    (in ``main`` or in the flush, also after an argparse ``--help`` or usage exit) is reported as
+    (in ``main`` or in the flush, also for an argparse ``--help`` or usage exit) is reported as
     ``PROG: cannot write the output: REASON`` on stderr, exit status 2; stdout's unwritten buffer
     is dropped so that Python's exit does not fail on it again. Any other error propagates."""
+    swallowing = argparse.ArgumentParser._print_message
+    argparse.ArgumentParser._print_message = _print_message
     try:
         try:
             status = main()
@@ -34,8 +45,13 @@ def run(main, prog: str) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):
             pass
-        print(f"{prog}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        try:
+            print(f"{prog}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        except OSError:  # (stderr unwritable too: the status says it)
+            pass
         return 2
+    finally:
+        argparse.ArgumentParser._print_message = swallowing
     return status
 
 
