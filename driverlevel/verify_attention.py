@@ -765,7 +765,8 @@ class VerifyMetadata:
         Cache slot of every prefix token.
     out_cache_loc : int64 ``[total_q]``
         Cache slot holding each draft token's own K/V (already written).
-    custom_mask : uint8/bool (FULL, QLEN_ONLY) flat, uint32 ``[total_q, mask_words]`` (BITMASK), or None (CAUSAL)
+    custom_mask : uint8/bool/int8 (FULL, QLEN_ONLY) flat, uint32 ``[total_q, mask_words]`` (BITMASK), or None (CAUSAL)
+        (A mapping may name it ``mask`` instead.)
     mask_indptr : int64 ``[bs + 1]`` or None
         Offsets into ``custom_mask`` (FULL, QLEN_ONLY only). With BITMASK and CAUSAL it is ignored,
         neither read nor checked (SGLang's metadata may carry one whatever the mask).
@@ -780,6 +781,7 @@ class VerifyMetadata:
 
 
 _METADATA_FIELDS = "qo_indptr, kv_indptr, kv_indices, out_cache_loc, custom_mask, mask_indptr"
+_REQUIRED_METADATA = ("qo_indptr", "kv_indptr", "kv_indices", "out_cache_loc")
 
 
 def _need_aligned(name: str, a, alignment: int) -> None:
@@ -800,7 +802,11 @@ def _metadata_getter(metadata):
         ``metadata`` is neither (None, a list...), naming ``metadata`` rather than its first field.
     """
     if isinstance(metadata, Mapping):
-        return metadata.get
+        def get(k):  # (a field every call needs, missing: the message lists the keys, e.g. a misspelt one)
+            if k in _REQUIRED_METADATA and k not in metadata:
+                raise TypeError(f"{k} is required (metadata's keys: {', '.join(map(str, metadata)) or 'none'})")
+            return metadata.get(k)
+        return get
     if isinstance(metadata, VerifyMetadata) or hasattr(metadata, "qo_indptr"):
         return lambda k: getattr(metadata, k, None)
     raise TypeError(f"metadata must be a VerifyMetadata or a mapping of its fields ({_METADATA_FIELDS}), "

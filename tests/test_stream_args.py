@@ -111,8 +111,13 @@ def test_verify_attention_takes_a_mapping_or_an_object_with_the_fields():
     q, kv, _, out, lse = _verify_args()
     for meta in (good, fields, MappingProxyType(fields), SimpleNamespace(**fields)):
         assert _verify_plan()._validate(q, kv, meta, out, lse)[-1] == 1  # bs
-    with pytest.raises(TypeError, match="^qo_indptr is required$"):  # a mapping without the field: the field named
-        _verify_plan()._validate(q, kv, {"kv_indptr": good.kv_indptr}, out, lse)
+    with pytest.raises(TypeError, match=r"^qo_indptr is required \(metadata's keys: kv_indptr\)$"):
+        _verify_plan()._validate(q, kv, {"kv_indptr": good.kv_indptr}, out, lse)  # the field named, and the keys
+    misspelt = dict(fields, qo_indptrs=fields.pop("qo_indptr"))
+    with pytest.raises(TypeError, match=r"^qo_indptr is required \(metadata's keys: .*qo_indptrs"):
+        _verify_plan()._validate(q, kv, misspelt, out, lse)
+    legacy = dict(fields, qo_indptr=good.qo_indptr, mask=fields.pop("custom_mask"))  # (the mask's other name)
+    assert _verify_plan()._validate(q, kv, legacy, out, lse)[-1] == 1
 
 
 # -- DDTreePlan --------------------------------------------------------------------------------------
