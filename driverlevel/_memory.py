@@ -669,8 +669,8 @@ class WorkspacePool:
             ``nbytes`` or ``alignment`` is not an integer (a float or a bool is refused, not
             truncated), or ``label`` is not a str.
         ValueError
-            ``nbytes`` is negative or above 2**63 - 1, or ``alignment`` is not a positive power
-            of two; all before the device is touched.
+            ``nbytes`` is negative or, rounded up to ``alignment``, above 2**63 - 1, or
+            ``alignment`` is not a positive power of two; all before the device is touched.
         TypeError, ValueError, DriverUnavailableError
             For a ``device`` that is neither a Device nor an int ordinal, a negative ordinal,
             or an int without a usable driver (as :class:`~driverlevel.Device` raises).
@@ -680,7 +680,10 @@ class WorkspacePool:
             If the allocation fails (e.g. out of memory).
         """
         alignment = power_of_two("alignment", alignment)
-        nbytes = max(align_up(_nbytes_arg(nbytes, minimum=0), alignment), alignment)
+        asked = _nbytes_arg(nbytes, minimum=0)
+        nbytes = max(align_up(asked, alignment), alignment)
+        if nbytes > MAX_NBYTES:  # (the rounded size: the message names both)
+            raise ValueError(f"nbytes {asked} rounded up to the alignment ({alignment}) is {nbytes}, over 2**63 - 1")
         label = _label_arg(label)
         self = object.__new__(cls)
         self._buffer = DeviceBuffer.allocate(device, nbytes, label=f"pool:{label}")

@@ -133,7 +133,7 @@ _MASK_MODE = {MaskFormat.FULL: 0, MaskFormat.QLEN_ONLY: 1, MaskFormat.BITMASK: 2
 #: Largest ``num_splits`` (the optional cap on the pieces of one pair).
 MAX_SPLITS = 1024
 #: Largest ``max_batch`` and ``num_parts`` (the scheduler's per-request and per-part tables are static
-#: shared arrays of this size: 33 KB, under the 48 KB static limit; ``kMaxBatch`` / ``kMaxParts`` in the kernel).
+#: shared arrays of this size: 33 KB, under the 48 KB static limit; ``DL_VA_MAX_BATCH`` in the kernel).
 MAX_BATCH = 1024
 MAX_PARTS = 1024
 #: Fixed cost of a (request, row tile) pair in keys (a Q-tile load and an epilogue); the kernel gets it in
@@ -1276,8 +1276,8 @@ class VerifyAttention:
             if a is not None and a.dtype.itemsize == 8:
                 idx64 |= _INDEX_BITS[nm]
         key = (q.ptr, q.shape[0], kv.ptr, kv.shape[0], qo.ptr, kvp.ptr, kvi.ptr, kvi.shape[0], loc.ptr,
-               mask_a.ptr if mask_a else 0, mask_a.shape[0] if mask_a else 0, mip.ptr if mip else 0,
-               o.ptr, lse_a.ptr if lse_a else 0, bs, idx64)
+               mask_a.ptr if mask_a is not None else 0, mask_a.shape[0] if mask_a is not None else 0,
+               mip.ptr if mip is not None else 0, o.ptr, lse_a.ptr if lse_a is not None else 0, bs, idx64)
         if key != self._cached_key:
             p = _Params()
             p.q, p.kv_cache, p.qo_indptr, p.kv_indptr = q.ptr, kv.ptr, qo.ptr, kvp.ptr

@@ -350,6 +350,17 @@ def test_allocations_past_int64_are_refused_before_the_device(monkeypatch, call)
         call()
 
 
+def test_a_pool_whose_rounded_size_passes_int64_says_so(monkeypatch):
+    """2**63 - 1 bytes is allowed, but rounded up to the alignment it is not: the message said
+    'got 9223372036854775808', a number the caller never passed."""
+    from driverlevel import _device
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(ValueError, match=r"^nbytes 9223372036854775807 rounded up to the alignment \(256\) is "
+                                         r"9223372036854775808, over 2\*\*63 - 1$"):
+        WorkspacePool.allocate(0, (1 << 63) - 1, alignment=256)
+
+
 def test_request_state_refuses_a_pool_past_int64_before_the_device(monkeypatch):
     """RequestState.allocate sized its pool with the wrapped required_bytes (90 GB for a state of over 2**66 B)."""
     from driverlevel import _device, request_state
