@@ -102,6 +102,7 @@ def _no_compiles(monkeypatch):
     (["argmax.cu", "--kernel", "("], "--kernel '(' is not a regular expression"),
     (["verify_attention.cu", "--tile", "bogus"], "bad --tile 'bogus'"),
     (["argmax.cu", "--tile", "64x1x16x4w"], "--tile is for verify_attention.cu"),
+    (["verify_attention.cu", "--tile", "64x1x16x4w", "--variant", "1"], "--tile and --variant each choose the variant"),
     (["verify_attention.cu", "--arch", "sm_120", "--tile", "64x1x64x4"], "of shared memory, sm_120 allows 101,376"),
 ])
 def test_sass_usage_errors_exit_2_with_the_usage_line(monkeypatch, capsys, argv, words):

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("file", choices=sorted(LAUNCHERS), help="kernel file of cu/")
     ap.add_argument("--arch", default=None, help="target architecture (default: GPU 0's, or sm_120 without a GPU, "
                     "as `driverlevel compile`)")
-    ap.add_argument("--variant", type=int, default=0, help="index into --list (default 0: the default variant)")
+    ap.add_argument("--variant", type=int, default=None, help="index into --list (default 0: the default variant)")
     ap.add_argument("--kernel", default="", help="regular expression on kernel names (default: all)")
     ap.add_argument("--tile", default="", help="verify_attention.cu only: a bench_tiles.py tile spec "
                     "(e.g. 64x1x16x4w) instead of --variant")
@@ -175,11 +175,15 @@ def main(argv=None) -> int:
         for i, v in enumerate(variants):
             print(f"{i:3d}  {v.label or '(the only variant)'}")
         return 0
-    if not 0 <= args.variant < len(variants):
-        ap.error(f"--variant {args.variant} out of range 0..{len(variants) - 1} (see --list)")
-    v = variants[args.variant]
+    if args.tile and args.variant is not None:
+        ap.error("--tile and --variant each choose the variant: give one of them")
     if args.tile:
         v = _tile_variant(ap, args)
+    else:
+        args.variant = 0 if args.variant is None else args.variant
+        if not 0 <= args.variant < len(variants):
+            ap.error(f"--variant {args.variant} out of range 0..{len(variants) - 1} (see --list)")
+        v = variants[args.variant]
     # (the SASS with its branch labels' definitions, ".L_x_7:", so that a branch can be followed)
     kernels = disassemble(compile_file(args.file, v.target or args.arch, v.defines).data, labels=not args.stats)
     if not any(kernel_re.search(n) for n in kernels):  # (known only once compiled; still before any output)
