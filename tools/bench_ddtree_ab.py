@@ -73,7 +73,7 @@ def load_side(paths: list[str], any_topk: bool = False) -> dict:
         try:
             for r in data["results"]:
                 pdl = r.get("pdl")
-                key = (int(r["batch"]), int(r["budget"]), "any" if any_topk else str(r["topk"]),
+                key = (int(r["batch"]), int(r["budget"]), "any" if any_topk else str(r.get("topk", "")),
                        None if pdl is None else bool(pdl))
                 entry = out.setdefault(key, {c: [] for c in COLUMNS} | {"parts": []})
                 for c in COLUMNS:
