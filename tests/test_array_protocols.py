@@ -638,7 +638,7 @@ def test_stream_from_handle_checks_the_handle_and_the_device(monkeypatch):
         (0x1234, -2, ValueError, "device must be an ordinal >= 0, got -2"),
         (1.5, 0, TypeError, "handle must be an int stream address, a CUstream or an object with __cuda_stream__, "
                             "got float 1.5"),
-        (-1, 0, ValueError, "handle must be an int >= 0, got -1"),
+        (-1, 0, ValueError, "handle must be an int in 0 .. 18446744073709551615, got -1"),
     ]:
         with pytest.raises(exc) as ei:
             dl.Stream.from_handle(handle, device)
