@@ -330,6 +330,21 @@ DL_DEVICE void hist_lse_barriers() {
   for (int i = 0; i < HIST_BARRIERS; ++i) dl::named_barrier(4, 32);
 }
 
+// The row merge's log-sum-exp warp: the CTA's last (merge_row_hist, select_row).
+constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
+
+// A threshold row's candidate list (tk_count composites) into c, `stride` threads apart: thread t
+// holds entries t, t + stride, ...; 0 past the first n (the row's count, or 0 for a thread that
+// holds none).
+DL_DEVICE void load_threshold_cand(const BuildParams& p, size_t row_id, int n, int stride, u64 (&c)[MERGE_ELEMS]) {
+  const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+#pragma unroll
+  for (int j = 0; j < MERGE_ELEMS; ++j) {
+    const int i = j * stride + static_cast<int>(threadIdx.x);
+    c[j] = i < n ? cand[i] : 0ull;
+  }
+}
+
 // The hist path of merge_row: a threshold row of n_cand <= HIST_WORKERS * MERGE_ELEMS candidates
 // (its T t_thr), ranked by hist_rank while the log-sum-exp warp computes the row's log-sum-exp,
 // then stored. Returns false, having stored nothing, for a crowded row (h.crowded): merge_row then
@@ -338,18 +353,11 @@ DL_DEVICE bool merge_row_hist(const BuildParams& p, size_t row_id, int n_cand, f
   extern __shared__ __align__(16) u8 dyn[];
   HistSmem& h = *reinterpret_cast<HistSmem*>(dyn);
   const int tid = threadIdx.x, K = p.k, S = p.tk_nseg;
-  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   h.count[hist_slot(tid)] = 0u;  // (HIST_BINS == BUILD_THREADS; ordered by the block max's barriers)
   // The candidates in the workers' registers only (the log-sum-exp warp holds none).
-  const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
-  const int n_mine = tid < HIST_WORKERS ? n_cand : 0;
   u64 c[MERGE_ELEMS];
-#pragma unroll
-  for (int j = 0; j < MERGE_ELEMS; ++j) {
-    const int i = j * HIST_WORKERS + tid;
-    c[j] = i < n_mine ? cand[i] : 0ull;
-  }
+  load_threshold_cand(p, row_id, tid < HIST_WORKERS ? n_cand : 0, HIST_WORKERS, c);
   double2 t_pre = make_double2(0.0, 0.0);  // the log-sum-exp warp: the first 32 segments' sums now
   if (lse_warp && (tid & 31) < S) t_pre = reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + (tid & 31)];
   u64 mine = 0;
@@ -383,12 +391,7 @@ DL_DEVICE void select_row(const BuildParams& p, size_t row_id, bool thr, int S, 
   const int tid = threadIdx.x, K = p.k;
   u64 c[MERGE_ELEMS];
   if (thr) {
-    const u64* cand = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
-#pragma unroll
-    for (int j = 0; j < MERGE_ELEMS; ++j) {
-      const int i = j * BUILD_THREADS + tid;
-      c[j] = i < n_cand ? cand[i] : 0ull;
-    }
+    load_threshold_cand(p, row_id, n_cand, BUILD_THREADS, c);
   } else {
     const u64* cand = p.cand + row_id * S * K;
 #pragma unroll
@@ -404,7 +407,6 @@ DL_DEVICE void select_row(const BuildParams& p, size_t row_id, bool thr, int S, 
   // only then (a rare path in the threshold plans: loaded before the select, as merge_row_hist
   // does, they held 4 registers over it, and the out-of-line select_row_cold needed an 8-byte
   // stack slot on sm_120); every thread loads T (the select's cut).
-  constexpr int LSE_WARP = BUILD_THREADS / 32 - 1;
   const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   const float t_thr = thr ? tk_t : 0.f;
@@ -511,7 +513,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   // threshold plans keep out of line (select_row_cold): inlined, the hist path jumped over
   // its ~4,400 instructions to the store and the search, and a jump over ~2,100 (the hist path,
   // inlined into the chunked plans) had cost their merge ~5 µs from cold instruction caches (out of
-  // line, the threshold builds ran 0.7-3.8 µs faster on an H100: sixty-second session).
+  // line, the threshold builds ran 0.5-3.8 µs faster on an H100: sixty-second session).
   if (HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS && merge_row_hist(p, row_id, n_cand, tk_t)) return;  // (uniform)
   // (the stamps' --twice build, DDT_TWICE_REPS 2, inlines it: a call inside its loop of two merges
   // spilled 20 B)
