@@ -6,12 +6,23 @@ Imports nothing of the driver at load time, so a script can check its arguments 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 from pathlib import Path
 
-__all__ = ["json_path_problem", "report_no_gpu", "report_error", "json_usage_errors"]
+__all__ = ["json_path_problem", "report_no_gpu", "report_error", "json_usage_errors", "is_output_failure"]
+
+# An OSError with one of these and no file name is a write to standard output or error that failed
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+
+
+def is_output_failure(exc: OSError) -> bool:
+    """Whether ``exc`` is a failed write of standard output or error (``> /dev/full``, a closed pipe
+    or descriptor), which ``driverlevel`` and the scripts in ``tools/`` report in one line with exit
+    status 2, rather than an error of a file the program opened (it has a file name)."""
+    return exc.filename is None and exc.errno in _OUTPUT_ERRNOS
 
 
 def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:

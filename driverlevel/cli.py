@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from ._cli_common import json_path_problem, json_usage_errors
+from ._cli_common import is_output_failure, json_path_problem, json_usage_errors
 from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, check_arch_list,
                        compile_file, kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
 from ._device import Device, device_count, driver_version, init_driver
@@ -32,14 +32,10 @@ from .verify_attention import _old_nvrtc_hint
 __all__ = ["main", "bench", "compile_variants", "LAUNCHERS"]
 
 
-# An OSError with one of these and no file name is a write to standard output or error that failed
-_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
-
-
 def _output_failed(exc: OSError) -> None:
     """Re-raise ``exc`` unless it is a failure to write standard output; otherwise say so in one
     line on stderr (stdout's unwritten buffer dropped, so that exit does not fail on it again)."""
-    if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+    if not is_output_failure(exc):
         raise exc
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -3,18 +3,17 @@
 ``python tools/X.py ... | head -1`` (a closed pipe), ``> /dev/full`` (a full disk) or a closed
 descriptor would otherwise end in a Python traceback and exit status 1, which some tools use for
 their own verdict (``sass_compare.py``: a kernel differs). ``driverlevel`` itself does the same in
-``driverlevel/cli.py``. A library of the scripts in ``tools/``, not a script.
+``driverlevel/cli.py``; both ask ``driverlevel._cli_common.is_output_failure``. A library of the
+scripts in ``tools/``, not a script.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 
-# An OSError with one of these and no file name is a failed write to standard output
-OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+from driverlevel._cli_common import is_output_failure
 
 
 def _print_message(self, message, file=None):
@@ -39,7 +38,7 @@ def run(main, prog: str) -> int:
             status = exc.code
         sys.stdout.flush()
     except OSError as exc:
-        if exc.filename is not None or exc.errno not in OUTPUT_ERRNOS:
+        if not is_output_failure(exc):
             raise
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
