@@ -13,8 +13,6 @@ import argparse
 import os
 import sys
 
-from driverlevel._cli_common import is_output_failure
-
 
 def _print_message(self, message, file=None):
     """argparse's ``ArgumentParser._print_message`` without its ``except OSError: pass``: a ``--help``
@@ -38,6 +36,10 @@ def run(main, prog: str) -> int:
             status = exc.code
         sys.stdout.flush()
     except OSError as exc:
+        try:  # (here, not at load: a tool such as kernel_cache.py reports a missing package itself)
+            from driverlevel._cli_common import is_output_failure
+        except ImportError:
+            raise exc from None
         if not is_output_failure(exc):
             raise
         try:
