@@ -4,7 +4,7 @@
 # (research/patches/README.md) against main with ab_next.sh (threshold build, fp32, three drafters,
 # interleaved twice; the stamps; no GPU tests: those run on the one that goes on), then the code
 # warmer's points (ddtree_stamps.py on main, new on its `code warmer` line).
-# STEP=NAME instead: only the decode step A/B of NAME (step_ab.sh; its budget-16 trees are deep:
+# NAMES: the patches to A/B (default the three). STEP=NAME instead: only the decode step A/B of NAME (step_ab.sh; its budget-16 trees are deep:
 # they take the deviation search) and NAME's DDTree GPU tests (~4 minutes).
 set -u
 export OUT="${OUT:?set OUT}" PYTHONUNBUFFERED=1
@@ -20,7 +20,7 @@ if [ -n "${STEP:-}" ]; then
   exit 0
 fi
 echo "== fp32 A/B (the GPU tests run on the one that goes on)"
-OUT=$OUT TESTS=0 STAMP_REPEAT=1 timeout 450 bash research/patches/ab_next.sh dev-cold dev-heap-cold warm-branch 2>&1 \
+OUT=$OUT TESTS=0 STAMP_REPEAT=1 timeout 450 bash research/patches/ab_next.sh ${NAMES:-dev-cold dev-heap-cold warm-branch} 2>&1 \
   | grep -E 'main vs|build  |passed|failed|code warmer'
 mv $OUT/r.tgz $OUT/r-fp32.tgz 2>/dev/null
 echo "== the code warmer's points (main)"
