@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The sixty-fourth session's A/B call, from the repository root, $OUT set, .kcache carried (~5
-# minutes on a warm H100): heap-cold.patch, warmer-first.patch and heap-cold-first.patch (the
-# two together; research/patches/README.md) against main with ab_next.sh (threshold build, fp32,
+# minutes on a warm H100; the sixty-third session's two variants took 145 s): heap-cold.patch,
+# warmer-first.patch, heap-cold-first.patch (the two together) and dev-warmer.patch
+# (research/patches/README.md) against main with ab_next.sh (threshold build, fp32,
 # three drafters, interleaved twice; the stamps; no GPU tests: those run on the one that goes on),
 # then the code warmer's points on main and on warmer-first (ddtree_stamps.py, its `code warmer`
 # line: the warmer's entry against the rows').
-# NAMES: the patches to A/B (default the three). STEP=NAME instead: only the decode step A/B of NAME
+# NAMES: the patches to A/B (default the four). STEP=NAME instead: only the decode step A/B of NAME
 # (step_ab.sh; its budget-16 trees are deep: they take the deviation search) and NAME's DDTree and
 # graph GPU tests (~4 minutes).
 set -u
@@ -22,7 +23,7 @@ if [ -n "${STEP:-}" ]; then
   exit 0
 fi
 echo "== fp32 A/B (the GPU tests run on the one that goes on)"
-OUT=$OUT TESTS=0 STAMP_REPEAT=1 timeout 360 bash research/patches/ab_next.sh ${NAMES:-heap-cold warmer-first heap-cold-first} 2>&1 \
+OUT=$OUT TESTS=0 STAMP_REPEAT=1 timeout 360 bash research/patches/ab_next.sh ${NAMES:-heap-cold warmer-first heap-cold-first dev-warmer} 2>&1 \
   | grep -E 'main vs|build  |passed|failed'
 mv $OUT/r.tgz $OUT/r-fp32.tgz 2>/dev/null
 . research/patches/patched_tree.sh
