@@ -534,6 +534,21 @@ def cache_dir() -> Path | None:
     return Path(base) / "driverlevel"
 
 
+def check_compile_env() -> None:
+    """Check the compile's environment variables before anything is compiled: ``DRIVERLEVEL_CACHE``
+    (:func:`cache_dir`) and ``DRIVERLEVEL_LINEINFO`` (:func:`lineinfo_requested`). ``driverlevel
+    compile`` and the tools in ``tools/`` call it after their options, so that a typo is one usage
+    error, not a traceback from the first compile.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, its value and the values it takes.
+    """
+    cache_dir()
+    lineinfo_requested()
+
+
 #: ``DRIVERLEVEL_CACHE_DIR`` values -> the absolute directory each was first taken to mean.
 _absolute_cache_dirs: dict[str, Path] = {}
 

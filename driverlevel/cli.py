@@ -21,8 +21,8 @@ import click
 
 from . import __version__
 from ._cli_common import is_output_failure, json_path_problem, json_usage_errors
-from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, cache_dir, check_arch, check_arch_list,
-                       compile_file, kernel_source_dir, kernel_sources, lineinfo_requested, nvrtc_version)
+from ._compile import (MAX_SHARED_PER_BLOCK, SUPPORTED_ARCHS, CompileVariant, check_arch, check_arch_list,
+                       check_compile_env, compile_file, kernel_source_dir, kernel_sources, nvrtc_version)
 from ._device import Device, device_count, driver_version, init_driver
 from ._errors import CudaError, DriverUnavailableError, NvrtcError
 from .bench_replay import MAX_NODES, MAX_REPEATS, MAX_REPLAYS, MIN_REPLAYS
@@ -296,8 +296,7 @@ def compile_cmd(arch_opt, kernels):
             raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
                                      param_hint="--kernel")
     try:
-        cache_dir()  # an unrecognised DRIVERLEVEL_CACHE is one usage error, not a failure per compile
-        lineinfo_requested()  # (DRIVERLEVEL_LINEINFO the same)
+        check_compile_env()  # an unrecognised DRIVERLEVEL_CACHE / _LINEINFO: one usage error, not one per compile
     except ValueError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)

@@ -71,3 +71,33 @@ def test_argparse_is_left_as_it_was():
     before = argparse.ArgumentParser._print_message
     assert tool_output.run(lambda: 0, "tools/x.py") == 0
     assert argparse.ArgumentParser._print_message is before
+
+
+def test_every_script_in_tools_reports_a_failed_write():
+    """Every script of tools/ runs its main through tool_output.run (a fresh-user trial found
+    cluster_probe.py's ``--help > /dev/full`` exiting 0 with nothing printed); the two libraries
+    (tool_output.py, phase_stamps.py) say so when run."""
+    libraries = {"tool_output.py", "phase_stamps.py"}
+    scripts = [p for p in sorted((ROOT / "tools").glob("*.py")) if p.name not in libraries]
+    assert len(scripts) >= 9
+    missing = [p.name for p in scripts if "tool_output.run(main" not in p.read_text()]
+    assert not missing, f"scripts not reporting a failed write through tool_output.run: {missing}"
+
+
+@pytest.mark.parametrize("variable, value", [("DRIVERLEVEL_CACHE", "bogus"), ("DRIVERLEVEL_LINEINFO", "2")])
+@pytest.mark.parametrize("tool, args", [
+    ("sass.py", ["argmax.cu", "--arch", "sm_90", "--stats"]),
+    ("sass_compare.py", ["argmax.cu", "--arch", "sm_90"]),
+    ("code_sections.py", ["{tmp}/x.json", "--arch", "sm_90", "--kernel", "argmax.cu"]),
+])
+def test_a_bad_compile_variable_is_a_usage_error_of_the_tools(tool, args, variable, value, tmp_path):
+    """An unrecognised DRIVERLEVEL_CACHE / DRIVERLEVEL_LINEINFO is one usage error (exit 2, the
+    variable and its value named) before anything is compiled, as in `driverlevel compile`: not a
+    traceback from the first compile (the fresh-user trial of the sixty-third session)."""
+    env = dict(os.environ, **{variable: value})
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / tool), *(a.format(tmp=tmp_path) for a in args)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"error: {variable}={value!r} is not understood" in r.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -51,6 +51,24 @@ def test_usage_errors_exit_2(capsys):
         assert words in capsys.readouterr().err
 
 
+def test_a_revision_before_the_compile_entry_points_is_a_usage_error(capsys):
+    """A --rev older than driverlevel/runtime.py (which the comparison's compile step imports) is one
+    usage error naming the file, not a traceback from the old tree's compile (where an editable
+    install would fill the missing module from the working tree)."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "driverlevel/runtime.py"], cwd=REPO,
+                           capture_output=True, text=True).stdout.split()
+    if not added or subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{added[-1]}~1"], cwd=REPO,
+                                   capture_output=True).returncode != 0:
+        pytest.skip("the history before driverlevel/runtime.py is not in this checkout")
+    with pytest.raises(SystemExit) as ei:
+        sc.main(["argmax.cu", "--rev", f"{added[-1]}~1", "--arch", "sm_80"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert "has no driverlevel/runtime.py" in err and "Traceback" not in err
+
+
 def test_head_against_itself_is_identical():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs git and a git checkout")

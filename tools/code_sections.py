@@ -190,6 +190,12 @@ def main(argv=None) -> int:
         archs = check_arch_list([a.arch])  # as `driverlevel compile --arch` checks
     except ValueError as exc:
         ap.error(f"--arch: {exc}")
+    from driverlevel._compile import check_compile_env
+
+    try:
+        check_compile_env()  # DRIVERLEVEL_CACHE / _LINEINFO: a usage error, not the compile's traceback
+    except ValueError as exc:
+        ap.error(str(exc))
     for k in a.kernel or ():
         if k not in LAUNCHERS:
             ap.error(f"--kernel {k!r}: not a kernel file of cu/ (one of {', '.join(sorted(LAUNCHERS))})")

@@ -170,6 +170,12 @@ def main(argv=None) -> int:
         kernel_re = re.compile(args.kernel)
     except re.error as e:
         ap.error(f"--kernel {args.kernel!r} is not a regular expression: {e}")
+    from driverlevel._compile import check_compile_env
+
+    try:
+        check_compile_env()  # DRIVERLEVEL_CACHE / _LINEINFO: a usage error, not the compile's traceback
+    except ValueError as e:
+        ap.error(str(e))
     variants = compile_variants(args.file, args.arch)
     if args.list:
         for i, v in enumerate(variants):

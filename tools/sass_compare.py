@@ -17,6 +17,9 @@ and once from the working tree, disassembles both (``tools/sass.py``) and says p
 ``tools/code_sections.py`` answers the stricter question (is every code section bit for bit the
 same, over all files, from two snapshots); this one names the kernels that moved and how.
 
+The revision must hold ``driverlevel/runtime.py`` and ``driverlevel/cli.py`` (2026-12-01 on), whose
+compile entry points the comparison calls in its tree; an older one is a usage error.
+
 Exits 0 when no kernel ``differs``, 1 otherwise, 2 for a usage error or a failed compile::
 
     python tools/sass_compare.py ddtree.cu --rev HEAD --arch all
@@ -127,10 +130,23 @@ def main(argv=None) -> int:
         archs = check_arch_list(args.arch or ["sm_90", "sm_120"])
     except ValueError as e:
         ap.error(f"--arch: {e}")
+    from driverlevel._compile import check_compile_env
+
+    try:
+        check_compile_env()  # DRIVERLEVEL_CACHE / _LINEINFO: a usage error, not a compile's traceback
+    except ValueError as e:
+        ap.error(str(e))
     rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"], cwd=REPO,
                          capture_output=True, text=True)
     if rev.returncode != 0:
         ap.error(f"--rev {args.rev!r} is not a commit of {REPO}")
+    # (the revision's own driverlevel compiles: _DUMP imports what it needs, and with an editable
+    # install a module the old tree lacks would come from the working tree instead, silently)
+    for need in (f"cu/{args.file}", "driverlevel/runtime.py", "driverlevel/cli.py"):
+        if subprocess.run(["git", "cat-file", "-e", f"{rev.stdout.strip()}:{need}"], cwd=REPO,
+                          capture_output=True).returncode != 0:
+            ap.error(f"--rev {args.rev!r} has no {need}, which the comparison compiles with: pick a later "
+                     f"revision (`git log --diff-filter=A --format=%h -- {need}` names the one that added it)")
     with tempfile.TemporaryDirectory() as d:
         old_tree = Path(d)
         archive = subprocess.run(["git", "archive", rev.stdout.strip()], cwd=REPO, capture_output=True, check=True)
