@@ -171,8 +171,8 @@ def _crc_off_but_rehashed(d: Path):  # a damaged stream whose manifest was made 
     (d / "kernel-cache.json").write_text(json.dumps(m))
 
 
-@pytest.mark.parametrize("damage, words", [(_flip_last_part, "does not match the manifest"),
-                                           (_short_last_part, "does not match the manifest"),
+@pytest.mark.parametrize("damage, words", [(_flip_last_part, "its size does, its SHA-256 differs"),
+                                           (_short_last_part, "B listed): a damaged or mixed export"),
                                            (_drop_a_part, "kernel-cache.tgz.1 of the export is missing"),
                                            (_no_manifest, "no kernel-cache.json"),
                                            (_crc_off_but_rehashed, "CRC")])
@@ -259,6 +259,21 @@ def test_a_missing_or_misnamed_cache_is_an_error_and_keeps_an_earlier_export(kc,
         err = capsys.readouterr().err
         assert words in err and str(cdir) in err
         assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "kc").iterdir()) == before
+
+
+def test_an_import_into_a_cache_path_that_is_a_file_names_the_cache(kc, tmp_path, monkeypatch, capsys):
+    """DRIVERLEVEL_CACHE_DIR naming a file: the import says the cache is not a directory, as the export
+    does, not mkdir's bare "File exists" (which seemed to blame the export's directory)."""
+    _use_cache(monkeypatch, tmp_path / "cache")
+    _build(0)
+    assert kc.main(["export", str(tmp_path / "kc")]) == 0
+    capsys.readouterr()
+    (tmp_path / "afile").write_text("x")
+    _use_cache(monkeypatch, tmp_path / "afile")
+    assert kc.main(["import", str(tmp_path / "kc")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kernel cache {tmp_path / 'afile'} is not a directory" in err and "Errno" not in err
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def test_an_empty_dir_argument_is_refused(kc, tmp_path, monkeypatch, capsys):

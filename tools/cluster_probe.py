@@ -88,4 +88,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(main, "tools/cluster_probe.py"))

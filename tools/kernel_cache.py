@@ -190,9 +190,12 @@ def _checked_parts(src: Path) -> tuple[list[Path], int]:
         if not p.is_file():
             raise FileNotFoundError(f"{src}: part {name} of the export is missing")
         data = p.read_bytes()
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+        if len(data) != size:
             raise ValueError(f"{src}: part {name} does not match the manifest ({len(data)} B, {size} B listed): "
                              f"a damaged or mixed export")
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError(f"{src}: part {name} does not match the manifest (its size does, its SHA-256 "
+                             f"differs): a damaged or mixed export")
         paths.append(p)
     return paths, entries
 
@@ -216,6 +219,8 @@ def import_(src: Path) -> tuple[int, int, int, int]:
     if n != entries:
         raise ValueError(f"{src}: the archive holds {n} entries, the manifest says {entries}")
     cdir = _cache_dir()
+    if cdir.exists() and not cdir.is_dir():  # (mkdir's "File exists" would seem to blame the export)
+        raise NotADirectoryError(f"the kernel cache {cdir} is not a directory (DRIVERLEVEL_CACHE_DIR)")
     cdir.mkdir(parents=True, exist_ok=True)
     written = kept = nbytes = 0
     now = time.time()
