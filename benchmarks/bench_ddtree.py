@@ -504,9 +504,10 @@ def main(argv=None) -> int:
                          "counts L2 hits), or none (the build's code and data may stay in L2 from the previous "
                          "replay, which a decode step never leaves)")
     args = ap.parse_args(argv)
-    if args.vocab < 512 or args.vocab % 8:
-        ap.error(f"--vocab must be a multiple of 8, >= 512 (the largest budget's top-K), got {args.vocab}")
     budgets = (16, 256) if args.quick else (16, 64, 256, 512)
+    if args.vocab < max(budgets) or args.vocab % 8:
+        ap.error(f"--vocab must be a multiple of 8, >= {max(budgets)} (the largest budget's top-K"
+                 f"{', with --quick' if args.quick else ''}), got {args.vocab}")
     for budget in budgets:  # DDTreePlan's vocabulary x budget rule
         try:
             check_merge_capacity(args.vocab, budget)

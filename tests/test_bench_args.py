@@ -61,6 +61,9 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_step", ["--vocab", "100"], "--vocab must be a multiple of 8"),
     ("bench_ddtree", ["--vocab", "100"], "--vocab must be a multiple of 8, >= 512"),
     ("bench_ddtree", ["--vocab", "32770"], "--vocab must be a multiple of 8, >= 512"),
+    # the floor is the largest budget's top-K: 256 with --quick (a fresh-user trial: it said 512 there too)
+    ("bench_ddtree", ["--quick", "--vocab", "200"], "--vocab must be a multiple of 8, >= 256 (the largest budget's "
+     "top-K, with --quick), got 200"),
     ("bench_ddtree", ["--vocab", "100000000"], "--vocab 100000000 with budget 16: vocab=100000000 at K=16 needs"),
     ("bench_tiles", ["--tile", "a=64x1x32x3", "--tile", "a=48x1x32x3"], "--tile: name 'a' given twice"),
     ("bench_step", ["--budget", "600"], "--budget must be <= 512"),
