@@ -89,6 +89,10 @@ def test_the_code_warmer_stays_out_of_the_tables():
     rows, rest = stamps.split_warmer({**_records(), 15: warmer, 40: inactive}, 15)
     assert rows == {**_records(), 40: inactive} and rest == warmer
     assert stamps.split_warmer(_records(), 15) == (_records(), [])
+    # the second warmer, CTA (depth_limit, 1) (from batch 2, budgets <= 16): stamp row 16 + 15 = 31
+    second = [("entry", 0, 10, 8_050), ("lp", 0, 300, 8_200)]
+    rows, rest = stamps.split_warmer({**_records(), 15: warmer, 31: second}, 15, 1)
+    assert rows == {**_records(), 15: warmer} and rest == second
 
 
 def test_the_code_warmers_points_are_listed_in_time_order_from_the_first_merge():

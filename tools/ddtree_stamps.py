@@ -162,12 +162,15 @@ def chronological(ctas: dict) -> dict:
     return {k: sorted(v, key=lambda r: r[2]) for k, v in ctas.items()}
 
 
-def split_warmer(ctas: dict, depth_limit: int) -> tuple:
+def split_warmer(ctas: dict, depth_limit: int, row: int = 0) -> tuple:
     """``(the other CTAs' records, the code warmer's)``: ddtree_build's CTA (depth_limit, 0) runs the
     search on data of its own (cu/ddtree/build.cuh); its stamp row is ``0 * (depth_limit + 1) +
-    depth_limit``. Its records (``[]`` when it stamped nothing) stay out of the tables."""
-    rows = {k: v for k, v in ctas.items() if k != depth_limit}
-    return rows, list(ctas.get(depth_limit, []))
+    depth_limit``. Its records (``[]`` when it stamped nothing) stay out of the tables. ``row`` 1:
+    the second warmer, CTA (depth_limit, 1) (from batch 2 at budgets up to 16: the heap's or the
+    deviation search's warmer), stamp row ``depth_limit + 1 + depth_limit``."""
+    key = row * (depth_limit + 1) + depth_limit
+    rows = {k: v for k, v in ctas.items() if k != key}
+    return rows, list(ctas.get(key, []))
 
 
 def warmer_points(warmer: list, t0: int) -> str:
@@ -445,8 +448,9 @@ def main(argv=None) -> int:
                     plan.build(stream, logits, state)
                     stream.synchronize()
                     ctas, topk = split_topk(phase_stamps.read_stamps(plan._module))
-                    builds.append((*split_warmer(ctas, plan.depth_limit), topk))
-                ctas, warmer, topk = builds[-1]
+                    ctas, second = split_warmer(ctas, plan.depth_limit, 1) if batch > 1 else (ctas, [])
+                    builds.append((*split_warmer(ctas, plan.depth_limit), topk, second))
+                ctas, warmer, topk, second = builds[-1]
                 print(f"# ddtree_build, batch {batch}, budget {budget}, vocab {args.vocab}, {args.logits_dtype} logits "
                       f"({args.drafter} drafter, {args.topk} top-K, {args.search} search), "
                       f"{len(ctas)} CTAs stamped, SM clock {clock_khz / 1e6:.2f} GHz nominal (the µs below), "
@@ -455,7 +459,7 @@ def main(argv=None) -> int:
                 if len(builds) > 1:
                     print(f"# {len(builds)} stamped builds, median µs of the row merge's phases and the search's "
                           f"(the tables below: the last build)")
-                    print("\n".join(repeat_lines([c for c, _, _ in builds], clock_khz)))
+                    print("\n".join(repeat_lines([c for c, _, _, _ in builds], clock_khz)))
                 print("\n".join(report(phases(ctas), clock_khz, order_of(ctas))))
                 for line in row_counts(ctas):
                     print(line)
@@ -472,11 +476,14 @@ def main(argv=None) -> int:
                     if plan.topk == "threshold":  # (a chunked build has no stream kernel)
                         print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
                         print("\n".join(stream_by_sm(topk)), flush=True)
-                if warmer:
-                    t0 = min(r[3] for v in ctas.values() for r in v if r[0] == "merge")
-                    print(f"code warmer (CTA ({plan.depth_limit}, 0)): {len(warmer)} points, done "
-                          f"{(max(r[3] for r in warmer) - t0) / 1e3:.2f} µs after the first merge "
-                          f"({warmer_points(warmer, t0)})", flush=True)
+                merges = [r[3] for v in ctas.values() for r in v if r[0] == "merge"]
+                for name, recs in (("code warmer", warmer), ("second warmer", second)):
+                    if recs and merges:
+                        t0 = min(merges)
+                        cta = (plan.depth_limit, 0 if name == "code warmer" else 1)
+                        print(f"{name} (CTA {cta}): {len(recs)} points, done "
+                              f"{(max(r[3] for r in recs) - t0) / 1e3:.2f} µs after the first merge "
+                              f"({warmer_points(recs, t0)})", flush=True)
     finally:
         ddtree.compile_defines = plain
     return 0

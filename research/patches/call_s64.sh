@@ -4,8 +4,8 @@
 # warmer-first.patch, heap-cold-first.patch (the two together) and dev-warmer.patch
 # (research/patches/README.md) against main with ab_next.sh (threshold build, fp32,
 # three drafters, interleaved twice; the stamps; no GPU tests: those run on the one that goes on),
-# then the code warmer's points on main and on warmer-first (ddtree_stamps.py, its `code warmer`
-# line: the warmer's entry against the rows').
+# then the code warmers' points on main, warmer-first and dev-warmer (ddtree_stamps.py, its
+# `code warmer` and `second warmer` lines: the warmers' entry and end against the rows').
 # NAMES: the patches to A/B (default the four). STEP=NAME instead: only the decode step A/B of NAME
 # (step_ab.sh; its budget-16 trees are deep: they take the deviation search) and NAME's DDTree and
 # graph GPU tests (~4 minutes).
@@ -27,9 +27,14 @@ OUT=$OUT TESTS=0 STAMP_REPEAT=1 timeout 360 bash research/patches/ab_next.sh ${N
   | grep -E 'main vs|build  |passed|failed'
 mv $OUT/r.tgz $OUT/r-fp32.tgz 2>/dev/null
 . research/patches/patched_tree.sh
-patched_tree warmer-first /tmp/wf-points
-for t in main warmer-first; do dd=$PWD; [ $t != main ] && dd=/tmp/wf-points
+for t in warmer-first dev-warmer; do patched_tree $t /tmp/points-$t; done
+for t in main warmer-first dev-warmer; do dd=$PWD; [ $t != main ] && dd=/tmp/points-$t
   echo "== the code warmer's points ($t)"
   (cd $dd && PYTHONPATH=$dd timeout 90 python tools/ddtree_stamps.py --batch 1 8 --budget 16 256 --chain --flush read 2>&1 \
-     | grep -E '^# ddtree_build|code warmer|^build (entry|merge|last|nodes)')
+     | grep -E '^# ddtree_build|warmer \(CTA|^build (entry|merge|last|nodes)')
+done
+for t in main dev-warmer; do dd=$PWD; [ $t != main ] && dd=/tmp/points-$t
+  echo "== deep trees (peaked drafter), batch 8, budget 16: the request's search against the second warmer ($t)"
+  (cd $dd && PYTHONPATH=$dd timeout 60 python tools/ddtree_stamps.py --batch 8 --budget 16 --drafter peaked --chain \
+     --flush read 2>&1 | grep -E '^# ddtree_build|warmer \(CTA|^build (entry|merge|last|nodes)|^(lp|searched|nodes) ')
 done
