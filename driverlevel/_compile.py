@@ -549,6 +549,25 @@ def check_compile_env() -> None:
     lineinfo_requested()
 
 
+def check_compile_options(arch_values, option: str = "--arch") -> list[str]:
+    """What a script of ``tools/`` that compiles checks before its first compile: the architectures
+    of its ``--arch`` values (:func:`check_arch_list`), then :func:`check_compile_env`. Returns the
+    architectures.
+
+    Raises
+    ------
+    ValueError
+        From :func:`check_arch_list`, its message prefixed with ``option`` (``--arch: ...``), or from
+        :func:`check_compile_env`, as it is: a script reports either as its usage error.
+    """
+    try:
+        archs = check_arch_list(arch_values, option)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+    check_compile_env()
+    return archs
+
+
 #: ``DRIVERLEVEL_CACHE_DIR`` values -> the absolute directory each was first taken to mean.
 _absolute_cache_dirs: dict[str, Path] = {}
 

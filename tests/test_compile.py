@@ -1381,6 +1381,19 @@ def test_check_arch_list_is_what_every_arch_option_takes():
         f(["all", "sm_90"], option="--kind")
 
 
+def test_check_compile_options_checks_the_archs_then_the_environment(monkeypatch):
+    """tools/sass_compare.py's and code_sections.py's checks before a compile: --arch (the message
+    prefixed with the option), then DRIVERLEVEL_CACHE / DRIVERLEVEL_LINEINFO (their own message)."""
+    monkeypatch.delenv("DRIVERLEVEL_LINEINFO", raising=False)
+    monkeypatch.delenv("DRIVERLEVEL_CACHE", raising=False)
+    assert _compile.check_compile_options(["sm_90,sm_120"]) == ["sm_90", "sm_120"]
+    with pytest.raises(ValueError, match=r"^--arch: unsupported architecture"):
+        _compile.check_compile_options(["sm_75"])
+    monkeypatch.setenv("DRIVERLEVEL_LINEINFO", "2")
+    with pytest.raises(ValueError, match=r"^DRIVERLEVEL_LINEINFO='2' is not understood"):
+        _compile.check_compile_options(["sm_90"])
+
+
 # -- DRIVERLEVEL_LINEINFO: -lineinfo for compute-sanitizer and Nsight Compute, cached under its own key ------------
 @pytest.mark.parametrize("value, on", [("1", True), (" On ", True), ("yes", True), ("", False), ("0", False),
                                        ("off", False), ("NO", False)])

@@ -183,17 +183,11 @@ def main(argv=None) -> int:
         problem = "'-' (stdout) is not supported: give the path of the JSON file to write"
     if problem:
         ap.error(f"out: {problem}")
-    from driverlevel._compile import check_arch_list
+    from driverlevel._compile import check_compile_options
     from driverlevel.cli import LAUNCHERS
 
-    try:
-        archs = check_arch_list([a.arch])  # as `driverlevel compile --arch` checks
-    except ValueError as exc:
-        ap.error(f"--arch: {exc}")
-    from driverlevel._compile import check_compile_env
-
-    try:
-        check_compile_env()  # DRIVERLEVEL_CACHE / _LINEINFO: a usage error, not the compile's traceback
+    try:  # (--arch as `driverlevel compile --arch` checks it, then DRIVERLEVEL_CACHE / _LINEINFO)
+        archs = check_compile_options([a.arch])
     except ValueError as exc:
         ap.error(str(exc))
     for k in a.kernel or ():

@@ -115,7 +115,7 @@ def cubins(tree: Path, file: str, archs: list[str], use_cache: bool = True) -> d
 
 
 def main(argv=None) -> int:
-    from driverlevel._compile import check_arch_list
+    from driverlevel._compile import check_compile_options
     from driverlevel.cli import LAUNCHERS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -126,14 +126,8 @@ def main(argv=None) -> int:
                          "sm_89, sm_90, sm_100, sm_120), as `driverlevel compile --arch` takes them; default sm_90 "
                          "and sm_120")
     args = ap.parse_args(argv)
-    try:
-        archs = check_arch_list(args.arch or ["sm_90", "sm_120"])
-    except ValueError as e:
-        ap.error(f"--arch: {e}")
-    from driverlevel._compile import check_compile_env
-
-    try:
-        check_compile_env()  # DRIVERLEVEL_CACHE / _LINEINFO: a usage error, not a compile's traceback
+    try:  # (--arch, then DRIVERLEVEL_CACHE / _LINEINFO: usage errors, not a compile's traceback)
+        archs = check_compile_options(args.arch or ["sm_90", "sm_120"])
     except ValueError as e:
         ap.error(str(e))
     rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"], cwd=REPO,
