@@ -477,11 +477,10 @@ def main(argv=None) -> int:
                         print("# the stream's CTAs by how many shared an SM (µs from the sample's first entry)")
                         print("\n".join(stream_by_sm(topk)), flush=True)
                 merges = [r[3] for v in ctas.values() for r in v if r[0] == "merge"]
-                for name, recs in (("code warmer", warmer), ("second warmer", second)):
+                for name, row, recs in (("code warmer", 0, warmer), ("second warmer", 1, second)):
                     if recs and merges:
                         t0 = min(merges)
-                        cta = (plan.depth_limit, 0 if name == "code warmer" else 1)
-                        print(f"{name} (CTA {cta}): {len(recs)} points, done "
+                        print(f"{name} (CTA ({plan.depth_limit}, {row})): {len(recs)} points, done "
                               f"{(max(r[3] for r in recs) - t0) / 1e3:.2f} µs after the first merge "
                               f"({warmer_points(recs, t0)})", flush=True)
     finally:
