@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -45,4 +46,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(main, "benchmarks/bench_replay.py"))

@@ -23,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 import time
 
 import numpy as np
@@ -207,4 +208,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(main, "benchmarks/bench_step.py"))

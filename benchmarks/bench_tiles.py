@@ -208,4 +208,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(lambda: 0 if main() else 1, "benchmarks/bench_tiles.py"))

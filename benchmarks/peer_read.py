@@ -72,4 +72,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
+
+    sys.exit(tool_output.run(main, "benchmarks/peer_read.py"))

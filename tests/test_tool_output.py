@@ -84,6 +84,20 @@ def test_every_script_in_tools_reports_a_failed_write():
     assert not missing, f"scripts not reporting a failed write through tool_output.run: {missing}"
 
 
+
+def test_every_benchmark_reports_a_failed_write():
+    """The benchmarks too: argparse swallows a failed ``--help`` write, so ``bench_step.py --help >
+    /dev/full`` exited 0 having printed nothing (the sixty-fourth session's fix)."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) >= 8
+    missing = [p.name for p in scripts if "tool_output.run(" not in p.read_text()]
+    assert not missing, f"benchmarks not reporting a failed write through tool_output.run: {missing}"
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_step.py"), "--help"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (2, "benchmarks/bench_step.py: cannot write the output: "
+                                           "No space left on device\n")
+
 @pytest.mark.parametrize("variable, value", [("DRIVERLEVEL_CACHE", "bogus"), ("DRIVERLEVEL_LINEINFO", "2")])
 @pytest.mark.parametrize("tool, args", [
     ("sass.py", ["argmax.cu", "--arch", "sm_90", "--stats"]),
