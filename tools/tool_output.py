@@ -4,7 +4,7 @@
 descriptor would otherwise end in a Python traceback and exit status 1, which some tools use for
 their own verdict (``sass_compare.py``: a kernel differs). ``driverlevel`` itself does the same in
 ``driverlevel/cli.py``; both ask ``driverlevel._cli_common.is_output_failure``. A library of the
-scripts in ``tools/``, not a script.
+scripts in ``tools/`` and ``benchmarks/``, not a script.
 """
 
 from __future__ import annotations
