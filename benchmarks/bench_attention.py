@@ -23,8 +23,8 @@ import itertools
 import json
 import statistics
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import numpy as np
 

@@ -63,8 +63,8 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import numpy as np
 
