@@ -863,9 +863,20 @@ def _from_cai(obj, device):
         raise TypeError(f"{what}: 'typestr' {cai['typestr']!r} or 'shape' {cai['shape']!r} is not valid: {exc}") \
             from None
     strides = cai.get("strides")
-    if not ptr and math.prod(int(n) for n in shape) != 0:  # CAI v3: a NULL pointer only for a zero-size array
+    # What DeviceArray checks of the fields, here before the device is opened and the driver asked
+    # about the pointer: without a GPU a malformed interface is still a TypeError / ValueError.
+    as_dtype(dt)
+    shape = int_tuple(f"{what}: 'shape'", shape)
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{what}: 'shape' {shape} has a negative extent")
+    if strides is not None and len(int_tuple(f"{what}: 'strides'", strides)) != len(shape):
+        raise ValueError(f"{what}: {len(strides)} 'strides' {tuple(strides)} for the {len(shape)} dimensions of "
+                         f"'shape' {shape}")
+    if not ptr and math.prod(shape) != 0:  # CAI v3: a NULL pointer only for a zero-size array
         raise ValueError(f"{what}: its data pointer is 0 (NULL) but its shape {shape} holds elements; a kernel "
                          f"would read address 0")
+    if device is not None:
+        device = _device_arg(device)
     # The stream in v3 is the producer's; the consumer would synchronize with it.
     # driverlevel does not synchronize implicitly; order your streams explicitly.
     if ptr:  # the interface names no device: the driver knows where the pointer is
@@ -970,6 +981,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
 
     Raises
     ------
+    (A ``__cuda_array_interface__``'s fields, and a numpy array, are checked before ``device`` is
+    opened: these ``TypeError`` / ``ValueError`` need no GPU.)
     TypeError
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
         a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
@@ -987,11 +1000,11 @@ def as_device_array(obj, device=None) -> DeviceArray:
     """
     if isinstance(obj, DeviceArray):
         return obj
-    if device is not None:
-        device = _device_arg(device)
     if isinstance(obj, np.ndarray):
         raise TypeError("a numpy array lives in host memory; copy it with DeviceArray.copy_from_host() first")
     if _is_own_buffer(obj):  # a DeviceBuffer or a (mapped) PinnedHostBuffer: its whole bytes
+        if device is not None:
+            _device_arg(device)  # (its type checked, as for a foreign array)
         return obj.as_array()
     try:
         obj.__cuda_array_interface__
@@ -1000,8 +1013,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
         has_cai = False
     if has_cai and hasattr(obj, "__dlpack__") and _opaque_cai(obj.__cuda_array_interface__):
         has_cai = False  # e.g. torch exports bfloat16 as an opaque '<V2': DLPack names the type
-    if has_cai:
+    if has_cai:  # (the interface's fields are checked before the device is opened)
         return _from_cai(obj, device)
     if hasattr(obj, "__dlpack__"):
-        return _from_dlpack(obj, device)
+        return _from_dlpack(obj, None if device is None else _device_arg(device))
     raise TypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")

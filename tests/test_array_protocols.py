@@ -839,3 +839,45 @@ def test_is_c_contiguous_follows_a_dtype_reassignment_and_an_owner_cycle_does_no
     b = DeviceArray(PTR, (4,), np.float32, DEV)
     b.owner = b  # a cycle made by hand: the freed-owner walk stops
     assert b._freed_owner() is None
+
+
+@pytest.mark.parametrize("cai, error, match", [
+    (5, TypeError, "must be a dict"),
+    (dict(shape=(2,), typestr="<f4"), TypeError, "lacks 'data'"),
+    (dict(shape=(2,), typestr="<c8", data=(PTR, False)), TypeError, "unsupported dtype <c8"),
+    (dict(shape=(2,), typestr="<f4", data=(PTR, False), mask=np.ones(2)), TypeError, "has a 'mask'"),
+    (dict(shape=(-2,), typestr="<f4", data=(PTR, False)), ValueError, "negative extent"),
+    (dict(shape=(2.5,), typestr="<f4", data=(PTR, False)), TypeError, "'shape' must be an int"),
+    (dict(shape=(2, 3), typestr="<f4", data=(PTR, False), strides=(4,)), ValueError, "1 'strides'"),
+])
+def test_a_malformed_cuda_array_interface_is_refused_before_the_device(cai, error, match, monkeypatch):
+    """``as_device_array(obj, 0)`` checks the interface's fields before it opens device 0 or asks the
+    driver about the pointer: without a GPU a malformed interface was DriverUnavailableError, not the
+    documented TypeError / ValueError (a fresh-user trial of the sixty-fourth session)."""
+    monkeypatch.setattr(_array, "_device_arg", lambda d: pytest.fail("the device was opened first"))
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: pytest.fail("the driver was asked"))
+
+    class Cai:
+        __cuda_array_interface__ = cai
+
+    with pytest.raises(error, match=match):
+        as_device_array(Cai(), 0)
+
+
+def test_a_numpy_array_is_refused_before_the_device(monkeypatch):
+    monkeypatch.setattr(_array, "_device_arg", lambda d: pytest.fail("the device was opened first"))
+    with pytest.raises(TypeError, match="lives in host memory"):
+        as_device_array(np.zeros(2, np.float32), 0)
+
+
+def test_a_good_cuda_array_interface_opens_the_device_it_names(monkeypatch):
+    opened = []
+    monkeypatch.setattr(_array, "_device_arg", lambda d: opened.append(d) or DEV)
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda ptr, device=None: 0)
+
+    class Cai:
+        __cuda_array_interface__ = dict(shape=(2, 3), typestr="<f4", data=(PTR, True), strides=(12, 4), version=3)
+
+    a = as_device_array(Cai(), 0)
+    assert opened[0] == 0 and a.device is DEV  # (DeviceArray passes the opened device on again)
+    assert (a.shape, a.strides, a.readonly, a.ptr) == ((2, 3), (12, 4), True, PTR)
