@@ -238,7 +238,7 @@ def main(argv=None):
                          "(forced with tile=), or both side by side")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
-    from driverlevel._cli_common import json_path_problem
+    from driverlevel._cli_common import json_path_problem, write_json_file
 
     problem = json_path_problem(args.json, stdout_ok=False)  # before the GPU check and the minutes of measuring
     if problem:
@@ -317,10 +317,13 @@ def main(argv=None):
                   f"{r.get('v1_ms', float('nan')):>8.3f} {r.get('speedup_vs_v1', float('nan')):>6.2f} "
                   f"{r['peer_ms'] or float('nan'):>8.3f} {r['speedup_vs_peer'] or float('nan'):>7.1f}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
-                           ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, extra=extra, results=results),
-                      f, indent=1)
+        problem = write_json_file(args.json, json.dumps(
+            dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
+                 ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, extra=extra, results=results),
+            indent=1) + "\n")
+        if problem:
+            print(f"--json {args.json}: {problem}", file=sys.stderr)
+            sys.exit(2)
     return results
 
 

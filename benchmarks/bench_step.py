@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     # the option checks, before the GPU check and the minutes of work before the JSON is written: the
     # package's own limits (the runners', the verify attention's, MLAModelConfig's heads, DDTreePlan's
     # merge rule, the int32 KV index below), none of which touches a device; no bound of our own
-    from driverlevel._cli_common import json_path_problem
+    from driverlevel._cli_common import json_path_problem, write_json_file
     from driverlevel._constants import MAX_BUDGET, MAX_DEPTH
     from driverlevel.ddtree import check_merge_capacity
     from driverlevel.runner import MAX_RUNNER_BATCH
@@ -202,8 +202,10 @@ def main(argv=None) -> int:
     within = all(gh - bare <= 10.0 for _, gh, _, bare, *_ in rows)
     print(f"graph replay within 10 µs of a bare cuGraphLaunch: {'yes' if within else 'NO'}")
     if a.json:
-        with open(a.json, "w") as f:
-            f.write(json.dumps(out, indent=2))
+        problem = write_json_file(a.json, json.dumps(out, indent=2) + "\n")
+        if problem:
+            print(f"--json {a.json}: {problem}", file=sys.stderr)
+            return 2
     return 0 if lossless else 1
 
 

@@ -137,7 +137,7 @@ def main(argv=None):
     for a_b in ratios:
         if len(a_b) != 2 or not set(a_b) <= set(names):
             ap.error(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
-    from driverlevel._cli_common import json_path_problem
+    from driverlevel._cli_common import json_path_problem, write_json_file
 
     problem = json_path_problem(args.json, stdout_ok=False)  # (the table goes to stdout)
     if problem:
@@ -202,8 +202,11 @@ def main(argv=None):
         torch.cuda.empty_cache()
     summary(results, names, ratios)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"), results=results), f, indent=1)
+        problem = write_json_file(args.json, json.dumps(
+            dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"), results=results), indent=1) + "\n")
+        if problem:
+            print(f"--json {args.json}: {problem}", file=sys.stderr)
+            sys.exit(2)
     return results
 
 

@@ -1,18 +1,21 @@
 """What the command line and the benchmark scripts share: the ``--json PATH`` check made before a run,
-and the no-GPU report (one sentence on stderr; with JSON to stdout, an error object there too).
+its write after the run (whole or not at all), and the no-GPU report (one sentence on stderr; with JSON to stdout, an error object there too).
 
 Imports nothing of the driver at load time, so a script can check its arguments first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import stat
 import sys
+import tempfile
 from pathlib import Path
 
-__all__ = ["json_path_problem", "report_no_gpu", "report_error", "json_usage_errors", "is_output_failure"]
+__all__ = ["json_path_problem", "write_json_file", "report_no_gpu", "report_error", "json_usage_errors", "is_output_failure"]
 
 # An OSError with one of these and no file name is a write to standard output or error that failed
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
@@ -61,6 +64,63 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
         return f"{str(path)!r} is not writable"
     if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
         return f"the directory {str(parent)!r} is not writable"
+    # os.access answers yes to root whatever the file system says (/proc, a read-only mount, a
+    # file flagged immutable): try it. An existing regular file is opened for appending (nothing
+    # written, nothing truncated); a new one is created and removed. A device or a FIFO is left
+    # to the write (opening a FIFO would wait for its reader).
+    try:
+        if p.exists():
+            if stat.S_ISREG(p.stat().st_mode):
+                with open(p, "a"):
+                    pass
+        else:
+            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.unlink(p)
+    except OSError as exc:
+        where = f"{str(path)!r}" if p.exists() else f"the directory {str(parent)!r}"
+        return f"{where} is not writable ({exc.strerror or exc})"
+    return None
+
+
+def write_json_file(path, text: str) -> str | None:
+    """Write ``text`` (a whole JSON document) to the file ``path``; None when done, else why not, as
+    one line (``"cannot write it: No space left on device"``), with ``path`` as it was before.
+
+    A regular file (or a new one; through a symbolic link, its target) is written whole or not at
+    all: ``text`` goes to a temporary file in the same directory, which then replaces ``path``
+    (``os.replace``), keeping an existing file's permission bits (a new one gets the umask's). A
+    full disk or a failed write thus leaves no truncated JSON behind. Anything else that exists
+    at ``path`` (``/dev/stdout``, a FIFO) is opened and written as it is.
+    """
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(target, "w") as f:
+                f.write(text)
+            return None
+        if st is not None:
+            mode = stat.S_IMODE(st.st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
+                                   suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        return f"cannot write it: {exc.strerror or exc}"
     return None
 
 

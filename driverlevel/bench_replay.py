@@ -386,13 +386,17 @@ def main_from_options(counts, replays, repeats, ordinal, use_torch, json_path) -
         return report_error(f"--device {ordinal}: only {n} GPU(s) visible (ordinals 0 to {n - 1})",
                             json_to_stdout=json_path == "-")
     result = run(ordinal, counts, replays, repeats, use_torch, progress=lambda s: print(s, file=sys.stderr))
-    write_result(result, json_path)
+    problem = write_result(result, json_path)
+    if problem:
+        return report_error(f"--json {json_path}: {problem}")
     return 0
 
 
-def write_result(result: dict, json_path) -> None:
+def write_result(result: dict, json_path) -> str | None:
     """The table and, with ``json_path``, the JSON. ``json_path == "-"`` puts the JSON alone on stdout
-    (so ``| jq`` reads it) and the table on stderr, as ``capture-demo --json`` does with its log."""
+    (so ``| jq`` reads it) and the table on stderr, as ``capture-demo --json`` does with its log.
+    Returns why the JSON file could not be written (:func:`~driverlevel._cli_common.write_json_file`:
+    whole or not at all), or None."""
     json_to_stdout = json_path == "-"
     print(format_table(result), file=sys.stderr if json_to_stdout else sys.stdout)
     if json_path:
@@ -400,8 +404,10 @@ def write_result(result: dict, json_path) -> None:
         if json_to_stdout:
             print(text)
         else:
-            with open(json_path, "w") as f:
-                f.write(text + "\n")
+            from ._cli_common import write_json_file
+
+            return write_json_file(json_path, text + "\n")
+    return None
 
 
 if __name__ == "__main__":  # the module behind `driverlevel bench replay`, not a script of its own

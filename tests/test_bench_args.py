@@ -360,3 +360,64 @@ def test_bench_ddtree_bound_fits_the_state_it_allocates():
     assert b * mc <= 2**31 - 1
     with pytest.raises(ValueError, match="num_slots must be at most 2"):
         RequestState.specs(max_batch=b, max_context=mc + 1, num_slots=b * (mc + 1 + 513))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_json_path_problem_tries_the_path_as_root_too(tmp_path):
+    """``os.access`` says yes to root for any path, so ``--json /proc/x.json`` passed the check and the
+    run's minutes were lost at the write (a fresh-user trial, run as root, sixty-fourth session):
+    the check now tries the path. The try leaves nothing behind, and an existing file untouched."""
+    import os
+
+    from driverlevel._cli_common import json_path_problem
+    problem = json_path_problem("/proc/x.json")
+    assert problem is not None and problem.startswith("the directory '/proc' is not writable ("), problem
+    assert json_path_problem(str(tmp_path / "new.json")) is None
+    assert not (tmp_path / "new.json").exists()
+    old = tmp_path / "old.json"
+    old.write_text("{}\n")
+    os.utime(old, (1, 1))
+    assert json_path_problem(str(old)) is None
+    assert old.read_text() == "{}\n" and old.stat().st_mtime == 1
+    assert json_path_problem("/dev/null") is None  # (a device: left to the write, not opened)
+
+
+def test_write_json_file_writes_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The JSON of a benchmark or tool run: a failed write leaves the old file as it was and no
+    temporary file, and says why in one line (before, a full disk left a truncated JSON and the
+    error was reported as a failure of standard output)."""
+    import os
+    import stat
+
+    from driverlevel import _cli_common
+    from driverlevel._cli_common import write_json_file
+    f = tmp_path / "r.json"
+    assert write_json_file(str(f), '{"a": 1}\n') is None and f.read_text() == '{"a": 1}\n'
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask  # (as open(path, "w") would make it)
+    f.chmod(0o640)
+    assert write_json_file(str(f), '{"a": 2}\n') is None and f.read_text() == '{"a": 2}\n'
+    assert stat.S_IMODE(f.stat().st_mode) == 0o640  # (an existing file keeps its bits)
+    link = tmp_path / "link.json"
+    link.symlink_to(f)
+    assert write_json_file(str(link), '{"a": 3}\n') is None
+    assert link.is_symlink() and f.read_text() == '{"a": 3}\n'
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(_cli_common.os, "replace", full)
+    assert write_json_file(str(f), '{"a": 4}\n') == "cannot write it: No space left on device"
+    assert f.read_text() == '{"a": 3}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "r.json"]
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+def test_bench_replay_names_the_json_file_it_cannot_write(capsys, monkeypatch):
+    """``driverlevel bench replay --json /dev/full``: the write's failure is returned to be reported
+    with the file's name (exit 2), not raised as if standard output had failed."""
+    from driverlevel import bench_replay
+    monkeypatch.setattr(bench_replay, "format_table", lambda result: "the table")
+    monkeypatch.setattr(bench_replay, "to_json", lambda result: "{}")
+    assert bench_replay.write_result({}, "/dev/full") == "cannot write it: No space left on device"
+    assert capsys.readouterr().out == "the table\n"
