@@ -238,6 +238,12 @@ def test_clear_errors(kc, tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("")
     assert kc.main(["export", str(tmp_path / "file" / "kc")]) == 1
     assert "export to" in capsys.readouterr().err
+    # a fresh-user trial (sixty-fourth session): an export to a file was mkdir's "[Errno 17] File exists", exit 1
+    with pytest.raises(SystemExit) as e:
+        kc.main(["export", str(tmp_path / "file")])
+    assert e.value.code == 2
+    assert "file: not a directory (an export is a directory of parts)" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == ""
     monkeypatch.setenv("DRIVERLEVEL_CACHE", "maybe")
     assert kc.main(["export", str(tmp_path / "kc")]) == 1
     assert "DRIVERLEVEL_CACHE" in capsys.readouterr().err

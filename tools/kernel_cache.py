@@ -259,6 +259,8 @@ def main(argv=None) -> int:
     i.add_argument("dir", type=_dir_arg)
     args = ap.parse_args(argv)
     if args.cmd == "export":
+        if args.dir.exists() and not args.dir.is_dir():  # (a usage error, as import's: mkdir said "File exists")
+            e.error(f"{args.dir}: not a directory (an export is a directory of parts)")
         if args.since is not None and not args.since.exists():
             e.error(f"--since {args.since}: no such file")
         if not (math.isfinite(args.part_mib) and args.part_mib > 0):
