@@ -369,6 +369,8 @@ def verify_attention_reference(
     q : array_like
         ``[total_q, num_heads, head_dim]`` queries (absorbed MLA: head_dim 576 =
         512 latent + 64 rope). Any float dtype, or uint16 bf16 bit patterns.
+        Non-finite values are taken as they are: a NaN reaches ``out`` and
+        ``lse`` of the rows that see it, as IEEE arithmetic carries it.
     kv_cache : array_like
         ``[num_slots, head_dim]`` KV pool, page size 1; keys are whole rows,
         values their first ``v_dim`` columns. Same dtype rules as ``q``.
@@ -389,7 +391,10 @@ def verify_attention_reference(
         ``"full"``, ``"qlen_only"``, ``"bitmask"`` or ``"causal"``.
     sm_scale : float
         Softmax scale applied to ``q·k`` (``1/sqrt(192)`` for DeepSeek-style
-        models).
+        models). Any finite value: the reference is the formula, and 0 or a
+        negative scale are defined there. :class:`~driverlevel.VerifyAttention`
+        takes only what its kernels can (a positive ``sm_scale`` whose
+        ``sm_scale * log2(e)`` is a normal float32).
     v_dim : int, default 512
         Value / output width per head, ``1 <= v_dim <= head_dim``.
     mask_indptr : array_like of int, optional
