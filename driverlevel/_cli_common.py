@@ -90,7 +90,9 @@ def write_json_file(path, text: str) -> str | None:
     all: ``text`` goes to a temporary file in the same directory, which then replaces ``path``
     (``os.replace``), keeping an existing file's permission bits (a new one gets the umask's). A
     full disk or a failed write thus leaves no truncated JSON behind. Anything else that exists
-    at ``path`` (``/dev/stdout``, a FIFO) is opened and written as it is.
+    at ``path`` (``/dev/stdout``, a FIFO), and an existing file in a directory where no temporary
+    file can be made (the file writable, its directory not), is opened and written in place (a
+    failure there may leave it truncated).
     """
     target = os.path.realpath(path)
     try:
@@ -98,18 +100,25 @@ def write_json_file(path, text: str) -> str | None:
     except FileNotFoundError:
         st = None
     try:
-        if st is not None and not stat.S_ISREG(st.st_mode):
+        in_place = st is not None and not stat.S_ISREG(st.st_mode)
+        if not in_place:
+            if st is not None:
+                mode = stat.S_IMODE(st.st_mode)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            try:
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
+                                           suffix=".tmp")
+            except OSError:
+                if st is None:
+                    raise
+                in_place = True
+        if in_place:
             with open(target, "w") as f:
                 f.write(text)
             return None
-        if st is not None:
-            mode = stat.S_IMODE(st.st_mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
-                                   suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)

@@ -411,6 +411,13 @@ def test_write_json_file_writes_whole_or_not_at_all(tmp_path, monkeypatch):
     assert f.read_text() == '{"a": 3}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "r.json"]
 
+    def no_temp(*args, **kwargs):  # (a directory that takes no new file, the file itself writable)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(_cli_common.tempfile, "mkstemp", no_temp)
+    assert write_json_file(str(f), '{"a": 5}\n') is None and f.read_text() == '{"a": 5}\n'
+    assert write_json_file(str(tmp_path / "new.json"), "{}\n") == "cannot write it: Permission denied"
+    assert not (tmp_path / "new.json").exists()
+
 
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
 def test_bench_replay_names_the_json_file_it_cannot_write(capsys, monkeypatch):
