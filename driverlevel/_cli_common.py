@@ -1,5 +1,6 @@
 """What the command line and the benchmark scripts share: the ``--json PATH`` check made before a run,
-its write after the run (whole or not at all), and the no-GPU report (one sentence on stderr; with JSON to stdout, an error object there too).
+its write after the run (whole or not at all), and the no-GPU report (one sentence on stderr; with
+JSON to stdout, an error object there too).
 
 Imports nothing of the driver at load time, so a script can check its arguments first.
 """
@@ -15,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["json_path_problem", "write_json_file", "report_no_gpu", "report_error", "json_usage_errors", "is_output_failure"]
+__all__ = ["json_path_problem", "write_json_file", "report_no_gpu", "report_error", "json_usage_errors",
+           "is_output_failure"]
 
 # An OSError with one of these and no file name is a write to standard output or error that failed
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
