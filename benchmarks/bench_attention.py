@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -238,7 +237,7 @@ def main(argv=None):
                          "(forced with tile=), or both side by side")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
-    from driverlevel._cli_common import json_path_problem, write_json_file
+    from driverlevel._cli_common import dump_json_file, json_path_problem
 
     problem = json_path_problem(args.json, stdout_ok=False)  # before the GPU check and the minutes of measuring
     if problem:
@@ -317,13 +316,11 @@ def main(argv=None):
                   f"{r.get('v1_ms', float('nan')):>8.3f} {r.get('speedup_vs_v1', float('nan')):>6.2f} "
                   f"{r['peer_ms'] or float('nan'):>8.3f} {r['speedup_vs_peer'] or float('nan'):>7.1f}", flush=True)
     if args.json:
-        problem = write_json_file(args.json, json.dumps(
-            dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
-                 ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, extra=extra, results=results),
-            indent=1) + "\n")
-        if problem:
-            print(f"--json {args.json}: {problem}", file=sys.stderr)
-            sys.exit(2)
+        status = dump_json_file(args.json, dict(
+            device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
+            ceiling_tflops=tflops_ceiling, ceiling_copy_gbs=gbs_ceiling, extra=extra, results=results))
+        if status:
+            sys.exit(status)
     return results
 
 

@@ -60,7 +60,6 @@ Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-d
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -69,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 import driverlevel as dl
-from driverlevel._cli_common import json_path_problem, write_json_file
+from driverlevel._cli_common import dump_json_file, json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import FLAG_LEGACY_SEARCH, DDTreePlan, DDTreeState, check_merge_capacity
@@ -588,14 +587,11 @@ def main(argv=None) -> int:
               + f" (a one-noop graph: {floor:.1f}); request 0's tree, nodes by depth: {shape}", flush=True)
         del plan, logits, target, tokens, state, snap
     if args.json:
-        problem = write_json_file(args.json, json.dumps(
-            {"device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
-             "drafter": args.drafter, "search": args.search,
-             "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes,
-             "evict_code": bool(args.evict_code), "results": results}, indent=1) + "\n")
-        if problem:
-            print(f"--json {args.json}: {problem}", file=sys.stderr)
-            return 2
+        return dump_json_file(args.json, {
+            "device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,
+            "drafter": args.drafter, "search": args.search,
+            "l2_flush": args.flush, "l2_flush_bytes": 0 if flush is None else flush.nbytes,
+            "evict_code": bool(args.evict_code), "results": results})
     return 0
 
 

@@ -20,7 +20,6 @@ Usage: python benchmarks/bench_step.py [--batch 8] [--budget 16] [--prompt-len 5
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -103,7 +102,7 @@ def main(argv=None) -> int:
     # the option checks, before the GPU check and the minutes of work before the JSON is written: the
     # package's own limits (the runners', the verify attention's, MLAModelConfig's heads, DDTreePlan's
     # merge rule, the int32 KV index below), none of which touches a device; no bound of our own
-    from driverlevel._cli_common import json_path_problem, write_json_file
+    from driverlevel._cli_common import dump_json_file, json_path_problem
     from driverlevel._constants import MAX_BUDGET, MAX_DEPTH
     from driverlevel.ddtree import check_merge_capacity
     from driverlevel.runner import MAX_RUNNER_BATCH
@@ -201,11 +200,8 @@ def main(argv=None) -> int:
     print(f"\nspeed-up (tokens/s): {out['speedup']:.2f}x; lossless (DDTree tokens == AR tokens): {lossless}")
     within = all(gh - bare <= 10.0 for _, gh, _, bare, *_ in rows)
     print(f"graph replay within 10 µs of a bare cuGraphLaunch: {'yes' if within else 'NO'}")
-    if a.json:
-        problem = write_json_file(a.json, json.dumps(out, indent=2) + "\n")
-        if problem:
-            print(f"--json {a.json}: {problem}", file=sys.stderr)
-            return 2
+    if a.json and dump_json_file(a.json, out, indent=2):
+        return 2
     return 0 if lossless else 1
 
 

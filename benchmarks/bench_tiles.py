@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import re
 import sys
@@ -137,7 +136,7 @@ def main(argv=None):
     for a_b in ratios:
         if len(a_b) != 2 or not set(a_b) <= set(names):
             ap.error(f"bad --ratio {'/'.join(a_b)!r}: want A/B with A, B among {names}")
-    from driverlevel._cli_common import json_path_problem, write_json_file
+    from driverlevel._cli_common import dump_json_file, json_path_problem
 
     problem = json_path_problem(args.json, stdout_ok=False)  # (the table goes to stdout)
     if problem:
@@ -202,11 +201,10 @@ def main(argv=None):
         torch.cuda.empty_cache()
     summary(results, names, ratios)
     if args.json:
-        problem = write_json_file(args.json, json.dumps(
-            dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"), results=results), indent=1) + "\n")
-        if problem:
-            print(f"--json {args.json}: {problem}", file=sys.stderr)
-            sys.exit(2)
+        status = dump_json_file(args.json, dict(device=dev.name, arch=dev.arch, date=time.strftime("%Y-%m-%d"),
+                                                results=results))
+        if status:
+            sys.exit(status)
     return results
 
 

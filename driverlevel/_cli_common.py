@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["json_path_problem", "write_json_file", "report_no_gpu", "report_error", "json_usage_errors",
+__all__ = ["json_path_problem", "write_json_file", "dump_json_file", "report_no_gpu", "report_error", "json_usage_errors",
            "is_output_failure"]
 
 # An OSError with one of these and no file name is a write to standard output or error that failed
@@ -133,6 +133,17 @@ def write_json_file(path, text: str) -> str | None:
     except OSError as exc:
         return f"cannot write it: {exc.strerror or exc}"
     return None
+
+
+def dump_json_file(path, obj, *, indent: int = 1, label: str = "--json") -> int:
+    """``obj`` as JSON into the file ``path`` (:func:`write_json_file`); the exit status to use: 0, or 2
+    after one line on stderr, ``"LABEL PATH: cannot write it: REASON"``. What a benchmark or tool does
+    with its results at the end of a run."""
+    problem = write_json_file(path, json.dumps(obj, indent=indent) + "\n")
+    if problem:
+        print(f"{label} {path}: {problem}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def report_no_gpu(*, json_to_stdout: bool = False) -> int:

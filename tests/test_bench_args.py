@@ -428,3 +428,18 @@ def test_bench_replay_names_the_json_file_it_cannot_write(capsys, monkeypatch):
     monkeypatch.setattr(bench_replay, "to_json", lambda result: "{}")
     assert bench_replay.write_result({}, "/dev/full") == "cannot write it: No space left on device"
     assert capsys.readouterr().out == "the table\n"
+
+
+def test_dump_json_file_gives_the_exit_status_and_names_the_file(tmp_path, capsys):
+    """The benchmarks' and code_sections.py's end of a run: 0 and the JSON written, or 2 and one line
+    naming the file (the label is the option's)."""
+    import json
+
+    from driverlevel._cli_common import dump_json_file
+    f = tmp_path / "r.json"
+    assert dump_json_file(str(f), {"a": [1, 2]}, indent=2) == 0
+    assert json.loads(f.read_text()) == {"a": [1, 2]} and f.read_text().endswith("\n")
+    assert capsys.readouterr().err == ""
+    if __import__("os").path.exists("/dev/full"):
+        assert dump_json_file("/dev/full", {}, label="out") == 2
+        assert capsys.readouterr().err == "out /dev/full: cannot write it: No space left on device\n"

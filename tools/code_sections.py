@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     # everything that can be wrong is checked before the (uncached, minutes-long) compiles: the output path
     # first (its directory exists and is writable, it is no directory), as the benchmarks check --json
-    from driverlevel._cli_common import json_path_problem, write_json_file
+    from driverlevel._cli_common import dump_json_file, json_path_problem
 
     problem = json_path_problem(a.out)
     if a.out == "-":  # json_path_problem's stdout: this tool writes a file
@@ -205,9 +205,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as exc:
             ap.error(f"--compare {a.compare!r}: {exc}")
     h = hashes(archs, a.kernel)
-    problem = write_json_file(a.out, json.dumps(h, indent=1) + "\n")
-    if problem:
-        print(f"{a.out}: {problem}", file=sys.stderr)
+    if dump_json_file(a.out, h, label="out"):
         return 2
     if old is None:
         return 0

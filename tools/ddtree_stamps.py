@@ -166,8 +166,7 @@ def split_warmer(ctas: dict, depth_limit: int, row: int = 0) -> tuple:
     """``(the other CTAs' records, the code warmer's)``: ddtree_build's CTA (depth_limit, 0) runs the
     search on data of its own (cu/ddtree/build.cuh); its stamp row is ``0 * (depth_limit + 1) +
     depth_limit``. Its records (``[]`` when it stamped nothing) stay out of the tables. ``row`` 1:
-    the second warmer, CTA (depth_limit, 1) (from batch 2 at budgets up to 16: the heap's or the
-    deviation search's warmer), stamp row ``depth_limit + 1 + depth_limit``."""
+    the second warmer, CTA (depth_limit, 1) (from batch 2 at budgets up to 16: the heap's warmer), stamp row ``depth_limit + 1 + depth_limit``."""
     key = row * (depth_limit + 1) + depth_limit
     rows = {k: v for k, v in ctas.items() if k != key}
     return rows, list(ctas.get(key, []))
