@@ -160,7 +160,8 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
   extern __shared__ __align__(16) u8 dyn[];
   // CTA (depth_limit, 0) is the code warmer (build.cuh): the search's code on its own data, so
   // that the request's search finds that code in L2. The other CTAs of column depth_limit exit.
-  const bool warmer = blockIdx.x == p.depth_limit;
+  const int col = ddt::build_column();  // (params.cuh: in request 0's grid row the warmer comes first)
+  const bool warmer = col == p.depth_limit;
   // CTA (depth_limit, 1) warms the heap's code where a request may take the heap: budgets up to
   // DL_SEARCH_HEAP_BUDGET (search_bounds' switch) or the heap for every request (build.cuh).
   const bool heap_warmer = blockIdx.y == 1 && (p.budget <= DL_SEARCH_HEAP_BUDGET || (p.flags & ddt::FLAG_LEGACY_SEARCH));
@@ -177,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(ddt::BUILD_THREADS, 1) ddtree_build
     // the tree; the stream kernel's completion implies the sample's. Inactive CTAs wait too.
     dl::pdl_wait();
     if (!act || bad_root) {  // no tree: compile gives the request no rows
-      if (blockIdx.x == 0 && threadIdx.x == 0) {
+      if (col == 0 && threadIdx.x == 0) {
         p.node_counts[b] = 0;
         if (act) dl::report_error(p.error, b, DL_FIELD_TREE_TOKENS, DL_ERR_OUT_OF_RANGE);
       }

@@ -540,7 +540,7 @@ DL_DEVICE float warm_lp(int d, int k) {
 // evicted the kernel from L2, each of those first misses goes to DRAM. The warmer starts with
 // the merge and takes those misses ~10 µs before the request's search.
 DL_DEVICE void build_tree(const BuildParams& p, BuildSmem& sm, u8* dyn) {
-  const int d = blockIdx.x, tid = threadIdx.x;
+  const int d = build_column(), tid = threadIdx.x;
   const int D = p.depth_limit, K = p.k, N = p.budget + 1, W = p.n_words;
   const bool warmer = d == D;  // (uniform)
   // CTA (depth_limit, 1), when the kernel lets it in: the heap's code warmer. Its log-probs go

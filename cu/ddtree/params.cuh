@@ -42,6 +42,20 @@ constexpr int TK_STREAM_CTAS_PER_SM = DL_DDTREE_TK_STREAM_CTAS_PER_SM;  // its _
 constexpr int TK_WARP_STAGE = DL_DDTREE_TK_WARP_STAGE;
 constexpr int TOPK_MODE_THRESHOLD = 1;                  // TopKParams::topk_mode (0: the chunk top-K alone)
 
+// ddtree_build's column of this CTA (grid (depth_limit + 1, max_batch)): 0 .. depth_limit - 1 a
+// request's rows, depth_limit the code warmer (request 0) or the heap's warmer (request 1; the
+// other requests' CTA of that column exits). In request 0's grid row the warmer is blockIdx.x 0, so
+// that it is dispatched first: the CTAs enter as SMs free up, and at batch 1 the sample's SMs free
+// ~15 of them at ~6 µs (H100, depth 15), the stream's the rest at ~10-12 µs, so the warmer as the
+// sixteenth CTA entered at ~11 µs and led the request's search by ~1-2 µs (sixty-third session). Its
+// rows' CTAs only wait for the stream there (their PDL wait), so one of them entering last costs
+// little. Stamps (stamps.cuh) use the column too, so that their rows stay (request, column).
+DL_DEVICE int build_column() {
+  const int x = static_cast<int>(blockIdx.x);
+  if (blockIdx.y != 0) return x;
+  return x == 0 ? static_cast<int>(gridDim.x) - 1 : x - 1;
+}
+
 }  // namespace ddt
 
 // The params structs of the stages, mirrored by driverlevel.ddtree (_Shared, _TopKParams,

@@ -1,6 +1,7 @@
 // ddtree/stamps.cuh: DDT_STAMP(slot, point, arg), the phase stamps of ddtree_build (phase_stamps.cuh;
 // tools/ddtree_stamps.py compiles with -DDL_STAMPS=1): thread 0 of a CTA stamps slot `slot` of row
-// blockIdx.y * gridDim.x + blockIdx.x. Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
+// blockIdx.y * gridDim.x + build_column() (params.cuh: request 0's warmer is its blockIdx.x 0).
+// Slots: merge 0, loaded 1, selected 2, lse 3, sorted 4,
 // last 5, lp 6, depth d 6 + d (d <= 15; the one-warp heap stamps `pop` there, every fourth pop up
 // to 60, slot 6 + pops / 4), generate 22, searched 23, nodes 24, srchpro 25 (the
 // search's prologue), d1count 26 and d1gen 27 (its first depth's count and generation), lsedone 28
@@ -30,7 +31,7 @@
 #if defined(DL_STAMPS) && DL_STAMPS
 #define DDT_STAMP_BY(tid0, slot, point, arg)                                                                   \
   do {                                                                                                            \
-    if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x), slot, point, arg); \
+    if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x) + ddt::build_column(), slot, point, arg); \
   } while (0)
 #define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
 // (the top-K stamps' argument is the SM the CTA runs on: tools/ddtree_stamps.py groups the stream's
