@@ -25,7 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__":  # (run as a script: a missing package or dependency is one line, exit 2)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output
+
+    tool_output.require_package("benchmarks/bench_attention.py")
+
+import numpy as np  # noqa: E402
 
 # Peer medians (ms), the project's anchor measurements on an H200 (SGLang 0.5.23: the Triton tree path
 # extend_attention_fwd and the chain path verify_mla): (heads, batch, prefix) -> (tree 16, tree 64, tree 256, chain 16)
@@ -324,8 +330,5 @@ def main(argv=None):
     return results
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
-
+if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(lambda: 0 if main() else 1, "benchmarks/bench_attention.py"))

@@ -65,9 +65,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__":  # (run as a script: a missing package or dependency is one line, exit 2)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output
 
-import driverlevel as dl
+    tool_output.require_package("benchmarks/bench_ddtree.py")
+
+import numpy as np  # noqa: E402
+
+import driverlevel as dl  # noqa: E402
 from driverlevel._cli_common import dump_json_file, json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
@@ -595,8 +601,5 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
-
+if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(main, "benchmarks/bench_ddtree.py"))

@@ -25,7 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__":  # (run as a script: a missing package or dependency is one line, exit 2)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import tool_output
+
+    tool_output.require_package("benchmarks/bench_step.py")
+
+import numpy as np  # noqa: E402
 
 
 def _host_us(runner, n: int, graph: bool) -> float:
@@ -205,8 +211,5 @@ def main(argv=None) -> int:
     return 0 if lossless else 1
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import tool_output  # (tools/tool_output.py: a failed write of stdout is one line, exit 2)
-
+if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(main, "benchmarks/bench_step.py"))

@@ -115,3 +115,40 @@ def test_a_bad_compile_variable_is_a_usage_error_of_the_tools(tool, args, variab
     assert "Traceback" not in r.stderr
     assert f"error: {variable}={value!r} is not understood" in r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+SCRIPTS = sorted(p for d in ("tools", "benchmarks") for p in (ROOT / d).glob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_help_without_the_package_is_never_a_traceback(script, tmp_path):
+    """A Python that cannot import driverlevel or numpy (``-S``: no site-packages; no PYTHONPATH; run
+    from elsewhere): ``--help`` prints the help (exit 0), or one line that names what to install
+    (exit 2); never a traceback. ddtree_stamps.py, sass.py, sass_compare.py, bench_ddtree.py,
+    bench_replay.py, bench_attention.py and bench_step.py ended in a ModuleNotFoundError."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-S", str(script), "--help"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in r.stderr, r.stderr
+    if r.returncode == 0:
+        assert "usage:" in r.stdout
+    else:
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert ("cannot import" in r.stderr or "is a library" in r.stderr
+                or "is the stamp reader" in r.stderr), r.stderr
+
+
+def test_a_module_missing_inside_the_package_is_not_hidden():
+    """Only the package and its dependencies get the one line: any other missing module is a bug
+    of its own and propagates."""
+    def main():
+        raise ModuleNotFoundError("No module named 'driverlevel._nope'", name="driverlevel._nope")
+
+    with pytest.raises(ModuleNotFoundError):
+        tool_output.run(main, "tools/x.py")
+
+    def missing():
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+
+    assert tool_output.run(missing, "tools/x.py") == 2

@@ -10,6 +10,7 @@ scripts in ``tools/`` and ``benchmarks/``, not a script.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -22,11 +23,44 @@ def _print_message(self, message, file=None):
         (file or sys.stderr).write(message)
 
 
+#: The package and its dependencies (pyproject.toml): a tool run where one of them cannot be imported
+#: says so in one line (a Python without the package installed, no PYTHONPATH to the checkout).
+PACKAGES = {"driverlevel": "install the package (pip install -e .) or set PYTHONPATH to the checkout",
+            "numpy": "install the package's dependencies (pip install -e .)",
+            "cuda": "install the package's dependencies (pip install -e .)",
+            "click": "install the package's dependencies (pip install -e .)",
+            "tqdm": "install the package's dependencies (pip install -e .)"}
+
+
+def missing_package_line(exc: ModuleNotFoundError, prog: str) -> str | None:
+    """``PROG: cannot import NAME (...): WHAT TO DO`` where ``exc`` is the package or one of its
+    dependencies (:data:`PACKAGES`) missing; None for any other module."""
+    top = (exc.name or "").split(".")[0]
+    if top not in PACKAGES or exc.name not in (top, "cuda.bindings", "cuda.pathfinder"):
+        return None
+    return f"{prog}: cannot import {exc.name} ({exc}): {PACKAGES[top]}"
+
+
+def require_package(prog: str) -> None:
+    """For a script that imports the package at module level: import it now, and on a missing
+    package or dependency print :func:`missing_package_line` and exit 2 (not a traceback)."""
+    try:
+        importlib.import_module("driverlevel")
+    except ModuleNotFoundError as exc:
+        line = missing_package_line(exc, prog)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run(main, prog: str) -> int:
     """``main()``'s exit status, with its output flushed here: a failure to write standard output
     (in ``main`` or in the flush, also for an argparse ``--help`` or usage exit) is reported as
     ``PROG: cannot write the output: REASON`` on stderr, exit status 2; stdout's unwritten buffer
-    is dropped so that Python's exit does not fail on it again. Any other error propagates."""
+    is dropped so that Python's exit does not fail on it again. A ``ModuleNotFoundError`` for the
+    package or one of its dependencies (:data:`PACKAGES`) is ``PROG: cannot import NAME (...):
+    WHAT TO DO``, exit status 2. Any other error propagates."""
     swallowing = argparse.ArgumentParser._print_message
     argparse.ArgumentParser._print_message = _print_message
     try:
@@ -34,6 +68,12 @@ def run(main, prog: str) -> int:
             status = main()
         except SystemExit as exc:  # (argparse's --help and usage errors: their output flushed below too)
             status = exc.code
+        except ModuleNotFoundError as exc:
+            line = missing_package_line(exc, prog)
+            if line is None:
+                raise  # (a module missing inside the package is its own bug)
+            print(line, file=sys.stderr)
+            return 2
         sys.stdout.flush()
     except OSError as exc:
         try:  # (here, not at load: a tool such as kernel_cache.py reports a missing package itself)
