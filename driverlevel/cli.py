@@ -71,6 +71,10 @@ class _Group(click.Group):
             # _output_failed's one line, and what goes to stderr (a usage error, the no-GPU
             # sentence) is still said, which refusing every command up front hid.
             sys.stdout = _ClosedStdout()
+        if parent is None and sys.stderr is None:  # `driverlevel ... 2>&-`: Python found fd 2 closed
+            # What goes to stderr (the progress bar's terminal test, warnings, the no-GPU sentence) is dropped,
+            # as the caller asked; print(file=None) would write it to stdout, ahead of a table or JSON.
+            sys.stderr = open(os.devnull, "w", encoding="utf-8")
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except OSError as exc:

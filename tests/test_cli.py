@@ -761,6 +761,34 @@ def test_closed_stdout_still_reports_a_usage_error_and_the_no_gpu_sentence():
     assert r.stderr.strip().splitlines()[-1] == "driverlevel: cannot write the output: standard output is closed"
 
 
+def test_closed_stderr_leaves_stdout_to_the_table_and_the_json(tmp_path):
+    """``2>&-``: Python starts with ``sys.stderr = None``. ``compile`` failed (exit 1, nothing on
+    stdout: the progress bar's ``sys.stderr.isatty()``), and ``capture-demo --json`` without a GPU
+    printed its no-GPU sentence to stdout ahead of the JSON (``print(file=None)``); now what goes
+    to stderr is dropped and stdout holds only the table or the JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import gpu_count
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "driverlevel", *argv], stdout=subprocess.PIPE, text=True,
+                              timeout=600, cwd=tmp_path, preexec_fn=lambda: os.close(2))
+
+    r = run("compile", "--kernel", "argmax.cu", "--arch", "sm_90")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["file", "kernel", "arch"]
+    assert any(line.startswith("argmax.cu") and "sm_90" in line for line in lines[2:])
+    if gpu_count() == 0:
+        r = run("capture-demo", "--json")
+        assert r.returncode == 2
+        out = json.loads(r.stdout)  # (the whole of stdout: nothing ahead of the JSON)
+        assert out["exit_status"] == 2 and "NVIDIA GPU" in out["error"]
+
+
 def test_cli_compile_names_the_file_name_for_a_path_that_is_not_here(monkeypatch, tmp_path):
     """``--kernel cu/argmax.cu`` from a directory without that path: the error says the path is not
     there and gives the name to use, instead of listing argmax.cu among the sources it lacks."""

@@ -152,3 +152,13 @@ def test_a_module_missing_inside_the_package_is_not_hidden():
         raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
 
     assert tool_output.run(missing, "tools/x.py") == 2
+
+
+def test_closed_stderr_sends_nothing_to_stdout(tmp_path):
+    """``2>&-``: a tool's one-line error went to standard output (Python's ``print(file=None)``),
+    where a caller reads its table or JSON; now it is dropped, and the exit status still says it."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_ddtree_ab.py"), str(tmp_path / "none.json"),
+                        "--vs", str(tmp_path / "none.json")], stdout=subprocess.PIPE, text=True, timeout=60,
+                       preexec_fn=lambda: os.close(2))
+    assert r.returncode == 2
+    assert r.stdout == ""

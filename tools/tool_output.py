@@ -41,9 +41,17 @@ def missing_package_line(exc: ModuleNotFoundError, prog: str) -> str | None:
     return f"{prog}: cannot import {exc.name} ({exc}): {PACKAGES[top]}"
 
 
+def _mend_closed_stderr() -> None:
+    """``2>&-``: Python found descriptor 2 closed and set ``sys.stderr`` to None, and
+    ``print(file=None)`` would write the tool's messages to standard output; they go nowhere."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+
+
 def require_package(prog: str) -> None:
     """For a script that imports the package at module level: import it now, and on a missing
     package or dependency print :func:`missing_package_line` and exit 2 (not a traceback)."""
+    _mend_closed_stderr()
     try:
         importlib.import_module("driverlevel")
     except ModuleNotFoundError as exc:
@@ -58,9 +66,12 @@ def run(main, prog: str) -> int:
     """``main()``'s exit status, with its output flushed here: a failure to write standard output
     (in ``main`` or in the flush, also for an argparse ``--help`` or usage exit) is reported as
     ``PROG: cannot write the output: REASON`` on stderr, exit status 2; stdout's unwritten buffer
-    is dropped so that Python's exit does not fail on it again. A ``ModuleNotFoundError`` for the
+    is dropped so that Python's exit does not fail on it again. A closed standard error (``2>&-``)
+    drops what goes there, rather than Python's ``print(file=None)`` sending it to standard output
+    ahead of a table or JSON. A ``ModuleNotFoundError`` for the
     package or one of its dependencies (:data:`PACKAGES`) is ``PROG: cannot import NAME (...):
     WHAT TO DO``, exit status 2. Any other error propagates."""
+    _mend_closed_stderr()
     swallowing = argparse.ArgumentParser._print_message
     argparse.ArgumentParser._print_message = _print_message
     try:
