@@ -658,8 +658,9 @@ def _system_headers_digest(dirs: tuple) -> str:
 #: comment, and ``1'000`` starts no character literal).
 _LEXEME_RE = re.compile(r"""//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\.?\b\d(?:'\w|[\w.])*""",
                         re.DOTALL)
-#: An ``#include`` directive of comment-free text: its operand, up to the end of the line.
-_INCLUDE_RE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*include\b[ \t\f\v]*(.*)$", re.MULTILINE)
+#: An ``#include`` directive of comment-free text (``#`` or its digraph ``%:``): its operand, up to
+#: the end of the line.
+_INCLUDE_RE = re.compile(r"^[ \t\f\v]*(?:#|%:)[ \t\f\v]*include\b[ \t\f\v]*(.*)$", re.MULTILINE)
 #: A literal operand: ``"x"`` or ``<x>`` (anything else is a macro, expanded by NVRTC).
 _OPERAND_RE = re.compile(r'"([^"]+)"|<([^>]+)>')
 #: The key of :func:`_local_headers`'s entry for every file of the include directories.

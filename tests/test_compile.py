@@ -807,6 +807,8 @@ _VAL_SRC = 'extern "C" __global__ void k(int* p){ p[0] = VAL; }\n'
     ('/* x */ #include "dl_val.cuh"\n', {}),                 # a comment before the directive
     ('/* a\n b */ # include "dl_val.cuh"\n', {}),           # a comment over two lines before it
     ('#inc\\\nlude "dl_val.cuh"\n', {}),                      # a directive continued with a backslash
+    ('%:include "dl_val.cuh"\n', {}),                        # the digraph of # (fresh-user trial, s65)
+    ('  %: include "dl_val.cuh"\n', {}),
 ])
 def test_an_edited_header_reached_by_a_macro_or_after_a_comment_changes_the_key(fresh_cache, tmp_path, include,
                                                                                  defines, count_compiles):
