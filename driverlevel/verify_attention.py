@@ -75,7 +75,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
         ``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek-V2/V3 and Kimi K2).
     rope_scaling : mapping or None
         The config's ``rope_scaling``: ``factor`` and ``mscale_all_dim`` are read when its
-        ``type`` (or ``rope_type``) is ``"yarn"``; anything else leaves the scale alone.
+        ``rope_type`` (or, without one, the legacy ``type``) is ``"yarn"``; anything else leaves
+        the scale alone.
 
     Raises
     ------
@@ -97,7 +98,8 @@ def mla_softmax_scale(qk_head_dim: int = 192, rope_scaling: Mapping | None = Non
     if not isinstance(rope_scaling, Mapping):
         raise TypeError(f"rope_scaling must be a mapping (the config's rope_scaling) or None, "
                         f"got {type(rope_scaling).__name__}")
-    if str(rope_scaling.get("type", rope_scaling.get("rope_type", ""))).lower() != "yarn":
+    # (rope_type first, the legacy type where it is absent: as transformers reads a config whose two disagree)
+    if str(rope_scaling.get("rope_type", rope_scaling.get("type", ""))).lower() != "yarn":
         return scale
     if "factor" not in rope_scaling:  # (DeepSeek-V2's modelling code reads it unconditionally)
         raise ValueError("rope_scaling is YaRN but has no 'factor': the scale correction needs it")

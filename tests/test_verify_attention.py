@@ -878,6 +878,11 @@ def test_mla_softmax_scale_without_and_with_yarn():
     for rs in ({"type": "linear", "factor": 4.0}, {"type": "yarn", "factor": 40}, {"type": "yarn", "factor": 40,
                "mscale_all_dim": 0}, {"type": "yarn", "factor": 1.0, "mscale_all_dim": 1.0}, {}):
         assert mla_softmax_scale(192, rs) == DEFAULT_SM_SCALE, rs
+    # rope_type decides where the legacy type disagrees (as transformers reads it; fresh-user trial, s65)
+    assert mla_softmax_scale(192, {"type": "linear", "rope_type": "yarn", "factor": 40, "mscale_all_dim": 1}) == \
+        pytest.approx(want, rel=1e-15)
+    assert mla_softmax_scale(192, {"type": "yarn", "rope_type": "linear", "factor": 40, "mscale_all_dim": 1}) == \
+        DEFAULT_SM_SCALE
 
 
 @pytest.mark.parametrize("args, exc, words", [
