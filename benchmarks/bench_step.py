@@ -33,6 +33,13 @@ if __name__ == "__main__":  # (run as a script: a missing package or dependency 
 
 import numpy as np  # noqa: E402
 
+#: ``--prompt-len``'s range: ``driverlevel capture-demo --prompt-len``'s (``click.IntRange(2, 65536)`` in
+#: driverlevel/demo/capture_demo.py, which names no constant; tests/test_bench_args.py checks that they agree).
+#: At least 2 tokens: the root and one to prefill.
+MIN_PROMPT_LEN, MAX_PROMPT_LEN = 2, 65536
+#: ``--max-new-tokens``' upper bound: capture-demo's (``click.IntRange(1, 65536)``) too.
+MAX_NEW_TOKENS = 65536
+
 
 def _host_us(runner, n: int, graph: bool) -> float:
     """Median host µs of runner.step() with the queue kept short (collect outside the timing)."""
@@ -91,8 +98,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="DDTree's draft nodes per step (besides the root)")
     ap.add_argument("--depth-limit", type=int, default=15, help="the drafter's depths (rows of logits per request)")
     ap.add_argument("--prompt-len", type=int, default=512,
-                    help="the longest prompt, in tokens (the prompts are half this to this long)")
-    ap.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per request")
+                    help=f"the longest prompt, in tokens (the prompts are half this to this long; "
+                         f"{MIN_PROMPT_LEN}..{MAX_PROMPT_LEN}, as capture-demo's)")
+    ap.add_argument("--max-new-tokens", type=int, default=256,
+                    help=f"tokens generated per request (1..{MAX_NEW_TOKENS}, as capture-demo's)")
     ap.add_argument("--vocab", type=int, default=32768, help="the demo model's vocabulary")
     ap.add_argument("--heads", type=int, default=9, help="the demo model's attention heads")
     ap.add_argument("--num-splits", type=int, default=None,
@@ -107,7 +116,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     # the option checks, before the GPU check and the minutes of work before the JSON is written: the
     # package's own limits (the runners', the verify attention's, MLAModelConfig's heads, DDTreePlan's
-    # merge rule, the int32 KV index below), none of which touches a device; no bound of our own
+    # merge rule, the int32 KV index below) and capture-demo's --prompt-len range, none of which touches a device
     from driverlevel._cli_common import dump_json_file, json_path_problem
     from driverlevel._constants import MAX_BUDGET, MAX_DEPTH
     from driverlevel.ddtree import check_merge_capacity
@@ -115,8 +124,8 @@ def main(argv=None) -> int:
     from driverlevel.verify_attention import MAX_SPLITS
 
     bounds = {"batch": (1, MAX_RUNNER_BATCH), "budget": (1, MAX_BUDGET), "depth_limit": (1, MAX_DEPTH),
-              # the prompts have at least 2 tokens (the root and one to prefill)
-              "prompt_len": (2, None), "max_new_tokens": (1, None), "vocab": (64, None), "heads": (1, 128),
+              "prompt_len": (MIN_PROMPT_LEN, MAX_PROMPT_LEN),  # capture-demo's range
+              "max_new_tokens": (1, MAX_NEW_TOKENS), "vocab": (64, None), "heads": (1, 128),
               "steps": (1, None), "num_splits": (1, MAX_SPLITS), "seed": (0, None)}
     for name, (lo, hi) in bounds.items():
         v, opt = getattr(a, name), f"--{name.replace('_', '-')}"

@@ -103,11 +103,15 @@ _NO_DIR = "--json: the directory '/nonexistent-dir' does not exist"
     ("bench_step", ["--steps", "10000000"], "--batch 8 x a context of 320000538 tokens (from --steps, --depth-limit, "
      "--prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps or --batch\n"),
     # review 17 L8: the option of the largest term is named (it said --steps whatever dominated), --batch unless 1
-    ("bench_step", ["--prompt-len", "99999999999"], "--batch 8 x a context of 100000012825 tokens (from --steps, "
-     "--depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --prompt-len or --batch\n"),
-    ("bench_step", ["--max-new-tokens", "10000000000", "--batch", "256"], "--batch 256 x a context of 10000000530 "
-     "tokens (from --steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower "
-     "--max-new-tokens or --batch\n"),
+    # (--prompt-len is refused above capture-demo's 65536 now, before the context's sum: see below)
+    ("bench_step", ["--prompt-len", "99999999999"], "--prompt-len must be <= 65536, got 99999999999\n"),
+    # capture-demo's --prompt-len range (2..65536): 10000000 passed and stopped only at the GPU check
+    ("bench_step", ["--prompt-len", "10000000"], "--prompt-len must be <= 65536, got 10000000\n"),
+    ("bench_step", ["--prompt-len", "65537"], "--prompt-len must be <= 65536, got 65537\n"),
+    # capture-demo's --max-new-tokens range (1..65536) too; the context's sum then names --steps alone
+    ("bench_step", ["--max-new-tokens", "10000000000", "--batch", "256"], "--max-new-tokens must be <= 65536, "
+     "got 10000000000\n"),
+    ("bench_step", ["--max-new-tokens", "65537"], "--max-new-tokens must be <= 65536, got 65537\n"),
     ("bench_step", ["--steps", "100000000", "--batch", "1"], "--batch 1 x a context of 3200000538 tokens (from "
      "--steps, --depth-limit, --prompt-len, --max-new-tokens and --budget) exceeds 2**31 - 1: lower --steps\n"),
     ("bench_tiles", ["--tile", "bogus"], "bad --tile 'bogus': want NAME=SPEC"),
@@ -343,10 +347,24 @@ def test_benchmark_options_above_their_bound_are_usage_errors(script, argv, word
                                             "--tokens", "16"]),
     ("profile_tile", ["--prefix", "50000000", "--batch", "1"]),
     ("bench_ddtree", []), ("bench_ddtree", ["--max-context", "268434943"]),
+    ("bench_step", []), ("bench_step", ["--prompt-len", "65536", "--batch", "256"]),
+    ("bench_step", ["--prompt-len", "2"]),
 ])
 def test_defaults_and_values_at_the_bounds_reach_the_gpu_check(script, argv, gpu_check):
     with pytest.raises(ReachedTheGPUCheck):
         _load_bench(script).main(argv)
+
+
+def test_bench_step_prompt_len_range_is_capture_demos():
+    """bench_step.py --prompt-len and --max-new-tokens take what ``driverlevel capture-demo``'s take (their
+    click ranges; one more is a usage error: test_bad_options_and_json_paths_are_usage_errors)."""
+    from driverlevel.demo.capture_demo import capture_demo
+
+    opt = next(p for p in capture_demo.params if p.name == "prompt_len")
+    bench_step = _load_bench("bench_step")
+    assert (bench_step.MIN_PROMPT_LEN, bench_step.MAX_PROMPT_LEN) == (opt.type.min, opt.type.max)
+    opt = next(p for p in capture_demo.params if p.name == "max_new_tokens")
+    assert (1, bench_step.MAX_NEW_TOKENS) == (opt.type.min, opt.type.max)
 
 
 def test_bench_ddtree_bound_fits_the_state_it_allocates():

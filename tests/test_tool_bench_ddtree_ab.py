@@ -117,3 +117,62 @@ def test_a_missing_file_is_said_to_be_missing(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab.main([good, "--vs", str(tmp_path / "missing.json")])
     assert "missing.json: cannot read it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows, words", [
+    ([1], "a row is 1, not an object"),
+    ([_row(1, 16, 50.0, 14.0, 70.0), "x"], 'a row is "x", not an object'),
+    ([None], "a row is null, not an object"),
+])
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_row_that_is_not_an_object_is_a_one_line_error(tmp_path, capsys, rows, words, side):
+    """``{"results": [1]}`` on either side ended in an AttributeError traceback ('int' object has no
+    attribute 'get'), exit status 1: now the one-line error of the other malformed rows, exit 2."""
+    good = _write(tmp_path / "good.json", [_row(1, 16, 50.0, 14.0, 70.0)])
+    bad = _write(tmp_path / "bad.json", rows)
+    with pytest.raises(SystemExit) as e:
+        ab.main([bad, "--vs", good] if side == "a" else [good, "--vs", bad])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"bad.json: not a bench_ddtree result file (TypeError: {words})" in err, err
+
+
+@pytest.mark.parametrize("a_rows, b_rows, words", [
+    ([], [], "nothing to compare: side A's files hold no rows"),
+    ([_row(1, 16, 50.0, 14.0, 70.0)], [], "nothing to compare: side B's files hold no rows"),
+    ([], [_row(1, 16, 50.0, 14.0, 70.0)], "nothing to compare: side A's files hold no rows"),
+    # rows with none in common: nothing is compared either (the sides' configurations differ, exit 2 as before)
+    ([_row(1, 16, 50.0, 14.0, 70.0)], [_row(8, 64, 50.0, 14.0, 70.0)],
+     "nothing to compare: the two sides hold different configurations, none in common: A [(1, 16, 'threshold', "
+     "None)], B [(8, 64, 'threshold', None)]"),
+])
+def test_sides_with_nothing_to_compare_are_refused(tmp_path, capsys, a_rows, b_rows, words):
+    """``{"results": []}`` against itself printed an empty table, exit status 0."""
+    a, b = _write(tmp_path / "a.json", a_rows), _write(tmp_path / "b.json", b_rows)
+    with pytest.raises(SystemExit) as e:
+        ab.main([a, "--vs", b])
+    assert e.value.code == 2
+    out = capsys.readouterr()
+    assert out.err == f"bench_ddtree_ab.py: error: {words}\n" or out.err.endswith(f": error: {words}\n"), out.err
+    assert out.out == ""
+
+
+def test_an_empty_file_beside_one_with_rows_still_compares(tmp_path, capsys):
+    """Emptiness is judged per side: a side's other files hold its configurations."""
+    row = [_row(1, 16, 50.0, 14.0, 70.0)]
+    a = [_write(tmp_path / "a1.json", row), _write(tmp_path / "a2.json", [])]
+    assert ab.main(a + ["--vs", _write(tmp_path / "b.json", row)]) == 0
+    assert " build " in capsys.readouterr().out
+
+
+def test_configurations_with_and_without_pdl_are_named_not_a_traceback(tmp_path, capsys):
+    """A row that records pdl against one that does not: the differing configurations are listed (sorting
+    them compared None with a bool: a TypeError traceback)."""
+    off = dict(_row(1, 16, 33.0, 16.0, 46.0), pdl=False)
+    a = _write(tmp_path / "a.json", [_row(1, 16, 50.0, 14.0, 70.0), off])
+    b = _write(tmp_path / "b.json", [dict(_row(1, 16, 30.0, 15.0, 44.0), pdl=True), off])
+    with pytest.raises(SystemExit) as e:
+        ab.main([a, "--vs", b])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.endswith("different configurations: [(1, 16, 'threshold', None), "
+                                            "(1, 16, 'threshold', True)]\n")

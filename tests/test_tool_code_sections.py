@@ -173,3 +173,42 @@ def test_code_sections_checks_the_output_path_first(tmp_path, monkeypatch, capsy
         "error:")[1]
     err = _code_sections_error(_code_sections(monkeypatch), ["-"], capsys)
     assert "error: out: '-' (stdout) is not supported" in err
+
+
+# -- the --compare file's structure, checked before any compile ----------------------------------------------
+@pytest.mark.parametrize("content, words", [
+    ('{"argmax.cu sm_90 ": 5}', "variant 'argmax.cu sm_90 ' is a number (5), not an object of section hashes"),
+    ('"str"', "not a code_sections.py file: a string ('str'), not an object of variants"),
+    ("[1, 2]", "not a code_sections.py file: an array, not an object of variants"),
+    ("null", "not a code_sections.py file: null, not an object of variants"),
+    ('{"argmax.cu sm_90 ": {".text.k": 7}}', "section '.text.k' of variant 'argmax.cu sm_90 ' is a number (7), "
+     "not a hash string"),
+    ('{"argmax.cu sm_90 ": [".text.k"]}', "variant 'argmax.cu sm_90 ' is an array, not an object of section hashes"),
+    ('{"argmax.cu": {".text.k": "aa"}}', "'argmax.cu' is not a variant ('FILE ARCH LABEL')"),
+    ("{}", "holds no variants: nothing to compare with"),
+])
+def test_code_sections_checks_the_compare_files_structure_before_compiling(tmp_path, monkeypatch, capsys,
+                                                                           content, words):
+    """A --compare file of another structure ended, after every variant was compiled, in a TypeError traceback
+    (``{"argmax.cu sm_90 ": 5}``) or in 'gone: s (not compared)' lines (``"str"``), exit status 1."""
+    d = tmp_path / "D.json"
+    d.write_text(content)
+    err = _code_sections_error(_code_sections(monkeypatch), [str(tmp_path / "out.json"), "--kernel", "argmax.cu",
+                                                             "--arch", "sm_90", "--compare", str(d)], capsys)
+    line = err.splitlines()[-1]  # (argparse's usage before it)
+    assert f": error: --compare {str(d)!r}: " in line and line.endswith(words), err
+    assert "Traceback" not in err and not (tmp_path / "out.json").exists()
+
+
+def test_code_sections_takes_its_own_output_as_the_compare_file(monkeypatch, tmp_path, capsys):
+    """What main() writes is a --compare file it accepts (an empty label included)."""
+    import json
+
+    mod = _code_sections()
+    written = {"argmax.cu sm_90 ": {".text.argmax": "00ff", ".nv.info": "aa"},
+               "verify_attention.cu sm_90 rows=64 csplit=1 keys=32": {".text.k": "bb"}}
+    monkeypatch.setattr(mod, "hashes", lambda archs, kernels: written)
+    assert mod.main([str(tmp_path / "before.json"), "--arch", "sm_90"]) == 0
+    assert mod.compare_file_problem(json.loads((tmp_path / "before.json").read_text())) is None
+    assert mod.main([str(tmp_path / "after.json"), "--arch", "sm_90", "--compare", str(tmp_path / "before.json")]) == 0
+    assert "2 of 2 variants in both files have identical code sections" in capsys.readouterr().out

@@ -16,7 +16,8 @@ way: the settings each records beside its rows (device, vocabulary, depth limit,
 drafter, search, L2 flush...) must agree over both sides, a setting an older file lacks excepted.
 
 Needs no GPU. Exits 2 with a message when a file cannot be read or is not bench_ddtree JSON, when
-the files' settings differ, or when the two sides do not hold the same configurations.
+the files' settings differ, when a side's files hold no rows (nothing to compare), or when the two
+sides do not hold the same configurations (also when they have none in common).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def load_side(paths: list[str], any_topk: bool = False) -> dict:
         data = _read(p)
         try:
             for r in data["results"]:
+                if not isinstance(r, dict):  # (r.get below: an AttributeError, a traceback)
+                    row = json.dumps(r)
+                    raise TypeError(f"a row is {row[:60]}{'...' if len(row) > 60 else ''}, not an object")
                 pdl = r.get("pdl")
                 key = (int(r["batch"]), int(r["budget"]), "any" if any_topk else str(r.get("topk", "")),
                        None if pdl is None else bool(pdl))
@@ -92,14 +96,27 @@ def median_parts(parts: list[list[float]]) -> list[float]:
     return [statistics.median(x) for x in zip(*runs)] if runs else []
 
 
+def _order(key: tuple) -> tuple:
+    """A configuration's sort key: ``pdl`` None (not recorded) before off and on (None and a bool do not compare)."""
+    batch, budget, topk, pdl = key
+    return batch, budget, topk, -1 if pdl is None else int(pdl)
+
+
 def table(a: dict, b: dict) -> list[str]:
-    """The comparison's lines (raises ``ValueError`` when the configurations differ)."""
+    """The comparison's lines (raises ``ValueError`` when a side holds no rows, nothing to compare, or
+    when the configurations differ: rows with none in common are configurations that differ)."""
+    for side, rows in (("A", a), ("B", b)):
+        if not rows:
+            raise ValueError(f"nothing to compare: side {side}'s files hold no rows")
+    if not set(a) & set(b):
+        raise ValueError(f"nothing to compare: the two sides hold different configurations, none in common: "
+                         f"A {sorted(a, key=_order)}, B {sorted(b, key=_order)}")
     if set(a) != set(b):
-        raise ValueError(f"the two sides hold different configurations: {sorted(set(a) ^ set(b))}")
+        raise ValueError(f"the two sides hold different configurations: {sorted(set(a) ^ set(b), key=_order)}")
     both_pdl = len({k[3] for k in a}) > 1  # (a --pdl both file: its rows' top-K labelled with it)
     w = 15 if both_pdl else 9
     lines = [f"{'batch/budget':>12} {'top-K':>{w}} {'column':>6} {'A runs':>24} {'B runs':>24} {'B-A med':>8}"]
-    for key in sorted(a, key=lambda k: (k[0], k[1], k[2], -1 if k[3] is None else int(k[3]))):
+    for key in sorted(a, key=_order):
         batch, budget, topk, pdl = key
         if both_pdl:
             topk = f"{topk}/{'pdl' if pdl else 'nopdl' if pdl is not None else '?'}"

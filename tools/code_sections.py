@@ -22,6 +22,8 @@ Usage::
 Only the variants in both files are compared; a variant in one file only (another ``--arch`` or
 ``--kernel`` selection) is listed as ``new`` or ``gone`` and makes the exit status 1 only with
 ``--strict``; no variant in both files is exit status 1. The output file may not be the one compared with.
+A ``--compare`` file that is not this tool's output (``{"FILE ARCH LABEL": {section: hash}}``, at least one
+variant) is a usage error, exit status 2, found before anything is compiled.
 
 Needs no GPU.
 """
@@ -163,6 +165,44 @@ def hashes(archs, kernels) -> dict:
     return out
 
 
+def _json_kind(v) -> str:
+    """What a JSON value is, in a few words (``a number (5)``, ``an array``, ``null``)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"a boolean ({str(v).lower()})"
+    if isinstance(v, (int, float)):
+        return f"a number ({v!r})"
+    if isinstance(v, str):
+        return f"a string ({_short(v)})"
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _short(text: str, n: int = 80) -> str:
+    """``text`` quoted, cut after ``n`` characters (an error message stays one readable line)."""
+    return repr(text[:n]) + ("..." if len(text) > n else "")
+
+
+def compare_file_problem(data) -> str | None:
+    """Why ``data`` (a ``--compare`` file's JSON) is not what :func:`hashes` gives and ``main`` writes,
+    ``{"FILE ARCH LABEL": {section: hash}}`` with at least one variant; None when it is."""
+    if not isinstance(data, dict):
+        return f"not a code_sections.py file: {_json_kind(data)}, not an object of variants"
+    if not data:
+        return "holds no variants: nothing to compare with"
+    for key, sections in data.items():
+        if len(key.split(" ", 2)) != 3:  # (the label may be empty: 'argmax.cu sm_90 ')
+            return f"not a code_sections.py file: {_short(key)} is not a variant ('FILE ARCH LABEL')"
+        if not isinstance(sections, dict):
+            return (f"not a code_sections.py file: variant {_short(key)} is {_json_kind(sections)}, not an "
+                    f"object of section hashes")
+        for name, h in sections.items():
+            if not isinstance(h, str):
+                return (f"not a code_sections.py file: section {_short(name)} of variant {_short(key)} is "
+                        f"{_json_kind(h)}, not a hash string")
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="JSON file to write")
@@ -204,6 +244,9 @@ def main(argv=None) -> int:
                 old = json.load(f)
         except (OSError, ValueError) as exc:
             ap.error(f"--compare {a.compare!r}: {exc}")
+        problem = compare_file_problem(old)  # (a wrong structure failed only after the compiles)
+        if problem:
+            ap.error(f"--compare {a.compare!r}: {problem}")
     h = hashes(archs, a.kernel)
     if dump_json_file(a.out, h, label="out"):
         return 2
