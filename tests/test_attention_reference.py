@@ -656,3 +656,44 @@ def test_review39_bruteforce_validates_the_mask_and_trees_refuse_past_int64():
     with pytest.raises(ValueError, match="num_slots must be >= sum"):
         make_metadata([2**62, 2**62], [1, 1], 10, rng)
     assert mask_indptr_for([3, 4], [2, 1], "full").tolist() == [0, 10, 15]
+
+
+# -- index values past int64; a string for parents (a tester's findings) ---------------------------------------
+
+@pytest.mark.parametrize("name", ["kv_indices", "out_cache_loc"])
+def test_verify_attention_reference_names_index_values_past_int64(name):
+    """A uint64 2**63 + 1 wrapped to -2**63 + 1 ("holds slot -9223372036854775807"), and a Python list with
+    2**70 (an object array to numpy) said "got dtype object". Both name the value now; uint64 values that
+    fit, and integers numpy makes float64 (int64 with uint64), are read exactly."""
+    rng = np.random.default_rng(7)
+    q, kv = rng.standard_normal((2, 3, 8)), rng.standard_normal((6, 8))
+    kw = dict(q=q, kv_cache=kv, qo_indptr=[0, 2], kv_indptr=[0, 2], kv_indices=[3, 1], out_cache_loc=[0, 4],
+              mask=None, mask_format="causal", sm_scale=0.5, v_dim=4)
+    want = verify_attention_reference(**kw)
+    good = np.array(kw[name], np.uint64)
+    for big, value in ((2**63 + 1, 2**63 + 1), (2**64 - 1, 2**64 - 1)):
+        bad = good.copy()
+        bad[1] = big
+        with pytest.raises(ValueError, match=rf"{name} must fit int64, got {value}$"):
+            verify_attention_reference(**{**kw, name: bad})
+    for bad, value in (([kw[name][0], 2**70], 2**70), ([kw[name][0], -2**70], -2**70), ([-1, 2**63], 2**63)):
+        with pytest.raises(ValueError, match=rf"{name} must fit int64, got {value}$"):
+            verify_attention_reference(**{**kw, name: bad})
+    with pytest.raises(TypeError, match=rf"{name} must be an integer array, got dtype float64"):
+        verify_attention_reference(**{**kw, name: [float(v) for v in kw[name]]})  # floats stay refused
+    mixed = [np.int64(kw[name][0]), np.uint64(kw[name][1])]  # numpy makes these float64: read exactly
+    for ok in (good, np.array(kw[name], dtype=object), mixed):
+        got = verify_attention_reference(**{**kw, name: ok})
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("bad", ["abc", [[-1.0, 0.0]], np.array([["-1", "0"]]), 1.5])
+def test_check_parents_refuses_what_is_no_integer_array_whatever_its_shape(bad):
+    """check_parents("abc") said "must be 1-D ..., got shape ()": a string is the wrong type, not shape."""
+    with pytest.raises(TypeError, match="parents must be an integer array, got dtype"):
+        check_parents(bad)
+    with pytest.raises(ValueError, match=r"parents must be 1-D with at least one node, got shape \(1, 2\)"):
+        check_parents([[-1, 0]])  # integers of the wrong shape: the shape
+    par = random_tree(9, np.random.default_rng(8))
+    np.testing.assert_array_equal(check_parents(par.tolist()), par)

@@ -991,3 +991,113 @@ def test_review39_tree_index_and_bf16_byte_order():
     assert tb.tree(np.int64(1)).tokens.tolist() == tb.tokens[1, :tb.node_counts[1]].tolist()
     assert bf16_to_f32(np.array([0x3F80, 0xC000], ">u2")).tolist() == [1.0, -2.0]
     assert bf16_to_f32(np.array([0x3F80, 0xC000], "<u2")).tolist() == [1.0, -2.0]
+
+
+# -- narrow seq_lens / req_to_token dtypes and a short `top` (a tester's findings) ---------------------------
+
+def _path_step(seed=3):
+    """Random trees of budget 4 (vocab 10), a random pool and a posterior that accepts, in request 0, the
+    path to its last node (a depth-1 or -2 node past index 1: its KV moves in a dense commit), in request 1
+    the root only. Returns (trees, step, res, pool, r2t, rows, path of request 0)."""
+    rng = np.random.default_rng(seed)
+    tb = build_tree([1, 2], rng.standard_normal((2, 3, 10)).astype(np.float32), 4)
+    qo = np.r_[0, np.cumsum(tb.node_counts)]
+    j = int(tb.node_counts[0]) - 1
+    path = [j]
+    while path[-1] != 0:
+        path.append(int(tb.parents[0, path[-1]]))
+    path = path[::-1]
+    post = np.full(int(qo[-1]), 9999, np.int64)  # 9999 is no token of the trees: every walk stops
+    for a, b in zip(path[:-1], path[1:]):
+        post[a] = tb.tokens[0, b]
+    pool = SlotPool(rng.permutation(1000).astype(np.int64), 1000)
+    r2t = rng.integers(0, 1000, (3, 300)).astype(np.int32)
+    rows = np.array([2, 0])
+    st = compile_tree(tb, [100, 6], rows, r2t, pool)
+    res = greedy_accept(tb, st.qo_indptr, post, [1, 1], [100, 6], 300, 3)
+    assert res.accepted_count.tolist() == [len(path), 1] and any(n != i for i, n in enumerate(path))
+    return tb, st, res, pool, r2t, rows, path
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_commit_paged_refuses_a_seq_lens_dtype_the_sum_overflows_before_writing(dtype):
+    """A uint8 seq_lens 254 + 2 accepted raised numpy's OverflowError after req_to_token[r, 254:256] was
+    written (int8: 126 + 2). Now a ValueError and nothing written; the largest sum that fits commits."""
+    _, st, res, pool, r2t, rows, path = _path_step()
+    a = len(path)
+    top = int(np.iinfo(dtype).max)
+    seq = np.array([top - a + 1, 6], dtype)
+    r2t_in, pool_in = r2t.copy(), SlotPool(pool.slots.copy(), pool.count)
+    with pytest.raises(ValueError, match=rf"seq_lens \+ accepted counts must fit seq_lens's dtype "
+                                         rf"{np.dtype(dtype)} \(at most {top}\), got {top + 1} for request 0"):
+        commit_paged(st, res, rows, r2t_in, seq, pool_in)
+    assert np.array_equal(r2t_in, r2t) and seq.tolist() == [top - a + 1, 6]
+    assert np.array_equal(pool_in.slots, pool.slots) and pool_in.count == pool.count
+    seq = np.array([top - a, 6], dtype)  # fits: committed as with int64
+    commit_paged(st, res, rows, r2t_in, seq, pool_in)
+    assert seq.tolist() == [top, 7]
+    assert r2t_in[2, top - a:top].tolist() == st.out_cache_loc[path].tolist()
+    assert r2t_in[0, 6] == st.out_cache_loc[st.qo_indptr[1]]
+    assert pool_in.count == st.alloc_base + st.alloc_total - a - 1
+
+
+def test_commit_dense_refuses_a_seq_lens_dtype_the_sum_overflows_before_moving():
+    """An int8 seq_lens 126 + 2 raised numpy's OverflowError after cache rows were moved. Now a ValueError
+    before anything moves; the check is on the nodes kept (a window cut that keeps the sum in range commits)."""
+    _, _, res, _, _, _, path = _path_step()
+    a = len(path)
+    rng = np.random.default_rng(5)
+    cache = rng.standard_normal((2, 2, 200, 3))
+    seq, c = np.array([128 - a, 6], np.int8), cache.copy()
+    with pytest.raises(ValueError, match=r"must fit seq_lens's dtype int8 \(at most 127\), got 128 for request 0"):
+        commit_dense(c, res, seq)
+    assert np.array_equal(c, cache) and seq.tolist() == [128 - a, 6]
+    assert res.accepted_count.tolist() == [a, 1] and res.active.tolist() == [1, 1]
+    seq = np.array([127 - a, 6], np.int8)  # fits: the accepted rows move to the front
+    assert commit_dense(c, res, seq) == 0 and seq.tolist() == [127, 7]
+    for i, node in enumerate(path):
+        np.testing.assert_array_equal(c[:, 0, 127 - a + i], cache[:, 0, 127 - a + node])
+    np.testing.assert_array_equal(c[:, 1], cache[:, 1])  # request 1: the root only, in place
+    # a window of 127 keeps only the root of a path at 126: 126 + 1 fits int8, so it commits (cut)
+    res = _path_step()[2]
+    c, seq = cache[:, :, :127].copy(), np.array([126, 6], np.int8)
+    assert commit_dense(c, res, seq) == STATUS_CONTEXT_FULL
+    assert seq.tolist() == [127, 7] and res.accepted_count.tolist() == [1, 1] and res.active.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int8, np.uint8, np.uint32, np.uint64])
+def test_compile_tree_refuses_the_req_to_token_dtypes_commit_paged_refuses(dtype):
+    """compile_tree took an int16 req_to_token that commit_paged then refused; both now say the same."""
+    tb, st, _, pool, r2t, rows, _ = _path_step()
+    pool_in = SlotPool(pool.slots.copy(), pool.count)
+    with pytest.raises(TypeError, match=rf"req_to_token must be int32 or int64 \(the kernels' types\), "
+                                        rf"got dtype {np.dtype(dtype)}"):
+        compile_tree(tb, [100, 6], rows, r2t.astype(dtype), pool_in)
+    assert np.array_equal(pool_in.slots, pool.slots) and pool_in.count == pool.count
+    for ok in (r2t.astype(np.int64), r2t.tolist()):  # int64 and a list of ints (int64) as int32
+        got = compile_tree(tb, [100, 6], rows, ok, pool)
+        assert got.kv_indices.tolist() == r2t[2, :100].tolist() + r2t[0, :6].tolist()
+        np.testing.assert_array_equal(got.kv_indices, st.kv_indices)
+
+
+def test_build_tree_refuses_a_top_narrower_than_k():
+    """A top of [bs, depth_limit, 2] with logits of vocab 10 and budget 4 (K = 4) built a tree from 2 ranks."""
+    rng = np.random.default_rng(6)
+    lg = rng.standard_normal((2, 3, 10)).astype(np.float32)
+    want = build_tree([1, 2], lg, 4)
+    ids, lp, _ = zip(*(topk_logprobs(lg[b], 7) for b in range(2)))  # 7 >= K ranks: the first K are used
+    got = build_tree([1, 2], lg, 4, top=(np.stack(ids), np.stack(lp)))
+    for f in ("tokens", "parents", "depths", "node_counts", "top_ids", "top_lp"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+    with pytest.raises(ValueError, match=r"top must be \[bs=2, depth_limit=3, >= K=4\] \(K = min\(budget, vocab\) "
+                                         r"of logits \(2, 3, 10\)\), got shape \(2, 3, 2\)"):
+        build_tree([1, 2], lg, 4, top=(want.top_ids[:, :, :2], want.top_lp[:, :, :2]))
+    with pytest.raises(ValueError, match=r"depth_limit=3, >= K=4.*got shape \(2, 2, 4\)"):
+        build_tree([1, 2], lg, 4, top=(want.top_ids[:, :2], want.top_lp[:, :2]))
+    with pytest.raises(ValueError, match=r"logits must be \[bs=2"):
+        build_tree([1, 2], lg[:1], 4, top=(want.top_ids, want.top_lp))
+    # a vocabulary of 2 (K = 2) takes the 2 ranks; without logits K = min(budget, 2) as before
+    small = build_tree([1, 2], lg[:, :, :2], 4)
+    for logits in (lg[:, :, :2], None):
+        got = build_tree([1, 2], logits, 4, top=(small.top_ids, small.top_lp))
+        np.testing.assert_array_equal(got.tokens, small.tokens)

@@ -471,3 +471,49 @@ def test_review39_twin_helpers_refuse_what_they_would_misread():
     assert np.array_equal(twin.sample_values(row, np.bool_(False)), twin.sample_values(row, False))
     with pytest.raises(ValueError, match="kth_largest_bound: no key >= cut"):
         twin.kth_largest_bound([], 1, 0)
+
+
+# -- the key and bin helpers' domains (a tester's findings) ------------------------------------------------------
+
+def test_key_to_f32_takes_uint32_values_and_refuses_the_rest():
+    """key_to_f32([-1]) raised numpy's OverflowError and key_to_f32(np.array([1.5])) returned NaN: keys
+    are integers in [0, 2**32 - 1], any integer dtype or a list; the rest is refused by name."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(64) * 1e3).astype(np.float32)
+    keys = twin.order_keys(x)
+    for k in (keys, keys.astype(np.int64), keys.astype(np.uint64), keys.tolist()):
+        np.testing.assert_array_equal(twin.key_to_f32(k), x)
+    assert twin.key_to_f32(keys.reshape(8, 8)).shape == (8, 8) and twin.key_to_f32([]).shape == (0,)
+    assert np.isneginf(twin.key_to_f32(twin.KEY_NEG_INF)) and twin.key_to_f32(0x80000000).item() == 0.0
+    assert twin.key_to_f32(0xFF800000).item() == np.inf  # the largest value's key, 2**32 - 1 is in range
+    assert np.isnan(twin.key_to_f32(0xFFFFFFFF))
+    for bad, value in (([-1], -1), ([2**32], 2**32), (np.array([5, -3], np.int8), -3),
+                       (np.array([2**64 - 1], np.uint64), 2**64 - 1), ([2**70], 2**70), ([-1, 2**63], -1)):
+        with pytest.raises(ValueError, match=rf"keys must be uint32 values in \[0, 2\*\*32 - 1\], got {value}$"):
+            twin.key_to_f32(bad)
+    for bad in (np.array([1.5]), [1.0], 1.5, [True], "abc"):
+        with pytest.raises(TypeError, match="keys must be integers"):
+            twin.key_to_f32(bad)
+
+
+def test_log_bins_refuse_values_outside_their_domain():
+    """log_bin([-1]) and log_bin_lo(-1) returned -1 (no bin): d is a distance in [0, 2**53) (exact in
+    float64), a bin of a u64 d is in [0, 495], and log_bin_hi takes the histogram's 512 bins."""
+    rng = np.random.default_rng(10)
+    ds = np.concatenate([rng.integers(0, 2**53, 200), [0, 15, 16, 2**53 - 1]])
+    np.testing.assert_array_equal(twin.log_bin(ds), [_log_bin_py(int(d)) for d in ds])
+    np.testing.assert_array_equal(twin.log_bin(ds.astype(np.uint64)), twin.log_bin(ds))
+    assert twin.log_bin(2**53 - 1) == 407 and twin.log_bin_lo(495) == 15 << 60
+    assert twin.log_bin_hi(494) == (15 << 60) - 1 and twin.log_bin_hi(np.int64(511)) == (1 << 64) - 1
+    for bad, value in (([-1], -1), (np.array([3, 2**53]), 2**53), (np.array([2**63], np.uint64), 2**63)):
+        with pytest.raises(ValueError, match=rf"{'d must fit int64' if value == 2**63 else 'd must be in'}.* {value}$"):
+            twin.log_bin(bad)
+    with pytest.raises(TypeError, match="d must be integers, got dtype float64"):
+        twin.log_bin(np.array([1.5]))
+    for f, hi in ((twin.log_bin_lo, 495), (twin.log_bin_hi, 511)):
+        for bad in (-1, hi + 1):
+            with pytest.raises(ValueError, match=rf"b must be an int in 0 \.\. {hi}, got {bad}"):
+                f(bad)
+        for bad in (1.0, True, "3"):
+            with pytest.raises(TypeError, match=rf"b must be an int in 0 \.\. {hi}"):
+                f(bad)

@@ -240,3 +240,26 @@ def test_schedule_and_segments_name_what_is_wrong():
     assert schedule([1, 2], [3, 4], 9, 64, 32, 1, 8, bad=[1]).key_tiles[1] == 0
     with pytest.raises(TypeError, match="s must be a Schedule"):
         segments(None, 0)
+
+
+def test_combine_row_warps_takes_a_split_pairs_pieces():
+    """combine_row_warps(0) returned 1 warp: its argument is a split pair's piece count (an entry's
+    p_last - p_first + 1, at least 2); 1, 2, 4 or 8 are its results, not its arguments (3 pieces: 1 warp)."""
+    from driverlevel.reference.verify_schedule import COMBINE_WARPS, combine_row_warps
+
+    want = {p: 1 if p <= 8 else 2 if p <= 16 else 4 if p <= 32 else 8 for p in range(2, 100)}
+    assert {p: combine_row_warps(p) for p in want} == want and combine_row_warps(np.int64(16)) == 2
+    assert combine_row_warps(3) == 1 and combine_row_warps(10**6) == COMBINE_WARPS
+    for bad in (1, 0, -4):
+        with pytest.raises(ValueError, match=f"pieces must be >= 2, got {bad}"):
+            combine_row_warps(bad)
+    for bad in (3.0, True, "3", None):
+        with pytest.raises(TypeError, match="pieces must be an int"):
+            combine_row_warps(bad)
+    rng = np.random.default_rng(11)  # the schedule's own entries: their piece counts are >= 2
+    for _ in range(20):
+        q = rng.integers(1, 9, 5).tolist()
+        s = schedule(q, rng.integers(0, 3000, 5).tolist(), 16, 64, 64, 2, int(rng.integers(2, 40)))
+        for e in s.entries:
+            if e[0] >= 0:
+                assert e[3] - e[2] + 1 >= 2 and e[5] == combine_row_warps(e[3] - e[2] + 1)

@@ -140,11 +140,24 @@ def _to_float64(name: str, x: object) -> np.ndarray:
 
 
 def _index_array(name: str, x: object, length: "int | None" = None) -> np.ndarray:
+    """``x`` as int64: TypeError for a non-integer dtype, ValueError for values past int64 (a uint64
+    ``2**63 + 1``, a Python ``2**70``), never wrapped; then the shape checks."""
     arr = np.asarray(x)
     if arr.size == 0 and isinstance(x, (list, tuple)):  # numpy makes [] float64: it holds no float
         arr = arr.astype(np.int64)
+    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and not isinstance(x, np.ndarray))):
+        # Python ints past int64 (numpy keeps objects), or ints of both signs past it (numpy makes them
+        # float64): the values are named, never rounded; a float stays a float (the TypeError below)
+        objs = np.asarray(x, dtype=object)
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in objs.flat):
+            big = [int(v) for v in objs.flat if not -2**63 <= int(v) < 2**63]
+            if big:
+                raise ValueError(f"{name} must fit int64, got {big[0]}")
+            arr = objs.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must fit int64, got {int(arr.max())}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if length is not None and arr.shape[0] != length:
@@ -416,8 +429,9 @@ def verify_attention_reference(
         non-numeric ``sm_scale``/``v_dim``.
     ValueError
         Inconsistent shapes or lengths, decreasing indptrs, slots outside the
-        cache, a ``v_dim`` outside ``[1, head_dim]``, or a malformed mask (see
-        :func:`draft_visibility`).
+        cache, index values past int64 (``"kv_indices must fit int64, got
+        9223372036854775809"``, never wrapped), a ``v_dim`` outside
+        ``[1, head_dim]``, or a malformed mask (see :func:`draft_visibility`).
 
     Examples
     --------

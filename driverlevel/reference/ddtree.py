@@ -460,19 +460,24 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     ----------
     root_tokens : array_like of int
         ``[bs]``.
-    logits : array_like of float
+    logits : array_like of float or None
         ``[bs, depth_limit, vocab]``: float (converted to float32), or bf16 as an
         ``ml_dtypes.bfloat16`` array or uint16 bit patterns (see :func:`topk_logprobs`).
+        May be None when ``top`` is given; when given with ``top``, only its shape is used
+        (``vocab``, so ``K``), checked as without ``top``.
     budget : int
         The plan's budget (>= 0): the arrays' width is ``budget + 1``, and
-        ``K = min(budget, vocab)`` tokens are kept per depth.
+        ``K = min(budget, vocab)`` tokens are kept per depth (``min(budget, K')`` for a ``top``
+        of last dimension ``K'`` without ``logits``).
     budgets : array_like of int, optional
         ``[bs]`` per-request budgets, each clamped to ``[0, budget]`` (default: ``budget``).
     active : array_like of bool, optional
         ``[bs]``; inactive requests get no nodes (default: all active).
     top : (ids, lp), optional
         Precomputed top-K per request ``[bs, depth_limit, >= K]`` to build from
-        instead of ``logits`` (e.g. the GPU's, to check the heap on its own).
+        instead of ``logits`` (e.g. the GPU's, to check the heap on its own); with ``logits``
+        given, ``depth_limit`` must be theirs and the last dimension at least
+        ``K = min(budget, vocab)``.
 
     Returns
     -------
@@ -483,8 +488,8 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     ValueError
         If ``budget`` is negative, ``root_tokens`` is not one-dimensional, ``logits`` (or
         ``top``'s arrays) is not ``[bs, depth_limit, vocab]`` with the roots' ``bs``, ``top`` is
-        not a pair, or ``budgets`` /
-        ``active`` is not ``[bs]``.
+        not a pair, ``top`` given with ``logits`` has another ``depth_limit`` or a last dimension
+        below ``K = min(budget, vocab)``, or ``budgets`` / ``active`` is not ``[bs]``.
     TypeError
         If ``budget`` is not an int (bool and floats refused, never truncated), or
         ``root_tokens`` / ``budgets`` are not integers, ``active`` not bools or integers
@@ -497,13 +502,14 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
     roots = _int_array("root_tokens", root_tokens, "integers")
     bs = roots.shape[0]
     budget = _count("budget", budget, 0)
-    if top is None:
+    vocab = None
+    if top is None or logits is not None:
         x = _logits_input("logits", logits)
         if x.ndim != 3 or x.shape[0] != bs or 0 in x.shape[1:]:
             raise ValueError(f"logits must be [bs={bs}, depth_limit, vocab] with depth_limit, vocab >= 1, "
                              f"got shape {x.shape}")
         depth_limit, vocab = x.shape[1], x.shape[2]
-    else:
+    if top is not None:
         if not isinstance(top, (tuple, list)) or len(top) != 2:
             n = f" of {len(top)}" if isinstance(top, (tuple, list)) else ""
             raise ValueError(f"top must be (ids, lp), a pair of [bs={bs}, depth_limit, >= K] arrays, got a "
@@ -514,7 +520,10 @@ def build_tree(root_tokens: object, logits: object, budget: int, budgets: object
         if np.asarray(top[1]).dtype.kind != "f":  # (as build_tree_from_topk refuses them: never converted)
             raise TypeError(f"top's log-probs must be floats, got dtype {np.asarray(top[1]).dtype}")
         _int_array("top's ids", top[0], "integers")
-        depth_limit, vocab = np.shape(top[0])[1], None
+        if vocab is not None and (np.shape(top[0])[1] != depth_limit or np.shape(top[0])[2] < min(budget, vocab)):
+            raise ValueError(f"top must be [bs={bs}, depth_limit={depth_limit}, >= K={min(budget, vocab)}] "
+                             f"(K = min(budget, vocab) of logits {x.shape}), got shape {np.shape(top[0])}")
+        depth_limit = np.shape(top[0])[1]
     k = min(budget, vocab) if vocab is not None else min(budget, np.shape(top[0])[2])
     per = np.full(bs, budget, np.int64) if budgets is None else np.clip(_per_request("budgets", budgets, bs), 0, budget)
     act = np.ones(bs, bool) if active is None else _per_request_flags("active", active, bs)
@@ -633,6 +642,17 @@ def _in_place_ints(name: str, a: object, ndim: int) -> np.ndarray:
     return a
 
 
+def _need_fits(name: str, a: np.ndarray, new: list) -> None:
+    """A ValueError naming ``name`` unless every value of ``new`` (Python ints, the values a commit
+    will store in ``a``) fits ``a``'s dtype: a narrow in-place array (uint8, int8...) would overflow
+    part-way through the commit."""
+    hi = int(np.iinfo(a.dtype).max)
+    bad = [b for b, v in enumerate(new) if v > hi]
+    if bad:
+        raise ValueError(f"{name} + accepted counts must fit {name}'s dtype {a.dtype} (at most {hi}), got "
+                         f"{new[bad[0]]} for request {bad[0]}: pass a wider {name} (int32 or int64)")
+
+
 def _per_request(name: str, value: object, bs: int) -> np.ndarray:
     """``value`` as an int64 ``[bs]`` array, or ``ValueError`` naming it (:func:`driverlevel._checks.need_shape`);
     ``TypeError`` for values that are not integers (floats are not truncated, strings not parsed)."""
@@ -679,8 +699,10 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         request no rows and reports it) or a ``req_pool_indices`` outside its rows. Requests
         without nodes are not checked and take no part.
     TypeError
-        For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers, ``trees``
-        that is not a :class:`TreeBatch` or ``pool`` not a :class:`SlotPool`.
+        For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers, a
+        ``req_to_token`` of another integer dtype than int32 or int64 (the kernels' types, as
+        :func:`commit_paged`: ``"req_to_token must be int32 or int64 (the kernels' types), got
+        dtype int16"``), ``trees`` that is not a :class:`TreeBatch` or ``pool`` not a :class:`SlotPool`.
     """
     _need_type("trees", trees, TreeBatch, "build_tree's result; build_tree_from_topk's Tree is one request")
     _need_type("pool", pool, SlotPool)
@@ -690,7 +712,10 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     rows = _per_request("req_pool_indices", req_pool_indices, bs)
     if np.ndim(req_to_token) != 2:
         raise ValueError(f"req_to_token must be [max_reqs, max_context], got shape {np.shape(req_to_token)}")
+    r2t_dtype = np.asarray(req_to_token).dtype
     req_to_token = _int_array("req_to_token", req_to_token, "integers")
+    if r2t_dtype.kind in "iu" and r2t_dtype not in (np.int32, np.int64):  # (as commit_paged refuses them)
+        raise TypeError(f"req_to_token must be int32 or int64 (the kernels' types), got dtype {r2t_dtype}")
     live = q > 0
     if np.any(live & ((committed < 0) | (committed > req_to_token.shape[1]))):
         raise ValueError(f"seq_lens must be in [0, max_context = {req_to_token.shape[1]}] (req_to_token's columns) "
@@ -969,9 +994,9 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         the kernels' types, as a narrower one would wrap the slot ids), ``step``, ``res`` or
         ``pool`` of another class. ValueError, before anything is written, for a ``seq_lens``
         that is not ``[bs]``, and for a request with accepted nodes whose ``req_pool_indices``
-        is not a row of ``req_to_token`` or whose ``seq_lens`` + accepted count is negative
-        or past ``req_to_token``'s columns (:func:`greedy_accept` with that ``max_context``
-        never accepts past it).
+        is not a row of ``req_to_token`` or whose ``seq_lens`` + accepted count is negative,
+        past ``req_to_token``'s columns (:func:`greedy_accept` with that ``max_context``
+        never accepts past it) or past what ``seq_lens``'s dtype holds (a uint8 254 + 2).
     """
     _need_type("step", step, CompiledStep)
     _need_type("res", res, AcceptResult)
@@ -994,6 +1019,7 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
     if np.any(used & ((c < 0) | (c + acc_n > req_to_token.shape[1]))):
         raise ValueError(f"seq_lens + accepted counts must be in [0, {req_to_token.shape[1]}] (req_to_token's "
                          f"columns), got seq_lens {c.tolist()} and accepted counts {acc_n.tolist()}")
+    _need_fits("seq_lens", seq_lens, np.where(used, c + acc_n, 0).tolist())  # (a uint8 254 + 2 would not)
     top = step.alloc_base
     for b in range(step.q_lens.shape[0]):
         n = int(step.q_lens[b])
@@ -1038,8 +1064,9 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
         ``cache`` is not a numpy array of at least 3 dimensions, or ``seq_lens`` not a 1-D numpy
         integer array (both are updated in place), or ``res`` not an :class:`AcceptResult`.
     ValueError
-        ``seq_lens`` not ``[bs]`` (``res``'s batch) or negative, or ``cache``'s second dimension
-        not ``bs``; before anything is moved.
+        ``seq_lens`` not ``[bs]`` (``res``'s batch) or negative, ``cache``'s second dimension
+        not ``bs``, or a ``seq_lens`` + kept accepted count past what ``seq_lens``'s dtype holds
+        (an int8 126 + 2); before anything is moved or written.
     """
     if not isinstance(cache, np.ndarray) or cache.ndim < 3:
         raise TypeError(f"cache must be a numpy array [num_layers, bs, window, ...] (updated in place), got "
@@ -1053,7 +1080,7 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
     if np.any(seq_lens < 0):
         raise ValueError(f"seq_lens must be >= 0, got {seq_lens.tolist()}")
     window = cache.shape[2]
-    status = 0
+    kept = []  # (seq_lens, accepted nodes, nodes kept) per request, all checked before anything is moved
     for b in range(seq_lens.shape[0]):
         a = int(res.accepted_count[b])
         c = int(seq_lens[b])
@@ -1061,6 +1088,11 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
         keep = 0
         while keep < a and c + nodes[keep] < window:
             keep += 1
+        kept.append((c, nodes, keep))
+    _need_fits("seq_lens", seq_lens, [c + keep for c, _, keep in kept])
+    status = 0
+    for b, (c, nodes, keep) in enumerate(kept):
+        a = len(nodes)
         if keep < a:
             res.accepted_count[b] = keep
             res.active[b] = 0

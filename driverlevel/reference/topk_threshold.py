@@ -14,14 +14,16 @@ on adversarial rows, and count how often the fallback triggers.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import bool_arg, positive_int
+from .._checks import bool_arg, int_in_range, positive_int
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
 from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
+from .trees import _int_array
 
 __all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk", "log_bin",
            "log_bin_lo", "log_bin_hi", "kth_largest_bound", "KEY_NEG_INF"]
@@ -40,8 +42,27 @@ def order_keys(x) -> np.ndarray:
 
 def key_to_f32(k) -> np.ndarray:
     """The float32 values of uint32 keys, the inverse of :func:`order_keys` (``key_f32`` in the kernels):
-    a NaN's key (that of -inf) comes back as -inf and -0 as +0."""
-    k = np.asarray(k, np.uint32)
+    a NaN's key (that of -inf) comes back as -inf and -0 as +0.
+
+    ``k``: integers in ``[0, 2**32 - 1]``, any shape (the result has it). TypeError for another dtype
+    (floats are not truncated, bools are no keys), ValueError for a value outside that range."""
+    a = np.asarray(k)
+    if a.size == 0 and isinstance(k, (list, tuple)):  # numpy makes [] float64: it holds no float
+        a = a.astype(np.uint32)
+    if a.dtype == object or (a.dtype.kind == "f" and not isinstance(k, np.ndarray)):
+        # Python ints past int64 (numpy keeps them as objects, or makes float64 of both signs): named, never rounded
+        objs = np.asarray(k, dtype=object)
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in objs.flat):
+            bad = [int(v) for v in objs.flat if not 0 <= v <= 0xFFFFFFFF]
+            if bad:
+                raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {bad[0]}")
+            a = objs.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"keys must be integers (uint32 values), got dtype {a.dtype}")
+    bad = (a < 0) | (a > 0xFFFFFFFF)
+    if np.any(bad):
+        raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {int(a[bad].flat[0])}")
+    k = a.astype(np.uint32)
     return np.where(k & 0x80000000, k & 0x7FFFFFFF, ~k).astype(np.uint32).view(np.float32)
 
 
@@ -64,15 +85,24 @@ def sample_values(row: np.ndarray, bf16: bool) -> np.ndarray:
 
 def log_bin(d) -> np.ndarray:
     """``log_bin`` of ``cu/ddtree/keys.cuh`` (int64, d < 2**53): d itself below 16, else 8 bins
-    per octave (the octave's exponent and the three bits below its leading one)."""
-    d = np.asarray(d, np.int64)
+    per octave (the octave's exponent and the three bits below its leading one).
+
+    ``d``: integers (any shape) in ``[0, 2**53)``, distances ``vmax - v`` (exact in the float64 this
+    takes the exponent from). TypeError for another dtype (floats are not truncated), ValueError for a
+    value outside that range (a negative ``d`` came back as its own bin)."""
+    d = _int_array("d", d, "integers")
+    bad = (d < 0) | (d >= 1 << 53)
+    if np.any(bad):
+        raise ValueError(f"d must be in [0, 2**53), got {int(d[bad].flat[0])}")
     e = np.frexp(np.maximum(d, 1).astype(np.float64))[1].astype(np.int64) - 1  # floor(log2 d), exact
     sh = np.maximum(e - 3, 0)
     return np.where(d < 16, d, 16 + (e - 4) * 8 + ((d >> sh) & 7))
 
 
 def log_bin_lo(b: int) -> int:
-    """The smallest d of log bin ``b``."""
+    """The smallest d of log bin ``b``: an int in ``[0, 495]`` (the bins of a u64 ``d``; ValueError
+    outside, TypeError for a non-int: bool and floats refused)."""
+    b = int_in_range("b", b, 0, 495)
     if b < 16:
         return b
     e = 4 + (b - 16) // 8
@@ -80,7 +110,9 @@ def log_bin_lo(b: int) -> int:
 
 
 def log_bin_hi(b: int) -> int:
-    """The largest d of log bin ``b`` (the last bins: all of u64)."""
+    """The largest d of log bin ``b`` (the last bins: all of u64): an int in ``[0, 511]``, the 512 bins
+    of the levels' histogram (ValueError outside, TypeError for a non-int: bool and floats refused)."""
+    b = int_in_range("b", b, 0, 511)
     return (1 << 64) - 1 if b >= 495 else log_bin_lo(b + 1) - 1
 
 

@@ -169,15 +169,17 @@ def check_parents(parents: object, name: str = "parents") -> np.ndarray:
     Raises
     ------
     TypeError
-        Not an integer array.
+        Not an integer array (a string, floats...: ``"parents must be an integer array, got
+        dtype <U3"``), whatever its shape.
     ValueError
         Not 1-D, empty, an unsigned value past int64, ``parents[0] != -1``, or some
         ``parents[i]`` outside ``[0, i)``.
     """
     arr = np.asarray(parents)
-    if arr.ndim != 1 or arr.shape[0] < 1:  # (first: [] is an empty float64 array, not a float one)
+    if arr.size:  # the dtype first: a string or floats are no integer array, whatever their shape
+        arr = _int_array(name, arr)
+    if arr.ndim != 1 or arr.shape[0] < 1:  # ([] is an empty float64 array, not a float one: the shape)
         raise ValueError(f"{name} must be 1-D with at least one node, got shape {arr.shape}")
-    arr = _int_array(name, arr)
     if arr[0] != -1:
         raise ValueError(f"{name}[0] must be -1 (the root), got {arr[0]}")
     idx = np.arange(arr.shape[0])

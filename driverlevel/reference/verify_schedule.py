@@ -50,7 +50,13 @@ COMBINE_WARPS = 8
 
 
 def combine_row_warps(pieces: int) -> int:
-    """Warps of the combine that share one row of a pair split into ``pieces`` (1, 2, 4 or 8)."""
+    """Warps of the combine that share one row of a pair split into ``pieces``: 1, 2, 4 or 8 (up to
+    8, 16, 32 or more pieces).
+
+    ``pieces`` is an entry's ``p_last - p_first + 1``: a split pair has at least 2 pieces (an unsplit
+    pair has no combine entry). ValueError for ``pieces < 2``, TypeError for a non-int (bool and
+    floats refused, never truncated)."""
+    pieces = _count("pieces", pieces, 2)
     return 1 if pieces <= 8 else 2 if pieces <= 16 else 4 if pieces <= 32 else 8
 
 
