@@ -56,8 +56,9 @@ errors to catch. The rest stays public through submodules: :mod:`driverlevel.run
 ``PreparedLaunch``, ``compile_file``, ``as_device_array``, ``release_deferred``, ...),
 :mod:`driverlevel.interfaces` (the runner's plug-in protocols :class:`TargetForward`,
 :class:`TargetBuffers`, :class:`TargetModel`, :class:`DraftModel`), and ``verify_attention``,
-``ddtree``, ``runner``, ``request_state``, ``argmax``, ``reference`` through their
-``__all__``; modules named ``_*`` are private. The demo (a small MLA model, its drafter,
+``ddtree``, ``runner``, ``request_state``, ``argmax`` and the modules of ``reference``
+(``reference.attention``, ``reference.ddtree``, ...) through their ``__all__``; modules named
+``_*`` are private. The demo (a small MLA model, its drafter,
 ``driverlevel capture-demo``, one graph per GPU) lives apart in :mod:`driverlevel.demo`:
 nothing in the core imports it; it plugs into the runner through the protocols of
 :mod:`driverlevel.interfaces`, as any other runtime does.

@@ -54,7 +54,8 @@ class PicklableError:
 class CudaError(PicklableError, RuntimeError):
     """A CUDA driver call failed.
 
-    Raised by :func:`check` for any result other than ``CUDA_SUCCESS``; the message
+    Raised by every driver call the package makes (through ``driverlevel._errors.check``)
+    for any result other than ``CUDA_SUCCESS``; the message
     reads ``"<call> failed: <name> (<code>): <description> [<detail>]"``, e.g.
     ``"cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory [4096 MiB]"``.
     Subclasses: :class:`DriverUnavailableError`, :class:`GraphUpdateError`.

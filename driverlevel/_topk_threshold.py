@@ -4,8 +4,8 @@ launcher (:mod:`driverlevel.ddtree`) and the numpy twin (:mod:`driverlevel.refer
 The threshold top-K of one logits row (``cu/ddtree/topk_threshold.cuh``):
 
 1. **sample** (``ddtree_topk_sample_*``, one CTA per row): ``SAMPLE_VALUES`` = 4,096 logits
-   read as ``SAMPLE_ITEMS`` 32-byte groups (8 fp32 / 16 bf16 tokens each), one group at a
-   hashed offset inside each of ``SAMPLE_ITEMS`` equal strata of the row (stratified: a
+   read as :func:`sample_items` 32-byte groups (8 fp32 / 16 bf16 tokens each), one group at a
+   hashed offset inside each of that many equal strata of the row (stratified: a
    contiguous or a plain strided sample is biased when large logits cluster, e.g. at the
    low, frequent token ids). The threshold ``T`` is a lower bound of the ``m``-th largest
    sampled value (:func:`sample_rank`) that admits at most :func:`sample_slack` more sampled

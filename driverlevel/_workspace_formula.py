@@ -34,7 +34,7 @@ Examples (bf16 partials, 512-wide values; until 2026-12-01 they were fp32,
   — the seed deployment's configuration (batch 8, 256 draft tokens, 9 heads)
   at 16 host-fixed splits needed 605,159,424 B.
 * RTX PRO 6000 (188 SMs, 1 CTA of the 64-row sm_120 tile per SM):
-  2 * 188 * 64 * 1028 = 24,738,816 B.
+  2 * 188 * 64 * 1028 = 24,737,792 B.
 """
 
 from __future__ import annotations

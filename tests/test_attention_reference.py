@@ -534,7 +534,7 @@ def test_errors_name_the_argument():
     bad_slots = md.out_cache_loc.copy()
     bad_slots[2] = kw["kv_cache"].shape[0]
     fails(ValueError, "out_cache_loc holds slot", out_cache_loc=bad_slots)
-    fails(TypeError, "mask must be uint8 or bool", mask=kw["mask"].astype(np.int32))
+    fails(TypeError, "mask must be uint8, bool or int8", mask=kw["mask"].astype(np.int32))
     fails(ValueError, "lies outside the mask", mask=kw["mask"][:-1])
     zero_prefix = kw["mask"].copy()
     zero_prefix[0] = 0  # a prefix column of draft row 0: not read (SGLang may leave it unwritten)
@@ -643,10 +643,15 @@ def test_review39_bruteforce_validates_the_mask_and_trees_refuse_past_int64():
     args = (q, kv, [0, 2], [0, 2], [3, 1], [0, 4])
     with pytest.raises(ValueError, match="lies outside the mask of length 2"):
         verify_attention_bruteforce(*args, np.array([1, 0], np.uint8), "qlen_only", 0.5, 2)
-    with pytest.raises(TypeError, match="mask must be uint8 or bool"):
+    with pytest.raises(TypeError, match="mask must be uint8, bool or int8"):
         verify_attention_bruteforce(*args, np.ones(4, np.int32), "qlen_only", 0.5, 2)
     out, lse = verify_attention_bruteforce(*args, np.array([1, 0, 1, 1], np.uint8), "qlen_only", 0.5, 2)
     ref_out, ref_lse = verify_attention_reference(*args, np.array([1, 0, 1, 1], np.uint8), "qlen_only", 0.5, 2)
+    # an int8 mask, as VerifyAttention.run takes it (its -1 and 1 visible, as the kernel's byte != 0):
+    # refused before (helper audit, sixty-fifth session)
+    i8_out, i8_lse = verify_attention_reference(*args, np.array([-1, 0, 1, 1], np.int8), "qlen_only", 0.5, 2)
+    np.testing.assert_array_equal(i8_out, ref_out)
+    np.testing.assert_array_equal(i8_lse, ref_lse)
     np.testing.assert_allclose(out, ref_out, rtol=1e-12)
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
     with pytest.raises(ValueError, match="does not fit int64"):
@@ -688,12 +693,14 @@ def test_verify_attention_reference_names_index_values_past_int64(name):
         np.testing.assert_array_equal(got[1], want[1])
 
 
-@pytest.mark.parametrize("bad", ["abc", [[-1.0, 0.0]], np.array([["-1", "0"]]), 1.5])
+@pytest.mark.parametrize("bad", ["abc", [[-1.0, 0.0]], np.array([["-1", "0"]]), 1.5, np.array([], np.float64)])
 def test_check_parents_refuses_what_is_no_integer_array_whatever_its_shape(bad):
     """check_parents("abc") said "must be 1-D ..., got shape ()": a string is the wrong type, not shape."""
     with pytest.raises(TypeError, match="parents must be an integer array, got dtype"):
         check_parents(bad)
     with pytest.raises(ValueError, match=r"parents must be 1-D with at least one node, got shape \(1, 2\)"):
         check_parents([[-1, 0]])  # integers of the wrong shape: the shape
+    with pytest.raises(ValueError, match=r"got shape \(0,\)"):
+        check_parents([])  # (an empty list: numpy's float64, read as integers of no length)
     par = random_tree(9, np.random.default_rng(8))
     np.testing.assert_array_equal(check_parents(par.tolist()), par)

@@ -28,7 +28,7 @@
 #   ddtree      tests/test_ddtree_robust_gpu.py (corrupted metadata, non-finite rows, a poisoned counter) and of
 #               tests/test_ddtree_gpu.py the chain and star extremes, the threshold fallback, compile, accept
 #               and the dense commit (22 tests)
-#   ddtree-all  both files whole (136 tests)
+#   ddtree-all  both files whole (141 tests)
 #   verify      of tests/test_verify_schedule_gpu.py and tests/test_verify_attention_gpu.py: corrupted and
 #               over-long metadata, padded and ragged batches, int32 indices, the device schedule, 1,000
 #               random graph steps on a poisoned workspace, more splits than tiles (23 tests)

@@ -257,8 +257,9 @@ def draft_visibility(
     Parameters
     ----------
     mask : numpy.ndarray or None
-        ``"full"``: uint8/bool ``[mask_indptr[-1]]``; ``"qlen_only"``:
-        uint8/bool ``[mask_indptr[-1]]``; ``"bitmask"``: uint32 (or int32, the
+        ``"full"``: uint8/bool/int8 ``[mask_indptr[-1]]``; ``"qlen_only"``:
+        uint8/bool/int8 ``[mask_indptr[-1]]`` (a nonzero byte is visible, as in the
+        kernel); ``"bitmask"``: uint32 (or int32, the
         same bits) ``[total_q, n_words]``; ``"causal"``: None.
     mask_format : MaskFormat or str
     qo_indptr : array_like of int
@@ -332,9 +333,9 @@ def draft_visibility(
             out.append(np.ascontiguousarray(rows[:, :n]))
         return out
 
-    # SGLang layouts: flat uint8/bool.
-    if m.dtype != np.uint8 and m.dtype != np.bool_:
-        raise TypeError(f"mask must be uint8 or bool for mask_format {fmt.value!r}, got dtype {m.dtype}")
+    # SGLang layouts: flat uint8/bool (or int8, as VerifyAttention.run takes it: a byte != 0 is visible)
+    if m.dtype not in (np.uint8, np.bool_, np.int8):
+        raise TypeError(f"mask must be uint8, bool or int8 for mask_format {fmt.value!r}, got dtype {m.dtype}")
     if m.ndim != 1:
         raise ValueError(f"mask must be 1-D for mask_format {fmt.value!r}, got shape {m.shape}")
     widths = p_lens + q_lens if fmt is MaskFormat.FULL else q_lens

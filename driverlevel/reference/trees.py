@@ -176,8 +176,8 @@ def check_parents(parents: object, name: str = "parents") -> np.ndarray:
         ``parents[i]`` outside ``[0, i)``.
     """
     arr = np.asarray(parents)
-    if arr.size:  # the dtype first: a string or floats are no integer array, whatever their shape
-        arr = _int_array(name, arr)
+    if arr.size or isinstance(parents, np.ndarray):  # the dtype first: a string or floats are no integer
+        arr = _int_array(name, arr)                  # array, whatever their shape (a [] list is float64: its shape)
     if arr.ndim != 1 or arr.shape[0] < 1:  # ([] is an empty float64 array, not a float one: the shape)
         raise ValueError(f"{name} must be 1-D with at least one node, got shape {arr.shape}")
     if arr[0] != -1:
