@@ -68,9 +68,9 @@ def run(main, prog: str) -> int:
     ``PROG: cannot write the output: REASON`` on stderr, exit status 2; stdout's unwritten buffer
     is dropped so that Python's exit does not fail on it again. A closed standard error (``2>&-``)
     drops what goes there, rather than Python's ``print(file=None)`` sending it to standard output
-    ahead of a table or JSON. A ``ModuleNotFoundError`` for the
-    package or one of its dependencies (:data:`PACKAGES`) is ``PROG: cannot import NAME (...):
-    WHAT TO DO``, exit status 2. Any other error propagates."""
+    ahead of a table or JSON. A ``ModuleNotFoundError`` for the package or one of its dependencies
+    (:data:`PACKAGES`) is ``PROG: cannot import NAME (...): WHAT TO DO``, exit status 2. Any other
+    error propagates."""
     _mend_closed_stderr()
     swallowing = argparse.ArgumentParser._print_message
     argparse.ArgumentParser._print_message = _print_message
