@@ -35,6 +35,8 @@ import numpy as np
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits, is_ml_bfloat16
 from driverlevel._mask import BITMASK_WORD_BITS, MaskFormat, parse_mask_format
 
+from .trees import _exact_ints, _int_array
+
 __all__ = [
     "bf16_to_f32",
     "f32_to_bf16",
@@ -142,27 +144,12 @@ def _to_float64(name: str, x: object) -> np.ndarray:
 def _index_array(name: str, x: object, length: "int | None" = None) -> np.ndarray:
     """``x`` as int64: TypeError for a non-integer dtype, ValueError for values past int64 (a uint64
     ``2**63 + 1``, a Python ``2**70``), never wrapped; then the shape checks."""
-    arr = np.asarray(x)
-    if arr.size == 0 and isinstance(x, (list, tuple)):  # numpy makes [] float64: it holds no float
-        arr = arr.astype(np.int64)
-    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and not isinstance(x, np.ndarray))):
-        # Python ints past int64 (numpy keeps objects), or ints of both signs past it (numpy makes them
-        # float64): the values are named, never rounded; a float stays a float (the TypeError below)
-        objs = np.asarray(x, dtype=object)
-        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in objs.flat):
-            big = [int(v) for v in objs.flat if not -2**63 <= int(v) < 2**63]
-            if big:
-                raise ValueError(f"{name} must fit int64, got {big[0]}")
-            arr = objs.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} must fit int64, got {int(arr.max())}")
+    arr = _int_array(name, _exact_ints(x, -2**63, 2**63 - 1, f"{name} must fit int64"))
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if length is not None and arr.shape[0] != length:
         raise ValueError(f"{name} must have length {length}, got {arr.shape[0]}")
-    return arr.astype(np.int64)
+    return arr
 
 
 def _indptr_array(name: str, x: object, length: "int | None" = None) -> np.ndarray:

@@ -14,7 +14,6 @@ on adversarial rows, and count how often the fallback triggers.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +22,7 @@ from .._checks import bool_arg, int_in_range, positive_int
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
                                sample_slack, stream_segments)
 from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
-from .trees import _int_array
+from .trees import _exact_ints, _int_array
 
 __all__ = ["ThresholdResult", "order_keys", "sample_values", "sample_threshold", "threshold_topk", "log_bin",
            "log_bin_lo", "log_bin_hi", "kth_largest_bound", "KEY_NEG_INF"]
@@ -46,17 +45,7 @@ def key_to_f32(k) -> np.ndarray:
 
     ``k``: integers in ``[0, 2**32 - 1]``, any shape (the result has it). TypeError for another dtype
     (floats are not truncated, bools are no keys), ValueError for a value outside that range."""
-    a = np.asarray(k)
-    if a.size == 0 and isinstance(k, (list, tuple)):  # numpy makes [] float64: it holds no float
-        a = a.astype(np.uint32)
-    if a.dtype == object or (a.dtype.kind == "f" and not isinstance(k, np.ndarray)):
-        # Python ints past int64 (numpy keeps them as objects, or makes float64 of both signs): named, never rounded
-        objs = np.asarray(k, dtype=object)
-        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in objs.flat):
-            bad = [int(v) for v in objs.flat if not 0 <= v <= 0xFFFFFFFF]
-            if bad:
-                raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {bad[0]}")
-            a = objs.astype(np.int64)
+    a = _exact_ints(k, 0, 0xFFFFFFFF, "keys must be uint32 values in [0, 2**32 - 1]")
     if a.dtype.kind not in "iu":
         raise TypeError(f"keys must be integers (uint32 values), got dtype {a.dtype}")
     bad = (a < 0) | (a > 0xFFFFFFFF)

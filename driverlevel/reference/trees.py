@@ -16,6 +16,7 @@ and SGLang-style metadata with native dtypes (:func:`make_metadata`).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import operator
 from typing import Sequence
 
@@ -84,6 +85,25 @@ def _int_array(name: str, values: object, what: str = "an integer array") -> np.
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"{name} must fit int64, got {int(arr.max())}")
     return arr.astype(np.int64)
+
+
+def _exact_ints(values: object, lo: int, hi: int, what: str) -> np.ndarray:
+    """``values`` as numpy reads them, except Python ints that it keeps as objects (past int64) or
+    makes float64 (ints of both signs past int64): those come back as int64, every one checked to
+    lie in ``[lo, hi]`` first, ValueError ``"WHAT, got V"`` naming the first that does not (never
+    rounded or wrapped). An empty list or tuple comes back as int64 (numpy makes it float64).
+    The dtype check stays the caller's: a float in ``values`` leaves them as numpy read them."""
+    arr = np.asarray(values)
+    if arr.size == 0 and isinstance(values, (list, tuple)):
+        return arr.astype(np.int64)
+    if arr.size and (arr.dtype == object or (arr.dtype.kind == "f" and not isinstance(values, np.ndarray))):
+        objs = np.asarray(values, dtype=object)
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in objs.flat):
+            bad = next((int(v) for v in objs.flat if not lo <= int(v) <= hi), None)
+            if bad is not None:
+                raise ValueError(f"{what}, got {bad}")
+            return objs.astype(np.int64)
+    return arr
 
 
 def random_tree(num_nodes: int, rng: np.random.Generator) -> np.ndarray:
