@@ -16,7 +16,7 @@ The key hashes the source, every local header it includes (``#include "..."`` or
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
 the current directory is never searched; where any ``#include`` names its header through a macro,
-``#include HDR``, every regular file under those directories, recursively), the CUDA headers
+``#include HDR``, or asks ``__has_include``, every regular file under those directories, recursively), the CUDA headers
 (``cuda_bf16.h`` and friends) found on the include path, the paths of the program and of the local include
 directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
@@ -663,6 +663,8 @@ _LEXEME_RE = re.compile(r"""//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|'(?:\\
 _INCLUDE_RE = re.compile(r"^[ \t\f\v]*(?:#|%:)[ \t\f\v]*include\b[ \t\f\v]*(.*)$", re.MULTILINE)
 #: A literal operand: ``"x"`` or ``<x>`` (anything else is a macro, expanded by NVRTC).
 _OPERAND_RE = re.compile(r'"([^"]+)"|<([^>]+)>')
+#: ``__has_include`` / ``__has_include_next`` (C++17): a header's presence decides the code.
+_HAS_INCLUDE_RE = re.compile(r"\b__has_include(?:_next)?\b")
 #: The key of :func:`_local_headers`'s entry for every file of the include directories.
 _ALL_FILES = "<every file of the include directories>"
 
@@ -679,9 +681,11 @@ def _strip_comments(text: str) -> str:
 def _includes(text: str) -> tuple[list[tuple[str, str]], bool]:
     """``([(quoted, angled), ...], computed)``: the literal ``#include`` operands of ``text`` (one of each pair
     is ``""``), and whether any ``#include`` has another operand (a macro, ``#include HDR``), whose header
-    only NVRTC can tell."""
-    literal, computed = [], False
-    for operand in _INCLUDE_RE.findall(_strip_comments(text)):
+    only NVRTC can tell, or the text asks ``__has_include`` (whose answer changes when a header is added
+    or removed, so the whole include tree is part of the key)."""
+    text = _strip_comments(text)
+    literal, computed = [], _HAS_INCLUDE_RE.search(text) is not None
+    for operand in _INCLUDE_RE.findall(text):
         m = _OPERAND_RE.match(operand)
         if m:
             literal.append((m.group(1) or "", m.group(2) or ""))
@@ -700,7 +704,7 @@ def _local_headers(source: str, search: list[Path], seen=None, here: Path | None
     file of ``search[0]`` (:func:`_program_path`), so its own directory adds nothing. A ``<x>`` not
     in ``search`` (``<cuda_bf16.h>``, the compiler's own headers) is not a local header. Comments are
     removed first (:func:`_strip_comments`). A computed include (``#include HDR``, a macro) may name
-    any header: then every regular file under ``search`` (recursively) is hashed too, under the key
+    any header, and ``__has_include`` may ask for any: then every regular file under ``search`` (recursively) is hashed too, under the key
     :data:`_ALL_FILES`.
     """
     seen = {} if seen is None else seen
@@ -1060,7 +1064,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
     include_dirs : sequence of str or Path
         More directories searched for ``#include "..."`` and ``#include <...>`` before ``cu/``;
         the headers found there are part of the cache key like those of ``cu/`` (all their files,
-        recursively, when the source or a header includes through a macro: ``#include HDR``).
+        recursively, when the source or a header includes through a macro, ``#include HDR``, or asks
+        ``__has_include``).
         Each an existing directory (``""`` is refused: write ``"."``). A sequence (list or tuple)
         even for one directory (a lone str or Path, a dict or a set is refused). The current directory is
         never searched (pass ``["."]`` to have it): NVRTC sees the source as the file ``name``

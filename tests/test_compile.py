@@ -838,6 +838,19 @@ def test_a_computed_include_hashes_every_file_of_the_include_dirs(fresh_cache, t
     assert _compile._ALL_FILES not in _compile._local_headers(SRC, [tmp_path])  # literal includes only: as before
 
 
+def test_a_header_that_appears_changes_the_key_of_a_source_asking_has_include(fresh_cache, tmp_path):
+    """Fresh-user trial (s66): after `dl_h9.cuh` was created, the source that asked
+    `__has_include("dl_h9.cuh")` was a cache hit and got the cubin built without it."""
+    src = ('#if __has_include("dl_h9.cuh")\n#define VAL 7\n#else\n#define VAL 3\n#endif\n' + _VAL_SRC)
+    a = compile_source(src, "k.cu", "sm_80", include_dirs=[tmp_path])
+    (tmp_path / "dl_h9.cuh").write_text("\n")
+    _compile._clear_memory_cache()  # as a new process would
+    b = compile_source(src, "k.cu", "sm_80", include_dirs=[tmp_path])
+    fresh = compile_source(src, "k.cu", "sm_80", include_dirs=[tmp_path], use_cache=False)
+    assert not b.cache_hit and b.key != a.key and b.data == fresh.data != a.data
+    assert _compile._ALL_FILES in _compile._local_headers("#if __has_include_next(<x.h>)\n#endif\n", [tmp_path])
+
+
 def test_commented_out_includes_are_not_headers(tmp_path):
     (tmp_path / "a.h").write_text("")
     (tmp_path / "b.h").write_text("")
