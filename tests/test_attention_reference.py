@@ -525,6 +525,7 @@ def test_errors_name_the_argument():
     fails(ValueError, "v_dim must be in", v_dim=5)
     fails(TypeError, "sm_scale", sm_scale="0.5")
     fails(ValueError, "sm_scale must be finite", sm_scale=float("nan"))
+    fails(ValueError, "sm_scale must be finite, got int too large for a float", sm_scale=10**400)  # (OverflowError)
     fails(ValueError, r"qo_indptr\[-1\] must equal q.shape\[0\]", qo_indptr=np.array([0, 3, 4]))
     fails(ValueError, "kv_indptr must have length 3", kv_indptr=md.kv_indptr[:2])
     fails(ValueError, "kv_indptr must be non-decreasing", kv_indptr=np.array([0, 3, 2], dtype=np.int32))

@@ -4,6 +4,7 @@ accept and commit on hand-worked trees, slot-pool conservation over random round
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -1101,3 +1102,68 @@ def test_build_tree_refuses_a_top_narrower_than_k():
     for logits in (lg[:, :, :2], None):
         got = build_tree([1, 2], logits, 4, top=(small.top_ids, small.top_lp))
         np.testing.assert_array_equal(got.tokens, small.tokens)
+
+
+def test_commit_paged_refuses_a_result_of_another_step_before_writing():
+    """Fresh-user trial (s66): a res from another step (its request 1 accepted 4 nodes of a tree that
+    had only its root here) raised a bare IndexError after request 0 was committed, leaving its slots both in
+    req_to_token and on the free stack; a res of fewer requests raised numpy's broadcast error and one
+    of more was accepted. Now a ValueError naming the mismatch, and nothing written."""
+    lg = np.zeros((2, 3, 4), np.float32)
+    lg[:, :, 1] = 5
+    tb_a, tb_b = build_tree([1, 1], lg, 3), build_tree([1, 1], lg, 3, budgets=[3, 0])
+    seq = np.array([0, 0])
+    r2t = np.full((2, 10), -1, np.int64)
+    pool = SlotPool(np.arange(100, 120), 20)
+    st_a, st_b = compile_tree(tb_a, seq, [0, 1], r2t, pool), compile_tree(tb_b, seq, [0, 1], r2t, pool)
+    post = np.zeros((st_a.alloc_total, 4), np.float32)
+    post[:, 1] = 9
+    res_a = greedy_accept(tb_a, st_a.qo_indptr, post, [1, 1], seq, 10, 3)
+    assert res_a.accepted_count.tolist() == [4, 4]
+
+    def refused(step, res, match):
+        r2t_in, seq_in, pool_in = r2t.copy(), seq.copy(), SlotPool(pool.slots.copy(), pool.count)
+        with pytest.raises(ValueError, match=match):
+            commit_paged(step, res, [0, 1], r2t_in, seq_in, pool_in)
+        assert np.array_equal(r2t_in, r2t) and np.array_equal(seq_in, seq)
+        assert np.array_equal(pool_in.slots, pool.slots) and pool_in.count == pool.count
+
+    refused(st_b, res_a, r"res does not belong to step: request 1 accepts nodes \[0, 1, 2, 3\] "
+                         r"\(accepted_count 4\) of a tree of 1 nodes")
+    bad = dataclasses.replace(res_a, accepted_nodes=res_a.accepted_nodes.copy())
+    bad.accepted_nodes[0, 2] = bad.accepted_nodes[0, 1]  # a node twice
+    refused(st_a, bad, r"res does not belong to step: request 0")
+    for n in (1, 3):
+        other = greedy_accept(build_tree([1] * n, np.broadcast_to(lg[:1], (n, 3, 4)), 3),
+                              np.arange(n + 1) * 4, np.tile(post[:4], (n, 1)), [1] * n, [0] * n, 10, 3)
+        refused(st_a, other, rf"res must be the accept result of step's batch of 2 requests, got {n}")
+    r2t_in, seq_in = r2t.copy(), seq.copy()
+    commit_paged(st_a, res_a, [0, 1], r2t_in, seq_in, SlotPool(pool.slots.copy(), pool.count))  # the valid call
+    assert seq_in.tolist() == [4, 4] and sorted(r2t_in[:, :4].ravel().tolist()) == st_a.out_cache_loc.tolist()
+
+
+def test_compile_and_commit_refuse_two_requests_on_one_req_to_token_row():
+    """Fresh-user trial (s66): req_pool_indices [0, 0] let request 1 overwrite request 0's entries."""
+    tb, st, res, pool, r2t, rows, _ = _path_step()
+    with pytest.raises(ValueError, match=r"req_pool_indices must be distinct for requests with nodes .* got row 2 "
+                                         r"for requests \[0, 1\]"):
+        compile_tree(tb, [100, 6], [2, 2], r2t, pool)
+    r2t_in, seq_in = r2t.copy(), np.array([100, 6])
+    with pytest.raises(ValueError, match=r"distinct for requests with accepted nodes"):
+        commit_paged(st, res, [2, 2], r2t_in, seq_in, SlotPool(pool.slots.copy(), pool.count))
+    assert np.array_equal(r2t_in, r2t) and seq_in.tolist() == [100, 6]
+    # a request without nodes takes no part: its row may be anyone's
+    lg = np.random.default_rng(2).standard_normal((2, 3, 10)).astype(np.float32)
+    tb1 = build_tree([1, 2], lg, 4, active=[1, 0])
+    assert compile_tree(tb1, [5, 6], [1, 1], r2t, pool).alloc_total == 5  # the root and budget 4
+
+
+@pytest.mark.parametrize("which", ["req_to_token", "seq_lens", "pool.slots"])
+def test_commit_paged_refuses_read_only_arrays_before_writing(which):
+    """A read-only seq_lens or pool.slots raised numpy's error after req_to_token was written."""
+    _, st, res, pool, r2t, rows, _ = _path_step()
+    r2t_in, seq_in, pool_in = r2t.copy(), np.array([100, 6]), SlotPool(pool.slots.copy(), pool.count)
+    {"req_to_token": r2t_in, "seq_lens": seq_in, "pool.slots": pool_in.slots}[which].flags.writeable = False
+    with pytest.raises(ValueError, match=rf"{which} is read-only: commit_paged updates it in place"):
+        commit_paged(st, res, rows, r2t_in, seq_in, pool_in)
+    assert np.array_equal(r2t_in, r2t) and seq_in.tolist() == [100, 6] and np.array_equal(pool_in.slots, pool.slots)

@@ -192,9 +192,13 @@ class _Problem:
         self.v_dim = int(v_dim)
         if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
             raise TypeError(f"sm_scale must be a real number, got {type(sm_scale).__name__}")
-        if not math.isfinite(float(sm_scale)):
+        try:
+            value = float(sm_scale)
+        except OverflowError:  # an int (or Fraction) beyond the float range
+            raise ValueError(f"sm_scale must be finite, got {type(sm_scale).__name__} too large for a float") from None
+        if not math.isfinite(value):
             raise ValueError(f"sm_scale must be finite, got {sm_scale}")
-        self.sm_scale = float(sm_scale)
+        self.sm_scale = value
 
         self.qo_indptr = _indptr_array("qo_indptr", qo_indptr)
         bs = self.qo_indptr.shape[0] - 1

@@ -671,6 +671,17 @@ def _per_request_flags(name: str, value: object, bs: int) -> np.ndarray:
     return a.astype(bool)
 
 
+def _need_distinct_rows(rows: np.ndarray, used: np.ndarray, what: str) -> None:
+    """A ValueError unless the ``req_pool_indices`` of the requests with ``used`` set are distinct: two
+    requests on one ``req_to_token`` row would write each other's entries (the kernels do not check
+    it; in SGLang every running request owns its row)."""
+    values, counts = np.unique(rows[used], return_counts=True)
+    if (counts > 1).any():
+        row = int(values[counts > 1][0])
+        raise ValueError(f"req_pool_indices must be distinct for requests with {what} (each owns its req_to_token "
+                         f"row), got row {row} for requests {np.flatnonzero(used & (rows == row)).tolist()}")
+
+
 def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, req_to_token: np.ndarray,
                  pool: SlotPool) -> CompiledStep:
     """Verify inputs, metadata and masks of one step (the pool's count is left unchanged).
@@ -696,8 +707,8 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         For ``seq_lens`` / ``req_pool_indices`` that are not ``[bs]``, a ``req_to_token``
         that is not two-dimensional, or -- for a request with nodes -- a ``seq_lens`` outside
         ``[0, max_context]`` (``max_context`` = ``req_to_token``'s columns; the kernel gives such a
-        request no rows and reports it) or a ``req_pool_indices`` outside its rows. Requests
-        without nodes are not checked and take no part.
+        request no rows and reports it) or a ``req_pool_indices`` outside its rows or shared with
+        another request with nodes. Requests without nodes are not checked and take no part.
     TypeError
         For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers, a
         ``req_to_token`` of another integer dtype than int32 or int64 (the kernels' types, as
@@ -723,6 +734,7 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     if np.any(live & ((rows < 0) | (rows >= req_to_token.shape[0]))):
         raise ValueError(f"req_pool_indices must be in [0, {req_to_token.shape[0]}) for requests with nodes, "
                          f"got {rows[live].tolist()}")
+    _need_distinct_rows(rows, live, "nodes")
     prefix = np.where(q > 0, committed, 0)
     qo = _indptr(q)
     total = int(qo[-1])
@@ -993,8 +1005,11 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         integer array (2-D, 1-D: both are updated in place; ``req_to_token`` int32 or int64,
         the kernels' types, as a narrower one would wrap the slot ids), ``step``, ``res`` or
         ``pool`` of another class. ValueError, before anything is written, for a ``seq_lens``
-        that is not ``[bs]``, and for a request with accepted nodes whose ``req_pool_indices``
-        is not a row of ``req_to_token`` or whose ``seq_lens`` + accepted count is negative,
+        that is not ``[bs]``, a ``res`` of another batch size than ``step`` (checked even when the
+        pool was exhausted) or whose accepted nodes are not distinct nodes of ``step``'s trees, a
+        read-only ``req_to_token``, ``seq_lens`` or ``pool.slots``, and for a request with accepted
+        nodes whose ``req_pool_indices`` is not a row of ``req_to_token``, is another such
+        request's row, or whose ``seq_lens`` + accepted count is negative,
         past ``req_to_token``'s columns (:func:`greedy_accept` with that ``max_context``
         never accepts past it) or past what ``seq_lens``'s dtype holds (a uint8 254 + 2).
     """
@@ -1008,14 +1023,27 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         raise TypeError(f"req_to_token must be int32 or int64 (the kernels' types), got dtype {req_to_token.dtype}")
     _in_place_ints("seq_lens", seq_lens, 1)
     need_shape("seq_lens", seq_lens, (bs,))
+    if res.accepted_count.shape[0] != bs:
+        raise ValueError(f"res must be the accept result of step's batch of {bs} requests, got "
+                         f"{res.accepted_count.shape[0]}")
     if step.status & STATUS_POOL_EXHAUSTED:
         return
-    acc_n = res.accepted_count[:bs].astype(np.int64)
+    for name, a in (("req_to_token", req_to_token), ("seq_lens", seq_lens), ("pool.slots", pool.slots)):
+        if not a.flags.writeable:
+            raise ValueError(f"{name} is read-only: commit_paged updates it in place")
+    acc_n = res.accepted_count.astype(np.int64)
+    for b in range(bs):
+        nodes = res.accepted_nodes[b, :max(int(acc_n[b]), 0)].astype(np.int64)
+        n = int(step.q_lens[b])
+        if not 0 <= acc_n[b] <= n or np.any((nodes < 0) | (nodes >= n)) or np.unique(nodes).shape[0] != nodes.shape[0]:
+            raise ValueError(f"res does not belong to step: request {b} accepts nodes {nodes.tolist()} "
+                             f"(accepted_count {int(acc_n[b])}) of a tree of {n} nodes")
     c = seq_lens.astype(np.int64)
     used = acc_n > 0
     if np.any(used & ((rows < 0) | (rows >= req_to_token.shape[0]))):
         raise ValueError(f"req_pool_indices must be rows of req_to_token [0, {req_to_token.shape[0]}) for requests "
                          f"with accepted nodes, got {rows.tolist()}")
+    _need_distinct_rows(rows, used, "accepted nodes")
     if np.any(used & ((c < 0) | (c + acc_n > req_to_token.shape[1]))):
         raise ValueError(f"seq_lens + accepted counts must be in [0, {req_to_token.shape[1]}] (req_to_token's "
                          f"columns), got seq_lens {c.tolist()} and accepted counts {acc_n.tolist()}")
