@@ -705,3 +705,13 @@ def test_check_parents_refuses_what_is_no_integer_array_whatever_its_shape(bad):
         check_parents([])  # (an empty list: numpy's float64, read as integers of no length)
     par = random_tree(9, np.random.default_rng(8))
     np.testing.assert_array_equal(check_parents(par.tolist()), par)
+
+
+def test_draft_visibility_names_a_block_past_int64_instead_of_reshaping_a_wrapped_size():
+    """Fresh-user trial (s66): q_len 2**32 with a prefix of 2**32 wrapped the int64 block size to 0 and
+    numpy said "cannot reshape array of size 0"; the sizes are now exact Python ints."""
+    with pytest.raises(ValueError, match=r"request 0's mask block \[0, 36893488147419103232\) lies outside the "
+                                         r"mask of length 10"):
+        draft_visibility(np.zeros(10, np.uint8), "full", [0, 2**32], [0, 2**32])
+    vis = draft_visibility(np.array([1, 1, 0, 1, 1, 1], np.uint8), "full", [0, 2], [0, 1])  # still decoded
+    np.testing.assert_array_equal(vis[0], [[True, False], [True, True]])

@@ -27,6 +27,7 @@ buffers on its own, and exists to check the former on small cases.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 
@@ -329,15 +330,15 @@ def draft_visibility(
         raise TypeError(f"mask must be uint8, bool or int8 for mask_format {fmt.value!r}, got dtype {m.dtype}")
     if m.ndim != 1:
         raise ValueError(f"mask must be 1-D for mask_format {fmt.value!r}, got shape {m.shape}")
-    widths = p_lens + q_lens if fmt is MaskFormat.FULL else q_lens
-    sizes = q_lens * widths
+    widths = [int(p) + int(q) if fmt is MaskFormat.FULL else int(q) for p, q in zip(p_lens, q_lens)]
+    sizes = [int(q) * w for q, w in zip(q_lens, widths)]  # Python ints: an int64 product may wrap
     if mask_indptr is None:
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        starts = [0] + list(itertools.accumulate(sizes))
     else:
         starts = _index_array("mask_indptr", mask_indptr, bs + 1)
     out = []
     for b in range(bs):
-        start, size = int(starts[b]), int(sizes[b])
+        start, size = int(starts[b]), sizes[b]
         if start < 0 or start + size > m.shape[0]:
             raise ValueError(
                 f"request {b}'s mask block [{start}, {start + size}) lies outside the mask of length {m.shape[0]}"
