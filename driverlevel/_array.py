@@ -108,7 +108,8 @@ class DeviceArray:
         not a bool (``"no"`` is refused, not read as True).
     ValueError
         For an address outside 0 .. 2**64 - 1, a negative extent, strides whose count differs
-        from the shape's, or a negative device ordinal.
+        from the shape's, elements that reach past the 64-bit address space (``ptr`` 2**64 - 8
+        with 16 bytes), or a negative device ordinal.
     DriverUnavailableError
         ``device`` is an int and there is no usable driver.
 
@@ -139,6 +140,13 @@ class DeviceArray:
         if len(self.strides) != len(self.shape):
             raise ValueError(f"DeviceArray: {len(self.strides)} strides {self.strides} for the {len(self.shape)} "
                              f"dimensions of shape {self.shape}")
+        if 0 not in self.shape:  # the last byte any element may touch must be an address too
+            hi = self.ptr + sum((n - 1) * st for n, st in zip(self.shape, self.strides) if st > 0) \
+                + self.dtype.itemsize
+            lo = self.ptr + sum((n - 1) * st for n, st in zip(self.shape, self.strides) if st < 0)
+            if lo < 0 or hi > 1 << 64:
+                raise ValueError(f"DeviceArray: shape {self.shape} and strides {self.strides} from ptr 0x{self.ptr:x} "
+                                 f"reach past the 64-bit address space")
         self.readonly = bool_arg("DeviceArray: readonly", readonly)  # (before the device: no driver needed)
         self.device = _device_arg(device)
         self.owner = owner
@@ -872,6 +880,10 @@ def _from_cai(obj, device):
     if strides is not None and len(int_tuple(f"{what}: 'strides'", strides)) != len(shape):
         raise ValueError(f"{what}: {len(strides)} 'strides' {tuple(strides)} for the {len(shape)} dimensions of "
                          f"'shape' {shape}")
+    if not 0 <= int(ptr) < 1 << 64:  # (DeviceArray says so too, but only after the driver was asked)
+        raise ValueError(f"{what}['data'][0] must be a device address in 0 .. 2**64 - 1, got {int(ptr)}")
+    if not isinstance(readonly, (bool, np.bool_)):  # ("no" was read as True)
+        raise TypeError(f"{what}['data'][1] must be a bool (read_only), got {type(readonly).__name__} {readonly!r}")
     if not ptr and math.prod(shape) != 0:  # CAI v3: a NULL pointer only for a zero-size array
         raise ValueError(f"{what}: its data pointer is 0 (NULL) but its shape {shape} holds elements; a kernel "
                          f"would read address 0")
@@ -986,13 +998,13 @@ def as_device_array(obj, device=None) -> DeviceArray:
     TypeError
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
         a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
-        pointer not an integer included), or a DLPack producer gives no unconsumed DLPack
+        pointer not an integer or its read-only flag not a bool included), or a DLPack producer gives no unconsumed DLPack
         capsule or a versioned tensor of another major version than 1 (left unconsumed, for
         its producer to delete).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and
         is not managed memory; a ``__cuda_array_interface__`` pointer is NULL for a non-empty
-        array; or ``obj`` is one of driverlevel's buffers that was closed (or a
+        array or outside 0 .. 2**64 - 1; or ``obj`` is one of driverlevel's buffers that was closed (or a
         PinnedHostBuffer that is not mapped).
     CudaError
         If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA

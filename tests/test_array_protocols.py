@@ -241,6 +241,31 @@ def test_a_malformed_cuda_array_interface_is_named(cai, match):
         as_device_array(RawCAI(cai), device=DEV)
 
 
+@pytest.mark.parametrize("data, exc, match", [
+    ((-4096, False), ValueError, r"\['data'\]\[0\] must be a device address in 0 \.\. 2\*\*64 - 1, got -4096"),
+    ((2**64, False), ValueError, r"must be a device address in 0 \.\. 2\*\*64 - 1, got 18446744073709551616"),
+    ((PTR, "no"), TypeError, r"\['data'\]\[1\] must be a bool \(read_only\), got str 'no'"),
+    ((PTR, 0), TypeError, r"\['data'\]\[1\] must be a bool \(read_only\), got int 0"),
+])
+def test_a_cai_pointer_or_flag_out_of_range_is_refused_before_the_driver(data, exc, match, monkeypatch):
+    """Fresh-user trial (s66): a pointer of -4096 or 2**64 reached the driver first (DriverUnavailableError
+    without a GPU), and a read-only flag "no" was read as True."""
+    from driverlevel import _array
+    monkeypatch.setattr(_array, "_pointer_ordinal", lambda *a: pytest.fail("the driver was asked"))
+    with pytest.raises(exc, match=match):
+        as_device_array(RawCAI({"shape": (4,), "typestr": "<f4", "data": data, "version": 3}), device=DEV)
+
+
+def test_a_device_array_past_the_address_space_is_refused():
+    with pytest.raises(ValueError, match=r"reach past the 64-bit address space"):
+        DeviceArray(2**64 - 8, (4,), np.float32, DEV)
+    with pytest.raises(ValueError, match=r"reach past the 64-bit address space"):
+        DeviceArray(8, (4,), np.float32, DEV, strides=(-4,))
+    assert DeviceArray(2**64 - 16, (4,), np.float32, DEV).nbytes == 16  # the last 16 bytes: fine
+    assert DeviceArray(12, (4,), np.float32, DEV, strides=(-4,)).shape == (4,)
+    assert DeviceArray(2**64 - 1, (0,), np.float32, DEV).size == 0
+
+
 def test_cai_export_import_roundtrip():
     a = DeviceArray(PTR, (7, 5), np.uint32, DEV, strides=(40, 4))
     b = as_device_array(CAIOnly(**{k: v for k, v in a.__cuda_array_interface__.items()
