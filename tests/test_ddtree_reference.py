@@ -1167,3 +1167,12 @@ def test_commit_paged_refuses_read_only_arrays_before_writing(which):
     with pytest.raises(ValueError, match=rf"{which} is read-only: commit_paged updates it in place"):
         commit_paged(st, res, rows, r2t_in, seq_in, pool_in)
     assert np.array_equal(r2t_in, r2t) and seq_in.tolist() == [100, 6] and np.array_equal(pool_in.slots, pool.slots)
+
+
+def test_float64_logits_past_float32_become_inf_without_a_warning():
+    """Fresh-user trial (s66): numpy's "overflow encountered in cast" leaked from the documented conversion."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ids, lp, lse = topk_logprobs(np.array([[1e300, 0.0, -1e300], [2.0, 1e300, 0.0]]), 2)
+    assert ids.tolist() == [[0, 1], [1, 0]] and np.isnan(lse).all() and (lp == R.LP_FLOOR).all()

@@ -163,9 +163,13 @@ __all__ = [
 def _logits_input(name: str, x: object) -> np.ndarray:
     """Logits as float32: a float array converted, bf16 (``ml_dtypes.bfloat16``, or uint16 bit
     patterns as :meth:`DeviceArray.to_numpy` returns them) widened exactly; TypeError for any other
-    dtype (integers are not read as values: uint16 would be bf16 bits)."""
+    dtype (integers are not read as values: uint16 would be bf16 bits). A float64 beyond float32's
+    range becomes +-inf (as the conversion rounds), without numpy's overflow warning."""
     arr = _float_input(name, x)
-    return bf16_to_f32(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
+    if arr.dtype == np.uint16:
+        return bf16_to_f32(arr)
+    with np.errstate(over="ignore"):
+        return arr.astype(np.float32)
 
 
 def row_argmax(x: object) -> tuple[np.ndarray, np.ndarray]:
