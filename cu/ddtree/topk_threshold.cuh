@@ -331,9 +331,10 @@ __noinline__ __device__ float tk_recount(const T* x, float thr, int start, int e
 // One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB of
 // fp32, 8 KB of bf16). Aligned rows (logits_vec) stream through a ring of tiles in the dynamic
 // shared memory (as many as it holds, up to 8; the launch sizes it) filled by cp.async (each
-// thread copies and reads back only its own 16-byte vectors: no block barrier), all but one in
-// flight ahead of the tile processed (the first ones issued before the row's T and flag are
-// read). Unaligned rows, or a ring of fewer than 2 tiles, load each tile directly.
+// thread copies and reads back only its own 16-byte vectors: no block barrier). The whole ring is
+// issued before the row's T and flag are read (those bytes arrive while the sample kernel picks
+// T); from then on, tile i's slot takes tile i + stages once it is processed. Unaligned rows, or a
+// ring of fewer than 2 tiles, load each tile directly.
 // Per logit x, four instructions besides the candidate test x >= T:
 //   sum += exp2(min(x * log2(e) - T * log2(e), 0))
 // so every logit >= T adds exactly exp2(0) = 1 (subtracted at the end: the thread counts its
@@ -356,6 +357,9 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   constexpr int TILE = TK_STREAM_THREADS * U * V;
   static_assert(U * V == 16, "one candidate bit per logit of a thread's tile");
   constexpr u32 NEG_WORD = V == 4 ? 0xff800000u : 0xff80ff80u;  // a 32-bit word of -inf logits
+  // Ring tiles held back until T is known: fp32 issues the whole ring before its PDL wait; bf16
+  // all but one (its whole ring, 6 tiles on sm_90, slowed the batch-8 sample by more than it gained)
+  constexpr int PRE_HOLD = V == 4 ? 0 : 1;
   __shared__ StreamSmem sm;
   extern __shared__ uint4 tk_ring[];  // [stages][U][TK_STREAM_THREADS]
   const int s = blockIdx.x, d = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
@@ -395,7 +399,7 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     }
   };
   if (vec) {
-    for (int i = 0; i < stages - 1; ++i) {  // one commit group per tile, empty past the segment
+    for (int i = 0; i < stages - PRE_HOLD; ++i) {  // one commit group per tile, empty past the segment
       if (i < ntiles) issue(i, i);
       dl::cp_async_commit();
     }
@@ -440,8 +444,10 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     const uint4* slot = col + rd * U * TK_STREAM_THREADS;
     const bool full = i < nfull;  // (uniform)
     if (vec) {
-      if (i + stages - 1 < ntiles) issue(i + stages - 1, wr);
-      dl::cp_async_commit();
+      if (i > 0 || PRE_HOLD) {  // tile i + stages - 1 into tile i - 1's slot (fp32: tile stages - 1 went before the wait)
+        if (i + stages - 1 < ntiles) issue(i + stages - 1, wr);
+        dl::cp_async_commit();
+      }
       tk_wait_groups(stages - 1);  // tile i has landed (this thread's copies)
 #pragma unroll
       for (int u = 0; u < U; ++u)
