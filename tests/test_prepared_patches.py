@@ -35,7 +35,7 @@ def test_the_readme_names_the_older_based_patches_that_are_here():
 
 @pytest.mark.parametrize("name", [n for n in _patches() if n not in OLDER_BASE])
 def test_prepared_patch_applies_to_this_tree(name):
-    if shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.skip("needs git and a git checkout")
+    if shutil.which("git") is None:  # (outside a checkout, as .ci/run's copy, git apply works as patch does)
+        pytest.skip("needs git")
     r = subprocess.run(["git", "apply", "--check", str(PATCHES / name)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, f"{name} does not apply here:\n{r.stderr}"
