@@ -249,7 +249,8 @@ def stream_config(bf16: bool, smem_per_sm: int, smem_per_block: int) -> tuple[in
     shared memory per SM and ``smem_per_block`` per block (opt-in).
 
     The ring's ``stages`` tiles (dynamic shared memory, ``stages * stream_tile_bytes``) keep
-    ``stages - 1`` tiles per CTA in flight; the most CTAs per SM (up to
+    ``stages - 1`` tiles per CTA in flight (fp32 issues all ``stages`` before its PDL wait on the
+    sample kernel); the most CTAs per SM (up to
     :data:`STREAM_CTAS_PER_SM`) that still fit 3 stages each, else 2 CTAs of 2 or more.
     H200 (228 KB per SM): 4 CTAs x 3 fp32 tiles (48 KB), 4 x 6 bf16 tiles; sm_120 (100 KB):
     2 x 2 fp32 tiles, 3 x 3 bf16 tiles.

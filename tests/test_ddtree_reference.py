@@ -1176,3 +1176,27 @@ def test_float64_logits_past_float32_become_inf_without_a_warning():
         warnings.simplefilter("error")
         ids, lp, lse = topk_logprobs(np.array([[1e300, 0.0, -1e300], [2.0, 1e300, 0.0]]), 2)
     assert ids.tolist() == [[0, 1], [1, 0]] and np.isnan(lse).all() and (lp == R.LP_FLOOR).all()
+
+
+def test_commit_paged_leaves_a_request_without_nodes_alone_whatever_its_row():
+    """Review (s66): a request without nodes and a row outside req_to_token (compile_tree does not check
+    it) raised a bare IndexError after request 0 was committed; a hand-built res whose accepted_nodes
+    was narrower than its accepted_count half-committed before numpy's broadcast error."""
+    lg = np.zeros((2, 3, 4), np.float32)
+    lg[:, :, 1] = 5
+    tb = build_tree([1, 1], lg, 3, active=[1, 0])
+    seq, r2t = np.array([0, 0]), np.full((2, 10), -1, np.int64)
+    pool = SlotPool(np.arange(100, 120), 20)
+    st = compile_tree(tb, seq, [0, 99], r2t, pool)
+    post = np.zeros((st.alloc_total, 4), np.float32)
+    post[:, 1] = 9
+    res = greedy_accept(tb, st.qo_indptr, post, [1, 1], seq, 10, 3)
+    assert res.accepted_count.tolist() == [4, 0]
+    narrow = dataclasses.replace(res, accepted_nodes=res.accepted_nodes[:, :3].copy())
+    r2t_in, seq_in, pool_in = r2t.copy(), seq.copy(), SlotPool(pool.slots.copy(), pool.count)
+    with pytest.raises(ValueError, match=r"accepted_nodes must be \[2, >= 4\] .* got shape \(2, 3\)"):
+        commit_paged(st, narrow, [0, 99], r2t_in, seq_in, pool_in)
+    assert np.array_equal(r2t_in, r2t) and seq_in.tolist() == [0, 0] and pool_in.count == 20
+    commit_paged(st, res, [0, 99], r2t_in, seq_in, pool_in)
+    assert seq_in.tolist() == [4, 0] and r2t_in[0, :4].tolist() == st.out_cache_loc.tolist()
+    assert pool_in.count == 16 and not set(pool_in.slots[:16].tolist()) & set(r2t_in[0, :4].tolist())

@@ -9,6 +9,7 @@ refuses as a reversed patch, so the next session's first call would have stopped
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,5 +38,9 @@ def test_the_readme_names_the_older_based_patches_that_are_here():
 def test_prepared_patch_applies_to_this_tree(name):
     if shutil.which("git") is None:  # (outside a checkout, as .ci/run's copy, git apply works as patch does)
         pytest.skip("needs git")
-    r = subprocess.run(["git", "apply", "--check", str(PATCHES / name)], cwd=REPO, capture_output=True, text=True)
+    env = dict(os.environ)
+    if not (REPO / ".git").exists():  # a copy (.ci/run's): never the repository of a folder above it, where
+        env["GIT_CEILING_DIRECTORIES"] = str(REPO.parent)  # git apply would skip the paths outside its cwd
+    r = subprocess.run(["git", "apply", "--check", str(PATCHES / name)], cwd=REPO, capture_output=True, text=True,
+                       env=env)
     assert r.returncode == 0, f"{name} does not apply here:\n{r.stderr}"

@@ -331,10 +331,11 @@ __noinline__ __device__ float tk_recount(const T* x, float thr, int start, int e
 // One CTA: tk_seg_len tokens of one row, tile by tile (TK_STREAM_THREADS x 16 tokens: 16 KB of
 // fp32, 8 KB of bf16). Aligned rows (logits_vec) stream through a ring of tiles in the dynamic
 // shared memory (as many as it holds, up to 8; the launch sizes it) filled by cp.async (each
-// thread copies and reads back only its own 16-byte vectors: no block barrier). The whole ring is
-// issued before the row's T and flag are read (those bytes arrive while the sample kernel picks
-// T); from then on, tile i's slot takes tile i + stages once it is processed. Unaligned rows, or a
-// ring of fewer than 2 tiles, load each tile directly.
+// thread copies and reads back only its own 16-byte vectors: no block barrier). Before the row's T
+// and flag are read, fp32 issues its whole ring and bf16 all but one tile (PRE_HOLD; those bytes
+// arrive while the sample kernel picks T); from then on, stages - 1 tiles stay in flight: at the
+// top of iteration i the slot of tile i - 1 takes tile i + stages - 1 (bf16 from i = 0, into the
+// slot held back). Unaligned rows, or a ring of fewer than 2 tiles, load each tile directly.
 // Per logit x, four instructions besides the candidate test x >= T:
 //   sum += exp2(min(x * log2(e) - T * log2(e), 0))
 // so every logit >= T adds exactly exp2(0) = 1 (subtracted at the end: the thread counts its

@@ -1036,6 +1036,10 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         if not a.flags.writeable:
             raise ValueError(f"{name} is read-only: commit_paged updates it in place")
     acc_n = res.accepted_count.astype(np.int64)
+    widest = int(acc_n.max(initial=0))
+    if res.accepted_nodes.ndim != 2 or res.accepted_nodes.shape[0] != bs or res.accepted_nodes.shape[1] < widest:
+        raise ValueError(f"res does not belong to step: accepted_nodes must be [{bs}, >= {widest}] (the batch, the "
+                         f"largest accepted_count), got shape {res.accepted_nodes.shape}")
     for b in range(bs):
         nodes = res.accepted_nodes[b, :max(int(acc_n[b]), 0)].astype(np.int64)
         n = int(step.q_lens[b])
@@ -1058,9 +1062,10 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         a = int(res.accepted_count[b])
         acc = res.accepted_nodes[b, :a]
         slots = step.out_cache_loc[step.qo_indptr[b]:step.qo_indptr[b] + n]
-        c = int(seq_lens[b])
-        req_to_token[rows[b], c:c + a] = slots[acc]
-        seq_lens[b] = c + a
+        if a:  # (a request with nothing accepted takes no row: its req_pool_indices is not checked)
+            c = int(seq_lens[b])
+            req_to_token[rows[b], c:c + a] = slots[acc]
+            seq_lens[b] = c + a
         keep = np.zeros(n, bool)
         keep[acc] = True
         rejected = slots[~keep]
