@@ -998,14 +998,14 @@ def as_device_array(obj, device=None) -> DeviceArray:
     TypeError
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
         a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
-        pointer not an integer or its read-only flag not a bool included), or a DLPack producer gives no unconsumed DLPack
-        capsule or a versioned tensor of another major version than 1 (left unconsumed, for
-        its producer to delete).
+        pointer not an integer or its read-only flag not a bool included), or a DLPack
+        producer gives no unconsumed DLPack capsule or a versioned tensor of another major
+        version than 1 (left unconsumed, for its producer to delete).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and
         is not managed memory; a ``__cuda_array_interface__`` pointer is NULL for a non-empty
-        array or outside 0 .. 2**64 - 1; or ``obj`` is one of driverlevel's buffers that was closed (or a
-        PinnedHostBuffer that is not mapped).
+        array or outside 0 .. 2**64 - 1; or ``obj`` is one of driverlevel's buffers that was
+        closed (or a PinnedHostBuffer that is not mapped).
     CudaError
         If the driver cannot say where a ``__cuda_array_interface__`` pointer is (not CUDA
         memory).

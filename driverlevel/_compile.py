@@ -16,9 +16,10 @@ The key hashes the source, every local header it includes (``#include "..."`` or
 the caller's ``include_dirs`` or ``cu/``, recursively; a header's own ``"..."`` includes are
 looked up in its folder first, as NVRTC does; comments are removed before the directives are read;
 the current directory is never searched; where any ``#include`` names its header through a macro,
-``#include HDR``, or asks ``__has_include``, every regular file under those directories, recursively), the CUDA headers
-(``cuda_bf16.h`` and friends) found on the include path, the paths of the program and of the local include
-directories (NVRTC writes them into the cubin: ``__FILE__``, ``-lineinfo``), the options
+``#include HDR``, or asks ``__has_include``, every regular file under those directories,
+recursively), the CUDA headers (``cuda_bf16.h`` and friends) found on the include path, the
+paths of the program and of the local include directories (NVRTC writes them into the cubin:
+``__FILE__``, ``-lineinfo``), the options
 and defines, the architecture, the NVRTC version and the package version. Writes
 are atomic (temporary file + rename); an entry whose checksum or length does not
 match is recompiled and rewritten, never loaded. Entries and directories are created as any
@@ -704,8 +705,8 @@ def _local_headers(source: str, search: list[Path], seen=None, here: Path | None
     file of ``search[0]`` (:func:`_program_path`), so its own directory adds nothing. A ``<x>`` not
     in ``search`` (``<cuda_bf16.h>``, the compiler's own headers) is not a local header. Comments are
     removed first (:func:`_strip_comments`). A computed include (``#include HDR``, a macro) may name
-    any header, and ``__has_include`` may ask for any: then every regular file under ``search`` (recursively) is hashed too, under the key
-    :data:`_ALL_FILES`.
+    any header, and ``__has_include`` may ask for any: then every regular file under ``search``
+    (recursively) is hashed too, under the key :data:`_ALL_FILES`.
     """
     seen = {} if seen is None else seen
     literal, computed = _includes(source)
