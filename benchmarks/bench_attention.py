@@ -330,5 +330,5 @@ def main(argv=None):
     return results
 
 
-if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
+if __name__ == "__main__":  # (tool_output, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(lambda: 0 if main() else 1, "benchmarks/bench_attention.py"))

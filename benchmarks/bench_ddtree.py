@@ -601,5 +601,5 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
+if __name__ == "__main__":  # (tool_output, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(main, "benchmarks/bench_ddtree.py"))

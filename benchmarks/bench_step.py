@@ -33,12 +33,11 @@ if __name__ == "__main__":  # (run as a script: a missing package or dependency 
 
 import numpy as np  # noqa: E402
 
-#: ``--prompt-len``'s range: ``driverlevel capture-demo --prompt-len``'s (``click.IntRange(2, 65536)`` in
-#: driverlevel/demo/capture_demo.py, which names no constant; tests/test_bench_args.py checks that they agree).
-#: At least 2 tokens: the root and one to prefill.
-MIN_PROMPT_LEN, MAX_PROMPT_LEN = 2, 65536
-#: ``--max-new-tokens``' upper bound: capture-demo's (``click.IntRange(1, 65536)``) too.
-MAX_NEW_TOKENS = 65536
+from driverlevel.demo.capture_demo import MAX_NEW_TOKENS_RANGE, PROMPT_LEN_RANGE  # noqa: E402
+
+#: ``--prompt-len``'s and ``--max-new-tokens``' ranges: ``driverlevel capture-demo``'s.
+MIN_PROMPT_LEN, MAX_PROMPT_LEN = PROMPT_LEN_RANGE
+MAX_NEW_TOKENS = MAX_NEW_TOKENS_RANGE[1]
 
 
 def _host_us(runner, n: int, graph: bool) -> float:
@@ -220,5 +219,5 @@ def main(argv=None) -> int:
     return 0 if lossless else 1
 
 
-if __name__ == "__main__":  # (tool_output, tools/tool_output.py, imported above: a failed write of stdout is one line, exit 2)
+if __name__ == "__main__":  # (tool_output, imported above: a failed write of stdout is one line, exit 2)
     sys.exit(tool_output.run(main, "benchmarks/bench_step.py"))

@@ -29,9 +29,10 @@
 #include "../phase_stamps.cuh"
 
 #if defined(DL_STAMPS) && DL_STAMPS
-#define DDT_STAMP_BY(tid0, slot, point, arg)                                                                   \
-  do {                                                                                                            \
-    if (threadIdx.x == (tid0)) DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x) + ddt::build_column(), slot, point, arg); \
+#define DDT_STAMP_BY(tid0, slot, point, arg)                                                        \
+  do {                                                                                              \
+    if (threadIdx.x == (tid0))                                                                      \
+      DL_STAMP(static_cast<int>(blockIdx.y * gridDim.x) + ddt::build_column(), slot, point, arg);  \
   } while (0)
 #define DDT_STAMP(slot, point, arg) DDT_STAMP_BY(0, slot, point, arg)
 // (the top-K stamps' argument is the SM the CTA runs on: tools/ddtree_stamps.py groups the stream's

@@ -445,7 +445,8 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     const uint4* slot = col + rd * U * TK_STREAM_THREADS;
     const bool full = i < nfull;  // (uniform)
     if (vec) {
-      if (i > 0 || PRE_HOLD) {  // tile i + stages - 1 into tile i - 1's slot (fp32: tile stages - 1 went before the wait)
+      // tile i + stages - 1 into tile i - 1's slot (fp32: tile stages - 1 went before the wait)
+      if (i > 0 || PRE_HOLD) {
         if (i + stages - 1 < ntiles) issue(i + stages - 1, wr);
         dl::cp_async_commit();
       }

@@ -366,6 +366,12 @@ def _finite(obj):
     return obj
 
 
+#: ``--prompt-len``'s range, in tokens: at least 2 (the root and one to prefill). benchmarks/bench_step.py
+#: takes the same.
+PROMPT_LEN_RANGE = (2, 65536)
+#: ``--max-new-tokens``' range (benchmarks/bench_step.py takes the same).
+MAX_NEW_TOKENS_RANGE = (1, 65536)
+
 #: Options of the single-device demo that the ranks of ``--devices A,B`` do not take.
 _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
 
@@ -374,9 +380,9 @@ _NOT_FOR_RANKS = ("steps", "num_splits", "arch", "draft_noise", "draft_scale")
                short_help="The DDTree step as one CUDA graph, checked lossless (needs a GPU).",
                cls=json_usage_errors("as_json"))
 @click.option("--heads", default=9, show_default=True, type=click.IntRange(1, 128), help="Query heads of the MLA layer.")
-@click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(2, 65536),
+@click.option("--prompt-len", default=512, show_default=True, type=click.IntRange(*PROMPT_LEN_RANGE),
               help="Longest prompt (the committed prefix); requests get 1/2x .. 1x of it.")
-@click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(1, 65536),
+@click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(*MAX_NEW_TOKENS_RANGE),
               help="Tokens generated per request.")
 @click.option("--budget", default=16, show_default=True, type=click.IntRange(1, MAX_BUDGET),
               help="DDTree nodes per request besides the root.")
