@@ -78,6 +78,11 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
   const int tid = threadIdx.x;
   const int vocab = p.vocab;
   u32 key[TK_SAMPLE_PER];  // 0 = no value
+  // fp32 (V == 4) triggers PDL here, after its loads are issued (topk_sample); bf16 at its entry:
+  // the late trigger cost bf16 0.2-1.1 µs, as its stream is issue-bound (sixty-sixth session).
+  constexpr bool LATE = V == 4;
+  uint4 raw[IPT][2];       // the common case's 32-byte groups as loaded, keyed after the PDL trigger
+  const bool deferred = LATE && vocab > TK_SAMPLE_VALUES && p.logits_vec;
   if (vocab <= TK_SAMPLE_VALUES) {  // the whole row (coalesced)
 #pragma unroll
     for (int j = 0; j < TK_SAMPLE_PER; ++j) {
@@ -91,7 +96,10 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
       const int i = tid * IPT + it;
       const i64 lo = i * ng / NS, hi = (i + 1) * ng / NS;
       const i64 tok0 = (lo + static_cast<i64>(hash32(static_cast<u32>(i)) % static_cast<u32>(hi - lo))) * G;
-      if (p.logits_vec) {
+      if (deferred) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) raw[it][h] = *reinterpret_cast<const uint4*>(x + tok0 + h * V);
+      } else if (!LATE && p.logits_vec) {  // bf16: keyed as loaded
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float v[V];
@@ -104,6 +112,25 @@ DL_DEVICE u32 sample_threshold(const TopKParams& p, const T* x, SampleSmem& sm) 
         for (int e = 0; e < G; ++e) key[it * G + e] = logit_key(Tr::load(x + tok0 + e));
       }
     }
+  }
+  // PDL (common.cuh): the stream kernel may start now, its first tiles queued behind this CTA's
+  // loads above (the "memory" clobber keeps them before the trigger, and their values are first
+  // used below it) rather than in front of them.
+  // Safe: the stream reads nothing this kernel writes before its pdl_wait(), which waits for this
+  // whole grid. Every CTA gets here (the loads do not wait for `active`).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  if (deferred) {  // (uniform) the keys of the loads above: the first use of their registers
+#pragma unroll
+    for (int it = 0; it < IPT; ++it)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v[V];
+        Tr::load_vec(reinterpret_cast<const T*>(&raw[it][h]), v);
+#pragma unroll
+        for (int e = 0; e < V; ++e) key[it * G + h * V + e] = logit_key(v[e]);
+      }
   }
   for (int i = tid; i < 512; i += TK_SAMPLE_THREADS) sm.sel.hist[i] = 0u;  // ordered by the block max's barrier
   u32 kloc = 0;
@@ -142,11 +169,12 @@ template <typename T>
 DL_DEVICE void topk_sample(const TopKParams& p) {
   __shared__ SampleSmem sm;
   const int d = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  // PDL (common.cuh): the stream kernel may start now and issue its first logits tiles. Safe at
+  // PDL (common.cuh): the stream kernel may start now (bf16) or once this CTA's sample loads are
+  // issued (fp32: the trigger is in sample_threshold), and issue its first logits tiles. Safe at
   // once: it reads nothing this kernel writes before its pdl_wait(), which waits for this whole
   // grid. This kernel is the build's first, an ordinary launch: all it reads (logits, active) is
   // complete and visible before it starts, so it has no wait of its own.
-  dl::pdl_launch_dependents();
+  if constexpr (LogitTraits<T>::VEC != 4) dl::pdl_launch_dependents();
   DDT_TK_STAMP(DDT_TK_ROW_SAMPLE, 0, "entry");
   // The build's state, for every request, active or not (the stream kernel touches neither word;
   // its CTAs wait for this grid before they exit, and ddtree_build waits for the stream's grid).
