@@ -170,6 +170,25 @@ def test_twice_build_compiles_and_leaves_the_plain_build_unchanged():
     assert only_twice.data == dl.runtime.compile_file("ddtree.cu", "sm_90", plain_defines).data
 
 
+def test_rowseen_stream_compiles_and_leaves_the_other_builds_unchanged():
+    """--rowseen's stream kernels (DL_STAMPS_ROWSEEN with DL_STAMPS: thread 0 polls its row's sample
+    exit record before the PDL wait) compile for the H200 within the stream's launch bounds, without
+    spills or stack; the define changes neither the plain cubin nor, for every kernel but the
+    stream's, the stamped one, so a stray define cannot put a poll into a plan's stream."""
+    plain_defines = ddtree.compile_defines("sm_90")
+    assert stamps.stamp_defines(None, rowseen=True) == {"DL_STAMPS": 1, "DL_STAMPS_ROWSEEN": 1}
+    assert stamps.parse_args(["--rowseen"]).rowseen and not stamps.parse_args([]).rowseen
+    seen = dl.runtime.compile_file("ddtree.cu", "sm_90",
+                                   {**plain_defines, **stamps.stamp_defines(None, rowseen=True)})
+    stamped = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, **stamps.stamp_defines()})
+    for name in ("ddtree_topk_stream_f32", "ddtree_topk_stream_bf16"):
+        r = seen.resources[name]
+        assert r.spills == 0 and r.stack_bytes == 0 and r.registers <= 64, (name, r)
+    assert seen.data != stamped.data
+    only_seen = dl.runtime.compile_file("ddtree.cu", "sm_90", {**plain_defines, "DL_STAMPS_ROWSEEN": 1})
+    assert only_seen.data == dl.runtime.compile_file("ddtree.cu", "sm_90", plain_defines).data
+
+
 def test_stamp_names_are_immediates_in_the_code():
     """A stamp's name is packed at compile time (dl_stamp_name): the stamped PTX holds 'merge' as a
     64-bit immediate and no string literal, so a stamp is one store and no loads."""

@@ -111,6 +111,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "code is in the SMs' instruction caches. The sample kernel runs its select twice too: "
                          "the chain's sample keys -> exit then spans both runs (its excess over a plain stamped "
                          "build's is the warm select)")
+    ap.add_argument("--rowseen", action="store_true",
+                    help="a diagnostic for --chain: before its PDL wait, thread 0 of each stream CTA polls its "
+                         "row's sample exit record (at most 50 µs; -DDL_STAMPS_ROWSEEN) and stamps ``rowseen``: "
+                         "when a per-row handoff of T, instead of the wait for the whole sample grid, would let "
+                         "it go on (compare ``stream waited``); the poll's loads add a little traffic")
     ap.add_argument("--flush", choices=("read", "drafted", "none"), default="none",
                     help="read: evict L2 before the stamped build (bench_ddtree's --flush read) and queue the "
                          "build behind a spin (--spin-us); drafted: read, then the drafter logits written again "
@@ -142,11 +147,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def stamp_defines(detail_depth=None, twice=False) -> dict:
+def stamp_defines(detail_depth=None, twice=False, rowseen=False) -> dict:
     """The defines a stamped build adds to ddtree.cu's: DL_STAMPS, DL_STAMPS_DETAIL for
-    ``--detail-depth`` and DL_STAMPS_TWICE for ``--twice``."""
+    ``--detail-depth``, DL_STAMPS_TWICE for ``--twice`` and DL_STAMPS_ROWSEEN for ``--rowseen``."""
     return {"DL_STAMPS": 1, **({"DL_STAMPS_DETAIL": int(detail_depth)} if detail_depth is not None else {}),
-            **({"DL_STAMPS_TWICE": 1} if twice else {})}
+            **({"DL_STAMPS_TWICE": 1} if twice else {}), **({"DL_STAMPS_ROWSEEN": 1} if rowseen else {})}
 
 
 def point_name(point: str, arg: int) -> str:
@@ -285,7 +290,8 @@ def chain_timeline(build: dict, topk: dict) -> list[str]:
     rows = dict(topk)
     for k, v in build.items():
         rows[("build", k)] = [(f"build {p}", a, c, g) for p, a, c, g in v if p in keep]
-    points = ("entry", "keys", "waited", "tile0", "looped", "flushed", "reduced", "exit")  # (the last four: stream)
+    points = ("entry", "keys", "rowseen", "waited", "tile0", "looped", "flushed", "reduced",
+              "exit")  # (rowseen and the four after waited: stream)
     order = [f"{n} {p}" for n, _ in TK_ROWS for p in points] + [f"build {p}" for p in keep]
     return phase_stamps.timeline(rows, order, chain_origin(topk))
 
@@ -414,7 +420,7 @@ def main(argv=None) -> int:
     from driverlevel import selftest
 
     plain = ddtree.compile_defines
-    extra = stamp_defines(args.detail_depth, args.twice)
+    extra = stamp_defines(args.detail_depth, args.twice, args.rowseen)
     ddtree.compile_defines = lambda arch, topk="threshold": {**plain(arch, topk), **extra}
     stream = dev.create_stream()
     flush = L2Flush(dev, stream, args.flush) if args.flush != "none" else None

@@ -21,8 +21,9 @@
 // PDL wait; in the sample kernel, which has no wait: keys, its sampled keys loaded and their
 // maximum known; the chunk kernel, an ordinary launch, has none), exit 2;
 // the stream's CTAs also tile0 3 (its first tile processed), looped 4 (its last), flushed 5 (the
-// warps' staged candidates appended), reduced 6 (past the barrier of the segment's sums); the
-// argument is the CTA's SM (%smid).
+// warps' staged candidates appended), reduced 6 (past the barrier of the segment's sums) and, with
+// -DDL_STAMPS_ROWSEEN (ddtree_stamps.py --rowseen), rowseen 7 (its row's sample exit record seen
+// by a poll before the PDL wait); the argument is the CTA's SM (%smid).
 //
 // Part of the one translation unit cu/ddtree.cu (see its header for the kernels).
 #pragma once

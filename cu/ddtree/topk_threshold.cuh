@@ -438,6 +438,23 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
     dl::pdl_wait();  // every CTA waits before it exits (common.cuh)
     return;
   }
+#if defined(DL_STAMPS) && DL_STAMPS && defined(DL_STAMPS_ROWSEEN)
+  // (tools/ddtree_stamps.py --rowseen, a diagnostic: when a per-row handoff would let this CTA go
+  // on. Thread 0 polls its row's sample "exit" record, which the tool zeroed before the launch and
+  // the sample CTA writes after its T, count and flag, for at most 50 µs, then stamps `rowseen`;
+  // nothing is read from the record, and the PDL wait below still orders everything.)
+  if (tid == 0) {
+    const volatile unsigned long long* seen = &dl_stamps[DDT_TK_ROW_SAMPLE + row][2].name;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      if (*seen != 0ull) break;
+      __nanosleep(32);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < 50000ull);
+    DDT_TK_STAMP(DDT_TK_ROW_STREAM, 7, "rowseen");
+  }
+#endif
   // PDL: the sample kernel's T, flag and zeroed count are read (and the count, candidates and
   // segment sums written) only after it has completed; the tiles above are in flight.
   dl::pdl_wait();
