@@ -39,9 +39,9 @@
 //        stream_config); grid (tk_nseg, depth_limit, max_batch), about one wave. Reads its
 //        segment once through the ring (cp.async, 4,096 tokens per tile, all but one tile in
 //        flight; fp32's whole ring before T is known): compare with T, exp2(min(x - T, 0))
-//        summed over every logit; logits >= T appended as composites through a per-warp shared staging buffer (one atomicAdd per
-//        flush; the count goes on past tk_cap, writes stop there); per segment the sums of
-//        exp(x - T) below and above T.
+//        summed over every logit; logits >= T appended as composites through a per-warp
+//        shared staging buffer (one atomicAdd per flush; the count goes on past tk_cap,
+//        writes stop there); per segment the sums of exp(x - T) below and above T.
 //        A row that failed (flagged, count < K or count > tk_cap) takes the exact fallback in
 //        its ddtree_build CTA (below): no launch between the stream and the build.
 //   ddtree_build                 512 threads; grid (depth_limit + 1, max_batch); dynamic smem

@@ -19,10 +19,9 @@ the current directory is never searched; where any ``#include`` names its header
 ``#include HDR``, or asks ``__has_include``, every regular file under those directories,
 recursively), the CUDA headers (``cuda_bf16.h`` and friends) found on the include path, the
 paths of the program and of the local include directories (NVRTC writes them into the cubin:
-``__FILE__``, ``-lineinfo``), the options
-and defines, the architecture, the NVRTC version and the package version. Writes
-are atomic (temporary file + rename); an entry whose checksum or length does not
-match is recompiled and rewritten, never loaded. Entries and directories are created as any
+``__FILE__``, ``-lineinfo``), the options and defines, the architecture, the NVRTC version and
+the package version. Writes are atomic (temporary file + rename); an entry whose checksum or
+length does not match is recompiled and rewritten, never loaded. Entries and directories are created as any
 file is (mode ``0o666`` / ``0o777`` less the umask), so that a cache shared by several users
 (a group-writable directory, umask 002) serves them all. Loading an entry sets its modification
 time to now where the entry is writable (in a read-only cache it stays as it was: a cache others

@@ -420,7 +420,8 @@ class DDTreePlan:
         Drafter and target logits (target defaults to the drafter's).
     mask_formats : iterable of {"bitmask", "full", "qlen_only"}
         Verify masks :meth:`compile` writes (names case-insensitive; the members of the enum
-        ``driverlevel._mask.MaskFormat`` too). The packed ``bitmask`` is always written; ``"full"`` carves ``max_batch * N * (max_context + N)`` bytes (SGLang FULL).
+        ``driverlevel._mask.MaskFormat`` too). The packed ``bitmask`` is always written;
+        ``"full"`` carves ``max_batch * N * (max_context + N)`` bytes (SGLang FULL).
     compile_ctas : int
         CTAs per request of ``ddtree_compile`` (kv_indices and mask rows are spread over them).
     topk : {"chunked", "threshold"}
