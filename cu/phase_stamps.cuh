@@ -37,10 +37,16 @@ struct DlStampName {
   static constexpr unsigned long long value = Name;
 };
 
-__device__ __forceinline__ void dl_stamp(int row, int slot, unsigned long long name, long long arg) {
-  const long long clk = clock64();
+// The global timer, ns (comparable across SMs): the stamps' gtime, and the stamped diagnostics' clock.
+__device__ __forceinline__ unsigned long long dl_globaltimer() {
   unsigned long long gt;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
+  return gt;
+}
+
+__device__ __forceinline__ void dl_stamp(int row, int slot, unsigned long long name, long long arg) {
+  const long long clk = clock64();
+  const unsigned long long gt = dl_globaltimer();
   if (row < 0 || row >= DL_STAMP_ROWS || slot < 0 || slot >= DL_STAMP_POINTS) return;
   dl_stamps[row][slot] = DlStamp{name, clk, gt, arg};
 }

@@ -173,8 +173,8 @@ def test_twice_build_compiles_and_leaves_the_plain_build_unchanged():
 def test_rowseen_stream_compiles_and_leaves_the_other_builds_unchanged():
     """--rowseen's stream kernels (DL_STAMPS_ROWSEEN with DL_STAMPS: thread 0 polls its row's sample
     exit record before the PDL wait) compile for the H200 within the stream's launch bounds, without
-    spills or stack; the define changes neither the plain cubin nor, for every kernel but the
-    stream's, the stamped one, so a stray define cannot put a poll into a plan's stream."""
+    spills or stack; the define changes the stamped cubin but not the plain one, so a stray define
+    cannot put a poll into a plan's stream."""
     plain_defines = ddtree.compile_defines("sm_90")
     assert stamps.stamp_defines(None, rowseen=True) == {"DL_STAMPS": 1, "DL_STAMPS_ROWSEEN": 1}
     assert stamps.parse_args(["--rowseen"]).rowseen and not stamps.parse_args([]).rowseen

@@ -445,13 +445,8 @@ DL_DEVICE void topk_stream(const TopKParams& p) {
   // nothing is read from the record, and the PDL wait below still orders everything.)
   if (tid == 0) {
     const volatile unsigned long long* seen = &dl_stamps[DDT_TK_ROW_SAMPLE + row][2].name;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-      if (*seen != 0ull) break;
-      __nanosleep(32);
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < 50000ull);
+    const unsigned long long t0 = dl_globaltimer();
+    while (*seen == 0ull && dl_globaltimer() - t0 < 50000ull) __nanosleep(32);
     DDT_TK_STAMP(DDT_TK_ROW_STREAM, 7, "rowseen");
   }
 #endif
