@@ -48,12 +48,16 @@ the SMs' instruction caches.
 
 ``--drafter peaked`` draws confident drafter rows instead of nearly flat ones: the default's trees
 are stars (every node at depth 1), the peaked ones run through every depth (:data:`DRAFTER_BOOSTS`);
-``--drafter jittered`` moves the peaked boosts per row.
+``--drafter jittered`` moves the peaked boosts per row. ``--drafter clustered`` adds to the random
+rows 512 large logits in runs of 16 consecutive ids (:data:`DRAFTER_CLUSTERS`), so that some rows'
+threshold fails and the build's exact fallback runs (``research/probes/sample_clustering.py``).
+Every threshold row of the table is followed by how many of the build's rows fall back, counted by
+the numpy twin (:func:`fallback_rows`).
 ``--search heap`` makes every build use the one-warp heap instead of the parallel search.
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
                                          [--topk chunked|threshold|both] [--pdl on|off|both] [--no-reference]
-                                         [--drafter random|peaked|jittered] [--search parallel|heap]
+                                         [--drafter random|peaked|jittered|clustered] [--search parallel|heap]
                                          [--flush read|write|drafted|none] [--evict-code]
 """
 
@@ -77,9 +81,10 @@ import driverlevel as dl  # noqa: E402
 from driverlevel._cli_common import dump_json_file, json_path_problem
 from driverlevel._device import require_gpu
 from driverlevel._dtypes import f32_to_bf16_bits
-from driverlevel.ddtree import FLAG_LEGACY_SEARCH, DDTreePlan, DDTreeState, check_merge_capacity
+from driverlevel.ddtree import FLAG_LEGACY_SEARCH, MERGE_CAPACITY, DDTreePlan, DDTreeState, check_merge_capacity
 from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
+from driverlevel.reference import topk_threshold as tk_twin  # noqa: E402
 
 VOCAB, DEPTH = 163_840, 15
 BATCHES = (1, 8)  # the batches of every table
@@ -104,8 +109,15 @@ EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax al
 #: "jittered": the peaked boosts, each moved per row by N(0, 0.7^2): no two depths alike, so path
 #: sums do not tie within rounding as they do with the same boosts at every depth.
 PEAKED_BOOSTS = (16.0, 14.0, 12.5, 11.5)
-DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": PEAKED_BOOSTS, "jittered": PEAKED_BOOSTS}
+DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": PEAKED_BOOSTS, "jittered": PEAKED_BOOSTS,
+                  "clustered": (9.0, 6.0, 5.0, 4.0)}
 DRAFTER_JITTER = {"jittered": 0.7}
+#: "clustered": the random rows plus (runs, run length, low, high): 32 runs of 16 consecutive ids
+#: (each starting at a multiple of 16, as a 16-token sample group does) of logits uniform in [6.5,
+#: 8.5), above the noise's bulk and below the strong token of 9 (written after them): a row whose
+#: K largest logits sit in runs, where the sample's groups catch a whole run at once and the
+#: threshold fails more often (``research/probes/sample_clustering.py``).
+DRAFTER_CLUSTERS = {"clustered": (32, 16, 6.5, 8.5)}
 
 
 def drafter_logits(rng, batch, drafter="random", vocab=None):
@@ -115,11 +127,31 @@ def drafter_logits(rng, batch, drafter="random", vocab=None):
     vocab = VOCAB if vocab is None else vocab
     x = rng.standard_normal((batch, DEPTH, vocab), dtype=np.float32) * 2.0
     top = rng.integers(0, vocab, (batch, DEPTH, 4))
+    if drafter in DRAFTER_CLUSTERS:
+        runs, run, lo, hi = DRAFTER_CLUSTERS[drafter]
+        for b in range(batch):
+            for d in range(DEPTH):
+                starts = rng.choice(vocab // run, runs, replace=False) * run
+                idx = (starts[:, None] + np.arange(run)[None, :]).reshape(-1)
+                x[b, d, idx] = rng.uniform(lo, hi, idx.size).astype(np.float32)
     jitter = DRAFTER_JITTER.get(drafter, 0.0)
     for j, boost in enumerate(DRAFTER_BOOSTS[drafter]):
         vals = boost + rng.standard_normal((batch, DEPTH, 1)) * jitter if jitter else np.full((batch, DEPTH, 1), boost)
         np.put_along_axis(x, top[:, :, j:j + 1], vals.astype(np.float32), axis=2)
     return x, top
+
+
+def fallback_rows(x, plan, bf16: bool, sm_count: int) -> int:
+    """Rows of the drafter logits ``x`` ``[batch, DEPTH, VOCAB]`` (fp32; bf16 rounded as uploaded when
+    ``bf16``) whose threshold top-K falls back to the exact chunk top-K in a build of ``plan``, by
+    the numpy twin (:func:`driverlevel.reference.topk_threshold.threshold_topk`, the kernels' rule:
+    T not finite, or fewer than K or more than ``tk_cap`` logits >= T)."""
+    rows = x.shape[0] * x.shape[1]
+    n = 0
+    for r in x.reshape(rows, -1):
+        row = f32_to_bf16_bits(r) if bf16 else r
+        n += bool(tk_twin.threshold_topk(row, plan.k, bf16, MERGE_CAPACITY, sm_count, rows).fallback)
+    return n
 
 
 def make_inputs(dev, stream, rng, plan, batch, logits_dtype, drafter="random"):
@@ -494,8 +526,9 @@ def main(argv=None) -> int:
                          "or heap (DDTreePlan.flags = FLAG_LEGACY_SEARCH: the one-warp best-first heap for every request)")
     ap.add_argument("--drafter", default="random", choices=tuple(DRAFTER_BOOSTS),
                     help="drafter logits: random (default; nearly flat rows, the trees are stars of depth 1), "
-                         "peaked (a confident drafter: deep trees; the same boosts at every depth) or jittered "
-                         "(peaked, the boosts moved per row: no artificial ties)")
+                         "peaked (a confident drafter: deep trees; the same boosts at every depth), jittered "
+                         "(peaked, the boosts moved per row: no artificial ties) or clustered (random, plus 512 "
+                         "large logits per row in runs of 16 consecutive ids: some rows' threshold fails)")
     ap.add_argument("--evict-code", action="store_true",
                     help="before each timed replay's flush, also run a kernel of ~290 KB of code on every SM, so "
                          "that the build's code is in no SM's instruction caches, as in a decode step (needs a "
@@ -566,8 +599,10 @@ def main(argv=None) -> int:
         if args.search == "heap":
             plan.flags = FLAG_LEGACY_SEARCH  # (before the first launch: launches are packed once)
         rng = np.random.default_rng(1000 * batch + budget)  # the same inputs for both top-K paths (and pdl)
-        _, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
+        x, logits, target, tokens, state, snap = make_inputs(dev, stream, rng, plan, batch, args.logits_dtype,
                                                              args.drafter)
+        nfall = (fallback_rows(x, plan, args.logits_dtype == "bfloat16", dev.sm_count)
+                 if mode == "threshold" else None)
         if args.flush == "drafted":  # the logits written again after each flush
             flush.draft_from(dev, stream, logits)
         g = gpu_stage_times(dev, stream, plan, logits, target, tokens, state, snap, reps, flush)
@@ -577,7 +612,7 @@ def main(argv=None) -> int:
         row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
                "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts,
-               "graph_floor_us": floor, "tree_nodes_by_depth": shape}
+               "graph_floor_us": floor, "tree_nodes_by_depth": shape, "threshold_fallback_rows": nfall}
         results.append(row)
         ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
                if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
@@ -590,8 +625,9 @@ def main(argv=None) -> int:
         names = PART_NAMES[mode]
         print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
               + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts))
-              + f" (a one-noop graph: {floor:.1f}); request 0's tree, nodes by depth: {shape}", flush=True)
-        del plan, logits, target, tokens, state, snap
+              + f" (a one-noop graph: {floor:.1f}); request 0's tree, nodes by depth: {shape}"
+              + ("" if nfall is None else f"; rows falling back (numpy twin): {nfall} of {batch * DEPTH}"), flush=True)
+        del plan, x, logits, target, tokens, state, snap
     if args.json:
         return dump_json_file(args.json, {
             "device": dev.name, "vocab": VOCAB, "depth_limit": DEPTH, "logits_dtype": args.logits_dtype,

@@ -88,3 +88,43 @@ def test_code_evictor_is_larger_than_an_sms_instruction_caches():
     big = dl.runtime.compile_source(b.EVICT_SRC, "evict_code.cu", "sm_90", {"EVICT_STEPS": b.EVICT_STEPS})
     assert len(big.data) > 250_000 and len(big.data) > 20 * len(small.data)
     assert big.resources["evict_code"].spills == 0
+
+
+def test_clustered_drafter_puts_its_large_logits_in_aligned_runs():
+    """--drafter clustered: the random rows plus 32 runs of 16 consecutive ids (each starting at a
+    multiple of 16) of logits in [6.5, 8.5), the four strong tokens written after them (9 / 6 / 5 / 4
+    as in the random rows)."""
+    bench = _bench()
+    runs, run, lo, hi = bench.DRAFTER_CLUSTERS["clustered"]
+    x, top = bench.drafter_logits(np.random.default_rng(3), 2, "clustered")
+    assert x.shape == (2, bench.DEPTH, bench.VOCAB) and top.shape == (2, bench.DEPTH, 4)
+    for b in range(2):
+        for d in range(bench.DEPTH):
+            row = x[b, d]
+            assert (row[top[b, d]] == np.float32([9.0, 6.0, 5.0, 4.0])).all()
+            hot = (row >= lo) & (row < hi)
+            hot[top[b, d]] = False
+            groups = hot[: bench.VOCAB // run * run].reshape(-1, run)
+            full = groups.all(axis=1)
+            # every run is whole (a strong token may sit in one); the noise (N(0, 4)) adds a few
+            # scattered values in [6.5, 8.5) outside the runs (~93), never a whole group of 16
+            assert runs - 1 <= int(full.sum()) <= runs
+            assert hot.sum() - groups[full].sum() < 200  # ~93 expected: 163,840 x P(3.25 <= z < 4.25)
+
+
+def test_fallback_rows_counts_the_rows_whose_threshold_fails():
+    """fallback_rows: a constant row (every logit >= T: more than tk_cap) and a row with fewer
+    than K finite logits fall back; the random rows around them do not (fp32 and bf16)."""
+    bench = _bench()
+
+    class Plan:
+        k = 256
+
+    x, _ = bench.drafter_logits(np.random.default_rng(5), 2, "random")
+    x[0, 3] = 1.0
+    x[1, 5] = -np.inf
+    x[1, 5, 1000:1010] = np.arange(10, dtype=np.float32)
+    for bf16 in (False, True):
+        assert bench.fallback_rows(x, Plan, bf16, 132) == 2
+    y, _ = bench.drafter_logits(np.random.default_rng(5), 2, "random")
+    assert bench.fallback_rows(y, Plan, False, 132) == 0

@@ -87,9 +87,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "32768); a multiple of 8, >= 512, within the merge's capacity at each --budget")
     ap.add_argument("--logits-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the drafter logits' dtype")
-    ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
+    ap.add_argument("--drafter", choices=("random", "peaked", "jittered", "clustered"), default="random",
                     help="bench_ddtree's drafter rows: random (nearly flat; star trees), peaked or jittered (deep "
-                         "trees)")
+                         "trees), clustered (random, plus large logits in runs of 16 ids: some rows fall back)")
     ap.add_argument("--topk", choices=TOPK_MODES, default="threshold",
                     help="the plan's top-K (DDTreePlan's topk): the merge of a threshold row's candidates, or of the "
                          "chunk kernel's (--chain then shows the chunk kernel, its times from that kernel's first "
