@@ -84,7 +84,7 @@ from driverlevel._dtypes import f32_to_bf16_bits
 from driverlevel.ddtree import FLAG_LEGACY_SEARCH, MERGE_CAPACITY, DDTreePlan, DDTreeState, check_merge_capacity
 from driverlevel.request_state import ARRAY_FIELDS
 from driverlevel.reference import ddtree as ref
-from driverlevel.reference import topk_threshold as tk_twin  # noqa: E402
+from driverlevel.reference import topk_threshold as tk_twin
 
 VOCAB, DEPTH = 163_840, 15
 BATCHES = (1, 8)  # the batches of every table
