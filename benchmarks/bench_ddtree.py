@@ -109,8 +109,9 @@ EXTRA = ("accept_tok", "topk")  # accept from given target tokens (the argmax al
 #: "jittered": the peaked boosts, each moved per row by N(0, 0.7^2): no two depths alike, so path
 #: sums do not tie within rounding as they do with the same boosts at every depth.
 PEAKED_BOOSTS = (16.0, 14.0, 12.5, 11.5)
-DRAFTER_BOOSTS = {"random": (9.0, 6.0, 5.0, 4.0), "peaked": PEAKED_BOOSTS, "jittered": PEAKED_BOOSTS,
-                  "clustered": (9.0, 6.0, 5.0, 4.0)}
+RANDOM_BOOSTS = (9.0, 6.0, 5.0, 4.0)
+DRAFTER_BOOSTS = {"random": RANDOM_BOOSTS, "peaked": PEAKED_BOOSTS, "jittered": PEAKED_BOOSTS,
+                  "clustered": RANDOM_BOOSTS}
 DRAFTER_JITTER = {"jittered": 0.7}
 #: "clustered": the random rows plus (runs, run length, low, high): 32 runs of 16 consecutive ids
 #: (each starting at a multiple of 16, as a 16-token sample group does) of logits uniform in [6.5,

@@ -2,15 +2,15 @@
 ids, for sample groups of 8 tokens (fp32 on main: 32 bytes) against 16 (bf16 on main, and fp32
 under research/patches/sample-g64-f32.patch: 64 bytes). Seventy-first session.
 
-The numpy twin (driverlevel.reference.topk_threshold.sample_threshold) picks T for each row with
-the group size forced by replacing `group_tokens` (the twin's and the host module's: a probe, not
-an API), and the row falls back when fewer than K logits are >= T (or T is not finite) or more
-than `candidate_capacity` are (the exact chunk top-K then takes it: a cost in time, never in
-exactness). A row: N(0, 1) noise over 163,840 tokens, `hot` x K hot logits 8 + N(0, 1) in runs of
+The numpy twin (driverlevel.reference.topk_threshold.threshold_topk, at the build's merge capacity)
+decides each row with the group size forced by replacing `group_tokens` (the twin's and the host
+module's: a probe, not an API): the row falls back when fewer than K logits are >= T (or T is not
+finite) or more than `candidate_capacity` are (the exact chunk top-K then takes it: a cost in
+time, never in exactness). A row: N(0, 1) noise over 163,840 tokens, `hot` x K hot logits 8 + N(0, 1) in runs of
 `run` consecutive ids at random run-aligned positions (run 1: no clustering, the bench's drafters'
 kind).
 
-    python research/probes/sample_clustering.py --rows 2000 --hot 1     (CPU, ~5 minutes)
+    python research/probes/sample_clustering.py --rows 2000 --hot 1     (CPU, ~5-8 minutes)
     python research/probes/sample_clustering.py --rows 2000 --hot 2
 
 Printed on 2026-12-07 (2,000 rows per cell, seed 1; the rows with count < K; no row ever had more
@@ -31,6 +31,7 @@ import numpy as np
 
 import driverlevel._topk_threshold as host
 import driverlevel.reference.topk_threshold as twin
+from driverlevel.ddtree import MERGE_CAPACITY
 
 VOCAB = 163_840
 
@@ -45,7 +46,6 @@ def fallback_rates(g: int, k: int, run: int, rows: int, hot: int, seed: int) -> 
     """(share of rows with count < K or T not finite, share with count > capacity) for group size g."""
     _force_group(g)
     rng = np.random.default_rng(seed)
-    cap = host.candidate_capacity(k, VOCAB, 12288)
     low = high = 0
     for _ in range(rows):
         row = rng.normal(0.0, 1.0, VOCAB).astype(np.float32)
@@ -53,10 +53,9 @@ def fallback_rates(g: int, k: int, run: int, rows: int, hot: int, seed: int) -> 
         starts = rng.choice(VOCAB // run, runs, replace=False) * run
         idx = (starts[:, None] + np.arange(run)[None, :]).reshape(-1)
         row[idx] = (8.0 + rng.normal(0.0, 1.0, idx.size)).astype(np.float32)
-        t, not_finite = twin.sample_threshold(row, k, False)
-        count = int((row >= t).sum())
-        low += bool(not_finite) or count < k
-        high += count > cap
+        r = twin.threshold_topk(row, k, False, MERGE_CAPACITY)
+        high += r.count > r.capacity
+        low += r.fallback and r.count <= r.capacity
     return low / rows, high / rows
 
 
