@@ -379,3 +379,13 @@ def test_launch_gaps_name_a_kernel_whose_launch_came_late():
     lines = stamps.launch_gaps(build, topk)
     assert len(lines) == 1 and lines[0].startswith("late launch: ddtree_build's first CTA entered 6.00 µs "
                                                    "after the stream kernel's last exit")
+
+
+def test_every_bench_drafter_is_a_choice():
+    """--drafter takes every one of bench_ddtree's drafter kinds (the tool lists them itself: it
+    imports the bench only after parsing); an unknown kind is refused."""
+    from bench_util import load_bench
+    for k in load_bench("bench_ddtree").DRAFTER_BOOSTS:
+        assert stamps.parse_args(["--drafter", k]).drafter == k
+    with pytest.raises(SystemExit):
+        stamps.parse_args(["--drafter", "nope"])
