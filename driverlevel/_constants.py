@@ -104,8 +104,9 @@ DDTREE_BUILD_THREADS = 512
 #: Chunk candidates per thread of ``ddtree_build``'s row merge.
 DDTREE_MERGE_ELEMS = 24
 #: Bytes of a chunk CTA's shared memory (``ChunkSmem``, cu/ddtree/topk.cuh; a static_assert checks
-#: it): the least dynamic shared memory of ``ddtree_build`` in a threshold plan, whose build runs
-#: the chunk top-K itself for a row the threshold failed (cu/ddtree/build.cuh, chunk_fallback_row).
+#: it): the least dynamic shared memory of ``ddtree_build`` in a threshold plan, whose build
+#: refines a row the threshold failed, or runs the chunk top-K over it (cu/ddtree/build.cuh,
+#: refine_row and chunk_fallback_row; static_asserts check that this holds both).
 DDTREE_FALLBACK_SHARED_BYTES = 41_600
 #: Threads of ``ddtree_compile``, ``ddtree_accept``, ``ddtree_commit*``.
 DDTREE_SMALL_THREADS = 256

@@ -609,8 +609,8 @@ class DDTreePlan:
         self.tk_sample_carveout = (_tk.sample_carveout(rows, rows * self.tk_nseg, self.device.sm_count,
                                                        self.tk_ctas_per_sm)
                                    if self.pdl and self.topk == "threshold" else None)
-        # threshold: ddtree_build runs the chunk top-K of a row the threshold failed in its own
-        # dynamic shared memory (cu/ddtree/build.cuh, chunk_fallback_row)
+        # threshold: ddtree_build refines a row the threshold failed, or runs the chunk top-K over
+        # it, in its own dynamic shared memory (cu/ddtree/build.cuh, refine_row, chunk_fallback_row)
         self.build_smem = build_shared_bytes(self.depth_limit, self.k, self.budget)
         if self.topk == "threshold":
             self.build_smem = max(self.build_smem, DDTREE_FALLBACK_SHARED_BYTES)

@@ -265,13 +265,16 @@ def check_threshold_state(rig, x, dtype, requests=None):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_threshold_fallback_rows_are_exact(device, stream, dtype):
-    """Rows where the sampled threshold fails take the chunk top-K and stay exact: the sampled
-    tokens boosted above the rest (count < K), a constant row and a flat row with spikes (count >
-    capacity: every value ties with T), an all-NaN row (T not finite), beside rows that keep
-    the threshold (normal, integer-valued with ties at T, large logits clustered at low ids);
-    the twin predicts every decision; replayed from a graph, equal. A failed row's fallback runs
-    in its ddtree_build CTA (the chunk top-K's code on 512 threads): its top-K ids and log-probs
-    are bitwise those of a chunked plan (the chunk kernel, 320 threads) on the same logits."""
+    """Rows where the sampled threshold fails stay exact: the sampled tokens boosted above the rest
+    (count < K) and pushed below it (count > capacity), where the build refines a threshold of its
+    own (refine_row: the row's list then holds every logit >= T', so all K winners, where the
+    stream's held fewer than K); a constant row and a flat row with spikes (count > capacity:
+    every value ties with T) and an all-NaN row (T not finite), which take the chunk top-K;
+    beside rows that keep the threshold (normal, integer-valued with ties at T, large logits
+    clustered at low ids). The twin predicts every decision of the stream; replayed from a
+    graph, equal. The chunk top-K runs in the row's ddtree_build CTA (its code on 512 threads):
+    those rows' top-K ids and log-probs are bitwise those of a chunked plan (the chunk kernel,
+    320 threads) on the same logits; the refined rows' ids are too."""
     from driverlevel._topk_threshold import group_tokens, sample_groups
 
     rng = np.random.default_rng(71)
@@ -289,6 +292,10 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     x[0, 2, rng.choice(V, 100, replace=False)] = 7.0  # count > capacity
     x[0, 3] = np.nan                        # T = NaN (-inf): the stream skips the row
     x[0, 5] = np.round(x[0, 5])             # integers: many ties at T, the threshold holds
+    x[1, 0, sampled] -= 50.0                # only the sampled tokens are small: count > capacity,
+    #                                         refined above T
+    x[1, 1, sampled[:96]] += 50.0           # 96 sampled tokens large: T ~ 51, count < K, the K-th
+    #                                         largest ~6, below the first window [T / 4, T): widened
     x[1, 4, :3000] += 6.0                   # large logits clustered at low ids: the threshold holds,
     #                                         and up to 112 (fp32) / 167 (bf16) candidates in one warp
     #                                         tile take the stream's direct path (> TK_WARP_STAGE)
@@ -315,7 +322,12 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
         check_threshold_state(rig, x, dtype)
         count, flag = rig.plan.tk_count.to_numpy(), rig.plan.tk_flag.to_numpy()
         fb = (flag != 0) | (count < k) | (count > rig.plan.tk_cap)
-        assert fb[:4].all() and not fb[4:].any(), f"fallback rows {np.flatnonzero(fb)}"
+        assert np.flatnonzero(fb).tolist() == [0, 1, 2, 3, D, D + 1], f"fallback rows {np.flatnonzero(fb)}"
+        cand = rig.plan.tk_cand.to_numpy().reshape(B * D, -1)
+        for b, d in ((0, 0), (1, 0), (1, 1)):  # refined: the row's list holds all K winners
+            listed = ~(cand[b * D + d] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            want_ids = ref.topk_logprobs(x[b], k)[0][d]
+            assert np.isin(want_ids, listed.view(np.int32)).all(), f"round {rnd}: row ({b}, {d}) not refined"
         if first is None:
             first = out
         else:  # eager and replayed builds are bitwise equal
@@ -327,8 +339,10 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     chunked.build(stream, rig.logits, rig.state)
     stream.synchronize()
     want = plan_outputs(chunked, ("top_ids", "top_lp"))
-    for n in ("top_ids", "top_lp"):  # request 0's rows 0..3 took the fallback
-        np.testing.assert_array_equal(first[n][0, :4], want[n][0, :4], err_msg=f"fallback rows vs chunked: {n}")
+    for n in ("top_ids", "top_lp"):  # request 0's rows 1..3 took the chunk top-K
+        np.testing.assert_array_equal(first[n][0, 1:4], want[n][0, 1:4], err_msg=f"fallback rows vs chunked: {n}")
+    for b, d in ((0, 0), (1, 0), (1, 1)):  # the refined rows: the same ids
+        np.testing.assert_array_equal(first["top_ids"][b, d], want["top_ids"][b, d], err_msg=f"refined row ({b}, {d})")
 
 
 def peaked_rows(rng, batch, depth, vocab, jitter):

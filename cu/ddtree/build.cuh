@@ -21,6 +21,9 @@ struct BuildSmem {
   int ri[32];
   float lse;
   int last;
+  double rsum;  // refine_row's outcome (a refined row): the row's sum of exp(x - rt),
+  float rt;     // its threshold,
+  int rn;       // and its candidate count
 };
 // ddtree_build's static shared memory, at namespace scope so that an out-of-line function
 // (select_row_cold) addresses it as shared.
@@ -92,9 +95,12 @@ DL_DEVICE void sort_barriers(int P, int id, int count) {
 // at the start of the dynamic shared memory, which a threshold plan sizes for it:
 // driverlevel._constants.DDTREE_FALLBACK_SHARED_BYTES), written to the row's cand, chunk_max and chunk_sum
 // as the chunk kernel writes them in topk_mode = 0; the merge then takes the row as in that
-// mode. It costs the failed row's request ~1-2 µs per chunk (the row from L2 or DRAM); a
-// fallback kernel between the stream and the build cost every build its launch (~1.1-1.5 µs on
-// the H200) and kept the build from starting before the stream had drained. Not inlined: its
+// mode. Only the rows refine_row cannot take come here (T not finite, more than tk_cap logits tied
+// at one key, a segment sum not finite, fewer than K logits above -inf): it costs the row's
+// request ~15 µs per chunk, ~360 µs for a 163,840-token row (H100, seventy-second session; the
+// estimate had been 1-2 µs per chunk). A fallback kernel between the stream and the build cost
+// every build its launch (~1.1-1.5 µs on the H200) and kept the build from starting before the
+// stream had drained. Not inlined: its
 // two instantiations (~6,000 instructions each) sit apart from the merge's code, and the
 // kernel's registers stay those of the merge and the search (sm_90: 112, inlined 123).
 __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int d, u8* dyn) {
@@ -109,6 +115,273 @@ __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int
   // The row's candidates and statistics (this CTA's global stores) are visible to its threads
   // past the barrier, and its shared memory is free for the merge's sort buffer.
   __syncthreads();
+}
+
+// ---- the refined threshold: a failed row's exact threshold, by its own CTA
+// A threshold row fails when T, picked from a sample, lets fewer than K or more than tk_cap logits
+// through. Rows whose large logits sit in runs of neighbouring ids fail far more often than random
+// ones: a sample group catches a whole run or none of it (research/probes/sample_clustering.py).
+// The chunk top-K over the row in one CTA (chunk_fallback_row) took ~15 µs per 7,680-token chunk,
+// ~360 µs for a 163,840-token row (H100, bench_ddtree --drafter clustered, seventy-second
+// session): one failed row of 120 made the batch-8 build 8x slower (budget 256: fp32 49 -> 408 µs
+// with one such row, bf16 39 -> 387 µs with three).
+// refine_row instead finds a threshold T' whose count of logits >= T' lies in [K, tk_cap], lists
+// those logits in the row's candidate list as the stream lists those >= T, and the merge takes
+// the row as one whose threshold held:
+// * fewer than K passed (the clustered rows' case: the sample saw a run and T came out too high):
+//   the list already holds those tk_n, every key >= T. Each read of the row appends the keys of a
+//   window just below the last (REFINE_APPEND_WIDTH keys: 1/4 of an octave, then 8x as wide)
+//   until the list holds K or more: every key >= the last window's bottom, which is T'. The
+//   clustered rows' K-th largest lay in the first window: one read of the row.
+// * more than tk_cap passed, or a window overflowed the list: a radix select on the order keys,
+//   each level one read of the row (the keys of a window [lo, hi] counted in REFINE_BINS linear
+//   bins, the K-th largest's bin the next window; the first window above T, or REFINE_WIDTH keys
+//   below it, widened 16x while the K-th largest lies below), then one read to list the keys >= T'.
+// The row's log-sum-exp needs no read: the stream's segment sums relative to T cover every logit,
+// and relative to T' they are their total times exp(T - T'), kept in build_smem.rsum (the merge's
+// S = 0: "refined"). Returns false when the exact chunk top-K must take the row after all (it
+// reads nothing refine_row wrote): T not finite (the stream skipped the row), a segment sum not
+// finite (a logit 80 or more above T, or +inf), fewer than K logits above -inf, more than tk_cap
+// logits tied at one key (only the lowest ids may pass: the chunk top-K's keep_lowest_ids), or a
+// list that disagrees with the histogram's count. Every index stays in bounds whatever the row
+// holds: the list's writes stop at tk_cap.
+// Measured (H100, batch 8, budget 256, ddtree_stamps --drafter clustered): the failed row's merge
+// ends ~22 µs (fp32) / ~19 µs (bf16) after the others' instead of ~330 µs.
+constexpr int REFINE_BINS = 2048;
+constexpr int REFINE_BIN_BITS = 11;
+constexpr int REFINE_ELEMS = 32;  // logits in flight per thread and read: 8 vectors of fp32, 4 of bf16
+constexpr u32 REFINE_WIDTH = 1u << 24;  // the radix select's first window below T, in keys: two octaves
+constexpr u32 REFINE_APPEND_WIDTH = 1u << 21;  // the appends' first window below T: 1/4 of an octave
+constexpr int REFINE_APPEND_WINDOWS = 4;  // 1/4, 2, 16 and 128 octaves
+constexpr int REFINE_LEVELS = 12;
+struct RefineSmem {  // at the start of the dynamic shared memory (the sort buffer's place)
+  u32 bin[REFINE_BINS];
+  int ri[32];
+  u32 listed;
+  int found, above, count;  // the K-th's bin (-1: below the window), the keys above it in the window, its own
+};
+static_assert(sizeof(RefineSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES,
+              "a threshold plan's dynamic shared memory holds RefineSmem");
+static_assert(REFINE_BINS == 4 * BUILD_THREADS, "four bins a thread");
+
+// The window [lo, hi] of order keys as a float test: x passes for every logit whose key lies in
+// it (and for a few more: hi = key(-0) admits +0; NaN never passes), so refine_each compares
+// floats per logit and forms the key only for those that pass.
+struct RefineWindow {
+  float flo, fhi;
+  u32 lo, hi;
+  DL_DEVICE RefineWindow(u32 l, u32 h) : lo(l), hi(h) {
+    flo = key_f32(l);
+    fhi = key_f32(min(h, f32_key(__int_as_float(0x7f800000))));  // keys above +inf's are NaN's
+  }
+  DL_DEVICE bool maybe(float x) const { return x >= flo && x <= fhi; }
+};
+
+// hit(key, token) for every logit of the row whose key lies in the window, by the CTA: 16-byte
+// vectors, REFINE_ELEMS logits of them in flight per thread, where the rows are aligned
+// (logits_vec), then the tokens past the last whole vector (or, unaligned, every token) one by
+// one. Each logit costs two float compares; the few that pass are keyed in a rare branch. One SM
+// reads the row alone here, so each round of loads is a round trip: ~2 µs per round of 32 logits
+// a thread, fp32 or bf16 alike, ~21 / ~18 µs per read of a 163,840-token fp32 / bf16 row (H100,
+// ddtree_stamps --drafter clustered, batch 8). Measured beside it (seventy-second session): 64
+// logits a thread, the passing ones loaded again from L2 by a loop after the round (so that the
+// round's registers stay few), 30.7 / 23.2 µs; the same with the next round's loads issued before
+// that loop, 25.3 / 23.6 µs. Keyed inside the unrolled loop at 64 logits, sm_120 spilled.
+template <typename T, typename F>
+DL_DEVICE void refine_each(const BuildParams& p, const T* row, const RefineWindow& win, F&& hit) {
+  constexpr int V = LogitTraits<T>::VEC, U = REFINE_ELEMS / V;
+  static_assert(REFINE_ELEMS <= 64, "one mask bit per logit of a thread's vectors");
+  const int tid = threadIdx.x, vocab = p.vocab;
+  const int nv = p.logits_vec ? vocab / V : 0;
+  const uint4* rv = reinterpret_cast<const uint4*>(row);
+  auto one = [&](float x, int tok) {
+    if (!win.maybe(x)) return;
+    const u32 k = logit_key(x);
+    if (k >= win.lo && k <= win.hi) hit(k, tok);
+  };
+#pragma unroll 1
+  for (int base = 0; base < nv; base += U * BUILD_THREADS) {
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * BUILD_THREADS + tid;
+      q[u] = i < nv ? __ldcg(rv + i) : make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float v[V];
+      tk_unpack(q[u], v);  // (past the row: -inf, which no window holds)
+      u32 m = 0;  // bit e: element e may lie in the window
+#pragma unroll
+      for (int e = 0; e < V; ++e) m |= static_cast<u32>(win.maybe(v[e])) << e;
+      if (m) {  // (rare)
+        const int tok0 = (base + u * BUILD_THREADS + tid) * V;
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if ((m >> e) & 1u) one(v[e], tok0 + e);
+      }
+    }
+  }
+#pragma unroll 4
+  for (int t = nv * V + tid; t < vocab; t += BUILD_THREADS) one(LogitTraits<T>::load(row + t), t);
+}
+
+template <typename T>
+__device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 tk_flag, u32 tk_n, float tk_t,
+                                        u8* dyn) {
+  RefineSmem& rs = *reinterpret_cast<RefineSmem*>(dyn);
+  BuildSmem& sm = build_smem;
+  const int tid = threadIdx.x, K = p.k, S = p.tk_nseg;
+  const u32 cap = static_cast<u32>(p.tk_cap);
+  const size_t row_id = static_cast<size_t>(b) * p.depth_limit + d;
+  if (tk_flag != 0u || !isfinite(tk_t)) return false;  // (uniform) the stream skipped the row
+  if (tid < 32) {  // the row's sum of exp(x - T) over every logit: its segments' (below, above)
+    const double2* sums = reinterpret_cast<const double2*>(p.tk_sum) + row_id * S;
+    double s = 0.0;
+    for (int i = tid; i < S; i += 32) s += sums[i].x + sums[i].y;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    if (tid == 0) sm.rsum = s;
+  }
+  __syncthreads();
+  if (!isfinite(sm.rsum)) return false;  // (uniform) a logit 80 or more above T, or +inf
+  const T* row = static_cast<const T*>(p.logits) + static_cast<i64>(b) * p.logits_batch_stride +
+                 static_cast<i64>(d) * p.logits_row_stride;
+  u64* out = p.tk_cand + row_id * static_cast<size_t>(p.tk_cap);
+  const u32 tkey = f32_key(tk_t);
+  constexpr u32 KMIN = KEY_NEG_INF + 1u;  // the smallest key of a logit above -inf
+  u32 tcut = 0u;  // T' as a key (0: not found)
+  int n_want = 0;
+  bool listed = false;  // the list already holds every key >= tcut
+  // Fewer than K passed: the list holds those tk_n (every key >= T). Each read appends the keys of
+  // a window just below the last, REFINE_APPEND_WIDTH keys wide (1/4 of an octave), then 8x as
+  // wide, until the list holds K or more: every key >= the window's bottom, which is T'. A
+  // clustered row's K-th largest usually lies in the first window: one read of the row. A window
+  // that overflows the list leaves it to the radix select below.
+  if (tk_n < static_cast<u32>(K)) {
+    if (tkey <= KMIN) return false;  // (uniform) nothing above -inf below T
+    u32 hi = tkey - 1u, width = REFINE_APPEND_WIDTH;
+    u32 have = tk_n;
+#pragma unroll 1
+    for (int w = 0; w < REFINE_APPEND_WINDOWS; ++w) {
+      const u32 lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
+      if (w) __syncthreads();  // every thread has read rs.listed
+      if (tid == 0) rs.listed = have;
+      __syncthreads();
+      refine_each<T>(p, row, RefineWindow(lo, hi), [&](u32 k, int tok) {
+        const u32 at = atomicAdd(&rs.listed, 1u);
+        if (at < cap) out[at] = composite(k, tok);
+      });
+      __syncthreads();
+      have = rs.listed;  // (uniform)
+      if (have > cap) break;  // the radix select takes it
+      if (have >= static_cast<u32>(K)) {
+        tcut = lo;
+        n_want = static_cast<int>(have);
+        listed = true;
+        break;
+      }
+      if (lo == KMIN) return false;  // (uniform) fewer than K logits above -inf
+      hi = lo - 1u;
+      width = width >= (1u << 29) ? 0xffffffffu : width << 3;
+    }
+  }
+  if (!listed) {
+    // The radix select: the window [lo, hi] of keys holds the K-th largest, `above` keys lie above
+    // it. More than tk_cap passed: the K-th largest is >= T. Fewer than K (the appends overflowed
+    // or ran out of windows): it lies below T, in a window REFINE_WIDTH wide or one further down.
+    u32 lo, hi, width = REFINE_WIDTH;
+    int above;
+    if (tk_n < static_cast<u32>(K)) {
+      hi = tkey - 1u;
+      lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
+      above = static_cast<int>(tk_n);
+    } else {
+      lo = tkey;
+      hi = 0xffffffffu;
+      above = 0;
+    }
+#pragma unroll 1
+    for (int level = 0; level < REFINE_LEVELS; ++level) {
+      const u32 range = hi - lo;
+      const int bits = 32 - __clz(static_cast<int>(range));
+      const int shift = bits > REFINE_BIN_BITS ? bits - REFINE_BIN_BITS : 0;  // (range >> shift) < REFINE_BINS
+      __syncthreads();  // the previous level's bins and outcome (or the appends' count) are read
+#pragma unroll
+      for (int i = 0; i < 4; ++i) rs.bin[i * BUILD_THREADS + tid] = 0u;
+      if (tid == 0) rs.found = -1;
+      __syncthreads();
+      refine_each<T>(p, row, RefineWindow(lo, hi), [&](u32 k, int) { atomicAdd(&rs.bin[(k - lo) >> shift], 1u); });
+      __syncthreads();
+      // From the top: thread t holds bins REFINE_BINS - 1 - 4t down to REFINE_BINS - 4 - 4t.
+      const int top = REFINE_BINS - 1 - 4 * tid;
+      u32 c4[4];
+      int own = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        c4[i] = rs.bin[top - i];
+        own += static_cast<int>(c4[i]);
+      }
+      int total;
+      int before = dl::block_excl_scan<BUILD_THREADS>(own, rs.ri, &total);
+      const int need = K - above;  // >= 1
+      if (before < need && before + own >= need) {  // the K-th largest's bin is one of this thread's
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (before + static_cast<int>(c4[i]) >= need) {
+            rs.found = top - i;
+            rs.above = before;
+            rs.count = static_cast<int>(c4[i]);
+            break;
+          }
+          before += static_cast<int>(c4[i]);
+        }
+      }
+      __syncthreads();
+      const int found = rs.found;  // (uniform)
+      if (found < 0) {  // fewer than `need` keys in the window: the next one below, 16x as wide
+        above += total;
+        if (lo <= KMIN) return false;  // (uniform) fewer than K logits above -inf
+        hi = lo - 1u;
+        width = width >= (1u << 28) ? 0xffffffffu : width << 4;
+        lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
+        continue;
+      }
+      const u32 blo = lo + (static_cast<u32>(found) << shift);
+      const u32 bhi = static_cast<u32>(min(static_cast<u64>(hi), static_cast<u64>(blo) + ((1ull << shift) - 1ull)));
+      const int n_ge = above + rs.above + rs.count;  // keys >= blo: >= K
+      if (n_ge <= static_cast<int>(cap)) {
+        tcut = blo;
+        n_want = n_ge;
+        break;
+      }
+      if (shift == 0) return false;  // (uniform) more than tk_cap ties at one key
+      above += rs.above;
+      lo = blo;
+      hi = bhi;
+    }
+    if (tcut == 0u) return false;  // (uniform) levels exhausted (not expected: 32 bits in 11-bit levels)
+    // The list: every logit whose key is >= T', as the stream lists those >= T (in no order: the
+    // merge ranks them).
+    if (tid == 0) rs.listed = 0u;
+    __syncthreads();
+    refine_each<T>(p, row, RefineWindow(tcut, 0xffffffffu), [&](u32 k, int tok) {
+      const u32 at = atomicAdd(&rs.listed, 1u);
+      if (at < cap) out[at] = composite(k, tok);
+    });
+    __syncthreads();
+  }
+  // (the list, this CTA's global stores, is visible to its threads past the barriers above)
+  const bool agree = rs.listed == static_cast<u32>(n_want);  // (uniform)
+  __syncthreads();  // every thread has read rs.listed: the merge may take the dynamic shared memory
+  if (tid == 0 && agree) {
+    const float t2 = key_f32(tcut);
+    sm.rt = t2;
+    sm.rn = n_want;
+    sm.rsum = sm.rsum * exp(static_cast<double>(tk_t) - static_cast<double>(t2));
+  }
+  __syncthreads();  // sm.rt, sm.rn, sm.rsum
+  return agree && isfinite(sm.rsum);
 }
 
 // ---- the hist path: a threshold row's candidates ranked by one linear histogram
@@ -241,10 +514,19 @@ DL_DEVICE void hist_rank(const u64 (&c)[MERGE_ELEMS], int ecount, u64 cmax, u64 
   DDT_STAMP(29, "sortdone", 0);
 }
 
+// A threshold row's first 32 segment sums (below, above) relative to T, lane by lane (0 past the
+// S segments), for row_lse; S = 0: a refined row (refine_row), whose one sum relative to its T'
+// lane 0 takes from build_smem.rsum.
+DL_DEVICE double2 segment_sums_pre(const BuildParams& p, size_t row_id, int S) {
+  const int lane = threadIdx.x & 31;
+  if (S == 0) return make_double2(lane == 0 ? build_smem.rsum : 0.0, 0.0);
+  return lane < S ? reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + lane] : make_double2(0.0, 0.0);
+}
+
 // The row's log-sum-exp, computed by the log-sum-exp warp (lane 0 writes lse_out, read past a
-// later barrier). thr: relative to T from the stream segments' sums
-// (S of them at tk_sums; the first 32 already in t_pre, lane by lane); otherwise from the chunks'
-// (maximum, sum of exp), S chunks.
+// later barrier). thr: relative to T from the stream segments' sums (S of them at tk_sums; the
+// first 32 already in t_pre, lane by lane; S = 0: a refined row's one sum, in t_pre); otherwise
+// from the chunks' (maximum, sum of exp), S chunks.
 DL_DEVICE void row_lse(const BuildParams& p, size_t row_id, bool thr, int S, int n_cand, u64 cmax, float t_thr,
                        double2 t_pre, float& lse_out) {
   const int lane = threadIdx.x & 31;
@@ -349,17 +631,17 @@ DL_DEVICE void load_threshold_cand(const BuildParams& p, size_t row_id, int n, i
 // (its T t_thr), ranked by hist_rank while the log-sum-exp warp computes the row's log-sum-exp,
 // then stored. Returns false, having stored nothing, for a crowded row (h.crowded): merge_row then
 // takes the select and the sort (select_row_cold), loading the candidates again (from L2).
-DL_DEVICE bool merge_row_hist(const BuildParams& p, size_t row_id, int n_cand, float t_thr) {
+DL_DEVICE bool merge_row_hist(const BuildParams& p, size_t row_id, int S, int n_cand, float t_thr) {
   extern __shared__ __align__(16) u8 dyn[];
   HistSmem& h = *reinterpret_cast<HistSmem*>(dyn);
-  const int tid = threadIdx.x, K = p.k, S = p.tk_nseg;
+  const int tid = threadIdx.x, K = p.k;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   h.count[hist_slot(tid)] = 0u;  // (HIST_BINS == BUILD_THREADS; ordered by the block max's barriers)
   // The candidates in the workers' registers only (the log-sum-exp warp holds none).
   u64 c[MERGE_ELEMS];
   load_threshold_cand(p, row_id, tid < HIST_WORKERS ? n_cand : 0, HIST_WORKERS, c);
   double2 t_pre = make_double2(0.0, 0.0);  // the log-sum-exp warp: the first 32 segments' sums now
-  if (lse_warp && (tid & 31) < S) t_pre = reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + (tid & 31)];
+  if (lse_warp) t_pre = segment_sums_pre(p, row_id, S);
   u64 mine = 0;
 #pragma unroll
   for (int j = 0; j < MERGE_ELEMS; ++j) mine = c[j] > mine ? c[j] : mine;
@@ -458,7 +740,7 @@ DL_DEVICE void select_row(const BuildParams& p, size_t row_id, bool thr, int S, 
   const bool sorts = tid < max(P, 32);  // (warp-uniform)
   if (lse_warp) {
     double2 t_pre = make_double2(0.0, 0.0);
-    if (thr && lane < S) t_pre = reinterpret_cast<const double2*>(p.tk_sum)[row_id * S + lane];
+    if (thr) t_pre = segment_sums_pre(p, row_id, S);
     row_lse(p, row_id, thr, S, n_cand, cmax, t_thr, t_pre, sm.lse);  // (P == BUILD_THREADS: before this warp's part of the sort)
   }
   DDT_STAMP_BY(LSE_WARP * 32, 28, "lsedone", 0);
@@ -503,10 +785,23 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
     tk_n = p.tk_count[row_id];
     tk_t = p.tk_thresh[row_id];
   }
-  const bool thr = tmode && !tk_fallback_of(p, tk_flag, tk_n);  // (uniform)
+  bool thr = tmode && !tk_fallback_of(p, tk_flag, tk_n);  // (uniform)
   DDT_STAMP(31, "counted", tk_n);  // (stamped builds: the first round trip to L2 returned)
-  if (tmode && !thr) chunk_fallback_row(p, b, d, reinterpret_cast<u8*>(sortbuf));  // (uniform; rare)
-  const int S = thr ? p.tk_nseg : p.num_chunks;
+  bool refined = false;
+  if (tmode && !thr) {  // (uniform; rare) a threshold T' of the row's own, else the chunk top-K
+    refined = p.logits_bf16 ? refine_row<bf16>(p, b, d, tk_flag, tk_n, tk_t, reinterpret_cast<u8*>(sortbuf))
+                            : refine_row<float>(p, b, d, tk_flag, tk_n, tk_t, reinterpret_cast<u8*>(sortbuf));
+    if (refined) {
+      thr = true;
+      tk_n = static_cast<u32>(build_smem.rn);
+      tk_t = build_smem.rt;
+    } else {
+      __syncthreads();  // every thread has read refine_row's shared memory
+      chunk_fallback_row(p, b, d, reinterpret_cast<u8*>(sortbuf));
+    }
+  }
+  // S: the stream's segments (a refined row: 0, its sum relative to T' in build_smem.rsum) or the chunks
+  const int S = thr ? (refined ? 0 : p.tk_nseg) : p.num_chunks;
   const int n_cand = thr ? static_cast<int>(tk_n) : S * K;  // thr: <= tk_cap <= the capacity
   // A threshold row whose candidates fit the workers' registers: ranked by one histogram
   // (merge_row_hist), unless crowded; every other row by the select and the sort, which the
@@ -514,7 +809,7 @@ DL_DEVICE void merge_row(const BuildParams& p, int b, int d, BuildSmem& sm, u64*
   // its ~4,400 instructions to the store and the search, and a jump over ~2,100 (the hist path,
   // inlined into the chunked plans) had cost their merge ~5 µs from cold instruction caches (out of
   // line, the threshold builds ran 0.5-3.8 µs faster on an H100: sixty-second session).
-  if (HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS && merge_row_hist(p, row_id, n_cand, tk_t)) return;  // (uniform)
+  if (HIST_MERGE && thr && n_cand <= HIST_WORKERS * MERGE_ELEMS && merge_row_hist(p, row_id, S, n_cand, tk_t)) return;  // (uniform)
   // (the stamps' --twice build, DDT_TWICE_REPS 2, inlines it: a call inside its loop of two merges
   // spilled 20 B)
   if (HIST_MERGE && DDT_TWICE_REPS == 1) select_row_cold(p, row_id, thr, S, n_cand, tk_t);

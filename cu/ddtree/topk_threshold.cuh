@@ -2,9 +2,11 @@
 // threshold top-K. ddtree_topk_sample_* picks a per-row threshold T from a stratified sample (at
 // least tk_m, at most tk_m + tk_slack sampled logits >= T, ties aside), ddtree_topk_stream_*
 // reads every row once through a shared-memory ring and keeps the logits >= T (plus each
-// segment's sums of exp(x - T) below and above T); ddtree_build merges the row's list, or, for a
-// row where T failed (fewer than K or more than tk_cap logits >= T, or T not finite), runs the
-// chunk top-K (topk.cuh) over the row itself first (build.cuh, chunk_fallback_row).
+// segment's sums of exp(x - T) below and above T); ddtree_build merges the row's list. For a row
+// where T failed (fewer than K or more than tk_cap logits >= T, or T not finite) ddtree_build
+// first finds a threshold of the row's own and lists it (build.cuh, refine_row), or, where that
+// cannot hold (T not finite, ties), runs the chunk top-K (topk.cuh) over the row itself
+// (build.cuh, chunk_fallback_row).
 // Host-side layout and the numpy twin: driverlevel/_topk_threshold.py,
 // driverlevel/reference/topk_threshold.py.
 //
@@ -17,7 +19,7 @@ namespace ddt {
 
 // ------------------------------------------------------------------------------ shared rule
 
-// The row takes the chunk top-K (the exact fallback, in its ddtree_build CTA): T not finite
+// The row falls back (in its ddtree_build CTA: refine_row, else the chunk top-K): T not finite
 // (flag), or the stream's count n says that the logits >= T do not hold the top K, or that they
 // did not fit the candidate list.
 DL_DEVICE bool tk_fallback_of(const TopKParams& p, u32 flag, u32 n) {

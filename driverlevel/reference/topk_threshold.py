@@ -154,7 +154,7 @@ class ThresholdResult:
     threshold: np.float32
     count: int            # values >= T in the row (what the stream kernel's counter reaches)
     capacity: int
-    fallback: bool        # the exact chunk top-K takes the row
+    fallback: bool        # the threshold failed: the build refines the row (or runs the chunk top-K)
     ids: np.ndarray       # int32 [k]
     lp: np.ndarray        # float32 [k]
     lse: np.float32
@@ -163,7 +163,7 @@ class ThresholdResult:
 def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288, sm_count: int = 132,
                    rows: int = 1) -> ThresholdResult:
     """The threshold top-K of one row as the kernels compute it (the fallback is the
-    reference's exact top-K, which the chunk kernel reproduces).
+    reference's exact top-K, which the build's refined threshold or the chunk kernel reproduce).
 
     Parameters
     ----------
