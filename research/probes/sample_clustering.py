@@ -1,12 +1,13 @@
 """The threshold top-K's fallback rate on rows whose large logits sit in runs of consecutive token
 ids, for sample groups of 8 tokens (fp32 on main: 32 bytes) against 16 (bf16 on main, and fp32
-under research/patches/sample-g64-f32.patch: 64 bytes). Seventy-first session.
+under the removed sample-g64-f32.patch, in the history at e7c18b0: 64 bytes). Seventy-first session.
 
 The numpy twin (driverlevel.reference.topk_threshold.threshold_topk, at the build's merge capacity)
 decides each row with the group size forced by replacing `group_tokens` (the twin's and the host
 module's: a probe, not an API): the row falls back when fewer than K logits are >= T (or T is not
-finite) or more than `candidate_capacity` are (the exact chunk top-K then takes it: a cost in
-time, never in exactness). A row: N(0, 1) noise over 163,840 tokens, `hot` x K hot logits 8 + N(0, 1) in runs of
+finite) or more than `candidate_capacity` are (the build then refines the row's threshold, or
+runs the exact chunk top-K: a cost in time, never in exactness; ~+19 µs at batch 8 on an H100
+since the seventy-second session's refine_row, ~+360 µs before). A row: N(0, 1) noise over 163,840 tokens, `hot` x K hot logits 8 + N(0, 1) in runs of
 `run` consecutive ids at random run-aligned positions (run 1: no clustering, the bench's drafters'
 kind).
 
