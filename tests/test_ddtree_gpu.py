@@ -266,8 +266,9 @@ def check_threshold_state(rig, x, dtype, requests=None):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     """Rows where the sampled threshold fails stay exact: the sampled tokens boosted above the rest
-    (count < K) and pushed below it (count > capacity), where the build refines a threshold of its
-    own (refine_row: the row's list then holds every logit >= T', so all K winners, where the
+    (count < K) and pushed below it (count > capacity; also on a row of negative logits, whose radix
+    select's first window holds +0), where the build refines a threshold of its own (refine_row:
+    the row's list then holds every logit >= T', so all K winners, where the
     stream's held fewer than K); a constant row and a flat row with spikes (count > capacity:
     every value ties with T) and an all-NaN row (T not finite), which take the chunk top-K;
     beside rows that keep the threshold (normal, integer-valued with ties at T, large logits
@@ -296,6 +297,10 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     #                                         refined above T
     x[1, 1, sampled[:96]] += 50.0           # 96 sampled tokens large: T ~ 51, count < K, the K-th
     #                                         largest ~6, below the first window [T / 4, T): widened
+    x[1, 2] -= 20.0                         # every logit negative and the sampled ones small: count
+    x[1, 2, sampled] -= 50.0                # > capacity, refined above T ~ -65 by the radix select,
+    #                                         whose first window holds +0: no vector read past the
+    #                                         row (129,280 tokens: 224 of them) may count as a logit
     x[1, 4, :3000] += 6.0                   # large logits clustered at low ids: the threshold holds,
     #                                         and up to 112 (fp32) / 167 (bf16) candidates in one warp
     #                                         tile take the stream's direct path (> TK_WARP_STAGE)
@@ -322,9 +327,9 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
         check_threshold_state(rig, x, dtype)
         count, flag = rig.plan.tk_count.to_numpy(), rig.plan.tk_flag.to_numpy()
         fb = (flag != 0) | (count < k) | (count > rig.plan.tk_cap)
-        assert np.flatnonzero(fb).tolist() == [0, 1, 2, 3, D, D + 1], f"fallback rows {np.flatnonzero(fb)}"
+        assert np.flatnonzero(fb).tolist() == [0, 1, 2, 3, D, D + 1, D + 2], f"fallback rows {np.flatnonzero(fb)}"
         cand = rig.plan.tk_cand.to_numpy().reshape(B * D, -1)
-        for b, d in ((0, 0), (1, 0), (1, 1)):  # refined: the row's list holds all K winners
+        for b, d in ((0, 0), (1, 0), (1, 1), (1, 2)):  # refined: the row's list holds all K winners
             listed = ~(cand[b * D + d] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
             want_ids = ref.topk_logprobs(x[b], k)[0][d]
             assert np.isin(want_ids, listed.view(np.int32)).all(), f"round {rnd}: row ({b}, {d}) not refined"
@@ -341,7 +346,7 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     want = plan_outputs(chunked, ("top_ids", "top_lp"))
     for n in ("top_ids", "top_lp"):  # request 0's rows 1..3 took the chunk top-K
         np.testing.assert_array_equal(first[n][0, 1:4], want[n][0, 1:4], err_msg=f"fallback rows vs chunked: {n}")
-    for b, d in ((0, 0), (1, 0), (1, 1)):  # the refined rows: the same ids
+    for b, d in ((0, 0), (1, 0), (1, 1), (1, 2)):  # the refined rows: the same ids
         np.testing.assert_array_equal(first["top_ids"][b, d], want["top_ids"][b, d], err_msg=f"refined row ({b}, {d})")
 
 

@@ -139,7 +139,9 @@ __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int
 //   below it, widened 16x while the K-th largest lies below), then one read to list the keys >= T'.
 // The row's log-sum-exp needs no read: the stream's segment sums relative to T cover every logit,
 // and relative to T' they are their total times exp(T - T'), kept in build_smem.rsum (the merge's
-// S = 0: "refined"). Returns false when the exact chunk top-K must take the row after all (it
+// S = 0: "refined"). tk_thresh and tk_count keep the stream's T and count (the threshold state's
+// record of the sample and the stream); tk_cand holds the T' list. Returns false when the exact
+// chunk top-K must take the row after all (it
 // reads nothing refine_row wrote): T not finite (the stream skipped the row), a segment sum not
 // finite (a logit 80 or more above T, or +inf), fewer than K logits above -inf, more than tk_cap
 // logits tied at one key (only the lowest ids may pass: the chunk top-K's keep_lowest_ids), or a
@@ -165,8 +167,9 @@ static_assert(sizeof(RefineSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES,
 static_assert(REFINE_BINS == 4 * BUILD_THREADS, "four bins a thread");
 
 // The window [lo, hi] of order keys as a float test: x passes for every logit whose key lies in
-// it (and for a few more: hi = key(-0) admits +0; NaN never passes), so refine_each compares
-// floats per logit and forms the key only for those that pass.
+// it (and for a few more: hi = 0x7fffffff, whose float is -0, admits +0 and -0, whose key is
+// 0x80000000; NaN never passes), so refine_each compares floats per logit and forms the key only
+// for those that pass.
 struct RefineWindow {
   float flo, fhi;
   u32 lo, hi;
@@ -194,6 +197,9 @@ DL_DEVICE void refine_each(const BuildParams& p, const T* row, const RefineWindo
   const int tid = threadIdx.x, vocab = p.vocab;
   const int nv = p.logits_vec ? vocab / V : 0;
   const uint4* rv = reinterpret_cast<const uint4*>(row);
+  // A vector past the row: -inf in every element (bf16: both halves of each word; a bf16 word of
+  // 0xff800000 would be -inf and +0, a logit of +0 at a token past the vocabulary).
+  constexpr u32 NEG_WORD = V == 4 ? 0xff800000u : 0xff80ff80u;
   auto one = [&](float x, int tok) {
     if (!win.maybe(x)) return;
     const u32 k = logit_key(x);
@@ -205,7 +211,7 @@ DL_DEVICE void refine_each(const BuildParams& p, const T* row, const RefineWindo
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = base + u * BUILD_THREADS + tid;
-      q[u] = i < nv ? __ldcg(rv + i) : make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
+      q[u] = i < nv ? __ldcg(rv + i) : make_uint4(NEG_WORD, NEG_WORD, NEG_WORD, NEG_WORD);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
