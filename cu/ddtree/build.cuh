@@ -695,7 +695,6 @@ DL_DEVICE void select_row(const BuildParams& p, size_t row_id, bool thr, int S, 
   // only then (a rare path in the threshold plans: loaded before the select, as merge_row_hist
   // does, they held 4 registers over it, and the out-of-line select_row_cold needed an 8-byte
   // stack slot on sm_120); every thread loads T (the select's cut).
-  const int lane = tid & 31;
   const bool lse_warp = (tid >> 5) == LSE_WARP;
   const float t_thr = thr ? tk_t : 0.f;
   u64 mine = 0;
