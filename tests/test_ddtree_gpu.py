@@ -268,8 +268,8 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     """Rows where the sampled threshold fails stay exact: the sampled tokens boosted above the rest
     (count < K) and pushed below it (count > capacity; also on a row of negative logits, whose radix
     select's first window holds +0), where the build refines a threshold of its own (refine_row:
-    the row's list then holds every logit >= T', so all K winners, where the
-    stream's held fewer than K); a constant row and a flat row with spikes (count > capacity:
+    the row's list then holds every logit >= T', the T' of refine_row's numpy twin, where the
+    stream's held fewer than K or not all); a constant row and a flat row with spikes (count > capacity:
     every value ties with T) and an all-NaN row (T not finite), which take the chunk top-K;
     beside rows that keep the threshold (normal, integer-valued with ties at T, large logits
     clustered at low ids). The twin predicts every decision of the stream; replayed from a
@@ -277,6 +277,7 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     those rows' top-K ids and log-probs are bitwise those of a chunked plan (the chunk kernel,
     320 threads) on the same logits; the refined rows' ids are too."""
     from driverlevel._topk_threshold import group_tokens, sample_groups
+    from driverlevel.reference import topk_threshold as twin
 
     rng = np.random.default_rng(71)
     B, D, V, budget = 2, 6, 129_280, 256
@@ -328,11 +329,17 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
         count, flag = rig.plan.tk_count.to_numpy(), rig.plan.tk_flag.to_numpy()
         fb = (flag != 0) | (count < k) | (count > rig.plan.tk_cap)
         assert np.flatnonzero(fb).tolist() == [0, 1, 2, 3, D, D + 1, D + 2], f"fallback rows {np.flatnonzero(fb)}"
+        # refined (refine_row): the row's list is every logit >= the T' of the numpy twin of
+        # refine_row, no more, no less (the list of a row the chunk top-K took holds < K of them)
         cand = rig.plan.tk_cand.to_numpy().reshape(B * D, -1)
-        for b, d in ((0, 0), (1, 0), (1, 1), (1, 2)):  # refined: the row's list holds all K winners
-            listed = ~(cand[b * D + d] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-            want_ids = ref.topk_logprobs(x[b], k)[0][d]
-            assert np.isin(want_ids, listed.view(np.int32)).all(), f"round {rnd}: row ({b}, {d}) not refined"
+        thresh = rig.plan.tk_thresh.to_numpy()
+        for b, d in ((0, 0), (1, 0), (1, 1), (1, 2)):
+            row = b * D + d
+            r = twin.refine_threshold(x[b, d], k, thresh[row], int(count[row]), rig.plan.tk_cap)
+            assert r.threshold is not None, (b, d, r)
+            listed = (~(cand[row, :r.count] & np.uint64(0xFFFFFFFF)).astype(np.uint32)).view(np.int32)
+            want_ids = np.flatnonzero(twin.order_keys(x[b, d]) >= twin.order_keys(np.array([r.threshold]))[0])
+            np.testing.assert_array_equal(np.sort(listed), want_ids, err_msg=f"round {rnd}: refined row ({b}, {d})")
         if first is None:
             first = out
         else:  # eager and replayed builds are bitwise equal

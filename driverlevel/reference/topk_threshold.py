@@ -241,3 +241,131 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
 
 
 __all__ += ["key_to_f32", "SAMPLE_VALUES"]
+
+
+#: ``refine_row``'s constants (cu/ddtree/build.cuh; a CPU test reads them there): bins of a radix
+#: level, their index bits, the radix select's first window below ``T`` (keys), the appends' first
+#: window (keys: 1/4 of an octave), the append windows and the radix levels at most.
+REFINE_BINS = 2048
+REFINE_BIN_BITS = 11
+REFINE_WIDTH = 1 << 24
+REFINE_APPEND_WIDTH = 1 << 21
+REFINE_APPEND_WINDOWS = 4
+REFINE_LEVELS = 12
+_KMIN = KEY_NEG_INF + 1  # the smallest key of a logit above -inf
+_U32 = 0xFFFFFFFF
+
+
+@dataclass
+class RefineResult:
+    """What ``refine_row`` decides for a failed row: ``threshold`` (T', float32) and ``count`` (the
+    logits >= T', in ``[K, capacity]``), or ``threshold`` None when the chunk top-K takes the row
+    (``reason`` says why); ``reads``: the reads of the whole row it made (appends, radix levels and
+    the listing read)."""
+
+    threshold: np.float32 | None
+    count: int
+    reads: int
+    reason: str = ""
+
+
+def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> RefineResult:
+    """The numpy twin of ``refine_row`` (cu/ddtree/build.cuh): for a row whose sampled threshold
+    ``T`` failed (``count`` logits >= ``T`` with ``count < k`` or ``count > capacity``, or ``T``
+    not finite), the threshold ``T'`` the build finds of the row's own, window by window and level
+    by level as the kernel does, so that its decisions (and how many reads of the row they take)
+    can be checked on CPU against a brute-force count.
+
+    The chunk top-K takes the row (``threshold`` None) exactly when: ``T`` is not finite; the
+    stream's sums relative to ``T`` are not (a logit ``x`` with ``x - T >= 80`` in float32,
+    ``+inf`` included); fewer than ``k`` logits are above ``-inf``; or more than ``capacity``
+    logits are >= the ``k``-th largest (ties at it: no ``T'`` admits at most ``capacity``).
+    Not modelled: the kernel's rescale ``exp(T - T')`` of the sums overflowing a double (``T -
+    T' > ~709``), where it also hands the row to the chunk top-K.
+
+    Parameters
+    ----------
+    row : array_like of float
+        One row of logits ``[vocab]`` (the input rules of :func:`threshold_topk`; bf16 widened).
+    k, count, capacity : int
+        ``1 <= k <= vocab``; the stream's count of logits >= ``T`` (>= 0); the row's candidate
+        capacity (>= ``k``).
+    threshold : float
+        ``T`` as the sample kernel wrote it (float32).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`threshold_topk` for ``row`` and ``k``; ``count`` < 0 or ``capacity`` < ``k``.
+    """
+    x = _logits_input("row", row)
+    if x.ndim != 1 or x.shape[0] < 1:
+        raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
+    k = _topk_k(k, x.shape[0])
+    count = int_in_range("count", count, 0, x.shape[0])
+    capacity = int_in_range("capacity", capacity, k, 1 << 31)
+    t = np.float32(threshold)
+    if not np.isfinite(t):
+        return RefineResult(None, 0, 0, "T not finite")
+    with np.errstate(invalid="ignore", over="ignore"):
+        if ((x - t) >= np.float32(80.0)).any():
+            return RefineResult(None, 0, 0, "the stream's sums are not finite")
+    keys = order_keys(x).astype(np.int64)
+    tkey = int(order_keys(np.array([t]))[0])
+    reads = 0
+    if count < k:  # the appends: windows below T while the list holds fewer than K
+        if tkey <= _KMIN:
+            return RefineResult(None, 0, 0, "fewer than K logits above -inf")
+        hi, width, have = tkey - 1, REFINE_APPEND_WIDTH, count
+        for _ in range(REFINE_APPEND_WINDOWS):
+            lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+            have += int(((keys >= lo) & (keys <= hi)).sum())
+            reads += 1
+            if have > capacity:
+                break
+            if have >= k:
+                return RefineResult(key_to_f32(np.array([lo]))[0], have, reads)
+            if lo == _KMIN:
+                return RefineResult(None, 0, reads, "fewer than K logits above -inf")
+            hi = lo - 1
+            width = _U32 if width >= (1 << 29) else width << 3
+    # the radix select
+    if count < k:
+        hi = tkey - 1
+        width = REFINE_WIDTH
+        lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+        above = count
+    else:
+        lo, hi, width, above = tkey, _U32, REFINE_WIDTH, 0
+    for _ in range(REFINE_LEVELS):
+        rng = hi - lo
+        shift = max(rng.bit_length() - REFINE_BIN_BITS, 0)
+        inw = keys[(keys >= lo) & (keys <= hi)]
+        bins = np.bincount((inw - lo) >> shift, minlength=REFINE_BINS)
+        reads += 1
+        need = k - above
+        from_top = np.cumsum(bins[::-1])
+        if from_top[-1] < need:  # the K-th largest lies below the window: the next, 16x as wide
+            above += int(from_top[-1])
+            if lo <= _KMIN:
+                return RefineResult(None, 0, reads, "fewer than K logits above -inf")
+            hi = lo - 1
+            width = _U32 if width >= (1 << 28) else width << 4
+            lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+            continue
+        j = int(np.argmax(from_top >= need))  # the K-th's bin, counted from the top
+        b = REFINE_BINS - 1 - j
+        n_above = int(from_top[j] - bins[b])
+        blo = lo + (b << shift)
+        bhi = min(hi, blo + (1 << shift) - 1)
+        n_ge = above + n_above + int(bins[b])
+        if n_ge <= capacity:
+            return RefineResult(key_to_f32(np.array([blo]))[0], n_ge, reads + 1)  # + the listing read
+        if shift == 0:
+            return RefineResult(None, 0, reads, "more than capacity logits tie with the K-th largest")
+        above += n_above
+        lo, hi = blo, bhi
+    return RefineResult(None, 0, reads, "levels exhausted")
+
+
+__all__ += ["RefineResult", "refine_threshold"]
