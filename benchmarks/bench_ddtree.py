@@ -52,7 +52,8 @@ are stars (every node at depth 1), the peaked ones run through every depth (:dat
 rows 512 large logits in runs of 16 consecutive ids (:data:`DRAFTER_CLUSTERS`), so that some rows'
 threshold fails and the build's exact fallback runs (``research/probes/sample_clustering.py``).
 Every threshold row of the table is followed by how many of the build's rows fall back, counted by
-the numpy twin (:func:`fallback_rows`).
+the numpy twins (:func:`fallback_rows`): how many of those the build refines (and how many reads
+of the row that takes at most), and how many the chunk top-K takes.
 ``--search heap`` makes every build use the one-warp heap instead of the parallel search.
 
 Usage: python benchmarks/bench_ddtree.py [--quick] [--json out.json] [--logits-dtype float32|bfloat16]
@@ -142,17 +143,30 @@ def drafter_logits(rng, batch, drafter="random", vocab=None):
     return x, top
 
 
-def fallback_rows(x, plan, bf16: bool, sm_count: int) -> int:
-    """Rows of the drafter logits ``x`` ``[batch, DEPTH, VOCAB]`` (fp32; bf16 rounded as uploaded when
-    ``bf16``) whose threshold top-K falls back to the exact chunk top-K in a build of ``plan``, by
-    the numpy twin (:func:`driverlevel.reference.topk_threshold.threshold_topk`, the kernels' rule:
-    T not finite, or fewer than K or more than ``tk_cap`` logits >= T)."""
+def fallback_rows(x, plan, bf16: bool, sm_count: int) -> dict:
+    """How the rows of the drafter logits ``x`` ``[batch, DEPTH, VOCAB]`` (fp32; bf16 rounded as
+    uploaded when ``bf16``) fare in a build of ``plan``, by the numpy twins: ``fallback``, the rows
+    whose sampled threshold fails (:func:`driverlevel.reference.topk_threshold.threshold_topk`, the
+    kernels' rule: T not finite, or fewer than K or more than ``tk_cap`` logits >= T); of those,
+    ``refined``, the rows ``ddtree_build`` gives a threshold of their own
+    (:func:`~driverlevel.reference.topk_threshold.refine_threshold`: one SM reads the row
+    ``reads`` times, ``max_reads`` the most of any row, 0 for none), and ``chunk``, the rows the
+    chunk top-K takes (~15 µs per 7,680-token chunk on an H100)."""
     rows = x.shape[0] * x.shape[1]
-    n = 0
+    out = {"fallback": 0, "refined": 0, "chunk": 0, "max_reads": 0}
     for r in x.reshape(rows, -1):
         row = f32_to_bf16_bits(r) if bf16 else r
-        n += bool(tk_twin.threshold_topk(row, plan.k, bf16, MERGE_CAPACITY, sm_count, rows).fallback)
-    return n
+        t = tk_twin.threshold_topk(row, plan.k, bf16, MERGE_CAPACITY, sm_count, rows)
+        if not t.fallback:
+            continue
+        out["fallback"] += 1
+        ref = tk_twin.refine_threshold(row, plan.k, t.threshold, t.count, t.capacity)
+        if ref.threshold is None:
+            out["chunk"] += 1
+        else:
+            out["refined"] += 1
+            out["max_reads"] = max(out["max_reads"], ref.reads)
+    return out
 
 
 def make_inputs(dev, stream, rng, plan, batch, logits_dtype, drafter="random"):
@@ -613,7 +627,9 @@ def main(argv=None) -> int:
         row = {"topk": mode, "pdl": plan.pdl, "budget": budget, "batch": batch, "gpu_us": g, "reference_us": r,
                "build_speedup": (r["build"] / g["build"]) if r else None,
                "workspace_bytes": plan.workspace_bytes, "build_parts_cumulative_us": parts,
-               "graph_floor_us": floor, "tree_nodes_by_depth": shape, "threshold_fallback_rows": nfall}
+               "graph_floor_us": floor, "tree_nodes_by_depth": shape,
+               "threshold_fallback_rows": None if nfall is None else nfall["fallback"],
+               "threshold_fallback_paths": nfall}
         results.append(row)
         ref = (f"{r['build']:9.0f} {r['copy']:6.0f} {r['heap']:6.0f} {r['visibility']:6.0f} {r['accept']:7.0f}"
                if r else f"{'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>7}")
@@ -627,7 +643,9 @@ def main(argv=None) -> int:
         print(f"{'':>9} {'':>6} {'':>5} | build's launches, cumulative µs: "
               + ", ".join(f"{n} {t:.1f}" for n, t in zip(names, parts))
               + f" (a one-noop graph: {floor:.1f}); request 0's tree, nodes by depth: {shape}"
-              + ("" if nfall is None else f"; rows falling back (numpy twin): {nfall} of {batch * DEPTH}"), flush=True)
+              + ("" if nfall is None else f"; rows falling back (numpy twin): {nfall['fallback']} of {batch * DEPTH}"
+                                          f" (refined {nfall['refined']}, reading the row at most {nfall['max_reads']}x;"
+                                          f" chunk top-K {nfall['chunk']})"), flush=True)
         del plan, x, logits, target, tokens, state, snap
     if args.json:
         return dump_json_file(args.json, {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench_util import BENCH, load_bench
+from driverlevel._topk_threshold import group_tokens, sample_groups
 from driverlevel.reference import ddtree as ref
 
 
@@ -114,7 +115,9 @@ def test_clustered_drafter_puts_its_large_logits_in_aligned_runs():
 
 def test_fallback_rows_counts_the_rows_whose_threshold_fails():
     """fallback_rows: a constant row (every logit >= T: more than tk_cap) and a row with fewer
-    than K finite logits fall back; the random rows around them do not (fp32 and bf16)."""
+    than K finite logits fall back, to the chunk top-K (ties past the capacity; too few finite
+    logits); a row whose sampled tokens are boosted is refined; the random rows around them do not
+    fall back (fp32 and bf16)."""
     bench = _bench()
 
     class Plan:
@@ -125,6 +128,12 @@ def test_fallback_rows_counts_the_rows_whose_threshold_fails():
     x[1, 5] = -np.inf
     x[1, 5, 1000:1010] = np.arange(10, dtype=np.float32)
     for bf16 in (False, True):
-        assert bench.fallback_rows(x, Plan, bf16, 132) == 2
+        assert bench.fallback_rows(x, Plan, bf16, 132) == {"fallback": 2, "refined": 0, "chunk": 2, "max_reads": 0}
+        z = x.copy()
+        g = group_tokens(bf16)
+        sampled = (sample_groups(z.shape[2], bf16)[:, None] + np.arange(g)[None, :]).reshape(-1)
+        z[0, 7, sampled] += 50.0  # the sample sees only these: T ~ 55, fewer than K logits >= T
+        got = bench.fallback_rows(z, Plan, bf16, 132)
+        assert got["fallback"] == 3 and got["refined"] == 1 and got["chunk"] == 2 and got["max_reads"] >= 1, got
     y, _ = bench.drafter_logits(np.random.default_rng(5), 2, "random")
-    assert bench.fallback_rows(y, Plan, False, 132) == 0
+    assert bench.fallback_rows(y, Plan, False, 132) == {"fallback": 0, "refined": 0, "chunk": 0, "max_reads": 0}
