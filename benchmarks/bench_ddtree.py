@@ -160,12 +160,12 @@ def fallback_rows(x, plan, bf16: bool, sm_count: int) -> dict:
         if not t.fallback:
             continue
         out["fallback"] += 1
-        ref = tk_twin.refine_threshold(row, plan.k, t.threshold, t.count, t.capacity)
-        if ref.threshold is None:
+        refined = tk_twin.refine_threshold(row, plan.k, t.threshold, t.count, t.capacity)
+        if refined.threshold is None:
             out["chunk"] += 1
         else:
             out["refined"] += 1
-            out["max_reads"] = max(out["max_reads"], ref.reads)
+            out["max_reads"] = max(out["max_reads"], refined.reads)
     return out
 
 

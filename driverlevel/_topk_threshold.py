@@ -54,7 +54,7 @@ from ._constants import (DDTREE_TK_SAMPLE_VALUES, DDTREE_TK_STREAM_CTAS_PER_SM, 
 __all__ = [
     "SAMPLE_VALUES", "SAMPLE_FAIL", "SAMPLE_Z", "SAMPLE_THREADS", "STREAM_THREADS", "STREAM_VECS", "STREAM_CTAS_PER_SM",
     "STREAM_MAX_STAGES", "STREAM_STATIC_BYTES", "WARP_STAGE", "stream_tile_bytes", "stream_config",
-    "group_tokens", "sample_items", "sample_groups", "sample_rank", "hypergeom_tail", "sample_slack", "candidate_capacity",
+    "group_tokens", "sample_items", "sample_groups", "sample_tokens", "sample_rank", "hypergeom_tail", "sample_slack", "candidate_capacity",
     "stream_tile_tokens", "stream_segments", "sample_carveout", "hash32",
 ]
 
@@ -113,6 +113,16 @@ def sample_groups(vocab: int, bf16: bool):
     hi = (i + 1) * ng // ns
     off = (hash32(i) % (hi - lo).astype(np.uint64)).astype(np.int64)
     return (lo + off) * g
+
+
+def sample_tokens(vocab: int, bf16: bool):
+    """Every token id the sample reads, group by group (:func:`sample_groups`' groups of
+    :func:`group_tokens` ids each, ``int64 [SAMPLE_VALUES]``), or ``None`` when the row is sampled
+    whole (``vocab <= SAMPLE_VALUES``)."""
+    starts = sample_groups(vocab, bf16)
+    if starts is None:
+        return None
+    return (starts[:, None] + np.arange(group_tokens(bf16))[None, :]).reshape(-1)
 
 
 def sample_rank(k: int, vocab: int) -> int:

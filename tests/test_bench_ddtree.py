@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench_util import BENCH, load_bench
-from driverlevel._topk_threshold import group_tokens, sample_groups
+from driverlevel._topk_threshold import sample_tokens
 from driverlevel.reference import ddtree as ref
 
 
@@ -130,9 +130,7 @@ def test_fallback_rows_counts_the_rows_whose_threshold_fails():
     for bf16 in (False, True):
         assert bench.fallback_rows(x, Plan, bf16, 132) == {"fallback": 2, "refined": 0, "chunk": 2, "max_reads": 0}
         z = x.copy()
-        g = group_tokens(bf16)
-        sampled = (sample_groups(z.shape[2], bf16)[:, None] + np.arange(g)[None, :]).reshape(-1)
-        z[0, 7, sampled] += 50.0  # the sample sees only these: T ~ 55, fewer than K logits >= T
+        z[0, 7, sample_tokens(z.shape[2], bf16)] += 50.0  # the sample sees only these: T ~ 55, fewer than K logits >= T
         got = bench.fallback_rows(z, Plan, bf16, 132)
         assert got["fallback"] == 3 and got["refined"] == 1 and got["chunk"] == 2 and got["max_reads"] >= 1, got
     y, _ = bench.drafter_logits(np.random.default_rng(5), 2, "random")

@@ -276,7 +276,7 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     graph, equal. The chunk top-K runs in the row's ddtree_build CTA (its code on 512 threads):
     those rows' top-K ids and log-probs are bitwise those of a chunked plan (the chunk kernel,
     320 threads) on the same logits; the refined rows' ids are too."""
-    from driverlevel._topk_threshold import group_tokens, sample_groups
+    from driverlevel._topk_threshold import sample_tokens
     from driverlevel.reference import topk_threshold as twin
 
     rng = np.random.default_rng(71)
@@ -286,8 +286,7 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
               topk="threshold")
     rig.push_state()
     x = rng.standard_normal((B, D, V)).astype(np.float32) * 2.0
-    g = group_tokens(bf16)
-    sampled = (sample_groups(V, bf16)[:, None] + np.arange(g)[None, :]).reshape(-1)
+    sampled = sample_tokens(V, bf16)
     x[0, 0, sampled] += 50.0                # only the sampled tokens are large: count <= m + slack < K
     x[0, 1] = 1.25                          # constant: count = V > capacity
     x[0, 2] = 0.0                           # flat with 100 spikes: T = 0, every value ties with it:

@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench_util import load_bench
 from driverlevel._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
-from driverlevel._topk_threshold import group_tokens, sample_groups
+from driverlevel._topk_threshold import sample_tokens
 from driverlevel.reference import topk_threshold as twin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,8 +120,7 @@ def test_the_gpu_fallback_tests_rows_take_their_paths(bf16):
     K-th largest lies far below T widens the appends."""
     v, k = 129_280, 256
     rng = np.random.default_rng(5)
-    g = group_tokens(bf16)
-    sampled = (sample_groups(v, bf16)[:, None] + np.arange(g)[None, :]).reshape(-1)
+    sampled = sample_tokens(v, bf16)
     base = rng.standard_normal(v).astype(np.float32) * 2.0
     rows = {"sampled +50": base.copy(), "sampled -50": base.copy(), "96 sampled +50": base.copy(),
             "negative, sampled -50": base - 20.0, "constant": np.full(v, 1.25, np.float32),
@@ -150,25 +150,23 @@ def test_the_gpu_fallback_tests_rows_take_their_paths(bf16):
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_a_clustered_rows_failed_threshold_takes_one_read(bf16):
-    """A drafter row whose large logits sit in runs of 16 ids (bench_ddtree --drafter
-    clustered's kind: 512 of them in [6.5, 8.5) over N(0, 4) noise) where the sample caught
-    runs and T came out too high: the first window below T holds the K-th largest."""
-    v, k = 163_840, 256
-    for seed in range(200):  # (the first failing row: seed 99 fp32, 59 bf16)
-        rng = np.random.default_rng(seed)
-        x = rng.standard_normal(v).astype(np.float32) * 2.0
-        starts = rng.choice(v // 16, 32, replace=False) * 16
-        idx = (starts[:, None] + np.arange(16)[None, :]).reshape(-1)
-        x[idx] = rng.uniform(6.5, 8.5, idx.size).astype(np.float32)
-        if bf16:
-            x = bf16_bits_to_f32(f32_to_bf16_bits(x))
-        r = twin.threshold_topk(x, k, bf16, 512 * 24, 132, 120)
-        if r.fallback:
-            assert r.count < k
-            got = twin.refine_threshold(x, k, r.threshold, r.count, r.capacity)
-            assert got.threshold is not None and got.reads == 1, (seed, r.threshold, r.count, got)
-            return
-    pytest.fail("no clustered row failed in 200 seeds")
+    """bench_ddtree --drafter clustered's rows (512 large logits in runs of 16 ids over the random
+    rows) whose threshold fails, where the sample caught runs and T came out too high: the first
+    window below T holds the K-th largest, one read of the row."""
+    bench = load_bench("bench_ddtree")
+    k, failed = 256, 0
+    x, _ = bench.drafter_logits(np.random.default_rng(0), 8, "clustered")  # (fp32: 1 row fails, bf16: 2)
+    for b in range(8):
+        for row in x[b]:
+            if bf16:
+                row = bf16_bits_to_f32(f32_to_bf16_bits(row))
+            r = twin.threshold_topk(row, k, bf16, 512 * 24, 132, 120)
+            if r.fallback:
+                assert r.count < k
+                got = twin.refine_threshold(row, k, r.threshold, r.count, r.capacity)
+                assert got.threshold is not None and got.reads == 1, (b, r.threshold, r.count, got)
+                failed += 1
+    assert failed >= 1, "no clustered row failed"
 
 
 def test_refine_threshold_names_bad_arguments():

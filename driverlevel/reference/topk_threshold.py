@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._checks import bool_arg, int_in_range, positive_int
-from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, group_tokens, sample_groups, sample_rank,
-                               sample_slack, stream_segments)
+from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, sample_rank, sample_slack, sample_tokens,
+                               stream_segments)
 from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
 from .trees import _exact_ints, _int_array
 
@@ -65,11 +65,8 @@ def sample_values(row: np.ndarray, bf16: bool) -> np.ndarray:
         raise TypeError(f"row must be a 1-D numpy array, got {type(row).__name__}")
     if row.ndim != 1:
         raise ValueError(f"row must be 1-D, got shape {row.shape}")
-    starts = sample_groups(row.shape[0], bf16)
-    if starts is None:
-        return row
-    g = group_tokens(bf16)
-    return row[(starts[:, None] + np.arange(g)[None, :]).reshape(-1)]
+    tokens = sample_tokens(row.shape[0], bf16)
+    return row if tokens is None else row[tokens]
 
 
 def log_bin(d) -> np.ndarray:
@@ -256,6 +253,11 @@ _KMIN = KEY_NEG_INF + 1  # the smallest key of a logit above -inf
 _U32 = 0xFFFFFFFF
 
 
+def _window_below(hi: int, width: int) -> int:
+    """The bottom key of a window of ``width`` keys whose top is ``hi``, never below ``_KMIN``."""
+    return hi - width + 1 if hi - _KMIN >= width else _KMIN
+
+
 @dataclass
 class RefineResult:
     """What ``refine_row`` decides for a failed row: ``threshold`` (T', float32) and ``count`` (the
@@ -318,7 +320,7 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
             return RefineResult(None, 0, 0, "fewer than K logits above -inf")
         hi, width, have = tkey - 1, REFINE_APPEND_WIDTH, count
         for _ in range(REFINE_APPEND_WINDOWS):
-            lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+            lo = _window_below(hi, width)
             have += int(((keys >= lo) & (keys <= hi)).sum())
             reads += 1
             if have > capacity:
@@ -333,7 +335,7 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
     if count < k:
         hi = tkey - 1
         width = REFINE_WIDTH
-        lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+        lo = _window_below(hi, width)
         above = count
     else:
         lo, hi, width, above = tkey, _U32, REFINE_WIDTH, 0
@@ -351,7 +353,7 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
                 return RefineResult(None, 0, reads, "fewer than K logits above -inf")
             hi = lo - 1
             width = _U32 if width >= (1 << 28) else width << 4
-            lo = hi - width + 1 if hi - _KMIN >= width else _KMIN
+            lo = _window_below(hi, width)
             continue
         j = int(np.argmax(from_top >= need))  # the K-th's bin, counted from the top
         b = REFINE_BINS - 1 - j
