@@ -142,7 +142,9 @@ def test_the_gpu_fallback_tests_rows_take_their_paths(bf16):
     # its K-th largest just below T, but the first window holds most of the ~4,000 sampled
     # logits: past the capacity, so one radix level and the listing read follow
     assert got["sampled +50"].reads == 3
-    assert got["96 sampled +50"].reads >= 2  # far below T: the windows widen
+    # far below T: three append windows, the third past the capacity, so the radix select starts on
+    # that window (one level) and the listing read follows (it had restarted from T: six reads)
+    assert got["96 sampled +50"].reads == 5
     assert got["constant"].reason == got["flat with spikes"].reason == \
         "more than capacity logits tie with the K-th largest"
     assert got["NaN"].reason == "T not finite"

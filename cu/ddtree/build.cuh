@@ -135,8 +135,9 @@ __device__ __noinline__ void chunk_fallback_row(const BuildParams& p, int b, int
 //   clustered rows' K-th largest lay in the first window: one read of the row.
 // * more than tk_cap passed, or a window overflowed the list: a radix select on the order keys,
 //   each level one read of the row (the keys of a window [lo, hi] counted in REFINE_BINS linear
-//   bins, the K-th largest's bin the next window; the first window above T, or REFINE_WIDTH keys
-//   below it, widened 16x while the K-th largest lies below), then one read to list the keys >= T'.
+//   bins, the K-th largest's bin the next window; the first window: the keys above T, the window
+//   that overflowed, or, the appends' windows spent, the next below them, widened 16x while the
+//   K-th largest lies below), then one read to list the keys >= T'.
 // The row's log-sum-exp needs no read: the stream's segment sums relative to T cover every logit,
 // and relative to T' they are their total times exp(T - T'), kept in build_smem.rsum (the merge's
 // S = 0: "refined"). tk_thresh and tk_count keep the stream's T and count (the threshold state's
@@ -166,6 +167,12 @@ struct RefineSmem {  // at the start of the dynamic shared memory (the sort buff
 static_assert(sizeof(RefineSmem) <= DL_DDTREE_FALLBACK_SHARED_BYTES,
               "a threshold plan's dynamic shared memory holds RefineSmem");
 static_assert(REFINE_BINS == 4 * BUILD_THREADS, "four bins a thread");
+
+// The window of `width` keys whose top is hi, cut at the smallest key above -inf's.
+DL_DEVICE u32 refine_window_below(u32 hi, u32 width) {
+  constexpr u32 KMIN = KEY_NEG_INF + 1u;
+  return hi - KMIN >= width ? hi - width + 1u : KMIN;
+}
 
 // The window [lo, hi] of order keys as a float test: x passes for every logit whose key lies in
 // it (and for a few more: hi = 0x7fffffff, whose float is -0, admits +0 and -0, whose key is
@@ -260,18 +267,25 @@ __device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 
   u32 tcut = 0u;  // T' as a key (0: not found)
   int n_want = 0;
   bool listed = false;  // the list already holds every key >= tcut
+  // The radix select's first window [lo, hi] and the keys `above` it: more than tk_cap passed, so
+  // the K-th largest is >= T; the appends below may hand it a window further down.
+  u32 lo = tkey, hi = 0xffffffffu, width = REFINE_WIDTH;
+  int above = 0;
   // Fewer than K passed: the list holds those tk_n (every key >= T). Each read appends the keys of
   // a window just below the last, REFINE_APPEND_WIDTH keys wide (1/4 of an octave), then 8x as
   // wide, until the list holds K or more: every key >= the window's bottom, which is T'. A
   // clustered row's K-th largest usually lies in the first window: one read of the row. A window
-  // that overflows the list leaves it to the radix select below.
+  // that overflows the list holds the K-th largest: the radix select starts on it. Windows run
+  // out: it starts on the next one below.
   if (tk_n < static_cast<u32>(K)) {
     if (tkey <= KMIN) return false;  // (uniform) nothing above -inf below T
-    u32 hi = tkey - 1u, width = REFINE_APPEND_WIDTH;
+    hi = tkey - 1u;
+    width = REFINE_APPEND_WIDTH;
     u32 have = tk_n;
+    bool overflowed = false;
 #pragma unroll 1
     for (int w = 0; w < REFINE_APPEND_WINDOWS; ++w) {
-      const u32 lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
+      lo = refine_window_below(hi, width);
       if (w) __syncthreads();  // every thread has read rs.listed
       if (tid == 0) rs.listed = have;
       __syncthreads();
@@ -280,8 +294,13 @@ __device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 
         if (at < cap) out[at] = composite(k, tok);
       });
       __syncthreads();
+      const u32 before = have;
       have = rs.listed;  // (uniform)
-      if (have > cap) break;  // the radix select takes it
+      if (have > cap) {  // (the K-th largest lies in [lo, hi]: before < K <= cap < have)
+        above = static_cast<int>(before);
+        overflowed = true;
+        break;
+      }
       if (have >= static_cast<u32>(K)) {
         tcut = lo;
         n_want = static_cast<int>(have);
@@ -292,22 +311,14 @@ __device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 
       hi = lo - 1u;
       width = width >= (1u << 29) ? 0xffffffffu : width << 3;
     }
+    if (!listed && !overflowed) {  // every window read: the next one below, as wide as the appends' next
+      above = static_cast<int>(have);
+      lo = refine_window_below(hi, width);
+    }
   }
   if (!listed) {
-    // The radix select: the window [lo, hi] of keys holds the K-th largest, `above` keys lie above
-    // it. More than tk_cap passed: the K-th largest is >= T. Fewer than K (the appends overflowed
-    // or ran out of windows): it lies below T, in a window REFINE_WIDTH wide or one further down.
-    u32 lo, hi, width = REFINE_WIDTH;
-    int above;
-    if (tk_n < static_cast<u32>(K)) {
-      hi = tkey - 1u;
-      lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
-      above = static_cast<int>(tk_n);
-    } else {
-      lo = tkey;
-      hi = 0xffffffffu;
-      above = 0;
-    }
+    // The radix select: the window [lo, hi] of keys holds the K-th largest or lies above it,
+    // `above` keys lie above the window.
 #pragma unroll 1
     for (int level = 0; level < REFINE_LEVELS; ++level) {
       const u32 range = hi - lo;
@@ -351,7 +362,7 @@ __device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 
         if (lo <= KMIN) return false;  // (uniform) fewer than K logits above -inf
         hi = lo - 1u;
         width = width >= (1u << 28) ? 0xffffffffu : width << 4;
-        lo = hi - KMIN >= width ? hi - width + 1u : KMIN;
+        lo = refine_window_below(hi, width);
         continue;
       }
       const u32 blo = lo + (static_cast<u32>(found) << shift);
@@ -369,7 +380,9 @@ __device__ __noinline__ bool refine_row(const BuildParams& p, int b, int d, u32 
     }
     if (tcut == 0u) return false;  // (uniform) levels exhausted (not expected: 32 bits in 11-bit levels)
     // The list: every logit whose key is >= T', as the stream lists those >= T (in no order: the
-    // merge ranks them).
+    // merge ranks them). The barrier first: every thread has read the last level's outcome, which
+    // the compiler loads with rs.listed in one 16-byte load (racecheck's hazard without it).
+    __syncthreads();
     if (tid == 0) rs.listed = 0u;
     __syncthreads();
     refine_each<T>(p, row, RefineWindow(tcut, 0xffffffffu), [&](u32 k, int tok) {

@@ -315,15 +315,20 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
     keys = order_keys(x).astype(np.int64)
     tkey = int(order_keys(np.array([t]))[0])
     reads = 0
+    # the radix select's first window [lo, hi] and the keys above it: more than capacity passed
+    lo, hi, width, above = tkey, _U32, REFINE_WIDTH, 0
     if count < k:  # the appends: windows below T while the list holds fewer than K
         if tkey <= _KMIN:
             return RefineResult(None, 0, 0, "fewer than K logits above -inf")
         hi, width, have = tkey - 1, REFINE_APPEND_WIDTH, count
+        overflowed = False
         for _ in range(REFINE_APPEND_WINDOWS):
             lo = _window_below(hi, width)
+            before = have
             have += int(((keys >= lo) & (keys <= hi)).sum())
             reads += 1
-            if have > capacity:
+            if have > capacity:  # the K-th largest lies in this window: the radix select starts on it
+                above, overflowed = before, True
                 break
             if have >= k:
                 return RefineResult(key_to_f32(np.array([lo]))[0], have, reads)
@@ -331,14 +336,9 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
                 return RefineResult(None, 0, reads, "fewer than K logits above -inf")
             hi = lo - 1
             width = _U32 if width >= (1 << 29) else width << 3
+        if not overflowed:  # every window read: the radix select starts on the next one below
+            above, lo = have, _window_below(hi, width)
     # the radix select
-    if count < k:
-        hi = tkey - 1
-        width = REFINE_WIDTH
-        lo = _window_below(hi, width)
-        above = count
-    else:
-        lo, hi, width, above = tkey, _U32, REFINE_WIDTH, 0
     for _ in range(REFINE_LEVELS):
         rng = hi - lo
         shift = max(rng.bit_length() - REFINE_BIN_BITS, 0)
