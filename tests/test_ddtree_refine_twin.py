@@ -179,3 +179,27 @@ def test_refine_threshold_names_bad_arguments():
         twin.refine_threshold(x, 5, 1.0, -1, 8)
     with pytest.raises(TypeError):
         twin.refine_threshold(x, 5, 1.0, 1.5, 8)
+
+
+def test_refine_threshold_refuses_a_threshold_or_count_it_would_misread():
+    """A fresh user's review (seventy-third session): None became NaN ('T not finite'), a string
+    and True were read as numbers, a list leaked numpy's ambiguity error, 1e40 leaked an overflow
+    warning; a count that disagreed with the row came back as the refined count, and a row whose
+    threshold held was refined all the same."""
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    n_ge = int((x >= np.float32(2.5)).sum())
+    for bad in (None, "2.5", True, np.bool_(False), [2.5, 3.0], np.array([2.5])):
+        with pytest.raises(TypeError, match="^threshold must be a real number"):
+            twin.refine_threshold(x, 4, bad, 0, 100)
+    with np.errstate(all="raise"):  # no warning leaks: an error is raised first
+        with pytest.raises(ValueError, match="beyond float32's range"):
+            twin.refine_threshold(x, 4, 1e40, 0, 100)
+    assert twin.refine_threshold(x, 4, float("nan"), 0, 100).reason == "T not finite"
+    assert twin.refine_threshold(x, 4, np.float32(np.inf), 0, 100).reason == "T not finite"
+    with pytest.raises(ValueError, match=f"^count 0 disagrees with the row: {n_ge} logits are >= T = 2.5$"):
+        twin.refine_threshold(x, 200, 2.5, 0, 1000)
+    with pytest.raises(ValueError, match="threshold held"):
+        twin.refine_threshold(x, 10, 2.5, n_ge, 1000)
+    r = twin.refine_threshold(x, 200, 2.5, n_ge, 1000)  # the true count: refined, and its count is the row's
+    assert r.threshold is not None and r.count == int((x >= r.threshold).sum()) and 200 <= r.count <= 1000
+    assert twin.refine_threshold(x, 200, 3, int((x >= 3).sum()), 1000).threshold is not None  # an int T

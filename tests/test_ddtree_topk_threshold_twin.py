@@ -516,3 +516,48 @@ def test_log_bins_refuse_values_outside_their_domain():
         for bad in (1.0, True, "3"):
             with pytest.raises(TypeError, match=rf"b must be an int in 0 \.\. {hi}"):
                 f(bad)
+
+
+def test_sample_threshold_and_kth_largest_bound_refuse_what_they_would_misread():
+    """A fresh user's review (seventy-third session): sample_threshold read uint16 bf16 bits as
+    integers and took int64 rows and k > vocab; kth_largest_bound took need past its keys (a bound
+    that breaks its own contract), need < 1, a negative slack, and truncated float keys."""
+    row = np.random.default_rng(1).standard_normal(20_000).astype(np.float32)
+    bits = f32_to_bf16_bits(row)
+    widened = bf16_bits_to_f32(bits)
+    assert twin.sample_threshold(bits, 64) == twin.sample_threshold(widened, 64, True)  # bits read as bf16
+    assert twin.sample_threshold(np.array([0x3F80, 0x4000], np.uint16), 1)[0] == np.float32(2.0)
+    with pytest.raises(TypeError, match="row must be a float array"):
+        twin.sample_threshold(np.arange(10), 1, False)
+    with pytest.raises(ValueError, match="k"):
+        twin.sample_threshold(np.zeros(10, np.float32), 50, False)
+    keys = twin.order_keys(np.float32([1, 2, 3, 4]))
+    assert int((keys >= twin.kth_largest_bound(keys, 4, 0)).sum()) == 4  # need = every key: allowed
+    for need, exc in ((10, ValueError), (0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="^need must be an int in 1 .. 4"):
+            twin.kth_largest_bound(keys, need, 0)
+    with pytest.raises(ValueError, match="^slack must be an int"):
+        twin.kth_largest_bound(keys, 1, -1)
+    with pytest.raises(TypeError, match="keys must be integers"):
+        twin.kth_largest_bound(np.array([1.5, 2.7]), 1, 0)
+    with pytest.raises(ValueError, match="uint32"):
+        twin.kth_largest_bound(np.array([-1, 5]), 1, 0)
+
+
+def test_threshold_topk_bf16_flag_agrees_with_the_row():
+    """A fresh user's review (seventy-third session): bf16=False on a bf16 row sampled it as fp32,
+    and bf16=True on a float row whose values are no bf16 values gave a T the kernels never make;
+    a merge capacity below k came back as a result that refine_threshold then refused."""
+    row = np.random.default_rng(2).standard_normal(20_000).astype(np.float32)
+    bits = f32_to_bf16_bits(row)
+    widened = bf16_bits_to_f32(bits)
+    a, b = twin.threshold_topk(bits, 64), twin.threshold_topk(widened, 64, True)
+    assert a.threshold == b.threshold and a.ids.tolist() == b.ids.tolist()
+    assert twin.threshold_topk(widened, 64).threshold == twin.threshold_topk(widened, 64, False).threshold
+    with pytest.raises(ValueError, match="bf16=False"):
+        twin.threshold_topk(bits, 64, False)
+    with pytest.raises(ValueError, match=r"^bf16=True, but row\[0\] = "):
+        twin.threshold_topk(row + np.float32(1e-3), 64, True)
+    with pytest.raises(ValueError, match="^k = 300 needs a candidate capacity >= k; merge_capacity 256 gives 256$"):
+        twin.threshold_topk(row, 300, merge_capacity=256)
+    assert twin.ThresholdResult.__doc__ and "Attributes" in twin.ThresholdResult.__doc__

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._checks import bool_arg, int_in_range, positive_int
+from .._dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from .._topk_threshold import (SAMPLE_VALUES, candidate_capacity, sample_rank, sample_slack, sample_tokens,
                                stream_segments)
+from .attention import _float_input
 from .ddtree import LP_FLOOR, _logits_input, _topk_k, topk_logprobs
 from .trees import _exact_ints, _int_array
 
@@ -108,11 +110,41 @@ def kth_largest_bound(v, need: int, slack: int, cut: int = KEY_NEG_INF) -> int:
     the keys ``>= cut``. Its levels: a histogram of ``d = vmax - v`` over :func:`log_bin`, then
     256-bin linear refinements of the bin where the running count reaches ``need``, until that
     bin, taken whole, holds at most ``slack`` values past the need-th, or one ``d``; ``t`` is
-    the bin's lowest key."""
-    v = np.asarray(v, np.int64)
+    the bin's lowest key.
+
+    Parameters
+    ----------
+    v : array_like of int
+        Order keys (:func:`order_keys`), uint32 values, any shape (read flat).
+    need : int
+        ``1 <= need <=`` the keys ``>= cut``.
+    slack : int
+        ``>= 0``: the keys past the ``need``-th the bound may admit.
+    cut : int
+        A key in ``[0, 2**32 - 1]``; keys below it are not counted (default: -inf's, every key).
+
+    Raises
+    ------
+    TypeError
+        ``v`` not integers (floats are not truncated, bools are no keys); ``need``, ``slack`` or
+        ``cut`` not an int (bool and floats refused).
+    ValueError
+        A key outside ``[0, 2**32 - 1]``; ``need`` < 1 or more than the keys ``>= cut`` (``"need
+        must be an int in 1 .. 4, got 10"``); ``slack`` < 0; ``cut`` outside the key range; no key
+        ``>= cut``.
+    """
+    a = _exact_ints(v, 0, 0xFFFFFFFF, "keys must be uint32 values in [0, 2**32 - 1]")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"keys must be integers (uint32 values), got dtype {a.dtype}")
+    if np.any((a < 0) | (a > 0xFFFFFFFF)):
+        raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {int(a[(a < 0) | (a > 0xFFFFFFFF)].flat[0])}")
+    cut = int_in_range("cut", cut, 0, 0xFFFFFFFF)
+    slack = int_in_range("slack", slack, 0, 1 << 62)
+    v = a.astype(np.int64).ravel()
     v = v[v >= cut]
     if v.size == 0:  # (the kernel never asks: its rows hold a finite maximum)
         raise ValueError(f"kth_largest_bound: no key >= cut {cut}")
+    need = int_in_range("need", need, 1, int(v.size))
     vmax = int(v.max())
     d = vmax - v
     lo, hi, shift = 0, vmax - cut, -1
@@ -133,21 +165,71 @@ def kth_largest_bound(v, need: int, slack: int, cut: int = KEY_NEG_INF) -> int:
         shift = max((hi - lo).bit_length() - 8, 0)
 
 
-def sample_threshold(row: np.ndarray, k: int, bf16: bool) -> tuple[np.float32, bool]:
+def sample_threshold(row, k: int, bf16: bool | None = None) -> tuple[np.float32, bool]:
     """``(T, early_fallback)``: the sample's threshold (:func:`kth_largest_bound` of the
     sampled keys at ``m = sample_rank``, ``slack = sample_slack``: at least ``m`` and, ties
     with the ``m``-th aside, at most ``m + slack`` sampled values are ``>= T``), and whether
-    ``T`` is not finite (then the stream pass skips the row and the exact fallback takes it)."""
-    s = order_keys(sample_values(row, bf16))
-    v = row.shape[0]
+    ``T`` is not finite (then the stream pass skips the row and the exact fallback takes it).
+
+    Parameters
+    ----------
+    row, k, bf16
+        As :func:`threshold_topk` (the same input rules and errors).
+    """
+    x, bf16 = _threshold_row(row, bf16)
+    v = x.shape[0]
+    k = _topk_k(k, v)
+    s = order_keys(sample_values(x, bf16))
     m = min(sample_rank(k, v), s.shape[0])
     tk = kth_largest_bound(s, m, sample_slack(k, v))
     t = key_to_f32(np.uint32(tk))
     return np.float32(t), not np.isfinite(t)
 
 
+def _threshold_row(row, bf16) -> tuple[np.ndarray, bool]:
+    """``(x, bf16)``: one row of logits as float32 ``[vocab]`` and whether the kernels read it as
+    bf16 (``None``: the row's dtype says; a bool must agree with it). TypeError / ValueError as
+    :func:`threshold_topk` documents."""
+    arr = _float_input("row", row)  # TypeError for integers other than uint16 (bf16 bits), bool, ...
+    is_bf16 = arr.dtype == np.uint16
+    bf16 = is_bf16 if bf16 is None else bool_arg("bf16", bf16)
+    x = _logits_input("row", arr)  # float32; bf16 widened exactly
+    if x.ndim != 1 or x.shape[0] < 1:
+        raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
+    if is_bf16 and not bf16:
+        raise ValueError("row holds bf16 logits (an ml_dtypes.bfloat16 array or uint16 bit patterns) but "
+                         "bf16=False: the kernels read such a row as bf16 (pass bf16=True or leave it None)")
+    if bf16 and not is_bf16 and not np.array_equal(bf16_bits_to_f32(f32_to_bf16_bits(x)), x, equal_nan=True):
+        bad = int(np.flatnonzero(bf16_bits_to_f32(f32_to_bf16_bits(x)) != x)[0])
+        raise ValueError(f"bf16=True, but row[{bad}] = {float(x[bad])!r} is no bf16 value: a bf16 row's "
+                         "float values must be exactly bf16 (widened), or pass the bf16 array itself")
+    return x, bf16
+
+
 @dataclass
 class ThresholdResult:
+    """What the threshold top-K computes for one row (:func:`threshold_topk`).
+
+    Attributes
+    ----------
+    threshold : numpy.float32
+        ``T``, the sample's threshold (not finite: the stream skipped the row).
+    count : int
+        The row's logits ``>= T`` (the stream kernel's counter; 0 when ``T`` is not finite).
+    capacity : int
+        The row's candidate capacity (>= ``k``).
+    fallback : bool
+        The threshold failed (``T`` not finite, ``count < k`` or ``count > capacity``): the build
+        refines the row (:func:`refine_threshold`) or runs the chunk top-K; ``ids``, ``lp`` and
+        ``lse`` are then the exact reference's.
+    ids : numpy.ndarray
+        int32 ``[k]``: the top-K token ids, logit descending, ties to the lower id.
+    lp : numpy.ndarray
+        float32 ``[k]``: their log-probabilities (``logit - lse``, floored at ``LP_FLOOR``).
+    lse : numpy.float32
+        The row's log-sum-exp, as :func:`~driverlevel.reference.ddtree.topk_logprobs` gives it.
+    """
+
     threshold: np.float32
     count: int            # values >= T in the row (what the stream kernel's counter reaches)
     capacity: int
@@ -157,7 +239,7 @@ class ThresholdResult:
     lse: np.float32
 
 
-def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288, sm_count: int = 132,
+def threshold_topk(row, k: int, bf16: bool | None = None, merge_capacity: int = 12288, sm_count: int = 132,
                    rows: int = 1) -> ThresholdResult:
     """The threshold top-K of one row as the kernels compute it (the fallback is the
     reference's exact top-K, which the build's refined threshold or the chunk kernel reproduce).
@@ -171,11 +253,15 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
         of :func:`~driverlevel.reference.ddtree.topk_logprobs`.
     k : int
         ``1 <= k <= vocab``.
-    bf16 : bool
-        The logits are bf16 (widened to float32): the kernels' bf16 sampling and tiles.
+    bf16 : bool or None
+        The kernels read the row as bf16 (their bf16 sampling and tiles). None (the default): the
+        row's dtype says (bf16 for an ``ml_dtypes.bfloat16`` or uint16 row). True for a float row
+        needs its values to be exactly bf16 (a widened bf16 row).
     merge_capacity, sm_count, rows : int
         The row merge's candidate capacity, the GPU's SM count and the rows of the launch
-        (which set the stream kernel's segments): each >= 1.
+        (which set the stream kernel's segments): each >= 1. The row's candidate capacity
+        (:func:`driverlevel._topk_threshold.candidate_capacity`, at most ``merge_capacity``) must
+        hold ``k``: a plan's ``k`` is at most its budget (<= 512), its capacity 12,288.
 
     Raises
     ------
@@ -188,19 +274,18 @@ def threshold_topk(row, k: int, bf16: bool = False, merge_capacity: int = 12288,
         ``row`` not 1-D and non-empty (``"row must be one row [vocab] with vocab >= 1, got shape
         (2, 100)"``), ``k`` not in ``[1, len(row)]`` (as
         :func:`~driverlevel.reference.ddtree.topk_logprobs`), or ``merge_capacity``, ``sm_count``
-        or ``rows`` < 1.
+        or ``rows`` < 1; ``bf16=False`` for a bf16 row, or ``bf16=True`` for a float row whose
+        values are not all bf16 values; the row's candidate capacity below ``k`` (``"k = 300 needs
+        a candidate capacity >= k; merge_capacity 256 gives 256"``).
     """
-    x = _logits_input("row", row)  # float32; bf16 widened exactly; TypeError for integers
-    if x.ndim != 1 or x.shape[0] < 1:
-        raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
-    if not isinstance(bf16, (bool, np.bool_)):
-        raise TypeError(f"bf16 must be a bool, got {type(bf16).__name__} {bf16!r}")
-    bf16 = bool(bf16)
+    x, bf16 = _threshold_row(row, bf16)  # float32; bf16 widened exactly; TypeError for integers
     merge_capacity, sm_count, rows = (positive_int(n, a) for n, a in (("merge_capacity", merge_capacity),
                                                                          ("sm_count", sm_count), ("rows", rows)))
     v = x.shape[0]
     k = _topk_k(k, v)
     cap = candidate_capacity(k, v, merge_capacity)
+    if cap < k:
+        raise ValueError(f"k = {k} needs a candidate capacity >= k; merge_capacity {merge_capacity} gives {cap}")
     t, early = sample_threshold(x, k, bf16)
     if early:
         ids, lp, lse = topk_logprobs(x[None], k)
@@ -293,12 +378,19 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
         ``1 <= k <= vocab``; the stream's count of logits >= ``T`` (>= 0); the row's candidate
         capacity (>= ``k``).
     threshold : float
-        ``T`` as the sample kernel wrote it (float32).
+        ``T`` as the sample kernel wrote it: a real number that float32 holds (NaN and +-inf
+        included: the stream skipped the row).
 
     Raises
     ------
-    TypeError, ValueError
-        As :func:`threshold_topk` for ``row`` and ``k``; ``count`` < 0 or ``capacity`` < ``k``.
+    TypeError
+        As :func:`threshold_topk` for ``row`` and ``k``; ``threshold`` not a real number (None,
+        a string, a bool, an array), ``count`` or ``capacity`` not an int.
+    ValueError
+        As :func:`threshold_topk` for ``row`` and ``k``; ``threshold`` finite but beyond float32's
+        range; ``count`` < 0, ``capacity`` < ``k``; for a finite ``T``: ``count`` other than the
+        row's logits ``>= T`` (``"count 0 disagrees with the row: 51 logits are >= T = 2.5"``), or a
+        row whose threshold held (``k <= count <= capacity``: nothing to refine).
     """
     x = _logits_input("row", row)
     if x.ndim != 1 or x.shape[0] < 1:
@@ -306,9 +398,21 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
     k = _topk_k(k, x.shape[0])
     count = int_in_range("count", count, 0, x.shape[0])
     capacity = int_in_range("capacity", capacity, k, 1 << 31)
-    t = np.float32(threshold)
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise TypeError(f"threshold must be a real number (T, float32), got {type(threshold).__name__} {threshold!r}")
+    with np.errstate(over="ignore"):
+        t = np.float32(threshold)
+    if (isinstance(threshold, (int, np.integer)) or np.isfinite(threshold)) and not np.isfinite(t):
+        raise ValueError(f"threshold must be a float32 value, got {threshold!r} (beyond float32's range)")
     if not np.isfinite(t):
         return RefineResult(None, 0, 0, "T not finite")
+    with np.errstate(invalid="ignore"):
+        n_ge = int((x >= t).sum())  # NaN: never
+    if count != n_ge:
+        raise ValueError(f"count {count} disagrees with the row: {n_ge} logits are >= T = {float(t)!r}")
+    if k <= count <= capacity:
+        raise ValueError(f"the row's threshold held ({count} logits >= T, in [k, capacity] = [{k}, {capacity}]): "
+                         "nothing to refine")
     with np.errstate(invalid="ignore", over="ignore"):
         if ((x - t) >= np.float32(80.0)).any():
             return RefineResult(None, 0, 0, "the stream's sums are not finite")
