@@ -95,7 +95,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="driverlevel")
+@click.version_option(__version__, prog_name="driverlevel", message="%(prog)s %(version)s")
 def main():
     """driverlevel: MLA verify attention for draft trees and the DDTree decode loop as CUDA graphs.
 
@@ -297,7 +297,8 @@ def compile_cmd(arch_opt, kernels):
             if Path(f).name in available:  # cu/argmax.cu from a directory where that path does not exist
                 raise click.BadParameter(f"no file {f!r} here (in {Path.cwd()}); a kernel source of cu/ is "
                                          f"named by its file name: --kernel {Path(f).name}", param_hint="--kernel")
-            raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)})",
+            hint = f"; did you mean --kernel {f}.cu?" if f"{f}.cu" in available else ""
+            raise click.BadParameter(f"no kernel source {f!r} in cu/ (have: {', '.join(available)}){hint}",
                                      param_hint="--kernel")
     try:
         check_compile_env()  # an unrecognised DRIVERLEVEL_CACHE / _LINEINFO: one usage error, not one per compile

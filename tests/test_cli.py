@@ -45,8 +45,9 @@ def test_help(runner, args, words):
 
 
 def test_version(runner):
+    """``--version`` prints what ``info`` prints in its first line: ``driverlevel 0.1.0``."""
     r = invoke(runner, "--version")
-    assert r.exit_code == 0 and dl.__version__ in r.output
+    assert r.exit_code == 0 and r.output.strip() == f"driverlevel {dl.__version__}"
 
 
 # -- info ----------------------------------------------------------------------------------------
@@ -254,7 +255,9 @@ def test_compile_default_arch_of_an_unknown_gpu(runner, monkeypatch):
 
 def test_compile_bad_kernel(runner):
     r = runner.invoke(cli.main, ["compile", "--kernel", "nope.cu"])
-    assert r.exit_code == 2 and "no kernel source 'nope.cu'" in r.output
+    assert r.exit_code == 2 and "no kernel source 'nope.cu'" in r.output and "did you mean" not in r.output
+    r = runner.invoke(cli.main, ["compile", "--kernel", "argmax"])  # the file name without .cu: a hint
+    assert r.exit_code == 2 and " ".join(r.output.split()).endswith("did you mean --kernel argmax.cu?")
 
 
 def _fake_compile(resources):
