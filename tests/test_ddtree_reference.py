@@ -1200,3 +1200,95 @@ def test_commit_paged_leaves_a_request_without_nodes_alone_whatever_its_row():
     commit_paged(st, res, [0, 99], r2t_in, seq_in, pool_in)
     assert seq_in.tolist() == [4, 0] and r2t_in[0, :4].tolist() == st.out_cache_loc.tolist()
     assert pool_in.count == 16 and not set(pool_in.slots[:16].tolist()) & set(r2t_in[0, :4].tolist())
+
+
+def _review_tree():
+    """Two requests of 2 and 4 nodes (budgets 1 and 3), the second review's example."""
+    return build_tree([1, 2], np.random.default_rng(5).standard_normal((2, 2, 5)).astype(np.float32), 3,
+                      budgets=[1, 3])
+
+
+def test_greedy_accept_needs_one_row_per_node_or_none():
+    """A fresh user's review (seventy-third session): qo_indptr with fewer or more rows than a
+    request's nodes was taken, cutting the tree (accepted_count 1 instead of 2) or reading past it."""
+    tb = _review_tree()
+    assert tb.node_counts.tolist() == [2, 4]
+    for qo in ([0, 3, 7], [0, 1, 5]):
+        with pytest.raises(ValueError, match=r"^request 0 has \d rows in qo_indptr but 2 tree nodes"):
+            greedy_accept(tb, qo, np.zeros(qo[-1], np.int64), [1, 1], [0, 0], 10, 2)
+    greedy_accept(tb, [0, 2, 6], np.zeros(6, np.int64), [1, 1], [0, 0], 10, 2)  # one row per node
+    greedy_accept(tb, [0, 0, 4], np.zeros(4, np.int64), [1, 1], [0, 0], 10, 2)  # none: compile gave it no rows
+
+
+def test_slot_pool_free_slots_are_distinct_and_not_negative():
+    """The review: a pool of [-5] * 8 or [3] * 8 handed one slot (or the exhausted sentinel's kin)
+    to every node; a count changed after construction was not checked again by compile_tree."""
+    for slots in ([-5] * 8, [3] * 8, [0, 1, 2, 1]):
+        with pytest.raises(ValueError, match="free slots"):
+            SlotPool(np.array(slots, np.int64), len(slots))
+    SlotPool(np.array([0, 1, 2, -1, -1], np.int64), 3)  # past count: not read
+    tb = _review_tree()
+    r2t = np.zeros((2, 8), np.int64)
+    for count in (50, -3):
+        pool = SlotPool(np.arange(10), 10)
+        pool.count = count
+        with pytest.raises(ValueError, match="^count must be in 0..10"):
+            compile_tree(tb, [1, 1], [0, 1], r2t, pool)
+    pool = SlotPool(np.arange(10), 10)
+    pool.slots[9] = 4  # a repeat among the free slots, after construction
+    with pytest.raises(ValueError, match="must be distinct, got slot 4 2 times"):
+        compile_tree(tb, [1, 1], [0, 1], r2t, pool)
+
+
+def test_commit_paged_refuses_a_slot_its_int32_table_would_wrap():
+    """The review: slot ids of 2**31 and more were written into an int32 req_to_token as negatives."""
+    tb = _review_tree()
+    big = np.arange(2**31, 2**31 + 10, dtype=np.int64)
+    for dtype, ok in ((np.int32, False), (np.int64, True)):
+        r2t, seq, pool = np.zeros((2, 8), dtype), np.array([1, 1]), SlotPool(big.copy(), 10)
+        st = compile_tree(tb, seq, [0, 1], r2t, pool)
+        res = greedy_accept(tb, st.qo_indptr, np.zeros(int(st.qo_indptr[-1]), np.int64), [1, 1], seq, 8, 2)
+        if ok:
+            commit_paged(st, res, [0, 1], r2t, seq, pool)
+            assert r2t.max() >= 2**31
+        else:
+            r2t_in, seq_in = r2t.copy(), seq.copy()
+            with pytest.raises(ValueError, match="must fit req_to_token's dtype int32"):
+                commit_paged(st, res, [0, 1], r2t, seq, pool)
+            assert (r2t == r2t_in).all() and (seq == seq_in).all() and pool.count == 10  # nothing written
+
+
+def _dense_res(nodes, count):
+    nodes = np.asarray(nodes, np.int32)
+    bs = nodes.shape[0]
+    return ref.AcceptResult(accepted_nodes=nodes, accepted_count=np.asarray(count, np.int32),
+                        bonus=np.full(bs, 5, np.int32), finished=np.zeros(bs, np.uint8),
+                        emitted=np.full(nodes.shape, -1, np.int32), num_emitted=np.zeros(bs, np.int32),
+                        active=np.ones(bs, np.uint8), root_tokens=np.zeros(bs, np.int32),
+                        posterior=np.zeros(6, np.int32), status=0)
+
+
+def test_commit_dense_checks_res_and_writability_before_moving():
+    """The review: a read-only seq_lens failed after the cache had moved; a count past the row, a
+    negative count, node -1 or descending nodes corrupted the cache or leaked an IndexError."""
+    cache0 = np.arange(12.0).reshape(1, 2, 6)
+    ro = np.array([1, 1])
+    ro.flags.writeable = False
+    cases = [(_dense_res([[0, 2, -1], [0, 1, -1]], [2, 2]), ro, "seq_lens is read-only"),
+             (_dense_res([[0, 2, -1], [0, 1, -1]], [4, 2]), None, "accepted_count in"),
+             (_dense_res([[0, 2, -1], [0, 1, -1]], [-2, 2]), None, "accepted_count in"),
+             (_dense_res([[0, -1, 3], [0, 1, -1]], [3, 2]), None, "not ascending node ids >= 0"),
+             (_dense_res([[0, 2, 1], [0, 1, -1]], [3, 2]), None, "not ascending node ids >= 0")]
+    for res, seq, words in cases:
+        cache, seq = cache0.copy(), (np.array([1, 1]) if seq is None else seq)
+        with pytest.raises(ValueError, match=words):
+            commit_dense(cache, res, seq)
+        assert (cache == cache0).all()
+    cache = cache0.copy()
+    ro_cache = cache.copy()
+    ro_cache.flags.writeable = False
+    with pytest.raises(ValueError, match="cache is read-only"):
+        commit_dense(ro_cache, _dense_res([[0, 2, -1], [0, 1, -1]], [2, 2]), np.array([1, 1]))
+    seq = np.array([1, 1])
+    assert commit_dense(cache, _dense_res([[0, 2, -1], [0, 1, -1]], [2, 2]), seq) == 0
+    assert cache[0, 0, 1:3].tolist() == [1.0, 3.0] and seq.tolist() == [3, 3]  # row 1 + node 2 moved to 2

@@ -398,7 +398,8 @@ def verify_attention_reference(
     sm_scale : float
         Softmax scale applied to ``q·k`` (``1/sqrt(192)`` for DeepSeek-style
         models). Any finite value: the reference is the formula, and 0 or a
-        negative scale are defined there. :class:`~driverlevel.VerifyAttention`
+        negative scale are defined there (in float64: a scale whose scores ``sm_scale * q·k``
+        overflow it, past ~1.8e308, gives NaN). :class:`~driverlevel.VerifyAttention`
         takes only what its kernels can (a positive ``sm_scale`` whose
         ``sm_scale * log2(e)`` is a normal float32).
     v_dim : int, default 512

@@ -565,8 +565,19 @@ class SlotPool:
     Attributes
     ----------
     slots : numpy.ndarray
-        int64 ``[capacity]``; ``slots[:count]`` are the free slots, the top at ``count - 1``.
+        int64 ``[capacity]``; ``slots[:count]`` are the free slots, the top at ``count - 1``: distinct
+        and >= 0 (-1 is the kernels' "pool exhausted"); the entries past ``count`` are not read.
     count : int
+        ``0 <= count <= capacity``.
+
+    Raises
+    ------
+    ValueError
+        ``slots`` not one-dimensional, ``count`` outside ``0..capacity``, or a free slot negative or
+        repeated (two nodes would share one KV slot). :func:`compile_tree` checks the same again,
+        as ``count`` and ``slots`` may have changed since.
+    TypeError
+        ``slots`` or ``count`` not integers (floats are not truncated; bool refused).
     """
 
     slots: np.ndarray
@@ -580,8 +591,22 @@ class SlotPool:
         if not isinstance(self.slots, np.ndarray):  # a list or tuple: as the int64 array the docstring
             self.slots = slots                        # names (an array given stays the same object)
         self.count = _count("count", self.count, 0)  # (bool, floats and strings refused)
-        if self.count > n:
-            raise ValueError(f"count must be in 0..{n} (the stack's capacity), got {self.count}")
+        self.check()
+
+    def check(self) -> None:
+        """ValueError unless ``count`` is in ``0..capacity`` and the free slots ``slots[:count]`` are
+        distinct and >= 0 (see the class's Raises)."""
+        n = np.shape(self.slots)[0]
+        if not isinstance(self.count, (int, np.integer)) or isinstance(self.count, bool) or not 0 <= self.count <= n:
+            raise ValueError(f"count must be in 0..{n} (the stack's capacity), got {self.count!r}")
+        free = np.asarray(self.slots[:self.count]).astype(np.int64)
+        if np.any(free < 0):
+            raise ValueError(f"the free slots (slots[:count]) must be >= 0 (-1 means an exhausted pool), got "
+                             f"{int(free[free < 0][0])} at {int(np.flatnonzero(free < 0)[0])}")
+        values, counts = np.unique(free, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"the free slots (slots[:count]) must be distinct, got slot {int(values[counts > 1][0])} "
+                             f"{int(counts[counts > 1][0])} times")
 
     def free_set(self) -> set:
         return set(int(s) for s in self.slots[: self.count])
@@ -712,7 +737,8 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
         that is not two-dimensional, or -- for a request with nodes -- a ``seq_lens`` outside
         ``[0, max_context]`` (``max_context`` = ``req_to_token``'s columns; the kernel gives such a
         request no rows and reports it) or a ``req_pool_indices`` outside its rows or shared with
-        another request with nodes. Requests without nodes are not checked and take no part.
+        another request with nodes. Requests without nodes are not checked and take no part. A
+        ``pool`` whose ``count`` or free slots are no longer valid (:class:`SlotPool`).
     TypeError
         For ``seq_lens`` / ``req_pool_indices`` / ``req_to_token`` that are not integers, a
         ``req_to_token`` of another integer dtype than int32 or int64 (the kernels' types, as
@@ -721,6 +747,7 @@ def compile_tree(trees: TreeBatch, seq_lens: object, req_pool_indices: object, r
     """
     _need_type("trees", trees, TreeBatch, "build_tree's result; build_tree_from_topk's Tree is one request")
     _need_type("pool", pool, SlotPool)
+    pool.check()  # (count and slots may have changed since the pool was made)
     bs = trees.node_counts.shape[0]
     q = trees.node_counts.astype(np.int64)
     committed = _per_request("seq_lens", seq_lens, bs)
@@ -865,7 +892,8 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
     ------
     ValueError
         For a ``qo_indptr`` that is not ``[bs + 1]`` non-decreasing from 0 with ``bs`` the
-        trees' batch, a request with more rows than its tree holds, a ``target`` with other
+        trees' batch, a request whose rows are neither none nor one per node of its tree
+        (``node_counts``), a ``target`` with other
         than ``qo_indptr[-1]`` rows, per-request arrays that are not ``[bs]`` (``stop_tokens``:
         ``[bs, n_stop]``), a negative ``max_context`` or ``depth_limit``, or a tree node in use
         deeper than ``depth_limit``, a ``seq_lens`` outside ``[0, max_context]`` for an active
@@ -884,6 +912,12 @@ def greedy_accept(trees: TreeBatch, qo_indptr: object, target: object, active: o
         raise ValueError(f"qo_indptr must be [bs + 1 = {bs + 1}] non-decreasing from 0, got {qo.tolist()}")
     if np.any(np.diff(qo) > trees.parents.shape[1]):
         raise ValueError(f"a request has more than the trees' {trees.parents.shape[1]} nodes: qo_indptr {qo.tolist()}")
+    rows_of = np.diff(qo)
+    off = np.flatnonzero((rows_of != 0) & (rows_of != trees.node_counts.astype(np.int64)))
+    if off.size:  # (a request has a row per node of its tree, or none: compile gave it no rows)
+        b = int(off[0])
+        raise ValueError(f"request {b} has {int(rows_of[b])} rows in qo_indptr but {int(trees.node_counts[b])} tree "
+                         f"nodes: each request has one row per node (or none), got qo_indptr {qo.tolist()}")
     depth_limit = _count("depth_limit", depth_limit, 0)
     max_context = _count("max_context", max_context, 0)
     for b in range(bs):  # the accepted arrays are depth_limit + 1 wide: no path may be longer
@@ -1015,7 +1049,9 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         nodes whose ``req_pool_indices`` is not a row of ``req_to_token``, is another such
         request's row, or whose ``seq_lens`` + accepted count is negative,
         past ``req_to_token``'s columns (:func:`greedy_accept` with that ``max_context``
-        never accepts past it) or past what ``seq_lens``'s dtype holds (a uint8 254 + 2).
+        never accepts past it) or past what ``seq_lens``'s dtype holds (a uint8 254 + 2), or an
+        accepted node's slot that ``req_to_token``'s dtype cannot hold (an int32 table and a slot
+        id of 2**31 or more).
     """
     _need_type("step", step, CompiledStep)
     _need_type("res", res, AcceptResult)
@@ -1056,6 +1092,14 @@ def commit_paged(step: CompiledStep, res: AcceptResult, req_pool_indices: object
         raise ValueError(f"seq_lens + accepted counts must be in [0, {req_to_token.shape[1]}] (req_to_token's "
                          f"columns), got seq_lens {c.tolist()} and accepted counts {acc_n.tolist()}")
     _need_fits("seq_lens", seq_lens, np.where(used, c + acc_n, 0).tolist())  # (a uint8 254 + 2 would not)
+    kept = [step.out_cache_loc[step.qo_indptr[b] + res.accepted_nodes[b, :int(acc_n[b])].astype(np.int64)]
+            for b in range(bs) if acc_n[b] > 0]
+    kept = np.concatenate(kept).astype(np.int64) if kept else np.zeros(0, np.int64)
+    hi = int(np.iinfo(req_to_token.dtype).max)
+    if np.any((kept < 0) | (kept > hi)):
+        bad = int(kept[(kept < 0) | (kept > hi)][0])
+        raise ValueError(f"the accepted nodes' slots must fit req_to_token's dtype {req_to_token.dtype} "
+                         f"(0..{hi}), got slot {bad}: pass an int64 req_to_token")
     top = step.alloc_base
     for b in range(step.q_lens.shape[0]):
         n = int(step.q_lens[b])
@@ -1102,8 +1146,10 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
         integer array (both are updated in place), or ``res`` not an :class:`AcceptResult`.
     ValueError
         ``seq_lens`` not ``[bs]`` (``res``'s batch) or negative, ``cache``'s second dimension
-        not ``bs``, or a ``seq_lens`` + kept accepted count past what ``seq_lens``'s dtype holds
-        (an int8 126 + 2); before anything is moved or written.
+        not ``bs``, a read-only ``cache``, ``seq_lens``, ``res.accepted_count`` or ``res.active``,
+        a ``res`` whose ``accepted_count`` lies outside ``[0, accepted_nodes.shape[1]]`` or whose
+        accepted nodes are not ascending node ids >= 0, or a ``seq_lens`` + kept accepted count
+        past what ``seq_lens``'s dtype holds (an int8 126 + 2); before anything is moved or written.
     """
     if not isinstance(cache, np.ndarray) or cache.ndim < 3:
         raise TypeError(f"cache must be a numpy array [num_layers, bs, window, ...] (updated in place), got "
@@ -1116,6 +1162,21 @@ def commit_dense(cache: np.ndarray, res: AcceptResult, seq_lens: np.ndarray) -> 
         raise ValueError(f"cache must be [num_layers, bs = {bs}, window, ...] (res's batch), got shape {cache.shape}")
     if np.any(seq_lens < 0):
         raise ValueError(f"seq_lens must be >= 0, got {seq_lens.tolist()}")
+    for name, a in (("cache", cache), ("seq_lens", seq_lens), ("res.accepted_count", res.accepted_count),
+                    ("res.active", res.active)):
+        if isinstance(a, np.ndarray) and not a.flags.writeable:
+            raise ValueError(f"{name} is read-only: commit_dense updates it in place")
+    acc_n = np.asarray(res.accepted_count).astype(np.int64)
+    acc_nodes = np.asarray(res.accepted_nodes)
+    width = acc_nodes.shape[1] if acc_nodes.ndim == 2 else -1
+    if acc_nodes.ndim != 2 or acc_nodes.shape[0] != bs or np.any((acc_n < 0) | (acc_n > width)):
+        raise ValueError(f"res is no accept result: accepted_nodes must be [{bs}, width] and accepted_count in "
+                         f"[0, width], got shape {acc_nodes.shape} and counts {acc_n.tolist()}")
+    for b in range(bs):  # a path from the root: node ids >= 0 and ascending (a child follows its parent)
+        nodes = acc_nodes[b, :int(acc_n[b])].astype(np.int64)
+        if np.any(nodes < 0) or np.any(np.diff(nodes) <= 0):
+            raise ValueError(f"res is no accept result: request {b} accepts nodes {nodes.tolist()}, which are not "
+                             f"ascending node ids >= 0 (a path from the root)")
     window = cache.shape[2]
     kept = []  # (seq_lens, accepted nodes, nodes kept) per request, all checked before anything is moved
     for b in range(seq_lens.shape[0]):
