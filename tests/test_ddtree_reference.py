@@ -1292,3 +1292,14 @@ def test_commit_dense_checks_res_and_writability_before_moving():
     seq = np.array([1, 1])
     assert commit_dense(cache, _dense_res([[0, 2, -1], [0, 1, -1]], [2, 2]), seq) == 0
     assert cache[0, 0, 1:3].tolist() == [1.0, 3.0] and seq.tolist() == [3, 3]  # row 1 + node 2 moved to 2
+
+
+def test_build_tree_from_topk_refuses_repeated_or_negative_sibling_tokens():
+    """The review: [[3, 3]] built two sibling nodes of one token, and negative ids were taken."""
+    lp = np.array([[-0.1, -0.2], [-0.3, -0.4]], np.float32)
+    with pytest.raises(ValueError, match="^top_ids must be distinct within a depth .* token 3 2 times at depth 2$"):
+        build_tree_from_topk(7, np.array([[1, 2], [3, 3]]), lp, 4)
+    with pytest.raises(ValueError, match="^top_ids must be token ids >= 0, got -1 at depth 1, rank 1$"):
+        build_tree_from_topk(7, np.array([[1, -1], [3, 4]]), lp, 4)
+    t = build_tree_from_topk(7, np.array([[1, 2], [3, 3]]), lp, 1)  # K = min(budget, 2) = 1: rank 0 alone
+    assert t.tokens.tolist() == [7, 1]

@@ -337,7 +337,8 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
         ``top_ids`` not of an integer dtype (``"top_ids must be integers, got dtype float64"``), or
         ``top_lp`` not of a float dtype.
     ValueError
-        ``budget`` < 0, ``root_token`` or a ``top_ids`` entry outside the int32 range, a ``top_lp``
+        ``budget`` < 0, ``root_token`` or a ``top_ids`` entry outside the int32 range, a negative
+        or repeated token among a depth's first ``K`` ids (siblings would share a token), a ``top_lp``
         of +inf (the order of each row is the caller's: not checked), or ``top_ids`` and ``top_lp``
         are not 2-D of one shape:
         ``"top_ids and top_lp must be [depth_limit, K] of one shape, got top_ids (2, 2) and top_lp (3, 2)"``.
@@ -356,6 +357,16 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
     k = min(budget, ids.shape[1])
     if np.any(np.isposinf(lp_arr)):  # (an inf - inf sibling key would be NaN)
         raise ValueError("top_lp must be finite, NaN or -inf: +inf is no log-probability")
+    used = ids[:, :k]
+    if np.any(used < 0):  # (a top-K's ids are tokens: siblings of one node are its depth's ranks)
+        d, r = (int(v[0]) for v in np.nonzero(used < 0))
+        raise ValueError(f"top_ids must be token ids >= 0, got {int(used[d, r])} at depth {d + 1}, rank {r}")
+    for d in range(used.shape[0]):
+        u, c = np.unique(used[d], return_counts=True)
+        if (c > 1).any():
+            raise ValueError(f"top_ids must be distinct within a depth (a node's children are its ranks: no two "
+                             f"siblings share a token), got token {int(u[c > 1][0])} {int(c[c > 1][0])} times "
+                             f"at depth {d + 1}")
     lp = [[float(v) for v in row[:k]] for row in lp_arr]
     tokens, depths, parents, ranks, keys = [root], [0], [-1], [-1], [0.0]
     heap = []
