@@ -296,7 +296,8 @@ def test_threshold_fallback_rows_are_exact(device, stream, dtype):
     x[1, 0, sampled] -= 50.0                # only the sampled tokens are small: count > capacity,
     #                                         refined above T
     x[1, 1, sampled[:96]] += 50.0           # 96 sampled tokens large: T ~ 51, count < K, the K-th
-    #                                         largest ~6, below the first window [T / 4, T): widened
+    #                                         largest ~6: three append windows, the third past the
+    #                                         capacity, where the radix select starts
     x[1, 2] -= 20.0                         # every logit negative and the sampled ones small: count
     x[1, 2, sampled] -= 50.0                # > capacity, refined above T ~ -65 by the radix select,
     #                                         whose first window holds +0: no vector read past the

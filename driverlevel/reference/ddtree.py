@@ -362,11 +362,10 @@ def build_tree_from_topk(root_token: int, top_ids: object, top_lp: object, budge
         d, r = (int(v[0]) for v in np.nonzero(used < 0))
         raise ValueError(f"top_ids must be token ids >= 0, got {int(used[d, r])} at depth {d + 1}, rank {r}")
     for d in range(used.shape[0]):
-        u, c = np.unique(used[d], return_counts=True)
-        if (c > 1).any():
+        rep = _first_repeat(used[d])
+        if rep is not None:
             raise ValueError(f"top_ids must be distinct within a depth (a node's children are its ranks: no two "
-                             f"siblings share a token), got token {int(u[c > 1][0])} {int(c[c > 1][0])} times "
-                             f"at depth {d + 1}")
+                             f"siblings share a token), got token {rep[0]} {rep[1]} times at depth {d + 1}")
     lp = [[float(v) for v in row[:k]] for row in lp_arr]
     tokens, depths, parents, ranks, keys = [root], [0], [-1], [-1], [0.0]
     heap = []
@@ -614,10 +613,9 @@ class SlotPool:
         if np.any(free < 0):
             raise ValueError(f"the free slots (slots[:count]) must be >= 0 (-1 means an exhausted pool), got "
                              f"{int(free[free < 0][0])} at {int(np.flatnonzero(free < 0)[0])}")
-        values, counts = np.unique(free, return_counts=True)
-        if (counts > 1).any():
-            raise ValueError(f"the free slots (slots[:count]) must be distinct, got slot {int(values[counts > 1][0])} "
-                             f"{int(counts[counts > 1][0])} times")
+        rep = _first_repeat(free)
+        if rep is not None:
+            raise ValueError(f"the free slots (slots[:count]) must be distinct, got slot {rep[0]} {rep[1]} times")
 
     def free_set(self) -> set:
         return set(int(s) for s in self.slots[: self.count])
@@ -711,13 +709,20 @@ def _per_request_flags(name: str, value: object, bs: int) -> np.ndarray:
     return a.astype(bool)
 
 
+def _first_repeat(a: np.ndarray) -> tuple[int, int] | None:
+    """``(value, times)`` of the smallest value ``a`` holds more than once, or None if its values are distinct."""
+    values, counts = np.unique(a, return_counts=True)
+    rep = np.flatnonzero(counts > 1)
+    return None if rep.size == 0 else (int(values[rep[0]]), int(counts[rep[0]]))
+
+
 def _need_distinct_rows(rows: np.ndarray, used: np.ndarray, what: str) -> None:
     """A ValueError unless the ``req_pool_indices`` of the requests with ``used`` set are distinct: two
     requests on one ``req_to_token`` row would write each other's entries (the kernels do not check
     it; in SGLang every running request owns its row)."""
-    values, counts = np.unique(rows[used], return_counts=True)
-    if (counts > 1).any():
-        row = int(values[counts > 1][0])
+    rep = _first_repeat(rows[used])
+    if rep is not None:
+        row = rep[0]
         raise ValueError(f"req_pool_indices must be distinct for requests with {what} (each owns its req_to_token "
                          f"row), got row {row} for requests {np.flatnonzero(used & (rows == row)).tolist()}")
 

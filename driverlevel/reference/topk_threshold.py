@@ -41,19 +41,25 @@ def order_keys(x) -> np.ndarray:
     return np.where(b & 0x80000000, ~b, b | 0x80000000).astype(np.uint32)
 
 
-def key_to_f32(k) -> np.ndarray:
-    """The float32 values of uint32 keys, the inverse of :func:`order_keys` (``key_f32`` in the kernels):
-    a NaN's key (that of -inf) comes back as -inf and -0 as +0.
-
-    ``k``: integers in ``[0, 2**32 - 1]``, any shape (the result has it). TypeError for another dtype
-    (floats are not truncated, bools are no keys), ValueError for a value outside that range."""
+def _uint32_keys(k) -> np.ndarray:
+    """``k`` as an integer array of uint32 values: TypeError for another dtype (floats are not
+    truncated, bools are no keys), ValueError for a value outside ``[0, 2**32 - 1]``."""
     a = _exact_ints(k, 0, 0xFFFFFFFF, "keys must be uint32 values in [0, 2**32 - 1]")
     if a.dtype.kind not in "iu":
         raise TypeError(f"keys must be integers (uint32 values), got dtype {a.dtype}")
     bad = (a < 0) | (a > 0xFFFFFFFF)
     if np.any(bad):
         raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {int(a[bad].flat[0])}")
-    k = a.astype(np.uint32)
+    return a
+
+
+def key_to_f32(k) -> np.ndarray:
+    """The float32 values of uint32 keys, the inverse of :func:`order_keys` (``key_f32`` in the kernels):
+    a NaN's key (that of -inf) comes back as -inf and -0 as +0.
+
+    ``k``: integers in ``[0, 2**32 - 1]``, any shape (the result has it). TypeError for another dtype
+    (floats are not truncated, bools are no keys), ValueError for a value outside that range."""
+    k = _uint32_keys(k).astype(np.uint32)
     return np.where(k & 0x80000000, k & 0x7FFFFFFF, ~k).astype(np.uint32).view(np.float32)
 
 
@@ -133,14 +139,9 @@ def kth_largest_bound(v, need: int, slack: int, cut: int = KEY_NEG_INF) -> int:
         must be an int in 1 .. 4, got 10"``); ``slack`` < 0; ``cut`` outside the key range; no key
         ``>= cut``.
     """
-    a = _exact_ints(v, 0, 0xFFFFFFFF, "keys must be uint32 values in [0, 2**32 - 1]")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"keys must be integers (uint32 values), got dtype {a.dtype}")
-    if np.any((a < 0) | (a > 0xFFFFFFFF)):
-        raise ValueError(f"keys must be uint32 values in [0, 2**32 - 1], got {int(a[(a < 0) | (a > 0xFFFFFFFF)].flat[0])}")
+    v = _uint32_keys(v).astype(np.int64).ravel()
     cut = int_in_range("cut", cut, 0, 0xFFFFFFFF)
     slack = int_in_range("slack", slack, 0, 1 << 62)
-    v = a.astype(np.int64).ravel()
     v = v[v >= cut]
     if v.size == 0:  # (the kernel never asks: its rows hold a finite maximum)
         raise ValueError(f"kth_largest_bound: no key >= cut {cut}")
@@ -199,8 +200,11 @@ def _threshold_row(row, bf16) -> tuple[np.ndarray, bool]:
     if is_bf16 and not bf16:
         raise ValueError("row holds bf16 logits (an ml_dtypes.bfloat16 array or uint16 bit patterns) but "
                          "bf16=False: the kernels read such a row as bf16 (pass bf16=True or leave it None)")
-    if bf16 and not is_bf16 and not np.array_equal(bf16_bits_to_f32(f32_to_bf16_bits(x)), x, equal_nan=True):
-        bad = int(np.flatnonzero(bf16_bits_to_f32(f32_to_bf16_bits(x)) != x)[0])
+    if bf16 and not is_bf16:
+        rounded = bf16_bits_to_f32(f32_to_bf16_bits(x))
+        if np.array_equal(rounded, x, equal_nan=True):
+            return x, bf16
+        bad = int(np.flatnonzero((rounded != x) & ~np.isnan(x))[0])
         raise ValueError(f"bf16=True, but row[{bad}] = {float(x[bad])!r} is no bf16 value: a bf16 row's "
                          "float values must be exactly bf16 (widened), or pass the bf16 array itself")
     return x, bf16
@@ -392,9 +396,7 @@ def refine_threshold(row, k: int, threshold, count: int, capacity: int) -> Refin
         row's logits ``>= T`` (``"count 0 disagrees with the row: 51 logits are >= T = 2.5"``), or a
         row whose threshold held (``k <= count <= capacity``: nothing to refine).
     """
-    x = _logits_input("row", row)
-    if x.ndim != 1 or x.shape[0] < 1:
-        raise ValueError(f"row must be one row [vocab] with vocab >= 1, got shape {x.shape}")
+    x, _ = _threshold_row(row, None)
     k = _topk_k(k, x.shape[0])
     count = int_in_range("count", count, 0, x.shape[0])
     capacity = int_in_range("capacity", capacity, k, 1 << 31)
