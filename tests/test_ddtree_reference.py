@@ -512,6 +512,22 @@ def test_accept_nonfinite_row_on_and_off_the_path():
     assert r.accepted_nodes[0].tolist() == [0, 1, 3, 5] and r.finished[0] == 0 and r.status == 0
 
 
+def test_accept_context_cut_before_a_nonfinite_row_is_a_plain_cut():
+    """The walk ends at node 3's not-finite row, but only two nodes fit: the cut drops that row,
+    so the request finishes with FINISH_DONE and only STATUS_CONTEXT_FULL is set (the kernel's
+    order in cu/ddtree/accept.cuh); with room for the whole walk it is FINISH_NONFINITE."""
+    logits = np.zeros((6, 40), np.float32)
+    logits[0, 10] = logits[1, 20] = 5.0      # root -> node 1 -> node 3
+    logits[3] = np.nan                       # node 3's row: the walk ends there
+    r = _accept_one(logits, committed=98, max_context=100)
+    assert r.accepted_nodes[0, :3].tolist() == [0, 1, -1] and r.accepted_count[0] == 2
+    assert r.bonus[0] == -1 and r.emitted[0, :2].tolist() == [10, -1] and r.num_emitted[0] == 1
+    assert r.finished[0] == ref.FINISH_DONE and r.status == STATUS_CONTEXT_FULL
+    r = _accept_one(logits, committed=97, max_context=100)  # three nodes fit: nothing is cut
+    assert r.accepted_count[0] == 3 and r.finished[0] == ref.FINISH_NONFINITE
+    assert r.status == ref.STATUS_NONFINITE
+
+
 def test_accept_target_tokens_out_of_vocab_count_as_not_finite():
     tb = _batch([(HAND_TOKENS, HAND_PARENTS, HAND_DEPTHS)])
     r = greedy_accept(tb, [0, 6], np.array([10, 500, 0, 0, 0, 0]), [1], [0], 100, 3, root_tokens=[100], vocab=200)

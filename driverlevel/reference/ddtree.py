@@ -66,7 +66,9 @@ no value above -inf (all NaN / -inf) gives id 0 and is *not finite*. A top-K kee
   has posterior 0 but matches no child; when the walk ends at such a node there
   is no bonus token, the request finishes with ``finished =``
   :data:`FINISH_NONFINITE` and :data:`STATUS_NONFINITE` is set. Rows the walk
-  does not end at have no influence.
+  does not end at have no influence. A context cut comes first: when the walk
+  does not fit, the kept nodes stop before that row, and the request finishes
+  with :data:`FINISH_DONE` and :data:`STATUS_CONTEXT_FULL` alone.
 * Build: a drafter row whose maximum is not finite sets
   :data:`STATUS_NONFINITE` (in the step's status; the tree is still built,
   from the floor log-probs).
