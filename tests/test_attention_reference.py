@@ -227,6 +227,18 @@ def test_build_mask_causal_needs_chain():
         build_mask([star_tree(3)], [0], "causal")
 
 
+@pytest.mark.parametrize("fmt", ["full", "qlen_only", "bitmask", "causal"])
+def test_build_mask_checks_prefix_lens_in_every_format(fmt):
+    """Only "full" reads prefix_lens, but a wrong one is refused in every format, not ignored."""
+    trees = [chain_tree(3), chain_tree(2)]
+    with pytest.raises(ValueError, match="one entry per request"):
+        build_mask(trees, [4], fmt)
+    with pytest.raises(ValueError, match=">= 0"):
+        build_mask(trees, [4, -1], fmt)
+    mask, _ = build_mask(trees, [4, 0], fmt)
+    assert (mask is None) == (fmt == "causal")
+
+
 def test_mask_format_parsing():
     assert parse_mask_format("FULL") is MaskFormat.FULL
     assert parse_mask_format(MaskFormat.BITMASK) is MaskFormat.BITMASK

@@ -431,7 +431,8 @@ def build_mask(
     parents_list : sequence of array_like of int
         One parents array per request.
     prefix_lens : array_like of int
-        ``[bs]`` committed prefix length per request (used by ``"full"``).
+        ``[bs]`` committed prefix length per request, each ``>= 0``; read by ``"full"``
+        only, checked in every format.
     mask_format : MaskFormat or str
     words_per_token : int, optional
         For ``"bitmask"``; defaults to ``ceil(max_q / 32)`` of these trees.
@@ -447,14 +448,18 @@ def build_mask(
     Raises
     ------
     ValueError
-        ``"causal"`` with a tree that is not a chain, or the builders' errors.
+        ``"causal"`` with a tree that is not a chain, ``len(prefix_lens) != len(parents_list)``,
+        a negative prefix length, or the builders' errors.
     """
     fmt = parse_mask_format(mask_format)
     if fmt is MaskFormat.FULL:
         return build_full_mask(parents_list, prefix_lens)
-    if fmt is MaskFormat.QLEN_ONLY:
-        return build_qlen_only_mask(parents_list)
     trees = _trees(parents_list)
+    p = _lengths("prefix_lens", prefix_lens)  # checked in every format, not only the one that reads it
+    if p.shape[0] != len(trees):
+        raise ValueError(f"prefix_lens must have one entry per request ({len(trees)}), got {p.shape[0]}")
+    if fmt is MaskFormat.QLEN_ONLY:
+        return build_qlen_only_mask(trees)
     if fmt is MaskFormat.BITMASK:
         if words_per_token is None:
             max_q = max((t.shape[0] for t in trees), default=1)
