@@ -9,7 +9,7 @@ read the second's::
 
 Usage: python benchmarks/profile_topk.py [--batch B] [--budget K] [--topk chunked|threshold]
                                          [--logits-dtype float32|bfloat16] [--search parallel|heap]
-                                         [--drafter random|peaked|jittered]
+                                         [--drafter random|peaked|jittered|clustered]
 
 The tree kernel's own profile (where its search stalls, per SASS instruction)::
 
@@ -42,8 +42,10 @@ def main(argv=None):
     ap.add_argument("--search", choices=("parallel", "heap"), default="parallel",
                     help="the tree search of ddtree_build (heap: FLAG_LEGACY_SEARCH, the one-warp heap; "
                          "default parallel)")
-    ap.add_argument("--drafter", choices=("random", "peaked", "jittered"), default="random",
-                    help="bench_ddtree's drafter rows: random (star trees; default) or peaked / jittered (deep trees)")
+    ap.add_argument("--drafter", choices=("random", "peaked", "jittered", "clustered"), default="random",
+                    help="bench_ddtree's drafter rows: random (star trees; default), peaked / jittered (deep "
+                         "trees) or clustered (random plus runs of strong ids: some rows fail the threshold "
+                         "and ddtree_build refines them)")
     args = ap.parse_args(argv)
     if args.batch < 1 or not 1 <= args.budget <= 512:
         ap.error(f"--batch must be >= 1 and --budget in 1..512, got {args.batch} and {args.budget}")
