@@ -624,10 +624,16 @@ def check_warm_scratch(ws, D, K, N, W, root, budget):
     depths, parents, tokens = ws[o:o + N], ws[o + N:o + 2 * N], ws[o + 2 * N:o + 3 * N]
     anc = ws[o + 3 * N:o + 3 * N + N * W].view(np.uint32).reshape(N, W)
     count = int(ws[o + 3 * N + N * W])
-    tree = ref.build_tree_from_topk(root, gids, lp, budget)
+    # The reference takes ids >= 0: the bits without their sign (every warm_lp is negative; for
+    # negative int32 that map keeps both distinctness and order), and the sign back on its tokens.
+    assert (lp < 0).all()
+    ids = (gids.view(np.uint32) & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    tree = ref.build_tree_from_topk(root, ids, lp, budget)
     n = tree.num_nodes
     assert count == n, f"the warmer built {count} nodes, the reference {n}"
-    np.testing.assert_array_equal(tokens[:n], tree.tokens, err_msg="the warmer's tokens")
+    want = tree.tokens.astype(np.int64)
+    want[1:] |= 0x80000000
+    np.testing.assert_array_equal(tokens[:n], want.astype(np.uint32).view(np.int32), err_msg="the warmer's tokens")
     np.testing.assert_array_equal(depths[:n], tree.depths, err_msg="the warmer's depths")
     np.testing.assert_array_equal(parents[:n], tree.parents, err_msg="the warmer's parents")
     np.testing.assert_array_equal(anc[:n], ref.ancestor_masks(tree.parents, W), err_msg="the warmer's anc")
@@ -646,7 +652,8 @@ def test_the_code_warmer_builds_the_reference_tree_of_its_own_log_probs(device, 
     decreasing along each row, within 1e-5 of a numpy float32 rebuild with ``hash32``); then the
     warmer's tree, whose depths, parents, tokens (the log-probs' int32 bits as token ids, the root
     ``root_tokens[0]``), ancestor masks (bit for bit) and node count equal
-    ``reference.ddtree.build_tree_from_topk(root_tokens[0], bits, log_probs, budget)`` and
+    ``reference.ddtree.build_tree_from_topk(root_tokens[0], bits, log_probs, budget)`` (the bits
+    without their sign: the reference takes ids >= 0) and
     ``ancestor_masks`` exactly (the warmer always spends its whole budget: there is nothing past
     its count to check). At batch 8 request 0 is inactive: the
     warmer still builds on its root token, and the other requests' trees stay the reference's.
