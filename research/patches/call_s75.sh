@@ -2,8 +2,9 @@
 # One device call (seventy-fourth session, prepared; ~7-9 minutes on a warm H100 or H200, at most
 # ~560 s by its timeouts): `help-rows`, a failed row's first window read by all of its request's
 # row CTAs (research/patches/README.md), checked and measured:
-#   1. the DDTree GPU and robustness tests on the patch (the fallback test gains two rows whose
-#      first window overflows, one past every slice's stage), $OUT/tests.log;
+#   1. the DDTree GPU and robustness tests on the patch (the fallback test gains four helped rows:
+#      a first window that settles the row, one that leaves it short, two that overflow the list,
+#      one of them past every slice's stage), $OUT/tests.log;
 #   2. compute-sanitizer racecheck and memcheck of the fallback test on the patch (the helpers'
 #      shared stage and words, the cross-CTA list), $OUT/racecheck.log, $OUT/memcheck.log;
 #   3. its A/B, bf16 then fp32, clustered and random rows (research/patches/ab_next.sh, no tests),
