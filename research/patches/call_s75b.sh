@@ -2,7 +2,8 @@
 # One device call (seventy-fifth session; ~4 minutes on a warm H100 or H200, at most ~560 s by its
 # timeouts): `help-late` (research/patches/README.md), a failed row's first append window read in
 # slices that its own CTA claims from the start and the request's other CTAs once their own rows
-# are merged and counted (no cost on the common path but one shared store), checked and measured:
+# are merged and counted (the row's CTA waits for the slices, then merges as main does), checked
+# and measured:
 #   1. the DDTree GPU and robustness tests on the patch (the fallback test's request 1 has seven
 #      rows that share their first window: one it settles, one it leaves short, two it overflows,
 #      one of them past every CTA's stage), $OUT/tests.log;
