@@ -10,6 +10,8 @@ mostly that, not the read.
 
 Measured (seventy-fourth session, H100 80GB HBM3, __ldcg only): 1 CTA 15.2 µs at 8 uint4 in flight
 a thread (refine_each's depth), 13.5 at 16; 2 CTAs 9.4; 4 CTAs 6.7; 8 CTAs 5.6; 15 CTAs 4.9.
+Seventy-fifth session (H100, the three loads, __ldcg / __ldg / plain, at 8 in flight): 1 CTA 15.1 /
+15.3 / 15.4 µs, 4 CTAs 6.8 each, 15 CTAs 4.9 / 4.9 / 5.0: the load path changes nothing.
 """
 import cupy as cp
 import numpy as np
