@@ -39,7 +39,9 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
     the directory must exist and be writable, and ``path`` must not be a directory or a file
     that cannot be written. A path that names a directory by its spelling (a trailing
     separator, or a last component ``.`` or ``..``) is a directory whether it exists or not;
-    ``""`` is an empty path.
+    ``""`` is an empty path. A symbolic link is checked at its target, where
+    :func:`write_json_file` writes (a dangling link's target is a new file); a link loop or a
+    name too long is a problem, not an exception.
 
     Example
     -------
@@ -50,28 +52,37 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
         return None
     if path == "-":
         return None if stdout_ok else "'-' (stdout) is not supported by this script: give a file path"
-    if os.fspath(path) == "":  # Path('') is '.', a directory: say what was given
-        return "'' is an empty path, not a file"
-    p = Path(path)
-    parent = p.resolve().parent if p.name else p.resolve()
     text = os.fspath(path)
+    if text == "":  # Path('') is '.', a directory: say what was given
+        return "'' is an empty path, not a file"
     # Path() drops a trailing separator and a last '.' ('newdir/' -> 'newdir'): look at the text itself
     spelled_dir = text.endswith(tuple(s for s in (os.sep, os.altsep) if s)) or os.path.basename(text) in (".", "..")
-    if p.is_dir() or not p.name or spelled_dir:
-        return f"{str(path)!r} is a directory, not a file"
-    if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
+    # (os.path's tests answer False on any OSError; Path's raise some on Python < 3.14: a name too
+    # long, a symbolic link loop, a directory that cannot be searched)
+    if spelled_dir or not Path(text).name or os.path.isdir(text):
+        return f"{text!r} is a directory, not a file"
+    try:
+        os.stat(text)
+    except OSError as exc:  # a missing file is fine; a loop or a name too long cannot be written
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+            return f"{text!r} cannot be written: {exc.strerror or exc}"
+    # write_json_file writes a symbolic link's target, dangling or not: the target is checked
+    p = Path(os.path.realpath(text))
+    parent = p.parent
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
         return f"the directory {str(parent)!r} {what}"
-    if p.exists() and not os.access(p, os.W_OK):
-        return f"{str(path)!r} is not writable"
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+    exists = os.path.exists(p)
+    if exists and not os.access(p, os.W_OK):
+        return f"{text!r} is not writable"
+    if not exists and not os.access(parent, os.W_OK | os.X_OK):
         return f"the directory {str(parent)!r} is not writable"
     # os.access answers yes to root whatever the file system says (/proc, a read-only mount, a
     # file flagged immutable): try it. An existing regular file is opened for appending (nothing
     # written, nothing truncated); a new one is created and removed. A device or a FIFO is left
     # to the write (opening a FIFO would wait for its reader).
     try:
-        if p.exists():
+        if exists:
             if stat.S_ISREG(p.stat().st_mode):
                 with open(p, "a"):
                     pass
@@ -79,7 +90,7 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
             os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             os.unlink(p)
     except OSError as exc:
-        where = f"{str(path)!r}" if p.exists() else f"the directory {str(parent)!r}"
+        where = f"{text!r}" if exists else f"the directory {str(parent)!r}"
         return f"{where} is not writable ({exc.strerror or exc})"
     return None
 
@@ -98,10 +109,10 @@ def write_json_file(path, text: str) -> str | None:
     """
     target = os.path.realpath(path)
     try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        st = None
-    try:
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            st = None
         in_place = st is not None and not stat.S_ISREG(st.st_mode)
         if not in_place:
             if st is not None:

@@ -461,3 +461,26 @@ def test_dump_json_file_gives_the_exit_status_and_names_the_file(tmp_path, capsy
     if __import__("os").path.exists("/dev/full"):
         assert dump_json_file("/dev/full", {}, label="out") == 2
         assert capsys.readouterr().err == "out /dev/full: cannot write it: No space left on device\n"
+
+
+def test_json_path_problem_links_and_long_names(tmp_path):
+    """Review 76: a symbolic link loop (RuntimeError from Path.resolve on Python 3.11) and a name
+    too long (OSError from Path.is_dir) raised out of the check; a dangling link was called an
+    unwritable directory ("File exists"), though write_json_file writes its target."""
+    from driverlevel._cli_common import json_path_problem, write_json_file
+
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    assert json_path_problem(str(loop)) == f"{str(loop)!r} cannot be written: Too many levels of symbolic links"
+    long = str(tmp_path / ("a" * 300 + ".json"))
+    assert json_path_problem(long) == f"{long!r} cannot be written: File name too long"
+    dangling = tmp_path / "out.json"
+    dangling.symlink_to("target.json")
+    assert json_path_problem(str(dangling)) is None
+    assert not (tmp_path / "target.json").exists()  # the check's trial file is removed
+    assert write_json_file(str(dangling), "{}\n") is None
+    assert (tmp_path / "target.json").read_text() == "{}\n" and dangling.is_symlink()
+    elsewhere = tmp_path / "to-nowhere.json"
+    elsewhere.symlink_to("/nonexistent-dir/x.json")
+    assert json_path_problem(str(elsewhere)) == "the directory '/nonexistent-dir' does not exist"
+    assert write_json_file(str(loop), "{}\n") == "cannot write it: Too many levels of symbolic links"
