@@ -587,9 +587,9 @@ def _cache_write_failure(cdir: Path, exc: OSError) -> str:
     (mkdir's misleading "File exists" / "Not a directory"), else the OS's reason."""
     where = f"DRIVERLEVEL_CACHE_DIR={cdir}" if os.environ.get("DRIVERLEVEL_CACHE_DIR", "").strip() else str(cdir)
     why = exc.strerror or str(exc)
-    for p in (cdir, *cdir.parents):
-        if p.exists():
-            if not p.is_dir():
+    for p in (cdir, *cdir.parents):  # (os.path's tests, not Path's: on Python < 3.14 those raise on
+        if os.path.exists(p):            # a directory that cannot be searched or a name too long)
+            if not os.path.isdir(p):
                 why = f"{p} is not a directory" if p != cdir else "it is not a directory"
             break
     return (f"driverlevel: could not write the cubin cache in {where}: {why}; compiling without the disk cache "
@@ -599,7 +599,7 @@ def _cache_write_failure(cdir: Path, exc: OSError) -> str:
 def _cache_read_failure(entry: Path, exc: OSError) -> str:
     """Why the cache entry ``entry`` could not be read, in words (the entry is there: a miss is no failure)."""
     why = exc.strerror or str(exc)
-    if entry.is_dir():
+    if os.path.isdir(entry):  # (os.path's: Path.is_dir raises on Python < 3.14 where the directory cannot be searched)
         why = "it is a directory"
     return (f"driverlevel: could not read the cubin cache entry {entry}: {why}; compiling the kernel again "
             f"(make the entry readable or remove it, set DRIVERLEVEL_CACHE_DIR to a cache of your own, or "

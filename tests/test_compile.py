@@ -1238,6 +1238,39 @@ def test_an_entry_that_is_a_directory_is_named_as_such(tmp_path, monkeypatch, fa
     assert all("could not read" in t or "could not write" in t for t in texts)  # the rename onto it fails too
 
 
+def test_a_cache_directory_that_cannot_be_searched_warns_and_compiles(tmp_path, monkeypatch, fake_nvrtc):
+    """Review 76: the read and write warnings' own checks (Path.is_dir, Path.exists) raised on
+    Python < 3.14 where the cache directory could not be searched (another user's, mode 0700) or
+    its name was too long, so compiling died with a traceback instead of the warning. A name too
+    long is a real OS error here (root passes any permission); Path's tests are made to raise as
+    3.11's do for a directory that cannot be searched."""
+    import pathlib
+
+    from driverlevel import _compile
+
+    def raising(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "is_dir", raising)
+    monkeypatch.setattr(pathlib.Path, "exists", raising)
+    cache = tmp_path / ("a" * 300)
+    monkeypatch.setenv("DRIVERLEVEL_CACHE_DIR", str(cache))
+    _compile._clear_memory_cache()
+    try:
+        with pytest.warns(RuntimeWarning) as rec:
+            cub = _compile.compile_source(_SRC, "long.cu", "sm_90")
+    finally:
+        _compile._clear_memory_cache()
+    texts = [str(w.message) for w in rec]
+    assert texts[0].startswith("driverlevel: could not read the cubin cache entry ")
+    assert texts[0].split(": ")[2].startswith("File name too long;"), texts[0]
+    assert texts[1].startswith(f"driverlevel: could not write the cubin cache in DRIVERLEVEL_CACHE_DIR={cache}: ")
+    # (its reason is Path.mkdir's: the patched is_dir's "Permission denied" here, a name too long on 3.11)
+    assert texts[1].endswith("; compiling without the disk cache (set DRIVERLEVEL_CACHE_DIR to a writable "
+                             "directory, or DRIVERLEVEL_CACHE=0)") and len(texts) == 2
+    assert not cub.cache_hit and fake_nvrtc == ["long.cu"]
+
+
 def test_a_missing_entry_is_a_quiet_miss(tmp_path, monkeypatch, fake_nvrtc):
     import warnings
 
