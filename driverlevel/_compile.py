@@ -1095,6 +1095,9 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         ``include_dirs`` given as a single str, a dict or a set (or not a sequence of str /
         paths), ``defines`` not a dict, a define value that is None or of another type than
         int (numpy's integers too), float, bool, str, or ``use_cache`` not a bool (``"use_cache must be a bool, got str 'no'"``).
+    RuntimeError
+        ``cuda.pathfinder``'s ``DynamicLibNotFoundError`` where no NVRTC library can be loaded (the
+        ``nvidia-cuda-nvrtc`` wheel, a dependency, not visible to this interpreter).
 
     Every argument is checked before anything is compiled or read from the cache.
 

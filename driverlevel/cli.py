@@ -266,7 +266,7 @@ def compile_cmd(arch_opt, kernels):
     (the most the launcher asks for, "-" for none), in bytes; the architecture's
     per-block limit (opt-in) and the headroom left under it; stack frame; spill bytes
     (stores + loads); and whether the cubin came from the cache. Needs no GPU.
-    Exits 1 if any kernel fails to compile, spills, or needs more shared memory
+    Exits 1 if NVRTC cannot be loaded, or any kernel fails to compile, spills, or needs more shared memory
     than the architecture allows per block; 2 for an unsupported --arch, an
     unrecognised DRIVERLEVEL_CACHE or DRIVERLEVEL_LINEINFO value or output that cannot be written.
 
@@ -305,6 +305,12 @@ def compile_cmd(arch_opt, kernels):
     except ValueError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
+    try:  # no NVRTC library to load (cuda.pathfinder's DynamicLibNotFoundError): one line, not a traceback
+        nvrtc_version()
+    except (RuntimeError, OSError) as exc:
+        click.echo(f"Error: NVRTC is not usable here ({type(exc).__name__}: {exc}); `driverlevel info` says what "
+                   f"it finds", err=True)
+        sys.exit(1)
     with pywarnings.catch_warnings(record=True) as caught:
         pywarnings.simplefilter("always")
         failed = _compile_jobs(files, archs)

@@ -605,6 +605,22 @@ def test_compile_unknown_cache_value_is_a_usage_error(runner, monkeypatch):
     assert r.stdout == ""
 
 
+def test_compile_without_an_nvrtc_library_is_one_line(runner, monkeypatch):
+    """Review 76: with no NVRTC library visible (a --no-deps install), `driverlevel compile` died
+    with cuda.pathfinder's DynamicLibNotFoundError traceback, where `info` said it in one line."""
+    from cuda.pathfinder import DynamicLibNotFoundError
+
+    def missing():
+        raise DynamicLibNotFoundError("Failure finding libnvrtc.so")
+
+    monkeypatch.setattr(cli, "nvrtc_version", missing)
+    monkeypatch.setattr(cli, "compile_file", lambda *a, **k: pytest.fail("compiled"))
+    r = invoke(runner, "compile", "--arch", "sm_90", "--kernel", "selftest.cu")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == ("Error: NVRTC is not usable here (DynamicLibNotFoundError: Failure finding libnvrtc.so); "
+                        "`driverlevel info` says what it finds\n")
+
+
 def test_compile_unknown_lineinfo_value_is_a_usage_error(runner, monkeypatch):
     monkeypatch.setenv("DRIVERLEVEL_LINEINFO", "maybe")
     monkeypatch.setattr(cli, "compile_file", lambda *a, **k: pytest.fail("compiled"))
