@@ -61,8 +61,9 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
     # long, a symbolic link loop, a directory that cannot be searched)
     if spelled_dir or not Path(text).name or os.path.isdir(text):
         return f"{text!r} is a directory, not a file"
+    st = None  # what is at path, a symbolic link followed (its target, which write_json_file writes)
     try:
-        os.stat(text)
+        st = os.stat(text)
     except OSError as exc:  # a missing file is fine; a loop or a name too long cannot be written
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
             return f"{text!r} cannot be written: {exc.strerror or exc}"
@@ -72,7 +73,7 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
     if not os.path.isdir(parent):
         what = "is not a directory" if os.path.exists(parent) else "does not exist"
         return f"the directory {str(parent)!r} {what}"
-    exists = os.path.exists(p)
+    exists = st is not None
     if exists and not os.access(p, os.W_OK):
         return f"{text!r} is not writable"
     if not exists and not os.access(parent, os.W_OK | os.X_OK):
@@ -83,7 +84,7 @@ def json_path_problem(path, *, stdout_ok: bool = True) -> str | None:
     # to the write (opening a FIFO would wait for its reader).
     try:
         if exists:
-            if stat.S_ISREG(p.stat().st_mode):
+            if stat.S_ISREG(st.st_mode):
                 with open(p, "a"):
                     pass
         else:
