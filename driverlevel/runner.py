@@ -74,7 +74,7 @@ from ._dtypes import bfloat16
 from ._graph import capture as _capture
 from ._memory import PinnedHostBuffer, WorkspacePool
 from ._module import check_pdl_arg, load_module, resolve_pdl
-from .argmax import argmax_rows_launch
+from .argmax import MAX_ROW_LEN, argmax_rows_launch
 from .argmax import load as _load_argmax
 from .ddtree import DDTreePlan, check_merge_capacity
 from .interfaces import DraftModel, TargetBuffers, TargetForward, TargetModel
@@ -382,6 +382,9 @@ class _RunnerBase:
             raise TypeError(f"{src} must be an int >= 2, got {type(vocab_size).__name__} {vocab_size!r}")
         if vocab_size < 2:
             raise ValueError(f"{src} must be an int >= 2, got {vocab_size!r}")
+        if vocab_size > MAX_ROW_LEN:  # the greedy argmax's limit (argmax_layout), checked before the device
+            raise ValueError(f"{src} must be <= {MAX_ROW_LEN:,} (2**30, the argmax kernels' row length), "
+                             f"got {vocab_size:,}")
         if max_prompt_len > max_context:
             raise ValueError(f"max_prompt_len ({max_prompt_len}) exceeds max_context ({max_context})")
         need = max_prompt_len + 1 + self._rows_per_request  # what reset() asks of its longest prompt
@@ -1030,7 +1033,7 @@ class AutoregressiveRunner(_RunnerBase):
         For out-of-range sizes (``max_batch`` above ``MAX_RUNNER_BATCH`` (256),
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context - 2`` (a prompt that long needs one new token and one step's row more),
-        a count below 1, ``vocab_size`` below 2, a negative
+        a count below 1, ``vocab_size`` below 2 or above ``2**30``, a negative
         ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
         verify attention's ``MAX_SPLITS`` (1024)), for neither or both of ``model`` /
         ``target_forward``, or ``target_forward`` without ``vocab_size``.
@@ -1119,7 +1122,7 @@ class DecodeStepRunner(_RunnerBase):
         ``max_batch * max_context`` above ``2**31 - 1``, ``max_prompt_len`` above
         ``max_context - 2 - budget`` (a prompt that long needs one new token and one step's
         ``budget + 1`` rows more), ``budget`` outside ``[1, MAX_BUDGET]``, ``depth_limit`` outside
-        ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2, a negative
+        ``[1, MAX_DEPTH]``, a count below 1, ``vocab_size`` below 2 or above ``2**30``, a negative
         ``slot_seed``, with ``model`` a ``num_splits`` or ``prefill_splits`` above the
         verify attention's ``MAX_SPLITS`` (1024)), for a ``vocab_size`` x ``budget`` the
         DDTree row merge cannot hold (:func:`driverlevel.ddtree.check_merge_capacity`:

@@ -49,6 +49,9 @@ def no_device(monkeypatch):
 BAD_BASE = [
     (dict(vocab_size=1), ValueError, "vocab_size must be an int >= 2, got 1"),
     (dict(vocab_size=2.0), TypeError, "vocab_size must be an int >= 2, got float 2.0"),
+    # (past the argmax kernels' row length: was refused only after the KV cache and the logits were allocated)
+    (dict(vocab_size=2**30 + 1), ValueError, r"vocab_size must be <= 1,073,741,824 \(2\*\*30, the argmax kernels' row "
+                                             r"length\), got 1,073,741,825"),
     (dict(max_prompt_len=10**6), ValueError, r"max_prompt_len \(1000000\) exceeds max_context \(4096\)"),
     (dict(max_prompt_len=0), ValueError, "max_prompt_len must be a positive int, got 0"),
     (dict(num_splits=0), ValueError, "num_splits must be a positive int, got 0"),
