@@ -827,6 +827,8 @@ def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
         ok = isinstance(v, (str, os.PathLike)) if paths else isinstance(v, str)
         if not ok:
             raise TypeError(f"{name}[{i}] must be a {'str or path' if paths else 'str'}, got {type(v).__name__} {v!r}")
+        if isinstance(v, str) and _unencodable_index(v) is not None:  # NVRTC's options are UTF-8
+            raise ValueError(f"{name}[{i}] is not valid Unicode text (a lone surrogate), got {v!r}")
     return items
 
 
@@ -837,6 +839,8 @@ def _check_include_dir(i: int, d) -> None:
         raise TypeError(f"include_dirs[{i}] must be a str or path, got a path of {type(path).__name__} {d!r}")
     if path == "":
         raise ValueError(f"include_dirs[{i}] is '': an empty path (write '.' for the current directory)")
+    if _unencodable_index(path) is not None:  # (it is an NVRTC option, UTF-8, and part of the cache key)
+        raise ValueError(f"include_dirs[{i}] is not valid Unicode text (a lone surrogate), got {path!r}")
     if not os.path.isdir(path):
         why = "is a file, not a directory" if os.path.exists(path) else "is not a directory (it does not exist)"
         raise ValueError(f"include_dirs[{i}] {path!r} {why}")
@@ -888,6 +892,8 @@ def _check_compile_args(defines, extra_options, include_dirs) -> tuple[dict, tup
             raise ValueError(f"defines[{k!r}] must be a finite float, got {v!r} (no C literal)")
         if isinstance(v, str) and any(c in v for c in "\n\r\0"):
             raise ValueError(f"defines[{k!r}] must not contain a line break or NUL character, got {v!r}")
+        if isinstance(v, str) and _unencodable_index(v) is not None:
+            raise ValueError(f"defines[{k!r}] is not valid Unicode text (a lone surrogate), got {v!r}")
         checked[k] = v
     return checked, extra, incl
 
@@ -906,6 +912,20 @@ def _check_source_and_name(source, name) -> None:
     if "\0" in source:
         raise ValueError(f"source contains a NUL character (at index {source.index(chr(0))}): NVRTC would stop "
                          f"reading there and compile only the text before it")
+    for what, text in (("name", name), ("source", source)):
+        bad = _unencodable_index(text)
+        if bad is not None:
+            raise ValueError(f"{what} is not valid Unicode text (a lone surrogate {text[bad]!r} at index {bad}, "
+                             f"e.g. from a file read with errors='surrogateescape'): NVRTC takes UTF-8")
+
+
+def _unencodable_index(text: str):
+    """The index of ``text``'s first character that UTF-8 cannot encode (a lone surrogate), or None."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def _options(arch: str, defines: dict, extra) -> list[str]:
@@ -1082,12 +1102,14 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         On a compile error; the message holds the full NVRTC log.
     ValueError
         For a ``name`` with no file name (``""``, ``"dir/"``, ``"."``, ``".."``), a NUL character in
-        ``name`` or ``source``, an unsupported architecture, a target-selecting, include or LTO
+        ``name`` or ``source``, a lone surrogate (text UTF-8 cannot encode, e.g. read with
+        ``errors="surrogateescape"``) in ``name``, ``source``, ``extra_options`` or
+        ``include_dirs``, an unsupported architecture, a target-selecting, include or LTO
         option in ``extra_options`` or one last there without its value, an ``include_dirs``
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
         define name that is no C identifier, a define value that is a non-finite float or a str
-        with a line break or NUL character, or an unrecognised ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`)
-        or ``DRIVERLEVEL_LINEINFO`` value (:func:`lineinfo_requested`).
+        with a line break, a NUL character or a lone surrogate, or an unrecognised
+        ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`) or ``DRIVERLEVEL_LINEINFO`` value (:func:`lineinfo_requested`).
         An architecture the NVRTC in use cannot compile for is
         :class:`~driverlevel.UnsupportedTargetError`, a ValueError.
     TypeError

@@ -979,6 +979,30 @@ def test_nul_and_dot_names_are_refused(fresh_cache, count_compiles, source, name
     assert count_compiles == [] and not fresh_cache.exists()
 
 
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(source=_K + "// caf\udce9\n"), r"source is not valid Unicode text \(a lone surrogate '\\udce9' at index "),
+    (dict(name="k\udce9.cu"), r"name is not valid Unicode text \(a lone surrogate '\\udce9' at index 1,"),
+    (dict(defines={"X": "a\udce9"}), r"defines\['X'\] is not valid Unicode text \(a lone surrogate\)"),
+    (dict(extra_options=["-DY=\udce9"]), r"extra_options\[0\] is not valid Unicode text \(a lone surrogate\)"),
+])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_text_utf8_cannot_encode_is_refused_before_compiling(fresh_cache, count_compiles, kw, words, use_cache):
+    """A lone surrogate (a file read with errors='surrogateescape') raised UnicodeEncodeError out of the
+    cache key (fresh-user review, seventy-seventh session); NVRTC takes UTF-8."""
+    args = {"source": _K, "name": "k.cu", **kw}
+    with pytest.raises(ValueError, match=words):
+        compile_source(args.pop("source"), args.pop("name"), "sm_90", use_cache=use_cache, **args)
+    assert count_compiles == [] and not fresh_cache.exists()
+
+
+def test_an_include_dir_utf8_cannot_encode_is_refused(fresh_cache, count_compiles, tmp_path):
+    d = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9")  # a real directory whose name is no UTF-8
+    os.mkdir(d)
+    with pytest.raises(ValueError, match=r"include_dirs\[0\] is not valid Unicode text \(a lone surrogate\)"):
+        compile_source(_K, "k.cu", "sm_90", include_dirs=[d])
+    assert count_compiles == []
+
 # -- review 17 L2: a kernel file compiled without (all of) its defines names the public launcher ----
 def _partial_defines(which):
     from driverlevel._constants import kernel_defines
