@@ -239,12 +239,13 @@ class RequestState:
         ------
         ValueError
             For a field this state does not have; for a field whose array is read-only or not
-            C-contiguous; for a value with the wrong number of elements; for an integer outside
-            the field's dtype range (the message names the field, the first bad value and its
-            index).
+            C-contiguous; for a value with the wrong number of elements or a ragged one (rows of
+            different lengths); for an integer outside the field's dtype range (the message
+            names the field, the first bad value and its index).
         TypeError
-            For a value that is not an integer array (floats, bool outside ``active``, objects),
-            or a ``stream`` that is not a driverlevel :class:`~driverlevel.Stream`.
+            For a value that is not an integer array (floats, bool outside ``active``, str, None,
+            a generator or other objects; checked before the number of elements), or a
+            ``stream`` that is not a driverlevel :class:`~driverlevel.Stream`.
         ValueError
             Also for a ``stream`` of another device than the state's arrays, or a closed one;
             checked before the first copy.
@@ -296,9 +297,31 @@ def _check_stream(what: str, stream, arrays) -> None:
 
 
 def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:
-    """``value`` as a host array of ``dst``'s dtype and shape, refused unless the conversion is exact."""
+    """``value`` as a host array of ``dst``'s dtype and shape, refused unless the conversion is exact.
+
+    The values' type is checked before their count (None, a str or a generator is a TypeError,
+    not "must have shape (8,), got shape ()").
+    """
     want = np.dtype(dst.dtype)
-    a = np.asarray(value)
+    try:
+        a = np.asarray(value)
+    except ValueError as exc:  # e.g. rows of different lengths
+        raise ValueError(f"upload: {name} is not a rectangular array of integers ({exc})") from None
+    ints = None
+    if want.kind in "iu" and a.dtype != want:
+        if a.dtype.kind == "b":
+            if name != "active":
+                raise TypeError(f"upload: {name} must hold {want} integers, got bool values")
+        elif a.dtype.kind == "O":  # e.g. Python ints too large for int64: check each one exactly
+            flat = a.ravel()
+            for i, v in enumerate(flat):
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                    where = f" at flat index {i}" if a.ndim else ""
+                    raise TypeError(f"upload: {name} must hold {want} integers, got {type(v).__name__} {v!r}{where}")
+            ints = [int(v) for v in flat]
+        elif a.dtype.kind not in "iu":
+            raise TypeError(f"upload: {name} must hold {want} integers, got dtype {a.dtype} "
+                            f"(convert it yourself if the values are meant to be integers)")
     if a.size != int(np.prod(dst.shape, dtype=object)):
         raise ValueError(f"upload: {name} must have shape {dst.shape} ({int(np.prod(dst.shape, dtype=object))} "
                          f"elements), got shape {a.shape}")
@@ -308,21 +331,7 @@ def _exact_host_array(name: str, value, dst: DeviceArray) -> np.ndarray:
     if a.dtype == want:
         return a
     if a.dtype.kind == "b":
-        if name != "active":
-            raise TypeError(f"upload: {name} must hold {want} integers, got bool values")
         return a.astype(want)
-    if a.dtype.kind == "O":  # e.g. Python ints too large for int64: check each one exactly
-        flat = a.ravel()
-        for i, v in enumerate(flat):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"upload: {name} must hold {want} integers, got {type(v).__name__} {v!r} "
-                                f"at flat index {i}")
-        ints = [int(v) for v in flat]
-    elif a.dtype.kind in "iu":
-        ints = None
-    else:
-        raise TypeError(f"upload: {name} must hold {want} integers, got dtype {a.dtype} "
-                        f"(convert it yourself if the values are meant to be integers)")
     info = np.iinfo(want)
     if ints is None:
         bad = np.flatnonzero((a.ravel() < info.min) | (a.ravel() > info.max)) if a.size else []

@@ -131,6 +131,12 @@ def _recording_state(monkeypatch):
     (dict(seq_lens=["1", "2", "3", "4"]), TypeError, "seq_lens must hold int64 integers, got dtype <U1"),
     (dict(root_tokens=np.array([True, False, True, True])), TypeError, "root_tokens must hold int32 integers, got bool"),
     (dict(seq_lens=[1, 2, 3]), ValueError, r"seq_lens must have shape \(4,\) \(4 elements\), got shape \(3,\)"),
+    # the values' type before their count (fresh-user review, seventy-seventh session: these three were
+    # "must have shape (4,) (4 elements), got shape ()"; the ragged one was numpy's message alone)
+    (dict(active=None), TypeError, r"^upload: active must hold uint8 integers, got NoneType None$"),
+    (dict(active="abcd"), TypeError, r"^upload: active must hold uint8 integers, got dtype <U4"),
+    (dict(active=(1 for _ in range(4))), TypeError, r"^upload: active must hold uint8 integers, got generator "),
+    (dict(req_to_token=[[1, 2], [3]]), ValueError, r"^upload: req_to_token is not a rectangular array of integers \("),
 ])
 def test_upload_refuses_values_that_do_not_fit_exactly(monkeypatch, kw, exc, words):
     """Review 15 #3: upload cast with np.asarray(dtype=...), so 100.9 -> 100, 2**31+5 -> negative, 300 -> 44."""
