@@ -1069,7 +1069,21 @@ class DDTreePlan:
                                          label="ddtree.mirror")
 
     def read_records(self, mirror: PinnedHostBuffer) -> np.ndarray:
-        """The int32 ``[max_batch, record_width]`` view of a mirror (no copy; read after an event)."""
+        """The int32 ``[max_batch, record_width]`` view of a mirror (no copy; read after an event).
+
+        Raises
+        ------
+        TypeError
+            For a ``mirror`` that is not a :class:`~driverlevel.PinnedHostBuffer` (an int32
+            DeviceArray mirror, which :meth:`accept` also takes, is read with its ``to_numpy``).
+        ValueError
+            For a closed buffer or one smaller than ``max_batch * record_width * 4`` bytes.
+        """
+        if not isinstance(mirror, PinnedHostBuffer):
+            hint = (": a DeviceArray mirror is read with mirror.to_numpy(stream)" if isinstance(mirror, DeviceArray)
+                    else "")
+            raise TypeError(f"read_records: mirror must be a PinnedHostBuffer (allocate_mirror()), "
+                            f"got {type(mirror).__name__}{hint}")
         return mirror.numpy((self.max_batch, self.record_width), np.int32)
 
     def __repr__(self):

@@ -35,6 +35,18 @@ def _ddtree_plan():
     return plan
 
 
+
+@pytest.mark.parametrize("mirror, words", [
+    (None, r"^read_records: mirror must be a PinnedHostBuffer \(allocate_mirror\(\)\), got NoneType$"),
+    (_arr((4, 12), "int32"), r"^read_records: mirror must be a PinnedHostBuffer \(allocate_mirror\(\)\), got DeviceArray: "
+                             r"a DeviceArray mirror is read with mirror.to_numpy\(stream\)$"),
+])
+def test_read_records_names_a_mirror_it_cannot_read(mirror, words):
+    """accept() takes an int32 DeviceArray mirror too; read_records gave AttributeError ('numpy') for it
+    (fresh-user review, seventy-seventh session)."""
+    with pytest.raises(TypeError, match=words):
+        _ddtree_plan().read_records(mirror)
+
 def _state():
     B, C = 4, 64
     f = {"active": ((B,), "uint8"), "root_tokens": ((B,), "int32"), "seq_lens": ((B,), "int64"),
