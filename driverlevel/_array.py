@@ -818,7 +818,12 @@ def _np_dtype(dtype: _DLDataType):
 def _from_dlpack(obj, device):
     from ._device import Device
 
-    dev_type, dev_id = obj.__dlpack_device__()
+    got = obj.__dlpack_device__()
+    if (not isinstance(got, (tuple, list)) or len(got) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in got)):
+        raise TypeError(f"{type(obj).__name__}.__dlpack_device__() must return a (device_type, device_id) pair of "
+                        f"ints (DLPack), got {got!r}")
+    dev_type, dev_id = got
     if int(dev_type) not in (_kDLCUDA, _kDLCUDAManaged, _kDLCUDAHost):
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}, not CUDA")
     # Device memory is checked before the capsule is taken (managed and pinned host memory are
@@ -864,6 +869,9 @@ def _from_cai(obj, device):
     if cai.get("mask") is not None:  # CAI v3: a consumer that cannot honour a mask must refuse it
         raise TypeError(f"{what} has a 'mask' (a masked array): driverlevel reads every element and supports "
                         f"no masks; pass the unmasked data")
+    if not isinstance(cai["typestr"], str):  # (np.dtype(None) is float64, np.dtype(int) int64)
+        raise TypeError(f"{what}['typestr'] must be a str such as '<f4' (CUDA Array Interface v3), "
+                        f"got {type(cai['typestr']).__name__} {cai['typestr']!r}")
     try:
         dt = np.dtype(cai["typestr"])
         shape = tuple(cai["shape"])
@@ -998,8 +1006,8 @@ def as_device_array(obj, device=None) -> DeviceArray:
     TypeError
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
         a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
-        pointer not an integer or its read-only flag not a bool included), or a DLPack
-        producer gives no unconsumed DLPack capsule or a versioned tensor of another major
+        pointer not an integer, its read-only flag not a bool or its ``typestr`` not a str
+        included), ``__dlpack_device__()`` is no pair of ints, or a DLPack producer gives no unconsumed DLPack capsule or a versioned tensor of another major
         version than 1 (left unconsumed, for its producer to delete).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and

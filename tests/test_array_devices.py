@@ -36,6 +36,25 @@ class DLPackOnly:
         return (self._type, self._arr.device.ordinal)
 
 
+
+class BadDLPackDevice(DLPackOnly):
+    def __init__(self, got):
+        super().__init__(DeviceArray(PTR, (4,), np.float32, DEV0))
+        self._got = got
+
+    def __dlpack_device__(self):
+        return self._got
+
+
+@pytest.mark.parametrize("got", [None, (2,), ("cuda", 0), (2, 0, 0), (2, 0.0), (True, 0)])
+def test_a_malformed_dlpack_device_is_named_before_the_capsule(got):
+    """Was 'cannot unpack non-iterable NoneType object' or int('cuda')'s message (fresh-user review, s77)."""
+    src = BadDLPackDevice(got)
+    with pytest.raises(TypeError, match=r"^BadDLPackDevice.__dlpack_device__\(\) must return a \(device_type, "
+                                        r"device_id\) pair of ints \(DLPack\), got "):
+        as_device_array(src, device=DEV0)
+    assert src.taken == 0
+
 class CAIOnly:
     def __init__(self, ptr=PTR, shape=(4,), typestr="<f4"):
         self.__cuda_array_interface__ = dict(version=3, strides=None, shape=shape, typestr=typestr, data=(ptr, False))

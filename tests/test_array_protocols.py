@@ -233,6 +233,10 @@ class RawCAI:
      r"\['data'\]\[0\] must be an integer device address, got float 4096.9"),
     ({"shape": (4,), "typestr": "<f4", "data": (True, False), "version": 3}, r"got bool True"),
     ({"shape": (4,), "typestr": "<f4", "data": ("0x1000", False), "version": 3}, r"got str '0x1000'"),
+    # typestr: a str (np.dtype(None) read the data as float64, np.dtype(int) as int64; fresh-user review, s77)
+    ({"shape": (4,), "typestr": None, "data": (PTR, False), "version": 3},
+     r"\['typestr'\] must be a str such as '<f4' \(CUDA Array Interface v3\), got NoneType None"),
+    ({"shape": (4,), "typestr": int, "data": (PTR, False), "version": 3}, r"\['typestr'\] must be a str .* got type "),
 ])
 def test_a_malformed_cuda_array_interface_is_named(cai, match):
     """Was a bare KeyError or 'cannot unpack non-iterable NoneType object': now a TypeError naming the
