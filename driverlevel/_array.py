@@ -1007,8 +1007,9 @@ def as_device_array(obj, device=None) -> DeviceArray:
         If ``obj`` exports neither protocol or lives in host memory, ``device`` is neither
         a Device nor an int ordinal, a ``__cuda_array_interface__`` is malformed (its data
         pointer not an integer, its read-only flag not a bool or its ``typestr`` not a str
-        included), ``__dlpack_device__()`` is no pair of ints, or a DLPack producer gives no unconsumed DLPack capsule or a versioned tensor of another major
-        version than 1 (left unconsumed, for its producer to delete).
+        included), ``__dlpack_device__()`` is no pair of ints, or a DLPack producer gives no
+        unconsumed DLPack capsule or a versioned tensor of another major version than 1 (left
+        unconsumed, for its producer to delete).
     ValueError
         If a foreign ``obj`` is on another device than ``device`` (the message names both) and
         is not managed memory; a ``__cuda_array_interface__`` pointer is NULL for a non-empty
