@@ -37,7 +37,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._memory import _is_live
 from ._array import DeviceArray, as_device_array
-from ._checks import bool_arg, is_bool
+from ._checks import bool_arg, is_bool, stream_arg
 from ._errors import check
 
 __all__ = ["Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines"]
@@ -322,9 +322,12 @@ def _pack_one(value):
     if value is None:
         return ctypes.c_uint64(0), 0
     if isinstance(value, DeviceArray):
+        value._require_live("kernel argument")  # (a view of a closed buffer or pool: freed memory)
         return ctypes.c_uint64(value.ptr), value.ptr
     ptr = getattr(value, "ptr", None)
     if isinstance(ptr, int) and hasattr(value, "nbytes"):
+        if not _is_live(value):  # a closed DeviceBuffer / WorkspacePool: its address may be another's now
+            raise ValueError(f"kernel argument: {value!r} was closed; its memory is freed")
         return ctypes.c_uint64(ptr), ptr
     arr = as_device_array(value)
     return ctypes.c_uint64(arr.ptr), arr.ptr
@@ -392,6 +395,8 @@ class PreparedLaunch:
             ``index`` is not an int (a bool is refused); ``value`` is not a kernel argument
             (a plain Python int or float, a bool, a str) or packs to another C type than the
             argument had.
+        ValueError
+            ``value``'s memory was freed (a closed DeviceBuffer or WorkspacePool, or a view of one).
         """
         n = len(self._values)
         if isinstance(index, bool):
@@ -698,8 +703,9 @@ class Kernel:
             dimension below 1, one above CUDA's limits (grid x <= 2**31 - 1, y and z <= 65,535;
             block x and y <= 1,024, z <= 64; at most 1,024 threads per block), a negative
             ``shared_mem``, more shared memory than the device allows, ``programmatic=True``
-            for code compiled below sm_90 (no ``griddepcontrol``), or a ``carveout`` outside
-            [0, 100].
+            for code compiled below sm_90 (no ``griddepcontrol``), a ``carveout`` outside
+            [0, 100], or an argument whose memory was freed (a closed DeviceBuffer or
+            WorkspacePool, or a DeviceArray that views one).
         """
         return PreparedLaunch(self, grid, block, shared_mem, args, programmatic, carveout)
 
@@ -707,8 +713,12 @@ class Kernel:
         """Pack and queue one launch on ``stream``; returns the prepared launch for reuse.
 
         Parameters as :meth:`prepare`; raises as :meth:`prepare` and
-        :meth:`PreparedLaunch.launch` (``CudaError`` naming the kernel and configuration).
+        :meth:`PreparedLaunch.launch` (``CudaError`` naming the kernel and configuration), and
+        before either, ``TypeError`` for a ``stream`` that is not a driverlevel
+        :class:`~driverlevel.Stream` and ``ValueError`` for a closed one or one of another
+        device (:meth:`PreparedLaunch.launch`, the capture-safe replay, checks nothing).
         """
+        stream_arg("stream", stream, self.module.device, f"kernel {self.name}")
         p = PreparedLaunch(self, grid, block, shared_mem, args)
         p.launch(stream)
         return p

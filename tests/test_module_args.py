@@ -17,6 +17,7 @@ import pytest
 from driverlevel import DeviceArray, bfloat16
 from driverlevel._module import PreparedLaunch, _pack_one, struct_layout_defines
 from driverlevel.selftest import SaxpyParams
+from driver_stub_util import DEV0, DEV1, stream_on
 
 
 class FakeDevice:
@@ -471,7 +472,63 @@ def test_kernel_launch_checks_the_geometry_before_the_driver(monkeypatch):
     k = _fake_launch_kernel(monkeypatch)
     k.module.cubin = type("C", (), {"arch": "sm_90"})()
     with pytest.raises(ValueError, match="block dimension z is 65"):
-        Kernel.launch(k, object(), 1, (1, 1, 65), [])
+        Kernel.launch(k, stream_on(DEV0), 1, (1, 1, 65), [])
+
+
+@pytest.mark.parametrize("stream, exc, words", [
+    (None, TypeError, r"^stream must be a driverlevel Stream \(Device.create_stream\(\) or Stream.from_handle\), "
+                      r"got NoneType"),
+    (0, TypeError, r"^stream must be a driverlevel Stream .*got int"),
+    ("closed", ValueError, r"^stream: this Stream was closed \(Stream.close\); create a new one$"),
+    ("other device", ValueError, r"^stream is on device 1, but kernel fake is on device 0$"),
+])
+def test_kernel_launch_checks_its_stream_before_the_driver(monkeypatch, stream, exc, words):
+    """Kernel.launch (the eager convenience) took a closed stream to the driver and gave AttributeError
+    ('handle') for None or an int (fresh-user review, seventy-seventh session); PreparedLaunch.launch, the
+    capture-safe replay, still checks nothing."""
+    import weakref
+
+    from driverlevel._module import Kernel
+
+    k = _fake_launch_kernel(monkeypatch)
+    k.module.cubin = type("C", (), {"arch": "sm_90"})()
+    if stream == "closed":
+        stream = stream_on(DEV0)
+        stream._finalizer = weakref.finalize(FakeKernel(), lambda: None)  # (any weak-referenceable object)
+        stream._finalizer()
+    elif stream == "other device":
+        stream = stream_on(DEV1)
+    with pytest.raises(exc, match=words):
+        Kernel.launch(k, stream, 1, 32, [np.int32(1)])
+    assert k.shared_requests == []  # nothing was prepared either
+
+
+def test_an_argument_whose_memory_was_freed_is_refused():
+    """A view of a closed buffer, or the closed buffer itself, was packed and launched (fresh-user
+    review, seventy-seventh session): the kernel would have written freed memory."""
+    import weakref
+
+    class Buf:  # a DeviceBuffer-like allocation with a finalizer, closed
+        ptr, nbytes = 0x7F00_0000_1000, 4096
+
+        def __init__(self):
+            self._finalizer = weakref.finalize(self, lambda: None)
+
+        def __repr__(self):
+            return "<Buf closed>"
+
+    buf = Buf()
+    view = DeviceArray(buf.ptr, (16,), np.float32, DEV, owner=buf)
+    assert _pack_one(view)[1] == buf.ptr and _pack_one(buf)[1] == buf.ptr  # open: packed as before
+    buf._finalizer()
+    with pytest.raises(ValueError, match=r"^kernel argument: the memory of this array was freed \(<Buf closed> "
+                                         r"was closed\); nothing was queued$"):
+        _pack_one(view)
+    with pytest.raises(ValueError, match=r"^kernel argument: <Buf closed> was closed; its memory is freed$"):
+        _pack_one(buf)
+    q = PreparedLaunch(FakeKernel(), 1, 32, 0, [np.int32(1)])
+    with pytest.raises(ValueError, match="freed"):
+        q.set_arg(0, view)
 
 
 @pytest.mark.parametrize("cubin, hint", [(b"\x7fELF", "wrap an image compiled elsewhere"), (None, ""),
