@@ -107,6 +107,30 @@ def test_a_graph_keeps_what_its_launch_recorded_after_a_set_arg(stubbed):
     assert 0x7000_0000 in Foreign.freed and 0x7100_0000 in Foreign.freed
 
 
+
+def test_keep_alive_ties_objects_to_the_graph_inside_the_block_and_refuses_after_it(stubbed):
+    """keep_alive after the with block held the objects by the session only: dropping it freed them while the
+    graph replays (fresh-user review, seventy-seventh session). Inside the block the graph keeps them."""
+    Foreign.freed.clear()
+    s = stream_on(DEV0)
+    with dl.capture(s) as cap:
+        cap.keep_alive(Foreign(0x7300_0000))
+    graph = cap.graph
+    with pytest.raises(ValueError, match=r"^keep_alive: this capture has ended \(the graph took what it keeps "
+                                         r"when the with block was left\): call it inside the block"):
+        cap.keep_alive(Foreign(0x7400_0000))
+    del cap
+    gc.collect()
+    assert 0x7300_0000 not in Foreign.freed  # the graph holds it
+    del graph
+    gc.collect()
+    assert 0x7300_0000 in Foreign.freed
+    with pytest.raises(RuntimeError):  # a failed block ends the session too
+        with dl.capture(s) as failed:
+            raise RuntimeError("the block failed")
+    with pytest.raises(ValueError, match="this capture has ended"):
+        failed.keep_alive(Foreign(0x7500_0000))
+
 def test_a_failed_blocks_cleanup_that_fails_too_still_ends_the_bookkeeping(stubbed, monkeypatch):
     """Otherwise every later free is deferred forever and Device.synchronize waits for a capture that ended."""
     s = stream_on(DEV0)
