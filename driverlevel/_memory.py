@@ -370,7 +370,13 @@ class DeviceBuffer:
     ------
     RuntimeError
         ``DeviceBuffer()`` called directly.
+    TypeError
+        ``pickle``, ``copy.copy`` or ``copy.deepcopy`` of it (it owns the memory).
     """
+
+    def __reduce__(self):
+        # (copy.copy shared the allocation and its finalizer; pickle made an object that looked closed)
+        raise TypeError("a DeviceBuffer owns this process's device memory and cannot be pickled or copied")
 
     def __init__(self, *a, **k):
         raise RuntimeError("DeviceBuffer has no public constructor: use DeviceBuffer.allocate(device, nbytes)")
@@ -470,7 +476,14 @@ class PinnedHostBuffer:
     ------
     RuntimeError
         ``PinnedHostBuffer()`` called directly.
+    TypeError
+        ``pickle``, ``copy.copy`` or ``copy.deepcopy`` of it (it owns the memory).
     """
+
+    def __reduce__(self):
+        # (copy.copy shared the allocation and its finalizer; pickle made an object that looked closed)
+        raise TypeError("a PinnedHostBuffer owns this process's pinned host memory and cannot be pickled or "
+                        "copied")
 
     def __init__(self, *a, **k):
         raise RuntimeError("PinnedHostBuffer has no public constructor: use PinnedHostBuffer.allocate(device, nbytes)")
@@ -651,9 +664,17 @@ class WorkspacePool:
     >>> pool = WorkspacePool.allocate(dev, 1 << 20, label="attn")      # doctest: +SKIP
     >>> lse = pool.carve("lse", (64, 9), "float32")                     # doctest: +SKIP
     >>> print(pool.report())                                             # doctest: +SKIP
+
+    ``pickle``, ``copy.copy`` and ``copy.deepcopy`` of a pool raise ``TypeError`` (it owns the
+    memory; a copy handed out carve-outs overlapping the original's).
     """
 
     DEFAULT_ALIGNMENT = 256
+
+    def __reduce__(self):
+        # (copy.copy shared the allocation, and a copied pool handed out overlapping carve-outs; pickle
+        # made an object that looked closed)
+        raise TypeError("a WorkspacePool owns this process's device memory and cannot be pickled or copied")
 
     def __init__(self, *a, **k):
         raise RuntimeError("WorkspacePool has no public constructor: use WorkspacePool.allocate(device, nbytes)")

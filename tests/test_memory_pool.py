@@ -680,3 +680,21 @@ def test_a_pool_label_must_be_a_str_before_the_buffer(fake_alloc, label):
     with pytest.raises(TypeError, match=r"^label must be a str, got "):
         WorkspacePool.allocate(DEV, 4096, label=label)
     assert fake_alloc == []
+
+
+def test_a_pool_or_buffer_cannot_be_copied_or_pickled(fake_alloc):
+    """copy.copy(pool) shared the carve table but not the used count: two carves at one address
+    (fresh-user review, seventy-seventh session); a copied buffer shared the allocation."""
+    import copy
+    import pickle
+
+    pool = WorkspacePool.allocate(DEV, 4096)
+    buf = object.__new__(DeviceBuffer)  # (no driver: the refusal needs no field)
+    host = object.__new__(PinnedHostBuffer)
+    for obj, words in ((pool, "a WorkspacePool owns this process's device memory"),
+                       (buf, "a DeviceBuffer owns this process's device memory"),
+                       (host, "a PinnedHostBuffer owns this process's pinned host memory")):
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match=f"^{words} and cannot be pickled or copied$"):
+                how(obj)
+    assert pool.carve("a", (64,), np.float32).ptr != pool.carve("b", (64,), np.float32).ptr
