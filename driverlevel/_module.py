@@ -37,7 +37,7 @@ from cuda.bindings import driver
 from . import _capture_guard
 from ._memory import _is_live
 from ._array import DeviceArray, as_device_array
-from ._checks import bool_arg, is_bool, stream_arg
+from ._checks import bool_arg, is_bool, non_negative_int, positive_int, stream_arg
 from ._errors import check
 
 __all__ = ["Module", "Kernel", "PreparedLaunch", "load_module", "struct_layout_defines"]
@@ -229,13 +229,19 @@ class Module:
 
         Raises
         ------
+        TypeError
+            ``name`` is not a str (bytes included).
         CudaError
-            ``CUDA_ERROR_NOT_FOUND`` if the cubin has no such kernel.
+            ``CUDA_ERROR_NOT_FOUND`` if the cubin has no such kernel (also for a name UTF-8 cannot
+            encode, which no kernel has).
         """
+        if not isinstance(name, str):
+            raise TypeError(f"kernel name must be a str, got {type(name).__name__} {name!r}")
         k = self._kernels.get(name)
         if k is None:
             with self.device.activated():
-                func = check("cuModuleGetFunction", driver.cuModuleGetFunction(self._handle, name.encode()),
+                func = check("cuModuleGetFunction",
+                             driver.cuModuleGetFunction(self._handle, name.encode(errors="replace")),
                              f"kernel {name!r} in {self.cubin.source_name}")
             k = Kernel._create(self, name, func)
             self._kernels[name] = k
@@ -266,8 +272,8 @@ def load_module(device, cubin) -> Module:
     Raises
     ------
     TypeError
-        If ``cubin`` is not a :class:`~driverlevel.runtime.Cubin` (raw ``bytes`` included),
-        before the device is touched.
+        If ``cubin`` is not a :class:`~driverlevel.runtime.Cubin` (raw ``bytes`` included), or
+        its ``data`` is not ``bytes`` / ``bytearray``, before the device is touched.
     ValueError
         If the cubin was compiled for an architecture that does not run on ``device``
         (the message says why), or is not a cubin (ELF).
@@ -287,6 +293,9 @@ def load_module(device, cubin) -> Module:
                 if isinstance(cubin, (bytes, bytearray, memoryview)) else "")
         raise TypeError(f"cubin must be a driverlevel.runtime.Cubin (from compile_source or compile_file), "
                         f"got {type(cubin).__name__}{hint}")
+    if not isinstance(cubin.data, (bytes, bytearray)):  # (a Cubin made by hand: checked before the device)
+        raise TypeError(f"cubin.data must be bytes (the ELF image), got {type(cubin.data).__name__}"
+                        + (": pass bytes(...) of it" if isinstance(cubin.data, memoryview) else ""))
     device = _check_device_arg(device)
     try:
         check_cubin_arch(cubin.arch, device.arch)
@@ -599,9 +608,16 @@ class Kernel:
 
         Raises
         ------
+        TypeError, ValueError
+            ``threads`` not an int in [1, 1024] or ``dynamic_shared`` not an int >= 0 (bool and
+            floats refused), before the driver is asked.
         CudaError
             If the driver refuses the query.
         """
+        threads = positive_int("threads", threads)
+        if threads > MAX_THREADS_PER_BLOCK:
+            raise ValueError(f"threads must be at most {MAX_THREADS_PER_BLOCK} per block, got {threads}")
+        dynamic_shared = non_negative_int("dynamic_shared", dynamic_shared)
         with self.module.device.activated():
             return int(check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
                              driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, threads, dynamic_shared)))
@@ -614,9 +630,13 @@ class Kernel:
 
         Raises
         ------
+        TypeError
+            ``nbytes`` is not an int (bool and floats refused).
         ValueError
-            If ``nbytes`` plus the kernel's static shared memory exceeds the device's limit.
+            If ``nbytes`` is negative, or it plus the kernel's static shared memory exceeds the
+            device's limit.
         """
+        nbytes = non_negative_int("nbytes", nbytes)
         if nbytes <= 0:  # nothing to allow (no driver call: prepare may run inside a capture)
             return
         if self._max_dynamic_shared is None:  # the default: 48 KB less the static shared memory

@@ -546,3 +546,64 @@ def test_load_module_refuses_what_is_not_a_cubin_before_the_device(monkeypatch, 
     with pytest.raises(TypeError, match=r"cubin must be a driverlevel.runtime.Cubin .*got " + type(cubin).__name__
                        + ".*" + hint):
         dl.load_module(0, cubin)
+
+
+# -- fresh-user review (seventy-seventh session): the module / kernel API's small arguments --------------
+def _arg_kernel(monkeypatch):
+    from driverlevel._module import Kernel
+
+    k = object.__new__(Kernel)
+    k.name, k.module, k._max_dynamic_shared = "k", type("M", (), {"device": DEV})(), None
+    monkeypatch.setattr(Kernel, "attribute", lambda self, a: pytest.fail("the driver was asked"))
+    return k
+
+
+@pytest.mark.parametrize("args, exc, words", [
+    ((256, -1), ValueError, r"^dynamic_shared must be an int >= 0, got -1$"),
+    ((2**40, 0), ValueError, r"^threads must be at most 1024 per block, got 1099511627776$"),
+    ((0, 0), ValueError, r"^threads must be a positive int, got 0$"),
+    ((256.0, 0), TypeError, r"^threads must be a positive int, got float 256.0$"),
+    ((256, "0"), TypeError, r"^dynamic_shared must be an int >= 0, got str"),
+])
+def test_max_active_blocks_checks_its_arguments_before_the_driver(monkeypatch, args, exc, words):
+    """Were the bindings' OverflowError ("can't convert negative value to size_t")."""
+    from driverlevel._module import Kernel
+
+    with pytest.raises(exc, match=words):
+        Kernel.max_active_blocks_per_sm(_arg_kernel(monkeypatch), *args)
+
+
+@pytest.mark.parametrize("nbytes, exc, words", [
+    ("64", TypeError, r"^nbytes must be an int >= 0, got str"), (None, TypeError, r"got NoneType"),
+    (1.5, TypeError, r"got float 1.5"), (-5, ValueError, r"^nbytes must be an int >= 0, got -5$"),
+])
+def test_reserve_shared_checks_nbytes_before_the_driver(monkeypatch, nbytes, exc, words):
+    """'64' was "'<=' not supported between str and int"; 1.5 was taken and truncated."""
+    from driverlevel._module import Kernel
+
+    k = _arg_kernel(monkeypatch)
+    with pytest.raises(exc, match=words):
+        Kernel.reserve_shared(k, nbytes)
+    Kernel.reserve_shared(k, 0)  # nothing to allow: no driver call
+
+
+@pytest.mark.parametrize("name", [None, b"k", 3])
+def test_module_kernel_name_must_be_a_str(name):
+    from driverlevel._module import Module
+
+    m = object.__new__(Module)
+    m._kernels = {}
+    with pytest.raises(TypeError, match=rf"^kernel name must be a str, got {type(name).__name__} "):
+        m.kernel(name)
+
+
+@pytest.mark.parametrize("data", [memoryview(b"\x7fELF...."), None, "\x7fELF"])
+def test_load_module_refuses_a_hand_made_cubin_whose_data_is_not_bytes(monkeypatch, data):
+    """Was AttributeError ('startswith') from inside Module._load, after the device was opened."""
+    from driverlevel import _device
+    from driverlevel._compile import Cubin
+    from driverlevel._module import load_module
+
+    monkeypatch.setattr(_device, "_check_device_arg", lambda d: pytest.fail("the device was touched first"))
+    with pytest.raises(TypeError, match=rf"^cubin.data must be bytes \(the ELF image\), got {type(data).__name__}"):
+        load_module(0, Cubin(data, "sm_90", "x.cu", ()))
