@@ -135,7 +135,7 @@ def capture(stream, mode: str = "thread_local"):
     stream, or on a side stream joined into it by events, is tied to the graph
     (see the lifetime rules in :class:`Graph`'s docstring).
     """
-    if mode not in _MODES:
+    if not isinstance(mode, str) or mode not in _MODES:  # (a list was "unhashable type")
         raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
     if not isinstance(stream, Stream):  # an Event, a Graph or a GraphExec has a handle and a device too
         raise TypeError(f"capture needs a driverlevel Stream (Device.create_stream() or Stream.from_handle), "

@@ -161,3 +161,12 @@ def test_a_stream_captured_by_another_library_is_refused_before_begin_capture(st
         with dl.capture(s):
             pytest.fail("captured")
     assert "begin" not in stubbed and _capture_guard.captures_in_progress() == 0
+
+
+@pytest.mark.parametrize("mode", [["global"], None, 1, "GLOBAL"])
+def test_a_capture_mode_that_is_not_one_of_the_names_is_a_value_error(stubbed, mode):
+    """A list was "unhashable type: 'list'" (fresh-user review, seventy-seventh session)."""
+    with pytest.raises(ValueError, match=r"^capture mode must be one of \['global', 'relaxed', 'thread_local'\], got "):
+        with dl.capture(stream_on(DEV0), mode):
+            pass
+    assert stubbed == []  # no capture began
