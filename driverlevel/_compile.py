@@ -827,7 +827,7 @@ def _str_sequence(name: str, value, *, paths: bool = False) -> tuple:
         ok = isinstance(v, (str, os.PathLike)) if paths else isinstance(v, str)
         if not ok:
             raise TypeError(f"{name}[{i}] must be a {'str or path' if paths else 'str'}, got {type(v).__name__} {v!r}")
-        if isinstance(v, str) and _unencodable_index(v) is not None:  # NVRTC's options are UTF-8
+        if not paths and _unencodable_index(v) is not None:  # NVRTC's options are UTF-8 (paths: _check_include_dir)
             raise ValueError(f"{name}[{i}] is not valid Unicode text (a lone surrogate), got {v!r}")
     return items
 
@@ -1109,7 +1109,8 @@ def compile_source(source: str, name: str, arch, defines: dict | None = None, ex
         entry that is ``""`` or no existing directory (the message names ``include_dirs[i]``), a
         define name that is no C identifier, a define value that is a non-finite float or a str
         with a line break, a NUL character or a lone surrogate, or an unrecognised
-        ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`) or ``DRIVERLEVEL_LINEINFO`` value (:func:`lineinfo_requested`).
+        ``DRIVERLEVEL_CACHE`` value (:func:`cache_dir`) or ``DRIVERLEVEL_LINEINFO`` value
+        (:func:`lineinfo_requested`).
         An architecture the NVRTC in use cannot compile for is
         :class:`~driverlevel.UnsupportedTargetError`, a ValueError.
     TypeError

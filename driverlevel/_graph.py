@@ -71,7 +71,6 @@ class CaptureSession:
         self.capture_id = None
         self.graph: Graph | None = None
         self._kept: list = []
-        self._ended = False  # set when the ``with`` block is left (the graph took a copy of _kept)
 
     def _keep(self, obj) -> None:
         self._kept.append(obj)
@@ -88,7 +87,7 @@ class CaptureSession:
             After the ``with`` block (an object passed then would be held by the session only,
             and could be freed while the graph still replays).
         """
-        if self._ended:
+        if self.stream._capture is not self:  # the block was left: the graph took its copy of _kept
             raise ValueError("keep_alive: this capture has ended (the graph took what it keeps when the with "
                              "block was left): call it inside the block, or keep the objects alive yourself")
         self._kept.extend(objs)
@@ -172,7 +171,6 @@ def capture(stream, mode: str = "thread_local"):
     try:
         yield session
     except BaseException:
-        session._ended = True
         _capture_guard.unregister(id(session))
         _capture_guard.unregister_keep(reg_key)
         stream._capture = None
@@ -184,7 +182,6 @@ def capture(stream, mode: str = "thread_local"):
         finally:
             _end_bookkeeping(ordinal)
         raise
-    session._ended = True
     _capture_guard.unregister(id(session))
     _capture_guard.unregister_keep(reg_key)
     stream._capture = None

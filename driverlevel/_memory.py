@@ -349,6 +349,14 @@ def deferred_count() -> int:
     return len(_deferred)
 
 
+def _refuse_copy(obj):
+    """``__reduce__`` of the allocations: ``pickle`` / ``copy.copy`` / ``copy.deepcopy`` raise TypeError (a copy
+    shared the allocation and its finalizer, a copied pool handed out carve-outs overlapping the original's, and
+    an unpickled one looked closed)."""
+    memory = "pinned host" if isinstance(obj, PinnedHostBuffer) else "device"
+    raise TypeError(f"a {type(obj).__name__} owns this process's {memory} memory and cannot be pickled or copied")
+
+
 class DeviceBuffer:
     """One ``cuMemAlloc`` allocation, freed when the object is closed or collected.
 
@@ -374,9 +382,7 @@ class DeviceBuffer:
         ``pickle``, ``copy.copy`` or ``copy.deepcopy`` of it (it owns the memory).
     """
 
-    def __reduce__(self):
-        # (copy.copy shared the allocation and its finalizer; pickle made an object that looked closed)
-        raise TypeError("a DeviceBuffer owns this process's device memory and cannot be pickled or copied")
+    __reduce__ = _refuse_copy
 
     def __init__(self, *a, **k):
         raise RuntimeError("DeviceBuffer has no public constructor: use DeviceBuffer.allocate(device, nbytes)")
@@ -480,10 +486,7 @@ class PinnedHostBuffer:
         ``pickle``, ``copy.copy`` or ``copy.deepcopy`` of it (it owns the memory).
     """
 
-    def __reduce__(self):
-        # (copy.copy shared the allocation and its finalizer; pickle made an object that looked closed)
-        raise TypeError("a PinnedHostBuffer owns this process's pinned host memory and cannot be pickled or "
-                        "copied")
+    __reduce__ = _refuse_copy
 
     def __init__(self, *a, **k):
         raise RuntimeError("PinnedHostBuffer has no public constructor: use PinnedHostBuffer.allocate(device, nbytes)")
@@ -671,10 +674,7 @@ class WorkspacePool:
 
     DEFAULT_ALIGNMENT = 256
 
-    def __reduce__(self):
-        # (copy.copy shared the allocation, and a copied pool handed out overlapping carve-outs; pickle
-        # made an object that looked closed)
-        raise TypeError("a WorkspacePool owns this process's device memory and cannot be pickled or copied")
+    __reduce__ = _refuse_copy
 
     def __init__(self, *a, **k):
         raise RuntimeError("WorkspacePool has no public constructor: use WorkspacePool.allocate(device, nbytes)")
